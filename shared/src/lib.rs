@@ -1,0 +1,11 @@
+//! baton's shared library: the pure domain every handler uses, and (later) its AWS adapters.
+//!
+//! The domain is pure: no I/O, and the clock always comes in as an argument. Handlers parse at the
+//! edge ([`event`], [`config`], [`ids`]), ask [`lifecycle::decide`] what to do, then carry the
+//! decision out with conditional writes.
+
+pub mod config;
+pub mod event;
+pub mod ids;
+pub mod lifecycle;
+pub mod pattern;
