@@ -162,10 +162,7 @@ mod tests {
     #[test]
     fn names_accept_kebab_case_and_refuse_the_rest() {
         assert!(WorkflowName::parse("order-review").is_ok());
-        assert_eq!(
-            WorkflowName::parse(""),
-            Err(IdError::Empty { kind: "workflow name" })
-        );
+        assert_eq!(WorkflowName::parse(""), Err(IdError::Empty { kind: "workflow name" }));
         let err = StepName::parse("Manual Review").unwrap_err();
         assert!(err.to_string().contains("'M'"), "{err}");
         let long = "a".repeat(41);

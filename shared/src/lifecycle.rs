@@ -101,9 +101,13 @@ impl fmt::Display for Kind {
 pub enum State {
     Pending,
     /// The execution is parked on the step's task token; inputs are being gathered.
-    Waiting { step: u32 },
+    Waiting {
+        step: u32,
+    },
     /// The step is complete; the resume (success or failure) to Step Functions is owed.
-    Advancing { step: u32 },
+    Advancing {
+        step: u32,
+    },
     Succeeded,
     Failed,
     TimedOut,
@@ -231,7 +235,9 @@ const fn t(from: Option<Kind>, to: Kind, cause: Cause, step: StepMove) -> Transi
     Transition { from, to, cause, step }
 }
 
-use Kind::{Advancing as A, Cancelled as C, Failed as F, Pending as P, Succeeded as S, TimedOut as T, Waiting as W};
+use Kind::{
+    Advancing as A, Cancelled as C, Failed as F, Pending as P, Succeeded as S, TimedOut as T, Waiting as W,
+};
 
 /// Every transition baton may make. Anything else is refused by `decide`, by the store's
 /// conditions (derived from this table) and by the property tests.
@@ -283,11 +289,7 @@ pub fn is_allowed(from: Option<State>, to: State, cause: Cause) -> bool {
 /// The prior states from which `cause` may lead to `to`: the state half of a write's condition.
 /// `None` in the list means "the record may be absent".
 pub fn allowed_prior(to: Kind, cause: Cause) -> Vec<Option<Kind>> {
-    TRANSITIONS
-        .iter()
-        .filter(|row| row.to == to && row.cause == cause)
-        .map(|row| row.from)
-        .collect()
+    TRANSITIONS.iter().filter(|row| row.to == to && row.cause == cause).map(|row| row.from).collect()
 }
 
 /// What the workflow's config says, as far as `decide` needs it.
@@ -517,19 +519,42 @@ pub struct Write {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// StartExecution with the name derived from (workflow, key, generation); idempotent.
-    StartExecution { generation: u32 },
+    StartExecution {
+        generation: u32,
+    },
     /// Create the operator task for this step, idempotently, and publish it once.
-    CreateTask { generation: u32, step: u32 },
+    CreateTask {
+        generation: u32,
+        step: u32,
+    },
     /// Apply the step's buffered inputs, in arrival order (strongly consistent read).
-    DrainInbox { step: u32 },
+    DrainInbox {
+        step: u32,
+    },
     /// Store the input in the step's inbox until the step waits.
-    Buffer { step: u32 },
-    SendTaskSuccess { token: TaskToken, output: Value },
-    SendTaskFailure { token: TaskToken, error: String, cause: String },
-    SendTaskHeartbeat { token: TaskToken },
-    StopExecution { generation: u32, cause: String },
+    Buffer {
+        step: u32,
+    },
+    SendTaskSuccess {
+        token: TaskToken,
+        output: Value,
+    },
+    SendTaskFailure {
+        token: TaskToken,
+        error: String,
+        cause: String,
+    },
+    SendTaskHeartbeat {
+        token: TaskToken,
+    },
+    StopExecution {
+        generation: u32,
+        cause: String,
+    },
     /// Record the ignored input with its reason.
-    Ledger { reason: IgnoreReason },
+    Ledger {
+        reason: IgnoreReason,
+    },
 }
 
 /// What to do about one input: its classification, the record write, and the effects owed.
@@ -584,8 +609,11 @@ pub fn decide(
     match input {
         Input::Start { event } => on_start(plan, workflow, key, record, event, now),
         Input::StepReady { generation, step, token, deadline } => match record {
-            None => Decision::ignored(IgnoreReason::OutOfOrder)
-                .effect(fail_token(token, "baton.NoRecord", "no workflow record for this execution")),
+            None => Decision::ignored(IgnoreReason::OutOfOrder).effect(fail_token(
+                token,
+                "baton.NoRecord",
+                "no workflow record for this execution",
+            )),
             Some(r) => on_step_ready(plan, r, *generation, *step, token, *deadline, now),
         },
         Input::StepInput { id, hash, step, outcome, data, .. } => {
@@ -696,16 +724,25 @@ fn on_step_ready(
 ) -> Decision {
     if generation != r.generation {
         // An execution of another generation: end it rather than leave it parked.
-        return Decision::ignored(IgnoreReason::StaleGeneration)
-            .effect(fail_token(token, "baton.StaleGeneration", "the workflow record has moved to another generation"));
+        return Decision::ignored(IgnoreReason::StaleGeneration).effect(fail_token(
+            token,
+            "baton.StaleGeneration",
+            "the workflow record has moved to another generation",
+        ));
     }
     if r.state.is_terminal() {
-        return Decision::ignored(IgnoreReason::Terminal)
-            .effect(fail_token(token, "baton.Terminal", &format!("the workflow record is already {}", r.state)));
+        return Decision::ignored(IgnoreReason::Terminal).effect(fail_token(
+            token,
+            "baton.Terminal",
+            &format!("the workflow record is already {}", r.state),
+        ));
     }
     if step as usize >= plan.steps.len() {
-        return Decision::new(Outcome::Rejected(RejectReason::UnknownStep))
-            .effect(fail_token(token, "baton.UnknownStep", "the step is not in the workflow's config"));
+        return Decision::new(Outcome::Rejected(RejectReason::UnknownStep)).effect(fail_token(
+            token,
+            "baton.UnknownStep",
+            "the step is not in the workflow's config",
+        ));
     }
     let expected = match r.state {
         State::Pending => Some(0),
@@ -794,13 +831,17 @@ fn on_step_input(
             let owed = Resume::Failure { error: error.clone(), cause: cause.clone() };
             to.state = State::Advancing { step };
             to.owed = Some(owed.clone());
-            Decision::new(Outcome::Applied).with_write(Cause::FailStep, Some(r), to).effect(resume_effect(&token, &owed))
+            Decision::new(Outcome::Applied)
+                .with_write(Cause::FailStep, Some(r), to)
+                .effect(resume_effect(&token, &owed))
         }
         StepOutcome::Succeeded if requirements_met(plan, step, &to.inputs) => {
             let owed = Resume::Success { output: Value::Object(to.inputs.clone()) };
             to.state = State::Advancing { step };
             to.owed = Some(owed.clone());
-            Decision::new(Outcome::Applied).with_write(Cause::Complete, Some(r), to).effect(resume_effect(&token, &owed))
+            Decision::new(Outcome::Applied)
+                .with_write(Cause::Complete, Some(r), to)
+                .effect(resume_effect(&token, &owed))
         }
         StepOutcome::Succeeded => Decision::new(Outcome::Applied).with_write(Cause::Merge, Some(r), to),
         StepOutcome::InProgress => Decision::new(Outcome::Applied)
@@ -818,7 +859,9 @@ pub fn requirements_met(plan: &Plan, step: u32, inputs: &Map<String, Value>) -> 
 
 fn resume_effect(token: &TaskToken, owed: &Resume) -> Effect {
     match owed {
-        Resume::Success { output } => Effect::SendTaskSuccess { token: token.clone(), output: output.clone() },
+        Resume::Success { output } => {
+            Effect::SendTaskSuccess { token: token.clone(), output: output.clone() }
+        }
         Resume::Failure { error, cause } => fail_token(token, error, cause),
     }
 }

@@ -65,7 +65,5 @@ pub fn unique_name(prefix: &str) -> String {
 
 /// Path of a file under `tests/fixtures/`.
 pub fn fixture_path(rel: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(rel)
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel)
 }

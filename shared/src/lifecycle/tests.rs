@@ -54,7 +54,12 @@ fn started(plan: &Plan) -> Record {
 }
 
 fn ready(plan: &Plan, r: &Record, step: u32, tok: &str) -> Record {
-    let input = Input::StepReady { generation: r.generation, step, token: token(tok), deadline: T0 + Duration::days(2) };
+    let input = Input::StepReady {
+        generation: r.generation,
+        step,
+        token: token(tok),
+        deadline: T0 + Duration::days(2),
+    };
     after(&run(plan, Some(r), &input))
 }
 
@@ -69,12 +74,16 @@ fn given_no_record_when_a_start_event_arrives_then_a_pending_record_and_one_exec
     let d = run(&p, None, &Input::Start { event: eid("evt-1") });
     assert_eq!(d.outcome, Outcome::Applied);
     let w = d.write.as_ref().unwrap();
-    assert_eq!((w.from, w.expected_version, w.to.state, w.to.generation, w.to.version), (None, None, State::Pending, 1, 1));
+    assert_eq!(
+        (w.from, w.expected_version, w.to.state, w.to.generation, w.to.version),
+        (None, None, State::Pending, 1, 1)
+    );
     assert_eq!(d.effects, vec![Effect::StartExecution { generation: 1 }]);
 }
 
 #[test]
-fn given_a_pending_record_when_its_start_event_is_redelivered_then_it_is_a_duplicate_that_restarts_idempotently() {
+fn given_a_pending_record_when_its_start_event_is_redelivered_then_it_is_a_duplicate_that_restarts_idempotently()
+ {
     let p = plan(&[&["decision"]]);
     let r = started(&p);
     let d = run(&p, Some(&r), &Input::Start { event: eid("evt-1") });
@@ -96,14 +105,18 @@ fn given_a_running_workflow_when_another_start_event_arrives_then_it_is_ignored_
 fn given_pending_when_step_ready_arrives_then_waiting_with_token_task_and_drain() {
     let p = plan(&[&["decision"]]);
     let r = started(&p);
-    let input = Input::StepReady { generation: 1, step: 0, token: token("tok-0"), deadline: T0 + Duration::days(2) };
+    let input =
+        Input::StepReady { generation: 1, step: 0, token: token("tok-0"), deadline: T0 + Duration::days(2) };
     let d = run(&p, Some(&r), &input);
     assert_eq!(d.outcome, Outcome::Applied);
     let to = after(&d);
     assert_eq!(to.state, State::Waiting { step: 0 });
     assert_eq!(to.token, Some(token("tok-0")));
     assert_eq!(to.deadline, Some(T0 + Duration::days(2)));
-    assert_eq!(d.effects, vec![Effect::CreateTask { generation: 1, step: 0 }, Effect::DrainInbox { step: 0 }]);
+    assert_eq!(
+        d.effects,
+        vec![Effect::CreateTask { generation: 1, step: 0 }, Effect::DrainInbox { step: 0 }]
+    );
 
     // Redelivered: a duplicate that re-runs the idempotent effects, with no write.
     let again = run(&p, Some(&to), &input);
@@ -117,7 +130,8 @@ fn given_two_required_inputs_when_they_arrive_separately_then_the_step_advances_
     let p = plan(&[&["decision", "reviewer"]]);
     let r = ready(&p, &started(&p), 0, "tok-0");
 
-    let first = run(&p, Some(&r), &callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "approve"})));
+    let first =
+        run(&p, Some(&r), &callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "approve"})));
     assert_eq!(first.outcome, Outcome::Applied);
     let r1 = after(&first);
     assert_eq!(r1.state, State::Waiting { step: 0 });
@@ -128,17 +142,22 @@ fn given_two_required_inputs_when_they_arrive_separately_then_the_step_advances_
     assert_eq!(r2.state, State::Advancing { step: 0 });
     assert_eq!(
         second.effects,
-        vec![Effect::SendTaskSuccess { token: token("tok-0"), output: json!({"decision": "approve", "reviewer": "ann"}) }]
+        vec![Effect::SendTaskSuccess {
+            token: token("tok-0"),
+            output: json!({"decision": "approve", "reviewer": "ann"})
+        }]
     );
 
     // A third input for the advanced step is ignored; the completing one again re-sends the resume.
-    let third = run(&p, Some(&r2), &callback("cb-3", 0, StepOutcome::Succeeded, json!({"decision": "reject"})));
+    let third =
+        run(&p, Some(&r2), &callback("cb-3", 0, StepOutcome::Succeeded, json!({"decision": "reject"})));
     assert_eq!(third.outcome, Outcome::Ignored(IgnoreReason::StepAlreadyAdvanced));
     let retry = run(&p, Some(&r2), &callback("cb-2", 0, StepOutcome::Succeeded, json!({"reviewer": "ann"})));
     assert_eq!(retry.outcome, Outcome::Duplicate);
     assert_eq!(retry.effects, second.effects);
     // The partial one again is a plain duplicate: it caused no resume.
-    let partial_again = run(&p, Some(&r2), &callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "approve"})));
+    let partial_again =
+        run(&p, Some(&r2), &callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "approve"})));
     assert_eq!((partial_again.outcome, partial_again.effects.len()), (Outcome::Duplicate, 0));
 }
 
@@ -146,7 +165,11 @@ fn given_two_required_inputs_when_they_arrive_separately_then_the_step_advances_
 fn given_an_applied_input_when_the_same_id_comes_with_another_payload_then_it_is_rejected() {
     let p = plan(&[&["decision", "reviewer"]]);
     let r = ready(&p, &started(&p), 0, "tok-0");
-    let r1 = after(&run(&p, Some(&r), &callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "approve"}))));
+    let r1 = after(&run(
+        &p,
+        Some(&r),
+        &callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "approve"})),
+    ));
     let mut other = callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "reject"}));
     if let Input::StepInput { hash, .. } = &mut other {
         *hash = "h-other".into();
@@ -185,7 +208,11 @@ fn given_a_failed_outcome_then_a_failure_resume_is_owed() {
     assert_eq!(after(&d).state, State::Advancing { step: 0 });
     assert_eq!(
         d.effects,
-        vec![Effect::SendTaskFailure { token: token("tok-0"), error: "Rejected".into(), cause: "fraud".into() }]
+        vec![Effect::SendTaskFailure {
+            token: token("tok-0"),
+            error: "Rejected".into(),
+            cause: "fraud".into()
+        }]
     );
 }
 
@@ -214,11 +241,19 @@ fn given_a_terminal_record_then_late_inputs_are_ignored_and_ledgered_and_step_re
     let stray = Input::StepReady { generation: 1, step: 0, token: token("tok-x"), deadline: T0 };
     let d = run(&p, Some(&r), &stray);
     assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::Terminal));
-    assert!(d.effects.iter().any(|e| matches!(e, Effect::SendTaskFailure { token: t, .. } if t == &token("tok-x"))));
+    assert!(
+        d.effects
+            .iter()
+            .any(|e| matches!(e, Effect::SendTaskFailure { token: t, .. } if t == &token("tok-x")))
+    );
 
     let again = run(&p, Some(&r), &Input::Finished { generation: 1, finish: Finish::TimedOut });
     assert_eq!(again.outcome, Outcome::Duplicate);
-    let other = run(&p, Some(&r), &Input::Finished { generation: 1, finish: Finish::Failed { error: "e".into(), cause: "c".into() } });
+    let other = run(
+        &p,
+        Some(&r),
+        &Input::Finished { generation: 1, finish: Finish::Failed { error: "e".into(), cause: "c".into() } },
+    );
     assert_eq!(other.outcome, Outcome::Ignored(IgnoreReason::Terminal));
 }
 
@@ -269,7 +304,10 @@ fn given_a_waiting_step_when_cancelled_then_the_execution_is_stopped() {
     let d = run(&p, Some(&r), &Input::Cancel { reason: "customer withdrew".into() });
     assert_eq!(after(&d).state, State::Cancelled);
     assert_eq!(d.effects, vec![Effect::StopExecution { generation: 1, cause: "customer withdrew".into() }]);
-    assert_eq!(run(&p, Some(&after(&d)), &Input::Cancel { reason: "again".into() }).outcome, Outcome::Duplicate);
+    assert_eq!(
+        run(&p, Some(&after(&d)), &Input::Cancel { reason: "again".into() }).outcome,
+        Outcome::Duplicate
+    );
 }
 
 #[test]
@@ -277,7 +315,10 @@ fn given_owed_work_when_the_sweeper_ticks_late_enough_then_it_is_owed_again() {
     let p = plan(&[&["decision"]]);
     let (w, k) = names();
     let pending = started(&p);
-    assert_eq!(decide(&p, (&w, &k), Some(&pending), &Input::Tick, T0).outcome, Outcome::Ignored(IgnoreReason::NothingOwed));
+    assert_eq!(
+        decide(&p, (&w, &k), Some(&pending), &Input::Tick, T0).outcome,
+        Outcome::Ignored(IgnoreReason::NothingOwed)
+    );
     let late = decide(&p, (&w, &k), Some(&pending), &Input::Tick, T0 + RESTART_PENDING_AFTER);
     assert_eq!(late.effects, vec![Effect::StartExecution { generation: 1 }]);
 
@@ -311,7 +352,15 @@ fn the_table_answers_conditions_for_each_target() {
 
 #[test]
 fn states_round_trip_through_their_stored_parts() {
-    for s in [State::Pending, State::Waiting { step: 3 }, State::Advancing { step: 0 }, State::Succeeded, State::Failed, State::TimedOut, State::Cancelled] {
+    for s in [
+        State::Pending,
+        State::Waiting { step: 3 },
+        State::Advancing { step: 0 },
+        State::Succeeded,
+        State::Failed,
+        State::TimedOut,
+        State::Cancelled,
+    ] {
         assert_eq!(State::from_parts(s.kind(), s.step()), Some(s));
         assert_eq!(Kind::parse(s.kind().as_str()), Some(s.kind()));
     }
@@ -327,9 +376,16 @@ enum Action {
     /// A start event (one of three ids) arrives; ids repeat, so this is redelivery too.
     Start(u8),
     /// A callback (one of six ids) for a step, with an outcome and some inputs.
-    Callback { id: u8, step: u8, outcome: u8, keys: u8 },
+    Callback {
+        id: u8,
+        step: u8,
+        outcome: u8,
+        keys: u8,
+    },
     /// The next queued progress message is delivered (`skip` reorders: pick a later one).
-    Progress { skip: u8 },
+    Progress {
+        skip: u8,
+    },
     /// An already delivered progress message is delivered again.
     RedeliverProgress(u8),
     /// An earlier callback is delivered again, same id and payload.
@@ -404,7 +460,13 @@ impl World {
     fn check(&mut self, prior: Option<&Record>, input: &Input, d: &Decision) {
         if let Some(w) = &d.write {
             // (1) only allowed transitions, from the state and version actually stored.
-            assert!(is_allowed(w.from, w.to.state, w.cause), "not in the table: {:?} -> {} ({:?})", w.from, w.to.state, w.cause);
+            assert!(
+                is_allowed(w.from, w.to.state, w.cause),
+                "not in the table: {:?} -> {} ({:?})",
+                w.from,
+                w.to.state,
+                w.cause
+            );
             assert_eq!(w.from, prior.map(|r| r.state));
             assert_eq!(w.expected_version, prior.map(|r| r.version));
             assert_eq!(w.to.version, prior.map_or(1, |r| r.version + 1));
@@ -426,14 +488,23 @@ impl World {
         // (6) every input is classified; an ignored input from outside is ledgered.
         match d.outcome {
             Outcome::Ignored(reason) if !matches!(input, Input::Tick) => {
-                assert!(d.effects.contains(&Effect::Ledger { reason }), "{input:?} ignored ({reason:?}) without a ledger entry");
+                assert!(
+                    d.effects.contains(&Effect::Ledger { reason }),
+                    "{input:?} ignored ({reason:?}) without a ledger entry"
+                );
             }
             Outcome::Buffered => {
-                assert!(d.effects.iter().any(|e| matches!(e, Effect::Buffer { .. })), "buffered without an inbox entry");
+                assert!(
+                    d.effects.iter().any(|e| matches!(e, Effect::Buffer { .. })),
+                    "buffered without an inbox entry"
+                );
                 assert!(d.write.is_none());
             }
             Outcome::Applied => {
-                assert!(d.write.is_some() || matches!(input, Input::Tick), "applied {input:?} without a write")
+                assert!(
+                    d.write.is_some() || matches!(input, Input::Tick),
+                    "applied {input:?} without a write"
+                )
             }
             Outcome::Duplicate | Outcome::Rejected(_) | Outcome::Ignored(_) => {
                 assert!(d.write.is_none(), "{:?} must not write", d.outcome)
@@ -444,10 +515,15 @@ impl World {
     fn carry_out(&mut self, effect: Effect, input: &Input) {
         match effect {
             Effect::StartExecution { generation } => {
-                if !self.executions.contains_key(&generation) {
+                if let std::collections::btree_map::Entry::Vacant(slot) = self.executions.entry(generation) {
                     let token = TaskToken::parse(format!("g{generation}-s0")).unwrap();
-                    self.executions.insert(generation, Execution { parked: Some((0, token.clone())), ..Default::default() });
-                    self.progress.push_back(Input::StepReady { generation, step: 0, token, deadline: self.now + Duration::days(1) });
+                    slot.insert(Execution { parked: Some((0, token.clone())), ..Default::default() });
+                    self.progress.push_back(Input::StepReady {
+                        generation,
+                        step: 0,
+                        token,
+                        deadline: self.now + Duration::days(1),
+                    });
                 }
             }
             Effect::SendTaskSuccess { token, .. } => self.resume(&token, true),
@@ -465,11 +541,16 @@ impl World {
                 self.inbox.push((step, input.clone()));
             }
             Effect::DrainInbox { step } => {
-                let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.inbox).into_iter().partition(|(s, _)| *s == step);
+                let (due, rest): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut self.inbox).into_iter().partition(|(s, _)| *s == step);
                 self.inbox = rest;
                 for (_, entry) in due {
                     let d = self.decide_and_apply(&entry);
-                    assert_ne!(d.outcome, Outcome::Buffered, "a drained entry for its own waiting step must not buffer again");
+                    assert_ne!(
+                        d.outcome,
+                        Outcome::Buffered,
+                        "a drained entry for its own waiting step must not buffer again"
+                    );
                     if let Some(id) = entry.id() {
                         self.buffered.remove(id.as_str());
                     }
@@ -494,11 +575,19 @@ impl World {
             let generation = *generation;
             if !success {
                 e.done = true;
-                self.progress.push_back(Input::Finished { generation, finish: Finish::Failed { error: "e".into(), cause: "c".into() } });
+                self.progress.push_back(Input::Finished {
+                    generation,
+                    finish: Finish::Failed { error: "e".into(), cause: "c".into() },
+                });
             } else if step + 1 < steps {
                 let next = TaskToken::parse(format!("g{generation}-s{}", step + 1)).unwrap();
                 e.parked = Some((step + 1, next.clone()));
-                self.progress.push_back(Input::StepReady { generation, step: step + 1, token: next, deadline: now + Duration::days(1) });
+                self.progress.push_back(Input::StepReady {
+                    generation,
+                    step: step + 1,
+                    token: next,
+                    deadline: now + Duration::days(1),
+                });
             } else {
                 e.done = true;
                 self.progress.push_back(Input::Finished { generation, finish: Finish::Succeeded });
@@ -528,7 +617,14 @@ impl World {
                 // The payload hash is a function of the payload, so a reused id with other data
                 // is a conflict, exactly as the receipts see it.
                 let hash = format!("{step}:{outcome:?}:{data:?}");
-                let input = Input::StepInput { id: eid(&format!("cb-{id}")), hash, source: Source::Callback, step: u32::from(*step), outcome, data };
+                let input = Input::StepInput {
+                    id: eid(&format!("cb-{id}")),
+                    hash,
+                    source: Source::Callback,
+                    step: u32::from(*step),
+                    outcome,
+                    data,
+                };
                 self.delivered_callbacks.push(input.clone());
                 self.decide_and_apply(&input);
             }
@@ -544,13 +640,15 @@ impl World {
             }
             Action::RedeliverProgress(n) => {
                 if !self.delivered_progress.is_empty() {
-                    let msg = self.delivered_progress[usize::from(*n) % self.delivered_progress.len()].clone();
+                    let msg =
+                        self.delivered_progress[usize::from(*n) % self.delivered_progress.len()].clone();
                     self.decide_and_apply(&msg);
                 }
             }
             Action::RedeliverCallback(n) => {
                 if !self.delivered_callbacks.is_empty() {
-                    let msg = self.delivered_callbacks[usize::from(*n) % self.delivered_callbacks.len()].clone();
+                    let msg =
+                        self.delivered_callbacks[usize::from(*n) % self.delivered_callbacks.len()].clone();
                     self.decide_and_apply(&msg);
                 }
             }
@@ -558,7 +656,8 @@ impl World {
                 for (generation, e) in self.executions.iter_mut() {
                     if e.parked.take().is_some() && !e.done {
                         e.done = true;
-                        self.progress.push_back(Input::Finished { generation: *generation, finish: Finish::TimedOut });
+                        self.progress
+                            .push_back(Input::Finished { generation: *generation, finish: Finish::TimedOut });
                     }
                 }
             }

@@ -1,0 +1,38 @@
+# baton: two commands.
+#   make test   every check CI runs: fmt, clippy -D warnings, unit, property, contract and
+#               end-to-end tests against the local AWS emulator
+#   make run    (not yet: see README "What works today")
+# Both install the pinned Python tools into .venv when missing, and start and stop what they need.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+TOOLS_STAMP := $(VENV)/.installed-$(shell sha1sum requirements-dev.txt | cut -c1-12)
+
+.PHONY: test fmt-check clippy unit tools clean
+
+test: tools fmt-check clippy unit
+
+tools: $(TOOLS_STAMP)
+
+$(TOOLS_STAMP): requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -r requirements-dev.txt
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+fmt-check:
+	cargo fmt --all -- --check
+
+clippy:
+	cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# The whole workspace's tests, with the emulator on a free loopback port for the ones that
+# need it. tools/with-emulator.sh stops the emulator whatever the tests do.
+unit: tools
+	BATON_PYTHON=$(VENV)/bin/python tools/with-emulator.sh cargo test --workspace --locked
+
+clean:
+	cargo clean
+	rm -rf $(VENV)

@@ -1,0 +1,76 @@
+//! Offline commands that look at the config and at events: `validate` and `match`.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use baton::config::{Config, Workflow};
+use baton::event::Event;
+
+/// `baton validate`: a summary line per workflow, or every problem with its path.
+pub fn validate(path: &Path) -> Result<()> {
+    let config = Config::load(path)?;
+    for wf in &config.workflows {
+        println!("{}", summary(wf));
+    }
+    println!("{}: {} workflow(s), valid", path.display(), config.workflows.len());
+    Ok(())
+}
+
+fn summary(wf: &Workflow) -> String {
+    let steps: Vec<String> = wf
+        .steps
+        .iter()
+        .map(|s| {
+            let requires =
+                if s.requires.is_empty() { "any success".to_owned() } else { s.requires.join("+") };
+            format!("{} (needs {requires}, timeout {})", s.name, human(s.timeout))
+        })
+        .collect();
+    format!(
+        "{}: key {}, on_restart {}, {} step(s): {}",
+        wf.name,
+        wf.key,
+        match wf.on_restart {
+            baton::lifecycle::OnRestart::AfterTerminal => "after_terminal",
+            baton::lifecycle::OnRestart::Never => "never",
+        },
+        wf.steps.len(),
+        steps.join(" -> ")
+    )
+}
+
+fn human(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        _ if s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+        _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
+}
+
+/// `baton match`: which workflows the event starts, with the correlation key for each.
+pub fn match_event(config: &Path, event: &Path) -> Result<()> {
+    let config = Config::load(config)?;
+    let body = std::fs::read_to_string(event).with_context(|| format!("cannot read {}", event.display()))?;
+    let event = Event::parse(&body).with_context(|| format!("{} is not a valid event", event.display()))?;
+    let mut matched = 0;
+    for wf in &config.workflows {
+        let start = wf.starts_on(&event);
+        matched += usize::from(start.is_some());
+        match start {
+            None => println!("{}: no match", wf.name),
+            Some(Ok(key)) => println!("{}: starts, key {key}", wf.name),
+            Some(Err(e)) => println!("{}: matches, but cannot start: {e}", wf.name),
+        }
+        for (i, step) in wf.steps.iter().enumerate() {
+            if step.accepts_events.as_ref().is_some_and(|p| p.matches(&event.normalised())) {
+                println!("{}: step {} ({}) accepts this event as input", wf.name, i, step.name);
+            }
+        }
+    }
+    if matched == 0 {
+        println!("event {} ({}) starts no workflow", event.id, event.r#type);
+    }
+    Ok(())
+}
