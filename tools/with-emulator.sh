@@ -7,7 +7,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 py="${BATON_PYTHON:-$here/.venv/bin/python}"
 dir="$(mktemp -d)"
 log="$dir/emulator.log"
-"$py" "$here/tools/emulator.py" --port 0 --ready-file "$dir/url" >"$log" 2>&1 &
+"$py" "$here/tools/emulator.py" --port 0 --ready-file "$dir/url" ${BATON_EMULATOR_ARGS:-} >"$log" 2>&1 &
 pid=$!
 stop() {
   kill -TERM "$pid" 2>/dev/null || true

@@ -5,7 +5,10 @@
 //! decision out with conditional writes.
 
 pub mod config;
+pub mod error;
 pub mod event;
 pub mod ids;
 pub mod lifecycle;
+pub mod orchestrator;
 pub mod pattern;
+pub mod store;

@@ -347,6 +347,9 @@ pub struct Record {
     pub owed: Option<Resume>,
     /// The start events seen, newest last, across generations (bounded).
     pub start_events: Vec<EventId>,
+    /// Every transition, oldest first (bounded): the audit trail `baton trace` shows. It lives
+    /// in the record so that auditing costs no extra write.
+    pub history: Vec<AuditEntry>,
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
 }
@@ -355,6 +358,25 @@ impl Record {
     fn next(&self, state: State, now: OffsetDateTime) -> Record {
         Record { state, version: self.version + 1, updated_at: now, ..self.clone() }
     }
+}
+
+/// How many audit entries a record keeps; older ones are dropped first.
+pub const REMEMBERED_TRANSITIONS: usize = 200;
+
+/// One transition, as the audit trail records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    pub generation: u32,
+    /// The state before (`None`: the record was created).
+    pub from: Option<String>,
+    pub to: String,
+    pub cause: Cause,
+    /// The id of the input that caused it, when it has one.
+    pub cause_id: Option<String>,
+    /// The record's version after the transition.
+    pub version: u64,
 }
 
 /// The outcome of a step input (callback or domain event).
@@ -574,7 +596,18 @@ impl Decision {
         Decision { outcome: Outcome::Ignored(reason), write: None, effects: vec![Effect::Ledger { reason }] }
     }
 
-    fn with_write(mut self, cause: Cause, prior: Option<&Record>, to: Record) -> Decision {
+    fn with_write(mut self, cause: Cause, prior: Option<&Record>, mut to: Record) -> Decision {
+        to.history.push(AuditEntry {
+            at: to.updated_at,
+            generation: to.generation,
+            from: prior.map(|r| r.state.to_string()),
+            to: to.state.to_string(),
+            cause,
+            cause_id: None,
+            version: to.version,
+        });
+        let excess = to.history.len().saturating_sub(REMEMBERED_TRANSITIONS);
+        to.history.drain(..excess);
         self.write = Some(Write {
             cause,
             from: prior.map(|r| r.state),
@@ -600,6 +633,22 @@ impl Decision {
 /// `record` is `None` when no record exists yet for (workflow, key). `workflow` and `key` name
 /// the record to create on a start.
 pub fn decide(
+    plan: &Plan,
+    (workflow, key): (&WorkflowName, &CorrelationKey),
+    record: Option<&Record>,
+    input: &Input,
+    now: OffsetDateTime,
+) -> Decision {
+    let mut decision = decide_inner(plan, (workflow, key), record, input, now);
+    if let (Some(write), Some(id)) = (decision.write.as_mut(), input.id())
+        && let Some(entry) = write.to.history.last_mut()
+    {
+        entry.cause_id = Some(id.to_string());
+    }
+    decision
+}
+
+fn decide_inner(
     plan: &Plan,
     (workflow, key): (&WorkflowName, &CorrelationKey),
     record: Option<&Record>,
@@ -665,6 +714,7 @@ fn on_start(
             applied: Vec::new(),
             owed: None,
             start_events: vec![event.clone()],
+            history: Vec::new(),
             created_at: now,
             updated_at: now,
         };

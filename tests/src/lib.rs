@@ -67,3 +67,13 @@ pub fn unique_name(prefix: &str) -> String {
 pub fn fixture_path(rel: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel)
 }
+
+/// A DynamoDB store on a table of its own, created as template.yaml declares it.
+pub async fn dynamo_store(emulator: &Emulator) -> baton::store::dynamodb::DynamoStore {
+    let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
+    let store = baton::store::dynamodb::DynamoStore::new(client, unique_name("baton-test"));
+    if let Err(e) = store.create_table().await {
+        panic!("cannot create the test table: {e:?}");
+    }
+    store
+}

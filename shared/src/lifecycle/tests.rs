@@ -139,6 +139,20 @@ fn given_two_required_inputs_when_they_arrive_separately_then_the_step_advances_
 
     let second = run(&p, Some(&r1), &callback("cb-2", 0, StepOutcome::Succeeded, json!({"reviewer": "ann"})));
     let r2 = after(&second);
+    let audit: Vec<(Option<&str>, &str, Cause, Option<&str>)> = r2
+        .history
+        .iter()
+        .map(|a| (a.from.as_deref(), a.to.as_str(), a.cause, a.cause_id.as_deref()))
+        .collect();
+    assert_eq!(
+        audit,
+        [
+            (None, "pending", Cause::Start, Some("evt-1")),
+            (Some("pending"), "waiting{0}", Cause::StepReady, None),
+            (Some("waiting{0}"), "waiting{0}", Cause::Merge, Some("cb-1")),
+            (Some("waiting{0}"), "advancing{0}", Cause::Complete, Some("cb-2")),
+        ]
+    );
     assert_eq!(r2.state, State::Advancing { step: 0 });
     assert_eq!(
         second.effects,
@@ -470,6 +484,13 @@ impl World {
             assert_eq!(w.from, prior.map(|r| r.state));
             assert_eq!(w.expected_version, prior.map(|r| r.version));
             assert_eq!(w.to.version, prior.map_or(1, |r| r.version + 1));
+            // Every transition leaves its audit entry in the same write.
+            let audit = w.to.history.last().expect("an audit entry");
+            assert_eq!(
+                (audit.from.clone(), audit.to.clone(), audit.cause, audit.version),
+                (w.from.map(|s| s.to_string()), w.to.state.to_string(), w.cause, w.to.version)
+            );
+            assert_eq!(audit.cause_id, input.id().map(ToString::to_string));
             // (5) a terminal record changes only by opening a new generation.
             if let Some(p) = prior.filter(|p| p.state.is_terminal()) {
                 assert_eq!(w.cause, Cause::Restart);

@@ -1,0 +1,881 @@
+//! The DynamoDB store: one table, everything about a (workflow, key) in one partition.
+//!
+//! docs/DATA_MODEL.md is the reference for the item layout, every access pattern and its
+//! condition expression. In short:
+//!
+//! | item | pk | sk |
+//! |---|---|---|
+//! | record | `WF#<workflow>#<key>` | `RECORD` |
+//! | task | same | `TASK#<generation:010>#<step:05>` |
+//! | receipt | same | `RECEIPT#<input id>` |
+//! | inbox entry | same | `INBOX#<step:05>#<input id>` |
+//! | ledger entry | same | `LEDGER#<reason>#<input id>` |
+//!
+//! The `by_due` index (`due_kind`, `due_at`) is what the sweeper and `baton status` query:
+//! records under `record#<state>`, buffered inbox entries under `inbox#buffered`.
+//!
+//! Every conditional write asks for `ALL_OLD` on failure, so a lost race returns the winner's
+//! item with no second read. `ConditionalCheckFailedException` is interpreted in one place,
+//! [`conditional`]. No transactions: each operation is one single-item request.
+
+use std::collections::{BTreeMap, HashMap};
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
+    Projection, ProjectionType, ReturnValuesOnConditionCheckFailure, ScalarAttributeType, Select,
+    TimeToLiveSpecification,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::memory::{due_at, sort_trace};
+use super::{
+    Applied, Claim, Condition, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, StoreError,
+    Task, Trace, WorkflowStore, condition_for,
+};
+use crate::error::sdk_retryable;
+use crate::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
+use crate::lifecycle::{IgnoreReason, Kind, Record, State, Write};
+
+type Item = HashMap<String, AttributeValue>;
+
+/// The global secondary index the sweeper and `baton status` query.
+pub const DUE_INDEX: &str = "by_due";
+/// The TTL attribute (epoch seconds) on receipts, inbox and ledger entries.
+pub const TTL_ATTRIBUTE: &str = "expires_at";
+
+/// A [`WorkflowStore`] on one DynamoDB table.
+#[derive(Clone, Debug)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoStore { client, table: table.into() }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Creates the table as template.yaml declares it (keys, the `by_due` index, TTL). For tests
+    /// and the local runtime; production tables come from the SAM template.
+    pub async fn create_table(&self) -> Result<(), StoreError> {
+        let key = |name: &str, kind| {
+            KeySchemaElement::builder()
+                .attribute_name(name)
+                .key_type(kind)
+                .build()
+                .map_err(rejected("CreateTable"))
+        };
+        let attr = |name: &str| {
+            AttributeDefinition::builder()
+                .attribute_name(name)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(rejected("CreateTable"))
+        };
+        let gsi = GlobalSecondaryIndex::builder()
+            .index_name(DUE_INDEX)
+            .key_schema(key("due_kind", KeyType::Hash)?)
+            .key_schema(key("due_at", KeyType::Range)?)
+            .projection(Projection::builder().projection_type(ProjectionType::All).build())
+            .build()
+            .map_err(rejected("CreateTable"))?;
+        self.client
+            .create_table()
+            .table_name(&self.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .key_schema(key("pk", KeyType::Hash)?)
+            .key_schema(key("sk", KeyType::Range)?)
+            .attribute_definitions(attr("pk")?)
+            .attribute_definitions(attr("sk")?)
+            .attribute_definitions(attr("due_kind")?)
+            .attribute_definitions(attr("due_at")?)
+            .global_secondary_indexes(gsi)
+            .send()
+            .await
+            .map_err(sdk("CreateTable"))?;
+        let ttl = TimeToLiveSpecification::builder()
+            .attribute_name(TTL_ATTRIBUTE)
+            .enabled(true)
+            .build()
+            .map_err(rejected("UpdateTimeToLive"))?;
+        self.client
+            .update_time_to_live()
+            .table_name(&self.table)
+            .time_to_live_specification(ttl)
+            .send()
+            .await
+            .map_err(sdk("UpdateTimeToLive"))?;
+        Ok(())
+    }
+
+    /// A put-if-absent of `item`, returning the stored item when it already exists.
+    async fn put_if_absent(&self, op: &'static str, item: Item) -> Result<Option<Item>, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            // Rule: an item is created once; a second put must not overwrite it.
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match conditional(op, result)? {
+            Ok(_) => Ok(None),
+            Err(existing) => Ok(Some(existing.unwrap_or_default())),
+        }
+    }
+
+    async fn query_partition(&self, pk: &str) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk")
+                .expression_attribute_names("#pk", "pk")
+                .expression_attribute_values(":pk", s(pk))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(sdk("Query"))?;
+            items.extend(page.items.unwrap_or_default());
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return Ok(items);
+            }
+        }
+    }
+
+    async fn query_due(
+        &self,
+        due_kind: &str,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(DUE_INDEX)
+                .key_condition_expression("#kind = :kind AND #at <= :before")
+                .expression_attribute_names("#kind", "due_kind")
+                .expression_attribute_names("#at", "due_at")
+                .expression_attribute_values(":kind", s(due_kind))
+                .expression_attribute_values(":before", s(&ts(before)))
+                .limit(i32::try_from(limit.saturating_sub(items.len()).max(1)).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(sdk("Query"))?;
+            items.extend(page.items.unwrap_or_default());
+            start = page.last_evaluated_key;
+            if start.is_none() || items.len() >= limit {
+                items.truncate(limit);
+                return Ok(items);
+            }
+        }
+    }
+}
+
+/// Sorts a conditional write's result: success, a failed condition (with the item as it
+/// stands, from ALL_OLD), or a real error. The one place that reads ConditionalCheckFailed.
+fn conditional<T, E>(
+    op: &'static str,
+    result: Result<T, SdkError<E, HttpResponse>>,
+) -> Result<Result<T, Option<Item>>, StoreError>
+where
+    E: ProvideErrorMetadata + ConditionFailure + std::error::Error + Send + Sync + 'static,
+{
+    match result {
+        Ok(out) => Ok(Ok(out)),
+        Err(SdkError::ServiceError(e)) if e.err().is_condition_failure() => Ok(Err(e.into_err().old_item())),
+        Err(e) => Err(sdk(op)(e)),
+    }
+}
+
+/// The operations whose errors can be a failed condition.
+trait ConditionFailure {
+    fn is_condition_failure(&self) -> bool;
+    fn old_item(self) -> Option<Item>;
+}
+
+impl ConditionFailure for PutItemError {
+    fn is_condition_failure(&self) -> bool {
+        matches!(self, PutItemError::ConditionalCheckFailedException(_))
+    }
+    fn old_item(self) -> Option<Item> {
+        match self {
+            PutItemError::ConditionalCheckFailedException(e) => e.item,
+            _ => None,
+        }
+    }
+}
+
+impl ConditionFailure for UpdateItemError {
+    fn is_condition_failure(&self) -> bool {
+        matches!(self, UpdateItemError::ConditionalCheckFailedException(_))
+    }
+    fn old_item(self) -> Option<Item> {
+        match self {
+            UpdateItemError::ConditionalCheckFailedException(e) => e.item,
+            _ => None,
+        }
+    }
+}
+
+fn sdk<E>(op: &'static str) -> impl FnOnce(SdkError<E, HttpResponse>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    move |e| {
+        if sdk_retryable(&e) {
+            StoreError::Unavailable { op, source: Box::new(e) }
+        } else {
+            StoreError::Rejected { op, source: Box::new(e) }
+        }
+    }
+}
+
+fn rejected<E: std::error::Error + Send + Sync + 'static>(op: &'static str) -> impl Fn(E) -> StoreError {
+    move |e| StoreError::Rejected { op, source: Box::new(e) }
+}
+
+// ---- keys and attribute helpers -------------------------------------------------------------
+
+fn pk(workflow: &WorkflowName, key: &CorrelationKey) -> String {
+    format!("WF#{workflow}#{key}")
+}
+
+const RECORD_SK: &str = "RECORD";
+
+fn task_sk(generation: u32, step: u32) -> String {
+    format!("TASK#{generation:010}#{step:05}")
+}
+
+fn receipt_sk(id: &EventId) -> String {
+    format!("RECEIPT#{id}")
+}
+
+fn inbox_sk(step: u32, id: &EventId) -> String {
+    format!("INBOX#{step:05}#{id}")
+}
+
+fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
+    format!("LEDGER#{}#{input_id}", reason.as_str())
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn json<T: Serialize>(v: &T) -> AttributeValue {
+    // Serializing our own plain data types cannot fail; `Null` is a safe fallback regardless.
+    AttributeValue::S(serde_json::to_string(v).unwrap_or_else(|_| "null".into()))
+}
+
+/// Fixed-width UTC timestamps, so that string order is time order in sort keys and indexes.
+pub fn ts(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.microsecond()
+    )
+}
+
+fn epoch(t: OffsetDateTime) -> AttributeValue {
+    n(t.unix_timestamp())
+}
+
+/// Reads typed attributes out of an item, naming the item and attribute when one is wrong.
+struct Reader<'a> {
+    item: &'a Item,
+}
+
+impl<'a> Reader<'a> {
+    fn corrupt(&self, problem: String) -> StoreError {
+        let get = |k: &str| self.item.get(k).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        StoreError::Corrupt { pk: get("pk"), sk: get("sk"), problem }
+    }
+
+    fn opt_s(&self, name: &str) -> Result<Option<&'a str>, StoreError> {
+        match self.item.get(name) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::S(v)) => Ok(Some(v)),
+            Some(_) => Err(self.corrupt(format!("attribute {name} is not a string"))),
+        }
+    }
+
+    fn s(&self, name: &str) -> Result<&'a str, StoreError> {
+        self.opt_s(name)?.ok_or_else(|| self.corrupt(format!("attribute {name} is missing")))
+    }
+
+    fn opt_n<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, StoreError> {
+        match self.item.get(name) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::N(v)) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| self.corrupt(format!("attribute {name} is not a valid number"))),
+            Some(_) => Err(self.corrupt(format!("attribute {name} is not a number"))),
+        }
+    }
+
+    fn n<T: std::str::FromStr>(&self, name: &str) -> Result<T, StoreError> {
+        self.opt_n(name)?.ok_or_else(|| self.corrupt(format!("attribute {name} is missing")))
+    }
+
+    fn bool(&self, name: &str) -> Result<bool, StoreError> {
+        match self.item.get(name) {
+            Some(AttributeValue::Bool(b)) => Ok(*b),
+            None => Ok(false),
+            Some(_) => Err(self.corrupt(format!("attribute {name} is not a boolean"))),
+        }
+    }
+
+    fn json<T: DeserializeOwned>(&self, name: &str) -> Result<T, StoreError> {
+        serde_json::from_str(self.s(name)?).map_err(|e| self.corrupt(format!("attribute {name}: {e}")))
+    }
+
+    fn time(&self, name: &str) -> Result<OffsetDateTime, StoreError> {
+        OffsetDateTime::parse(self.s(name)?, &Rfc3339)
+            .map_err(|e| self.corrupt(format!("attribute {name}: {e}")))
+    }
+
+    fn opt_time(&self, name: &str) -> Result<Option<OffsetDateTime>, StoreError> {
+        self.opt_s(name)?
+            .map(|v| {
+                OffsetDateTime::parse(v, &Rfc3339).map_err(|e| self.corrupt(format!("attribute {name}: {e}")))
+            })
+            .transpose()
+    }
+
+    fn epoch(&self, name: &str) -> Result<OffsetDateTime, StoreError> {
+        OffsetDateTime::from_unix_timestamp(self.n(name)?)
+            .map_err(|e| self.corrupt(format!("attribute {name}: {e}")))
+    }
+
+    fn id<T: std::str::FromStr<Err = crate::ids::IdError>>(&self, name: &str) -> Result<T, StoreError> {
+        self.s(name)?.parse().map_err(|e| self.corrupt(format!("attribute {name}: {e}")))
+    }
+}
+
+// ---- records ---------------------------------------------------------------------------------
+
+fn record_item(r: &Record) -> Item {
+    let mut item = Item::from([
+        ("pk".into(), s(&pk(&r.workflow, &r.key))),
+        ("sk".into(), s(RECORD_SK)),
+        ("workflow".into(), s(r.workflow.as_str())),
+        ("key".into(), s(r.key.as_str())),
+        ("generation".into(), n(r.generation)),
+        ("state".into(), s(r.state.kind().as_str())),
+        ("version".into(), n(r.version)),
+        ("inputs".into(), json(&r.inputs)),
+        ("applied".into(), json(&r.applied)),
+        ("start_events".into(), json(&r.start_events)),
+        ("history".into(), json(&r.history)),
+        ("created_at".into(), s(&ts(r.created_at))),
+        ("updated_at".into(), s(&ts(r.updated_at))),
+        ("due_kind".into(), s(&format!("record#{}", r.state.kind()))),
+        ("due_at".into(), s(&ts(due_at(r)))),
+    ]);
+    if let Some(step) = r.state.step() {
+        item.insert("step".into(), n(step));
+    }
+    if let Some(token) = &r.token {
+        item.insert("token".into(), s(token.expose()));
+    }
+    if let Some(deadline) = r.deadline {
+        item.insert("deadline".into(), s(&ts(deadline)));
+    }
+    if let Some(owed) = &r.owed {
+        item.insert("owed".into(), json(owed));
+    }
+    item
+}
+
+fn parse_record(item: &Item) -> Result<Record, StoreError> {
+    let r = Reader { item };
+    let kind_text = r.s("state")?;
+    let kind = Kind::parse(kind_text).ok_or_else(|| r.corrupt(format!("unknown state {kind_text:?}")))?;
+    let state = State::from_parts(kind, r.opt_n("step")?)
+        .ok_or_else(|| r.corrupt(format!("state {kind_text} with a missing or superfluous step")))?;
+    Ok(Record {
+        workflow: r.id("workflow")?,
+        key: r.id("key")?,
+        generation: r.n("generation")?,
+        state,
+        version: r.n("version")?,
+        token: r
+            .opt_s("token")?
+            .map(TaskToken::parse)
+            .transpose()
+            .map_err(|e| r.corrupt(format!("token: {e}")))?,
+        deadline: r.opt_time("deadline")?,
+        inputs: r.json("inputs")?,
+        applied: r.json("applied")?,
+        owed: r.opt_s("owed")?.map(|_| r.json("owed")).transpose()?,
+        start_events: r.json("start_events")?,
+        history: r.json("history")?,
+        created_at: r.time("created_at")?,
+        updated_at: r.time("updated_at")?,
+    })
+}
+
+// ---- side items ------------------------------------------------------------------------------
+
+fn task_item(t: &Task) -> Item {
+    Item::from([
+        ("pk".into(), s(&pk(&t.workflow, &t.key))),
+        ("sk".into(), s(&task_sk(t.generation, t.step))),
+        ("workflow".into(), s(t.workflow.as_str())),
+        ("key".into(), s(t.key.as_str())),
+        ("generation".into(), n(t.generation)),
+        ("step".into(), n(t.step)),
+        ("step_name".into(), s(&t.step_name)),
+        ("task_id".into(), s(&t.id)),
+        ("title".into(), s(&t.title)),
+        ("queue".into(), s(&t.queue)),
+        ("created_at".into(), s(&ts(t.created_at))),
+        ("published".into(), AttributeValue::Bool(t.published)),
+    ])
+}
+
+fn parse_task(item: &Item) -> Result<Task, StoreError> {
+    let r = Reader { item };
+    Ok(Task {
+        workflow: r.id("workflow")?,
+        key: r.id("key")?,
+        generation: r.n("generation")?,
+        step: r.n("step")?,
+        step_name: r.s("step_name")?.to_owned(),
+        id: r.s("task_id")?.to_owned(),
+        title: r.s("title")?.to_owned(),
+        queue: r.s("queue")?.to_owned(),
+        created_at: r.time("created_at")?,
+        published: r.bool("published")?,
+    })
+}
+
+fn receipt_item(x: &Receipt) -> Item {
+    let mut item = Item::from([
+        ("pk".into(), s(&pk(&x.workflow, &x.key))),
+        ("sk".into(), s(&receipt_sk(&x.id))),
+        ("workflow".into(), s(x.workflow.as_str())),
+        ("key".into(), s(x.key.as_str())),
+        ("input_id".into(), s(x.id.as_str())),
+        ("hash".into(), s(&x.hash)),
+        ("status".into(), json(&x.status)),
+        ("created_at".into(), s(&ts(x.created_at))),
+        (TTL_ATTRIBUTE.into(), epoch(x.expires_at)),
+    ]);
+    if let Some(answer) = &x.answer {
+        item.insert("answer".into(), json(answer));
+    }
+    item
+}
+
+fn parse_receipt(item: &Item) -> Result<Receipt, StoreError> {
+    let r = Reader { item };
+    Ok(Receipt {
+        workflow: r.id("workflow")?,
+        key: r.id("key")?,
+        id: r.id("input_id")?,
+        hash: r.s("hash")?.to_owned(),
+        status: r.json("status")?,
+        answer: r.opt_s("answer")?.map(|_| r.json("answer")).transpose()?,
+        created_at: r.time("created_at")?,
+        expires_at: r.epoch(TTL_ATTRIBUTE)?,
+    })
+}
+
+fn inbox_item(e: &InboxEntry) -> Item {
+    let mut item = Item::from([
+        ("pk".into(), s(&pk(&e.workflow, &e.key))),
+        ("sk".into(), s(&inbox_sk(e.step, &e.id))),
+        ("workflow".into(), s(e.workflow.as_str())),
+        ("key".into(), s(e.key.as_str())),
+        ("step".into(), n(e.step)),
+        ("input_id".into(), s(e.id.as_str())),
+        ("arrived_at".into(), s(&ts(e.arrived_at))),
+        ("input".into(), json(&e.input)),
+        ("status".into(), s(e.status.as_str())),
+        (TTL_ATTRIBUTE.into(), epoch(e.expires_at)),
+    ]);
+    if e.status == InboxStatus::Buffered {
+        item.insert("due_kind".into(), s("inbox#buffered"));
+        item.insert("due_at".into(), s(&ts(e.expires_at)));
+    }
+    item
+}
+
+fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
+    let r = Reader { item };
+    let status = match r.s("status")? {
+        "buffered" => InboxStatus::Buffered,
+        "applied" => InboxStatus::Applied,
+        "expired" => InboxStatus::Expired,
+        other => return Err(r.corrupt(format!("unknown inbox status {other:?}"))),
+    };
+    Ok(InboxEntry {
+        workflow: r.id("workflow")?,
+        key: r.id("key")?,
+        step: r.n("step")?,
+        id: r.id("input_id")?,
+        arrived_at: r.time("arrived_at")?,
+        input: r.json("input")?,
+        status,
+        expires_at: r.epoch(TTL_ATTRIBUTE)?,
+    })
+}
+
+fn ledger_item(e: &LedgerEntry) -> Item {
+    let mut item = Item::from([
+        ("pk".into(), s(&pk(&e.workflow, &e.key))),
+        ("sk".into(), s(&ledger_sk(e.reason, &e.input_id))),
+        ("workflow".into(), s(e.workflow.as_str())),
+        ("key".into(), s(e.key.as_str())),
+        ("input_id".into(), s(&e.input_id)),
+        ("reason".into(), s(e.reason.as_str())),
+        ("detail".into(), json(&e.detail)),
+        ("at".into(), s(&ts(e.at))),
+        (TTL_ATTRIBUTE.into(), epoch(e.expires_at)),
+    ]);
+    if let Some(g) = e.generation {
+        item.insert("generation".into(), n(g));
+    }
+    if let Some(state) = &e.state {
+        item.insert("state".into(), s(state));
+    }
+    item
+}
+
+fn parse_ledger(item: &Item) -> Result<LedgerEntry, StoreError> {
+    let r = Reader { item };
+    let reason_text = r.s("reason")?;
+    let reason = IgnoreReason::ALL
+        .into_iter()
+        .find(|x| x.as_str() == reason_text)
+        .ok_or_else(|| r.corrupt(format!("unknown ledger reason {reason_text:?}")))?;
+    Ok(LedgerEntry {
+        workflow: r.id("workflow")?,
+        key: r.id("key")?,
+        input_id: r.s("input_id")?.to_owned(),
+        reason,
+        generation: r.opt_n("generation")?,
+        state: r.opt_s("state")?.map(str::to_owned),
+        detail: r.json("detail")?,
+        at: r.time("at")?,
+        expires_at: r.epoch(TTL_ATTRIBUTE)?,
+    })
+}
+
+#[async_trait]
+impl WorkflowStore for DynamoStore {
+    async fn load(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+    ) -> Result<Option<Record>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(&pk(workflow, key)))
+            .key("sk", s(RECORD_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk("GetItem"))?;
+        out.item.as_ref().map(parse_record).transpose()
+    }
+
+    async fn apply(&self, write: &Write) -> Result<Applied, StoreError> {
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(record_item(&write.to)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        put = match condition_for(write)? {
+            // Rule: a record is created once per (workflow, key).
+            Condition::Absent => put.condition_expression("attribute_not_exists(pk)"),
+            // Rule: the transition table allows this move from the stored state, and nobody has
+            // written since `decide` read the record (version).
+            Condition::StateAndVersion { states, version } => {
+                let placeholders: Vec<String> = (0..states.len()).map(|i| format!(":s{i}")).collect();
+                let mut p = put
+                    .condition_expression(format!(
+                        "#state IN ({}) AND #version = :version",
+                        placeholders.join(", ")
+                    ))
+                    .expression_attribute_names("#state", "state")
+                    .expression_attribute_names("#version", "version")
+                    .expression_attribute_values(":version", n(version));
+                for (ph, kind) in placeholders.iter().zip(states) {
+                    p = p.expression_attribute_values(ph, s(kind.as_str()));
+                }
+                p
+            }
+        };
+        match conditional("PutItem", put.send().await)? {
+            Ok(_) => Ok(Applied::Written),
+            Err(old) => {
+                let current = old.filter(|i| !i.is_empty()).as_ref().map(parse_record).transpose()?;
+                Ok(Applied::Lost { current: current.map(Box::new) })
+            }
+        }
+    }
+
+    async fn put_task(&self, task: &Task) -> Result<Claim<Task>, StoreError> {
+        match self.put_if_absent("PutItem", task_item(task)).await? {
+            None => Ok(Claim::Acquired),
+            Some(existing) => parse_task(&existing).map(Claim::Exists),
+        }
+    }
+
+    async fn mark_task_published(&self, task: &Task) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(&pk(&task.workflow, &task.key)))
+            .key("sk", s(&task_sk(task.generation, task.step)))
+            // Rule: only an existing task is marked; the update never creates a stray item.
+            .condition_expression("attribute_exists(pk)")
+            .update_expression("SET #published = :true")
+            .expression_attribute_names("#published", "published")
+            .expression_attribute_values(":true", AttributeValue::Bool(true))
+            .send()
+            .await;
+        match conditional("UpdateItem", result)? {
+            Ok(_) => Ok(()),
+            Err(_) => Err(StoreError::Corrupt {
+                pk: pk(&task.workflow, &task.key),
+                sk: task_sk(task.generation, task.step),
+                problem: "the task to mark published does not exist".into(),
+            }),
+        }
+    }
+
+    async fn put_receipt(&self, receipt: &Receipt) -> Result<Claim<Receipt>, StoreError> {
+        match self.put_if_absent("PutItem", receipt_item(receipt)).await? {
+            None => Ok(Claim::Acquired),
+            Some(existing) => parse_receipt(&existing).map(Claim::Exists),
+        }
+    }
+
+    async fn complete_receipt(&self, receipt: &Receipt, answer: &Value) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(&pk(&receipt.workflow, &receipt.key)))
+            .key("sk", s(&receipt_sk(&receipt.id)))
+            // Rule: the first answer stands; completing twice keeps it.
+            .condition_expression("#status = :pending")
+            .update_expression("SET #status = :done, #answer = :answer")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#answer", "answer")
+            .expression_attribute_values(":pending", json(&ReceiptStatus::Pending))
+            .expression_attribute_values(":done", json(&ReceiptStatus::Done))
+            .expression_attribute_values(":answer", json(answer))
+            .send()
+            .await;
+        conditional("UpdateItem", result)?.ok();
+        Ok(())
+    }
+
+    async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError> {
+        match self.put_if_absent("PutItem", inbox_item(entry)).await? {
+            None => Ok(Claim::Acquired),
+            Some(existing) => parse_inbox(&existing).map(Claim::Exists),
+        }
+    }
+
+    async fn inbox(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+        step: u32,
+    ) -> Result<Vec<InboxEntry>, StoreError> {
+        let mut entries = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                .expression_attribute_names("#pk", "pk")
+                .expression_attribute_names("#sk", "sk")
+                .expression_attribute_values(":pk", s(&pk(workflow, key)))
+                .expression_attribute_values(":prefix", s(&format!("INBOX#{step:05}#")))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(sdk("Query"))?;
+            for item in page.items.unwrap_or_default() {
+                entries.push(parse_inbox(&item)?);
+            }
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        entries.sort_by(|a, b| (a.arrived_at, &a.id).cmp(&(b.arrived_at, &b.id)));
+        Ok(entries)
+    }
+
+    async fn settle(&self, entry: &InboxEntry, to: InboxStatus) -> Result<Claim<InboxEntry>, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(&pk(&entry.workflow, &entry.key)))
+            .key("sk", s(&inbox_sk(entry.step, &entry.id)))
+            // Rule: a buffered entry settles once; whoever loses sees how it was settled.
+            .condition_expression("#status = :buffered")
+            .update_expression("SET #status = :to REMOVE #due_kind, #due_at")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#due_kind", "due_kind")
+            .expression_attribute_names("#due_at", "due_at")
+            .expression_attribute_values(":buffered", s(InboxStatus::Buffered.as_str()))
+            .expression_attribute_values(":to", s(to.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match conditional("UpdateItem", result)? {
+            Ok(_) => Ok(Claim::Acquired),
+            Err(Some(old)) if !old.is_empty() => parse_inbox(&old).map(Claim::Exists),
+            Err(_) => Err(StoreError::Corrupt {
+                pk: pk(&entry.workflow, &entry.key),
+                sk: inbox_sk(entry.step, &entry.id),
+                problem: "the inbox entry to settle does not exist".into(),
+            }),
+        }
+    }
+
+    async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
+        self.put_if_absent("PutItem", ledger_item(entry)).await.map(|_| ())
+    }
+
+    async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError> {
+        let mut trace = Trace::default();
+        for item in self.query_partition(&pk(workflow, key)).await? {
+            let sk = Reader { item: &item }.s("sk")?;
+            match sk.split('#').next() {
+                Some(RECORD_SK) => trace.record = Some(parse_record(&item)?),
+                Some("TASK") => trace.tasks.push(parse_task(&item)?),
+                Some("RECEIPT") => trace.receipts.push(parse_receipt(&item)?),
+                Some("INBOX") => trace.inbox.push(parse_inbox(&item)?),
+                Some("LEDGER") => trace.ledger.push(parse_ledger(&item)?),
+                _ => {
+                    return Err(
+                        Reader { item: &item }.corrupt(format!("unknown item kind in sort key {sk:?}"))
+                    );
+                }
+            }
+        }
+        sort_trace(&mut trace);
+        Ok(trace)
+    }
+
+    async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.query_due(&format!("record#{kind}"), before, limit).await?.iter().map(parse_record).collect()
+    }
+
+    async fn expired_buffers(
+        &self,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<InboxEntry>, StoreError> {
+        self.query_due("inbox#buffered", before, limit).await?.iter().map(parse_inbox).collect()
+    }
+
+    async fn count_by_state(&self) -> Result<BTreeMap<Kind, u64>, StoreError> {
+        let mut counts = BTreeMap::new();
+        for kind in Kind::ALL {
+            let mut total = 0u64;
+            let mut start: Option<Item> = None;
+            loop {
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(DUE_INDEX)
+                    .key_condition_expression("#kind = :kind")
+                    .expression_attribute_names("#kind", "due_kind")
+                    .expression_attribute_values(":kind", s(&format!("record#{kind}")))
+                    .select(Select::Count)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(sdk("Query"))?;
+                total += u64::try_from(page.count).unwrap_or(0);
+                start = page.last_evaluated_key;
+                if start.is_none() {
+                    break;
+                }
+            }
+            if total > 0 {
+                counts.insert(kind, total);
+            }
+        }
+        Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_sort_as_strings_in_time_order() {
+        let a = OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(9);
+        let b = a + time::Duration::microseconds(1);
+        let c = a + time::Duration::days(400);
+        assert!(ts(a) < ts(b) && ts(b) < ts(c));
+        assert_eq!(ts(a), "1970-01-01T00:00:09.000000Z");
+        assert_eq!(OffsetDateTime::parse(&ts(b), &Rfc3339).unwrap(), b);
+    }
+
+    #[test]
+    fn sort_keys_order_tasks_by_generation_then_step() {
+        assert!(task_sk(1, 10) < task_sk(2, 0));
+        assert!(task_sk(2, 2) < task_sk(2, 10));
+    }
+}

@@ -1,0 +1,349 @@
+//! The `WorkflowStore` port: where records, tasks, receipts, buffered inputs and the ledger live.
+//!
+//! Two implementations keep the same semantics, proven by one contract suite
+//! (`tests/tests/store_contract.rs`): [`dynamodb::DynamoStore`] (one table, see
+//! docs/DATA_MODEL.md) and [`memory::MemoryStore`] (for unit and simulation tests).
+//!
+//! Rules every implementation keeps:
+//! - A record changes only through [`WorkflowStore::apply`], whose condition is derived from the
+//!   lifecycle's transition table ([`condition_for`]) plus the version `decide` saw. A lost race
+//!   is an outcome, [`Applied::Lost`], carrying the winner's record, never an error.
+//! - Tasks, receipts, inbox entries and ledger entries are put-if-absent. A second put returns
+//!   what is stored ([`Claim::Exists`]), so retries are idempotent and conflicts are visible.
+//! - Receipts, inbox entries and ledger entries carry an expiry (`expires_at`, DynamoDB TTL).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use crate::error::Classified;
+use crate::ids::{CorrelationKey, EventId, WorkflowName};
+use crate::lifecycle::{Cause, IgnoreReason, Kind, Record, Write, allowed_prior};
+
+pub mod dynamodb;
+pub mod memory;
+
+/// The result of a conditional record write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// The write won.
+    Written,
+    /// Another writer got there first. `current` is the record as it stands (`None`: absent),
+    /// returned by the failed write itself, so the caller can decide again without a read.
+    Lost { current: Option<Box<Record>> },
+}
+
+/// The result of a put-if-absent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim<T> {
+    /// This put created the item.
+    Acquired,
+    /// The item was already there; this is what is stored.
+    Exists(T),
+}
+
+/// The condition a record write must meet: the prior states the transition table allows for
+/// this (target, cause), and the version `decide` saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// The record must not exist.
+    Absent,
+    /// The record's state must be one of `states` and its version exactly `version`.
+    StateAndVersion { states: Vec<Kind>, version: u64 },
+}
+
+/// Derives a write's condition from [`crate::lifecycle::TRANSITIONS`].
+pub fn condition_for(write: &Write) -> Result<Condition, StoreError> {
+    let prior = allowed_prior(write.to.state.kind(), write.cause);
+    match (write.from, write.expected_version) {
+        (None, None) if prior.contains(&None) => Ok(Condition::Absent),
+        (Some(from), Some(version)) if prior.contains(&Some(from.kind())) => {
+            Ok(Condition::StateAndVersion { states: prior.into_iter().flatten().collect(), version })
+        }
+        _ => Err(StoreError::NotInTable {
+            from: write.from.map(|s| s.to_string()),
+            to: write.to.state.to_string(),
+            cause: write.cause,
+        }),
+    }
+}
+
+impl Condition {
+    /// Does `current` satisfy the condition? The in-memory store's whole check, and the
+    /// reference the DynamoDB condition expression is tested against.
+    pub fn holds(&self, current: Option<&Record>) -> bool {
+        match (self, current) {
+            (Condition::Absent, None) => true,
+            (Condition::StateAndVersion { states, version }, Some(r)) => {
+                states.contains(&r.state.kind()) && r.version == *version
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The operator-facing work for one (workflow, key, generation, step).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub workflow: WorkflowName,
+    pub key: CorrelationKey,
+    pub generation: u32,
+    pub step: u32,
+    pub step_name: String,
+    /// Stable id: `<workflow>/<key>/g<generation>/<step name>`. The published CloudEvent's id.
+    pub id: String,
+    pub title: String,
+    pub queue: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Set once the `baton.task.created` event went out.
+    pub published: bool,
+}
+
+impl Task {
+    pub fn task_id(
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+        generation: u32,
+        step_name: &str,
+    ) -> String {
+        format!("{workflow}/{key}/g{generation}/{step_name}")
+    }
+}
+
+/// Where an idempotency receipt stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReceiptStatus {
+    /// Written before the effect; a retry that finds it re-runs the (idempotent) apply.
+    Pending,
+    /// The effect is done; `answer` is what the first caller was told.
+    Done,
+}
+
+/// An idempotency receipt for one input id (a callback's `webhook-id`, or an event id), scoped
+/// to the (workflow, key) the input targets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub workflow: WorkflowName,
+    pub key: CorrelationKey,
+    pub id: EventId,
+    /// Hash of the input's payload: the same id with another hash is a reused key.
+    pub hash: String,
+    pub status: ReceiptStatus,
+    /// The answer given for it, once done.
+    pub answer: Option<Value>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+/// Where a buffered input stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InboxStatus {
+    Buffered,
+    Applied,
+    Expired,
+}
+
+impl InboxStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InboxStatus::Buffered => "buffered",
+            InboxStatus::Applied => "applied",
+            InboxStatus::Expired => "expired",
+        }
+    }
+}
+
+/// An input that arrived before its step waited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InboxEntry {
+    pub workflow: WorkflowName,
+    pub key: CorrelationKey,
+    pub step: u32,
+    pub id: EventId,
+    /// Arrival time; entries drain in (arrived_at, id) order.
+    #[serde(with = "time::serde::rfc3339")]
+    pub arrived_at: OffsetDateTime,
+    /// The input itself, as the use case stored it.
+    pub input: Value,
+    pub status: InboxStatus,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+/// An input that was ignored, with its reason.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    pub workflow: WorkflowName,
+    pub key: CorrelationKey,
+    /// The id of the ignored input (for inputs without one, a derived id such as
+    /// `finished/g1/timed_out`). With `reason`, it makes the entry idempotent.
+    pub input_id: String,
+    pub reason: IgnoreReason,
+    pub generation: Option<u32>,
+    /// The record's state when it was ignored.
+    pub state: Option<String>,
+    /// What the input was: its kind and payload summary.
+    pub detail: Value,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+/// Everything stored about one (workflow, key).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Trace {
+    pub record: Option<Record>,
+    pub tasks: Vec<Task>,
+    pub receipts: Vec<Receipt>,
+    pub inbox: Vec<InboxEntry>,
+    pub ledger: Vec<LedgerEntry>,
+}
+
+/// The storage port. Every method is one request (or a paginated query) to the backing store.
+#[async_trait::async_trait]
+pub trait WorkflowStore: Send + Sync {
+    /// The record, read strongly consistently.
+    async fn load(&self, workflow: &WorkflowName, key: &CorrelationKey)
+    -> Result<Option<Record>, StoreError>;
+
+    /// Carries out a decision's write under its [`condition_for`].
+    async fn apply(&self, write: &Write) -> Result<Applied, StoreError>;
+
+    /// Creates the task if no task exists for its (workflow, key, generation, step).
+    async fn put_task(&self, task: &Task) -> Result<Claim<Task>, StoreError>;
+
+    /// Records that the task's event was published. Idempotent.
+    async fn mark_task_published(&self, task: &Task) -> Result<(), StoreError>;
+
+    /// Writes the receipt if none exists for its (workflow, key, id); else returns the stored one.
+    async fn put_receipt(&self, receipt: &Receipt) -> Result<Claim<Receipt>, StoreError>;
+
+    /// Moves a receipt from pending to done with its answer. Idempotent.
+    async fn complete_receipt(&self, receipt: &Receipt, answer: &Value) -> Result<(), StoreError>;
+
+    /// Buffers an input for its step, unless an entry with its (step, id) exists.
+    async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError>;
+
+    /// The step's inbox, strongly consistent, in arrival order, every status.
+    async fn inbox(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+        step: u32,
+    ) -> Result<Vec<InboxEntry>, StoreError>;
+
+    /// Moves a buffered entry to `to` (applied or expired). Exactly one caller wins; the loser
+    /// gets the entry as it stands.
+    async fn settle(&self, entry: &InboxEntry, to: InboxStatus) -> Result<Claim<InboxEntry>, StoreError>;
+
+    /// Records an ignored input. Idempotent per (input id, reason).
+    async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError>;
+
+    /// Everything about one (workflow, key).
+    async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError>;
+
+    /// Records in state `kind` whose due time is at or before `before`, oldest first, at most
+    /// `limit`. Due time: the deadline while waiting, otherwise the last update.
+    async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError>;
+
+    /// Buffered inbox entries that expired at or before `before`, at most `limit`.
+    async fn expired_buffers(
+        &self,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<InboxEntry>, StoreError>;
+
+    /// How many records are in each state.
+    async fn count_by_state(&self) -> Result<BTreeMap<Kind, u64>, StoreError>;
+}
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// `decide` produced a write the transition table does not allow: a bug, never retried.
+    #[error("refusing a write outside the transition table: {from:?} -> {to} by {cause:?}")]
+    NotInTable { from: Option<String>, to: String, cause: Cause },
+    /// The backing store is throttling, timing out or failing: retry later.
+    #[error("the store is unavailable during {op}")]
+    Unavailable {
+        op: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The backing store refused the request: retrying will not help.
+    #[error("the store rejected {op}")]
+    Rejected {
+        op: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A stored item could not be read back: a field is missing or malformed.
+    #[error("stored item {pk}/{sk} is corrupt: {problem}")]
+    Corrupt { pk: String, sk: String, problem: String },
+}
+
+impl Classified for StoreError {
+    fn error_type(&self) -> &'static str {
+        match self {
+            StoreError::NotInTable { .. } => "transition_not_in_table",
+            StoreError::Unavailable { .. } => "store_unavailable",
+            StoreError::Rejected { .. } => "store_rejected",
+            StoreError::Corrupt { .. } => "store_corrupt",
+        }
+    }
+
+    fn retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+}
+
+impl StoreError {
+    /// Every `error_type` this module can produce (RUNBOOK.md documents each).
+    pub const ERROR_TYPES: &[&str] =
+        &["transition_not_in_table", "store_unavailable", "store_rejected", "store_corrupt"];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::{Input, OnRestart, Plan, decide};
+
+    #[test]
+    fn conditions_come_from_the_transition_table() {
+        let plan = Plan { steps: vec![vec![]], on_restart: OnRestart::AfterTerminal };
+        let w = WorkflowName::parse("wf").unwrap();
+        let k = CorrelationKey::parse("k").unwrap();
+        let now = OffsetDateTime::UNIX_EPOCH;
+        let start = decide(&plan, (&w, &k), None, &Input::Start { event: EventId::parse("e").unwrap() }, now);
+        let write = start.write.unwrap();
+        assert_eq!(condition_for(&write).unwrap(), Condition::Absent);
+        assert!(Condition::Absent.holds(None));
+        assert!(!Condition::Absent.holds(Some(&write.to)));
+
+        let cancel = decide(&plan, (&w, &k), Some(&write.to), &Input::Cancel { reason: "r".into() }, now);
+        let cw = cancel.write.unwrap();
+        let cond = condition_for(&cw).unwrap();
+        assert_eq!(
+            cond,
+            Condition::StateAndVersion {
+                states: vec![Kind::Pending, Kind::Waiting, Kind::Advancing],
+                version: 1
+            }
+        );
+        assert!(cond.holds(Some(&write.to)));
+        assert!(!cond.holds(Some(&cw.to)), "a cancelled record no longer satisfies it");
+
+        // A hand-made write outside the table is refused before it reaches the store.
+        let mut bogus = cw.clone();
+        bogus.cause = Cause::ReportSucceeded;
+        assert!(matches!(condition_for(&bogus), Err(StoreError::NotInTable { .. })));
+    }
+}

@@ -1,0 +1,450 @@
+//! The store contract: one suite, run against the in-memory store and against DynamoDB on the
+//! emulator. If the two ever disagree, a test here fails for one of them.
+//!
+//! Each DynamoDB test gets a table of its own. The emulator serializes DynamoDB requests
+//! (tools/emulator.py); without that, the concurrency test fails on moto, which is the point of
+//! the lock (see docs/DATA_MODEL.md, "Verifying atomicity").
+
+use std::sync::Arc;
+
+use baton::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
+use baton::lifecycle::{
+    Decision, Finish, IgnoreReason, Input, Kind, OnRestart, Plan, Record, Source, State, StepOutcome, Write,
+    decide,
+};
+use baton::store::memory::MemoryStore;
+use baton::store::{
+    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, Task, WorkflowStore,
+};
+use baton_tests::{Emulator, dynamo_store};
+use serde_json::{Map, json};
+use time::{Duration, OffsetDateTime};
+
+fn t0() -> OffsetDateTime {
+    // Whole microseconds: DynamoDB timestamps keep microseconds.
+    OffsetDateTime::from_unix_timestamp(1_796_000_000).unwrap()
+}
+
+fn plan() -> Plan {
+    Plan {
+        steps: vec![vec!["decision".into()], vec!["payment_ref".into()]],
+        on_restart: OnRestart::AfterTerminal,
+    }
+}
+
+fn names(key: &str) -> (WorkflowName, CorrelationKey) {
+    (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse(key).unwrap())
+}
+
+fn step_input(id: &str, step: u32, data: serde_json::Value) -> Input {
+    let serde_json::Value::Object(data) = data else { panic!("object") };
+    Input::StepInput {
+        id: EventId::parse(id).unwrap(),
+        hash: format!("hash-{id}"),
+        source: Source::Callback,
+        step,
+        outcome: StepOutcome::Succeeded,
+        data,
+    }
+}
+
+fn decide_at(key: &str, record: Option<&Record>, input: &Input, now: OffsetDateTime) -> Decision {
+    let (w, k) = names(key);
+    decide(&plan(), (&w, &k), record, input, now)
+}
+
+fn write_of(d: Decision) -> Write {
+    d.write.expect("the decision writes")
+}
+
+async fn must_write(store: &dyn WorkflowStore, write: &Write) -> Record {
+    assert_eq!(store.apply(write).await.unwrap(), Applied::Written);
+    write.to.clone()
+}
+
+/// A record waiting on step 0 with a token, written through the store.
+async fn waiting_record(store: &dyn WorkflowStore, key: &str) -> Record {
+    let pending = must_write(
+        store,
+        &write_of(decide_at(key, None, &Input::Start { event: EventId::parse("evt-1").unwrap() }, t0())),
+    )
+    .await;
+    let ready = Input::StepReady {
+        generation: 1,
+        step: 0,
+        token: TaskToken::parse("token-0").unwrap(),
+        deadline: t0() + Duration::days(2),
+    };
+    must_write(store, &write_of(decide_at(key, Some(&pending), &ready, t0() + Duration::seconds(1)))).await
+}
+
+// ---- the contract ----------------------------------------------------------------------------
+
+async fn create_is_idempotent_and_a_lost_create_returns_the_winner(store: Arc<dyn WorkflowStore>) {
+    let start = write_of(decide_at(
+        "k-create",
+        None,
+        &Input::Start { event: EventId::parse("evt-1").unwrap() },
+        t0(),
+    ));
+    assert_eq!(store.apply(&start).await.unwrap(), Applied::Written);
+    let (w, k) = names("k-create");
+    assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&start.to), "the record reads back exactly");
+
+    // A second create (another intake that also saw no record) loses and sees the winner.
+    let mut second = start.clone();
+    second.to.start_events = vec![EventId::parse("evt-other").unwrap()];
+    match store.apply(&second).await.unwrap() {
+        Applied::Lost { current: Some(current) } => assert_eq!(*current, start.to),
+        other => panic!("expected the winner's record, got {other:?}"),
+    }
+}
+
+async fn a_lost_transition_returns_the_winners_item(store: Arc<dyn WorkflowStore>) {
+    let waiting = waiting_record(&*store, "k-race").await;
+    let now = t0() + Duration::seconds(2);
+    let a = write_of(decide_at("k-race", Some(&waiting), &step_input("cb-a", 0, json!({"note": "a"})), now));
+    let b =
+        write_of(decide_at("k-race", Some(&waiting), &step_input("cb-b", 0, json!({"decision": "ok"})), now));
+    assert_eq!(store.apply(&a).await.unwrap(), Applied::Written);
+    match store.apply(&b).await.unwrap() {
+        Applied::Lost { current: Some(current) } => {
+            assert_eq!(*current, a.to, "ALL_OLD gives the winner's record, no extra read needed");
+            assert_eq!(current.version, waiting.version + 1);
+        }
+        other => panic!("expected Lost with the winner, got {other:?}"),
+    }
+    // Deciding again on the returned record gives a write that wins.
+    let (w, k) = names("k-race");
+    let current = store.load(&w, &k).await.unwrap().unwrap();
+    let retry =
+        write_of(decide_at("k-race", Some(&current), &step_input("cb-b", 0, json!({"decision": "ok"})), now));
+    let advanced = must_write(&*store, &retry).await;
+    assert_eq!(advanced.state, State::Advancing { step: 0 });
+    assert_eq!(
+        advanced.inputs,
+        Map::from_iter([("note".into(), json!("a")), ("decision".into(), json!("ok"))])
+    );
+}
+
+async fn a_write_from_a_state_the_table_forbids_is_refused(store: Arc<dyn WorkflowStore>) {
+    let waiting = waiting_record(&*store, "k-table").await;
+    let (w, k) = names("k-table");
+    // A terminal record cannot be moved by a cancel decided on its earlier state.
+    let finished = write_of(decide_at(
+        "k-table",
+        Some(&waiting),
+        &Input::Finished { generation: 1, finish: Finish::TimedOut },
+        t0(),
+    ));
+    must_write(&*store, &finished).await;
+    let cancel =
+        write_of(decide_at("k-table", Some(&waiting), &Input::Cancel { reason: "late".into() }, t0()));
+    assert!(
+        matches!(store.apply(&cancel).await.unwrap(), Applied::Lost { current: Some(c) } if c.state == State::TimedOut)
+    );
+    assert_eq!(
+        store.load(&w, &k).await.unwrap().unwrap().state,
+        State::TimedOut,
+        "a terminal record never changes"
+    );
+
+    // Same version, but a state the table does not allow for this cause: still refused.
+    let mut forged = cancel.clone();
+    forged.expected_version = Some(finished.to.version);
+    forged.from = Some(State::TimedOut);
+    assert!(store.apply(&forged).await.is_err(), "a write outside the table never reaches the store");
+}
+
+async fn restart_opens_a_new_generation_from_a_terminal_record(store: Arc<dyn WorkflowStore>) {
+    let waiting = waiting_record(&*store, "k-restart").await;
+    let cancelled = must_write(
+        &*store,
+        &write_of(decide_at("k-restart", Some(&waiting), &Input::Cancel { reason: "x".into() }, t0())),
+    )
+    .await;
+    let restart = write_of(decide_at(
+        "k-restart",
+        Some(&cancelled),
+        &Input::Start { event: EventId::parse("evt-2").unwrap() },
+        t0(),
+    ));
+    let second = must_write(&*store, &restart).await;
+    assert_eq!((second.generation, second.state), (2, State::Pending));
+    let (w, k) = names("k-restart");
+    assert_eq!(store.load(&w, &k).await.unwrap().unwrap(), second);
+}
+
+fn task(step: u32, title: &str) -> Task {
+    let (w, k) = names("k-task");
+    Task {
+        id: Task::task_id(&w, &k, 1, "manual-review"),
+        workflow: w,
+        key: k,
+        generation: 1,
+        step,
+        step_name: "manual-review".into(),
+        title: title.into(),
+        queue: "risk-review".into(),
+        created_at: t0(),
+        published: false,
+    }
+}
+
+async fn task_creation_is_idempotent(store: Arc<dyn WorkflowStore>) {
+    let first = task(0, "Review order k-task");
+    assert_eq!(store.put_task(&first).await.unwrap(), Claim::Acquired);
+    let again = task(0, "a different title from a redelivery");
+    assert_eq!(store.put_task(&again).await.unwrap(), Claim::Exists(first.clone()));
+    assert_eq!(store.put_task(&task(1, "next step")).await.unwrap(), Claim::Acquired);
+
+    store.mark_task_published(&first).await.unwrap();
+    store.mark_task_published(&first).await.unwrap();
+    let (w, k) = names("k-task");
+    let trace = store.trace(&w, &k).await.unwrap();
+    assert_eq!(trace.tasks.len(), 2);
+    assert_eq!(trace.tasks[0], Task { published: true, ..first });
+    assert!(!trace.tasks[1].published);
+}
+
+fn receipt(id: &str, hash: &str) -> Receipt {
+    let (w, k) = names("k-receipt");
+    Receipt {
+        workflow: w,
+        key: k,
+        id: EventId::parse(id).unwrap(),
+        hash: hash.into(),
+        status: ReceiptStatus::Pending,
+        answer: None,
+        created_at: t0(),
+        expires_at: t0() + Duration::days(7),
+    }
+}
+
+async fn a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one(
+    store: Arc<dyn WorkflowStore>,
+) {
+    let first = receipt("msg_1", "hash-a");
+    assert_eq!(store.put_receipt(&first).await.unwrap(), Claim::Acquired);
+    match store.put_receipt(&receipt("msg_1", "hash-b")).await.unwrap() {
+        Claim::Exists(stored) => {
+            assert_eq!(stored.hash, "hash-a", "the stored payload hash, to detect the reused key");
+            assert_eq!(stored.status, ReceiptStatus::Pending);
+        }
+        Claim::Acquired => panic!("a second receipt for the same id must not be created"),
+    }
+    store.complete_receipt(&first, &json!({"status": "applied"})).await.unwrap();
+    store.complete_receipt(&first, &json!({"status": "something else"})).await.unwrap();
+    match store.put_receipt(&first).await.unwrap() {
+        Claim::Exists(stored) => {
+            assert_eq!(stored.status, ReceiptStatus::Done);
+            assert_eq!(stored.answer, Some(json!({"status": "applied"})), "the first answer stands");
+            assert_eq!(stored.expires_at, first.expires_at, "TTL attribute kept");
+        }
+        Claim::Acquired => panic!("receipt vanished"),
+    }
+}
+
+fn entry(id: &str, step: u32, arrived: i64) -> InboxEntry {
+    let (w, k) = names("k-inbox");
+    InboxEntry {
+        workflow: w,
+        key: k,
+        step,
+        id: EventId::parse(id).unwrap(),
+        arrived_at: t0() + Duration::seconds(arrived),
+        input: json!({"id": id}),
+        status: InboxStatus::Buffered,
+        expires_at: t0() + Duration::seconds(100 + arrived),
+    }
+}
+
+async fn the_inbox_keeps_arrival_order_and_settles_once(store: Arc<dyn WorkflowStore>) {
+    // Inserted out of arrival order, with ids that sort against it.
+    for e in [
+        entry("zz-second", 0, 2),
+        entry("aa-third", 0, 3),
+        entry("mm-first", 0, 1),
+        entry("other-step", 1, 0),
+    ] {
+        assert_eq!(store.buffer(&e).await.unwrap(), Claim::Acquired);
+    }
+    assert_eq!(store.buffer(&entry("mm-first", 0, 9)).await.unwrap(), Claim::Exists(entry("mm-first", 0, 1)));
+    let (w, k) = names("k-inbox");
+    let inbox = store.inbox(&w, &k, 0).await.unwrap();
+    let ids: Vec<&str> = inbox.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["mm-first", "zz-second", "aa-third"]);
+
+    assert_eq!(store.settle(&inbox[0], InboxStatus::Applied).await.unwrap(), Claim::Acquired);
+    match store.settle(&inbox[0], InboxStatus::Expired).await.unwrap() {
+        Claim::Exists(e) => assert_eq!(e.status, InboxStatus::Applied, "the loser sees how it was settled"),
+        Claim::Acquired => panic!("an entry settles once"),
+    }
+    // Expired and still buffered: the two entries due at t0+102 and t0+103 (not the applied one).
+    let expired = store.expired_buffers(t0() + Duration::seconds(103), 10).await.unwrap();
+    let ids: Vec<&str> = expired.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["other-step", "zz-second", "aa-third"]);
+    assert_eq!(store.expired_buffers(t0() + Duration::seconds(103), 1).await.unwrap().len(), 1, "limit");
+}
+
+async fn ledger_entries_are_idempotent_and_traced(store: Arc<dyn WorkflowStore>) {
+    let waiting = waiting_record(&*store, "k-ledger").await;
+    let (w, k) = names("k-ledger");
+    let ledger = LedgerEntry {
+        workflow: w.clone(),
+        key: k.clone(),
+        input_id: "cb-late".into(),
+        reason: IgnoreReason::Terminal,
+        generation: Some(1),
+        state: Some("timed_out".into()),
+        detail: json!({"kind": "callback", "step": "manual-review"}),
+        at: t0() + Duration::seconds(5),
+        expires_at: t0() + Duration::days(90),
+    };
+    store.put_ledger(&ledger).await.unwrap();
+    store.put_ledger(&LedgerEntry { at: t0() + Duration::seconds(9), ..ledger.clone() }).await.unwrap();
+    store
+        .put_receipt(&Receipt { workflow: w.clone(), key: k.clone(), ..receipt("cb-late", "h") })
+        .await
+        .unwrap();
+    store
+        .buffer(&InboxEntry { workflow: w.clone(), key: k.clone(), ..entry("cb-early", 1, 0) })
+        .await
+        .unwrap();
+
+    let trace = store.trace(&w, &k).await.unwrap();
+    assert_eq!(trace.ledger, vec![ledger], "one entry per (input, reason), the first kept");
+    assert_eq!(trace.record, Some(waiting));
+    assert_eq!(trace.receipts.len(), 1);
+    assert_eq!(trace.inbox.len(), 1);
+    assert!(trace.tasks.is_empty());
+    let history: Vec<Kind> = trace
+        .record
+        .unwrap()
+        .history
+        .iter()
+        .map(|a| Kind::parse(a.to.split('{').next().unwrap()).unwrap())
+        .collect();
+    assert_eq!(history, [Kind::Pending, Kind::Waiting], "the audit trail is in the record");
+}
+
+async fn due_records_and_counts_by_state(store: Arc<dyn WorkflowStore>) {
+    let waiting = waiting_record(&*store, "k-due-1").await; // deadline t0 + 2d
+    let pending = must_write(
+        &*store,
+        &write_of(decide_at(
+            "k-due-2",
+            None,
+            &Input::Start { event: EventId::parse("evt-9").unwrap() },
+            t0(),
+        )),
+    )
+    .await;
+    let due_pending = store.due(Kind::Pending, t0(), 10).await.unwrap();
+    assert_eq!(due_pending, vec![pending.clone()]);
+    assert!(store.due(Kind::Pending, t0() - Duration::seconds(1), 10).await.unwrap().is_empty());
+    assert!(
+        store.due(Kind::Waiting, t0() + Duration::days(1), 10).await.unwrap().is_empty(),
+        "not past its deadline"
+    );
+    assert_eq!(store.due(Kind::Waiting, t0() + Duration::days(2), 10).await.unwrap(), vec![waiting]);
+    let counts = store.count_by_state().await.unwrap();
+    assert_eq!(counts.get(&Kind::Pending), Some(&1));
+    assert_eq!(counts.get(&Kind::Waiting), Some(&1));
+    assert_eq!(counts.get(&Kind::Succeeded), None);
+}
+
+/// 50 writers decide from the same record at the same moment; exactly one may win, 100 times.
+async fn exactly_one_of_fifty_concurrent_transitions_wins(store: Arc<dyn WorkflowStore>) {
+    const WRITERS: usize = 50;
+    const ROUNDS: usize = 100;
+    for round in 0..ROUNDS {
+        let key = format!("k-concurrent-{round}");
+        let waiting = waiting_record(&*store, &key).await;
+        let mut handles = Vec::with_capacity(WRITERS);
+        for writer in 0..WRITERS {
+            let store = store.clone();
+            let write = write_of(decide_at(
+                &key,
+                Some(&waiting),
+                &step_input(&format!("cb-{writer}"), 0, json!({"note": writer})),
+                t0(),
+            ));
+            handles.push(tokio::spawn(async move { store.apply(&write).await }));
+        }
+        let mut winners = 0;
+        for h in handles {
+            match h.await.unwrap().unwrap() {
+                Applied::Written => winners += 1,
+                Applied::Lost { current: Some(c) } => {
+                    assert_eq!(c.version, waiting.version + 1, "round {round}")
+                }
+                Applied::Lost { current: None } => panic!("round {round}: the record vanished"),
+            }
+        }
+        assert_eq!(winners, 1, "round {round}: {winners} writers won the same transition");
+        let (w, k) = names(&key);
+        let stored = store.load(&w, &k).await.unwrap().unwrap();
+        assert_eq!(stored.applied.len(), 1, "round {round}: exactly one merge landed");
+    }
+}
+
+// ---- one suite, two stores -------------------------------------------------------------------
+
+macro_rules! contract {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(Arc::new(MemoryStore::new())).await;
+                }
+            )*
+        }
+        mod dynamodb {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let store = dynamo_store(&Emulator::from_env()).await;
+                    super::$case(Arc::new(store)).await;
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    create_is_idempotent_and_a_lost_create_returns_the_winner,
+    a_lost_transition_returns_the_winners_item,
+    a_write_from_a_state_the_table_forbids_is_refused,
+    restart_opens_a_new_generation_from_a_terminal_record,
+    task_creation_is_idempotent,
+    a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one,
+    the_inbox_keeps_arrival_order_and_settles_once,
+    ledger_entries_are_idempotent_and_traced,
+    due_records_and_counts_by_state,
+    exactly_one_of_fifty_concurrent_transitions_wins,
+);
+
+/// DynamoDB-specific: the TTL attribute is on the items and TTL is enabled on the table.
+#[tokio::test]
+async fn dynamodb_items_carry_the_ttl_attribute_and_the_table_has_ttl_enabled() {
+    let emulator = Emulator::from_env();
+    let store = dynamo_store(&emulator).await;
+    let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
+    let ttl = client.describe_time_to_live().table_name(store.table()).send().await.unwrap();
+    let desc = ttl.time_to_live_description.unwrap();
+    assert_eq!(desc.attribute_name.as_deref(), Some(baton::store::dynamodb::TTL_ATTRIBUTE));
+
+    store.put_receipt(&receipt("msg_ttl", "h")).await.unwrap();
+    store.buffer(&entry("early", 0, 0)).await.unwrap();
+    let items = client.scan().table_name(store.table()).send().await.unwrap().items.unwrap();
+    assert_eq!(items.len(), 2);
+    for item in items {
+        let ttl = item.get("expires_at").and_then(|v| v.as_n().ok()).expect("a numeric expires_at");
+        let at: i64 = ttl.parse().unwrap();
+        assert!(at > t0().unix_timestamp(), "expires in the future: {at}");
+    }
+}
