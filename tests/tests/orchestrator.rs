@@ -39,11 +39,19 @@ struct Machine {
     heartbeat_seconds: Option<u32>,
     /// A `Wait` state of this many seconds before the first task, if any.
     hold_seconds: Option<u32>,
+    /// The execution's own `TimeoutSeconds`, if any.
+    execution_timeout_seconds: Option<u32>,
 }
 
 impl Default for Machine {
     fn default() -> Self {
-        Machine { steps: 1, timeout_seconds: 60, heartbeat_seconds: None, hold_seconds: None }
+        Machine {
+            steps: 1,
+            timeout_seconds: 60,
+            heartbeat_seconds: None,
+            hold_seconds: None,
+            execution_timeout_seconds: None,
+        }
     }
 }
 
@@ -103,7 +111,10 @@ impl Fixture {
             states.insert("Hold".to_owned(), json!({ "Type": "Wait", "Seconds": seconds, "Next": "Step1" }));
             start_at = "Hold";
         }
-        let definition = json!({ "StartAt": start_at, "States": states });
+        let mut definition = json!({ "StartAt": start_at, "States": states });
+        if let Some(seconds) = machine.execution_timeout_seconds {
+            definition["TimeoutSeconds"] = json!(seconds);
+        }
         let state_machine_arn = sfn
             .create_state_machine()
             .name(unique_name("baton-orch"))
@@ -440,6 +451,27 @@ async fn a_task_timeout_surfaces_as_states_timeout() -> Result<()> {
     // And the history shows the timeout
     let history = fx.orch.history(&arn).await?;
     assert!(history.iter().any(|e| e.event_type == "TaskTimedOut"), "{history:#?}");
+    Ok(())
+}
+
+// 6b. The execution's own deadline is a different status: TIMED_OUT.
+#[tokio::test]
+async fn an_execution_timeout_surfaces_as_timed_out() -> Result<()> {
+    // Given a state machine whose own TimeoutSeconds is 1, waiting on a task with a longer one
+    let fx = Fixture::new(Machine { execution_timeout_seconds: Some(1), ..Machine::default() }).await?;
+    let arn = fx.start(json!({"order": 60})).await?;
+    let task = fx.next_task().await?;
+
+    // When the execution's deadline passes
+    let info = fx.closed(&arn).await?;
+
+    // Then it is TIMED_OUT, and its token is gone
+    assert_eq!(info.status, ExecutionStatus::TimedOut, "{info:?}");
+    // moto deviation: a TIMED_OUT execution has no stop date and no error (AWS sets the stop date
+    // and States.Timeout). Accept either.
+    assert!(matches!(info.error.as_deref(), None | Some("States.Timeout")), "{info:?}");
+    let late = fx.orch.send_task_success(&task.token, &json!({})).await;
+    assert!(is_token_gone(&late), "{late:?}");
     Ok(())
 }
 

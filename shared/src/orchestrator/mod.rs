@@ -185,7 +185,9 @@ pub struct HistoryEvent {
 pub enum OrchestratorError {
     /// The task can no longer be resumed: the token is unknown, its task timed out, or its
     /// execution closed. Permanent: record the outcome, do not retry.
-    #[error("{op}: task token {fingerprint} can no longer be used ({code}); its task has ended")]
+    #[error(
+        "{op}: task token {fingerprint} can no longer be used ({code}): its task has ended or never existed"
+    )]
     TokenGone {
         op: &'static str,
         fingerprint: String,
@@ -452,6 +454,35 @@ mod tests {
                 let n = execution_name(&wf("order-review"), &key(k), g);
                 assert!(valid_name(&n), "{k} {g} -> {n}");
             }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_key_gives_a_valid_name_and_distinct_inputs_distinct_names(
+            k1 in "[A-Za-z0-9_.:/@+=-]{1,128}",
+            k2 in "[A-Za-z0-9_.:/@+=-]{1,128}",
+            g1 in 0u32..4,
+            g2 in 0u32..4,
+        ) {
+            let w = wf("order-review");
+            let n1 = execution_name(&w, &key(&k1), g1);
+            let n2 = execution_name(&w, &key(&k2), g2);
+            proptest::prop_assert!(valid_name(&n1), "{} -> {}", k1, n1);
+            proptest::prop_assert_eq!(k1 == k2 && g1 == g2, n1 == n2, "{} {} / {} {}", k1, g1, k2, g2);
+        }
+
+        #[test]
+        fn keys_differing_in_one_character_get_distinct_names(
+            prefix in "[a-z0-9:/_-]{0,120}",
+            a in "[:/_]",
+            b in "[:/_]",
+        ) {
+            proptest::prop_assume!(a != b);
+            let w = wf("w");
+            let na = execution_name(&w, &key(&format!("{prefix}{a}")), 1);
+            let nb = execution_name(&w, &key(&format!("{prefix}{b}")), 1);
+            proptest::prop_assert_ne!(na, nb);
         }
     }
 

@@ -11,9 +11,14 @@
 //!   execution of that name has closed (even with the same input). Only the input tells a replay
 //!   from a conflict, so the existing execution is described and the inputs are compared as JSON
 //!   values (key order and spacing do not matter).
-//! - `StopExecution` on a closed execution is not something to rely on (the emulator rewrites
-//!   the status of a closed execution). So the execution is described first, and a closed one is
-//!   left alone.
+//! - What `StopExecution` does to an execution that has already closed is not something baton
+//!   should depend on, so the execution is described first and a closed one is left alone:
+//!   "already closed" is an explicit, logged outcome. If it closes between the two calls, the
+//!   stop's refusal is checked against a second describe.
+//!
+//! On the emulator (moto 5.2.5) a stop of an execution parked on a task token stays `RUNNING`
+//! until the task's wait ends, and ends as a task timeout if no resume comes; the contract tests
+//! in `tests/tests/orchestrator.rs` record this and the other deviations.
 
 use aws_sdk_sfn::Client;
 use aws_sdk_sfn::error::SdkError;
@@ -59,7 +64,11 @@ impl StepFunctions {
     ) -> Result<Started, OrchestratorError> {
         let existing = self.describe(&arn).await?;
         if existing.input.as_ref() == Some(&req.input) {
-            tracing::info!(execution_arn = %arn, status = %existing.status, "execution already exists with this input");
+            tracing::info!(
+                execution_arn = %arn,
+                status = %existing.status,
+                "execution already exists with this input: a repeated start"
+            );
             Ok(Started { execution_arn: arn, already_existed: true })
         } else {
             tracing::warn!(
