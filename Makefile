@@ -10,11 +10,15 @@ PYTHON ?= python3
 VENV := .venv
 TOOLS_STAMP := $(VENV)/.installed-$(shell sha1sum requirements-dev.txt | cut -c1-12)
 
-.PHONY: test fmt-check clippy unit tools clean
+.PHONY: test fmt-check clippy unit lint-infra tools clean
 
-test: tools fmt-check clippy unit
+test: tools fmt-check clippy lint-infra unit
 
-tools: $(TOOLS_STAMP)
+tools: $(TOOLS_STAMP) node_modules/.installed
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
+	touch $@
 
 $(TOOLS_STAMP): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +31,14 @@ fmt-check:
 
 clippy:
 	cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# The infrastructure checks: the SAM template (cfn-lint), the generated state machines (up to
+# date, no token wait without a deadline, one per workflow in the template: `baton synth
+# --check`; valid ASL: asl-validator, which cfn-lint does not look inside).
+lint-infra: tools
+	$(VENV)/bin/cfn-lint template.yaml
+	cargo run --quiet --locked -p baton-cli -- synth --check
+	node_modules/.bin/asl-validator $(addprefix --json-path ,$(wildcard infra/statemachines/*.asl.json))
 
 # The whole workspace's tests, with the emulator on a free loopback port for the ones that
 # need it. tools/with-emulator.sh stops the emulator whatever the tests do. The differential

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod inspect;
+mod synth;
 
 #[derive(Parser)]
 #[command(name = "baton", version, about = "Event-driven workflow automation on AWS serverless")]
@@ -30,6 +31,20 @@ enum Command {
         /// A file holding the event: CloudEvents 1.0 JSON or an EventBridge event.
         event: PathBuf,
     },
+    /// Generate infra/statemachines/<workflow>.asl.json from the config.
+    Synth {
+        #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+        config: PathBuf,
+        /// Verify instead of write: fail if a definition is stale, stray, has a token wait
+        /// without a deadline, or template.yaml lacks its state machine.
+        #[arg(long)]
+        check: bool,
+        /// The repository root the definitions are written under.
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+        #[arg(long, default_value = "template.yaml")]
+        template: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -37,6 +52,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Validate { path } => inspect::validate(&path),
         Command::Match { config, event } => inspect::match_event(&config, &event),
+        Command::Synth { config, check, root, template } => synth::synth(&config, &root, &template, check),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 //! edge ([`event`], [`config`], [`ids`]), ask [`lifecycle::decide`] what to do, then carry the
 //! decision out with conditional writes.
 
+pub mod asl;
 pub mod config;
 pub mod error;
 pub mod event;

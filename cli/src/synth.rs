@@ -1,0 +1,104 @@
+//! `baton synth`: workflow config → state machine definitions, and `--check` for CI.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use baton::asl;
+use baton::config::Config;
+use serde_json::Value;
+
+/// Writes (or with `check`, verifies) every generated definition under `root`.
+pub fn synth(config_path: &Path, root: &Path, template: &Path, check: bool) -> Result<()> {
+    let config = Config::load(config_path)?;
+    let mut problems = Vec::new();
+    let expected: BTreeSet<String> = asl::render_all(&config).into_iter().map(|(p, _)| p).collect();
+    for (rel, text) in asl::render_all(&config) {
+        let path = root.join(&rel);
+        let current = std::fs::read_to_string(&path).ok();
+        if current.as_deref() == Some(text.as_str()) {
+            println!("{rel}: up to date");
+        } else if check {
+            problems.push(format!("{rel}: stale or missing; run `baton synth` and commit the result"));
+        } else {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            }
+            std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+            println!("{rel}: written");
+        }
+    }
+    if check {
+        problems.extend(stray_definitions(root, &expected)?);
+        problems.extend(token_waits_without_timeout(root)?);
+        problems.extend(template_declares_each(template, &config)?);
+    }
+    if !problems.is_empty() {
+        bail!("baton synth --check found {} problem(s):\n  {}", problems.len(), problems.join("\n  "));
+    }
+    Ok(())
+}
+
+fn definition_files(root: &Path) -> Result<Vec<String>> {
+    let dir = root.join(asl::OUT_DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(Vec::new()) };
+    let mut files = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".asl.json") {
+            files.push(format!("{}/{name}", asl::OUT_DIR));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn stray_definitions(root: &Path, expected: &BTreeSet<String>) -> Result<Vec<String>> {
+    Ok(definition_files(root)?
+        .into_iter()
+        .filter(|f| !expected.contains(f))
+        .map(|f| format!("{f}: no workflow in the config generates it; delete it"))
+        .collect())
+}
+
+/// Every parked task must have a deadline. cfn-lint does not look inside ASL, so this does.
+fn token_waits_without_timeout(root: &Path) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for rel in definition_files(root)? {
+        let text = std::fs::read_to_string(root.join(&rel))?;
+        let def: Value = serde_json::from_str(&text).with_context(|| format!("{rel} is not JSON"))?;
+        for state in asl::states_without_timeout(&def) {
+            problems.push(format!("{rel}: waitForTaskToken state {state:?} has no TimeoutSeconds"));
+        }
+    }
+    Ok(problems)
+}
+
+/// template.yaml must declare a state machine for each workflow, pointing at its definition.
+fn template_declares_each(template: &Path, config: &Config) -> Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(template).with_context(|| format!("cannot read {}", template.display()))?;
+    let doc: Value =
+        serde_saphyr::from_str(&text).with_context(|| format!("{} is not YAML", template.display()))?;
+    let uris: BTreeSet<&str> = doc["Resources"]
+        .as_object()
+        .map(|r| {
+            r.values()
+                .filter(|res| res["Type"] == "AWS::Serverless::StateMachine")
+                .filter_map(|res| res["Properties"]["DefinitionUri"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(config
+        .workflows
+        .iter()
+        .map(|w| asl::definition_path(w.name.as_str()))
+        .filter(|p| !uris.contains(p.as_str()))
+        .map(|p| {
+            format!(
+                "{}: no AWS::Serverless::StateMachine has DefinitionUri {p}; copy OrderReviewStateMachine",
+                template.display()
+            )
+        })
+        .collect())
+}
