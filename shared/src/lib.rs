@@ -1,4 +1,5 @@
-//! baton's shared library: the pure domain every handler uses, and (later) its AWS adapters.
+//! baton's shared library: the pure domain every handler uses, its AWS adapters, and the use
+//! cases (intake, progress, ...) that the Lambda functions and the local runtime both call.
 //!
 //! The domain is pure: no I/O, and the clock always comes in as an argument. Handlers parse at the
 //! edge ([`event`], [`config`], [`ids`]), ask [`lifecycle::decide`] what to do, then carry the
@@ -6,10 +7,18 @@
 
 pub mod asl;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod event;
 pub mod ids;
+pub mod intake;
 pub mod lifecycle;
+pub mod local;
+pub mod metrics;
 pub mod orchestrator;
+pub mod outbound;
 pub mod pattern;
+pub mod progress;
+pub mod runtime;
+pub mod sqs;
 pub mod store;

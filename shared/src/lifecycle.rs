@@ -408,13 +408,21 @@ pub enum Finish {
     TimedOut,
 }
 
-/// Everything that can happen to a record.
-#[derive(Debug, Clone, PartialEq)]
+/// Everything that can happen to a record. Serializable, so a buffered input can wait in the
+/// inbox and be replayed exactly as it arrived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Input {
     /// A domain event matched the workflow's `start.when`.
     Start { event: EventId },
     /// Step Functions reached `step` and parked on `token` until `deadline`.
-    StepReady { generation: u32, step: u32, token: TaskToken, deadline: OffsetDateTime },
+    StepReady {
+        generation: u32,
+        step: u32,
+        token: TaskToken,
+        #[serde(with = "time::serde::rfc3339")]
+        deadline: OffsetDateTime,
+    },
     /// A callback or a domain event supplies inputs to `step`.
     StepInput {
         id: EventId,
@@ -684,9 +692,15 @@ fn decide_inner(
             Some(r) if r.state.is_terminal() => Decision::ignored(IgnoreReason::Terminal),
             Some(r) => {
                 let to = Record { token: None, deadline: None, owed: None, ..r.next(State::Cancelled, now) };
-                Decision::new(Outcome::Applied)
+                let d = Decision::new(Outcome::Applied)
                     .with_write(Cause::Cancel, Some(r), to)
-                    .effect(Effect::StopExecution { generation: r.generation, cause: reason.clone() })
+                    .effect(Effect::StopExecution { generation: r.generation, cause: reason.clone() });
+                // Failing the parked token as well ends the execution even where a stop of a
+                // token wait is deferred (the local emulator); on AWS the token is already gone.
+                match &r.token {
+                    Some(token) => d.effect(fail_token(token, "baton.Cancelled", reason)),
+                    None => d,
+                }
             }
         },
         Input::Tick => on_tick(record, now),

@@ -8,6 +8,9 @@
 //! SDK retries are off: moto answers operations it has not implemented with an HTML 500, and
 //! retrying those only hides the real error behind `unexpected token '<'` three times over.
 
+pub mod stack;
+pub mod system;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -317,7 +317,17 @@ fn given_a_waiting_step_when_cancelled_then_the_execution_is_stopped() {
     let r = ready(&p, &started(&p), 0, "tok-0");
     let d = run(&p, Some(&r), &Input::Cancel { reason: "customer withdrew".into() });
     assert_eq!(after(&d).state, State::Cancelled);
-    assert_eq!(d.effects, vec![Effect::StopExecution { generation: 1, cause: "customer withdrew".into() }]);
+    assert_eq!(
+        d.effects,
+        vec![
+            Effect::StopExecution { generation: 1, cause: "customer withdrew".into() },
+            Effect::SendTaskFailure {
+                token: token("tok-0"),
+                error: "baton.Cancelled".into(),
+                cause: "customer withdrew".into()
+            },
+        ]
+    );
     assert_eq!(
         run(&p, Some(&after(&d)), &Input::Cancel { reason: "again".into() }).outcome,
         Outcome::Duplicate

@@ -1,0 +1,6 @@
+//! The progress Lambda. The logic is `baton::progress`; `serve_sqs` wires it up once per cold start.
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    baton::runtime::serve_sqs(baton::progress::Progress::new).await
+}

@@ -1,0 +1,428 @@
+//! The engine: load, decide, write, then carry out the decision's effects.
+//!
+//! Every handler (intake, progress, callback, sweeper, the operator CLI) submits its inputs
+//! here, so the rules of DESIGN.md §4 are applied in one place:
+//!
+//! - **Decide, then apply.** [`lifecycle::decide`] is pure; the engine carries out its one
+//!   conditional write, then its effects, in order.
+//! - **A lost race is an outcome.** When the write loses, the store returns the winner's record
+//!   (ALL_OLD) and the engine decides again on it, a bounded number of times. Only exhausted
+//!   attempts are an error ([`EngineError::Contended`], retryable).
+//! - **Effects are idempotent**, so a retry after a crash between the write and an effect
+//!   repairs it: executions have deterministic names, tasks are put-if-absent, buffered entries
+//!   settle once, ledger entries are keyed by input and reason.
+//! - **The lost wake-up is closed by a handshake** (DESIGN.md §4): a buffering side writes its
+//!   inbox entry, then reads the record strongly consistently; the progress side writes
+//!   `waiting{n}`, then reads the inbox strongly consistently. At least one side sees the other.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use time::{Duration, OffsetDateTime};
+use tracing::{info, instrument, warn};
+
+use crate::asl::ExecutionInput;
+use crate::config::{Config, Workflow};
+use crate::error::Classified;
+use crate::ids::CorrelationKey;
+use crate::lifecycle::{self, Decision, Effect, Input, Outcome, Record, State};
+use crate::metrics::{Metric, Metrics};
+use crate::orchestrator::{Orchestrator, OrchestratorError, StartExecution, execution_arn, execution_name};
+use crate::outbound::{PublishError, TaskPublisher};
+use crate::store::{Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, StoreError, Task, WorkflowStore};
+
+/// How many times a write that lost a race is decided again before giving up.
+pub const MAX_ATTEMPTS: u32 = 8;
+/// How long ledger entries are kept.
+pub const LEDGER_RETENTION: Duration = Duration::days(90);
+/// Added to a step's timeout to get a buffered input's default expiry.
+pub const BUFFER_MARGIN: Duration = Duration::hours(1);
+
+/// What the engine did with one input.
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    pub decision: Decision,
+    /// The record after the decision (the written one, or the one decided on).
+    pub record: Option<Record>,
+}
+
+impl Submitted {
+    pub fn outcome(&self) -> Outcome {
+        self.decision.outcome
+    }
+}
+
+/// Where the engine gets the time: the system clock in production, a fixed or stepped one in
+/// tests.
+pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(OffsetDateTime::now_utc)
+}
+
+/// A stable hash of an input's payload (SHA-256, hex): the same idempotency key with another
+/// payload is a conflict.
+pub fn payload_hash(payload: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(payload))
+}
+
+/// The use-case core shared by every handler.
+pub struct Engine {
+    pub config: Arc<Config>,
+    pub store: Arc<dyn WorkflowStore>,
+    pub orchestrator: Arc<dyn Orchestrator>,
+    pub publisher: Arc<dyn TaskPublisher>,
+    /// `arn:...:stateMachine:<stack>-`: a workflow's state machine ARN is this plus its name.
+    pub state_machine_prefix: String,
+    pub metrics: Metrics,
+    pub clock: Clock,
+}
+
+impl Engine {
+    pub fn now(&self) -> OffsetDateTime {
+        (self.clock)()
+    }
+
+    /// The state machine ARN of a workflow.
+    pub fn state_machine_arn(&self, workflow: &str) -> String {
+        format!("{}{workflow}", self.state_machine_prefix)
+    }
+
+    /// The execution ARN of (workflow, key, generation).
+    pub fn execution_arn(&self, workflow: &Workflow, key: &CorrelationKey, generation: u32) -> String {
+        let name = execution_name(&workflow.name, key, generation);
+        execution_arn(&self.state_machine_arn(workflow.name.as_str()), &name).unwrap_or(name)
+    }
+
+    /// Decides `input` against the stored record and carries the decision out.
+    #[instrument(skip_all, fields(workflow = %workflow.name, key = %key, input = %input_ref(input, now)))]
+    pub async fn submit(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        input: &Input,
+        now: OffsetDateTime,
+    ) -> Result<Submitted, EngineError> {
+        let plan = workflow.plan();
+        let mut record = self.store.load(&workflow.name, key).await?;
+        for attempt in 1..=MAX_ATTEMPTS {
+            let decision = lifecycle::decide(&plan, (&workflow.name, key), record.as_ref(), input, now);
+            if let Some(write) = &decision.write {
+                match self.store.apply(write).await? {
+                    Applied::Written => {
+                        info!(
+                            from = %write.from.map_or("absent".to_owned(), |s| s.to_string()),
+                            to = %write.to.state,
+                            cause = write.cause.as_str(),
+                            version = write.to.version,
+                            "transition"
+                        );
+                    }
+                    Applied::Lost { current } => {
+                        info!(attempt, "lost a race for the record; deciding again on the winner's state");
+                        record = current.map(|r| *r);
+                        continue;
+                    }
+                }
+            }
+            let after = decision.write.as_ref().map(|w| w.to.clone()).or(record);
+            self.observe(workflow, input, &decision, now);
+            self.carry_out(workflow, key, input, &decision, after.as_ref(), now).await?;
+            return Ok(Submitted { decision, record: after });
+        }
+        Err(EngineError::Contended { attempts: MAX_ATTEMPTS })
+    }
+
+    /// Logs the classification and counts it.
+    fn observe(&self, workflow: &Workflow, input: &Input, decision: &Decision, now: OffsetDateTime) {
+        let wf = Some(workflow.name.as_str());
+        let metric = match (decision.outcome, input) {
+            (Outcome::Applied, Input::Start { .. }) => Some(Metric::WorkflowsStarted),
+            (Outcome::Applied, Input::Finished { .. } | Input::Cancel { .. }) => {
+                decision.write.as_ref().and_then(|w| match w.to.state {
+                    State::Succeeded => Some(Metric::WorkflowsSucceeded),
+                    State::Failed => Some(Metric::WorkflowsFailed),
+                    State::TimedOut => Some(Metric::WorkflowsTimedOut),
+                    State::Cancelled => Some(Metric::WorkflowsCancelled),
+                    _ => None,
+                })
+            }
+            (Outcome::Duplicate, _) => Some(Metric::DuplicateInputs),
+            (Outcome::Buffered, _) => Some(Metric::InputsBuffered),
+            (Outcome::Ignored(reason), _) if reason != lifecycle::IgnoreReason::NothingOwed => {
+                Some(Metric::InputsIgnored)
+            }
+            _ => None,
+        };
+        if let Some(metric) = metric {
+            self.metrics.count(metric, wf, now);
+        }
+        match decision.outcome {
+            Outcome::Ignored(lifecycle::IgnoreReason::NothingOwed) => {}
+            Outcome::Ignored(reason) => info!(reason = reason.as_str(), "input ignored; kept in the ledger"),
+            Outcome::Rejected(reason) => warn!(reason = reason.as_str(), "input rejected"),
+            other => info!(outcome = ?other, "input classified"),
+        }
+    }
+
+    async fn carry_out(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        input: &Input,
+        decision: &Decision,
+        record: Option<&Record>,
+        now: OffsetDateTime,
+    ) -> Result<(), EngineError> {
+        for effect in &decision.effects {
+            match effect {
+                Effect::StartExecution { generation } => {
+                    let input = ExecutionInput {
+                        workflow: workflow.name.to_string(),
+                        key: key.to_string(),
+                        generation: *generation,
+                    };
+                    let started = self
+                        .orchestrator
+                        .start_execution(&StartExecution {
+                            state_machine_arn: self.state_machine_arn(workflow.name.as_str()),
+                            workflow: workflow.name.clone(),
+                            key: key.clone(),
+                            generation: *generation,
+                            input: serde_json::to_value(&input).unwrap_or(Value::Null),
+                        })
+                        .await?;
+                    info!(execution = %started.execution_arn, already_existed = started.already_existed, "execution started");
+                }
+                Effect::CreateTask { generation, step } => {
+                    self.create_task(workflow, key, *generation, *step, now).await?;
+                }
+                Effect::DrainInbox { step } => self.drain(workflow, key, *step, now).await?,
+                Effect::Buffer { step } => self.buffer(workflow, key, input, *step, now).await?,
+                Effect::SendTaskSuccess { token, output } => {
+                    self.resume(self.orchestrator.send_task_success(token, output).await, "success")?
+                }
+                Effect::SendTaskFailure { token, error, cause } => {
+                    self.resume(self.orchestrator.send_task_failure(token, error, cause).await, "failure")?
+                }
+                Effect::SendTaskHeartbeat { token } => {
+                    self.resume(self.orchestrator.send_task_heartbeat(token).await, "heartbeat")?
+                }
+                Effect::StopExecution { generation, cause } => {
+                    let arn = self.execution_arn(workflow, key, *generation);
+                    self.orchestrator.stop_execution(&arn, "baton.Cancelled", cause).await?;
+                    info!(execution = %arn, "execution stopped");
+                }
+                Effect::Ledger { reason } => {
+                    let entry = LedgerEntry {
+                        workflow: workflow.name.clone(),
+                        key: key.clone(),
+                        input_id: input_ref(input, now),
+                        reason: *reason,
+                        generation: record.map(|r| r.generation),
+                        state: record.map(|r| r.state.to_string()),
+                        detail: input_detail(input),
+                        at: now,
+                        expires_at: now + LEDGER_RETENTION,
+                    };
+                    self.store.put_ledger(&entry).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A resume that finds the token gone is not an error: the execution moved on (a retry of
+    /// a resume that did arrive) or ended (timed out, stopped). The record's final report says
+    /// which; the owed resume is settled either way.
+    fn resume(&self, result: Result<(), OrchestratorError>, what: &str) -> Result<(), EngineError> {
+        match result {
+            Ok(()) => {
+                info!(resume = what, "resume delivered");
+                Ok(())
+            }
+            Err(OrchestratorError::TokenGone { fingerprint, code, .. }) => {
+                warn!(resume = what, token = %fingerprint, code = %code, "token gone: the execution moved on or ended; nothing more is owed");
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn create_task(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        generation: u32,
+        step: u32,
+        now: OffsetDateTime,
+    ) -> Result<(), EngineError> {
+        let Some(spec) = workflow.steps.get(step as usize) else { return Ok(()) };
+        let Some(template) = &spec.task else { return Ok(()) };
+        let task = Task {
+            workflow: workflow.name.clone(),
+            key: key.clone(),
+            generation,
+            step,
+            step_name: spec.name.to_string(),
+            id: Task::task_id(&workflow.name, key, generation, spec.name.as_str()),
+            title: template.render(workflow.name.as_str(), key.as_str(), spec.name.as_str(), generation),
+            queue: template.queue.clone(),
+            created_at: now,
+            published: false,
+        };
+        let stored = match self.store.put_task(&task).await? {
+            Claim::Acquired => task,
+            Claim::Exists(existing) if existing.published => return Ok(()),
+            Claim::Exists(existing) => existing,
+        };
+        self.publisher.publish(&stored).await?;
+        self.store.mark_task_published(&stored).await?;
+        info!(task = %stored.id, queue = %stored.queue, "task created and published");
+        Ok(())
+    }
+
+    /// Stores an early input in its step's inbox, then looks again: if the step is waiting now,
+    /// the progress side may have drained before the entry landed, so drain here.
+    async fn buffer(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        input: &Input,
+        step: u32,
+        now: OffsetDateTime,
+    ) -> Result<(), EngineError> {
+        let Some(id) = input.id() else { return Ok(()) };
+        let timeout = workflow
+            .steps
+            .get(step as usize)
+            .map_or(Duration::ZERO, |s| Duration::try_from(s.timeout).unwrap_or(Duration::ZERO));
+        let entry = InboxEntry {
+            workflow: workflow.name.clone(),
+            key: key.clone(),
+            step,
+            id: id.clone(),
+            arrived_at: now,
+            input: serde_json::to_value(input).unwrap_or(Value::Null),
+            status: InboxStatus::Buffered,
+            expires_at: now + timeout + BUFFER_MARGIN,
+        };
+        if let Claim::Exists(_) = self.store.buffer(&entry).await? {
+            info!(step, "input already buffered");
+        }
+        let current = self.store.load(&workflow.name, key).await?;
+        if current.is_some_and(|r| r.state == State::Waiting { step }) {
+            self.drain(workflow, key, step, now).await?;
+        }
+        Ok(())
+    }
+
+    /// Applies a step's buffered inputs in arrival order. Each entry is decided like a fresh
+    /// input (the record's `applied` list makes a second application a duplicate), then settled;
+    /// when two drains race, the settle's condition lets exactly one win.
+    pub async fn drain(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        step: u32,
+        now: OffsetDateTime,
+    ) -> Result<(), EngineError> {
+        for entry in self.store.inbox(&workflow.name, key, step).await? {
+            if entry.status != InboxStatus::Buffered {
+                continue;
+            }
+            let input: Input = match serde_json::from_value(entry.input.clone()) {
+                Ok(input) => input,
+                Err(e) => {
+                    warn!(id = %entry.id, error = %e, "buffered entry is unreadable; expiring it");
+                    self.store.settle(&entry, InboxStatus::Expired).await?;
+                    continue;
+                }
+            };
+            let applied = Box::pin(self.submit(workflow, key, &input, now)).await?;
+            if applied.outcome() == Outcome::Buffered {
+                // The record moved away from this step meanwhile; the entry stays for later.
+                continue;
+            }
+            info!(id = %entry.id, outcome = ?applied.outcome(), "buffered input applied");
+            self.store.settle(&entry, InboxStatus::Applied).await?;
+        }
+        Ok(())
+    }
+}
+
+/// A stable id for an input, for logs and ledger entries. Inputs from outside have their own id;
+/// reports from Step Functions get one derived from what they say.
+pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
+    match input {
+        Input::Start { event } => event.to_string(),
+        Input::StepInput { id, .. } => id.to_string(),
+        Input::StepReady { generation, step, token, .. } => {
+            format!("step_ready/g{generation}/s{step}/{}", token.fingerprint())
+        }
+        Input::Finished { generation, finish } => {
+            let outcome = match finish {
+                lifecycle::Finish::Succeeded => "succeeded",
+                lifecycle::Finish::Failed { .. } => "failed",
+                lifecycle::Finish::TimedOut => "timed_out",
+            };
+            format!("finished/g{generation}/{outcome}")
+        }
+        Input::Cancel { .. } => format!("cancel/{}", now.unix_timestamp()),
+        Input::Tick => "tick".into(),
+    }
+}
+
+/// What the ledger keeps about an ignored input: its kind and payload, never a token.
+pub fn input_detail(input: &Input) -> Value {
+    match input {
+        Input::Start { event } => json!({"kind": "start", "event": event.as_str()}),
+        Input::StepInput { source, step, outcome, data, .. } => {
+            json!({"kind": "step_input", "source": source, "step": step, "outcome": outcome, "data": data})
+        }
+        Input::StepReady { generation, step, token, .. } => {
+            json!({"kind": "step_ready", "generation": generation, "step": step, "token": token.fingerprint()})
+        }
+        Input::Finished { generation, finish } => {
+            json!({"kind": "finished", "generation": generation, "finish": finish})
+        }
+        Input::Cancel { reason } => json!({"kind": "cancel", "reason": reason}),
+        Input::Tick => json!({"kind": "tick"}),
+    }
+}
+
+/// Why the engine could not finish an input.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Orchestrator(#[from] OrchestratorError),
+    #[error(transparent)]
+    Publish(#[from] PublishError),
+    /// Every attempt lost a race for the record: heavy contention. Retry later.
+    #[error("the record kept changing: {attempts} attempts lost the race")]
+    Contended { attempts: u32 },
+}
+
+impl Classified for EngineError {
+    fn error_type(&self) -> &'static str {
+        match self {
+            EngineError::Store(e) => e.error_type(),
+            EngineError::Orchestrator(e) => e.error_type(),
+            EngineError::Publish(e) => e.error_type(),
+            EngineError::Contended { .. } => "record_contended",
+        }
+    }
+
+    fn retryable(&self) -> bool {
+        match self {
+            EngineError::Store(e) => e.retryable(),
+            EngineError::Orchestrator(e) => e.retryable(),
+            EngineError::Publish(e) => e.retryable(),
+            EngineError::Contended { .. } => true,
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The intake use case: a domain event from SQS starts workflows and supplies step inputs.
+//!
+//! Per message, parse first, then act (parse-then-apply): the event is parsed, every workflow it
+//! starts and every step it supplies is resolved with its correlation key, and only then does
+//! anything change. So an event that is wrong for one workflow goes to the dead-letter queue
+//! whole, before it has half-started the others. Starting is idempotent (the record remembers
+//! its start events; execution names are deterministic), so redelivery is always safe.
+
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use serde_json::{Map, Value};
+use tracing::{info, instrument};
+
+use crate::config::Workflow;
+use crate::engine::{Engine, payload_hash};
+use crate::event::Event;
+use crate::ids::CorrelationKey;
+use crate::lifecycle::{Input, Source, StepOutcome};
+use crate::metrics::Metric;
+use crate::sqs::{DeadLetters, SqsHandler, Verdict, process_batch};
+
+#[async_trait::async_trait]
+impl SqsHandler for Intake {
+    /// Handles one SQS batch; the response lists only the messages to redeliver.
+    async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
+        process_batch(event, &self.dead_letters, |m| self.message(m)).await
+    }
+}
+
+/// The intake handler, as Lambda calls it.
+pub struct Intake {
+    engine: Arc<Engine>,
+    dead_letters: DeadLetters,
+}
+
+/// What one event does, resolved before anything is applied.
+struct Plan<'a> {
+    event: Event,
+    inputs: Vec<(&'a Workflow, CorrelationKey, Input)>,
+}
+
+impl Intake {
+    pub fn new(engine: Arc<Engine>, dead_letters: DeadLetters) -> Self {
+        Intake { engine, dead_letters }
+    }
+
+    #[instrument(skip_all, fields(message_id = message.message_id.as_deref().unwrap_or("")))]
+    async fn message(&self, message: SqsMessage) -> Verdict {
+        let now = self.engine.now();
+        let body = message.body.as_deref().unwrap_or_default();
+        let plan = match self.plan(body) {
+            Ok(plan) => plan,
+            Err(verdict) => {
+                self.engine.metrics.count(Metric::PoisonMessages, None, now);
+                return verdict;
+            }
+        };
+        if plan.inputs.is_empty() {
+            info!(event_id = %plan.event.id, event_type = %plan.event.r#type, source = %plan.event.source,
+                "event starts no workflow and supplies no step: not eligible");
+            self.engine.metrics.count(Metric::NotEligible, None, now);
+            return Verdict::Done;
+        }
+        for (workflow, key, input) in &plan.inputs {
+            if let Err(e) = self.engine.submit(workflow, key, input, now).await {
+                return Verdict::from_error(&e);
+            }
+        }
+        Verdict::Done
+    }
+
+    fn plan(&self, body: &str) -> Result<Plan<'_>, Verdict> {
+        let event = Event::parse(body)
+            .map_err(|e| Verdict::Poison { reason: e.reason_code(), detail: e.to_string() })?;
+        let normalised = event.normalised();
+        let mut inputs = Vec::new();
+        for workflow in &self.engine.config.workflows {
+            let key = |wf: &Workflow| {
+                wf.correlation_key(&event).map_err(|e| Verdict::Poison {
+                    reason: "missing_correlation_key",
+                    detail: format!("event {} matches workflow {}, but {e}", event.id, wf.name),
+                })
+            };
+            if workflow.when.matches(&normalised) {
+                inputs.push((workflow, key(workflow)?, Input::Start { event: event.id.clone() }));
+            }
+            for (i, step) in workflow.steps.iter().enumerate() {
+                if step.accepts_events.as_ref().is_some_and(|p| p.matches(&normalised)) {
+                    let data = match &event.data {
+                        Value::Object(map) => map.clone(),
+                        Value::Null => Map::new(),
+                        other => Map::from_iter([("data".to_owned(), other.clone())]),
+                    };
+                    let input = Input::StepInput {
+                        id: event.id.clone(),
+                        hash: payload_hash(body.as_bytes()),
+                        source: Source::Event,
+                        step: u32::try_from(i).unwrap_or(u32::MAX),
+                        outcome: StepOutcome::Succeeded,
+                        data,
+                    };
+                    inputs.push((workflow, key(workflow)?, input));
+                }
+            }
+        }
+        Ok(Plan { event, inputs })
+    }
+}

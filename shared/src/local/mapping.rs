@@ -1,0 +1,134 @@
+//! A local stand-in for Lambda's SQS event source mapping.
+//!
+//! It does what the mapping does, with the same handler code Lambda calls: long-polls the
+//! queue for a batch (up to the template's `BatchSize`), hands it over as an `SqsEvent`, deletes
+//! the messages the handler did not report in `batchItemFailures`, and leaves the failures to
+//! reappear after the visibility timeout. The queue's redrive policy (from the template) moves a
+//! message that keeps failing to its dead-letter queue after `maxReceiveCount`; SQS does that,
+//! not this code.
+//!
+//! Idle, it sits in a 20-second long poll: no busy loop.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::sqs::{SqsHandler, error_chain};
+
+/// One queue wired to one handler.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    pub queue_url: String,
+    pub queue_arn: String,
+    pub batch_size: i32,
+    /// Long-poll wait, 1 to 20 seconds. Shorter stops faster; longer polls less.
+    pub wait_seconds: i32,
+    /// Overrides the queue's visibility timeout for received messages (tests use a short one to
+    /// see redelivery without waiting minutes).
+    pub visibility_timeout: Option<i32>,
+}
+
+/// Polls until `stop` turns true. Errors talking to SQS are logged and retried after a pause.
+pub async fn run(
+    sqs: aws_sdk_sqs::Client,
+    mapping: Mapping,
+    handler: Arc<dyn SqsHandler>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let receive = sqs
+            .receive_message()
+            .queue_url(&mapping.queue_url)
+            .max_number_of_messages(mapping.batch_size.clamp(1, 10))
+            .wait_time_seconds(mapping.wait_seconds.clamp(0, 20))
+            .set_visibility_timeout(mapping.visibility_timeout)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send();
+        let received = tokio::select! {
+            r = receive => r,
+            _ = stop.changed() => return,
+        };
+        let messages = match received {
+            Ok(out) => out.messages.unwrap_or_default(),
+            Err(e) => {
+                warn!(queue = %mapping.queue_url, error = %error_chain(&e), "cannot receive; retrying in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if messages.is_empty() {
+            continue;
+        }
+        let event = to_event(&messages, &mapping.queue_arn);
+        let response = handler.handle(event).await;
+        let failed: HashSet<String> =
+            response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
+        let done: Vec<DeleteMessageBatchRequestEntry> = messages
+            .iter()
+            .filter(|m| m.message_id.as_ref().is_some_and(|id| !failed.contains(id)))
+            .filter_map(|m| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(m.message_id.clone()?)
+                    .receipt_handle(m.receipt_handle.clone()?)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        if !failed.is_empty() {
+            info!(queue = %mapping.queue_url, failed = failed.len(), "batch item failures left for redelivery");
+        }
+        if !done.is_empty()
+            && let Err(e) =
+                sqs.delete_message_batch().queue_url(&mapping.queue_url).set_entries(Some(done)).send().await
+        {
+            warn!(queue = %mapping.queue_url, error = %error_chain(&e), "cannot delete handled messages; they will be redelivered");
+        }
+    }
+}
+
+/// The event Lambda would build from these messages.
+pub fn to_event(messages: &[aws_sdk_sqs::types::Message], queue_arn: &str) -> SqsEvent {
+    let region = queue_arn.split(':').nth(3).unwrap_or("us-east-1").to_owned();
+    let mut event = SqsEvent::default();
+    for m in messages {
+        let mut record = SqsMessage::default();
+        record.message_id = m.message_id.clone();
+        record.receipt_handle = m.receipt_handle.clone();
+        record.body = m.body.clone();
+        record.md5_of_body = m.md5_of_body.clone();
+        record.attributes = m
+            .attributes
+            .as_ref()
+            .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect())
+            .unwrap_or_default();
+        record.message_attributes = m
+            .message_attributes
+            .as_ref()
+            .map(|attrs| {
+                attrs
+                    .iter()
+                    .map(|(k, v)| {
+                        let mut a = SqsMessageAttribute::default();
+                        a.string_value = v.string_value.clone();
+                        a.data_type = Some(v.data_type.clone());
+                        (k.clone(), a)
+                    })
+                    .collect::<HashMap<_, _>>()
+            })
+            .unwrap_or_default();
+        record.event_source = Some("aws:sqs".into());
+        record.event_source_arn = Some(queue_arn.to_owned());
+        record.aws_region = Some(region.clone());
+        event.records.push(record);
+    }
+    event
+}

@@ -1,0 +1,18 @@
+//! baton on one machine: template.yaml's resources, created on the local emulator (moto).
+//!
+//! `template.yaml` is the single list of baton's resources. On AWS, `sam deploy` creates them; on
+//! the emulator, [`template::Template`] reads the same file and [`provision::provision`] creates
+//! the tables, queues and state machines through the AWS SDK and resolves every function's
+//! environment. `baton local` and the tests both start here, so a resource added to the template
+//! shows up locally without a second, hand-kept list.
+//!
+//! Why not moto's CloudFormation: it skips the HttpApi and TTL, ignores DefinitionSubstitutions,
+//! and registers state machines where executions cannot see them (EMULATOR.md).
+
+pub mod mapping;
+pub mod provision;
+pub mod runtime;
+pub mod template;
+
+pub use provision::{Clients, ProvisionError, Provisioned, QueueInfo, StateMachineInfo, provision};
+pub use template::{Intrinsic, Template, TemplateError};

@@ -1,0 +1,150 @@
+//! Start-up for the Lambda functions: typed settings from the environment, JSON logs, clients
+//! built once, and the engine they share.
+//!
+//! Every setting is read once, at start-up, into [`Settings`]. A missing or invalid variable
+//! fails start-up with a message that names it, rather than failing the first message later.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aws_config::SdkConfig;
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{Config, ConfigErrors};
+use crate::engine::{Engine, system_clock};
+use crate::metrics::Metrics;
+use crate::orchestrator::stepfunctions::StepFunctions;
+use crate::outbound::SqsTaskPublisher;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+
+use crate::sqs::{DeadLetters, SqsHandler};
+use crate::store::dynamodb::DynamoStore;
+
+/// The config compiled into the functions: `infra/workflows.yaml` at build time. The state
+/// machines are generated from the same file, so both change together at deploy.
+pub const EMBEDDED_CONFIG: &str = include_str!("../../infra/workflows.yaml");
+
+/// What a function reads from its environment.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `BATON_TABLE`: the DynamoDB table.
+    pub table: String,
+    /// `BATON_STATE_MACHINE_PREFIX`: a workflow's state machine ARN is this plus its name.
+    pub state_machine_prefix: String,
+    /// `BATON_DLQ_URL`: the dead-letter queue for this function's poison messages.
+    pub dlq_url: Option<String>,
+    /// `BATON_OUTBOUND_QUEUE_URL`: where operator tasks are published.
+    pub outbound_queue_url: Option<String>,
+    /// `BATON_CONFIG`: a workflow config file to use instead of the embedded one.
+    pub config_path: Option<PathBuf>,
+}
+
+/// A setting that is missing or invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("environment variable {0} is not set")]
+    Missing(&'static str),
+    #[error("environment variable {name} is invalid: {problem}")]
+    Invalid { name: &'static str, problem: String },
+    #[error("the workflow config is invalid")]
+    Config(#[source] ConfigErrors),
+}
+
+fn lookup(env: &dyn Fn(&str) -> Option<String>, name: &'static str) -> Option<String> {
+    env(name).filter(|v| !v.trim().is_empty())
+}
+
+fn required(env: &dyn Fn(&str) -> Option<String>, name: &'static str) -> Result<String, SettingsError> {
+    lookup(env, name).ok_or(SettingsError::Missing(name))
+}
+
+impl Settings {
+    /// From the process environment (variables that are not UTF-8 count as unset).
+    pub fn from_env() -> Result<Settings, SettingsError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// From any variable lookup: the local runtime passes the template's resolved environment.
+    pub fn from_lookup(env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
+        let state_machine_prefix = required(env, "BATON_STATE_MACHINE_PREFIX")?;
+        if !state_machine_prefix.starts_with("arn:") || !state_machine_prefix.contains(":stateMachine:") {
+            return Err(SettingsError::Invalid {
+                name: "BATON_STATE_MACHINE_PREFIX",
+                problem: format!(
+                    "{state_machine_prefix:?} is not a state machine ARN prefix (arn:...:stateMachine:<stack>-)"
+                ),
+            });
+        }
+        Ok(Settings {
+            table: required(env, "BATON_TABLE")?,
+            state_machine_prefix,
+            dlq_url: lookup(env, "BATON_DLQ_URL"),
+            outbound_queue_url: lookup(env, "BATON_OUTBOUND_QUEUE_URL"),
+            config_path: lookup(env, "BATON_CONFIG").map(PathBuf::from),
+        })
+    }
+
+    /// The DLQ URL, required by the SQS-driven functions.
+    pub fn dlq_url(&self) -> Result<&str, SettingsError> {
+        self.dlq_url.as_deref().ok_or(SettingsError::Missing("BATON_DLQ_URL"))
+    }
+
+    /// The workflow config: `BATON_CONFIG` when set, else the embedded one.
+    pub fn config(&self) -> Result<Config, SettingsError> {
+        match &self.config_path {
+            Some(path) => Config::load(path),
+            None => Config::parse(EMBEDDED_CONFIG),
+        }
+        .map_err(SettingsError::Config)
+    }
+}
+
+/// JSON logs, filtered by `RUST_LOG` (default `info`), with the span fields (workflow, key,
+/// input id) on every line.
+pub fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_current_span(true)
+        .with_span_list(false)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// The engine over real AWS clients.
+pub fn engine(sdk: &SdkConfig, settings: &Settings, config: Config, metrics: Metrics) -> Engine {
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let outbound = settings.outbound_queue_url.clone().unwrap_or_default();
+    Engine {
+        config: Arc::new(config),
+        store: Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(sdk), settings.table.clone())),
+        orchestrator: Arc::new(StepFunctions::new(aws_sdk_sfn::Client::new(sdk))),
+        publisher: Arc::new(SqsTaskPublisher::new(sqs, outbound)),
+        state_machine_prefix: settings.state_machine_prefix.clone(),
+        metrics,
+        clock: system_clock(),
+    }
+}
+
+/// Runs an SQS-driven Lambda function: cold start (logs, settings, config, clients, engine),
+/// then the handler `make` builds, for every batch.
+pub async fn serve_sqs<H, F>(make: F) -> Result<(), lambda_runtime::Error>
+where
+    H: SqsHandler + 'static,
+    F: FnOnce(Arc<Engine>, DeadLetters) -> H,
+{
+    init_tracing();
+    let settings = Settings::from_env()?;
+    let config = settings.config()?;
+    let sdk = aws_config::load_from_env().await;
+    let dead_letters = DeadLetters::new(aws_sdk_sqs::Client::new(&sdk), settings.dlq_url()?);
+    let engine = Arc::new(engine(&sdk, &settings, config, Metrics::stdout()));
+    let handler = Arc::new(make(engine, dead_letters));
+    lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<SqsEvent>| {
+        let handler = handler.clone();
+        async move { Ok::<SqsBatchResponse, lambda_runtime::Error>(handler.handle(event.payload).await) }
+    }))
+    .await
+}

@@ -1,0 +1,172 @@
+//! A whole baton for an end-to-end test: template.yaml provisioned on the emulator under a
+//! stack name of its own, the real state machines generated from the test's config, and the
+//! real handlers behind local event source mappings ([`baton::local::runtime::LocalBaton`]).
+//! Tests talk to it through SQS, Step Functions and the store, as users and operators do.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use baton::config::Config;
+use baton::engine::system_clock;
+use baton::ids::{CorrelationKey, WorkflowName};
+use baton::lifecycle::Record;
+use baton::local::runtime::{LocalBaton, LocalOptions};
+use baton::metrics::{Captured, Metrics};
+use baton::store::WorkflowStore;
+use baton::store::dynamodb::DynamoStore;
+use serde_json::Value;
+
+use crate::stack::{clients, load_template};
+use crate::{Emulator, unique_name};
+
+/// A running baton and the clients to look at it.
+pub struct System {
+    pub baton: LocalBaton,
+    pub config: Config,
+    pub sqs: aws_sdk_sqs::Client,
+    pub sfn: aws_sdk_sfn::Client,
+    pub store: DynamoStore,
+    pub metrics: Captured,
+    _definitions: tempfile::TempDir,
+}
+
+/// Starts baton for `config_yaml` on the emulator `make test` runs.
+pub async fn start_system(config_yaml: &str) -> System {
+    let emulator = Emulator::from_env();
+    let config = Config::parse(config_yaml).unwrap_or_else(|e| panic!("test config: {e}"));
+    // The template's DefinitionUri paths, generated for this test's config.
+    let dir = tempfile::tempdir().expect("a temp dir");
+    for (rel, text) in baton::asl::render_all(&config) {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write definition");
+    }
+    let template = load_template();
+    let clients = clients(&emulator).await;
+    let metrics = Captured::default();
+    let options = LocalOptions {
+        config: config.clone(),
+        root: dir.path().to_owned(),
+        stack_name: unique_name("e2e"),
+        parameters: Default::default(),
+        visibility_timeout: Some(2),
+        wait_seconds: 1,
+        metrics: Metrics::to(Box::new(metrics.clone())),
+        clock: system_clock(),
+    };
+    let baton =
+        LocalBaton::start(&template, &clients, options).await.unwrap_or_else(|e| panic!("baton: {e:?}"));
+    let table = baton.provisioned.tables.get("Table").expect("the table").clone();
+    System {
+        store: DynamoStore::new(clients.dynamodb.clone(), table),
+        sqs: clients.sqs,
+        sfn: clients.sfn,
+        baton,
+        config,
+        metrics,
+        _definitions: dir,
+    }
+}
+
+impl System {
+    pub fn queue_url(&self, logical_id: &str) -> String {
+        self.baton
+            .provisioned
+            .queues
+            .get(logical_id)
+            .unwrap_or_else(|| panic!("no queue {logical_id}"))
+            .url
+            .clone()
+    }
+
+    pub fn state_machine_arn(&self, workflow: &str) -> String {
+        format!("{}{workflow}", self.engine().state_machine_prefix)
+    }
+
+    pub fn engine(&self) -> Arc<baton::engine::Engine> {
+        self.baton.engine().expect("an engine")
+    }
+
+    /// Sends a domain event to the intake queue, as a producer would.
+    pub async fn send_event(&self, body: &str) {
+        self.sqs
+            .send_message()
+            .queue_url(self.queue_url("IntakeQueue"))
+            .message_body(body)
+            .send()
+            .await
+            .expect("send");
+    }
+
+    pub async fn record(&self, workflow: &str, key: &str) -> Option<Record> {
+        let (w, k) = (WorkflowName::parse(workflow).unwrap(), CorrelationKey::parse(key).unwrap());
+        self.store.load(&w, &k).await.expect("load")
+    }
+
+    /// The executions of a workflow's state machine, newest first.
+    pub async fn executions(&self, workflow: &str) -> Vec<aws_sdk_sfn::types::ExecutionListItem> {
+        self.sfn
+            .list_executions()
+            .state_machine_arn(self.state_machine_arn(workflow))
+            .send()
+            .await
+            .expect("list executions")
+            .executions
+    }
+
+    /// Every message on a queue right now (received and kept invisible for a minute).
+    pub async fn drain_queue(&self, logical_id: &str) -> Vec<aws_sdk_sqs::types::Message> {
+        let mut all = Vec::new();
+        loop {
+            let out = self
+                .sqs
+                .receive_message()
+                .queue_url(self.queue_url(logical_id))
+                .max_number_of_messages(10)
+                .visibility_timeout(60)
+                .wait_time_seconds(1)
+                .message_attribute_names("All")
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .send()
+                .await
+                .expect("receive");
+            match out.messages {
+                Some(m) if !m.is_empty() => all.extend(m),
+                _ => return all,
+            }
+        }
+    }
+
+    /// Bodies of the outbound (task) messages, parsed.
+    pub async fn published_tasks(&self) -> Vec<Value> {
+        self.drain_queue("OutboundQueue")
+            .await
+            .into_iter()
+            .filter_map(|m| serde_json::from_str(m.body()?).ok())
+            .collect()
+    }
+
+    pub async fn stop(self) {
+        self.baton.shutdown().await;
+    }
+}
+
+/// Waits, up to `limit`, for `check` to return `Some`; panics with `what` otherwise.
+pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > limit {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

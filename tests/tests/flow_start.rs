@@ -1,0 +1,239 @@
+//! End to end, on the emulator: from a domain event to a waiting step (issue 4).
+//!
+//! Real executions of the generated state machines, real handlers behind local event source
+//! mappings, and only public surfaces to drive and observe: the intake queue, the outbound
+//! queue, the dead-letter queue, Step Functions and the store.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use baton::lifecycle::{IgnoreReason, State};
+use baton::metrics::Metric;
+use baton::sqs::{DETAIL_ATTRIBUTE, REASON_ATTRIBUTE};
+use baton_tests::system::{System, eventually, start_system};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+const CONFIG: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"], data: { total: [{ numeric: [">=", 1000] }] } }
+      key: /subject
+    on_restart: after_terminal
+    steps:
+      - name: manual-review
+        task: { title: "Review order {key}", queue: risk-review }
+        requires: [decision]
+        timeout: 1h
+      - name: payment
+        requires: [payment_ref]
+        timeout: 1h
+"#;
+
+/// The JSON log lines of this test binary, as operators would read them in CloudWatch.
+fn logs() -> &'static baton::metrics::Captured {
+    static LOGS: OnceLock<baton::metrics::Captured> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let sink = baton::metrics::Captured::default();
+        let writer = sink.clone();
+        let _ = tracing_subscriber::fmt()
+            .json()
+            .with_current_span(true)
+            .with_writer(move || writer.clone())
+            .try_init();
+        sink
+    })
+}
+
+fn order_placed(id: &str, key: &str, total: u32) -> String {
+    json!({
+        "specversion": "1.0", "id": id, "source": "shop", "type": "order.placed",
+        "subject": key, "data": {"order_id": key, "total": total}
+    })
+    .to_string()
+}
+
+async fn waiting_on(system: &System, key: &str, step: u32) {
+    eventually(&format!("{key} waiting on step {step}"), WAIT, || async {
+        system.record("order-review", key).await.filter(|r| r.state == State::Waiting { step })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eligible_event_starts_one_execution_waits_on_the_first_step_and_publishes_one_task() {
+    let system = start_system(CONFIG).await;
+    system.send_event(&order_placed("evt-1", "order-1", 1250)).await;
+    waiting_on(&system, "order-1", 0).await;
+
+    let executions = system.executions("order-review").await;
+    assert_eq!(executions.len(), 1);
+    assert!(executions[0].name().ends_with("-g1"), "{}", executions[0].name());
+    let record = system.record("order-review", "order-1").await.unwrap();
+    assert!(record.token.is_some() && record.deadline.is_some());
+
+    let tasks = system.published_tasks().await;
+    assert_eq!(tasks.len(), 1, "{tasks:#?}");
+    assert_eq!(tasks[0]["type"], "baton.task.created");
+    assert_eq!(tasks[0]["id"], "order-review/order-1/g1/manual-review");
+    assert_eq!(tasks[0]["data"]["title"], "Review order order-1");
+    assert_eq!(tasks[0]["data"]["queue"], "risk-review");
+    assert_eq!(system.metrics.count(Metric::WorkflowsStarted, Some("order-review")), 1);
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_event_three_times_sequentially_and_concurrently_gives_one_execution_and_one_task() {
+    let system = start_system(CONFIG).await;
+    // Sequentially, through the queue.
+    for _ in 0..3 {
+        system.send_event(&order_placed("evt-seq", "order-seq", 5000)).await;
+    }
+    // Concurrently: three invocations of the intake handler at once, as Lambda may run them.
+    let intake = system.baton.handlers.get("IntakeFunction").expect("intake").clone();
+    let event = |n: usize| {
+        let mut e = SqsEvent::default();
+        let mut m = aws_lambda_events::event::sqs::SqsMessage::default();
+        m.message_id = Some(format!("local-{n}"));
+        m.body = Some(order_placed("evt-conc", "order-conc", 5000));
+        e.records.push(m);
+        e
+    };
+    let (a, b, c) = tokio::join!(intake.handle(event(1)), intake.handle(event(2)), intake.handle(event(3)));
+    for r in [a, b, c] {
+        assert!(r.batch_item_failures.is_empty(), "{r:?}");
+    }
+    waiting_on(&system, "order-seq", 0).await;
+    waiting_on(&system, "order-conc", 0).await;
+    // Let redelivered or late duplicates settle before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let executions = system.executions("order-review").await;
+    assert_eq!(executions.len(), 2, "one per key: {executions:#?}");
+    let tasks = system.published_tasks().await;
+    let ids: Vec<&str> = tasks.iter().filter_map(|t| t["id"].as_str()).collect();
+    assert_eq!(tasks.len(), 2, "{ids:?}");
+    assert!(ids.contains(&"order-review/order-seq/g1/manual-review"));
+    assert!(ids.contains(&"order-review/order-conc/g1/manual-review"));
+    assert_eq!(system.metrics.count(Metric::WorkflowsStarted, None), 2);
+    assert_eq!(system.metrics.count(Metric::DuplicateInputs, None), 4, "2 duplicates per key");
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ineligible_event_creates_nothing_and_is_counted_with_its_reason() {
+    let logs = logs();
+    let system = start_system(CONFIG).await;
+    // Below the threshold: the pattern does not match.
+    system.send_event(&order_placed("evt-small", "order-small", 10)).await;
+    eventually("the not-eligible count", WAIT, || async {
+        (system.metrics.count(Metric::NotEligible, None) == 1).then_some(())
+    })
+    .await;
+    assert!(system.record("order-review", "order-small").await.is_none());
+    assert!(system.executions("order-review").await.is_empty());
+    assert!(system.drain_queue("IntakeDLQ").await.is_empty(), "not eligible is not poison");
+    let line = logs
+        .lines()
+        .into_iter()
+        .find(|l| l["fields"]["event_id"] == "evt-small")
+        .expect("a log line about the ineligible event");
+    assert!(line["fields"]["message"].as_str().unwrap().contains("not eligible"), "{line}");
+    assert_eq!(line["fields"]["event_type"], "order.placed");
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_that_misses_its_deadline_ends_the_workflow_timed_out_with_the_metric() {
+    let config = CONFIG.replace("timeout: 1h\n      - name: payment", "timeout: 2s\n      - name: payment");
+    let system = start_system(&config).await;
+    system.send_event(&order_placed("evt-slow", "order-slow", 2000)).await;
+    waiting_on(&system, "order-slow", 0).await;
+    let record = eventually("the timeout", WAIT, || async {
+        system.record("order-review", "order-slow").await.filter(|r| r.state == State::TimedOut)
+    })
+    .await;
+    assert!(record.token.is_none());
+    assert_eq!(system.metrics.count(Metric::WorkflowsTimedOut, Some("order-review")), 1);
+    let executions = system.executions("order-review").await;
+    assert_eq!(executions[0].status().as_str(), "FAILED", "the Fail state after the report");
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_goes_to_the_dlq_with_its_reason_and_nothing_else_is_lost() {
+    let system = start_system(CONFIG).await;
+    system.send_event("{ this is not json").await;
+    system.send_event(&json!({"specversion": "1.0", "id": "x", "type": "order.placed"}).to_string()).await;
+    system.send_event(&order_placed("evt-good", "order-good", 1500)).await;
+    waiting_on(&system, "order-good", 0).await;
+
+    let dead = eventually("two dead letters", WAIT, || async {
+        let all = system.drain_queue("IntakeDLQ").await;
+        (all.len() == 2).then_some(all)
+    })
+    .await;
+    let mut reasons: Vec<(String, String)> = dead
+        .iter()
+        .map(|m| {
+            let attrs = m.message_attributes().expect("attributes");
+            let get = |k: &str| attrs.get(k).and_then(|v| v.string_value()).unwrap_or_default().to_owned();
+            (get(REASON_ATTRIBUTE), get(DETAIL_ATTRIBUTE))
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons[0].0, "missing_field");
+    assert!(reasons[0].1.contains("`source`"), "{}", reasons[0].1);
+    assert_eq!(reasons[1].0, "not_json");
+    assert!(dead.iter().any(|m| m.body() == Some("{ this is not json")), "the original body is kept");
+    assert_eq!(system.metrics.count(Metric::PoisonMessages, None), 2);
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_terminal_state_on_restart_decides_whether_a_new_generation_opens() {
+    let quick = CONFIG.replace("timeout: 1h\n      - name: payment", "timeout: 1s\n      - name: payment");
+    for (policy, restarts) in [("after_terminal", true), ("never", false)] {
+        let system =
+            start_system(&quick.replace("on_restart: after_terminal", &format!("on_restart: {policy}")))
+                .await;
+        system.send_event(&order_placed("evt-a", "order-r", 1500)).await;
+        eventually("generation 1 timed out", WAIT, || async {
+            system.record("order-review", "order-r").await.filter(|r| r.state == State::TimedOut)
+        })
+        .await;
+        system.send_event(&order_placed("evt-b", "order-r", 1500)).await;
+        if restarts {
+            let r = eventually("generation 2 waiting", WAIT, || async {
+                system
+                    .record("order-review", "order-r")
+                    .await
+                    .filter(|r| r.generation == 2 && r.state == State::Waiting { step: 0 })
+            })
+            .await;
+            assert_eq!(r.start_events.len(), 2);
+            let names: Vec<String> =
+                system.executions("order-review").await.iter().map(|e| e.name().to_owned()).collect();
+            assert_eq!(names.len(), 2, "{names:?}");
+            assert!(names.iter().any(|n| n.ends_with("-g2")), "{names:?}");
+        } else {
+            let trace = eventually("the restart ledgered", WAIT, || async {
+                let (w, k) = (
+                    baton::ids::WorkflowName::parse("order-review").unwrap(),
+                    baton::ids::CorrelationKey::parse("order-r").unwrap(),
+                );
+                let t = baton::store::WorkflowStore::trace(&system.store, &w, &k).await.unwrap();
+                t.ledger.iter().any(|l| l.reason == IgnoreReason::RestartNotAllowed).then_some(t)
+            })
+            .await;
+            let entry = trace.ledger.iter().find(|l| l.reason == IgnoreReason::RestartNotAllowed).unwrap();
+            assert_eq!(entry.input_id, "evt-b");
+            assert_eq!(trace.record.unwrap().generation, 1);
+            assert_eq!(system.executions("order-review").await.len(), 1);
+        }
+        system.stop().await;
+    }
+}
