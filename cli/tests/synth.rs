@@ -1,0 +1,92 @@
+//! `baton synth` and `baton synth --check`, on a copy of the repository's infra files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A scratch repository with the real config and template, and no generated files.
+fn scratch() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("infra")).unwrap();
+    std::fs::copy(root().join("infra/workflows.yaml"), dir.path().join("infra/workflows.yaml")).unwrap();
+    std::fs::copy(root().join("template.yaml"), dir.path().join("template.yaml")).unwrap();
+    dir
+}
+
+fn baton(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("BATON_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const DEF: &str = "infra/statemachines/order-review.asl.json";
+
+#[test]
+fn the_committed_definitions_are_up_to_date() {
+    let out = baton(&root(), &["synth", "--check"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn check_fails_on_missing_then_passes_after_synth_then_fails_when_stale() {
+    let dir = scratch();
+    let missing = baton(dir.path(), &["synth", "--check"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains(&format!("{DEF}: stale or missing")), "{}", stderr(&missing));
+
+    assert!(baton(dir.path(), &["synth"]).status.success());
+    assert!(baton(dir.path(), &["synth", "--check"]).status.success());
+
+    // A config change without a new synth is caught.
+    let config = dir.path().join("infra/workflows.yaml");
+    let text = std::fs::read_to_string(&config).unwrap().replace("timeout: 7d", "timeout: 6d");
+    std::fs::write(&config, text).unwrap();
+    let stale = baton(dir.path(), &["synth", "--check"]);
+    assert_eq!(stale.status.code(), Some(1));
+    assert!(stderr(&stale).contains("stale or missing"));
+}
+
+#[test]
+fn check_fails_when_a_token_wait_has_no_deadline_or_a_definition_is_stray() {
+    let dir = scratch();
+    assert!(baton(dir.path(), &["synth"]).status.success());
+    let path = dir.path().join(DEF);
+    let mut def: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    def["States"]["payment"].as_object_mut().unwrap().remove("TimeoutSeconds");
+    std::fs::write(&path, serde_json::to_string_pretty(&def).unwrap()).unwrap();
+    std::fs::write(dir.path().join("infra/statemachines/old.asl.json"), "{}").unwrap();
+    let out = baton(dir.path(), &["synth", "--check"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("waitForTaskToken state \"payment\" has no TimeoutSeconds"), "{err}");
+    assert!(
+        err.contains("infra/statemachines/old.asl.json: no workflow in the config generates it"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_fails_when_the_template_lacks_a_workflows_state_machine() {
+    let dir = scratch();
+    assert!(baton(dir.path(), &["synth"]).status.success());
+    let template = dir.path().join("template.yaml");
+    let text =
+        std::fs::read_to_string(&template).unwrap().replace(DEF, "infra/statemachines/elsewhere.asl.json");
+    std::fs::write(&template, text).unwrap();
+    let out = baton(dir.path(), &["synth", "--check"]);
+    assert!(
+        stderr(&out).contains(&format!("no AWS::Serverless::StateMachine has DefinitionUri {DEF}")),
+        "{}",
+        stderr(&out)
+    );
+}
