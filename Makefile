@@ -35,8 +35,12 @@ clippy:
 # The infrastructure checks: the SAM template (cfn-lint), the generated state machines (up to
 # date, no token wait without a deadline, one per workflow in the template: `baton synth
 # --check`; valid ASL: asl-validator, which cfn-lint does not look inside).
+# cfn-lint cannot follow the local AWS::Include of the OpenAPI file, so it lints the template as
+# CloudFormation sees it after the include (tools/expand-includes.py).
 lint-infra: tools
-	$(VENV)/bin/cfn-lint template.yaml
+	$(VENV)/bin/python tools/expand-includes.py template.yaml target/lint/template.yaml
+	$(VENV)/bin/cfn-lint target/lint/template.yaml
+	$(VENV)/bin/openapi-spec-validator infra/openapi.yaml
 	cargo run --quiet --locked -p baton-cli -- synth --check
 	node_modules/.bin/asl-validator $(addprefix --json-path ,$(wildcard infra/statemachines/*.asl.json))
 

@@ -202,13 +202,16 @@ impl Engine {
                 Effect::DrainInbox { step } => self.drain(workflow, key, *step, now).await?,
                 Effect::Buffer { step } => self.buffer(workflow, key, input, *step, now).await?,
                 Effect::SendTaskSuccess { token, output } => {
-                    self.resume(self.orchestrator.send_task_success(token, output).await, "success")?
+                    let sent = self.orchestrator.send_task_success(token, output).await;
+                    self.resumed(sent, "success", workflow, key, record).await?
                 }
                 Effect::SendTaskFailure { token, error, cause } => {
-                    self.resume(self.orchestrator.send_task_failure(token, error, cause).await, "failure")?
+                    let sent = self.orchestrator.send_task_failure(token, error, cause).await;
+                    self.resumed(sent, "failure", workflow, key, record).await?
                 }
                 Effect::SendTaskHeartbeat { token } => {
-                    self.resume(self.orchestrator.send_task_heartbeat(token).await, "heartbeat")?
+                    let sent = self.orchestrator.send_task_heartbeat(token).await;
+                    self.resumed(sent, "heartbeat", workflow, key, record).await?
                 }
                 Effect::StopExecution { generation, cause } => {
                     let arn = self.execution_arn(workflow, key, *generation);
@@ -234,17 +237,32 @@ impl Engine {
         Ok(())
     }
 
-    /// A resume that finds the token gone is not an error: the execution moved on (a retry of
-    /// a resume that did arrive) or ended (timed out, stopped). The record's final report says
-    /// which; the owed resume is settled either way.
-    fn resume(&self, result: Result<(), OrchestratorError>, what: &str) -> Result<(), EngineError> {
+    /// A resume that finds the token gone is not an error: the execution moved on (this resume,
+    /// or an earlier copy of it, already arrived) or it ended (timed out, failed, stopped). The
+    /// execution's status says which, and the log says so; the record's final report follows.
+    async fn resumed(
+        &self,
+        result: Result<(), OrchestratorError>,
+        what: &str,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        record: Option<&Record>,
+    ) -> Result<(), EngineError> {
         match result {
             Ok(()) => {
                 info!(resume = what, "resume delivered");
                 Ok(())
             }
             Err(OrchestratorError::TokenGone { fingerprint, code, .. }) => {
-                warn!(resume = what, token = %fingerprint, code = %code, "token gone: the execution moved on or ended; nothing more is owed");
+                let generation = record.map_or(1, |r| r.generation);
+                let arn = self.execution_arn(workflow, key, generation);
+                let status = match self.orchestrator.describe(&arn).await {
+                    Ok(info) => info.status.as_str().to_owned(),
+                    Err(e) => format!("unknown ({})", e.error_type()),
+                };
+                let classified = if status == "RUNNING" { "execution_moved_on" } else { "execution_ended" };
+                warn!(resume = what, token = %fingerprint, code = %code, execution_status = %status, classified,
+                    "token gone: nothing more is owed for this step");
                 Ok(())
             }
             Err(e) => Err(e.into()),

@@ -6,6 +6,7 @@
 //! decision out with conditional writes.
 
 pub mod asl;
+pub mod callback;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -22,3 +23,5 @@ pub mod progress;
 pub mod runtime;
 pub mod sqs;
 pub mod store;
+pub mod sweeper;
+pub mod webhook;

@@ -40,7 +40,8 @@ use crate::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
 pub const REMEMBERED_START_EVENTS: usize = 16;
 /// How long a record may sit in `pending` before the sweeper starts its execution again.
 pub const RESTART_PENDING_AFTER: Duration = Duration::minutes(2);
-/// How long a resume may stay owed (`advancing`) before the sweeper sends it again.
+/// How long a resume may stay owed (`advancing`) before the sweeper, or a retry of the input
+/// that caused it, sends it again. Shorter than this, the first sender may still be at work.
 pub const RESEND_RESUME_AFTER: Duration = Duration::seconds(30);
 
 /// A state without its data: what the transition table and DynamoDB conditions talk about.
@@ -855,12 +856,17 @@ fn on_step_input(
         if seen.hash != hash {
             return Decision::new(Outcome::Rejected(RejectReason::IdempotencyKeyReused));
         }
-        // The same input again. If it is the one that completed the step, the resume it caused
-        // may not have reached Step Functions (a crash after the write): owe it again.
+        // The same input again. If it is the one that completed the step and the resume has
+        // been owed for a while, it may never have reached Step Functions (a crash after the
+        // write): owe it again. A twin still in flight (a concurrent redelivery, or the other
+        // side of the inbox handshake) is inside the grace period and sends nothing, so the
+        // resume goes out once.
         let d = Decision::new(Outcome::Duplicate);
         return match (r.state, &r.owed, &r.token) {
             (State::Advancing { step: n }, Some(owed), Some(token))
-                if n == step && r.applied.last().is_some_and(|a| &a.id == id) =>
+                if n == step
+                    && r.applied.last().is_some_and(|a| &a.id == id)
+                    && now - r.updated_at >= RESEND_RESUME_AFTER =>
             {
                 d.effect(resume_effect(token, owed))
             }

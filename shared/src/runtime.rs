@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use aws_config::SdkConfig;
+use secrecy::{ExposeSecret, SecretString};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{Config, ConfigErrors};
@@ -17,8 +18,12 @@ use crate::orchestrator::stepfunctions::StepFunctions;
 use crate::outbound::SqsTaskPublisher;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 
-use crate::sqs::{DeadLetters, SqsHandler};
+use crate::callback::Callbacks;
+use crate::error::Classified;
+use crate::sqs::{DeadLetters, SqsHandler, error_chain};
 use crate::store::dynamodb::DynamoStore;
+use crate::sweeper::Sweeper;
+use crate::webhook::Secrets;
 
 /// The config compiled into the functions: `infra/workflows.yaml` at build time. The state
 /// machines are generated from the same file, so both change together at deploy.
@@ -37,6 +42,8 @@ pub struct Settings {
     pub outbound_queue_url: Option<String>,
     /// `BATON_CONFIG`: a workflow config file to use instead of the embedded one.
     pub config_path: Option<PathBuf>,
+    /// `BATON_WEBHOOK_SECRETS`: the callback API's `whsec_...` secrets, comma separated.
+    pub webhook_secrets: Option<SecretString>,
 }
 
 /// A setting that is missing or invalid.
@@ -81,12 +88,20 @@ impl Settings {
             dlq_url: lookup(env, "BATON_DLQ_URL"),
             outbound_queue_url: lookup(env, "BATON_OUTBOUND_QUEUE_URL"),
             config_path: lookup(env, "BATON_CONFIG").map(PathBuf::from),
+            webhook_secrets: lookup(env, "BATON_WEBHOOK_SECRETS").map(SecretString::from),
         })
     }
 
     /// The DLQ URL, required by the SQS-driven functions.
     pub fn dlq_url(&self) -> Result<&str, SettingsError> {
         self.dlq_url.as_deref().ok_or(SettingsError::Missing("BATON_DLQ_URL"))
+    }
+
+    /// The callback API's secrets, required by the callback function.
+    pub fn secrets(&self) -> Result<Secrets, SettingsError> {
+        let raw = self.webhook_secrets.as_ref().ok_or(SettingsError::Missing("BATON_WEBHOOK_SECRETS"))?;
+        Secrets::parse(raw.expose_secret())
+            .map_err(|e| SettingsError::Invalid { name: "BATON_WEBHOOK_SECRETS", problem: e.to_string() })
     }
 
     /// The workflow config: `BATON_CONFIG` when set, else the embedded one.
@@ -128,23 +143,67 @@ pub fn engine(sdk: &SdkConfig, settings: &Settings, config: Config, metrics: Met
     }
 }
 
-/// Runs an SQS-driven Lambda function: cold start (logs, settings, config, clients, engine),
-/// then the handler `make` builds, for every batch.
+/// Cold start shared by every function: logs, settings, config, clients, engine.
+async fn cold_start() -> Result<(Settings, SdkConfig, Arc<Engine>), SettingsError> {
+    init_tracing();
+    let settings = Settings::from_env()?;
+    let config = settings.config()?;
+    let sdk = aws_config::load_from_env().await;
+    let engine = Arc::new(engine(&sdk, &settings, config, Metrics::stdout()));
+    Ok((settings, sdk, engine))
+}
+
+/// Runs an SQS-driven Lambda function with the handler `make` builds.
 pub async fn serve_sqs<H, F>(make: F) -> Result<(), lambda_runtime::Error>
 where
     H: SqsHandler + 'static,
     F: FnOnce(Arc<Engine>, DeadLetters) -> H,
 {
-    init_tracing();
-    let settings = Settings::from_env()?;
-    let config = settings.config()?;
-    let sdk = aws_config::load_from_env().await;
+    let (settings, sdk, engine) = cold_start().await?;
     let dead_letters = DeadLetters::new(aws_sdk_sqs::Client::new(&sdk), settings.dlq_url()?);
-    let engine = Arc::new(engine(&sdk, &settings, config, Metrics::stdout()));
     let handler = Arc::new(make(engine, dead_letters));
     lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
         async move { Ok::<SqsBatchResponse, lambda_runtime::Error>(handler.handle(event.payload).await) }
     }))
     .await
+}
+
+/// Runs the callback function behind API Gateway (HTTP API, payload 2.0).
+pub async fn serve_callback() -> Result<(), lambda_http::Error> {
+    let (settings, _, engine) = cold_start().await?;
+    let callbacks = Arc::new(Callbacks::new(engine, settings.secrets()?));
+    lambda_http::run(lambda_http::service_fn(move |request: lambda_http::Request| {
+        let callbacks = callbacks.clone();
+        async move {
+            let answer = callbacks.handle(request.headers(), request.body().as_ref()).await;
+            Ok::<_, lambda_http::Error>(answer.into_response())
+        }
+    }))
+    .await
+}
+
+/// Runs the sweeper on its schedule. A failed sweep reports a `Diagnostic` with the stable
+/// `error_type`, so the Lambda error metric and logs name what failed.
+pub async fn serve_sweeper() -> Result<(), lambda_runtime::Error> {
+    let (_, _, engine) = cold_start().await?;
+    let sweeper = Arc::new(Sweeper::new(engine.clone()));
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |_: lambda_runtime::LambdaEvent<serde_json::Value>| {
+            let (sweeper, engine) = (sweeper.clone(), engine.clone());
+            async move {
+                sweeper
+                    .run_once(engine.now())
+                    .await
+                    .map(|report| serde_json::json!({"repaired": report.repaired, "expired": report.expired}))
+                    .map_err(|e| diagnostic(&e))
+            }
+        },
+    ))
+    .await
+}
+
+/// A classified error as Lambda reports it: the stable `error_type`, and the whole chain.
+pub fn diagnostic<E: Classified + std::error::Error>(e: &E) -> lambda_runtime::Diagnostic {
+    lambda_runtime::Diagnostic { error_type: e.error_type().to_owned(), error_message: error_chain(e) }
 }

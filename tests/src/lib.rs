@@ -8,6 +8,8 @@
 //! SDK retries are off: moto answers operations it has not implemented with an HTML 500, and
 //! retrying those only hides the real error behind `unexpected token '<'` three times over.
 
+pub mod http;
+pub mod logs;
 pub mod stack;
 pub mod system;
 

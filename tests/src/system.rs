@@ -32,8 +32,16 @@ pub struct System {
     _definitions: tempfile::TempDir,
 }
 
+/// The webhook secret end-to-end tests sign callbacks with.
+pub const TEST_SECRET: &str = "whsec_YmF0b24tZW5kLXRvLWVuZC10ZXN0LXNlY3JldA==";
+
 /// Starts baton for `config_yaml` on the emulator `make test` runs.
 pub async fn start_system(config_yaml: &str) -> System {
+    start_system_with(config_yaml, &[]).await
+}
+
+/// Starts baton with the named functions paused: their handlers are there to drive by hand.
+pub async fn start_system_with(config_yaml: &str, paused: &[&str]) -> System {
     let emulator = Emulator::from_env();
     let config = Config::parse(config_yaml).unwrap_or_else(|e| panic!("test config: {e}"));
     // The template's DefinitionUri paths, generated for this test's config.
@@ -50,11 +58,15 @@ pub async fn start_system(config_yaml: &str) -> System {
         config: config.clone(),
         root: dir.path().to_owned(),
         stack_name: unique_name("e2e"),
-        parameters: Default::default(),
+        parameters: [("WebhookSecrets".to_owned(), TEST_SECRET.to_owned())].into(),
         visibility_timeout: Some(2),
         wait_seconds: 1,
         metrics: Metrics::to(Box::new(metrics.clone())),
         clock: system_clock(),
+        paused: paused.iter().map(|p| p.to_string()).collect(),
+        http_port: 0,
+        // The sweeper is run by hand in tests, at chosen times.
+        sweep_every: Some(Duration::from_secs(3600)),
     };
     let baton =
         LocalBaton::start(&template, &clients, options).await.unwrap_or_else(|e| panic!("baton: {e:?}"));
@@ -146,6 +158,26 @@ impl System {
             .into_iter()
             .filter_map(|m| serde_json::from_str(m.body()?).ok())
             .collect()
+    }
+
+    /// POSTs a signed callback to the local HTTP API; returns the status and the JSON body.
+    pub async fn callback(&self, id: &str, body: &Value) -> (u16, Value) {
+        let text = body.to_string();
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let secrets = baton::webhook::Secrets::parse(TEST_SECRET).expect("the test secret");
+        let signature = secrets.sign(id, now, text.as_bytes());
+        let headers = [
+            ("webhook-id", id.to_owned()),
+            ("webhook-timestamp", now.to_string()),
+            ("webhook-signature", signature),
+        ];
+        self.post(&headers, text.into_bytes()).await
+    }
+
+    /// POSTs raw headers and body to `/v1/callbacks`.
+    pub async fn post(&self, headers: &[(&str, String)], body: Vec<u8>) -> (u16, Value) {
+        let url = format!("{}/v1/callbacks", self.baton.api_url.as_deref().expect("the HTTP API"));
+        crate::http::post_json(&url, headers, body).await
     }
 
     pub async fn stop(self) {

@@ -4,7 +4,6 @@
 //! mappings, and only public surfaces to drive and observe: the intake queue, the outbound
 //! queue, the dead-letter queue, Step Functions and the store.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
@@ -32,21 +31,6 @@ workflows:
         requires: [payment_ref]
         timeout: 1h
 "#;
-
-/// The JSON log lines of this test binary, as operators would read them in CloudWatch.
-fn logs() -> &'static baton::metrics::Captured {
-    static LOGS: OnceLock<baton::metrics::Captured> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let sink = baton::metrics::Captured::default();
-        let writer = sink.clone();
-        let _ = tracing_subscriber::fmt()
-            .json()
-            .with_current_span(true)
-            .with_writer(move || writer.clone())
-            .try_init();
-        sink
-    })
-}
 
 fn order_placed(id: &str, key: &str, total: u32) -> String {
     json!({
@@ -125,7 +109,7 @@ async fn the_same_event_three_times_sequentially_and_concurrently_gives_one_exec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ineligible_event_creates_nothing_and_is_counted_with_its_reason() {
-    let logs = logs();
+    let logs = baton_tests::logs::captured();
     let system = start_system(CONFIG).await;
     // Below the threshold: the pattern does not match.
     system.send_event(&order_placed("evt-small", "order-small", 10)).await;

@@ -166,9 +166,13 @@ fn given_two_required_inputs_when_they_arrive_separately_then_the_step_advances_
     let third =
         run(&p, Some(&r2), &callback("cb-3", 0, StepOutcome::Succeeded, json!({"decision": "reject"})));
     assert_eq!(third.outcome, Outcome::Ignored(IgnoreReason::StepAlreadyAdvanced));
-    let retry = run(&p, Some(&r2), &callback("cb-2", 0, StepOutcome::Succeeded, json!({"reviewer": "ann"})));
+    let same = callback("cb-2", 0, StepOutcome::Succeeded, json!({"reviewer": "ann"}));
+    let twin = run(&p, Some(&r2), &same);
+    assert_eq!((twin.outcome, twin.effects.len()), (Outcome::Duplicate, 0), "a twin in flight sends nothing");
+    let (w, k) = names();
+    let retry = decide(&p, (&w, &k), Some(&r2), &same, T0 + RESEND_RESUME_AFTER);
     assert_eq!(retry.outcome, Outcome::Duplicate);
-    assert_eq!(retry.effects, second.effects);
+    assert_eq!(retry.effects, second.effects, "a retry after the grace period re-sends the owed resume");
     // The partial one again is a plain duplicate: it caused no resume.
     let partial_again =
         run(&p, Some(&r2), &callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "approve"})));
@@ -463,6 +467,8 @@ struct World {
     advanced: HashMap<(u32, u32), u32>,
     /// Inputs buffered, by id, and whether a drain has classified them since.
     buffered: HashSet<String>,
+    /// When each token's resume was first sent.
+    first_sent: HashMap<String, OffsetDateTime>,
 }
 
 impl World {
@@ -557,7 +563,16 @@ impl World {
                     });
                 }
             }
-            Effect::SendTaskSuccess { token, .. } => self.resume(&token, true),
+            Effect::SendTaskSuccess { token, .. } => {
+                self.check_resend(&token);
+                self.resume(&token, true)
+            }
+            Effect::SendTaskFailure { token, .. }
+                if !matches!(input, Input::Cancel { .. } | Input::StepReady { .. }) =>
+            {
+                self.check_resend(&token);
+                self.resume(&token, false)
+            }
             Effect::SendTaskFailure { token, .. } => self.resume(&token, false),
             Effect::StopExecution { generation, .. } => {
                 if let Some(e) = self.executions.get_mut(&generation) {
@@ -588,6 +603,21 @@ impl World {
                 }
             }
             Effect::CreateTask { .. } | Effect::SendTaskHeartbeat { .. } | Effect::Ledger { .. } => {}
+        }
+    }
+
+    /// (4) An owed resume is sent once; it is sent again only after the grace period, when the
+    /// first sender may have crashed. A twin in flight never sends a second one.
+    fn check_resend(&mut self, token: &TaskToken) {
+        match self.first_sent.get(token.expose()) {
+            None => {
+                self.first_sent.insert(token.expose().to_owned(), self.now);
+            }
+            Some(first) => assert!(
+                self.now - *first >= RESEND_RESUME_AFTER,
+                "resume for {token:?} sent again {} after the first",
+                self.now - *first
+            ),
         }
     }
 
@@ -724,6 +754,7 @@ proptest! {
             inbox: Vec::new(),
             advanced: HashMap::new(),
             buffered: HashSet::new(),
+            first_sent: HashMap::new(),
         };
         for a in &actions {
             world.act(a);

@@ -10,23 +10,29 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::mapping::{self, Mapping};
 use super::provision::{Clients, ProvisionError, Provisioned, provision};
 use super::template::Template;
+use crate::callback::Callbacks;
 use crate::config::Config;
 use crate::engine::{Clock, Engine};
+use crate::error::Classified;
 use crate::intake::Intake;
 use crate::metrics::Metrics;
 use crate::orchestrator::stepfunctions::StepFunctions;
 use crate::outbound::SqsTaskPublisher;
 use crate::progress::Progress;
 use crate::runtime::{Settings, SettingsError};
+use crate::sqs::error_chain;
 use crate::sqs::{DeadLetters, SqsHandler};
 use crate::store::dynamodb::DynamoStore;
+use crate::sweeper::Sweeper;
 
 /// How to run baton locally.
 pub struct LocalOptions {
@@ -43,6 +49,13 @@ pub struct LocalOptions {
     pub wait_seconds: i32,
     pub metrics: Metrics,
     pub clock: Clock,
+    /// Functions (logical ids) whose event source mappings (or schedule) are not started: a
+    /// test drives their handlers by hand.
+    pub paused: Vec<String>,
+    /// Where the HTTP API listens (port 0: any free port on 127.0.0.1).
+    pub http_port: u16,
+    /// How often the sweeper runs; `None` follows the template's schedule.
+    pub sweep_every: Option<Duration>,
 }
 
 /// A running local baton.
@@ -52,6 +65,12 @@ pub struct LocalBaton {
     pub engines: BTreeMap<String, Arc<Engine>>,
     /// Per function (logical id), its SQS handler.
     pub handlers: BTreeMap<String, Arc<dyn SqsHandler>>,
+    /// The callback handler, when the template has the callback function.
+    pub callbacks: Option<Arc<Callbacks>>,
+    /// The sweeper, when the template has the sweeper function.
+    pub sweeper: Option<Arc<Sweeper>>,
+    /// The HTTP API's base URL (`http://127.0.0.1:<port>`), when it has routes.
+    pub api_url: Option<String>,
     stop: watch::Sender<bool>,
     pollers: Vec<JoinHandle<()>>,
 }
@@ -71,6 +90,16 @@ pub enum LocalError {
     UnknownBinary { function: String, binary: String },
     #[error("function {function} is triggered by queue {queue}, which the template does not declare")]
     UnknownQueue { function: String, queue: String },
+    #[error(
+        "function {function} has schedule {expression:?}; locally only rate(N minute[s]|hour[s]|day[s]) runs"
+    )]
+    Schedule { function: String, expression: String },
+    #[error("cannot serve the HTTP API on 127.0.0.1:{port}")]
+    Http {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl LocalBaton {
@@ -87,9 +116,13 @@ impl LocalBaton {
             provisioned,
             engines: BTreeMap::new(),
             handlers: BTreeMap::new(),
+            callbacks: None,
+            sweeper: None,
+            api_url: None,
             stop,
             pollers: Vec::new(),
         };
+        let mut routes: Vec<(String, String)> = Vec::new();
         let config = Arc::new(options.config);
         for function in &template.functions {
             let env = baton.provisioned.function_env.get(&function.logical_id).cloned().unwrap_or_default();
@@ -114,20 +147,54 @@ impl LocalBaton {
                 })?;
                 Ok(DeadLetters::new(clients.sqs.clone(), url))
             };
-            let handler: Arc<dyn SqsHandler> = match function.binary.as_str() {
-                "baton-intake" => Arc::new(Intake::new(engine.clone(), dead_letters()?)),
-                "baton-progress" => Arc::new(Progress::new(engine.clone(), dead_letters()?)),
+            let function_id = function.logical_id.clone();
+            let handler: Option<Arc<dyn SqsHandler>> = match function.binary.as_str() {
+                "baton-intake" => Some(Arc::new(Intake::new(engine.clone(), dead_letters()?))),
+                "baton-progress" => Some(Arc::new(Progress::new(engine.clone(), dead_letters()?))),
+                "baton-callback" => {
+                    let secrets = settings
+                        .secrets()
+                        .map_err(|source| LocalError::Settings { function: function_id.clone(), source })?;
+                    baton.callbacks = Some(Arc::new(Callbacks::new(engine.clone(), secrets)));
+                    routes.extend(function.http_events.iter().map(|e| (e.method.clone(), e.path.clone())));
+                    None
+                }
+                "baton-sweeper" => {
+                    let sweeper = Arc::new(Sweeper::new(engine.clone()));
+                    let every = match (options.sweep_every, function.schedule_events.first()) {
+                        (Some(every), _) => every,
+                        (None, Some(s)) => rate(&s.expression).ok_or_else(|| LocalError::Schedule {
+                            function: function_id.clone(),
+                            expression: s.expression.clone(),
+                        })?,
+                        (None, None) => Duration::from_secs(60),
+                    };
+                    if !options.paused.contains(&function_id) {
+                        baton.pollers.push(tokio::spawn(sweep_every(
+                            sweeper.clone(),
+                            every,
+                            stopped.clone(),
+                        )));
+                    }
+                    baton.sweeper = Some(sweeper);
+                    None
+                }
                 other => {
                     return Err(LocalError::UnknownBinary {
-                        function: function.logical_id.clone(),
+                        function: function_id,
                         binary: other.to_owned(),
                     });
                 }
             };
-            for event in &function.sqs_events {
+            let paused = options.paused.contains(&function_id);
+            if paused {
+                info!(function = %function_id, "paused: its event source mappings are not started");
+            }
+            for event in function.sqs_events.iter().filter(|_| !paused) {
+                let Some(handler) = handler.clone() else { break };
                 let queue = baton.provisioned.queues.get(&event.queue_logical_id).ok_or_else(|| {
                     LocalError::UnknownQueue {
-                        function: function.logical_id.clone(),
+                        function: function_id.clone(),
                         queue: event.queue_logical_id.clone(),
                     }
                 })?;
@@ -138,16 +205,24 @@ impl LocalBaton {
                     wait_seconds: options.wait_seconds,
                     visibility_timeout: options.visibility_timeout,
                 };
-                info!(function = %function.logical_id, queue = %queue.name, batch_size = m.batch_size, "event source mapping started");
+                info!(function = %function_id, queue = %queue.name, batch_size = m.batch_size, "event source mapping started");
                 baton.pollers.push(tokio::spawn(mapping::run(
                     clients.sqs.clone(),
                     m,
-                    handler.clone(),
+                    handler,
                     stopped.clone(),
                 )));
             }
+            if let Some(handler) = handler {
+                baton.handlers.insert(function_id.clone(), handler);
+            }
             baton.engines.insert(function.logical_id.clone(), engine);
-            baton.handlers.insert(function.logical_id.clone(), handler);
+        }
+        if let (Some(callbacks), false) = (baton.callbacks.clone(), routes.is_empty()) {
+            let (url, server) = serve_http(callbacks, &routes, options.http_port, stopped.clone()).await?;
+            info!(url = %url, routes = ?routes, "HTTP API listening");
+            baton.api_url = Some(url);
+            baton.pollers.push(server);
         }
         Ok(baton)
     }
@@ -163,5 +238,91 @@ impl LocalBaton {
         for poller in self.pollers {
             let _ = poller.await;
         }
+    }
+}
+
+/// Parses `rate(N minute|minutes|hour|hours|day|days)`, the schedules SAM templates use.
+pub fn rate(expression: &str) -> Option<Duration> {
+    let inner = expression.strip_prefix("rate(")?.strip_suffix(')')?;
+    let (n, unit) = inner.trim().split_once(' ')?;
+    let n: u64 = n.parse().ok()?;
+    let unit = match unit.trim() {
+        "minute" | "minutes" => 60,
+        "hour" | "hours" => 3600,
+        "day" | "days" => 86_400,
+        _ => return None,
+    };
+    Some(Duration::from_secs(n * unit))
+}
+
+async fn sweep_every(sweeper: Arc<Sweeper>, every: Duration, mut stop: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.changed() => return,
+        }
+        if let Err(e) = sweeper.run_once(sweeper.now()).await {
+            warn!(error_type = e.error_type(), error = %error_chain(&e), "sweep failed; the next one retries");
+        }
+    }
+}
+
+/// API Gateway's payload limit: larger bodies never reach the function.
+const GATEWAY_MAX_BODY: usize = 10 * 1024 * 1024;
+
+/// Serves the template's HTTP routes on 127.0.0.1, as API Gateway would.
+async fn serve_http(
+    callbacks: Arc<Callbacks>,
+    routes: &[(String, String)],
+    port: u16,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(String, JoinHandle<()>), LocalError> {
+    let mut router = axum::Router::new();
+    for (method, path) in routes {
+        let method = http::Method::from_bytes(method.as_bytes()).unwrap_or(http::Method::POST);
+        let filter =
+            axum::routing::MethodFilter::try_from(method).unwrap_or(axum::routing::MethodFilter::POST);
+        let callbacks = callbacks.clone();
+        router = router.route(
+            path,
+            axum::routing::on(filter, move |headers: http::HeaderMap, body: axum::body::Bytes| {
+                let callbacks = callbacks.clone();
+                async move {
+                    let (parts, body) = callbacks.handle(&headers, &body).await.into_response().into_parts();
+                    axum::response::Response::from_parts(parts, axum::body::Body::from(body))
+                }
+            }),
+        );
+    }
+    let router = router.layer(axum::extract::DefaultBodyLimit::max(GATEWAY_MAX_BODY));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|source| LocalError::Http { port, source })?;
+    let addr = listener.local_addr().map_err(|source| LocalError::Http { port, source })?;
+    let server = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop.changed().await;
+        };
+        if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+            warn!(error = %e, "HTTP API stopped");
+        }
+    });
+    Ok((format!("http://{addr}"), server))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_as_sam_writes_them() {
+        assert_eq!(rate("rate(1 minute)"), Some(Duration::from_secs(60)));
+        assert_eq!(rate("rate(5 minutes)"), Some(Duration::from_secs(300)));
+        assert_eq!(rate("rate(2 hours)"), Some(Duration::from_secs(7200)));
+        assert_eq!(rate("cron(0 * * * ? *)"), None);
+        assert_eq!(rate("rate(1 fortnight)"), None);
     }
 }

@@ -1,0 +1,378 @@
+//! The callback use case: `POST /v1/callbacks`, as DESIGN.md §3's table answers it.
+//!
+//! Order of checks, each with its own answer: size (413), signature (401), body (400), workflow
+//! and step (404), then the idempotency receipt and the lifecycle.
+//!
+//! **Exactly once.** The receipt (`webhook-id`, payload hash, `pending`) is written before the
+//! effect and completed with the answer after it:
+//!
+//! ```text
+//!  put receipt (pending) ──► engine.submit (record write, resume) ──► receipt done + answer
+//!        │ exists, done: the first answer again, duplicate: true
+//!        │ exists, other hash: 409 idempotency_key_reused
+//!        │ exists, pending: a crash (or a twin in flight) — run the apply again; the record's
+//!        │                  conditions make it idempotent
+//! ```
+//!
+//! Nothing is half-applied: when a dependency fails, the receipt stays `pending`, the caller
+//! gets 503 with `Retry-After`, and its retry runs the apply again.
+
+use std::sync::Arc;
+
+use http::{HeaderMap, StatusCode};
+use serde_json::{Map, Value, json};
+use time::Duration;
+use tracing::{error, info, instrument, warn};
+
+use crate::engine::{Engine, payload_hash};
+use crate::error::Classified;
+use crate::ids::{CorrelationKey, EventId};
+use crate::lifecycle::{Input, Outcome, RejectReason, Source, StepOutcome};
+use crate::sqs::error_chain;
+use crate::store::{Claim, Receipt, ReceiptStatus};
+use crate::webhook::{ID_HEADER, SIGNATURE_HEADER, Secrets, TIMESTAMP_HEADER};
+
+/// The largest body accepted. Inputs live in the workflow record, whose DynamoDB item is
+/// limited to 400 KB, so a callback's data is kept well below that.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// How long a receipt answers duplicates: longer than any sender's retry schedule.
+pub const RECEIPT_TTL: Duration = Duration::days(7);
+/// What a 503 asks the caller to wait.
+pub const RETRY_AFTER_SECONDS: u32 = 5;
+
+/// An HTTP answer: status, JSON body, and `Retry-After` on 503.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Value,
+    pub retry_after: Option<u32>,
+}
+
+impl Answer {
+    fn new(status: StatusCode, body: Value) -> Answer {
+        Answer { status, body, retry_after: None }
+    }
+
+    fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Answer {
+        Answer::new(status, json!({"error": code, "message": message.into()}))
+    }
+
+    fn field(code: &str, field: &str, message: impl Into<String>) -> Answer {
+        Answer::new(
+            StatusCode::BAD_REQUEST,
+            json!({"error": code, "field": field, "message": message.into()}),
+        )
+    }
+
+    /// The answer as an `http` response.
+    pub fn into_response(self) -> http::Response<String> {
+        let mut builder =
+            http::Response::builder().status(self.status).header("content-type", "application/json");
+        if let Some(seconds) = self.retry_after {
+            builder = builder.header("retry-after", seconds.to_string());
+        }
+        builder.body(self.body.to_string()).unwrap_or_else(|_| http::Response::new(String::new()))
+    }
+}
+
+/// A callback body, validated.
+struct Callback {
+    workflow: String,
+    key: CorrelationKey,
+    step: String,
+    outcome: StepOutcome,
+    data: Map<String, Value>,
+}
+
+/// The callback handler.
+pub struct Callbacks {
+    engine: Arc<Engine>,
+    secrets: Secrets,
+}
+
+impl Callbacks {
+    pub fn new(engine: Arc<Engine>, secrets: Secrets) -> Self {
+        Callbacks { engine, secrets }
+    }
+
+    /// Answers one `POST /v1/callbacks`.
+    #[instrument(skip_all, fields(input = header(headers, ID_HEADER).unwrap_or("")))]
+    pub async fn handle(&self, headers: &HeaderMap, body: &[u8]) -> Answer {
+        let now = self.engine.now();
+        if body.len() > MAX_BODY_BYTES {
+            return Answer::error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("the body is {} bytes; the limit is {MAX_BODY_BYTES}", body.len()),
+            );
+        }
+        let id = header(headers, ID_HEADER);
+        if let Err(e) = self.secrets.verify(
+            id,
+            header(headers, TIMESTAMP_HEADER),
+            header(headers, SIGNATURE_HEADER),
+            body,
+            now,
+        ) {
+            warn!(reason = e.code(), "callback refused: {e}");
+            return Answer::error(StatusCode::UNAUTHORIZED, e.code(), e.to_string());
+        }
+        let id = match EventId::parse(id.unwrap_or_default()) {
+            Ok(id) => id,
+            Err(e) => return Answer::error(StatusCode::BAD_REQUEST, "invalid_webhook_id", e.to_string()),
+        };
+        let callback = match parse_body(body) {
+            Ok(c) => c,
+            Err(answer) => return answer,
+        };
+        let Some(workflow) = self.engine.config.workflow(&callback.workflow) else {
+            return Answer::error(
+                StatusCode::NOT_FOUND,
+                "unknown_workflow",
+                format!("no workflow named {:?}", callback.workflow),
+            );
+        };
+        let Some(step) = workflow.step_index(&callback.step) else {
+            return Answer::error(
+                StatusCode::NOT_FOUND,
+                "unknown_step",
+                format!("workflow {} has no step named {:?}", workflow.name, callback.step),
+            );
+        };
+
+        let hash = payload_hash(body);
+        let receipt = Receipt {
+            workflow: workflow.name.clone(),
+            key: callback.key.clone(),
+            id: id.clone(),
+            hash: hash.clone(),
+            status: ReceiptStatus::Pending,
+            answer: None,
+            created_at: now,
+            expires_at: now + RECEIPT_TTL,
+        };
+        match self.engine.store.put_receipt(&receipt).await {
+            Ok(Claim::Acquired) => {}
+            Ok(Claim::Exists(stored)) if stored.hash != hash => return reused(&id),
+            Ok(Claim::Exists(stored)) => {
+                if let (ReceiptStatus::Done, Some(first)) = (stored.status, &stored.answer) {
+                    info!("duplicate callback: answering as the first time");
+                    return stored_answer(first);
+                }
+                info!("receipt pending: applying again (an earlier attempt did not finish)");
+            }
+            Err(e) => return self.failed(&e),
+        }
+
+        let input = Input::StepInput {
+            id,
+            hash,
+            source: Source::Callback,
+            step,
+            outcome: callback.outcome,
+            data: callback.data,
+        };
+        let submitted = match self.engine.submit(workflow, &callback.key, &input, now).await {
+            Ok(s) => s,
+            Err(e) => return self.failed(&e),
+        };
+        let state = submitted.record.as_ref().map(|r| r.state.to_string());
+        let base = |status: &str| {
+            json!({
+                "status": status, "workflow": workflow.name.as_str(), "key": callback.key.as_str(),
+                "step": callback.step, "state": state, "duplicate": false,
+            })
+        };
+        let answer = match submitted.outcome() {
+            Outcome::Applied => Answer::new(StatusCode::OK, base("applied")),
+            Outcome::Buffered => Answer::new(StatusCode::ACCEPTED, base("buffered")),
+            Outcome::Ignored(reason) => {
+                let mut body = base("ignored");
+                body["reason"] = json!(reason.as_str());
+                Answer::new(StatusCode::OK, body)
+            }
+            // The record has this input already (its receipt was lost or expired): the effect
+            // happened once; say so without completing someone else's receipt.
+            Outcome::Duplicate => {
+                let mut body = base("applied");
+                body["duplicate"] = json!(true);
+                return Answer::new(StatusCode::OK, body);
+            }
+            Outcome::Rejected(RejectReason::IdempotencyKeyReused) => return reused(&receipt.id),
+            Outcome::Rejected(RejectReason::UnknownStep) => {
+                return Answer::error(
+                    StatusCode::NOT_FOUND,
+                    "unknown_step",
+                    "the step is not in the workflow",
+                );
+            }
+        };
+        let stored = json!({"http_status": answer.status.as_u16(), "body": answer.body});
+        if let Err(e) = self.engine.store.complete_receipt(&receipt, &stored).await {
+            // The effect is done; only the cached answer is missing. A retry re-applies
+            // idempotently and answers the same.
+            warn!(error = %error_chain(&e), "cannot complete the receipt");
+        }
+        answer
+    }
+
+    fn failed<E: Classified + std::error::Error>(&self, e: &E) -> Answer {
+        if e.retryable() {
+            warn!(error_type = e.error_type(), error = %error_chain(e), "dependency unavailable; asking the caller to retry");
+            Answer {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                body: json!({"error": "unavailable", "message": "a dependency is unavailable; nothing was applied, retry later"}),
+                retry_after: Some(RETRY_AFTER_SECONDS),
+            }
+        } else {
+            error!(error_type = e.error_type(), error = %error_chain(e), "callback failed");
+            Answer::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the callback could not be processed",
+            )
+        }
+    }
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn reused(id: &EventId) -> Answer {
+    Answer::error(
+        StatusCode::CONFLICT,
+        "idempotency_key_reused",
+        format!("webhook-id {id} was used before with a different payload"),
+    )
+}
+
+fn stored_answer(first: &Value) -> Answer {
+    let status = first["http_status"]
+        .as_u64()
+        .and_then(|s| u16::try_from(s).ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::OK);
+    let mut body = first["body"].clone();
+    body["duplicate"] = json!(true);
+    Answer::new(status, body)
+}
+
+/// Validates the JSON body, naming the first bad field.
+fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| Answer::field("invalid_body", "", format!("the body is not JSON: {e}")))?;
+    let Value::Object(mut map) = value else {
+        return Err(Answer::field("invalid_body", "", "the body must be a JSON object"));
+    };
+    const FIELDS: [&str; 7] = ["workflow", "key", "step", "outcome", "data", "error", "cause"];
+    if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(Answer::field(
+            "invalid_body",
+            unknown,
+            format!("unknown field {unknown:?}; expected: {}", FIELDS.join(", ")),
+        ));
+    }
+    let mut text = |name: &'static str, required: bool| -> Result<Option<String>, Answer> {
+        match map.remove(name) {
+            None | Some(Value::Null) if required => {
+                Err(Answer::field("invalid_body", name, format!("{name} is required")))
+            }
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s)),
+            Some(_) => Err(Answer::field("invalid_body", name, format!("{name} must be a non-empty string"))),
+        }
+    };
+    let workflow = text("workflow", true)?.unwrap_or_default();
+    let key_text = text("key", true)?.unwrap_or_default();
+    let step = text("step", true)?.unwrap_or_default();
+    let outcome = text("outcome", true)?.unwrap_or_default();
+    let error = text("error", false)?;
+    let cause = text("cause", false)?;
+    let key =
+        CorrelationKey::parse(key_text).map_err(|e| Answer::field("invalid_body", "key", e.to_string()))?;
+    let outcome = match outcome.as_str() {
+        "succeeded" => StepOutcome::Succeeded,
+        "in_progress" => StepOutcome::InProgress,
+        "failed" => StepOutcome::Failed {
+            error: error.unwrap_or_else(|| "baton.CallbackFailed".into()),
+            cause: cause.unwrap_or_default(),
+        },
+        other => {
+            return Err(Answer::field(
+                "invalid_body",
+                "outcome",
+                format!("outcome {other:?} is not one of succeeded, failed, in_progress"),
+            ));
+        }
+    };
+    let data = match map.remove("data") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(data)) => data,
+        Some(_) => return Err(Answer::field("invalid_body", "data", "data must be a JSON object")),
+    };
+    Ok(Callback { workflow, key, step, outcome, data })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(body: &str) -> (String, String) {
+        let answer = parse_body(body.as_bytes()).err().expect("an error");
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+        (
+            answer.body["field"].as_str().unwrap().to_owned(),
+            answer.body["message"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    #[test]
+    fn a_malformed_body_is_refused_naming_the_field() {
+        assert_eq!(field_of("[1]").0, "");
+        assert_eq!(field_of("{nope").0, "");
+        assert_eq!(field_of(r#"{"key":"k","step":"s","outcome":"succeeded"}"#).0, "workflow");
+        assert_eq!(
+            field_of(r#"{"workflow":"w","key":"has space","step":"s","outcome":"succeeded"}"#).0,
+            "key"
+        );
+        let (field, message) = field_of(r#"{"workflow":"w","key":"k","step":"s","outcome":"done"}"#);
+        assert_eq!(field, "outcome");
+        assert!(message.contains("succeeded, failed, in_progress"), "{message}");
+        assert_eq!(
+            field_of(r#"{"workflow":"w","key":"k","step":"s","outcome":"succeeded","data":[1]}"#).0,
+            "data"
+        );
+        assert_eq!(
+            field_of(r#"{"workflow":"w","key":"k","step":"s","outcome":"succeeded","extra":1}"#).0,
+            "extra"
+        );
+        assert_eq!(field_of(r#"{"workflow":5,"key":"k","step":"s","outcome":"succeeded"}"#).0, "workflow");
+    }
+
+    #[test]
+    fn a_failed_outcome_carries_error_and_cause() {
+        let c = parse_body(
+            br#"{"workflow":"w","key":"k","step":"s","outcome":"failed","error":"Rejected","cause":"fraud"}"#,
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(c.outcome, StepOutcome::Failed { error: "Rejected".into(), cause: "fraud".into() });
+    }
+
+    #[test]
+    fn a_stored_answer_comes_back_marked_as_a_duplicate() {
+        let a =
+            stored_answer(&json!({"http_status": 202, "body": {"status": "buffered", "duplicate": false}}));
+        assert_eq!(a.status, StatusCode::ACCEPTED);
+        assert_eq!(a.body, json!({"status": "buffered", "duplicate": true}));
+    }
+
+    #[test]
+    fn a_503_carries_retry_after() {
+        let r = Answer { status: StatusCode::SERVICE_UNAVAILABLE, body: json!({}), retry_after: Some(5) }
+            .into_response();
+        assert_eq!(r.headers().get("retry-after").unwrap(), "5");
+        assert_eq!(r.headers().get("content-type").unwrap(), "application/json");
+    }
+}

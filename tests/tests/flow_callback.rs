@@ -1,0 +1,414 @@
+//! End to end, on the emulator: callbacks applied exactly once, early, twice or late (issue 5).
+//!
+//! Callbacks go over HTTP to the local API, signed as a sender signs them; events go to the
+//! intake queue; the state machines really execute. Resumes are counted from baton's own logs
+//! ("resume delivered"), because the emulator accepts a second resume silently and so cannot be
+//! trusted to reveal one.
+
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use baton::ids::{CorrelationKey, WorkflowName};
+use baton::lifecycle::{self, Cause, IgnoreReason, Input, State};
+use baton::store::{InboxStatus, WorkflowStore};
+use baton_tests::logs::{captured, resumes_delivered};
+use baton_tests::system::{System, TEST_SECRET, eventually, start_system, start_system_with};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+const CONFIG: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        task: { title: "Review order {key}", queue: risk-review }
+        requires: [decision, reviewer]
+        timeout: 1h
+      - name: payment
+        requires: [payment_ref]
+        accepts_events: { type: ["payment.settled"] }
+        timeout: 1h
+"#;
+
+fn placed(key: &str) -> String {
+    json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop", "type": "order.placed", "subject": key})
+        .to_string()
+}
+
+fn cb(key: &str, step: &str, outcome: &str, data: Value) -> Value {
+    json!({"workflow": "order-review", "key": key, "step": step, "outcome": outcome, "data": data})
+}
+
+async fn state_is(
+    system: &System,
+    key: &str,
+    what: &str,
+    want: impl Fn(&lifecycle::Record) -> bool,
+) -> lifecycle::Record {
+    eventually(what, WAIT, || async { system.record("order-review", key).await.filter(|r| want(r)) }).await
+}
+
+fn names(key: &str) -> (WorkflowName, CorrelationKey) {
+    (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse(key).unwrap())
+}
+
+async fn ledger_reasons(system: &System, key: &str) -> Vec<IgnoreReason> {
+    let (w, k) = names(key);
+    system.store.trace(&w, &k).await.unwrap().ledger.iter().map(|l| l.reason).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callbacks_and_an_event_complete_both_steps_and_the_workflow_succeeds() {
+    captured();
+    let system = start_system(CONFIG).await;
+    system.send_event(&placed("k-happy")).await;
+    state_is(&system, "k-happy", "waiting on review", |r| r.state == State::Waiting { step: 0 }).await;
+
+    // Two callbacks, each supplying one of the two required inputs: one advance, after the second.
+    let (status, body) = system
+        .callback("cb-1", &cb("k-happy", "manual-review", "succeeded", json!({"decision": "approve"})))
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str(), body["state"].as_str()),
+        (200, Some("applied"), Some("waiting{0}")),
+        "{body}"
+    );
+    assert_eq!(resumes_delivered("k-happy"), 0, "one input of two does not advance");
+    let (status, body) = system
+        .callback("cb-2", &cb("k-happy", "manual-review", "succeeded", json!({"reviewer": "ann"})))
+        .await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("advancing{0}")), "{body}");
+
+    let waiting =
+        state_is(&system, "k-happy", "waiting on payment", |r| r.state == State::Waiting { step: 1 }).await;
+    assert!(waiting.inputs.is_empty(), "inputs are per step");
+    // A domain event supplies the payment step's input, as a callback would.
+    let settled = json!({"specversion": "1.0", "id": "pay-1", "source": "psp", "type": "payment.settled",
+        "subject": "k-happy", "data": {"payment_ref": "pay-77"}});
+    system.send_event(&settled.to_string()).await;
+    let done = state_is(&system, "k-happy", "succeeded", |r| r.state == State::Succeeded).await;
+    assert_eq!(resumes_delivered("k-happy"), 2);
+    let causes: Vec<Cause> = done.history.iter().map(|a| a.cause).collect();
+    assert_eq!(
+        causes,
+        [
+            Cause::Start,
+            Cause::StepReady,
+            Cause::Merge,
+            Cause::Complete,
+            Cause::StepReady,
+            Cause::Complete,
+            Cause::ReportSucceeded
+        ]
+    );
+    let execution = &system.executions("order-review").await[0];
+    assert_eq!(execution.status().as_str(), "SUCCEEDED");
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_webhook_id_gets_the_first_answer_and_a_reused_one_gets_409() {
+    captured();
+    let system = start_system(CONFIG).await;
+    system.send_event(&placed("k-dup")).await;
+    state_is(&system, "k-dup", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+    let body = cb("k-dup", "manual-review", "succeeded", json!({"decision": "approve", "reviewer": "bob"}));
+    let (first_status, first) = system.callback("cb-dup", &body).await;
+    let (again_status, again) = system.callback("cb-dup", &body).await;
+    assert_eq!(first_status, 200);
+    assert_eq!(again_status, 200);
+    assert_eq!(first["duplicate"], false);
+    assert_eq!(again["duplicate"], true);
+    let mut same = again.clone();
+    same["duplicate"] = json!(false);
+    assert_eq!(same, first, "the first answer again");
+
+    let (status, conflict) = system
+        .callback("cb-dup", &cb("k-dup", "manual-review", "succeeded", json!({"decision": "reject"})))
+        .await;
+    assert_eq!((status, conflict["error"].as_str()), (409, Some("idempotency_key_reused")), "{conflict}");
+
+    state_is(&system, "k-dup", "waiting on payment", |r| r.state == State::Waiting { step: 1 }).await;
+    assert_eq!(resumes_delivered("k-dup"), 1, "one resume");
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_before_the_start_event_is_buffered_then_applied_once() {
+    captured();
+    let system = start_system(CONFIG).await;
+    let body = cb("k-early", "manual-review", "succeeded", json!({"decision": "approve", "reviewer": "cy"}));
+    let (status, answer) = system.callback("cb-early", &body).await;
+    assert_eq!((status, answer["status"].as_str()), (202, Some("buffered")), "{answer}");
+    let (status, again) = system.callback("cb-early", &body).await;
+    assert_eq!((status, again["duplicate"].as_bool()), (202, Some(true)));
+
+    system.send_event(&placed("k-early")).await;
+    let r = state_is(&system, "k-early", "the buffered callback applied", |r| {
+        r.state == State::Waiting { step: 1 }
+    })
+    .await;
+    assert_eq!(r.history.iter().filter(|a| a.cause == Cause::Complete).count(), 1);
+    assert_eq!(resumes_delivered("k-early"), 1);
+    let (w, k) = names("k-early");
+    let inbox = system.store.trace(&w, &k).await.unwrap().inbox;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0].status, InboxStatus::Applied);
+    system.stop().await;
+}
+
+/// The lost wake-up race: a callback and the step_ready that makes its step wait land at the
+/// same moment, 50 times. Each time there is exactly one resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_callback_racing_step_ready_resumes_exactly_once_in_each_of_50_rounds() {
+    captured();
+    let system = start_system_with(CONFIG, &["ProgressFunction"]).await;
+    let progress = system.baton.handlers.get("ProgressFunction").expect("progress").clone();
+    let progress_url = system.queue_url("ProgressQueue");
+    for round in 0..50 {
+        let key = format!("k-race-{round}");
+        system.send_event(&placed(&key)).await;
+        // Take this round's step_ready off the progress queue by hand.
+        let message = eventually("the step_ready message", WAIT, || async {
+            let out = system
+                .sqs
+                .receive_message()
+                .queue_url(&progress_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .unwrap();
+            let mut found = None;
+            for m in out.messages.unwrap_or_default() {
+                let body: Value = serde_json::from_str(m.body().unwrap_or("{}")).unwrap_or_default();
+                system
+                    .sqs
+                    .delete_message()
+                    .queue_url(&progress_url)
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+                if body["key"] == key.as_str() && body["kind"] == "step_ready" && body["step"] == 0 {
+                    found = Some(m);
+                }
+            }
+            found
+        })
+        .await;
+        let event =
+            baton::local::mapping::to_event(&[message], "arn:aws:sqs:us-east-1:123456789012:progress");
+        let body = cb(&key, "manual-review", "succeeded", json!({"decision": "ok", "reviewer": "race"}));
+        let id = format!("cb-{key}");
+        let (ready, (status, answer)) = tokio::join!(progress.handle(event), system.callback(&id, &body));
+        assert!(ready.batch_item_failures.is_empty(), "round {round}: {ready:?}");
+        assert!(status == 200 || status == 202, "round {round}: {status} {answer}");
+        let r = state_is(&system, &key, "advanced", |r| r.state == State::Advancing { step: 0 }).await;
+        assert_eq!(r.history.iter().filter(|a| a.cause == Cause::Complete).count(), 1, "round {round}");
+        eventually(&format!("round {round}: one resume"), WAIT, || async {
+            (resumes_delivered(&key) == 1).then_some(())
+        })
+        .await;
+    }
+    // Nothing more arrives late: every round still has exactly one resume.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for round in 0..50 {
+        assert_eq!(resumes_delivered(&format!("k-race-{round}")), 1, "round {round}");
+    }
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_callbacks_after_the_end_or_a_timeout_are_ignored_and_ledgered() {
+    captured();
+    let quick = CONFIG.replacen("timeout: 1h", "timeout: 1s", 1);
+    let system = start_system(&quick).await;
+    system.send_event(&placed("k-late")).await;
+    state_is(&system, "k-late", "timed out", |r| r.state == State::TimedOut).await;
+    let (status, body) = system
+        .callback("cb-late", &cb("k-late", "manual-review", "succeeded", json!({"decision": "x"})))
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str(), body["reason"].as_str()),
+        (200, Some("ignored"), Some("terminal")),
+        "{body}"
+    );
+    assert_eq!(ledger_reasons(&system, "k-late").await, [IgnoreReason::Terminal]);
+    assert_eq!(resumes_delivered("k-late"), 0);
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_outcome_ends_the_workflow_failed() {
+    captured();
+    let system = start_system(CONFIG).await;
+    system.send_event(&placed("k-fail")).await;
+    state_is(&system, "k-fail", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+    let failed = json!({"workflow": "order-review", "key": "k-fail", "step": "manual-review", "outcome": "failed",
+        "error": "Rejected", "cause": "fraud suspected"});
+    let (status, body) = system.callback("cb-fail", &failed).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("advancing{0}")), "{body}");
+    let r = state_is(&system, "k-fail", "failed", |r| r.state == State::Failed).await;
+    assert_eq!(r.history.last().unwrap().cause, Cause::ReportFailed);
+    assert_eq!(system.executions("order-review").await[0].status().as_str(), "FAILED");
+    // After the end, the same step's callback is ledgered, not applied.
+    let (_, late) = system.callback("cb-after", &cb("k-fail", "manual-review", "succeeded", json!({}))).await;
+    assert_eq!(late["reason"], "terminal");
+    system.stop().await;
+}
+
+/// Fault injection: the callback's `advancing` write lands, then the process dies before
+/// SendTaskSuccess. The sweeper finds the owed resume and sends it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_the_advancing_write_and_the_resume_is_repaired_by_the_sweeper() {
+    captured();
+    let system = start_system(CONFIG).await;
+    system.send_event(&placed("k-crash")).await;
+    let waiting = state_is(&system, "k-crash", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+
+    // The write half of a callback, then "crash": no effects carried out.
+    let engine = system.engine();
+    let workflow = engine.config.workflow("order-review").unwrap();
+    let (w, k) = names("k-crash");
+    let input = Input::StepInput {
+        id: baton::ids::EventId::parse("cb-crash").unwrap(),
+        hash: "h".into(),
+        source: lifecycle::Source::Callback,
+        step: 0,
+        outcome: lifecycle::StepOutcome::Succeeded,
+        data: json!({"decision": "ok", "reviewer": "dee"}).as_object().unwrap().clone(),
+    };
+    let decision = lifecycle::decide(&workflow.plan(), (&w, &k), Some(&waiting), &input, engine.now());
+    assert_eq!(
+        system.store.apply(decision.write.as_ref().unwrap()).await.unwrap(),
+        baton::store::Applied::Written
+    );
+    assert_eq!(resumes_delivered("k-crash"), 0);
+
+    let sweeper = system.baton.sweeper.clone().expect("the sweeper");
+    // Too early: a resume in flight is not re-sent.
+    let early = sweeper.run_once(engine.now()).await.unwrap();
+    assert_eq!(early.repaired, 0);
+    let later = engine.now() + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
+    let report = sweeper.run_once(later).await.unwrap();
+    assert_eq!(report.repaired, 1, "{report:?}");
+    state_is(&system, "k-crash", "the next step waiting", |r| r.state == State::Waiting { step: 1 }).await;
+    assert_eq!(resumes_delivered("k-crash"), 1, "exactly one resume");
+    // Sweeping again finds nothing owed.
+    assert_eq!(sweeper.run_once(later + time::Duration::minutes(5)).await.unwrap().repaired, 0);
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffered_callback_whose_step_never_waits_expires_into_the_ledger() {
+    captured();
+    let system = start_system(CONFIG).await;
+    let (status, _) = system
+        .callback("cb-orphan", &cb("k-orphan", "manual-review", "succeeded", json!({"decision": "x"})))
+        .await;
+    assert_eq!(status, 202);
+    let sweeper = system.baton.sweeper.clone().unwrap();
+    let engine = system.engine();
+    assert_eq!(sweeper.run_once(engine.now()).await.unwrap().expired, 0, "not yet expired");
+    // Expiry: the step's timeout (1h) plus the margin.
+    let after = engine.now() + time::Duration::hours(2) + time::Duration::minutes(1);
+    assert_eq!(sweeper.run_once(after).await.unwrap().expired, 1);
+    assert_eq!(ledger_reasons(&system, "k-orphan").await, [IgnoreReason::BufferExpired]);
+    assert_eq!(sweeper.run_once(after).await.unwrap().expired, 0, "once");
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_the_documented_errors() {
+    captured();
+    let system = start_system(CONFIG).await;
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let secrets = baton::webhook::Secrets::parse(TEST_SECRET).unwrap();
+    let signed = |id: &str, ts: i64, body: &str| {
+        vec![
+            ("webhook-id", id.to_owned()),
+            ("webhook-timestamp", ts.to_string()),
+            ("webhook-signature", secrets.sign(id, ts, body.as_bytes())),
+        ]
+    };
+    let good = cb("k-err", "manual-review", "succeeded", json!({})).to_string();
+
+    // 401: bad signature, stale timestamp, missing headers.
+    let mut forged = signed("e1", now, &good);
+    forged[2].1 = "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".into();
+    let (s, b) = system.post(&forged, good.clone().into_bytes()).await;
+    assert_eq!((s, b["error"].as_str()), (401, Some("invalid_signature")));
+    let (s, b) = system.post(&signed("e2", now - 600, &good), good.clone().into_bytes()).await;
+    assert_eq!((s, b["error"].as_str()), (401, Some("stale_timestamp")));
+    let (s, b) = system.post(&[], good.clone().into_bytes()).await;
+    assert_eq!((s, b["error"].as_str()), (401, Some("missing_signature_header")));
+    // 400 naming the field.
+    let bad =
+        json!({"workflow": "order-review", "key": "k-err", "step": "manual-review", "outcome": "maybe"})
+            .to_string();
+    let (s, b) = system.post(&signed("e3", now, &bad), bad.into_bytes()).await;
+    assert_eq!(
+        (s, b["error"].as_str(), b["field"].as_str()),
+        (400, Some("invalid_body"), Some("outcome")),
+        "{b}"
+    );
+    // 404: unknown workflow or step.
+    let (s, b) = system
+        .callback("e4", &json!({"workflow": "nope", "key": "k", "step": "s", "outcome": "succeeded"}))
+        .await;
+    assert_eq!((s, b["error"].as_str()), (404, Some("unknown_workflow")));
+    let (s, b) = system.callback("e5", &cb("k-err", "no-such-step", "succeeded", json!({}))).await;
+    assert_eq!((s, b["error"].as_str()), (404, Some("unknown_step")));
+    // 413: over the limit.
+    let huge = cb(
+        "k-err",
+        "manual-review",
+        "succeeded",
+        json!({"blob": "x".repeat(baton::callback::MAX_BODY_BYTES)}),
+    )
+    .to_string();
+    let (s, b) = system.post(&signed("e6", now, &huge), huge.into_bytes()).await;
+    assert_eq!((s, b["error"].as_str()), (413, Some("body_too_large")));
+    // None of them left a trace.
+    let (w, k) = names("k-err");
+    let trace = system.store.trace(&w, &k).await.unwrap();
+    assert!(trace.receipts.is_empty() && trace.inbox.is_empty() && trace.record.is_none(), "{trace:?}");
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intake_redelivery_of_a_step_event_is_a_duplicate_not_a_second_input() {
+    captured();
+    let system = start_system(CONFIG).await;
+    system.send_event(&placed("k-ev")).await;
+    state_is(&system, "k-ev", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+    system
+        .callback(
+            "cb-ev",
+            &cb("k-ev", "manual-review", "succeeded", json!({"decision": "y", "reviewer": "z"})),
+        )
+        .await;
+    state_is(&system, "k-ev", "payment waiting", |r| r.state == State::Waiting { step: 1 }).await;
+    let settled = json!({"specversion": "1.0", "id": "pay-ev", "source": "psp", "type": "payment.settled",
+        "subject": "k-ev", "data": {"payment_ref": "p-1"}})
+    .to_string();
+    let intake = system.baton.handlers.get("IntakeFunction").unwrap().clone();
+    let event = |n: u32| {
+        let mut e = SqsEvent::default();
+        let mut m = aws_lambda_events::event::sqs::SqsMessage::default();
+        m.message_id = Some(format!("m-{n}"));
+        m.body = Some(settled.clone());
+        e.records.push(m);
+        e
+    };
+    let (a, b) = tokio::join!(intake.handle(event(1)), intake.handle(event(2)));
+    assert!(a.batch_item_failures.is_empty() && b.batch_item_failures.is_empty());
+    state_is(&system, "k-ev", "succeeded", |r| r.state == State::Succeeded).await;
+    assert_eq!(resumes_delivered("k-ev"), 2, "one per step");
+    system.stop().await;
+}
