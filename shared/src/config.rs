@@ -59,7 +59,14 @@ pub struct Step {
     pub heartbeat: Option<Duration>,
     /// Domain events that may supply this step's inputs, correlated by the workflow's key.
     pub accepts_events: Option<Pattern>,
+    /// How long an input that arrives before this step waits is kept (`buffer_ttl`). Default:
+    /// the step's timeout plus [`BUFFER_MARGIN`]: an early input can still be applied by
+    /// anything up to a full step later.
+    pub buffer_ttl: Duration,
 }
+
+/// Added to a step's timeout to get the default `buffer_ttl`.
+pub const BUFFER_MARGIN: Duration = Duration::from_secs(3600);
 
 /// The operator task to create. `{key}`, `{workflow}`, `{step}` and `{generation}` in the title
 /// are filled in.
@@ -366,7 +373,7 @@ impl Validator {
 
     fn step(&mut self, path: &str, v: &Value) -> Option<Step> {
         let map =
-            self.object(path, v, &["name", "task", "requires", "timeout", "heartbeat", "accepts_events"])?;
+            self.object(path, v, &["name", "task", "requires", "timeout", "heartbeat", "accepts_events", "buffer_ttl"])?;
         let name = self.required(path, map, "name").and_then(|n| {
             let np = join(path, "name");
             let s = self.string(&np, n)?;
@@ -395,7 +402,12 @@ impl Validator {
             None => Some(None),
             Some(p) => self.pattern(&join(path, "accepts_events"), p).map(Some),
         };
+        let buffer_ttl = match map.get("buffer_ttl") {
+            None => timeout.map(|t| t + BUFFER_MARGIN),
+            Some(b) => self.duration(&join(path, "buffer_ttl"), b),
+        };
         Some(Step {
+            buffer_ttl: buffer_ttl?,
             name: name?,
             task: task?,
             requires: requires?,
@@ -514,6 +526,7 @@ mod tests {
         assert_eq!(wf.steps[0].heartbeat, Some(Duration::from_secs(3600)));
         assert_eq!(wf.steps[0].requires, ["decision"]);
         assert!(wf.steps[1].accepts_events.is_some());
+        assert_eq!(wf.steps[1].buffer_ttl, Duration::from_secs(7 * 86_400 + 3600), "timeout plus the margin");
         assert_eq!(wf.plan().steps, vec![vec!["decision".to_string()], vec!["payment_ref".to_string()]]);
         assert_eq!(wf.step_index("payment"), Some(1));
     }

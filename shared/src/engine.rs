@@ -35,8 +35,6 @@ use crate::store::{Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, StoreEr
 pub const MAX_ATTEMPTS: u32 = 8;
 /// How long ledger entries are kept.
 pub const LEDGER_RETENTION: Duration = Duration::days(90);
-/// Added to a step's timeout to get a buffered input's default expiry.
-pub const BUFFER_MARGIN: Duration = Duration::hours(1);
 
 /// What the engine did with one input.
 #[derive(Debug, Clone)]
@@ -313,10 +311,10 @@ impl Engine {
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
         let Some(id) = input.id() else { return Ok(()) };
-        let timeout = workflow
+        let ttl = workflow
             .steps
             .get(step as usize)
-            .map_or(Duration::ZERO, |s| Duration::try_from(s.timeout).unwrap_or(Duration::ZERO));
+            .map_or(Duration::ZERO, |s| Duration::try_from(s.buffer_ttl).unwrap_or(Duration::ZERO));
         let entry = InboxEntry {
             workflow: workflow.name.clone(),
             key: key.clone(),
@@ -325,7 +323,7 @@ impl Engine {
             arrived_at: now,
             input: serde_json::to_value(input).unwrap_or(Value::Null),
             status: InboxStatus::Buffered,
-            expires_at: now + timeout + BUFFER_MARGIN,
+            expires_at: now + ttl,
         };
         if let Claim::Exists(_) = self.store.buffer(&entry).await? {
             info!(step, "input already buffered");
