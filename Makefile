@@ -1,7 +1,8 @@
 # baton: two commands.
 #   make test   every check CI runs: fmt, clippy -D warnings, unit, property, contract and
 #               end-to-end tests against the local AWS emulator
-#   make run    (not yet: see README "What works today")
+#   make run    all of baton on this machine: emulator, template.yaml's resources, the handlers,
+#               the HTTP API on 127.0.0.1; Ctrl-C stops everything it started
 # Both install the pinned Python tools into .venv when missing, and start and stop what they need.
 
 SHELL := /bin/bash
@@ -10,7 +11,7 @@ PYTHON ?= python3
 VENV := .venv
 TOOLS_STAMP := $(VENV)/.installed-$(shell sha1sum requirements-dev.txt | cut -c1-12)
 
-.PHONY: test fmt-check clippy unit lint-infra tools clean
+.PHONY: test run measure-local fmt-check clippy unit lint-infra tools clean
 
 test: tools fmt-check clippy lint-infra unit
 
@@ -51,6 +52,15 @@ unit: tools
 	BATON_PYTHON=$(VENV)/bin/python tools/with-emulator.sh bash -c '\
 	  cargo test --workspace --locked -- --skip baton_and_moto_agree && \
 	  cargo test --locked -p baton-tests --test pattern_differential -- --nocapture'
+
+run: tools
+	cargo build --locked -p baton-cli
+	BATON_PYTHON=$(VENV)/bin/python exec target/debug/baton local
+
+# Figures for `make run`: time to ready (warm build) and idle CPU over 30 s. Not part of `make test`.
+measure-local: tools
+	cargo build --locked -p baton-cli
+	BATON_PYTHON=$(VENV)/bin/python tools/measure-local.sh
 
 clean:
 	cargo clean

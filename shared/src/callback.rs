@@ -40,6 +40,22 @@ pub const RECEIPT_TTL: Duration = Duration::days(7);
 /// What a 503 asks the caller to wait.
 pub const RETRY_AFTER_SECONDS: u32 = 5;
 
+/// Every `error` code a callback answer can carry (RUNBOOK.md explains each).
+pub const ERROR_CODES: &[&str] = &[
+    "body_too_large",
+    "missing_signature_header",
+    "invalid_timestamp",
+    "stale_timestamp",
+    "invalid_signature",
+    "invalid_webhook_id",
+    "invalid_body",
+    "unknown_workflow",
+    "unknown_step",
+    "idempotency_key_reused",
+    "unavailable",
+    "internal",
+];
+
 /// An HTTP answer: status, JSON body, and `Retry-After` on 503.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {

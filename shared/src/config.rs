@@ -372,8 +372,11 @@ impl Validator {
     }
 
     fn step(&mut self, path: &str, v: &Value) -> Option<Step> {
-        let map =
-            self.object(path, v, &["name", "task", "requires", "timeout", "heartbeat", "accepts_events", "buffer_ttl"])?;
+        let map = self.object(
+            path,
+            v,
+            &["name", "task", "requires", "timeout", "heartbeat", "accepts_events", "buffer_ttl"],
+        )?;
         let name = self.required(path, map, "name").and_then(|n| {
             let np = join(path, "name");
             let s = self.string(&np, n)?;

@@ -423,6 +423,11 @@ pub enum EngineError {
     Contended { attempts: u32 },
 }
 
+impl EngineError {
+    /// The error types the engine adds to those of its ports.
+    pub const OWN_ERROR_TYPES: &[&str] = &["record_contended"];
+}
+
 impl Classified for EngineError {
     fn error_type(&self) -> &'static str {
         match self {

@@ -222,6 +222,16 @@ impl EventError {
     ///
     /// Codes group failures by what the producer has to fix; several variants share
     /// `invalid_field`. Codes are a public contract: add new ones, never rename.
+    /// Every code [`EventError::reason_code`] can return.
+    pub const REASON_CODES: &[&str] = &[
+        "not_json",
+        "not_an_object",
+        "unknown_envelope",
+        "missing_field",
+        "invalid_field",
+        "conflicting_data",
+    ];
+
     pub fn reason_code(&self) -> &'static str {
         match self {
             EventError::NotJson { .. } => "not_json",

@@ -28,6 +28,9 @@ impl SqsHandler for Intake {
     }
 }
 
+/// The dead-letter reason of an event that matched a workflow but lacks its correlation key.
+pub const MISSING_CORRELATION_KEY: &str = "missing_correlation_key";
+
 /// The intake handler, as Lambda calls it.
 pub struct Intake {
     engine: Arc<Engine>,
@@ -78,7 +81,7 @@ impl Intake {
         for workflow in &self.engine.config.workflows {
             let key = |wf: &Workflow| {
                 wf.correlation_key(&event).map_err(|e| Verdict::Poison {
-                    reason: "missing_correlation_key",
+                    reason: MISSING_CORRELATION_KEY,
                     detail: format!("event {} matches workflow {}, but {e}", event.id, wf.name),
                 })
             };

@@ -7,6 +7,7 @@
 
 pub mod asl;
 pub mod callback;
+pub mod catalog;
 pub mod config;
 pub mod engine;
 pub mod error;

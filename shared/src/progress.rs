@@ -78,6 +78,10 @@ pub enum ReportError {
 }
 
 impl ReportError {
+    /// Every code [`ReportError::reason`] can return.
+    pub const REASON_CODES: &[&str] =
+        &["malformed_report", "unknown_workflow", "unknown_step", "invalid_field"];
+
     /// The dead-letter reason code.
     pub fn reason(&self) -> &'static str {
         match self {

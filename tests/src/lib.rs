@@ -16,8 +16,7 @@ pub mod system;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use aws_config::{BehaviorVersion, Region, SdkConfig, retry::RetryConfig};
-use aws_credential_types::Credentials;
+use aws_config::SdkConfig;
 
 /// The variable `make test` sets to the emulator's URL.
 pub const ENDPOINT_VAR: &str = "BATON_TEST_ENDPOINT";
@@ -46,13 +45,7 @@ impl Emulator {
 
     /// SDK configuration for the emulator: fixed region and credentials, retries off.
     pub async fn sdk_config(&self) -> SdkConfig {
-        aws_config::defaults(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .endpoint_url(&self.endpoint)
-            .credentials_provider(Credentials::new("testing", "testing", None, None, "static"))
-            .retry_config(RetryConfig::disabled())
-            .load()
-            .await
+        baton::local::emulator_sdk_config(&self.endpoint).await
     }
 }
 

@@ -41,8 +41,10 @@ pub struct LocalInfo {
 
 impl LocalInfo {
     pub fn load(path: &Path) -> Result<LocalInfo, InfoError> {
-        let text = std::fs::read_to_string(path).map_err(|source| InfoError::Read { path: path.display().to_string(), source })?;
-        serde_json::from_str(&text).map_err(|source| InfoError::Parse { path: path.display().to_string(), source })
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| InfoError::Read { path: path.display().to_string(), source })?;
+        serde_json::from_str(&text)
+            .map_err(|source| InfoError::Parse { path: path.display().to_string(), source })
     }
 
     /// Writes the file atomically (a temp file, then a rename), so a reader never sees half.
@@ -58,7 +60,9 @@ impl LocalInfo {
 
 #[derive(Debug, thiserror::Error)]
 pub enum InfoError {
-    #[error("cannot read {path}: is `baton local` (make run) running? Otherwise point the command at a stack with flags")]
+    #[error(
+        "cannot read {path}: is `baton local` (make run) running? Otherwise point the command at a stack with flags"
+    )]
     Read {
         path: String,
         #[source]

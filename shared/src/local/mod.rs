@@ -17,3 +17,18 @@ pub mod template;
 
 pub use provision::{Clients, ProvisionError, Provisioned, QueueInfo, StateMachineInfo, provision};
 pub use template::{Intrinsic, Template, TemplateError};
+
+/// SDK configuration for the local emulator: its endpoint, a fixed region and static test
+/// credentials, and retries off (moto answers operations it lacks with an HTML 500, which
+/// retries would only repeat).
+pub async fn emulator_sdk_config(endpoint: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(provision::REGION))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_credential_types::Credentials::new(
+            "testing", "testing", None, None, "static",
+        ))
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .load()
+        .await
+}

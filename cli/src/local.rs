@@ -1,0 +1,207 @@
+//! `baton local`: the whole of baton on this machine, with no AWS account.
+//!
+//! It starts the emulator (tools/emulator.py: moto with DynamoDB serialized and Step Functions
+//! execution on), or connects to a running one; provisions what template.yaml declares, with the
+//! state machines generated from the config; runs the template's functions in-process behind
+//! local event source mappings, the HTTP API on 127.0.0.1, and the sweeper on its schedule; and
+//! writes `.baton/local.json` for the operator commands. SIGINT or SIGTERM stops all of it,
+//! the emulator included (SIGKILL if it ignores SIGTERM for 10 s).
+//!
+//! Idle, nothing spins: the mappings sit in 20-second long polls, the sweeper sleeps.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use baton::config::Config;
+use baton::engine::system_clock;
+use baton::local::info::{LocalInfo, Queues};
+use baton::local::runtime::{LocalBaton, LocalOptions};
+use baton::local::{Clients, Template};
+use baton::metrics::Metrics;
+use tokio::process::{Child, Command};
+
+/// `baton local`'s options.
+pub struct LocalArgs {
+    pub config: PathBuf,
+    pub template: PathBuf,
+    /// A running emulator to use instead of starting one.
+    pub emulator: Option<String>,
+    pub http_port: u16,
+    pub stack: String,
+    pub state_dir: PathBuf,
+}
+
+/// The emulator this command started, stopped on drop paths explicitly by [`Emulator::stop`].
+struct Emulator {
+    child: Child,
+}
+
+impl Emulator {
+    async fn start(state_dir: &Path) -> Result<(Emulator, String)> {
+        let python = std::env::var("BATON_PYTHON").unwrap_or_else(|_| ".venv/bin/python".into());
+        let ready = state_dir.join("emulator.url");
+        let _ = std::fs::remove_file(&ready);
+        let log = std::fs::File::create(state_dir.join("emulator.log"))
+            .context("cannot create .baton/emulator.log")?;
+        let child = Command::new(&python)
+            .args(["tools/emulator.py", "--port", "0", "--ready-file"])
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| {
+                format!("cannot start the emulator with {python}; run `make tools` (or set BATON_PYTHON)")
+            })?;
+        let mut emulator = Emulator { child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(url) = std::fs::read_to_string(&ready) {
+                return Ok((emulator, url.trim().to_owned()));
+            }
+            if let Some(status) = emulator.child.try_wait()? {
+                bail!("the emulator exited ({status}); see .baton/emulator.log");
+            }
+            if Instant::now() > deadline {
+                emulator.stop().await;
+                bail!("the emulator was not ready after 30 s; see .baton/emulator.log");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s: moto sometimes ignores SIGTERM (EMULATOR.md).
+    async fn stop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_ok() {
+                return;
+            }
+        }
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A fresh `whsec_` secret for this local stack.
+fn local_secret() -> Result<String> {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("cannot read /dev/urandom for the local webhook secret")?;
+    Ok(format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(bytes)))
+}
+
+pub async fn run(args: LocalArgs) -> Result<()> {
+    let started = Instant::now();
+    // The handlers log as they do in Lambda: JSON lines on stdout, beside the EMF metrics.
+    baton::runtime::init_tracing();
+    let config = Config::load(&args.config)?;
+    let template = Template::load(&args.template).map_err(|e| anyhow::anyhow!("{e}"))?;
+    std::fs::create_dir_all(&args.state_dir).context("cannot create the state directory")?;
+
+    // The definitions generated from this config: the template's DefinitionUris resolve here.
+    let root = args.state_dir.join("definitions");
+    for (rel, text) in baton::asl::render_all(&config) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap_or(&root))?;
+        std::fs::write(&path, text)?;
+    }
+
+    let (mut emulator, endpoint) = match &args.emulator {
+        Some(url) => (None, url.clone()),
+        None => {
+            let (e, url) = Emulator::start(&args.state_dir).await?;
+            (Some(e), url)
+        }
+    };
+    let result = serve(&args, config, template, root, &endpoint, started).await;
+    if let Some(e) = emulator.as_mut() {
+        e.stop().await;
+        println!("emulator stopped");
+    }
+    result
+}
+
+async fn serve(
+    args: &LocalArgs,
+    config: Config,
+    template: Template,
+    root: PathBuf,
+    endpoint: &str,
+    started: Instant,
+) -> Result<()> {
+    let sdk = baton::local::emulator_sdk_config(endpoint).await;
+    let clients = Clients {
+        dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
+        sqs: aws_sdk_sqs::Client::new(&sdk),
+        sfn: aws_sdk_sfn::Client::new(&sdk),
+    };
+    let secret = local_secret()?;
+    let workflows: Vec<String> = config.workflows.iter().map(|w| w.name.to_string()).collect();
+    let options = LocalOptions {
+        config,
+        root,
+        stack_name: args.stack.clone(),
+        parameters: [("WebhookSecrets".to_owned(), secret.clone())].into(),
+        visibility_timeout: None,
+        wait_seconds: 20,
+        metrics: Metrics::stdout(),
+        clock: system_clock(),
+        paused: Vec::new(),
+        http_port: args.http_port,
+        sweep_every: None,
+    };
+    let baton = LocalBaton::start(&template, &clients, options).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let queue = |id: &str| baton.provisioned.queues.get(id).map(|q| q.url.clone()).unwrap_or_default();
+    let prefix = baton.engine().map(|e| e.state_machine_prefix.clone()).unwrap_or_default();
+    let info = LocalInfo {
+        api_url: baton.api_url.clone().unwrap_or_default(),
+        aws_endpoint: endpoint.to_owned(),
+        region: baton::local::provision::REGION.to_owned(),
+        table: baton.provisioned.tables.get("Table").cloned().unwrap_or_default(),
+        queues: Queues {
+            intake: queue("IntakeQueue"),
+            intake_dlq: queue("IntakeDLQ"),
+            progress: queue("ProgressQueue"),
+            progress_dlq: queue("ProgressDLQ"),
+            outbound: queue("OutboundQueue"),
+        },
+        state_machines: workflows.iter().map(|w| (w.clone(), format!("{prefix}{w}"))).collect(),
+        webhook_secret: secret,
+    };
+    let info_path = args.state_dir.join("local.json");
+    info.save(&info_path).context("cannot write .baton/local.json")?;
+
+    println!("baton local ready in {:.1}s", started.elapsed().as_secs_f64());
+    println!("  callback API   {}/v1/callbacks", info.api_url);
+    println!("  emulator       {}", info.aws_endpoint);
+    println!("  stack details  {}", info_path.display());
+    println!("Try it:");
+    println!("  baton send --type order.placed --subject order-1 --data '{{\"total\": 1500}}'");
+    println!("  baton trace order-review order-1");
+    println!(
+        "  baton callback --workflow order-review --key order-1 --step manual-review --data '{{\"decision\": \"approve\"}}'"
+    );
+    println!("  baton status");
+    println!("Ctrl-C stops baton and the emulator.");
+
+    wait_for_signal().await?;
+    println!("stopping");
+    baton.shutdown().await;
+    let _ = std::fs::remove_file(&info_path);
+    Ok(())
+}
+
+async fn wait_for_signal() -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
