@@ -391,13 +391,12 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
     }
 }
 
-/// What the ledger keeps about an ignored input: its kind and payload, never a token.
+/// What the ledger keeps about an ignored input. Inputs from outside are kept whole (the
+/// serialized [`Input`]), so `baton replay` can re-deliver them; reports from Step Functions keep
+/// a summary, and a task token only as its fingerprint.
 pub fn input_detail(input: &Input) -> Value {
     match input {
-        Input::Start { event } => json!({"kind": "start", "event": event.as_str()}),
-        Input::StepInput { source, step, outcome, data, .. } => {
-            json!({"kind": "step_input", "source": source, "step": step, "outcome": outcome, "data": data})
-        }
+        Input::Start { .. } | Input::StepInput { .. } => serde_json::to_value(input).unwrap_or(Value::Null),
         Input::StepReady { generation, step, token, .. } => {
             json!({"kind": "step_ready", "generation": generation, "step": step, "token": token.fingerprint()})
         }

@@ -12,7 +12,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use serde_json::{Map, Value};
 use tracing::{info, instrument};
 
-use crate::config::Workflow;
+use crate::config::{Config, Workflow};
 use crate::engine::{Engine, payload_hash};
 use crate::event::Event;
 use crate::ids::CorrelationKey;
@@ -38,9 +38,10 @@ pub struct Intake {
 }
 
 /// What one event does, resolved before anything is applied.
-struct Plan<'a> {
-    event: Event,
-    inputs: Vec<(&'a Workflow, CorrelationKey, Input)>,
+pub struct EventPlan<'a> {
+    pub event: Event,
+    /// Every workflow it starts and every step it supplies, with the correlation key.
+    pub inputs: Vec<(&'a Workflow, CorrelationKey, Input)>,
 }
 
 impl Intake {
@@ -52,7 +53,7 @@ impl Intake {
     async fn message(&self, message: SqsMessage) -> Verdict {
         let now = self.engine.now();
         let body = message.body.as_deref().unwrap_or_default();
-        let plan = match self.plan(body) {
+        let plan = match plan_event(&self.engine.config, body) {
             Ok(plan) => plan,
             Err(verdict) => {
                 self.engine.metrics.count(Metric::PoisonMessages, None, now);
@@ -72,41 +73,42 @@ impl Intake {
         }
         Verdict::Done
     }
+}
 
-    fn plan(&self, body: &str) -> Result<Plan<'_>, Verdict> {
-        let event = Event::parse(body)
-            .map_err(|e| Verdict::Poison { reason: e.reason_code(), detail: e.to_string() })?;
-        let normalised = event.normalised();
-        let mut inputs = Vec::new();
-        for workflow in &self.engine.config.workflows {
-            let key = |wf: &Workflow| {
-                wf.correlation_key(&event).map_err(|e| Verdict::Poison {
-                    reason: MISSING_CORRELATION_KEY,
-                    detail: format!("event {} matches workflow {}, but {e}", event.id, wf.name),
-                })
-            };
-            if workflow.when.matches(&normalised) {
-                inputs.push((workflow, key(workflow)?, Input::Start { event: event.id.clone() }));
-            }
-            for (i, step) in workflow.steps.iter().enumerate() {
-                if step.accepts_events.as_ref().is_some_and(|p| p.matches(&normalised)) {
-                    let data = match &event.data {
-                        Value::Object(map) => map.clone(),
-                        Value::Null => Map::new(),
-                        other => Map::from_iter([("data".to_owned(), other.clone())]),
-                    };
-                    let input = Input::StepInput {
-                        id: event.id.clone(),
-                        hash: payload_hash(body.as_bytes()),
-                        source: Source::Event,
-                        step: u32::try_from(i).unwrap_or(u32::MAX),
-                        outcome: StepOutcome::Succeeded,
-                        data,
-                    };
-                    inputs.push((workflow, key(workflow)?, input));
-                }
+/// Parses an event and resolves what it does under `config`, before anything is applied.
+pub fn plan_event<'c>(config: &'c Config, body: &str) -> Result<EventPlan<'c>, Verdict> {
+    let event =
+        Event::parse(body).map_err(|e| Verdict::Poison { reason: e.reason_code(), detail: e.to_string() })?;
+    let normalised = event.normalised();
+    let mut inputs = Vec::new();
+    for workflow in &config.workflows {
+        let key = |wf: &Workflow| {
+            wf.correlation_key(&event).map_err(|e| Verdict::Poison {
+                reason: MISSING_CORRELATION_KEY,
+                detail: format!("event {} matches workflow {}, but {e}", event.id, wf.name),
+            })
+        };
+        if workflow.when.matches(&normalised) {
+            inputs.push((workflow, key(workflow)?, Input::Start { event: event.id.clone() }));
+        }
+        for (i, step) in workflow.steps.iter().enumerate() {
+            if step.accepts_events.as_ref().is_some_and(|p| p.matches(&normalised)) {
+                let data = match &event.data {
+                    Value::Object(map) => map.clone(),
+                    Value::Null => Map::new(),
+                    other => Map::from_iter([("data".to_owned(), other.clone())]),
+                };
+                let input = Input::StepInput {
+                    id: event.id.clone(),
+                    hash: payload_hash(body.as_bytes()),
+                    source: Source::Event,
+                    step: u32::try_from(i).unwrap_or(u32::MAX),
+                    outcome: StepOutcome::Succeeded,
+                    data,
+                };
+                inputs.push((workflow, key(workflow)?, input));
             }
         }
-        Ok(Plan { event, inputs })
     }
+    Ok(EventPlan { event, inputs })
 }

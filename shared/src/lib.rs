@@ -21,6 +21,7 @@ pub mod orchestrator;
 pub mod outbound;
 pub mod pattern;
 pub mod progress;
+pub mod replay;
 pub mod runtime;
 pub mod sqs;
 pub mod store;

@@ -1,0 +1,522 @@
+//! Safe replay: what re-delivering a dead-lettered message or a ledgered input would do, decided
+//! from the current state before anything is done, and then done only where it is safe.
+//!
+//! Each message is planned by asking the lifecycle what it would decide now (the same pure
+//! `decide` that handlers use), without writing:
+//!
+//! - `safe`: the decision applies (a write) or buffers the input: re-delivery makes progress,
+//!   and is idempotent.
+//! - `noop`: already applied (a duplicate), the record is terminal, or nothing would change.
+//! - `needs-human`: the input still cannot be parsed, its payload conflicts with an earlier
+//!   receipt, it belongs to another generation, its step has passed, its record is missing, or
+//!   it does not fit the state: a person has to decide.
+//!
+//! Applying is guarded by the record version seen at planning time: if the record moved since,
+//! the line is skipped and reported, never applied on a state nobody looked at.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::config::{Config, Workflow};
+use crate::engine::{Engine, EngineError};
+use crate::ids::{CorrelationKey, WorkflowName};
+use crate::intake::plan_event;
+use crate::lifecycle::{self, IgnoreReason, Input, Outcome, RejectReason};
+use crate::progress::parse_report;
+use crate::sqs::Verdict;
+use crate::store::{LedgerEntry, StoreError, WorkflowStore};
+
+/// How a replayed message is classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Classification {
+    #[serde(rename = "safe")]
+    Safe,
+    #[serde(rename = "noop")]
+    Noop,
+    #[serde(rename = "needs-human")]
+    NeedsHuman,
+}
+
+impl fmt::Display for Classification {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Classification::Safe => "safe",
+            Classification::Noop => "noop",
+            Classification::NeedsHuman => "needs-human",
+        })
+    }
+}
+
+/// Where a replayed message comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// A domain event from the intake dead-letter queue.
+    Intake,
+    /// A Step Functions report from the progress dead-letter queue.
+    Progress,
+    /// An ignored input from a record's ledger.
+    Ledger,
+}
+
+/// One input a replay line would deliver, with the record version it was planned against.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    pub workflow: String,
+    pub key: String,
+    /// The record's state at planning time (`None`: no record).
+    pub state: Option<String>,
+    /// The record's version at planning time (`None`: no record). The guard.
+    pub version: Option<u64>,
+    pub input: Input,
+    pub classification: Classification,
+    /// What applying it would do, in words.
+    pub effect: String,
+}
+
+/// One line of a replay plan: one message, and what it would do to each record it concerns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Line {
+    /// The message's identity: the SQS message id, or the ledger entry's input id.
+    pub id: String,
+    pub origin: Origin,
+    pub classification: Classification,
+    /// Why, in words, when there is no target to explain it (unparseable, not eligible).
+    pub note: Option<String>,
+    pub targets: Vec<Target>,
+}
+
+impl Line {
+    fn alone(id: &str, origin: Origin, classification: Classification, note: impl Into<String>) -> Line {
+        Line { id: id.to_owned(), origin, classification, note: Some(note.into()), targets: Vec::new() }
+    }
+}
+
+/// Plans a dead-lettered message body.
+pub async fn plan_message(
+    config: &Config,
+    store: &dyn WorkflowStore,
+    origin: Origin,
+    id: &str,
+    body: &str,
+    now: OffsetDateTime,
+) -> Result<Line, StoreError> {
+    let inputs: Vec<(&Workflow, CorrelationKey, Input)> = match origin {
+        Origin::Intake => match plan_event(config, body) {
+            Ok(plan) if plan.inputs.is_empty() => {
+                return Ok(Line::alone(
+                    id,
+                    origin,
+                    Classification::Noop,
+                    "the event starts no workflow and supplies no step",
+                ));
+            }
+            Ok(plan) => plan.inputs,
+            Err(Verdict::Poison { reason, detail }) => {
+                return Ok(Line::alone(
+                    id,
+                    origin,
+                    Classification::NeedsHuman,
+                    format!("still poison ({reason}): {detail}"),
+                ));
+            }
+            Err(other) => {
+                return Ok(Line::alone(id, origin, Classification::NeedsHuman, format!("{other:?}")));
+            }
+        },
+        Origin::Progress => match parse_report(config, body) {
+            Ok(one) => vec![one],
+            Err(e) => {
+                return Ok(Line::alone(
+                    id,
+                    origin,
+                    Classification::NeedsHuman,
+                    format!("still poison ({}): {e}", e.reason()),
+                ));
+            }
+        },
+        Origin::Ledger => {
+            return Ok(Line::alone(
+                id,
+                origin,
+                Classification::NeedsHuman,
+                "ledger entries are planned with plan_ledger",
+            ));
+        }
+    };
+    let mut targets = Vec::new();
+    for (workflow, key, input) in inputs {
+        targets.push(plan_target(store, workflow, &key, input, now).await?);
+    }
+    Ok(combine(id, origin, targets))
+}
+
+/// Plans re-delivering a ledgered input.
+pub async fn plan_ledger(
+    config: &Config,
+    store: &dyn WorkflowStore,
+    entry: &LedgerEntry,
+    now: OffsetDateTime,
+) -> Result<Line, StoreError> {
+    let Some(workflow) = config.workflow(entry.workflow.as_str()) else {
+        return Ok(Line::alone(
+            &entry.input_id,
+            Origin::Ledger,
+            Classification::NeedsHuman,
+            "the workflow is no longer in the config",
+        ));
+    };
+    let input = match serde_json::from_value::<Input>(entry.detail.clone()) {
+        Ok(input @ (Input::Start { .. } | Input::StepInput { .. })) => input,
+        _ => {
+            return Ok(Line::alone(
+                &entry.input_id,
+                Origin::Ledger,
+                Classification::NeedsHuman,
+                "only events and callbacks can be replayed; reports come from Step Functions",
+            ));
+        }
+    };
+    let target = plan_target(store, workflow, &entry.key, input, now).await?;
+    Ok(combine(&entry.input_id, Origin::Ledger, vec![target]))
+}
+
+/// What the lifecycle would decide now for one input, written nowhere.
+async fn plan_target(
+    store: &dyn WorkflowStore,
+    workflow: &Workflow,
+    key: &CorrelationKey,
+    input: Input,
+    now: OffsetDateTime,
+) -> Result<Target, StoreError> {
+    let record = store.load(&workflow.name, key).await?;
+    let decision = lifecycle::decide(&workflow.plan(), (&workflow.name, key), record.as_ref(), &input, now);
+    let (classification, effect) = classify(record.as_ref(), &input, &decision);
+    Ok(Target {
+        workflow: workflow.name.to_string(),
+        key: key.to_string(),
+        state: record.as_ref().map(|r| r.state.to_string()),
+        version: record.as_ref().map(|r| r.version),
+        input,
+        classification,
+        effect,
+    })
+}
+
+/// The classification of one decision, and its effect in words.
+pub fn classify(
+    record: Option<&lifecycle::Record>,
+    input: &Input,
+    decision: &lifecycle::Decision,
+) -> (Classification, String) {
+    use Classification::*;
+    let record_missing = record.is_none() && !matches!(input, Input::Start { .. } | Input::StepInput { .. });
+    if record_missing {
+        return (NeedsHuman, "the record is missing".into());
+    }
+    match decision.outcome {
+        Outcome::Applied => match &decision.write {
+            Some(w) => (
+                Safe,
+                format!(
+                    "{} -> {} ({}){}",
+                    w.from.map_or("absent".to_owned(), |s| s.to_string()),
+                    w.to.state,
+                    w.cause.as_str(),
+                    effects_in_words(decision)
+                ),
+            ),
+            None => (Safe, format!("no state change{}", effects_in_words(decision))),
+        },
+        Outcome::Buffered => (Safe, "buffered until its step waits".into()),
+        Outcome::Duplicate => (Noop, "already applied".into()),
+        Outcome::Ignored(IgnoreReason::Terminal) => {
+            (Noop, format!("the record is terminal ({})", state_of(record)))
+        }
+        Outcome::Ignored(
+            reason @ (IgnoreReason::AlreadyRunning
+            | IgnoreReason::RestartNotAllowed
+            | IgnoreReason::NothingOwed),
+        ) => (Noop, format!("would be ignored: {}", reason.as_str())),
+        Outcome::Ignored(IgnoreReason::StepAlreadyPassed | IgnoreReason::StepAlreadyAdvanced) => {
+            (NeedsHuman, format!("the step has already passed (record {})", state_of(record)))
+        }
+        Outcome::Ignored(IgnoreReason::StaleGeneration) => (
+            NeedsHuman,
+            format!("another generation (record is generation {})", record.map_or(0, |r| r.generation)),
+        ),
+        Outcome::Ignored(reason) => {
+            (NeedsHuman, format!("does not fit the record's state: {}", reason.as_str()))
+        }
+        Outcome::Rejected(RejectReason::IdempotencyKeyReused) => {
+            (NeedsHuman, "its payload conflicts with an earlier input with the same id".into())
+        }
+        Outcome::Rejected(reason) => (NeedsHuman, format!("rejected: {}", reason.as_str())),
+    }
+}
+
+fn state_of(record: Option<&lifecycle::Record>) -> String {
+    record.map_or("absent".into(), |r| r.state.to_string())
+}
+
+fn effects_in_words(decision: &lifecycle::Decision) -> String {
+    let words: Vec<&str> = decision
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            lifecycle::Effect::StartExecution { .. } => Some("start the execution"),
+            lifecycle::Effect::CreateTask { .. } => Some("create the task"),
+            lifecycle::Effect::SendTaskSuccess { .. } => Some("resume the step"),
+            lifecycle::Effect::SendTaskFailure { .. } => Some("fail the step"),
+            lifecycle::Effect::SendTaskHeartbeat { .. } => Some("heartbeat"),
+            lifecycle::Effect::StopExecution { .. } => Some("stop the execution"),
+            _ => None,
+        })
+        .collect();
+    if words.is_empty() { String::new() } else { format!(", then {}", words.join(", ")) }
+}
+
+/// A message's classification is its worst target's: one needs-human target makes the whole
+/// message need a person; otherwise any safe target makes it safe.
+fn combine(id: &str, origin: Origin, targets: Vec<Target>) -> Line {
+    let classification = if targets.iter().any(|t| t.classification == Classification::NeedsHuman) {
+        Classification::NeedsHuman
+    } else if targets.iter().any(|t| t.classification == Classification::Safe) {
+        Classification::Safe
+    } else {
+        Classification::Noop
+    };
+    Line { id: id.to_owned(), origin, classification, note: None, targets }
+}
+
+/// What applying a line did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Applied {
+    /// Delivered; each target's outcome.
+    Applied { outcomes: Vec<String> },
+    /// Not delivered: the record moved since planning.
+    Skipped { reason: String },
+    /// Not delivered: not classified safe.
+    NotSafe,
+}
+
+/// Applies a `safe` line, each target guarded by the version seen at planning time.
+pub async fn apply_line(engine: &Engine, line: &Line, now: OffsetDateTime) -> Result<Applied, EngineError> {
+    if line.classification != Classification::Safe {
+        return Ok(Applied::NotSafe);
+    }
+    // Check every guard before delivering anything: a message is applied whole or not at all.
+    for t in &line.targets {
+        let (w, k) = names(t)?;
+        let current = engine.store.load(&w, &k).await?.map(|r| r.version);
+        if current != t.version {
+            return Ok(Applied::Skipped {
+                reason: format!(
+                    "{}/{} moved since planning: version {} then, {} now",
+                    t.workflow,
+                    t.key,
+                    t.version.map_or("none".into(), |v| v.to_string()),
+                    current.map_or("none".into(), |v| v.to_string())
+                ),
+            });
+        }
+    }
+    let mut outcomes = Vec::new();
+    for t in &line.targets {
+        let (_, k) = names(t)?;
+        let Some(workflow) = engine.config.workflow(&t.workflow) else { continue };
+        let submitted = engine.submit(workflow, &k, &t.input, now).await?;
+        outcomes.push(format!("{}/{}: {:?}", t.workflow, t.key, submitted.outcome()));
+    }
+    Ok(Applied::Applied { outcomes })
+}
+
+fn names(t: &Target) -> Result<(WorkflowName, CorrelationKey), EngineError> {
+    let corrupt = |e: crate::ids::IdError| {
+        EngineError::Store(StoreError::Corrupt {
+            pk: t.workflow.clone(),
+            sk: t.key.clone(),
+            problem: e.to_string(),
+        })
+    };
+    Ok((
+        WorkflowName::parse(t.workflow.as_str()).map_err(corrupt)?,
+        CorrelationKey::parse(t.key.as_str()).map_err(corrupt)?,
+    ))
+}
+
+/// A message read from a dead-letter queue.
+#[derive(Debug, Clone)]
+pub struct DlqMessage {
+    pub id: String,
+    pub receipt_handle: String,
+    pub body: String,
+    /// `baton_reason`, when baton dead-lettered it itself.
+    pub reason: Option<String>,
+}
+
+/// Reads every message of a DLQ (up to `max`), keeping them invisible for `hold_seconds` so a
+/// plan sees each once. [`release`] makes the ones not acted on visible again.
+pub async fn read_dlq(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    max: usize,
+    hold_seconds: i32,
+) -> Result<Vec<DlqMessage>, aws_sdk_sqs::Error> {
+    let mut all = Vec::new();
+    while all.len() < max {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(hold_seconds)
+            .wait_time_seconds(1)
+            .message_attribute_names("All")
+            .send()
+            .await?;
+        let batch = out.messages.unwrap_or_default();
+        if batch.is_empty() {
+            break;
+        }
+        for m in batch {
+            let reason = m
+                .message_attributes()
+                .and_then(|a| a.get(crate::sqs::REASON_ATTRIBUTE))
+                .and_then(|v| v.string_value().map(str::to_owned));
+            all.push(DlqMessage {
+                id: m.message_id.unwrap_or_default(),
+                receipt_handle: m.receipt_handle.unwrap_or_default(),
+                body: m.body.unwrap_or_default(),
+                reason,
+            });
+        }
+    }
+    Ok(all)
+}
+
+/// Makes messages visible again at once (the ones a plan looked at but did not act on).
+pub async fn release(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    messages: &[&DlqMessage],
+) -> Result<(), aws_sdk_sqs::Error> {
+    for m in messages {
+        sqs.change_message_visibility()
+            .queue_url(url)
+            .receipt_handle(&m.receipt_handle)
+            .visibility_timeout(0)
+            .send()
+            .await?;
+    }
+    Ok(())
+}
+
+/// Plans every message currently in a DLQ, and releases them again.
+pub async fn plan_dlq(
+    engine: &Engine,
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    origin: Origin,
+    now: OffsetDateTime,
+) -> Result<Vec<Line>, ReplayError> {
+    let messages = read_dlq(sqs, url, 1000, 60).await?;
+    let mut lines = Vec::new();
+    for m in &messages {
+        let mut line = plan_message(&engine.config, &*engine.store, origin, &m.id, &m.body, now).await?;
+        if line.note.is_none() && line.classification == Classification::NeedsHuman {
+            line.note = m.reason.as_ref().map(|r| format!("dead-lettered as {r}"));
+        }
+        lines.push(line);
+    }
+    release(sqs, url, &messages.iter().collect::<Vec<_>>()).await?;
+    Ok(lines)
+}
+
+/// What an apply run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub applied: usize,
+    pub noop_removed: usize,
+    pub skipped: usize,
+    pub needs_human: usize,
+}
+
+/// One line's result in an apply run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Done {
+    pub id: String,
+    pub classification: Classification,
+    pub result: Applied,
+    /// Whether the message was removed from the DLQ.
+    pub removed: bool,
+}
+
+/// Applies a plan to a DLQ: `safe` lines are delivered (guarded) and removed once applied;
+/// `noop` lines are removed; `needs-human` and skipped lines stay, visible again.
+pub async fn apply_dlq(
+    engine: &Engine,
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    plan: &[Line],
+    now: OffsetDateTime,
+    mut progress: impl FnMut(&Done),
+) -> Result<(Vec<Done>, Summary), ReplayError> {
+    let messages = read_dlq(sqs, url, 1000, 300).await?;
+    let mut untouched: Vec<&DlqMessage> = messages.iter().collect();
+    let mut done = Vec::new();
+    let mut summary = Summary::default();
+    for line in plan {
+        let Some(pos) = untouched.iter().position(|m| m.id == line.id) else {
+            let d = Done {
+                id: line.id.clone(),
+                classification: line.classification,
+                result: Applied::Skipped { reason: "no longer in the dead-letter queue".into() },
+                removed: false,
+            };
+            summary.skipped += 1;
+            progress(&d);
+            done.push(d);
+            continue;
+        };
+        let result = match line.classification {
+            Classification::Safe => apply_line(engine, line, now).await?,
+            Classification::Noop => Applied::Applied { outcomes: vec!["nothing to do".into()] },
+            Classification::NeedsHuman => Applied::NotSafe,
+        };
+        let remove = matches!(result, Applied::Applied { .. });
+        match (&result, line.classification) {
+            (Applied::Applied { .. }, Classification::Safe) => summary.applied += 1,
+            (Applied::Applied { .. }, _) => summary.noop_removed += 1,
+            (Applied::Skipped { .. }, _) => summary.skipped += 1,
+            (Applied::NotSafe, _) => summary.needs_human += 1,
+        }
+        if remove {
+            let m = untouched.remove(pos);
+            sqs.delete_message()
+                .queue_url(url)
+                .receipt_handle(&m.receipt_handle)
+                .send()
+                .await
+                .map_err(aws_sdk_sqs::Error::from)?;
+        }
+        let d = Done { id: line.id.clone(), classification: line.classification, result, removed: remove };
+        progress(&d);
+        done.push(d);
+    }
+    release(sqs, url, &untouched).await?;
+    Ok((done, summary))
+}
+
+/// Why a replay run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("the dead-letter queue could not be read or changed")]
+    Queue(#[from] aws_sdk_sqs::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}

@@ -1,0 +1,234 @@
+//! Safe replay and cancel, on the emulator (issue 7): a dead-letter queue with a mix of
+//! messages is planned from the current state, and only the safe ones are applied, once.
+
+use std::time::Duration;
+
+use baton::ids::CorrelationKey;
+use baton::lifecycle::{IgnoreReason, Input, State};
+use baton::replay::{self, Applied, Classification, Origin};
+use baton_tests::logs::{captured, resumes_delivered};
+use baton_tests::system::{System, eventually, start_system};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+const CONFIG: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        requires: [decision]
+        accepts_events: { type: ["review.done"] }
+        timeout: 1h
+      - name: payment
+        requires: [payment_ref]
+        accepts_events: { type: ["payment.settled"] }
+        timeout: 1h
+"#;
+
+fn event(id: &str, kind: &str, key: &str, data: serde_json::Value) -> String {
+    json!({"specversion": "1.0", "id": id, "source": "test", "type": kind, "subject": key, "data": data})
+        .to_string()
+}
+
+async fn wait_state(system: &System, key: &str, want: State) {
+    eventually(&format!("{key} {want}"), WAIT, || async {
+        system.record("order-review", key).await.filter(|r| r.state == want)
+    })
+    .await;
+}
+
+async fn to_dlq(system: &System, body: &str) {
+    system
+        .sqs
+        .send_message()
+        .queue_url(system.queue_url("IntakeDLQ"))
+        .message_body(body)
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn dlq_ids(system: &System) -> Vec<String> {
+    let all = system.drain_queue("IntakeDLQ").await;
+    let url = system.queue_url("IntakeDLQ");
+    let held: Vec<replay::DlqMessage> = all
+        .iter()
+        .map(|m| replay::DlqMessage {
+            id: m.message_id().unwrap().to_owned(),
+            receipt_handle: m.receipt_handle().unwrap().to_owned(),
+            body: String::new(),
+            reason: None,
+        })
+        .collect();
+    replay::release(&system.sqs, &url, &held.iter().collect::<Vec<_>>()).await.unwrap();
+    let mut ids: Vec<String> = all.iter().map(|m| m.message_id().unwrap().to_owned()).collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_dlq_is_classified_and_only_the_safe_message_is_applied_once() {
+    captured();
+    let system = start_system(CONFIG).await;
+    let engine = system.engine();
+    // Records: k-wait waits on its first step; k-moved has moved on to payment; k-done ended.
+    for key in ["k-wait", "k-moved", "k-done"] {
+        system.send_event(&event(&format!("placed-{key}"), "order.placed", key, json!({}))).await;
+        wait_state(&system, key, State::Waiting { step: 0 }).await;
+    }
+    system.send_event(&event("review-moved", "review.done", "k-moved", json!({"decision": "ok"}))).await;
+    wait_state(&system, "k-moved", State::Waiting { step: 1 }).await;
+    let done_key = CorrelationKey::parse("k-done").unwrap();
+    let wf = engine.config.workflow("order-review").unwrap();
+    engine.submit(wf, &done_key, &Input::Cancel { reason: "test".into() }, engine.now()).await.unwrap();
+    wait_state(&system, "k-done", State::Cancelled).await;
+
+    // The dead-letter queue: a poison message fixed by hand (a corrected event), one still
+    // poison, a duplicate of an applied start event, an input for a terminal record, and an
+    // input for a step the record has already left.
+    to_dlq(&system, &event("fixed-1", "order.placed", "k-new", json!({}))).await;
+    to_dlq(&system, "{ still not json").await;
+    to_dlq(&system, &event("placed-k-wait", "order.placed", "k-wait", json!({}))).await;
+    to_dlq(&system, &event("pay-done", "payment.settled", "k-done", json!({"payment_ref": "p"}))).await;
+    to_dlq(&system, &event("review-late", "review.done", "k-moved", json!({"decision": "again"}))).await;
+
+    let url = system.queue_url("IntakeDLQ");
+    let plan = replay::plan_dlq(&engine, &system.sqs, &url, Origin::Intake, engine.now()).await.unwrap();
+    assert_eq!(plan.len(), 5, "{plan:#?}");
+    let class_of = |needle: &str| {
+        plan.iter()
+            .find(|l| {
+                l.targets.iter().any(|t| input_id(&t.input) == needle)
+                    || (needle == "poison" && l.targets.is_empty())
+            })
+            .map(|l| l.classification)
+            .unwrap_or_else(|| panic!("no line for {needle}"))
+    };
+    assert_eq!(class_of("fixed-1"), Classification::Safe);
+    assert_eq!(class_of("poison"), Classification::NeedsHuman);
+    assert_eq!(class_of("placed-k-wait"), Classification::Noop);
+    assert_eq!(class_of("pay-done"), Classification::Noop);
+    assert_eq!(class_of("review-late"), Classification::NeedsHuman);
+    let safe = plan.iter().find(|l| l.classification == Classification::Safe).unwrap();
+    assert_eq!(safe.targets[0].version, None, "planned against: no record yet");
+    assert!(safe.targets[0].effect.contains("absent -> pending"), "{}", safe.targets[0].effect);
+    assert_eq!(dlq_ids(&system).await.len(), 5, "a dry run removes nothing");
+
+    let (done, summary) =
+        replay::apply_dlq(&engine, &system.sqs, &url, &plan, engine.now(), |_| {}).await.unwrap();
+    assert_eq!(
+        (summary.applied, summary.noop_removed, summary.needs_human, summary.skipped),
+        (1, 2, 2, 0),
+        "{done:#?}"
+    );
+    wait_state(&system, "k-new", State::Waiting { step: 0 }).await;
+    assert_eq!(dlq_ids(&system).await.len(), 2, "only the needs-human messages stay");
+
+    // Exactly once: planning again, the applied message is gone and replaying the same event
+    // (were it still there) would be a no-op.
+    let again = replay::plan_dlq(&engine, &system.sqs, &url, Origin::Intake, engine.now()).await.unwrap();
+    assert!(again.iter().all(|l| l.classification == Classification::NeedsHuman), "{again:#?}");
+    let replayed = replay::plan_message(
+        &engine.config,
+        &*engine.store,
+        Origin::Intake,
+        "x",
+        &event("fixed-1", "order.placed", "k-new", json!({})),
+        engine.now(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(replayed.classification, Classification::Noop);
+    assert_eq!(
+        system.executions("order-review").await.iter().filter(|e| e.name().contains("k-new")).count(),
+        1
+    );
+    system.stop().await;
+}
+
+fn input_id(input: &Input) -> String {
+    input.id().map(ToString::to_string).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_whose_record_moved_between_plan_and_apply_is_skipped() {
+    captured();
+    let system = start_system(CONFIG).await;
+    let engine = system.engine();
+    system.send_event(&event("placed-k-race", "order.placed", "k-race", json!({}))).await;
+    wait_state(&system, "k-race", State::Waiting { step: 0 }).await;
+    to_dlq(&system, &event("review-race", "review.done", "k-race", json!({"decision": "from the dlq"})))
+        .await;
+    let url = system.queue_url("IntakeDLQ");
+    let plan = replay::plan_dlq(&engine, &system.sqs, &url, Origin::Intake, engine.now()).await.unwrap();
+    assert_eq!(plan[0].classification, Classification::Safe);
+
+    // Meanwhile the record moves: the step is answered through the normal path.
+    system.send_event(&event("review-live", "review.done", "k-race", json!({"decision": "live"}))).await;
+    wait_state(&system, "k-race", State::Waiting { step: 1 }).await;
+
+    let (done, summary) =
+        replay::apply_dlq(&engine, &system.sqs, &url, &plan, engine.now(), |_| {}).await.unwrap();
+    assert_eq!(summary.skipped, 1, "{done:#?}");
+    assert!(
+        matches!(&done[0].result, Applied::Skipped { reason } if reason.contains("moved since planning")),
+        "{done:#?}"
+    );
+    assert!(!done[0].removed);
+    assert_eq!(dlq_ids(&system).await.len(), 1, "a skipped message stays in the DLQ");
+    assert_eq!(resumes_delivered("k-race"), 1, "the skipped line resumed nothing");
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_while_a_step_waits_stops_the_execution_and_a_later_callback_is_ledgered() {
+    captured();
+    let system = start_system(CONFIG).await;
+    let engine = system.engine();
+    system.send_event(&event("placed-k-cancel", "order.placed", "k-cancel", json!({}))).await;
+    wait_state(&system, "k-cancel", State::Waiting { step: 0 }).await;
+
+    let wf = engine.config.workflow("order-review").unwrap();
+    let key = CorrelationKey::parse("k-cancel").unwrap();
+    let cancelled = engine
+        .submit(wf, &key, &Input::Cancel { reason: "customer withdrew".into() }, engine.now())
+        .await
+        .unwrap();
+    assert_eq!(cancelled.record.as_ref().unwrap().state, State::Cancelled);
+    let execution = eventually("the execution stopped", WAIT, || async {
+        system
+            .executions("order-review")
+            .await
+            .into_iter()
+            .find(|e| e.name().contains("k-cancel") && e.status().as_str() != "RUNNING")
+    })
+    .await;
+    assert!(["ABORTED", "FAILED"].contains(&execution.status().as_str()), "{:?}", execution.status());
+
+    let (status, body) = system
+        .callback(
+            "cb-after-cancel",
+            &json!({"workflow": "order-review", "key": "k-cancel", "step": "manual-review", "outcome": "succeeded", "data": {"decision": "too late"}}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str(), body["reason"].as_str()),
+        (200, Some("ignored"), Some("terminal"))
+    );
+    let trace = engine.store.trace(&wf.name, &key).await.unwrap();
+    assert!(
+        trace.ledger.iter().any(|l| l.reason == IgnoreReason::Terminal && l.input_id == "cb-after-cancel"),
+        "{:?}",
+        trace.ledger
+    );
+    assert_eq!(
+        trace.record.unwrap().state,
+        State::Cancelled,
+        "still cancelled after the execution's own report"
+    );
+    system.stop().await;
+}
