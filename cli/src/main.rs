@@ -7,7 +7,14 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod inspect;
+mod local;
+mod ops;
+mod recover;
+mod send;
+mod status;
 mod synth;
+mod target;
+mod trace;
 
 #[derive(Parser)]
 #[command(name = "baton", version, about = "Event-driven workflow automation on AWS serverless")]
@@ -45,6 +52,47 @@ enum Command {
         #[arg(long, default_value = "template.yaml")]
         template: PathBuf,
     },
+    /// Run all of baton on this machine: emulator, template.yaml's resources, the handlers, the
+    /// HTTP API and the sweeper. Ctrl-C stops everything it started.
+    Local {
+        #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+        config: PathBuf,
+        #[arg(long, default_value = "template.yaml")]
+        template: PathBuf,
+        /// Use this running emulator instead of starting one.
+        #[arg(long, env = "BATON_EMULATOR_URL")]
+        emulator: Option<String>,
+        /// The HTTP API's port on 127.0.0.1 (0: any free port).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// The stack name resources are named after.
+        #[arg(long, default_value = "baton-local")]
+        stack: String,
+        /// Where local.json, the generated definitions and the emulator log go.
+        #[arg(long, default_value = ".baton")]
+        state_dir: PathBuf,
+    },
+    /// Publish a domain event (CloudEvents 1.0 or EventBridge) to the intake queue.
+    Send(send::SendArgs),
+    /// Send a signed callback to the HTTP API, as an external system would.
+    Callback(send::CallbackArgs),
+    /// One workflow record's timeline: transitions, tasks, callbacks, buffered and ignored
+    /// inputs, and the Step Functions history of each generation.
+    Trace(trace::TraceArgs),
+    /// Records by state, and the records waiting past their deadline.
+    Status(status::StatusArgs),
+    /// Plan (and with --apply, carry out) the re-delivery of dead-lettered messages or ledgered
+    /// inputs, from the current state: safe, noop or needs-human per message.
+    Replay(recover::ReplayArgs),
+    /// Move dead-lettered messages back to their source queue, after showing the plan.
+    Redrive(recover::RedriveArgs),
+    /// Cancel a workflow: the record becomes cancelled and its execution is stopped.
+    Cancel(recover::CancelArgs),
+}
+
+/// Runs an async command on a fresh Tokio runtime.
+fn block_on<F: std::future::Future<Output = anyhow::Result<()>>>(command: F) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(command)
 }
 
 fn main() -> ExitCode {
@@ -53,6 +101,23 @@ fn main() -> ExitCode {
         Command::Validate { path } => inspect::validate(&path),
         Command::Match { config, event } => inspect::match_event(&config, &event),
         Command::Synth { config, check, root, template } => synth::synth(&config, &root, &template, check),
+        Command::Local { config, template, emulator, port, stack, state_dir } => {
+            block_on(local::run(local::LocalArgs {
+                config,
+                template,
+                emulator,
+                http_port: port,
+                stack,
+                state_dir,
+            }))
+        }
+        Command::Send(args) => block_on(send::send(args)),
+        Command::Callback(args) => block_on(send::callback(args)),
+        Command::Trace(args) => block_on(trace::run(args)),
+        Command::Status(args) => block_on(status::run(args)),
+        Command::Replay(args) => block_on(recover::replay(args)),
+        Command::Redrive(args) => block_on(recover::redrive(args)),
+        Command::Cancel(args) => block_on(recover::cancel(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,129 @@
+//! What the operator commands (`send`, `callback`, `trace`, `status`) share: how times and
+//! durations read, and step names from the workflow config.
+//!
+//! Records and inbox entries store a step's index, not its name, because the index is what the
+//! lifecycle reasons about. Operators think in names, so the commands look them up in the config
+//! when they can. The config is optional here: pointed at a deployed stack from another checkout,
+//! a missing `infra/workflows.yaml` must not stop a trace, so without one the index is shown.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use baton::config::{self, Config};
+use time::format_description::well_known::Rfc3339;
+use time::macros::format_description;
+use time::{Duration, OffsetDateTime, UtcOffset};
+
+/// RFC 3339 in UTC, with as many fractional digits as the time has: the JSON form.
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    t.to_offset(UtcOffset::UTC).format(&Rfc3339).unwrap_or_else(|_| t.to_string())
+}
+
+/// Serializes a time as [`rfc3339`] (`#[serde(serialize_with = "ser_time")]`).
+pub fn ser_time<S: serde::Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339(*t))
+}
+
+/// Serializes an optional time as [`rfc3339`] or `null`.
+pub fn ser_opt_time<S: serde::Serializer>(t: &Option<OffsetDateTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&rfc3339(*t)),
+        None => s.serialize_none(),
+    }
+}
+
+/// RFC 3339 in UTC with exactly milliseconds, so that columns line up: the table form.
+pub fn table_time(t: OffsetDateTime) -> String {
+    let format = format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+    t.to_offset(UtcOffset::UTC).format(&format).unwrap_or_else(|_| t.to_string())
+}
+
+/// A duration in its two largest units: `2d 3h`, `4h 5m`, `6m 7s`, `8s`.
+pub fn human(d: Duration) -> String {
+    let total = d.whole_seconds().unsigned_abs();
+    let (days, hours, minutes, seconds) = (total / 86_400, total / 3600 % 24, total / 60 % 60, total % 60);
+    let sign = if d.is_negative() { "-" } else { "" };
+    match (days, hours, minutes) {
+        (0, 0, 0) => format!("{sign}{seconds}s"),
+        (0, 0, _) => format!("{sign}{minutes}m {seconds}s"),
+        (0, _, _) => format!("{sign}{hours}h {minutes}m"),
+        _ => format!("{sign}{days}d {hours}h"),
+    }
+}
+
+/// Step names by workflow and index, from the config when one could be read.
+#[derive(Debug, Default)]
+pub struct StepNames(Option<Config>);
+
+impl StepNames {
+    /// Reads the config at `explicit` (`--config` / `BATON_CONFIG`), which must be valid, or
+    /// else the default `infra/workflows.yaml` if it exists and is valid. Without either, steps
+    /// are shown by index; a broken default file is reported on stderr, not fatal.
+    pub fn load(explicit: Option<&Path>) -> Result<StepNames> {
+        if let Some(path) = explicit {
+            let config =
+                Config::load(path).with_context(|| format!("cannot use the config {}", path.display()))?;
+            return Ok(StepNames(Some(config)));
+        }
+        let default = PathBuf::from(config::DEFAULT_PATH);
+        if !default.exists() {
+            return Ok(StepNames(None));
+        }
+        match Config::load(&default) {
+            Ok(config) => Ok(StepNames(Some(config))),
+            Err(e) => {
+                eprintln!("warning: steps are shown by index: {}: {e}", default.display());
+                Ok(StepNames(None))
+            }
+        }
+    }
+
+    /// Names from a config already at hand.
+    #[cfg(test)]
+    pub fn from_config(config: Config) -> StepNames {
+        StepNames(Some(config))
+    }
+
+    /// The name of step `index` of `workflow`, if the config has it.
+    pub fn name(&self, workflow: &str, index: u32) -> Option<String> {
+        let wf = self.0.as_ref()?.workflow(workflow)?;
+        let step = wf.steps.get(usize::try_from(index).ok()?)?;
+        Some(step.name.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_in_their_two_largest_units() {
+        assert_eq!(human(Duration::seconds(8)), "8s");
+        assert_eq!(human(Duration::seconds(6 * 60 + 7)), "6m 7s");
+        assert_eq!(human(Duration::seconds(4 * 3600 + 5 * 60 + 59)), "4h 5m");
+        assert_eq!(human(Duration::seconds(2 * 86_400 + 3 * 3600)), "2d 3h");
+        assert_eq!(human(Duration::seconds(-90)), "-1m 30s");
+    }
+
+    #[test]
+    fn times_are_utc_and_table_times_have_fixed_width() {
+        let t = OffsetDateTime::UNIX_EPOCH + Duration::milliseconds(1_500);
+        assert_eq!(rfc3339(t), "1970-01-01T00:00:01.5Z");
+        assert_eq!(table_time(t), "1970-01-01T00:00:01.500Z");
+        assert_eq!(table_time(OffsetDateTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn step_names_come_from_the_config_when_it_has_them() {
+        let config = Config::parse(
+            "workflows:\n  wf:\n    start: { when: { type: [t] }, key: /subject }\n    steps:\n      \
+             - { name: review, requires: [d], timeout: 1h }\n",
+        )
+        .unwrap();
+        let names = StepNames::from_config(config);
+        assert_eq!(names.name("wf", 0).as_deref(), Some("review"));
+        assert_eq!(names.name("wf", 1), None);
+        assert_eq!(names.name("other", 0), None);
+        assert_eq!(StepNames::default().name("wf", 0), None);
+    }
+}

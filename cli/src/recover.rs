@@ -1,0 +1,398 @@
+//! Recovery commands: `baton replay`, `baton redrive`, `baton cancel`.
+//!
+//! The rule for all three: look at the current state first, say what would happen, and only
+//! then act, guarded. Replay is a dry run unless `--apply`; its plan can be saved, reviewed and
+//! applied later, and each line is applied only if the record still has the version the plan
+//! saw. Redrive moves messages back to their source queue in bulk, but refuses messages that need
+//! a person unless `--force`, and logs who forced what. Nothing leaves a dead-letter queue until
+//! it has been applied, re-queued, or classified `noop`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use baton::config::Config;
+use baton::engine::Engine;
+use baton::ids::{CorrelationKey, WorkflowName};
+use baton::lifecycle::{Input, Outcome};
+use baton::metrics::Metrics;
+use baton::replay::{self, Applied, Classification, Done, Line, Origin};
+use baton::runtime::Settings;
+use serde::{Deserialize, Serialize};
+
+use crate::target::{self, Field, Target, TargetArgs};
+
+/// Which dead-letter queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dlq {
+    Intake,
+    Progress,
+}
+
+impl Dlq {
+    fn origin(self) -> Origin {
+        match self {
+            Dlq::Intake => Origin::Intake,
+            Dlq::Progress => Origin::Progress,
+        }
+    }
+
+    fn dlq_field(self) -> Field {
+        match self {
+            Dlq::Intake => Field::IntakeDlqUrl,
+            Dlq::Progress => Field::ProgressDlqUrl,
+        }
+    }
+
+    fn source_field(self) -> Field {
+        match self {
+            Dlq::Intake => Field::IntakeQueueUrl,
+            Dlq::Progress => Field::ProgressQueueUrl,
+        }
+    }
+}
+
+/// `baton replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Replay the messages of this dead-letter queue.
+    #[arg(long, conflicts_with = "ledger")]
+    pub dlq: Option<Dlq>,
+    /// Replay the ledger entries (ignored inputs) of one workflow record: WORKFLOW KEY.
+    #[arg(long, num_args = 2, value_names = ["WORKFLOW", "KEY"])]
+    pub ledger: Option<Vec<String>>,
+    /// Carry out the plan: deliver the `safe` lines, drop the `noop` ones from the DLQ.
+    #[arg(long)]
+    pub apply: bool,
+    /// Write the plan to this file (JSON), to review it before `--apply --plan FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+    /// Apply this saved plan instead of planning anew. Lines are guarded by the versions it saw.
+    #[arg(long, value_name = "FILE", requires = "apply")]
+    pub plan: Option<PathBuf>,
+    /// Print the plan and the results as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+/// A saved plan: what `baton replay --save` writes and `--apply --plan` reads.
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedPlan {
+    schema: String,
+    dlq: Option<Dlq>,
+    ledger: Option<Vec<String>>,
+    lines: Vec<Line>,
+}
+
+const PLAN_SCHEMA: &str = "baton.replay-plan/v1";
+
+/// The engine and SQS client the recovery commands act through.
+struct Tools {
+    engine: Arc<Engine>,
+    sqs: aws_sdk_sqs::Client,
+    target: Target,
+}
+
+async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> Result<Tools> {
+    let mut fields = vec![Field::Table, Field::StateMachines, Field::OutboundQueueUrl];
+    fields.extend_from_slice(extra);
+    let target = target::resolve(args, &fields, true)?;
+    let sdk = target.aws().sdk_config().await?;
+    let config = Config::load(config)?;
+    let prefix = target
+        .state_machines
+        .as_ref()
+        .and_then(|s| s.prefix())
+        .context("cannot tell the state machine ARN prefix; pass --state-machine-prefix")?;
+    let settings = Settings {
+        table: target.table.clone().unwrap_or_default(),
+        state_machine_prefix: prefix,
+        dlq_url: None,
+        outbound_queue_url: target.queues.get(Field::OutboundQueueUrl.env()).cloned(),
+        config_path: None,
+        webhook_secrets: None,
+    };
+    // Metrics from an operator's terminal would be noise on stdout: they go nowhere.
+    let engine = baton::runtime::engine(&sdk, &settings, config, Metrics::to(Box::new(std::io::sink())));
+    Ok(Tools { engine: Arc::new(engine), sqs: aws_sdk_sqs::Client::new(&sdk), target })
+}
+
+fn queue(target: &Target, field: Field) -> Result<String> {
+    let url = match field {
+        Field::IntakeQueueUrl => target.intake_queue_url.clone(),
+        _ => target.queues.get(field.env()).cloned(),
+    };
+    url.with_context(|| format!("no {} ({})", field.flag(), field.env()))
+}
+
+fn names(pair: &[String]) -> Result<(WorkflowName, CorrelationKey)> {
+    let [workflow, key] = pair else { bail!("--ledger takes WORKFLOW KEY") };
+    Ok((WorkflowName::parse(workflow.as_str())?, CorrelationKey::parse(key.as_str())?))
+}
+
+pub async fn replay(args: ReplayArgs) -> Result<()> {
+    let extra: Vec<Field> = args.dlq.map(|d| vec![d.dlq_field()]).unwrap_or_default();
+    let t = tools(&args.config, &args.target, &extra).await?;
+    let now = t.engine.now();
+    let lines = match (&args.plan, args.dlq, &args.ledger) {
+        (Some(path), _, _) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let saved: SavedPlan = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a replay plan", path.display()))?;
+            if saved.schema != PLAN_SCHEMA || saved.dlq != args.dlq || saved.ledger != args.ledger {
+                bail!(
+                    "{} is a plan for another source; pass the same --dlq/--ledger it was made with",
+                    path.display()
+                );
+            }
+            saved.lines
+        }
+        (None, Some(dlq), _) => {
+            let url = queue(&t.target, dlq.dlq_field())?;
+            replay::plan_dlq(&t.engine, &t.sqs, &url, dlq.origin(), now).await?
+        }
+        (None, None, Some(pair)) => {
+            let (w, k) = names(pair)?;
+            let trace = t.engine.store.trace(&w, &k).await?;
+            let mut lines = Vec::new();
+            for entry in &trace.ledger {
+                lines.push(replay::plan_ledger(&t.engine.config, &*t.engine.store, entry, now).await?);
+            }
+            lines
+        }
+        (None, None, None) => bail!("say what to replay: --dlq intake|progress, or --ledger WORKFLOW KEY"),
+    };
+    if args.json && !args.apply {
+        println!("{}", serde_json::to_string_pretty(&lines)?);
+    } else {
+        print_plan(&lines);
+    }
+    if let Some(path) = &args.save {
+        let saved = SavedPlan {
+            schema: PLAN_SCHEMA.into(),
+            dlq: args.dlq,
+            ledger: args.ledger.clone(),
+            lines: lines.clone(),
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&saved)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("plan saved to {}; apply it with --apply --plan {}", path.display(), path.display());
+    }
+    if !args.apply {
+        eprintln!("dry run: nothing was changed. Re-run with --apply to deliver the safe lines.");
+        return Ok(());
+    }
+    let total = lines.len();
+    let mut n = 0;
+    let mut progress = |d: &Done| {
+        n += 1;
+        if total > 20 {
+            eprint!("\r[{n}/{total}] {}", bar(n, total));
+            let _ = std::io::stderr().flush();
+        }
+        if !args.json {
+            println!("{:<40} {:<12} {}", d.id, d.classification.to_string(), describe(&d.result));
+        }
+    };
+    let (done, summary) = match args.dlq {
+        Some(dlq) => {
+            let url = queue(&t.target, dlq.dlq_field())?;
+            replay::apply_dlq(&t.engine, &t.sqs, &url, &lines, now, &mut progress).await?
+        }
+        None => {
+            let mut done = Vec::new();
+            let mut summary = replay::Summary::default();
+            for line in &lines {
+                let result = replay::apply_line(&t.engine, line, now).await?;
+                match (&result, line.classification) {
+                    (Applied::Applied { .. }, _) => summary.applied += 1,
+                    (Applied::Skipped { .. }, _) => summary.skipped += 1,
+                    (Applied::NotSafe, Classification::NeedsHuman) => summary.needs_human += 1,
+                    (Applied::NotSafe, _) => {}
+                }
+                let d =
+                    Done { id: line.id.clone(), classification: line.classification, result, removed: false };
+                progress(&d);
+                done.push(d);
+            }
+            (done, summary)
+        }
+    };
+    if total > 20 {
+        eprintln!();
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"results": done, "summary": summary}))?
+        );
+    }
+    println!(
+        "summary: applied {}, skipped {}, needs-human {}, noop removed {}",
+        summary.applied, summary.skipped, summary.needs_human, summary.noop_removed
+    );
+    Ok(())
+}
+
+fn bar(n: usize, total: usize) -> String {
+    let filled = n * 30 / total.max(1);
+    format!("[{}{}]", "#".repeat(filled), ".".repeat(30 - filled))
+}
+
+fn describe(result: &Applied) -> String {
+    match result {
+        Applied::Applied { outcomes } => format!("applied: {}", outcomes.join("; ")),
+        Applied::Skipped { reason } => format!("skipped: {reason}"),
+        Applied::NotSafe => "left for a person".into(),
+    }
+}
+
+fn print_plan(lines: &[Line]) {
+    println!("{:<40} {:<12} {:<28} effect", "message", "class", "record (state, version)");
+    for line in lines {
+        if line.targets.is_empty() {
+            println!(
+                "{:<40} {:<12} {:<28} {}",
+                line.id,
+                line.classification.to_string(),
+                "-",
+                line.note.as_deref().unwrap_or("")
+            );
+        }
+        for t in &line.targets {
+            let record = match (&t.state, t.version) {
+                (Some(s), Some(v)) => format!("{}/{} {s} v{v}", t.workflow, t.key),
+                _ => format!("{}/{} (none)", t.workflow, t.key),
+            };
+            println!("{:<40} {:<12} {:<28} {}", line.id, t.classification.to_string(), record, t.effect);
+        }
+    }
+    let count = |c: Classification| lines.iter().filter(|l| l.classification == c).count();
+    println!(
+        "plan: {} safe, {} noop, {} needs-human",
+        count(Classification::Safe),
+        count(Classification::Noop),
+        count(Classification::NeedsHuman)
+    );
+}
+
+/// `baton redrive`.
+#[derive(Debug, clap::Args)]
+pub struct RedriveArgs {
+    /// The dead-letter queue whose messages go back to their source queue.
+    #[arg(long)]
+    pub dlq: Dlq,
+    /// Move them; without it, only the plan is shown.
+    #[arg(long)]
+    pub apply: bool,
+    /// Also move messages classified needs-human. Logged with who forced it.
+    #[arg(long)]
+    pub force: bool,
+    #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+pub async fn redrive(args: RedriveArgs) -> Result<()> {
+    let t = tools(&args.config, &args.target, &[args.dlq.dlq_field(), args.dlq.source_field()]).await?;
+    let dlq = queue(&t.target, args.dlq.dlq_field())?;
+    let source = queue(&t.target, args.dlq.source_field())?;
+    let now = t.engine.now();
+    let lines = replay::plan_dlq(&t.engine, &t.sqs, &dlq, args.dlq.origin(), now).await?;
+    print_plan(&lines);
+    let refused: Vec<&Line> =
+        lines.iter().filter(|l| l.classification == Classification::NeedsHuman).collect();
+    if !refused.is_empty() && !args.force {
+        bail!(
+            "{} message(s) need a person (see the plan); fix them, use `baton replay`, or pass --force to move them anyway",
+            refused.len()
+        );
+    }
+    if !args.apply {
+        eprintln!("dry run: nothing was moved. Re-run with --apply.");
+        return Ok(());
+    }
+    let who =
+        std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
+    let messages = replay::read_dlq(&t.sqs, &dlq, 1000, 300).await?;
+    let mut moved = 0;
+    for m in &messages {
+        let Some(line) = lines.iter().find(|l| l.id == m.id) else { continue };
+        if line.classification == Classification::NeedsHuman {
+            // Structured, so it lands in whatever collects the operator's logs.
+            eprintln!(
+                "{}",
+                serde_json::json!({"event": "forced_redrive", "user": who, "message_id": m.id, "dlq": args.dlq,
+                    "classification": line.classification, "note": line.note})
+            );
+        }
+        t.sqs
+            .send_message()
+            .queue_url(&source)
+            .message_body(&m.body)
+            .send()
+            .await
+            .context("cannot send to the source queue")?;
+        t.sqs
+            .delete_message()
+            .queue_url(&dlq)
+            .receipt_handle(&m.receipt_handle)
+            .send()
+            .await
+            .context("cannot delete from the DLQ")?;
+        moved += 1;
+    }
+    let untouched: Vec<&replay::DlqMessage> =
+        messages.iter().filter(|m| !lines.iter().any(|l| l.id == m.id)).collect();
+    replay::release(&t.sqs, &dlq, &untouched).await?;
+    println!("summary: moved {moved} message(s) back to the source queue");
+    Ok(())
+}
+
+/// `baton cancel`.
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    pub workflow: String,
+    pub key: String,
+    /// Why: kept in the record's history and on the stopped execution.
+    #[arg(long)]
+    pub reason: String,
+    #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+pub async fn cancel(args: CancelArgs) -> Result<()> {
+    let t = tools(&args.config, &args.target, &[]).await?;
+    let workflow = t
+        .engine
+        .config
+        .workflow(&args.workflow)
+        .with_context(|| format!("no workflow named {:?} in the config", args.workflow))?;
+    let key = CorrelationKey::parse(args.key.as_str())?;
+    if t.engine.store.load(&workflow.name, &key).await?.is_none() {
+        bail!("no such workflow record: {} {}", args.workflow, args.key);
+    }
+    let now = t.engine.now();
+    let submitted =
+        t.engine.submit(workflow, &key, &Input::Cancel { reason: args.reason.clone() }, now).await?;
+    let state = submitted.record.as_ref().map(|r| r.state.to_string()).unwrap_or_default();
+    match submitted.outcome() {
+        Outcome::Applied => println!("cancelled {} {}; the execution was stopped", args.workflow, args.key),
+        Outcome::Duplicate => println!("{} {} was already cancelled", args.workflow, args.key),
+        Outcome::Ignored(_) => {
+            println!("{} {} has already ended ({state}); nothing changed", args.workflow, args.key)
+        }
+        other => bail!("unexpected outcome {other:?}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,245 @@
+//! `baton status`: how many records are in each state, and which ones wait past their deadline.
+//!
+//! Every waiting step has a deadline, and Step Functions ends a step that misses it (DESIGN.md
+//! §4, invariant 7), which moves the record to `timed_out`. A record still `waiting` after its
+//! deadline therefore means that report was lost or is stuck: the first thing to look at, with
+//! `baton trace`. Both questions are answered from the table's due-time index (no Scan).
+//!
+//! `--json` is a contract like `baton trace --json`: `baton.status/v1` (README).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use baton::lifecycle::{Kind, Record};
+use baton::store::WorkflowStore;
+use baton::store::dynamodb::DynamoStore;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
+
+use crate::ops::{StepNames, human, rfc3339, table_time};
+use crate::target::{self, Field, TargetArgs};
+
+/// The `--json` schema's name and version.
+pub const SCHEMA: &str = "baton.status/v1";
+/// At most this many overdue records are listed.
+pub const OVERDUE_LIMIT: usize = 100;
+
+/// `baton status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Print the `baton.status/v1` JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// The workflow config, for step names [default: infra/workflows.yaml when present].
+    #[arg(long, env = "BATON_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+/// Reads the counts and the overdue records, then prints them.
+pub async fn run(args: StatusArgs) -> Result<()> {
+    let names = StepNames::load(args.config.as_deref())?;
+    let target = target::resolve(&args.target, &[Field::Table], true)?;
+    let Some(table) = target.table.clone() else { bail!("the table is needed") };
+    let store =
+        DynamoStore::new(aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?), table.clone());
+    let now = OffsetDateTime::now_utc();
+    let counts = store
+        .count_by_state()
+        .await
+        .with_context(|| format!("cannot count the records in the table {table} at {}", target.location()))?;
+    let overdue = store
+        .due(Kind::Waiting, now, OVERDUE_LIMIT)
+        .await
+        .with_context(|| format!("cannot list the overdue records in {table} at {}", target.location()))?;
+    let report = build(&table, &counts, &overdue, &names, now);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(())
+}
+
+/// The `baton.status/v1` document.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    /// When the counts were taken (RFC 3339, UTC).
+    pub at: String,
+    pub table: String,
+    /// Every state, zeros included, in lifecycle order.
+    pub counts: Map<String, Value>,
+    pub total: u64,
+    /// Waiting records whose deadline has passed, most overdue first.
+    pub overdue: Vec<Overdue>,
+    /// `true` when there may be more than the [`OVERDUE_LIMIT`] listed.
+    pub overdue_truncated: bool,
+}
+
+/// A record waiting past its deadline.
+#[derive(Debug, Serialize)]
+pub struct Overdue {
+    pub workflow: String,
+    pub key: String,
+    pub generation: u32,
+    pub step: Option<u32>,
+    pub step_name: Option<String>,
+    #[serde(serialize_with = "crate::ops::ser_opt_time")]
+    pub deadline: Option<OffsetDateTime>,
+    pub overdue_seconds: i64,
+}
+
+/// Puts what was read into the report; `now` is when it was read.
+pub fn build(
+    table: &str,
+    counts: &BTreeMap<Kind, u64>,
+    overdue: &[Record],
+    names: &StepNames,
+    now: OffsetDateTime,
+) -> Report {
+    let mut by_state = Map::new();
+    for kind in Kind::ALL {
+        by_state.insert(kind.as_str().to_owned(), json!(counts.get(&kind).copied().unwrap_or(0)));
+    }
+    let mut listed: Vec<Overdue> = overdue
+        .iter()
+        .map(|r| {
+            let step = r.state.step();
+            Overdue {
+                workflow: r.workflow.to_string(),
+                key: r.key.to_string(),
+                generation: r.generation,
+                step,
+                step_name: step.and_then(|s| names.name(r.workflow.as_str(), s)),
+                deadline: r.deadline,
+                overdue_seconds: r.deadline.map(|d| (now - d).whole_seconds()).unwrap_or(0),
+            }
+        })
+        .collect();
+    listed.sort_by_key(|o| std::cmp::Reverse(o.overdue_seconds));
+    Report {
+        schema: SCHEMA,
+        at: rfc3339(now),
+        table: table.to_owned(),
+        counts: by_state,
+        total: counts.values().sum(),
+        overdue_truncated: overdue.len() >= OVERDUE_LIMIT,
+        overdue: listed,
+    }
+}
+
+/// The human form.
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "records by state (table {})", report.table);
+    for (state, count) in &report.counts {
+        let _ = writeln!(out, "  {state:<10} {:>8}", count.as_u64().unwrap_or(0));
+    }
+    let _ = writeln!(out, "  {:<10} {:>8}", "total", report.total);
+    let _ = writeln!(out);
+    if report.overdue.is_empty() {
+        let _ = writeln!(out, "waiting past their deadline: none");
+        return out;
+    }
+    let more =
+        if report.overdue_truncated { format!(", the first {OVERDUE_LIMIT} shown") } else { String::new() };
+    let _ = writeln!(out, "waiting past their deadline ({}{more}):", report.overdue.len());
+    let width =
+        |f: &dyn Fn(&Overdue) -> usize, min: usize| report.overdue.iter().map(f).max().unwrap_or(0).max(min);
+    let w_wf = width(&|o| o.workflow.len(), "WORKFLOW".len());
+    let w_key = width(&|o| o.key.len(), "KEY".len());
+    let label = |o: &Overdue| match (&o.step_name, o.step) {
+        (Some(name), _) => name.clone(),
+        (None, Some(i)) => format!("step {i}"),
+        (None, None) => "-".to_owned(),
+    };
+    let w_step = width(&|o| label(o).len(), "STEP".len());
+    let _ = writeln!(
+        out,
+        "  {:<w_wf$}  {:<w_key$}  {:<w_step$}  {:<24}  OVERDUE",
+        "WORKFLOW", "KEY", "STEP", "DEADLINE"
+    );
+    for o in &report.overdue {
+        let deadline = o.deadline.map(table_time).unwrap_or_else(|| "-".to_owned());
+        let _ = writeln!(
+            out,
+            "  {:<w_wf$}  {:<w_key$}  {:<w_step$}  {deadline:<24}  {}",
+            o.workflow,
+            o.key,
+            label(o),
+            human(time::Duration::seconds(o.overdue_seconds))
+        );
+    }
+    let _ = writeln!(out, "\nlook at one with: baton trace <workflow> <key>");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use baton::ids::{CorrelationKey, WorkflowName};
+    use baton::lifecycle::State;
+    use serde_json::Map;
+    use time::Duration;
+
+    use super::*;
+
+    fn waiting(key: &str, step: u32, deadline: OffsetDateTime) -> Record {
+        Record {
+            workflow: WorkflowName::parse("order-review").unwrap(),
+            key: CorrelationKey::parse(key).unwrap(),
+            generation: 1,
+            state: State::Waiting { step },
+            version: 2,
+            token: None,
+            deadline: Some(deadline),
+            inputs: Map::new(),
+            applied: Vec::new(),
+            owed: None,
+            start_events: Vec::new(),
+            history: Vec::new(),
+            created_at: deadline,
+            updated_at: deadline,
+        }
+    }
+
+    #[test]
+    fn every_state_is_counted_and_the_most_overdue_comes_first() {
+        // Given two waiting records past their deadlines, by 5 minutes and by 2 hours
+        let now = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
+        let counts = BTreeMap::from([(Kind::Waiting, 3), (Kind::Succeeded, 7)]);
+        let overdue =
+            [waiting("a", 0, now - Duration::minutes(5)), waiting("b", 1, now - Duration::hours(2))];
+        // When the report is built
+        let report = build("t", &counts, &overdue, &StepNames::default(), now);
+        // Then zeros are explicit, the total adds up, and the order is by lateness
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["schema"], "baton.status/v1");
+        assert_eq!(
+            json["counts"],
+            json!({"pending": 0, "waiting": 3, "advancing": 0, "succeeded": 7, "failed": 0, "timed_out": 0, "cancelled": 0})
+        );
+        assert_eq!(json["total"], 10);
+        assert_eq!(json["overdue"][0]["key"], "b");
+        assert_eq!(json["overdue"][0]["overdue_seconds"], 7200);
+        assert_eq!(json["overdue"][1]["overdue_seconds"], 300);
+        assert_eq!(json["overdue_truncated"], false);
+
+        let text = render(&report);
+        assert!(text.contains("  waiting           3\n"), "{text}");
+        assert!(text.contains("waiting past their deadline (2):"), "{text}");
+        let b = text.lines().find(|l| l.contains("  b  ")).unwrap();
+        assert!(b.contains("step 1") && b.ends_with("2h 0m"), "{b}");
+    }
+
+    #[test]
+    fn nothing_overdue_says_so() {
+        let report = build("t", &BTreeMap::new(), &[], &StepNames::default(), OffsetDateTime::UNIX_EPOCH);
+        assert_eq!(report.total, 0);
+        assert!(render(&report).contains("waiting past their deadline: none"));
+    }
+}

@@ -1,0 +1,904 @@
+//! `baton trace <workflow> <key>`: everything known about one workflow instance, as one timeline.
+//!
+//! The facts live in two places: the table (the record with its audit trail of transitions,
+//! tasks, idempotency receipts, buffered inputs, ledger entries) and Step Functions (each
+//! generation's execution history). An operator answering "why is order 42 stuck?" needs them
+//! side by side, in time order, so this command reads both and merges them.
+//!
+//! Rules kept here:
+//! - **Never the task token**: the record shows its fingerprint only, and execution history
+//!   events carry summaries, never a state's input ([`baton::orchestrator::HistoryEvent`]).
+//! - **`--json` is a contract** (`baton.trace/v1`, README "baton trace --json"): fields are
+//!   added, never renamed or removed, without a new schema version. [`Report`] is that schema.
+//! - **Building is pure**: [`build`] and [`render`] take what was read and the current time, so
+//!   ordering and rendering are tested without AWS.
+//! - An input that arrived before its start event leaves receipts or inbox entries without a
+//!   record: that is shown, not treated as "not found". Only nothing at all is exit 1.
+//! - An execution that was never started is left out, not an error.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use baton::ids::{CorrelationKey, WorkflowName};
+use baton::lifecycle::{AuditEntry, Record, Resume};
+use baton::orchestrator::{
+    ExecutionInfo, HistoryEvent, Orchestrator, OrchestratorError, StepFunctions, execution_arn,
+    execution_name,
+};
+use baton::store::dynamodb::DynamoStore;
+use baton::store::{InboxEntry, LedgerEntry, Receipt, ReceiptStatus, Task, Trace, WorkflowStore};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+
+use crate::ops::{StepNames, human, table_time};
+use crate::target::{self, Field, TargetArgs};
+
+/// The `--json` schema's name and version.
+pub const SCHEMA: &str = "baton.trace/v1";
+
+/// `baton trace`.
+#[derive(Debug, clap::Args)]
+pub struct TraceArgs {
+    pub workflow: String,
+    /// The correlation key.
+    pub key: String,
+    /// Print the `baton.trace/v1` JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// The workflow config, for step names [default: infra/workflows.yaml when present].
+    #[arg(long, env = "BATON_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+/// Reads the table and Step Functions, then prints the trace.
+pub async fn run(args: TraceArgs) -> Result<()> {
+    let workflow = WorkflowName::parse(args.workflow.as_str()).context("<workflow>")?;
+    let key = CorrelationKey::parse(args.key.as_str()).context("<key>")?;
+    let names = StepNames::load(args.config.as_deref())?;
+    let target = target::resolve(&args.target, &[Field::Table, Field::StateMachines], true)?;
+    let (Some(table), Some(machines)) = (target.table.clone(), target.state_machines.clone()) else {
+        bail!("the table and the state machines are both needed");
+    };
+    let sdk = target.aws().sdk_config().await?;
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone());
+    let trace = store.trace(&workflow, &key).await.with_context(|| {
+        format!("cannot read {workflow} / {key} from the table {table} at {}", target.location())
+    })?;
+    if is_empty(&trace) {
+        bail!("no such workflow record: {workflow} / {key} (table {table})");
+    }
+    let executions = match (&trace.record, trace.record.as_ref().map(|r| machines.arn(r.workflow.as_str()))) {
+        (Some(record), Some(Ok(machine))) => {
+            let sfn = StepFunctions::new(aws_sdk_sfn::Client::new(&sdk));
+            read_executions(&sfn, &machine, record)
+                .await
+                .with_context(|| format!("at {}", target.location()))?
+        }
+        // The record is worth seeing even when its state machine cannot be named.
+        (Some(_), Some(Err(e))) => {
+            eprintln!("warning: {e}; the Step Functions history is not shown");
+            Vec::new()
+        }
+        _ => Vec::new(),
+    };
+    let report = build(&trace, executions, &names, (&workflow, &key));
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report, OffsetDateTime::now_utc()));
+    }
+    Ok(())
+}
+
+fn is_empty(trace: &Trace) -> bool {
+    trace.record.is_none()
+        && trace.tasks.is_empty()
+        && trace.receipts.is_empty()
+        && trace.inbox.is_empty()
+        && trace.ledger.is_empty()
+}
+
+/// One generation's execution, as Step Functions reports it.
+#[derive(Debug, Clone)]
+pub struct Execution {
+    pub generation: u32,
+    pub info: ExecutionInfo,
+    pub history: Vec<HistoryEvent>,
+}
+
+/// The executions of every generation of `record`, oldest first; those never started are left
+/// out.
+async fn read_executions(sfn: &impl Orchestrator, machine: &str, record: &Record) -> Result<Vec<Execution>> {
+    let mut executions = Vec::new();
+    for generation in 1..=record.generation {
+        let name = execution_name(&record.workflow, &record.key, generation);
+        let Some(arn) = execution_arn(machine, &name) else {
+            bail!("{machine} is not a state machine ARN (arn:...:stateMachine:<name>)");
+        };
+        let info = match sfn.describe(&arn).await {
+            Ok(info) => info,
+            Err(OrchestratorError::ExecutionNotFound { .. }) => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot describe the execution {arn}")),
+        };
+        let history = match sfn.history(&arn).await {
+            Ok(history) => history,
+            Err(OrchestratorError::ExecutionNotFound { .. }) => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot read the history of {arn}")),
+        };
+        executions.push(Execution { generation, info, history });
+    }
+    Ok(executions)
+}
+
+// ---- The `baton.trace/v1` document ----
+
+/// The whole trace: the `--json` output.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub workflow: String,
+    pub key: String,
+    /// `null` when only inputs that arrived before the start event are stored.
+    pub record: Option<RecordView>,
+    /// Every entry from every source, oldest first.
+    pub timeline: Vec<Entry>,
+    /// Each started generation's execution, oldest first, with its whole history.
+    pub executions: Vec<ExecutionView>,
+}
+
+/// The record as it stands.
+#[derive(Debug, Serialize)]
+pub struct RecordView {
+    /// `pending`, `waiting{0}`, `advancing{1}`, `succeeded`, ...: the notation of the callback
+    /// API's `state` and of transitions.
+    pub state: String,
+    pub terminal: bool,
+    /// The current step's index (waiting and advancing), else `null`.
+    pub step: Option<u32>,
+    /// Its name, when the config was available.
+    pub step_name: Option<String>,
+    pub generation: u32,
+    pub version: u64,
+    #[serde(serialize_with = "crate::ops::ser_opt_time")]
+    pub deadline: Option<OffsetDateTime>,
+    /// A short hash of the task token; the token itself is never shown.
+    pub token_fingerprint: Option<String>,
+    /// Inputs gathered for the current step.
+    pub inputs: Map<String, Value>,
+    /// The ids of the inputs applied to the current step, in order.
+    pub applied_inputs: Vec<String>,
+    /// The resume Step Functions is owed while advancing: `success`, `failure` or `null`.
+    pub owed: Option<&'static str>,
+    /// Ids of the start events seen, oldest first (bounded).
+    pub start_events: Vec<String>,
+    #[serde(serialize_with = "crate::ops::ser_time")]
+    pub created_at: OffsetDateTime,
+    #[serde(serialize_with = "crate::ops::ser_time")]
+    pub updated_at: OffsetDateTime,
+}
+
+/// Where a timeline entry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Record,
+    Task,
+    Receipt,
+    Inbox,
+    Ledger,
+    Execution,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::Record => "record",
+            Source::Task => "task",
+            Source::Receipt => "receipt",
+            Source::Inbox => "inbox",
+            Source::Ledger => "ledger",
+            Source::Execution => "execution",
+        }
+    }
+}
+
+/// One line of the timeline: `{"at", "source", "kind", ...fields of the kind}`.
+#[derive(Debug, Serialize)]
+pub struct Entry {
+    #[serde(serialize_with = "crate::ops::ser_time")]
+    pub at: OffsetDateTime,
+    pub source: Source,
+    #[serde(flatten)]
+    pub what: What,
+}
+
+/// What happened, by `kind`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum What {
+    /// A state change of the record (source `record`).
+    Transition {
+        generation: u32,
+        /// `null` when the record was created.
+        from: Option<String>,
+        to: String,
+        cause: &'static str,
+        cause_id: Option<String>,
+        version: u64,
+    },
+    /// The operator task for a step was created (source `task`).
+    TaskCreated {
+        generation: u32,
+        step: u32,
+        step_name: String,
+        task_id: String,
+        title: String,
+        queue: String,
+        published: bool,
+    },
+    /// An input's idempotency receipt was written (source `receipt`).
+    Receipt {
+        input_id: String,
+        /// `pending` (the effect may not have happened) or `done`.
+        status: &'static str,
+        http_status: Option<u64>,
+        /// The answer's `status`: `applied`, `buffered` or `ignored`.
+        answer_status: Option<String>,
+        /// The whole answer the sender got.
+        answer: Option<Value>,
+    },
+    /// An input arrived before its step waited and was buffered (source `inbox`).
+    Buffered {
+        input_id: String,
+        step: u32,
+        step_name: Option<String>,
+        /// `buffered`, `applied` or `expired`.
+        status: &'static str,
+        #[serde(serialize_with = "crate::ops::ser_time")]
+        expires_at: OffsetDateTime,
+    },
+    /// An input was ignored, with its reason (source `ledger`).
+    Ignored {
+        input_id: String,
+        reason: &'static str,
+        generation: Option<u32>,
+        /// The record's state at the time.
+        state: Option<String>,
+        /// The input, or a summary of it.
+        detail: Value,
+    },
+    /// An event of an execution's history (source `execution`).
+    ExecutionEvent { generation: u32, event_id: i64, event_type: String, detail: String },
+}
+
+/// One execution.
+#[derive(Debug, Serialize)]
+pub struct ExecutionView {
+    pub generation: u32,
+    pub arn: String,
+    /// Step Functions' status: `RUNNING`, `SUCCEEDED`, `FAILED`, `TIMED_OUT`, `ABORTED`, ...
+    pub status: String,
+    #[serde(serialize_with = "crate::ops::ser_time")]
+    pub started_at: OffsetDateTime,
+    #[serde(serialize_with = "crate::ops::ser_opt_time")]
+    pub stopped_at: Option<OffsetDateTime>,
+    pub error: Option<String>,
+    pub cause: Option<String>,
+    pub history: Vec<HistoryView>,
+}
+
+/// One history event.
+#[derive(Debug, Serialize)]
+pub struct HistoryView {
+    pub id: i64,
+    #[serde(serialize_with = "crate::ops::ser_time")]
+    pub at: OffsetDateTime,
+    pub event_type: String,
+    pub detail: String,
+}
+
+/// Merges what was read into one report. Entries are sorted by time; entries with the same
+/// time keep the order they were added in (the record's transitions first, in version order;
+/// each history in event order).
+pub fn build(
+    trace: &Trace,
+    executions: Vec<Execution>,
+    names: &StepNames,
+    (workflow, key): (&WorkflowName, &CorrelationKey),
+) -> Report {
+    let mut timeline = Vec::new();
+    if let Some(record) = &trace.record {
+        timeline.extend(record.history.iter().map(transition));
+    }
+    timeline.extend(trace.tasks.iter().map(task));
+    timeline.extend(trace.receipts.iter().map(receipt));
+    timeline.extend(trace.inbox.iter().map(|e| buffered(e, names)));
+    timeline.extend(trace.ledger.iter().map(ignored));
+    for execution in &executions {
+        timeline.extend(execution.history.iter().map(|event| Entry {
+            at: event.timestamp,
+            source: Source::Execution,
+            what: What::ExecutionEvent {
+                generation: execution.generation,
+                event_id: event.id,
+                event_type: event.event_type.clone(),
+                detail: event.detail.clone(),
+            },
+        }));
+    }
+    timeline.sort_by_key(|e| e.at);
+
+    Report {
+        schema: SCHEMA,
+        workflow: workflow.to_string(),
+        key: key.to_string(),
+        record: trace.record.as_ref().map(|r| record_view(r, names)),
+        timeline,
+        executions: executions.into_iter().map(execution_view).collect(),
+    }
+}
+
+fn record_view(r: &Record, names: &StepNames) -> RecordView {
+    let step = r.state.step();
+    RecordView {
+        state: r.state.to_string(),
+        terminal: r.state.is_terminal(),
+        step,
+        step_name: step.and_then(|s| names.name(r.workflow.as_str(), s)),
+        generation: r.generation,
+        version: r.version,
+        deadline: r.deadline,
+        token_fingerprint: r.token.as_ref().map(|t| t.fingerprint()),
+        inputs: r.inputs.clone(),
+        applied_inputs: r.applied.iter().map(|a| a.id.to_string()).collect(),
+        owed: r.owed.as_ref().map(|o| match o {
+            Resume::Success { .. } => "success",
+            Resume::Failure { .. } => "failure",
+        }),
+        start_events: r.start_events.iter().map(ToString::to_string).collect(),
+        created_at: r.created_at,
+        updated_at: r.updated_at,
+    }
+}
+
+fn transition(a: &AuditEntry) -> Entry {
+    Entry {
+        at: a.at,
+        source: Source::Record,
+        what: What::Transition {
+            generation: a.generation,
+            from: a.from.clone(),
+            to: a.to.clone(),
+            cause: a.cause.as_str(),
+            cause_id: a.cause_id.clone(),
+            version: a.version,
+        },
+    }
+}
+
+fn task(t: &Task) -> Entry {
+    Entry {
+        at: t.created_at,
+        source: Source::Task,
+        what: What::TaskCreated {
+            generation: t.generation,
+            step: t.step,
+            step_name: t.step_name.clone(),
+            task_id: t.id.clone(),
+            title: t.title.clone(),
+            queue: t.queue.clone(),
+            published: t.published,
+        },
+    }
+}
+
+fn receipt(r: &Receipt) -> Entry {
+    let answer = r.answer.as_ref();
+    Entry {
+        at: r.created_at,
+        source: Source::Receipt,
+        what: What::Receipt {
+            input_id: r.id.to_string(),
+            status: match r.status {
+                ReceiptStatus::Pending => "pending",
+                ReceiptStatus::Done => "done",
+            },
+            http_status: answer.and_then(|a| a["http_status"].as_u64()),
+            answer_status: answer.and_then(|a| a["body"]["status"].as_str()).map(str::to_owned),
+            answer: answer.map(|a| a.get("body").cloned().unwrap_or_else(|| a.clone())),
+        },
+    }
+}
+
+fn buffered(e: &InboxEntry, names: &StepNames) -> Entry {
+    Entry {
+        at: e.arrived_at,
+        source: Source::Inbox,
+        what: What::Buffered {
+            input_id: e.id.to_string(),
+            step: e.step,
+            step_name: names.name(e.workflow.as_str(), e.step),
+            status: e.status.as_str(),
+            expires_at: e.expires_at,
+        },
+    }
+}
+
+fn ignored(l: &LedgerEntry) -> Entry {
+    Entry {
+        at: l.at,
+        source: Source::Ledger,
+        what: What::Ignored {
+            input_id: l.input_id.clone(),
+            reason: l.reason.as_str(),
+            generation: l.generation,
+            state: l.state.clone(),
+            detail: l.detail.clone(),
+        },
+    }
+}
+
+fn execution_view(e: Execution) -> ExecutionView {
+    ExecutionView {
+        generation: e.generation,
+        arn: e.info.execution_arn,
+        status: e.info.status.to_string(),
+        started_at: e.info.start_date,
+        stopped_at: e.info.stop_date,
+        error: e.info.error,
+        cause: e.info.cause,
+        history: e
+            .history
+            .into_iter()
+            .map(|h| HistoryView { id: h.id, at: h.timestamp, event_type: h.event_type, detail: h.detail })
+            .collect(),
+    }
+}
+
+// ---- The table ----
+
+/// The human form: a summary of the record, one line per timeline entry, then the executions.
+pub fn render(report: &Report, now: OffsetDateTime) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{} / {}", report.workflow, report.key);
+    match &report.record {
+        Some(r) => {
+            let step = r.step_name.as_ref().map(|n| format!(" ({n})")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  state     {}{step}, generation {}, version {}",
+                r.state, r.generation, r.version
+            );
+            if let Some(deadline) = r.deadline {
+                let when = if deadline <= now {
+                    format!("overdue by {}", human(now - deadline))
+                } else {
+                    format!("in {}", human(deadline - now))
+                };
+                let _ = writeln!(out, "  deadline  {} ({when})", table_time(deadline));
+            }
+            if let Some(fingerprint) = &r.token_fingerprint {
+                let _ = writeln!(out, "  token     {fingerprint}");
+            }
+            if !r.inputs.is_empty() {
+                let _ = writeln!(out, "  inputs    {}", Value::Object(r.inputs.clone()));
+            }
+            if let Some(owed) = r.owed {
+                let _ = writeln!(out, "  owed      a {owed} resume to Step Functions");
+            }
+        }
+        None => {
+            let _ = writeln!(out, "  no record: only inputs that arrived before the start event");
+        }
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{:<24}  {:<9}  WHAT", "TIME", "SOURCE");
+    for entry in &report.timeline {
+        let _ = writeln!(
+            out,
+            "{:<24}  {:<9}  {}",
+            table_time(entry.at),
+            entry.source.as_str(),
+            describe(&entry.what)
+        );
+    }
+    if !report.executions.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "EXECUTIONS");
+        for e in &report.executions {
+            let ended = e.stopped_at.map(|t| format!(", stopped {}", table_time(t))).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  g{}  {}  started {}{ended}  {}",
+                e.generation,
+                e.status,
+                table_time(e.started_at),
+                e.arn
+            );
+            if let Some(error) = &e.error {
+                let _ = writeln!(out, "      {error}: {}", e.cause.as_deref().unwrap_or(""));
+            }
+        }
+    }
+    out
+}
+
+/// The WHAT column.
+fn describe(what: &What) -> String {
+    match what {
+        What::Transition { generation, from, to, cause, cause_id, version } => {
+            let from = from.as_deref().unwrap_or("(new)");
+            let id = cause_id.as_ref().map(|i| format!(" [{i}]")).unwrap_or_default();
+            format!("{from} -> {to}  {cause}{id}  g{generation} v{version}")
+        }
+        What::TaskCreated { generation, step_name, task_id, queue, published, .. } => {
+            let published = if *published { "published" } else { "NOT published" };
+            format!("task created for {step_name} (g{generation}) on queue {queue}, {published}  [{task_id}]")
+        }
+        What::Receipt { input_id, status, http_status, answer_status, answer } => {
+            let mut text = format!("input {input_id}: {status}");
+            if let Some(code) = http_status {
+                let _ = write!(text, ", HTTP {code}");
+            }
+            if let Some(answer_status) = answer_status {
+                let _ = write!(text, " {answer_status}");
+            }
+            if let Some(reason) = answer.as_ref().and_then(|a| a["reason"].as_str()) {
+                let _ = write!(text, " ({reason})");
+            }
+            if answer.as_ref().and_then(|a| a["duplicate"].as_bool()) == Some(true) {
+                text.push_str(" (duplicate)");
+            }
+            text
+        }
+        What::Buffered { input_id, step, step_name, status, expires_at } => {
+            let step = step_name.clone().unwrap_or_else(|| format!("step {step}"));
+            format!(
+                "input {input_id} buffered for {step}: now {status} (expires {})",
+                table_time(*expires_at)
+            )
+        }
+        What::Ignored { input_id, reason, state, .. } => {
+            let state = state.as_ref().map(|s| format!(" in state {s}")).unwrap_or_default();
+            format!("input {input_id} ignored: {reason}{state}")
+        }
+        What::ExecutionEvent { generation, event_id, event_type, detail } => {
+            let detail = if detail.is_empty() { String::new() } else { format!("  {detail}") };
+            format!("g{generation} #{event_id} {event_type}{detail}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use baton::ids::{EventId, TaskToken};
+    use baton::lifecycle::{Cause, IgnoreReason, State};
+    use baton::orchestrator::ExecutionStatus;
+    use baton::store::InboxStatus;
+    use serde_json::json;
+    use time::Duration;
+
+    use super::*;
+    use crate::ops::rfc3339;
+
+    fn t(seconds: i64) -> OffsetDateTime {
+        OffsetDateTime::UNIX_EPOCH + Duration::days(20_000) + Duration::seconds(seconds)
+    }
+
+    fn names() -> (WorkflowName, CorrelationKey) {
+        (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse("k1").unwrap())
+    }
+
+    fn audit(
+        at: i64,
+        from: Option<&str>,
+        to: &str,
+        cause: Cause,
+        id: Option<&str>,
+        version: u64,
+    ) -> AuditEntry {
+        AuditEntry {
+            at: t(at),
+            generation: 1,
+            from: from.map(str::to_owned),
+            to: to.to_owned(),
+            cause,
+            cause_id: id.map(str::to_owned),
+            version,
+        }
+    }
+
+    /// A record waiting on step 1, with a transition history and one of each other item.
+    fn trace() -> Trace {
+        let (w, k) = names();
+        let record = Record {
+            workflow: w.clone(),
+            key: k.clone(),
+            generation: 1,
+            state: State::Waiting { step: 1 },
+            version: 4,
+            token: Some(TaskToken::parse("AAAA-secret-task-token-BBBB").unwrap()),
+            deadline: Some(t(3600)),
+            inputs: Map::new(),
+            applied: Vec::new(),
+            owed: None,
+            start_events: vec![EventId::parse("evt-1").unwrap()],
+            history: vec![
+                audit(0, None, "pending", Cause::Start, Some("evt-1"), 1),
+                audit(2, Some("pending"), "waiting{0}", Cause::StepReady, None, 2),
+                audit(10, Some("waiting{0}"), "advancing{0}", Cause::Complete, Some("cb-1"), 3),
+                // Same instant as the one before: the audit order must survive the sort.
+                audit(10, Some("advancing{0}"), "waiting{1}", Cause::StepReady, None, 4),
+            ],
+            created_at: t(0),
+            updated_at: t(10),
+        };
+        Trace {
+            record: Some(record),
+            tasks: vec![Task {
+                workflow: w.clone(),
+                key: k.clone(),
+                generation: 1,
+                step: 0,
+                step_name: "manual-review".into(),
+                id: "order-review/k1/g1/manual-review".into(),
+                title: "Review order k1".into(),
+                queue: "risk-review".into(),
+                created_at: t(3),
+                published: true,
+            }],
+            receipts: vec![Receipt {
+                workflow: w.clone(),
+                key: k.clone(),
+                id: EventId::parse("cb-1").unwrap(),
+                hash: "h".into(),
+                status: ReceiptStatus::Done,
+                answer: Some(
+                    json!({"http_status": 200, "body": {"status": "applied", "state": "advancing{0}", "duplicate": false}}),
+                ),
+                created_at: t(9),
+                expires_at: t(99_999),
+            }],
+            inbox: vec![InboxEntry {
+                workflow: w.clone(),
+                key: k.clone(),
+                step: 1,
+                id: EventId::parse("cb-early").unwrap(),
+                arrived_at: t(1),
+                input: json!({}),
+                status: InboxStatus::Buffered,
+                expires_at: t(7200),
+            }],
+            ledger: vec![LedgerEntry {
+                workflow: w,
+                key: k,
+                input_id: "evt-2".into(),
+                reason: IgnoreReason::AlreadyRunning,
+                generation: Some(1),
+                state: Some("waiting{0}".into()),
+                detail: json!({"kind": "start"}),
+                at: t(5),
+                expires_at: t(99_999),
+            }],
+        }
+    }
+
+    fn execution() -> Execution {
+        let event = |id: i64, at: i64, event_type: &str, detail: &str| HistoryEvent {
+            id,
+            timestamp: t(at),
+            event_type: event_type.into(),
+            detail: detail.into(),
+        };
+        Execution {
+            generation: 1,
+            info: ExecutionInfo {
+                execution_arn: "arn:aws:states:us-east-1:1:execution:sm:order-review-k1-g1".into(),
+                status: ExecutionStatus::Running,
+                start_date: t(1),
+                stop_date: None,
+                input: None,
+                output: None,
+                error: None,
+                cause: None,
+            },
+            history: vec![
+                event(1, 1, "ExecutionStarted", ""),
+                event(2, 1, "TaskStateEntered", "manual-review"),
+                event(3, 11, "TaskStateEntered", "payment"),
+            ],
+        }
+    }
+
+    fn config_names() -> StepNames {
+        StepNames::from_config(
+            baton::config::Config::parse(
+                "workflows:\n  order-review:\n    start: { when: { type: [t] }, key: /subject }\n    steps:\n      \
+                 - { name: manual-review, requires: [d], timeout: 1h }\n      \
+                 - { name: payment, requires: [p], timeout: 1h }\n",
+            )
+            .unwrap(),
+        )
+    }
+
+    fn report() -> Report {
+        let (w, k) = names();
+        build(&trace(), vec![execution()], &config_names(), (&w, &k))
+    }
+
+    #[test]
+    fn the_timeline_is_in_time_order_and_ties_keep_their_source_order() {
+        let report = report();
+        let order: Vec<(i64, &str)> = report
+            .timeline
+            .iter()
+            .map(|e| {
+                let label = match &e.what {
+                    What::Transition { cause, .. } => cause,
+                    What::TaskCreated { .. } => "task",
+                    What::Receipt { .. } => "receipt",
+                    What::Buffered { .. } => "inbox",
+                    What::Ignored { .. } => "ledger",
+                    What::ExecutionEvent { event_type, .. } => event_type.as_str(),
+                };
+                ((e.at - t(0)).whole_seconds(), label)
+            })
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (0, "start"),
+                (1, "inbox"),
+                (1, "ExecutionStarted"),
+                (1, "TaskStateEntered"),
+                (2, "step_ready"),
+                (3, "task"),
+                (5, "ledger"),
+                (9, "receipt"),
+                (10, "complete"),
+                (10, "step_ready"),
+                (11, "TaskStateEntered"),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_json_document_has_the_v1_shape_and_never_the_token() {
+        let json = serde_json::to_value(report()).unwrap();
+        assert_eq!(json["schema"], "baton.trace/v1");
+        assert_eq!((json["workflow"].as_str(), json["key"].as_str()), (Some("order-review"), Some("k1")));
+        let record = &json["record"];
+        assert_eq!(record["state"], "waiting{1}");
+        assert_eq!((record["step"].as_u64(), record["step_name"].as_str()), (Some(1), Some("payment")));
+        assert_eq!(record["deadline"], rfc3339(t(3600)));
+        assert!(record["token_fingerprint"].as_str().unwrap().starts_with("tok-"));
+        assert_eq!(
+            json["timeline"][0],
+            json!({"at": rfc3339(t(0)), "source": "record", "kind": "transition", "generation": 1,
+                   "from": null, "to": "pending", "cause": "start", "cause_id": "evt-1", "version": 1})
+        );
+        let receipt = json["timeline"].as_array().unwrap().iter().find(|e| e["source"] == "receipt").unwrap();
+        assert_eq!(
+            (receipt["kind"].as_str(), receipt["http_status"].as_u64(), receipt["answer_status"].as_str()),
+            (Some("receipt"), Some(200), Some("applied"))
+        );
+        let inbox = json["timeline"].as_array().unwrap().iter().find(|e| e["source"] == "inbox").unwrap();
+        assert_eq!(
+            (inbox["kind"].as_str(), inbox["step_name"].as_str()),
+            (Some("buffered"), Some("payment"))
+        );
+        assert_eq!(json["executions"][0]["status"], "RUNNING");
+        assert_eq!(json["executions"][0]["history"][1]["event_type"], "TaskStateEntered");
+        assert!(!json.to_string().contains("secret-task-token"));
+    }
+
+    #[test]
+    fn the_table_has_one_line_per_entry_with_time_source_and_what() {
+        let text = render(&report(), t(60));
+        assert!(
+            text.starts_with(
+                "order-review / k1\n  state     waiting{1} (payment), generation 1, version 4\n"
+            )
+        );
+        assert!(text.contains("  deadline  ") && text.contains("(in 59m 0s)"), "{text}");
+        assert!(!text.contains("secret-task-token"), "{text}");
+        let lines: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("TIME"))
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert_eq!(lines.len(), 11, "{text}");
+        assert_eq!(
+            lines[0],
+            format!("{}  record     (new) -> pending  start [evt-1]  g1 v1", table_time(t(0)))
+        );
+        assert!(lines[8].ends_with("waiting{0} -> advancing{0}  complete [cb-1]  g1 v3"), "{}", lines[8]);
+        assert!(lines[7].contains("receipt    input cb-1: done, HTTP 200 applied"), "{}", lines[7]);
+        assert!(
+            lines[1].contains("inbox      input cb-early buffered for payment: now buffered"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[6].contains("ledger     input evt-2 ignored: already_running in state waiting{0}"));
+        assert!(text.contains("EXECUTIONS\n  g1  RUNNING  started "), "{text}");
+    }
+
+    #[test]
+    fn inputs_before_the_start_event_are_shown_without_a_record() {
+        let (w, k) = names();
+        let mut early = trace();
+        early.record = None;
+        early.tasks.clear();
+        let report = build(&early, Vec::new(), &StepNames::default(), (&w, &k));
+        assert!(report.record.is_none());
+        assert_eq!(report.timeline.len(), 3);
+        let text = render(&report, t(0));
+        assert!(text.contains("no record: only inputs that arrived before the start event"), "{text}");
+        assert!(text.contains("buffered for step 1"), "without a config, steps show by index: {text}");
+        assert!(!is_empty(&early));
+        assert!(is_empty(&Trace::default()));
+    }
+
+    /// Step Functions with one execution: generation 2's. Everything else does not exist.
+    struct OneExecution;
+
+    #[async_trait::async_trait]
+    impl Orchestrator for OneExecution {
+        async fn start_execution(
+            &self,
+            _: &baton::orchestrator::StartExecution,
+        ) -> Result<baton::orchestrator::Started, OrchestratorError> {
+            unreachable!("trace only reads")
+        }
+        async fn send_task_success(&self, _: &TaskToken, _: &Value) -> Result<(), OrchestratorError> {
+            unreachable!("trace only reads")
+        }
+        async fn send_task_failure(&self, _: &TaskToken, _: &str, _: &str) -> Result<(), OrchestratorError> {
+            unreachable!("trace only reads")
+        }
+        async fn send_task_heartbeat(&self, _: &TaskToken) -> Result<(), OrchestratorError> {
+            unreachable!("trace only reads")
+        }
+        async fn describe(&self, arn: &str) -> Result<ExecutionInfo, OrchestratorError> {
+            if arn.ends_with(":order-review-k1-g2") {
+                Ok(ExecutionInfo { execution_arn: arn.to_owned(), ..execution().info })
+            } else {
+                Err(OrchestratorError::ExecutionNotFound {
+                    op: "describe",
+                    execution_arn: arn.to_owned(),
+                    source: "ExecutionDoesNotExist".into(),
+                })
+            }
+        }
+        async fn history(&self, _: &str) -> Result<Vec<HistoryEvent>, OrchestratorError> {
+            Ok(execution().history)
+        }
+        async fn stop_execution(&self, _: &str, _: &str, _: &str) -> Result<(), OrchestratorError> {
+            unreachable!("trace only reads")
+        }
+    }
+
+    #[tokio::test]
+    async fn executions_never_started_are_left_out() {
+        // Given a record in generation 2 whose first generation never got an execution
+        let mut record = trace().record.unwrap();
+        record.generation = 2;
+        // When its executions are read
+        let executions =
+            read_executions(&OneExecution, "arn:aws:states:us-east-1:1:stateMachine:sm", &record)
+                .await
+                .unwrap();
+        // Then only generation 2's is there, under the ARN derived from (workflow, key, generation)
+        assert_eq!(executions.len(), 1);
+        assert_eq!(executions[0].generation, 2);
+        assert_eq!(
+            executions[0].info.execution_arn,
+            "arn:aws:states:us-east-1:1:execution:sm:order-review-k1-g2"
+        );
+    }
+}

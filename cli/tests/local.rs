@@ -1,0 +1,237 @@
+//! `baton local` as a user runs it: a subprocess, driven only through public surfaces (an SQS
+//! send to the intake queue, signed HTTP callbacks, `baton trace --json`), then stopped with
+//! SIGINT. It starts its own emulator, so it needs the pinned tools in `.venv` (`make tools`).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use baton::local::info::LocalInfo;
+use baton::webhook::Secrets;
+use baton_tests::http::post_json;
+use serde_json::{Value, json};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_baton")
+}
+
+/// A running `baton local`, stopped with SIGINT when dropped if the test did not stop it.
+struct Local {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    info_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Local {
+    fn start() -> Local {
+        let dir = tempfile::tempdir().unwrap();
+        let python = std::env::var("BATON_PYTHON")
+            .unwrap_or_else(|_| root().join(".venv/bin/python").display().to_string());
+        let mut child = Command::new(bin())
+            .args(["local", "--stack", &baton_tests::unique_name("loc"), "--state-dir"])
+            .arg(dir.path())
+            .current_dir(root())
+            .env("BATON_PYTHON", python)
+            .env_remove("BATON_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("baton local starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let info_path = dir.path().join("local.json");
+        let local = Local { child, lines, info_path, _dir: dir };
+        local.wait_for_line("baton local ready", Duration::from_secs(60));
+        local
+    }
+
+    fn wait_for_line(&self, needle: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no line containing {needle:?} within {limit:?}"),
+            }
+        }
+    }
+
+    fn info(&self) -> LocalInfo {
+        LocalInfo::load(&self.info_path).expect("local.json")
+    }
+
+    fn trace(&self, key: &str) -> Value {
+        let out = Command::new(bin())
+            .args(["trace", "order-review", key, "--json", "--local"])
+            .arg(&self.info_path)
+            .current_dir(root())
+            .env_remove("AWS_ENDPOINT_URL")
+            .env_remove("AWS_REGION")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "trace failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("trace JSON")
+    }
+
+    /// SIGINT, as Ctrl-C sends it; returns whether it exited within `limit`.
+    fn interrupt(&mut self, limit: Duration) -> bool {
+        let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() && !self.interrupt(Duration::from_secs(15)) {
+            let _ = self.child.kill();
+        }
+    }
+}
+
+fn transitions(trace: &Value) -> Vec<String> {
+    trace["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "transition")
+        .map(|e| e["to"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn eventually_trace(local: &Local, key: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = local.trace(key);
+        if check(&t) {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; last trace: {t:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops_cleanly() {
+    let mut local = Local::start();
+    let info = local.info();
+    let sdk = baton::local::emulator_sdk_config(&info.aws_endpoint).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let secrets = Secrets::parse(&info.webhook_secret).unwrap();
+    let callback = |id: &'static str, body: Value| {
+        let text = body.to_string();
+        let ts = time::OffsetDateTime::now_utc().unix_timestamp();
+        let headers = vec![
+            ("webhook-id", id.to_owned()),
+            ("webhook-timestamp", ts.to_string()),
+            ("webhook-signature", secrets.sign(id, ts, text.as_bytes())),
+        ];
+        let url = format!("{}/v1/callbacks", info.api_url);
+        async move { post_json(&url, &headers, text.into_bytes()).await }
+    };
+    let key = "order-2001";
+
+    // Start, and a duplicate start (the same event delivered twice).
+    let placed = json!({"specversion": "1.0", "id": "evt-2001", "source": "shop", "type": "order.placed",
+        "subject": key, "data": {"total": 2500}})
+    .to_string();
+    for _ in 0..2 {
+        sqs.send_message().queue_url(&info.queues.intake).message_body(&placed).send().await.unwrap();
+    }
+    let t =
+        eventually_trace(&local, key, "waiting on the first step", |t| t["record"]["state"] == "waiting{0}")
+            .await;
+    assert_eq!(t["schema"], "baton.trace/v1");
+    assert_eq!(t["record"]["generation"], 1);
+    assert_eq!(transitions(&t), ["pending", "waiting{0}"], "one start for two deliveries");
+    assert_eq!(t["executions"].as_array().unwrap().len(), 1);
+    assert!(
+        t["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "task_created" && e["published"] == true)
+    );
+
+    // An early callback: the payment step is not waiting yet.
+    let (status, body) = callback(
+        "cb-pay",
+        json!({"workflow": "order-review", "key": key, "step": "payment", "outcome": "succeeded", "data": {"payment_ref": "pay-9"}}),
+    )
+    .await;
+    assert_eq!((status, body["status"].as_str()), (202, Some("buffered")), "{body}");
+    let t = local.trace(key);
+    let buffered: Vec<&Value> =
+        t["timeline"].as_array().unwrap().iter().filter(|e| e["kind"] == "buffered").collect();
+    assert_eq!(buffered.len(), 1);
+    assert_eq!(
+        (buffered[0]["step_name"].as_str(), buffered[0]["status"].as_str()),
+        (Some("payment"), Some("buffered"))
+    );
+
+    // The review completes step 0; step 1 waits and its buffered input completes it.
+    let (status, body) = callback(
+        "cb-review",
+        json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": "succeeded", "data": {"decision": "approve"}}),
+    )
+    .await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{body}");
+    let t = eventually_trace(&local, key, "succeeded", |t| t["record"]["state"] == "succeeded").await;
+    assert_eq!(
+        transitions(&t),
+        ["pending", "waiting{0}", "advancing{0}", "waiting{1}", "advancing{1}", "succeeded"],
+        "a two-step completion"
+    );
+    let inbox: Vec<&Value> =
+        t["timeline"].as_array().unwrap().iter().filter(|e| e["kind"] == "buffered").collect();
+    assert_eq!(inbox[0]["status"], "applied");
+    assert_eq!(t["executions"][0]["status"], "SUCCEEDED");
+
+    // A late callback is ignored, with a ledger entry.
+    let (status, body) = callback(
+        "cb-late",
+        json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": "succeeded", "data": {"decision": "reject"}}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["status"].as_str(), body["reason"].as_str()),
+        (200, Some("ignored"), Some("terminal"))
+    );
+    let t = local.trace(key);
+    let ignored: Vec<&Value> =
+        t["timeline"].as_array().unwrap().iter().filter(|e| e["kind"] == "ignored").collect();
+    assert_eq!(ignored.len(), 1, "{t:#}");
+    assert_eq!(
+        (ignored[0]["reason"].as_str(), ignored[0]["input_id"].as_str()),
+        (Some("terminal"), Some("cb-late"))
+    );
+    assert_eq!(t["record"]["state"], "succeeded", "a terminal record never changes");
+
+    // Ctrl-C stops baton and the emulator it started.
+    let endpoint = info.aws_endpoint.clone();
+    assert!(local.interrupt(Duration::from_secs(20)), "baton local did not stop on SIGINT");
+    assert!(!local.info_path.exists(), "local.json is removed on the way out");
+    let reachable = std::net::TcpStream::connect(endpoint.trim_start_matches("http://")).is_ok();
+    assert!(!reachable, "the emulator it started is stopped");
+}
