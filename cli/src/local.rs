@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use baton::config::Config;
 use baton::engine::system_clock;
-use baton::local::info::{LocalInfo, Queues};
 use baton::local::runtime::{LocalBaton, LocalOptions};
 use baton::local::{Clients, Template};
 use baton::metrics::Metrics;
@@ -141,7 +140,6 @@ async fn serve(
         sfn: aws_sdk_sfn::Client::new(&sdk),
     };
     let secret = local_secret()?;
-    let workflows: Vec<String> = config.workflows.iter().map(|w| w.name.to_string()).collect();
     let options = LocalOptions {
         config,
         root,
@@ -156,23 +154,7 @@ async fn serve(
         sweep_every: None,
     };
     let baton = LocalBaton::start(&template, &clients, options).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    let queue = |id: &str| baton.provisioned.queues.get(id).map(|q| q.url.clone()).unwrap_or_default();
-    let prefix = baton.engine().map(|e| e.state_machine_prefix.clone()).unwrap_or_default();
-    let info = LocalInfo {
-        api_url: baton.api_url.clone().unwrap_or_default(),
-        aws_endpoint: endpoint.to_owned(),
-        region: baton::local::provision::REGION.to_owned(),
-        table: baton.provisioned.tables.get("Table").cloned().unwrap_or_default(),
-        queues: Queues {
-            intake: queue("IntakeQueue"),
-            intake_dlq: queue("IntakeDLQ"),
-            progress: queue("ProgressQueue"),
-            progress_dlq: queue("ProgressDLQ"),
-            outbound: queue("OutboundQueue"),
-        },
-        state_machines: workflows.iter().map(|w| (w.clone(), format!("{prefix}{w}"))).collect(),
-        webhook_secret: secret,
-    };
+    let info = baton.info(endpoint, &secret);
     let info_path = args.state_dir.join("local.json");
     info.save(&info_path).context("cannot write .baton/local.json")?;
 

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use baton::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
 use baton::lifecycle::{Input, State, decide};
-use baton::local::info::{LocalInfo, Queues};
 use baton::store::{Applied, WorkflowStore};
 use baton_tests::Emulator;
 use baton_tests::system::{System, TEST_SECRET, eventually, start_system};
@@ -56,27 +55,7 @@ struct Stack {
 
 async fn stack() -> Stack {
     let system = start_system(CONFIG).await;
-    let queue = |id: &str| system.queue_url(id);
-    let info = LocalInfo {
-        api_url: system.baton.api_url.clone().expect("the HTTP API is up"),
-        aws_endpoint: Emulator::from_env().endpoint,
-        region: "us-east-1".into(),
-        table: system.baton.provisioned.tables.get("Table").expect("the table").clone(),
-        queues: Queues {
-            intake: queue("IntakeQueue"),
-            intake_dlq: queue("IntakeDLQ"),
-            progress: queue("ProgressQueue"),
-            progress_dlq: queue("ProgressDLQ"),
-            outbound: queue("OutboundQueue"),
-        },
-        state_machines: system
-            .config
-            .workflows
-            .iter()
-            .map(|w| (w.name.to_string(), format!("{}{}", system.engine().state_machine_prefix, w.name)))
-            .collect(),
-        webhook_secret: TEST_SECRET.into(),
-    };
+    let info = system.baton.info(&Emulator::from_env().endpoint, TEST_SECRET);
     let dir = tempfile::tempdir().expect("a temp dir");
     let local = dir.path().join("local.json");
     info.save(&local).expect("write local.json");
@@ -364,38 +343,10 @@ async fn without_a_local_file_or_flags_the_missing_value_is_named() {
     assert!(!dir.path().join(".baton").exists(), "nothing is written");
 }
 
-/// Messages in the intake DLQ, visible or not, without receiving (and so hiding) them.
-async fn dlq_depth(system: &System) -> u64 {
-    use aws_sdk_sqs::types::QueueAttributeName as A;
-    let out = system
-        .sqs
-        .get_queue_attributes()
-        .queue_url(system.queue_url("IntakeDLQ"))
-        .attribute_names(A::ApproximateNumberOfMessages)
-        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .unwrap();
-    let attrs = out.attributes.unwrap_or_default();
-    let n = |a: A| attrs.get(&a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    n(A::ApproximateNumberOfMessages) + n(A::ApproximateNumberOfMessagesNotVisible)
-}
-
-async fn to_dlq(system: &System, body: &str) {
-    system
-        .sqs
-        .send_message()
-        .queue_url(system.queue_url("IntakeDLQ"))
-        .message_body(body)
-        .send()
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_plans_saves_and_applies_a_plan_skipping_what_moved_since() {
     let stack = stack().await;
-    to_dlq(&stack.system, &placed("k-replay")).await;
+    stack.system.to_intake_dlq(&placed("k-replay")).await;
     let plan_file = stack.path("plan.json");
     let dry = stack.baton(&["replay", "--dlq", "intake", "--save", plan_file.to_str().unwrap()]).await;
     let out = dry.ok();
@@ -423,12 +374,12 @@ async fn replay_plans_saves_and_applies_a_plan_skipping_what_moved_since() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_refuses_messages_that_need_a_person_unless_forced_and_logs_who_forced() {
     let stack = stack().await;
-    to_dlq(&stack.system, &placed("k-redrive")).await;
-    to_dlq(&stack.system, "{ not json").await;
+    stack.system.to_intake_dlq(&placed("k-redrive")).await;
+    stack.system.to_intake_dlq("{ not json").await;
     let refused = stack.baton(&["redrive", "--dlq", "intake", "--apply"]).await;
     assert_eq!(refused.code(), Some(1));
     assert!(refused.stderr().contains("1 message(s) need a person"), "{}", refused.stderr());
-    assert_eq!(dlq_depth(&stack.system).await, 2, "nothing moved");
+    assert_eq!(stack.system.queue_depth("IntakeDLQ").await, 2, "nothing moved");
 
     let forced = stack.baton(&["redrive", "--dlq", "intake", "--apply", "--force"]).await;
     assert!(forced.ok().contains("moved 2 message(s)"), "{}", forced.stdout());

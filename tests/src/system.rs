@@ -112,6 +112,35 @@ impl System {
             .expect("send");
     }
 
+    /// Puts a message straight into the intake dead-letter queue (a poison message, or one an
+    /// operator fixed by hand).
+    pub async fn to_intake_dlq(&self, body: &str) {
+        self.sqs
+            .send_message()
+            .queue_url(self.queue_url("IntakeDLQ"))
+            .message_body(body)
+            .send()
+            .await
+            .expect("send");
+    }
+
+    /// Messages on a queue, visible or not, without receiving (and so hiding) them.
+    pub async fn queue_depth(&self, logical_id: &str) -> u64 {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        let out = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(self.queue_url(logical_id))
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .expect("queue attributes");
+        let attrs = out.attributes.unwrap_or_default();
+        let n = |a: A| attrs.get(&a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        n(A::ApproximateNumberOfMessages) + n(A::ApproximateNumberOfMessagesNotVisible)
+    }
+
     pub async fn record(&self, workflow: &str, key: &str) -> Option<Record> {
         let (w, k) = (WorkflowName::parse(workflow).unwrap(), CorrelationKey::parse(key).unwrap());
         self.store.load(&w, &k).await.expect("load")

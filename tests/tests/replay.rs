@@ -41,35 +41,6 @@ async fn wait_state(system: &System, key: &str, want: State) {
     .await;
 }
 
-async fn to_dlq(system: &System, body: &str) {
-    system
-        .sqs
-        .send_message()
-        .queue_url(system.queue_url("IntakeDLQ"))
-        .message_body(body)
-        .send()
-        .await
-        .unwrap();
-}
-
-async fn dlq_ids(system: &System) -> Vec<String> {
-    let all = system.drain_queue("IntakeDLQ").await;
-    let url = system.queue_url("IntakeDLQ");
-    let held: Vec<replay::DlqMessage> = all
-        .iter()
-        .map(|m| replay::DlqMessage {
-            id: m.message_id().unwrap().to_owned(),
-            receipt_handle: m.receipt_handle().unwrap().to_owned(),
-            body: String::new(),
-            reason: None,
-        })
-        .collect();
-    replay::release(&system.sqs, &url, &held.iter().collect::<Vec<_>>()).await.unwrap();
-    let mut ids: Vec<String> = all.iter().map(|m| m.message_id().unwrap().to_owned()).collect();
-    ids.sort();
-    ids
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_dlq_is_classified_and_only_the_safe_message_is_applied_once() {
     captured();
@@ -90,11 +61,11 @@ async fn a_mixed_dlq_is_classified_and_only_the_safe_message_is_applied_once() {
     // The dead-letter queue: a poison message fixed by hand (a corrected event), one still
     // poison, a duplicate of an applied start event, an input for a terminal record, and an
     // input for a step the record has already left.
-    to_dlq(&system, &event("fixed-1", "order.placed", "k-new", json!({}))).await;
-    to_dlq(&system, "{ still not json").await;
-    to_dlq(&system, &event("placed-k-wait", "order.placed", "k-wait", json!({}))).await;
-    to_dlq(&system, &event("pay-done", "payment.settled", "k-done", json!({"payment_ref": "p"}))).await;
-    to_dlq(&system, &event("review-late", "review.done", "k-moved", json!({"decision": "again"}))).await;
+    system.to_intake_dlq(&event("fixed-1", "order.placed", "k-new", json!({}))).await;
+    system.to_intake_dlq("{ still not json").await;
+    system.to_intake_dlq(&event("placed-k-wait", "order.placed", "k-wait", json!({}))).await;
+    system.to_intake_dlq(&event("pay-done", "payment.settled", "k-done", json!({"payment_ref": "p"}))).await;
+    system.to_intake_dlq(&event("review-late", "review.done", "k-moved", json!({"decision": "again"}))).await;
 
     let url = system.queue_url("IntakeDLQ");
     let plan = replay::plan_dlq(&engine, &system.sqs, &url, Origin::Intake, engine.now()).await.unwrap();
@@ -116,7 +87,7 @@ async fn a_mixed_dlq_is_classified_and_only_the_safe_message_is_applied_once() {
     let safe = plan.iter().find(|l| l.classification == Classification::Safe).unwrap();
     assert_eq!(safe.targets[0].version, None, "planned against: no record yet");
     assert!(safe.targets[0].effect.contains("absent -> pending"), "{}", safe.targets[0].effect);
-    assert_eq!(dlq_ids(&system).await.len(), 5, "a dry run removes nothing");
+    assert_eq!(system.queue_depth("IntakeDLQ").await, 5, "a dry run removes nothing");
 
     let (done, summary) =
         replay::apply_dlq(&engine, &system.sqs, &url, &plan, engine.now(), |_| {}).await.unwrap();
@@ -126,7 +97,7 @@ async fn a_mixed_dlq_is_classified_and_only_the_safe_message_is_applied_once() {
         "{done:#?}"
     );
     wait_state(&system, "k-new", State::Waiting { step: 0 }).await;
-    assert_eq!(dlq_ids(&system).await.len(), 2, "only the needs-human messages stay");
+    assert_eq!(system.queue_depth("IntakeDLQ").await, 2, "only the needs-human messages stay");
 
     // Exactly once: planning again, the applied message is gone and replaying the same event
     // (were it still there) would be a no-op.
@@ -161,7 +132,8 @@ async fn a_line_whose_record_moved_between_plan_and_apply_is_skipped() {
     let engine = system.engine();
     system.send_event(&event("placed-k-race", "order.placed", "k-race", json!({}))).await;
     wait_state(&system, "k-race", State::Waiting { step: 0 }).await;
-    to_dlq(&system, &event("review-race", "review.done", "k-race", json!({"decision": "from the dlq"})))
+    system
+        .to_intake_dlq(&event("review-race", "review.done", "k-race", json!({"decision": "from the dlq"})))
         .await;
     let url = system.queue_url("IntakeDLQ");
     let plan = replay::plan_dlq(&engine, &system.sqs, &url, Origin::Intake, engine.now()).await.unwrap();
@@ -179,7 +151,7 @@ async fn a_line_whose_record_moved_between_plan_and_apply_is_skipped() {
         "{done:#?}"
     );
     assert!(!done[0].removed);
-    assert_eq!(dlq_ids(&system).await.len(), 1, "a skipped message stays in the DLQ");
+    assert_eq!(system.queue_depth("IntakeDLQ").await, 1, "a skipped message stays in the DLQ");
     assert_eq!(resumes_delivered("k-race"), 1, "the skipped line resumed nothing");
     system.stop().await;
 }

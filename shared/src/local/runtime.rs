@@ -227,6 +227,31 @@ impl LocalBaton {
         Ok(baton)
     }
 
+    /// What `.baton/local.json` says about this running stack.
+    pub fn info(&self, aws_endpoint: &str, webhook_secret: &str) -> super::info::LocalInfo {
+        let queue = |id: &str| self.provisioned.queues.get(id).map(|q| q.url.clone()).unwrap_or_default();
+        let prefix = self.engine().map(|e| e.state_machine_prefix.clone()).unwrap_or_default();
+        let workflows = self.engine().map(|e| e.config.workflows.clone()).unwrap_or_default();
+        super::info::LocalInfo {
+            api_url: self.api_url.clone().unwrap_or_default(),
+            aws_endpoint: aws_endpoint.to_owned(),
+            region: super::provision::REGION.to_owned(),
+            table: self.provisioned.tables.get("Table").cloned().unwrap_or_default(),
+            queues: super::info::Queues {
+                intake: queue("IntakeQueue"),
+                intake_dlq: queue("IntakeDLQ"),
+                progress: queue("ProgressQueue"),
+                progress_dlq: queue("ProgressDLQ"),
+                outbound: queue("OutboundQueue"),
+            },
+            state_machines: workflows
+                .iter()
+                .map(|w| (w.name.to_string(), format!("{prefix}{}", w.name)))
+                .collect(),
+            webhook_secret: webhook_secret.to_owned(),
+        }
+    }
+
     /// The engine of the first function, for tests and operator commands that need one.
     pub fn engine(&self) -> Option<Arc<Engine>> {
         self.engines.values().next().cloned()

@@ -141,22 +141,28 @@ impl DynamoStore {
         }
     }
 
-    async fn query_partition(&self, pk: &str) -> Result<Vec<Item>, StoreError> {
+    /// Every item of a partition (with a sort key starting with `prefix`, when given), read
+    /// strongly consistently, all pages.
+    async fn query_partition(&self, pk: &str, prefix: Option<&str>) -> Result<Vec<Item>, StoreError> {
         let mut items = Vec::new();
         let mut start: Option<Item> = None;
         loop {
-            let page = self
+            let mut query = self
                 .client
                 .query()
                 .table_name(&self.table)
-                .key_condition_expression("#pk = :pk")
                 .expression_attribute_names("#pk", "pk")
                 .expression_attribute_values(":pk", s(pk))
                 .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(sdk("Query"))?;
+                .set_exclusive_start_key(start);
+            query = match prefix {
+                Some(prefix) => query
+                    .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                    .expression_attribute_names("#sk", "sk")
+                    .expression_attribute_values(":prefix", s(prefix)),
+                None => query.key_condition_expression("#pk = :pk"),
+            };
+            let page = query.send().await.map_err(sdk("Query"))?;
             items.extend(page.items.unwrap_or_default());
             start = page.last_evaluated_key;
             if start.is_none() {
@@ -731,31 +737,9 @@ impl WorkflowStore for DynamoStore {
         key: &CorrelationKey,
         step: u32,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        let mut entries = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
-                .expression_attribute_names("#pk", "pk")
-                .expression_attribute_names("#sk", "sk")
-                .expression_attribute_values(":pk", s(&pk(workflow, key)))
-                .expression_attribute_values(":prefix", s(&format!("INBOX#{step:05}#")))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(sdk("Query"))?;
-            for item in page.items.unwrap_or_default() {
-                entries.push(parse_inbox(&item)?);
-            }
-            start = page.last_evaluated_key;
-            if start.is_none() {
-                break;
-            }
-        }
+        let prefix = format!("INBOX#{step:05}#");
+        let items = self.query_partition(&pk(workflow, key), Some(&prefix)).await?;
+        let mut entries = items.iter().map(parse_inbox).collect::<Result<Vec<_>, _>>()?;
         entries.sort_by(|a, b| (a.arrived_at, &a.id).cmp(&(b.arrived_at, &b.id)));
         Ok(entries)
     }
@@ -795,7 +779,7 @@ impl WorkflowStore for DynamoStore {
 
     async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError> {
         let mut trace = Trace::default();
-        for item in self.query_partition(&pk(workflow, key)).await? {
+        for item in self.query_partition(&pk(workflow, key), None).await? {
             let sk = Reader { item: &item }.s("sk")?;
             match sk.split('#').next() {
                 Some(RECORD_SK) => trace.record = Some(parse_record(&item)?),
