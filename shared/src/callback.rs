@@ -263,15 +263,12 @@ fn reused(id: &EventId) -> Answer {
     )
 }
 
+/// A repeated `webhook-id`: 200 with the first answer's body, marked as a duplicate
+/// (DESIGN.md §3), whatever status the first answer had.
 fn stored_answer(first: &Value) -> Answer {
-    let status = first["http_status"]
-        .as_u64()
-        .and_then(|s| u16::try_from(s).ok())
-        .and_then(|s| StatusCode::from_u16(s).ok())
-        .unwrap_or(StatusCode::OK);
     let mut body = first["body"].clone();
     body["duplicate"] = json!(true);
-    Answer::new(status, body)
+    Answer::new(StatusCode::OK, body)
 }
 
 /// Validates the JSON body, naming the first bad field.

@@ -207,3 +207,37 @@ pub async fn serve_sweeper() -> Result<(), lambda_runtime::Error> {
 pub fn diagnostic<E: Classified + std::error::Error>(e: &E) -> lambda_runtime::Diagnostic {
     lambda_runtime::Diagnostic { error_type: e.error_type().to_owned(), error_message: error_chain(e) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::EngineError;
+
+    #[test]
+    fn a_diagnostic_carries_the_stable_error_type_and_the_chain() {
+        let d = diagnostic(&EngineError::Contended { attempts: 8 });
+        assert_eq!(d.error_type, "record_contended");
+        assert!(d.error_message.contains("8 attempts"), "{}", d.error_message);
+    }
+
+    #[test]
+    fn missing_or_invalid_settings_name_the_variable() {
+        let none = |_: &str| None;
+        let err = Settings::from_lookup(&none).unwrap_err();
+        assert!(err.to_string().contains("BATON_STATE_MACHINE_PREFIX"), "{err}");
+        let bad = |name: &str| (name == "BATON_STATE_MACHINE_PREFIX").then(|| "order-review".to_owned());
+        let err = Settings::from_lookup(&bad).unwrap_err();
+        assert!(err.to_string().contains("BATON_STATE_MACHINE_PREFIX is invalid"), "{err}");
+        let env = |name: &str| match name {
+            "BATON_STATE_MACHINE_PREFIX" => Some("arn:aws:states:us-east-1:1:stateMachine:s-".to_owned()),
+            "BATON_TABLE" => Some("t".to_owned()),
+            "BATON_WEBHOOK_SECRETS" => Some("whsec_c2VjcmV0".to_owned()),
+            _ => None,
+        };
+        let settings = Settings::from_lookup(&env).unwrap();
+        assert!(settings.dlq_url().unwrap_err().to_string().contains("BATON_DLQ_URL"));
+        assert!(settings.secrets().is_ok());
+        assert!(!format!("{settings:?}").contains("c2VjcmV0"), "secrets never in Debug output");
+        assert!(settings.config().is_ok(), "the embedded config is valid");
+    }
+}
