@@ -121,7 +121,7 @@ fn transitions(trace: &Value) -> Vec<String> {
 }
 
 async fn eventually_trace(local: &Local, key: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let t = local.trace(key);
         if check(&t) {

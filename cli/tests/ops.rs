@@ -16,7 +16,7 @@ use baton_tests::system::{System, TEST_SECRET, eventually, start_system};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(90);
 
 const CONFIG: &str = r#"
 workflows:

@@ -15,7 +15,7 @@ use baton_tests::logs::{captured, resumes_delivered};
 use baton_tests::system::{System, TEST_SECRET, eventually, start_system, start_system_with};
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(90);
 
 const CONFIG: &str = r#"
 workflows:

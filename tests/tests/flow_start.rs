@@ -13,7 +13,7 @@ use baton::sqs::{DETAIL_ATTRIBUTE, REASON_ATTRIBUTE};
 use baton_tests::system::{System, eventually, start_system};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(90);
 
 const CONFIG: &str = r#"
 workflows:

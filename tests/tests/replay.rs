@@ -10,7 +10,7 @@ use baton_tests::logs::{captured, resumes_delivered};
 use baton_tests::system::{System, eventually, start_system};
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(90);
 
 const CONFIG: &str = r#"
 workflows:
