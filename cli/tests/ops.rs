@@ -18,21 +18,7 @@ use time::OffsetDateTime;
 
 const WAIT: Duration = Duration::from_secs(90);
 
-const CONFIG: &str = r#"
-workflows:
-  order-review:
-    start:
-      when: { type: ["order.placed"], data: { total: [{ numeric: [">=", 1000] }] } }
-      key: /subject
-    steps:
-      - name: manual-review
-        task: { title: "Review order {key}", queue: risk-review }
-        requires: [decision]
-        timeout: 1h
-      - name: payment
-        requires: [payment_ref]
-        timeout: 1h
-"#;
+const CONFIG: &str = baton_tests::ORDER_REVIEW;
 
 /// Variables that would point the binary elsewhere than the local.json under test.
 const TARGET_VARS: [&str; 8] = [

@@ -75,3 +75,22 @@ pub async fn dynamo_store(emulator: &Emulator) -> baton::store::dynamodb::Dynamo
     }
     store
 }
+
+/// The two-step order-review workflow most end-to-end tests run: a start pattern with a
+/// threshold, a manual review with a task, then a payment. Steps wait an hour.
+pub const ORDER_REVIEW: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"], data: { total: [{ numeric: [">=", 1000] }] } }
+      key: /subject
+    on_restart: after_terminal
+    steps:
+      - name: manual-review
+        task: { title: "Review order {key}", queue: risk-review }
+        requires: [decision]
+        timeout: 1h
+      - name: payment
+        requires: [payment_ref]
+        timeout: 1h
+"#;

@@ -15,22 +15,7 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(90);
 
-const CONFIG: &str = r#"
-workflows:
-  order-review:
-    start:
-      when: { type: ["order.placed"], data: { total: [{ numeric: [">=", 1000] }] } }
-      key: /subject
-    on_restart: after_terminal
-    steps:
-      - name: manual-review
-        task: { title: "Review order {key}", queue: risk-review }
-        requires: [decision]
-        timeout: 1h
-      - name: payment
-        requires: [payment_ref]
-        timeout: 1h
-"#;
+const CONFIG: &str = baton_tests::ORDER_REVIEW;
 
 fn order_placed(id: &str, key: &str, total: u32) -> String {
     json!({

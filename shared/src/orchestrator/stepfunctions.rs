@@ -81,6 +81,19 @@ impl StepFunctions {
     }
 }
 
+/// The execution an operation named does not exist.
+fn not_found<E: std::error::Error + Send + Sync + 'static>(
+    op: &'static str,
+    execution_arn: &str,
+    err: E,
+) -> OrchestratorError {
+    OrchestratorError::ExecutionNotFound {
+        op,
+        execution_arn: execution_arn.to_owned(),
+        source: Box::new(err),
+    }
+}
+
 #[async_trait::async_trait]
 impl Orchestrator for StepFunctions {
     #[tracing::instrument(skip_all, fields(
@@ -203,11 +216,7 @@ impl Orchestrator for StepFunctions {
             self.client.describe_execution().execution_arn(execution_arn).send().await.map_err(|err| {
                 match err.as_service_error() {
                     Some(DescribeExecutionError::ExecutionDoesNotExist(_)) => {
-                        OrchestratorError::ExecutionNotFound {
-                            op: OP,
-                            execution_arn: execution_arn.to_owned(),
-                            source: Box::new(err),
-                        }
+                        not_found(OP, execution_arn, err)
                     }
                     _ => other(OP, err),
                 }
@@ -228,13 +237,7 @@ impl Orchestrator for StepFunctions {
         let mut events = Vec::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|err| match err.as_service_error() {
-                Some(GetExecutionHistoryError::ExecutionDoesNotExist(_)) => {
-                    OrchestratorError::ExecutionNotFound {
-                        op: OP,
-                        execution_arn: execution_arn.to_owned(),
-                        source: Box::new(err),
-                    }
-                }
+                Some(GetExecutionHistoryError::ExecutionDoesNotExist(_)) => not_found(OP, execution_arn, err),
                 _ => other(OP, err),
             })?;
             for event in page.events {
@@ -269,11 +272,7 @@ impl Orchestrator for StepFunctions {
             Err(err) => err,
         };
         if let Some(StopExecutionError::ExecutionDoesNotExist(_)) = err.as_service_error() {
-            return Err(OrchestratorError::ExecutionNotFound {
-                op: OP,
-                execution_arn: execution_arn.to_owned(),
-                source: Box::new(err),
-            });
+            return Err(not_found(OP, execution_arn, err));
         }
         // The execution may have closed between the describe and the stop: then the stop's
         // refusal is the idempotent outcome, not a failure.
