@@ -399,3 +399,39 @@ async fn cancel_moves_a_waiting_record_to_cancelled_once() {
     assert!(missing.stderr().contains("no such workflow record"), "{}", missing.stderr());
     stack.system.stop().await;
 }
+
+/// Generation 1 was cancelled before its execution ever started; generation 2 is pending and
+/// its execution has not started either (the writes, then a "crash" before any effect). The
+/// trace shows the record and its transitions, and leaves the never-started executions out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trace_leaves_out_executions_that_never_started() {
+    use baton::lifecycle::{Input, decide};
+    let stack = stack().await;
+    let engine = stack.system.engine();
+    let workflow = engine.config.workflow("order-review").unwrap();
+    let key = baton::ids::CorrelationKey::parse("k-nostart").unwrap();
+    let mut record = None;
+    for input in [
+        Input::Start { event: baton::ids::EventId::parse("evt-a").unwrap() },
+        Input::Cancel { reason: "before it started".into() },
+        Input::Start { event: baton::ids::EventId::parse("evt-b").unwrap() },
+    ] {
+        let d = decide(&workflow.plan(), (&workflow.name, &key), record.as_ref(), &input, engine.now());
+        let write = d.write.expect("a write");
+        assert_eq!(engine.store.apply(&write).await.unwrap(), baton::store::Applied::Written);
+        record = Some(write.to);
+    }
+    let t = stack.baton(&["trace", "order-review", "k-nostart", "--json"]).await.json();
+    assert_eq!(t["record"]["generation"], 2);
+    assert_eq!(t["record"]["state"], "pending");
+    let to: Vec<&str> = t["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "transition")
+        .map(|e| e["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(to, ["pending", "cancelled", "pending"]);
+    assert_eq!(t["executions"], json!([]), "no execution was ever started");
+    stack.system.stop().await;
+}
