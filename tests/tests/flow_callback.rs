@@ -415,3 +415,57 @@ async fn an_intake_redelivery_of_a_step_event_is_a_duplicate_not_a_second_input(
     assert_eq!(resumes_delivered("k-ev"), 2, "one per step");
     system.stop().await;
 }
+
+/// An owed resume whose execution ended meanwhile (the step timed out while the resume was
+/// owed): the sweeper's re-send finds the token gone and classifies it, without error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_whose_token_is_gone_is_classified_not_failed() {
+    captured();
+    let quick = CONFIG.replacen("timeout: 1h", "timeout: 2s", 1);
+    // Progress is paused after the step waits, so the timeout report is not processed.
+    let system = start_system_with(&quick, &["ProgressFunction"]).await;
+    let progress = system.baton.handlers.get("ProgressFunction").unwrap().clone();
+    system.send_event(&placed("k-gone")).await;
+    let url = system.queue_url("ProgressQueue");
+    let ready = eventually("step_ready", WAIT, || async {
+        let out = system.sqs.receive_message().queue_url(&url).wait_time_seconds(1).send().await.unwrap();
+        out.messages.filter(|m| !m.is_empty())
+    })
+    .await;
+    assert!(
+        progress
+            .handle(baton::local::mapping::to_event(&ready, "arn:aws:sqs:us-east-1:1:p"))
+            .await
+            .batch_item_failures
+            .is_empty()
+    );
+    let waiting = state_is(&system, "k-gone", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+
+    // The advancing write lands; the process "crashes" before the resume; the step times out.
+    let engine = system.engine();
+    let workflow = engine.config.workflow("order-review").unwrap();
+    let (w, k) = names("k-gone");
+    let input = Input::StepInput {
+        id: baton::ids::EventId::parse("cb-gone").unwrap(),
+        hash: "h".into(),
+        source: lifecycle::Source::Callback,
+        step: 0,
+        outcome: lifecycle::StepOutcome::Succeeded,
+        data: json!({"decision": "ok", "reviewer": "eve"}).as_object().unwrap().clone(),
+    };
+    let d = lifecycle::decide(&workflow.plan(), (&w, &k), Some(&waiting), &input, engine.now());
+    system.store.apply(d.write.as_ref().unwrap()).await.unwrap();
+    eventually("the execution timed out", WAIT, || async {
+        system.executions("order-review").await.into_iter().find(|e| e.status().as_str() == "FAILED")
+    })
+    .await;
+
+    let later = engine.now() + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
+    let report = system.baton.sweeper.clone().unwrap().run_once(later).await.unwrap();
+    assert_eq!(report.repaired, 1);
+    let gone = baton_tests::logs::lines_about("k-gone", "token gone");
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert_eq!(gone[0]["fields"]["classified"], "execution_ended");
+    assert_eq!(resumes_delivered("k-gone"), 0);
+    system.stop().await;
+}

@@ -204,3 +204,54 @@ async fn cancel_while_a_step_waits_stops_the_execution_and_a_later_callback_is_l
     );
     system.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_entries_replay_as_noop_when_terminal_and_safe_when_their_step_now_waits() {
+    captured();
+    let system = start_system(CONFIG).await;
+    let engine = system.engine();
+    // A callback for a record that has ended: ledgered `terminal`; replaying it is a no-op.
+    system.send_event(&event("placed-k-led", "order.placed", "k-led", json!({}))).await;
+    wait_state(&system, "k-led", State::Waiting { step: 0 }).await;
+    let wf = engine.config.workflow("order-review").unwrap();
+    let key = CorrelationKey::parse("k-led").unwrap();
+    engine.submit(wf, &key, &Input::Cancel { reason: "test".into() }, engine.now()).await.unwrap();
+    let (status, _) = system
+        .callback(
+            "cb-led",
+            &json!({"workflow": "order-review", "key": "k-led", "step": "manual-review", "outcome": "succeeded", "data": {"decision": "x"}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let trace = engine.store.trace(&wf.name, &key).await.unwrap();
+    let entry = trace.ledger.iter().find(|l| l.reason == IgnoreReason::Terminal).expect("the ledger entry");
+    let line = replay::plan_ledger(&engine.config, &*engine.store, entry, engine.now()).await.unwrap();
+    assert_eq!(line.classification, Classification::Noop, "{line:#?}");
+    assert!(line.targets[0].effect.contains("terminal"), "{line:#?}");
+
+    // An early callback whose buffer expired, replayed once its step waits: safe, applied once.
+    let (status, _) = system
+        .callback(
+            "cb-exp",
+            &json!({"workflow": "order-review", "key": "k-exp", "step": "manual-review", "outcome": "succeeded", "data": {"decision": "ok"}}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let sweeper = system.baton.sweeper.clone().unwrap();
+    assert_eq!(sweeper.run_once(engine.now() + time::Duration::hours(3)).await.unwrap().expired, 1);
+    system.send_event(&event("placed-k-exp", "order.placed", "k-exp", json!({}))).await;
+    wait_state(&system, "k-exp", State::Waiting { step: 0 }).await;
+    let key = CorrelationKey::parse("k-exp").unwrap();
+    let trace = engine.store.trace(&wf.name, &key).await.unwrap();
+    let expired =
+        trace.ledger.iter().find(|l| l.reason == IgnoreReason::BufferExpired).expect("buffer_expired");
+    let line = replay::plan_ledger(&engine.config, &*engine.store, expired, engine.now()).await.unwrap();
+    assert_eq!(line.classification, Classification::Safe, "{line:#?}");
+    let applied = replay::apply_line(&engine, &line, engine.now()).await.unwrap();
+    assert!(matches!(applied, Applied::Applied { .. }), "{applied:?}");
+    wait_state(&system, "k-exp", State::Waiting { step: 1 }).await;
+    assert_eq!(resumes_delivered("k-exp"), 1);
+    let again = replay::plan_ledger(&engine.config, &*engine.store, expired, engine.now()).await.unwrap();
+    assert_eq!(again.classification, Classification::NeedsHuman, "its step has passed now: {again:#?}");
+    system.stop().await;
+}
