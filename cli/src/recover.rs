@@ -206,24 +206,7 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
             let url = queue(&t.target, dlq.dlq_field())?;
             replay::apply_dlq(&t.engine, &t.sqs, &url, &lines, now, &mut progress).await?
         }
-        None => {
-            let mut done = Vec::new();
-            let mut summary = replay::Summary::default();
-            for line in &lines {
-                let result = replay::apply_line(&t.engine, line, now).await?;
-                match (&result, line.classification) {
-                    (Applied::Applied { .. }, _) => summary.applied += 1,
-                    (Applied::Skipped { .. }, _) => summary.skipped += 1,
-                    (Applied::NotSafe, Classification::NeedsHuman) => summary.needs_human += 1,
-                    (Applied::NotSafe, _) => {}
-                }
-                let d =
-                    Done { id: line.id.clone(), classification: line.classification, result, removed: false };
-                progress(&d);
-                done.push(d);
-            }
-            (done, summary)
-        }
+        None => replay::apply_ledger(&t.engine, &lines, now, &mut progress).await?,
     };
     if total > 20 {
         eprintln!();

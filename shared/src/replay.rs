@@ -444,6 +444,21 @@ pub struct Summary {
     pub needs_human: usize,
 }
 
+impl Summary {
+    /// Counts one line's result: applied (a safe line delivered), noop removed (a noop message
+    /// dropped from its DLQ), skipped (the record moved, or the message is gone), or left for a
+    /// person.
+    fn count(&mut self, result: &Applied, classification: Classification) {
+        match (result, classification) {
+            (Applied::Applied { .. }, Classification::Safe) => self.applied += 1,
+            (Applied::Applied { .. }, _) => self.noop_removed += 1,
+            (Applied::Skipped { .. }, _) => self.skipped += 1,
+            (Applied::NotSafe, Classification::NeedsHuman) => self.needs_human += 1,
+            (Applied::NotSafe, _) => {}
+        }
+    }
+}
+
 /// One line's result in an apply run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Done {
@@ -476,7 +491,7 @@ pub async fn apply_dlq(
                 result: Applied::Skipped { reason: "no longer in the dead-letter queue".into() },
                 removed: false,
             };
-            summary.skipped += 1;
+            summary.count(&d.result, d.classification);
             progress(&d);
             done.push(d);
             continue;
@@ -487,12 +502,7 @@ pub async fn apply_dlq(
             Classification::NeedsHuman => Applied::NotSafe,
         };
         let remove = matches!(result, Applied::Applied { .. });
-        match (&result, line.classification) {
-            (Applied::Applied { .. }, Classification::Safe) => summary.applied += 1,
-            (Applied::Applied { .. }, _) => summary.noop_removed += 1,
-            (Applied::Skipped { .. }, _) => summary.skipped += 1,
-            (Applied::NotSafe, _) => summary.needs_human += 1,
-        }
+        summary.count(&result, line.classification);
         if remove {
             let m = untouched.remove(pos);
             sqs.delete_message()
@@ -507,6 +517,26 @@ pub async fn apply_dlq(
         done.push(d);
     }
     release(sqs, url, &untouched).await?;
+    Ok((done, summary))
+}
+
+/// Applies planned ledger lines: each `safe` one is re-delivered (guarded); the ledger entries
+/// stay as history.
+pub async fn apply_ledger(
+    engine: &Engine,
+    plan: &[Line],
+    now: OffsetDateTime,
+    mut progress: impl FnMut(&Done),
+) -> Result<(Vec<Done>, Summary), ReplayError> {
+    let mut done = Vec::new();
+    let mut summary = Summary::default();
+    for line in plan {
+        let result = apply_line(engine, line, now).await?;
+        summary.count(&result, line.classification);
+        let d = Done { id: line.id.clone(), classification: line.classification, result, removed: false };
+        progress(&d);
+        done.push(d);
+    }
     Ok((done, summary))
 }
 

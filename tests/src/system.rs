@@ -94,7 +94,7 @@ impl System {
     }
 
     pub fn state_machine_arn(&self, workflow: &str) -> String {
-        format!("{}{workflow}", self.engine().state_machine_prefix)
+        self.engine().state_machine_arn(workflow)
     }
 
     pub fn engine(&self) -> Arc<baton::engine::Engine> {

@@ -56,6 +56,30 @@ fn names(key: &str) -> (WorkflowName, CorrelationKey) {
     (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse(key).unwrap())
 }
 
+/// Fault injection: the record write of a callback that completes step 0 lands, then the
+/// process dies before any effect (no SendTaskSuccess).
+async fn crash_after_the_advancing_write(system: &System, waiting: &lifecycle::Record, id: &str) {
+    let engine = system.engine();
+    let workflow = engine.config.workflow("order-review").unwrap();
+    let input = Input::StepInput {
+        id: baton::ids::EventId::parse(id).unwrap(),
+        hash: "h".into(),
+        source: lifecycle::Source::Callback,
+        step: 0,
+        outcome: lifecycle::StepOutcome::Succeeded,
+        data: json!({"decision": "ok", "reviewer": "dee"}).as_object().unwrap().clone(),
+    };
+    let d = lifecycle::decide(
+        &workflow.plan(),
+        (&waiting.workflow, &waiting.key),
+        Some(waiting),
+        &input,
+        engine.now(),
+    );
+    assert_eq!(system.store.apply(d.write.as_ref().unwrap()).await.unwrap(), baton::store::Applied::Written);
+    assert_eq!(d.write.unwrap().to.state, State::Advancing { step: 0 });
+}
+
 async fn ledger_reasons(system: &System, key: &str) -> Vec<IgnoreReason> {
     let (w, k) = names(key);
     system.store.trace(&w, &k).await.unwrap().ledger.iter().map(|l| l.reason).collect()
@@ -276,21 +300,7 @@ async fn a_crash_between_the_advancing_write_and_the_resume_is_repaired_by_the_s
 
     // The write half of a callback, then "crash": no effects carried out.
     let engine = system.engine();
-    let workflow = engine.config.workflow("order-review").unwrap();
-    let (w, k) = names("k-crash");
-    let input = Input::StepInput {
-        id: baton::ids::EventId::parse("cb-crash").unwrap(),
-        hash: "h".into(),
-        source: lifecycle::Source::Callback,
-        step: 0,
-        outcome: lifecycle::StepOutcome::Succeeded,
-        data: json!({"decision": "ok", "reviewer": "dee"}).as_object().unwrap().clone(),
-    };
-    let decision = lifecycle::decide(&workflow.plan(), (&w, &k), Some(&waiting), &input, engine.now());
-    assert_eq!(
-        system.store.apply(decision.write.as_ref().unwrap()).await.unwrap(),
-        baton::store::Applied::Written
-    );
+    crash_after_the_advancing_write(&system, &waiting, "cb-crash").await;
     assert_eq!(resumes_delivered("k-crash"), 0);
 
     let sweeper = system.baton.sweeper.clone().expect("the sweeper");
@@ -443,18 +453,7 @@ async fn a_resume_whose_token_is_gone_is_classified_not_failed() {
 
     // The advancing write lands; the process "crashes" before the resume; the step times out.
     let engine = system.engine();
-    let workflow = engine.config.workflow("order-review").unwrap();
-    let (w, k) = names("k-gone");
-    let input = Input::StepInput {
-        id: baton::ids::EventId::parse("cb-gone").unwrap(),
-        hash: "h".into(),
-        source: lifecycle::Source::Callback,
-        step: 0,
-        outcome: lifecycle::StepOutcome::Succeeded,
-        data: json!({"decision": "ok", "reviewer": "eve"}).as_object().unwrap().clone(),
-    };
-    let d = lifecycle::decide(&workflow.plan(), (&w, &k), Some(&waiting), &input, engine.now());
-    system.store.apply(d.write.as_ref().unwrap()).await.unwrap();
+    crash_after_the_advancing_write(&system, &waiting, "cb-gone").await;
     eventually("the execution timed out", WAIT, || async {
         system.executions("order-review").await.into_iter().find(|e| e.status().as_str() == "FAILED")
     })

@@ -397,14 +397,21 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The attributes every item starts with: its keys, and the (workflow, key) it belongs to.
+fn base_item(workflow: &WorkflowName, key: &CorrelationKey, sk: &str) -> Item {
+    Item::from([
+        ("pk".into(), s(&pk(workflow, key))),
+        ("sk".into(), s(sk)),
+        ("workflow".into(), s(workflow.as_str())),
+        ("key".into(), s(key.as_str())),
+    ])
+}
+
 // ---- records ---------------------------------------------------------------------------------
 
 fn record_item(r: &Record) -> Item {
-    let mut item = Item::from([
-        ("pk".into(), s(&pk(&r.workflow, &r.key))),
-        ("sk".into(), s(RECORD_SK)),
-        ("workflow".into(), s(r.workflow.as_str())),
-        ("key".into(), s(r.key.as_str())),
+    let mut item = base_item(&r.workflow, &r.key, RECORD_SK);
+    item.extend([
         ("generation".into(), n(r.generation)),
         ("state".into(), s(r.state.kind().as_str())),
         ("version".into(), n(r.version)),
@@ -463,11 +470,8 @@ fn parse_record(item: &Item) -> Result<Record, StoreError> {
 // ---- side items ------------------------------------------------------------------------------
 
 fn task_item(t: &Task) -> Item {
-    Item::from([
-        ("pk".into(), s(&pk(&t.workflow, &t.key))),
-        ("sk".into(), s(&task_sk(t.generation, t.step))),
-        ("workflow".into(), s(t.workflow.as_str())),
-        ("key".into(), s(t.key.as_str())),
+    let mut item = base_item(&t.workflow, &t.key, &task_sk(t.generation, t.step));
+    item.extend([
         ("generation".into(), n(t.generation)),
         ("step".into(), n(t.step)),
         ("step_name".into(), s(&t.step_name)),
@@ -476,7 +480,8 @@ fn task_item(t: &Task) -> Item {
         ("queue".into(), s(&t.queue)),
         ("created_at".into(), s(&ts(t.created_at))),
         ("published".into(), AttributeValue::Bool(t.published)),
-    ])
+    ]);
+    item
 }
 
 fn parse_task(item: &Item) -> Result<Task, StoreError> {
@@ -496,11 +501,8 @@ fn parse_task(item: &Item) -> Result<Task, StoreError> {
 }
 
 fn receipt_item(x: &Receipt) -> Item {
-    let mut item = Item::from([
-        ("pk".into(), s(&pk(&x.workflow, &x.key))),
-        ("sk".into(), s(&receipt_sk(&x.id))),
-        ("workflow".into(), s(x.workflow.as_str())),
-        ("key".into(), s(x.key.as_str())),
+    let mut item = base_item(&x.workflow, &x.key, &receipt_sk(&x.id));
+    item.extend([
         ("input_id".into(), s(x.id.as_str())),
         ("hash".into(), s(&x.hash)),
         ("status".into(), json(&x.status)),
@@ -528,11 +530,8 @@ fn parse_receipt(item: &Item) -> Result<Receipt, StoreError> {
 }
 
 fn inbox_item(e: &InboxEntry) -> Item {
-    let mut item = Item::from([
-        ("pk".into(), s(&pk(&e.workflow, &e.key))),
-        ("sk".into(), s(&inbox_sk(e.step, &e.id))),
-        ("workflow".into(), s(e.workflow.as_str())),
-        ("key".into(), s(e.key.as_str())),
+    let mut item = base_item(&e.workflow, &e.key, &inbox_sk(e.step, &e.id));
+    item.extend([
         ("step".into(), n(e.step)),
         ("input_id".into(), s(e.id.as_str())),
         ("arrived_at".into(), s(&ts(e.arrived_at))),
@@ -568,11 +567,8 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
 }
 
 fn ledger_item(e: &LedgerEntry) -> Item {
-    let mut item = Item::from([
-        ("pk".into(), s(&pk(&e.workflow, &e.key))),
-        ("sk".into(), s(&ledger_sk(e.reason, &e.input_id))),
-        ("workflow".into(), s(e.workflow.as_str())),
-        ("key".into(), s(e.key.as_str())),
+    let mut item = base_item(&e.workflow, &e.key, &ledger_sk(e.reason, &e.input_id));
+    item.extend([
         ("input_id".into(), s(&e.input_id)),
         ("reason".into(), s(e.reason.as_str())),
         ("detail".into(), json(&e.detail)),
