@@ -12,11 +12,29 @@
 It also binds first and sets MOTO_PORT to the bound port before moto handles a request: the
 Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$MOTO_PORT.
 
+3. Faults on request, for tests that must see what production does when AWS fails. A test posts
+   a rule to `/_baton/faults`; matching requests then get an AWS error instead of (`"when":
+   "before"`) or after (`"when": "after"`: the request takes effect, then its answer is lost)
+   moto's answer:
+
+       POST   /_baton/faults  {"operation": "AWSStepFunctions.SendTaskSuccess",
+                               "match": ["k-1"], "times": 3, "when": "before",
+                               "status": 500, "code": "InternalServerError"}
+       GET    /_baton/faults  every rule, with how often it fired ("hits")
+       DELETE /_baton/faults  removes every rule
+
+   `operation` is the X-Amz-Target of the JSON protocols (DynamoDB, SQS, Step Functions);
+   `match` lists substrings that must all be in the request body, so tests sharing one
+   emulator only ever fault their own requests; `times` bounds how often the rule fires
+   (default: unbounded) and `share` is the fraction of matching requests it fires on (default
+   1). The error body has the shape AWS's JSON protocol uses (`__type`, `message`).
+
 Usage: python tools/emulator.py [--port 0] [--ready-file PATH]
 Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGTERM.
 """
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -48,7 +66,7 @@ def main() -> None:
 
     moto_api_backend.set_config({"stepfunctions": {"execute_state_machine": True}})
     app = DomainDispatcherApplication(create_backend_app)
-    holder["app"] = app if args.no_dynamodb_lock else serialize_dynamodb(app)
+    holder["app"] = Faults(app if args.no_dynamodb_lock else serialize_dynamodb(app))
 
     def stop(*_):
         threading.Thread(target=server.shutdown, daemon=True).start()
@@ -98,6 +116,103 @@ def serialize_dynamodb(app):
         return [body]
 
     return wrapped
+
+
+class Faults:
+    """The fault switch (see the module doc): a WSGI wrapper around the emulator."""
+
+    PATH = "/_baton/faults"
+
+    def __init__(self, app):
+        import random
+
+        self.app = app
+        self.lock = threading.Lock()
+        self.rules = []
+        self.random = random.Random(0)
+
+    def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO") == self.PATH:
+            return self.admin(environ, start_response)
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        with self.lock:
+            candidates = [r for r in self.rules if r["operation"] == target and r["times"] != 0]
+        if not candidates:
+            return self.app(environ, start_response)
+        body = _read_body(environ)
+        text = body.decode("utf-8", "replace")
+        rule = None
+        with self.lock:
+            for r in candidates:
+                if r["times"] != 0 and all(m in text for m in r["match"]) and self.random.random() < r["share"]:
+                    r["times"] -= 1
+                    r["hits"] += 1
+                    rule = r
+                    break
+        if rule is None:
+            return self.app(environ, start_response)
+        if rule["when"] == "after":
+            result = self.app(environ, lambda *_: (lambda _data: None))
+            try:
+                b"".join(result)
+            finally:
+                close = getattr(result, "close", None)
+                if close:
+                    close()
+        return _json(start_response, rule["status"], {"__type": rule["code"], "message": rule["message"]},
+                     [("x-amzn-ErrorType", rule["code"])])
+
+    def admin(self, environ, start_response):
+        method = environ.get("REQUEST_METHOD")
+        if method == "GET":
+            with self.lock:
+                return _json(start_response, 200, {"rules": self.rules})
+        if method == "DELETE":
+            with self.lock:
+                self.rules = []
+            return _json(start_response, 200, {"rules": []})
+        if method != "POST":
+            return _json(start_response, 405, {"error": f"{method} is not supported"})
+        try:
+            spec = json.loads(_read_body(environ) or b"{}")
+            rule = {
+                "operation": str(spec["operation"]),
+                "match": [str(m) for m in spec.get("match", [])],
+                "times": int(spec.get("times", -1)),
+                "share": float(spec.get("share", 1.0)),
+                "when": spec.get("when", "before"),
+                "status": int(spec.get("status", 500)),
+                "code": str(spec.get("code", "InternalServerError")),
+                "message": str(spec.get("message", "injected by tools/emulator.py")),
+                "hits": 0,
+            }
+            if rule["when"] not in ("before", "after"):
+                raise ValueError("when must be before or after")
+        except (KeyError, ValueError, TypeError) as e:
+            return _json(start_response, 400, {"error": f"bad fault rule: {e!r}"})
+        with self.lock:
+            rule["id"] = len(self.rules) + 1
+            self.rules.append(rule)
+        return _json(start_response, 200, rule)
+
+
+def _read_body(environ) -> bytes:
+    """Reads the request body and puts it back, so the wrapped app still sees it."""
+    import io
+
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
+def _json(start_response, status, doc, headers=()):
+    from http import HTTPStatus
+
+    body = json.dumps(doc).encode()
+    start_response(f"{status} {HTTPStatus(status).phrase}",
+                   [("Content-Type", "application/x-amz-json-1.0"), ("Content-Length", str(len(body))), *headers])
+    return [body]
 
 
 if __name__ == "__main__":

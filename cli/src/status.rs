@@ -204,6 +204,7 @@ mod tests {
             history: Vec::new(),
             created_at: deadline,
             updated_at: deadline,
+            write_id: None,
         }
     }
 

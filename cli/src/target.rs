@@ -11,16 +11,16 @@
 //! - **A missing value is named**: the flag, its environment variable, and that `make run`
 //!   writes the file. A file given with `--local` that cannot be read is an error; the default
 //!   file being absent is not, until a value is missing.
-//! - **Emulator or AWS.** With an endpoint, the SDK gets static test credentials and no retries
-//!   (moto answers what it lacks with an HTML 500 that retries only repeat), as the tests do.
-//!   Without one, the default credential chain and the SDK's retries.
+//! - **Emulator or AWS.** With an endpoint, the SDK gets static test credentials, as the tests
+//!   do; without one, the default credential chain. Either way the retries and timeouts are the
+//!   deployed functions' ([`baton::runtime::sdk_loader`]).
 //! - **The webhook secret is a [`SecretString`]**: `Debug` shows `[REDACTED]`, and nothing
 //!   here prints it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use aws_config::{BehaviorVersion, Region, SdkConfig, retry::RetryConfig};
+use aws_config::{Region, SdkConfig};
 use aws_credential_types::Credentials;
 use baton::local::info::{self, InfoError, LocalInfo};
 use secrecy::SecretString;
@@ -197,15 +197,14 @@ impl Aws {
     /// The SDK configuration: static test credentials and no retries on an emulator, the default
     /// chain otherwise.
     pub async fn sdk_config(&self) -> Result<SdkConfig, TargetError> {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        let mut loader = baton::runtime::sdk_loader();
         if let Some(region) = &self.region {
             loader = loader.region(Region::new(region.clone()));
         }
         if let Some(endpoint) = &self.endpoint {
             loader = loader
                 .endpoint_url(endpoint)
-                .credentials_provider(Credentials::new("testing", "testing", None, None, "static"))
-                .retry_config(RetryConfig::disabled());
+                .credentials_provider(Credentials::new("testing", "testing", None, None, "static"));
         }
         let config = loader.load().await;
         if config.region().is_none() {

@@ -636,6 +636,7 @@ mod tests {
             ],
             created_at: t(0),
             updated_at: t(10),
+            write_id: None,
         };
         Trace {
             record: Some(record),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use baton::local::info::LocalInfo;
 use baton::webhook::Secrets;
-use baton_tests::http::post_json;
+use baton_tests::http::send_callback;
 use serde_json::{Value, json};
 
 fn root() -> PathBuf {
@@ -140,15 +140,8 @@ async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let secrets = Secrets::parse(&info.webhook_secret).unwrap();
     let callback = |id: &'static str, body: Value| {
-        let text = body.to_string();
-        let ts = time::OffsetDateTime::now_utc().unix_timestamp();
-        let headers = vec![
-            ("webhook-id", id.to_owned()),
-            ("webhook-timestamp", ts.to_string()),
-            ("webhook-signature", secrets.sign(id, ts, text.as_bytes())),
-        ];
-        let url = format!("{}/v1/callbacks", info.api_url);
-        async move { post_json(&url, &headers, text.into_bytes()).await }
+        let (url, secrets) = (info.api_url.clone(), &secrets);
+        async move { send_callback(&url, secrets, id, &body).await }
     };
     let key = "order-2001";
 

@@ -14,8 +14,12 @@
 //!        │                  conditions make it idempotent
 //! ```
 //!
-//! Nothing is half-applied: when a dependency fails, the receipt stays `pending`, the caller
-//! gets 503 with `Retry-After`, and its retry runs the apply again.
+//! **Every answer is true.** Once the input has reached the record, the answer says so (200
+//! `applied`), even if an effect after the write failed: the record owes that effect (a resume),
+//! and the sweeper or any retry delivers it. A 503 says either that nothing was applied, or,
+//! when a write's outcome is unknown or only part of the work is done, that it may have been
+//! (`maybe_applied: true`). Either way the receipt stays `pending` and a retry with the same
+//! `webhook-id` finishes the work, applies the input at most once, and answers how it ended.
 
 use std::sync::Arc;
 
@@ -24,7 +28,7 @@ use serde_json::{Map, Value, json};
 use time::Duration;
 use tracing::{error, info, instrument, warn};
 
-use crate::engine::{Engine, payload_hash};
+use crate::engine::{Engine, EngineError, Submitted, payload_hash};
 use crate::error::Classified;
 use crate::ids::{CorrelationKey, EventId};
 use crate::lifecycle::{Input, Outcome, RejectReason, Source, StepOutcome};
@@ -177,7 +181,7 @@ impl Callbacks {
                 }
                 info!("receipt pending: applying again (an earlier attempt did not finish)");
             }
-            Err(e) => return self.failed(&e),
+            Err(e) => return self.failed(&e, MaybeApplied::No),
         }
 
         let input = Input::StepInput {
@@ -190,39 +194,24 @@ impl Callbacks {
         };
         let submitted = match self.engine.submit(workflow, &callback.key, &input, now).await {
             Ok(s) => s,
-            Err(e) => return self.failed(&e),
-        };
-        let state = submitted.record.as_ref().map(|r| r.state.to_string());
-        let base = |status: &str| {
-            json!({
-                "status": status, "workflow": workflow.name.as_str(), "key": callback.key.as_str(),
-                "step": callback.step, "state": state, "duplicate": false,
-            })
-        };
-        let answer = match submitted.outcome() {
-            Outcome::Applied => Answer::new(StatusCode::OK, base("applied")),
-            Outcome::Buffered => Answer::new(StatusCode::ACCEPTED, base("buffered")),
-            Outcome::Ignored(reason) => {
-                let mut body = base("ignored");
-                body["reason"] = json!(reason.as_str());
-                Answer::new(StatusCode::OK, body)
+            // The input reached the record; what failed after it is owed by the record.
+            Err(EngineError::Unfinished { submitted, source })
+                if matches!(submitted.outcome(), Outcome::Applied | Outcome::Duplicate) =>
+            {
+                warn!(error_type = source.error_type(), error = %error_chain(&*source),
+                    "callback applied; an effect after the write failed and is owed by the record");
+                *submitted
             }
-            // The record has this input already (its receipt was lost or expired): the effect
-            // happened once; say so without completing someone else's receipt.
-            Outcome::Duplicate => {
-                let mut body = base("applied");
-                body["duplicate"] = json!(true);
-                return Answer::new(StatusCode::OK, body);
+            Err(e @ (EngineError::Uncertain { .. } | EngineError::Unfinished { .. })) => {
+                return self.failed(&e, MaybeApplied::Yes);
             }
-            Outcome::Rejected(RejectReason::IdempotencyKeyReused) => return reused(&receipt.id),
-            Outcome::Rejected(RejectReason::UnknownStep) => {
-                return Answer::error(
-                    StatusCode::NOT_FOUND,
-                    "unknown_step",
-                    "the step is not in the workflow",
-                );
-            }
+            Err(e) => return self.failed(&e, MaybeApplied::No),
         };
+        let answer =
+            match answer((workflow.name.as_str(), &callback.key, &callback.step), &receipt.id, &submitted) {
+                Ok(answer) => answer,
+                Err(refused) => return refused,
+            };
         let stored = json!({"http_status": answer.status.as_u16(), "body": answer.body});
         if let Err(e) = self.engine.store.complete_receipt(&receipt, &stored).await {
             // The effect is done; only the cached answer is missing. A retry re-applies
@@ -232,12 +221,22 @@ impl Callbacks {
         answer
     }
 
-    fn failed<E: Classified + std::error::Error>(&self, e: &E) -> Answer {
+    fn failed<E: Classified + std::error::Error>(&self, e: &E, maybe: MaybeApplied) -> Answer {
         if e.retryable() {
-            warn!(error_type = e.error_type(), error = %error_chain(e), "dependency unavailable; asking the caller to retry");
+            warn!(error_type = e.error_type(), error = %error_chain(e), maybe_applied = maybe == MaybeApplied::Yes,
+                "dependency unavailable; asking the caller to retry");
+            let message = match maybe {
+                MaybeApplied::No => {
+                    "a dependency is unavailable; nothing was applied; retry later with the same webhook-id"
+                }
+                MaybeApplied::Yes => {
+                    "a dependency is unavailable; the callback may have been applied in part; retry with the \
+                     same webhook-id: the retry finishes it, applies it at most once, and answers how it ended"
+                }
+            };
             Answer {
                 status: StatusCode::SERVICE_UNAVAILABLE,
-                body: json!({"error": "unavailable", "message": "a dependency is unavailable; nothing was applied, retry later"}),
+                body: json!({"error": "unavailable", "maybe_applied": maybe == MaybeApplied::Yes, "message": message}),
                 retry_after: Some(RETRY_AFTER_SECONDS),
             }
         } else {
@@ -249,6 +248,67 @@ impl Callbacks {
             )
         }
     }
+}
+
+/// Whether a failed attempt may have changed anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MaybeApplied {
+    /// Nothing was written: the failure came before any write.
+    No,
+    /// A write's outcome is unknown, or the input is stored but its work unfinished.
+    Yes,
+}
+
+/// The answer to a callback the engine has decided, or the refusal to send instead.
+///
+/// A duplicate (the record has this input already: an earlier attempt applied it, then its
+/// answer or receipt was lost) is answered as the attempt that applied it earned: `applied`,
+/// with the state its own transition produced, marked `duplicate: true`.
+fn answer(
+    (workflow, key, step): (&str, &CorrelationKey, &str),
+    id: &EventId,
+    submitted: &Submitted,
+) -> Result<Answer, Answer> {
+    let record = submitted.record.as_ref();
+    let state = match submitted.outcome() {
+        Outcome::Duplicate => record.and_then(|r| {
+            r.history
+                .iter()
+                .rev()
+                .find(|a| a.generation == r.generation && a.cause_id.as_deref() == Some(id.as_str()))
+                .map(|a| a.to.clone())
+                .or_else(|| Some(r.state.to_string()))
+        }),
+        _ => record.map(|r| r.state.to_string()),
+    };
+    let mut body = json!({
+        "status": "applied", "workflow": workflow, "key": key.as_str(),
+        "step": step, "state": state, "duplicate": false,
+    });
+    Ok(match submitted.outcome() {
+        Outcome::Applied => Answer::new(StatusCode::OK, body),
+        Outcome::Duplicate => {
+            body["duplicate"] = json!(true);
+            Answer::new(StatusCode::OK, body)
+        }
+        Outcome::Buffered => {
+            body["status"] = json!("buffered");
+            Answer::new(StatusCode::ACCEPTED, body)
+        }
+        Outcome::Ignored(reason) => {
+            body["status"] = json!("ignored");
+            body["reason"] = json!(reason.as_str());
+            Answer::new(StatusCode::OK, body)
+        }
+        Outcome::Rejected(RejectReason::IdempotencyKeyReused) => return Err(reused(id)),
+        Outcome::Rejected(RejectReason::UnknownStep) => {
+            return Err(Answer::error(
+                StatusCode::NOT_FOUND,
+                "unknown_step",
+                "the step is not in the workflow",
+            ));
+        }
+    })
 }
 
 fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {

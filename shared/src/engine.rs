@@ -14,6 +14,13 @@
 //! - **The lost wake-up is closed by a handshake** (DESIGN.md §4): a buffering side writes its
 //!   inbox entry, then reads the record strongly consistently; the progress side writes
 //!   `waiting{n}`, then reads the inbox strongly consistently. At least one side sees the other.
+//! - **A lost answer is not a lost race.** Each record write carries a fresh `write_id`. When
+//!   the answer to a write is lost (a timeout) and the SDK's retry finds the condition failed,
+//!   the item it gets back (ALL_OLD) is that very write if the ids match: it counts as written,
+//!   and its effects are carried out, instead of being mistaken for a duplicate.
+//! - **Failures say how far the input got** ([`EngineError::Unfinished`],
+//!   [`EngineError::Uncertain`]), so that an answer to a sender is always true: applied (and an
+//!   effect is owed), maybe applied, or nothing applied.
 
 use std::sync::Arc;
 
@@ -59,6 +66,15 @@ pub fn system_clock() -> Clock {
     Arc::new(OffsetDateTime::now_utc)
 }
 
+/// Where the engine gets a fresh id for each record write: random in production, seeded in a
+/// simulation.
+pub type WriteIds = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Random 64-bit write ids.
+pub fn random_write_ids() -> WriteIds {
+    Arc::new(|| format!("{:016x}", fastrand::u64(..)))
+}
+
 /// A stable hash of an input's payload (SHA-256, hex): the same idempotency key with another
 /// payload is a conflict.
 pub fn payload_hash(payload: &[u8]) -> String {
@@ -76,6 +92,7 @@ pub struct Engine {
     pub state_machine_prefix: String,
     pub metrics: Metrics,
     pub clock: Clock,
+    pub write_ids: WriteIds,
 }
 
 impl Engine {
@@ -106,16 +123,19 @@ impl Engine {
         let plan = workflow.plan();
         let mut record = self.store.load(&workflow.name, key).await?;
         for attempt in 1..=MAX_ATTEMPTS {
-            let decision = lifecycle::decide(&plan, (&workflow.name, key), record.as_ref(), input, now);
-            if let Some(write) = &decision.write {
-                match self.store.apply(write).await? {
-                    Applied::Written => {
+            let mut decision = lifecycle::decide(&plan, (&workflow.name, key), record.as_ref(), input, now);
+            if let Some(write) = decision.write.as_mut() {
+                write.to.write_id = Some((self.write_ids)());
+                let applied = self
+                    .store
+                    .apply(write)
+                    .await
+                    .map_err(|e| EngineError::Uncertain { source: Box::new(e.into()) })?;
+                match applied {
+                    Applied::Written => {}
+                    Applied::Lost { current: Some(current) } if current.write_id == write.to.write_id => {
                         info!(
-                            from = %write.from.map_or("absent".to_owned(), |s| s.to_string()),
-                            to = %write.to.state,
-                            cause = write.cause.as_str(),
-                            version = write.to.version,
-                            "transition"
+                            "the answer to this write was lost; the write is in place, so it counts as written"
                         );
                     }
                     Applied::Lost { current } => {
@@ -124,11 +144,26 @@ impl Engine {
                         continue;
                     }
                 }
+                info!(
+                    from = %write.from.map_or("absent".to_owned(), |s| s.to_string()),
+                    to = %write.to.state,
+                    cause = write.cause.as_str(),
+                    version = write.to.version,
+                    "transition"
+                );
             }
             let after = decision.write.as_ref().map(|w| w.to.clone()).or(record);
             self.observe(workflow, input, &decision, now);
-            self.carry_out(workflow, key, input, &decision, after.as_ref(), now).await?;
-            return Ok(Submitted { decision, record: after });
+            let submitted = Submitted { decision, record: after };
+            return match self
+                .carry_out(workflow, key, input, &submitted.decision, submitted.record.as_ref(), now)
+                .await
+            {
+                Ok(()) => Ok(submitted),
+                Err(source) => {
+                    Err(EngineError::Unfinished { submitted: Box::new(submitted), source: Box::new(source) })
+                }
+            };
         }
         Err(EngineError::Contended { attempts: MAX_ATTEMPTS })
     }
@@ -325,7 +360,12 @@ impl Engine {
             status: InboxStatus::Buffered,
             expires_at: now + ttl,
         };
-        if let Claim::Exists(_) = self.store.buffer(&entry).await? {
+        let stored = self
+            .store
+            .buffer(&entry)
+            .await
+            .map_err(|e| EngineError::Uncertain { source: Box::new(e.into()) })?;
+        if let Claim::Exists(_) = stored {
             info!(step, "input already buffered");
         }
         let current = self.store.load(&workflow.name, key).await?;
@@ -357,13 +397,28 @@ impl Engine {
                     continue;
                 }
             };
-            let applied = Box::pin(self.submit(workflow, key, &input, now)).await?;
-            if applied.outcome() == Outcome::Buffered {
+            // An entry whose input reached the record is settled even when an effect after it
+            // failed: the record owes that effect now, and the entry must not later expire as
+            // if it had never been applied.
+            let (outcome, failed) = match Box::pin(self.submit(workflow, key, &input, now)).await {
+                Ok(applied) => (applied.outcome(), None),
+                Err(EngineError::Unfinished { submitted, source }) => {
+                    (submitted.outcome(), Some(EngineError::Unfinished { submitted, source }))
+                }
+                Err(e) => return Err(e),
+            };
+            if outcome == Outcome::Buffered {
                 // The record moved away from this step meanwhile; the entry stays for later.
-                continue;
+                match failed {
+                    Some(e) => return Err(e),
+                    None => continue,
+                }
             }
-            info!(id = %entry.id, outcome = ?applied.outcome(), "buffered input applied");
+            info!(id = %entry.id, ?outcome, "buffered input applied");
             self.store.settle(&entry, InboxStatus::Applied).await?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -420,6 +475,32 @@ pub enum EngineError {
     /// Every attempt lost a race for the record: heavy contention. Retry later.
     #[error("the record kept changing: {attempts} attempts lost the race")]
     Contended { attempts: u32 },
+    /// A write (the record's, or an inbox entry's) failed without a definite answer: it may or
+    /// may not have landed. A retry of the same input finds out, and applies it at most once.
+    #[error("a write's outcome is unknown")]
+    Uncertain {
+        #[source]
+        source: Box<EngineError>,
+    },
+    /// The input was decided and its record write (if it had one) landed; then one of the
+    /// decision's effects failed. What the record owes (a resume, a start) the sweeper and any
+    /// retry of the input carry out; the other effects are repeated by a retry.
+    #[error("the input was {outcome} but an effect failed", outcome = outcome_word(submitted.outcome()))]
+    Unfinished {
+        submitted: Box<Submitted>,
+        #[source]
+        source: Box<EngineError>,
+    },
+}
+
+fn outcome_word(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Applied => "applied",
+        Outcome::Buffered => "buffered",
+        Outcome::Duplicate => "a duplicate",
+        Outcome::Ignored(_) => "ignored",
+        Outcome::Rejected(_) => "rejected",
+    }
 }
 
 impl EngineError {
@@ -434,6 +515,7 @@ impl Classified for EngineError {
             EngineError::Orchestrator(e) => e.error_type(),
             EngineError::Publish(e) => e.error_type(),
             EngineError::Contended { .. } => "record_contended",
+            EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.error_type(),
         }
     }
 
@@ -443,6 +525,7 @@ impl Classified for EngineError {
             EngineError::Orchestrator(e) => e.retryable(),
             EngineError::Publish(e) => e.retryable(),
             EngineError::Contended { .. } => true,
+            EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.retryable(),
         }
     }
 }

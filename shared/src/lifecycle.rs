@@ -353,11 +353,16 @@ pub struct Record {
     pub history: Vec<AuditEntry>,
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
+    /// Which write produced this version: a fresh id the engine gives each write attempt.
+    /// When the answer to a write is lost and the SDK's retry finds the condition failed, the
+    /// item returned carries this id if the "winner" was that very write, so the engine counts
+    /// it as its own and does not mistake it for a duplicate. `None` until the engine sets it.
+    pub write_id: Option<String>,
 }
 
 impl Record {
     fn next(&self, state: State, now: OffsetDateTime) -> Record {
-        Record { state, version: self.version + 1, updated_at: now, ..self.clone() }
+        Record { state, version: self.version + 1, updated_at: now, write_id: None, ..self.clone() }
     }
 }
 
@@ -732,6 +737,7 @@ fn on_start(
             history: Vec::new(),
             created_at: now,
             updated_at: now,
+            write_id: None,
         };
         return Decision::new(Outcome::Applied)
             .with_write(Cause::Start, None, to)

@@ -12,7 +12,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{Config, ConfigErrors};
-use crate::engine::{Engine, system_clock};
+use crate::engine::{Engine, random_write_ids, system_clock};
 use crate::metrics::Metrics;
 use crate::orchestrator::stepfunctions::StepFunctions;
 use crate::outbound::SqsTaskPublisher;
@@ -140,7 +140,36 @@ pub fn engine(sdk: &SdkConfig, settings: &Settings, config: Config, metrics: Met
         state_machine_prefix: settings.state_machine_prefix.clone(),
         metrics,
         clock: system_clock(),
+        write_ids: random_write_ids(),
     }
+}
+
+/// How many times the SDK tries one call (the first try included): the SDK's standard mode
+/// default, written down so the functions, `baton local`, the tests and the CLI share it.
+pub const SDK_MAX_ATTEMPTS: u32 = 3;
+/// How long one attempt may take to connect (the SDK's default).
+pub const SDK_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(3100);
+/// How long one attempt may take in all. A call that hangs is cut off and retried rather than
+/// holding the invocation until Lambda's own timeout (30 s) kills it mid-batch.
+pub const SDK_ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long one call may take across its attempts and their backoff: under the function's
+/// 30-second timeout, so a failing dependency ends as a classified error, not a killed process.
+pub const SDK_OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
+
+/// The SDK configuration every AWS client of baton starts from: the SDK's standard retry mode
+/// (throttles, 5xx, timeouts and dropped connections retried with jittered backoff) and explicit
+/// timeouts. The deployed functions, `baton local`, the tests and the operator CLI all load it,
+/// so what the tests exercise is what production does after a slow or failed answer.
+pub fn sdk_loader() -> aws_config::ConfigLoader {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(SDK_MAX_ATTEMPTS))
+        .timeout_config(
+            aws_config::timeout::TimeoutConfig::builder()
+                .connect_timeout(SDK_CONNECT_TIMEOUT)
+                .operation_attempt_timeout(SDK_ATTEMPT_TIMEOUT)
+                .operation_timeout(SDK_OPERATION_TIMEOUT)
+                .build(),
+        )
 }
 
 /// Cold start shared by every function: logs, settings, config, clients, engine.
@@ -148,7 +177,7 @@ async fn cold_start() -> Result<(Settings, SdkConfig, Arc<Engine>), SettingsErro
     init_tracing();
     let settings = Settings::from_env()?;
     let config = settings.config()?;
-    let sdk = aws_config::load_from_env().await;
+    let sdk = sdk_loader().load().await;
     let engine = Arc::new(engine(&sdk, &settings, config, Metrics::stdout()));
     Ok((settings, sdk, engine))
 }

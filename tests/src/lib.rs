@@ -5,8 +5,9 @@
 //! AWS SDK clients against it: no hand-written mocks of AWS. Each test names its own resources
 //! with [`unique_name`], so tests run in parallel without seeing each other's data.
 //!
-//! SDK retries are off: moto answers operations it has not implemented with an HTML 500, and
-//! retrying those only hides the real error behind `unexpected token '<'` three times over.
+//! The clients retry and time out exactly as the deployed functions' do
+//! (`baton::runtime::sdk_loader`): a test is a client like any other, and a slow or failed
+//! answer from the emulator is handled as production handles one from AWS.
 
 pub mod http;
 pub mod logs;
@@ -43,9 +44,29 @@ impl Emulator {
         }
     }
 
-    /// SDK configuration for the emulator: fixed region and credentials, retries off.
+    /// SDK configuration for the emulator: fixed region and credentials, production's retries.
     pub async fn sdk_config(&self) -> SdkConfig {
         baton::local::emulator_sdk_config(&self.endpoint).await
+    }
+
+    /// Adds a fault rule to the emulator (`tools/emulator.py`, "Faults on request") and returns
+    /// its id. Scope it with `match` to this test's own resources: the emulator is shared.
+    pub async fn inject(&self, rule: serde_json::Value) -> u64 {
+        let reply =
+            http::post(&format!("{}/_baton/faults", self.endpoint), &[], rule.to_string().into_bytes()).await;
+        assert_eq!(reply.status, 200, "fault rule refused: {}", reply.body);
+        reply.body["id"].as_u64().expect("a rule id")
+    }
+
+    /// How often the fault rule `id` has fired.
+    pub async fn fault_hits(&self, id: u64) -> u64 {
+        let reply = http::get(&format!("{}/_baton/faults", self.endpoint)).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.body["rules"]
+            .as_array()
+            .and_then(|rules| rules.iter().find(|r| r["id"] == id))
+            .and_then(|r| r["hits"].as_u64())
+            .unwrap_or_else(|| panic!("no fault rule {id}: {}", reply.body))
     }
 }
 

@@ -30,7 +30,25 @@ pub fn lines_about(key: &str, message: &str) -> Vec<Value> {
         .collect()
 }
 
-/// How many resumes (SendTaskSuccess or SendTaskFailure) reached Step Functions for `key`.
-pub fn resumes_delivered(key: &str) -> usize {
-    lines_about(key, "resume delivered").iter().filter(|l| l["fields"]["resume"] != "heartbeat").count()
+/// How many resumes (SendTaskSuccess or SendTaskFailure) baton sent for `key` on behalf of an
+/// input (a callback, an event, a step_ready's drain), as its logs say. The sweeper's re-sends of
+/// an owed resume (span input `tick`) are left out: after the grace period they are deliberate,
+/// and Step Functions refuses them once the first has arrived (the emulator accepts them
+/// silently). What a workflow saw is counted by `System::resumes`, from the execution history.
+pub fn resumes_sent_for_inputs(key: &str) -> usize {
+    lines_about(key, "resume delivered")
+        .iter()
+        .filter(|l| l["fields"]["resume"] != "heartbeat" && l["span"]["input"] != "tick")
+        .count()
+}
+
+/// The warnings and errors logged so far, one per line: what a failing test prints for context.
+pub fn problems() -> String {
+    captured()
+        .lines()
+        .into_iter()
+        .filter(|l| l["level"] == "WARN" || l["level"] == "ERROR")
+        .map(|l| l.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
 }

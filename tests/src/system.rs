@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use baton::config::Config;
 use baton::engine::system_clock;
@@ -189,30 +190,139 @@ impl System {
             .collect()
     }
 
-    /// POSTs a signed callback to the local HTTP API; returns the status and the JSON body.
+    /// Sends a signed callback to the local HTTP API as a sender does (a 503 is retried with the
+    /// same `webhook-id` after its `Retry-After`); returns the final status and JSON body.
     pub async fn callback(&self, id: &str, body: &Value) -> (u16, Value) {
+        let secrets = baton::webhook::Secrets::parse(TEST_SECRET).expect("the test secret");
+        crate::http::send_callback(self.api_url(), &secrets, id, body).await
+    }
+
+    /// Sends a signed callback once, with no retry: for tests of the answer to one attempt.
+    pub async fn callback_once(&self, id: &str, body: &Value) -> crate::http::Reply {
         let text = body.to_string();
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let secrets = baton::webhook::Secrets::parse(TEST_SECRET).expect("the test secret");
-        let signature = secrets.sign(id, now, text.as_bytes());
         let headers = [
             ("webhook-id", id.to_owned()),
             ("webhook-timestamp", now.to_string()),
-            ("webhook-signature", signature),
+            ("webhook-signature", secrets.sign(id, now, text.as_bytes())),
         ];
-        self.post(&headers, text.into_bytes()).await
+        crate::http::post(&format!("{}/v1/callbacks", self.api_url()), &headers, text.into_bytes()).await
     }
 
-    /// POSTs raw headers and body to `/v1/callbacks`.
+    fn api_url(&self) -> &str {
+        self.baton.api_url.as_deref().expect("the HTTP API")
+    }
+
+    /// POSTs raw headers and body to `/v1/callbacks`, once.
     pub async fn post(&self, headers: &[(&str, String)], body: Vec<u8>) -> (u16, Value) {
-        let url = format!("{}/v1/callbacks", self.baton.api_url.as_deref().expect("the HTTP API"));
-        crate::http::post_json(&url, headers, body).await
+        crate::http::post_json(&format!("{}/v1/callbacks", self.api_url()), headers, body).await
+    }
+
+    /// Waits, up to [`WAIT`], for `check` to return `Some`, running the sweeper every few seconds
+    /// meanwhile, as its schedule does in production: what a crash or a failed call left owed (a
+    /// resume, a start) is repaired as it would be on AWS, not waited for in vain.
+    pub async fn until<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let sweeper = self.baton.sweeper.clone().expect("the sweeper");
+        let mut last_sweep = Instant::now();
+        eventually(what, WAIT, || {
+            let sweep = last_sweep.elapsed() >= SWEEP_EVERY;
+            if sweep {
+                last_sweep = Instant::now();
+            }
+            let (sweeper, checked) = (sweeper.clone(), check());
+            async move {
+                if sweep && let Err(e) = sweeper.run_once(sweeper.now()).await {
+                    tracing::warn!(error = %e, "test sweep failed; the next one retries");
+                }
+                checked.await
+            }
+        })
+        .await
+    }
+
+    /// Runs the sweeper once as of `at`, as its schedule would: a sweep that fails for a reason
+    /// that can pass is run again, as the next scheduled run would, up to five times.
+    pub async fn sweep(&self, at: time::OffsetDateTime) -> baton::sweeper::SweepReport {
+        use baton::error::Classified;
+        let sweeper = self.baton.sweeper.clone().expect("the sweeper");
+        for _ in 0..5 {
+            match sweeper.run_once(at).await {
+                Ok(report) => return report,
+                Err(e) if e.retryable() => tokio::time::sleep(Duration::from_secs(1)).await,
+                Err(e) => panic!("the sweep failed: {e:?}"),
+            }
+        }
+        sweeper.run_once(at).await.unwrap_or_else(|e| panic!("the sweep kept failing: {e:?}"))
+    }
+
+    /// Hands `event` to an SQS handler as Lambda's event source mapping does: the messages it
+    /// reports as failed are delivered again (after a pause, as after a visibility timeout),
+    /// until none fails or [`REDELIVERIES`] redeliveries have been made.
+    pub async fn deliver(&self, handler: &dyn baton::sqs::SqsHandler, event: SqsEvent) -> SqsBatchResponse {
+        let mut event = event;
+        for _ in 0..REDELIVERIES {
+            let response = handler.handle(event.clone()).await;
+            if response.batch_item_failures.is_empty() {
+                return response;
+            }
+            let failed: Vec<&str> =
+                response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+            event.records.retain(|m| m.message_id.as_deref().is_some_and(|id| failed.contains(&id)));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        handler.handle(event).await
+    }
+
+    /// How many times Step Functions resumed a step of (workflow, key), across its generations:
+    /// the `TaskSucceeded` and `TaskFailed` events of token waits in the execution histories.
+    /// This is the effect a workflow saw; a second resume of a used token adds no event.
+    pub async fn resumes(&self, workflow: &str, key: &str) -> usize {
+        let (w, k) = (WorkflowName::parse(workflow).unwrap(), CorrelationKey::parse(key).unwrap());
+        let mut count = 0;
+        for execution in self.executions(workflow).await {
+            let named = (1..=64).any(|g| baton::orchestrator::execution_name(&w, &k, g) == execution.name());
+            if !named {
+                continue;
+            }
+            let history = self
+                .sfn
+                .get_execution_history()
+                .execution_arn(execution.execution_arn())
+                .send()
+                .await
+                .expect("execution history");
+            count += history
+                .events()
+                .iter()
+                .filter(|e| {
+                    let resource = e
+                        .task_succeeded_event_details()
+                        .map(|d| d.resource())
+                        .or_else(|| e.task_failed_event_details().map(|d| d.resource()));
+                    resource.is_some_and(|r| r.ends_with(".waitForTaskToken"))
+                })
+                .count();
+        }
+        count
     }
 
     pub async fn stop(self) {
         self.baton.shutdown().await;
     }
 }
+
+/// How long an end-to-end wait lasts at most: generous, since only a failing test waits that
+/// long, and a loaded machine must not fail a passing one.
+pub const WAIT: Duration = Duration::from_secs(90);
+/// How often [`System::until`] runs the sweeper.
+const SWEEP_EVERY: Duration = Duration::from_secs(3);
+/// How often [`System::deliver`] redelivers a failed message before giving up.
+const REDELIVERIES: usize = 10;
 
 /// Waits, up to `limit`, for `check` to return `Some`; panics with `what` otherwise.
 pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
@@ -226,7 +336,10 @@ where
             return v;
         }
         if start.elapsed() > limit {
-            panic!("timed out after {limit:?} waiting for {what}");
+            panic!(
+                "timed out after {limit:?} waiting for {what}; warnings and errors logged:\n{}",
+                crate::logs::problems()
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -1,9 +1,9 @@
 //! End to end, on the emulator: callbacks applied exactly once, early, twice or late (issue 5).
 //!
 //! Callbacks go over HTTP to the local API, signed as a sender signs them; events go to the
-//! intake queue; the state machines really execute. Resumes are counted from baton's own logs
-//! ("resume delivered"), because the emulator accepts a second resume silently and so cannot be
-//! trusted to reveal one.
+//! intake queue; the state machines really execute. Resumes are counted in the execution
+//! histories (what the workflow saw); where a double send is the bug under test, also from
+//! baton's own logs, because the emulator accepts a second resume of a used token silently.
 
 use std::time::Duration;
 
@@ -11,11 +11,9 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use baton::ids::{CorrelationKey, WorkflowName};
 use baton::lifecycle::{self, Cause, IgnoreReason, Input, State};
 use baton::store::{InboxStatus, WorkflowStore};
-use baton_tests::logs::{captured, resumes_delivered};
-use baton_tests::system::{System, TEST_SECRET, eventually, start_system, start_system_with};
+use baton_tests::logs::{captured, resumes_sent_for_inputs};
+use baton_tests::system::{System, TEST_SECRET, WAIT, eventually, start_system, start_system_with};
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(90);
 
 const CONFIG: &str = r#"
 workflows:
@@ -49,7 +47,11 @@ async fn state_is(
     what: &str,
     want: impl Fn(&lifecycle::Record) -> bool,
 ) -> lifecycle::Record {
-    eventually(what, WAIT, || async { system.record("order-review", key).await.filter(|r| want(r)) }).await
+    system.until(what, || async { system.record("order-review", key).await.filter(|r| want(r)) }).await
+}
+
+async fn resumes(system: &System, key: &str) -> usize {
+    system.resumes("order-review", key).await
 }
 
 fn names(key: &str) -> (WorkflowName, CorrelationKey) {
@@ -57,8 +59,12 @@ fn names(key: &str) -> (WorkflowName, CorrelationKey) {
 }
 
 /// Fault injection: the record write of a callback that completes step 0 lands, then the
-/// process dies before any effect (no SendTaskSuccess).
-async fn crash_after_the_advancing_write(system: &System, waiting: &lifecycle::Record, id: &str) {
+/// process dies before any effect (no SendTaskSuccess). Returns the record as written.
+async fn crash_after_the_advancing_write(
+    system: &System,
+    waiting: &lifecycle::Record,
+    id: &str,
+) -> lifecycle::Record {
     let engine = system.engine();
     let workflow = engine.config.workflow("order-review").unwrap();
     let input = Input::StepInput {
@@ -77,7 +83,9 @@ async fn crash_after_the_advancing_write(system: &System, waiting: &lifecycle::R
         engine.now(),
     );
     assert_eq!(system.store.apply(d.write.as_ref().unwrap()).await.unwrap(), baton::store::Applied::Written);
-    assert_eq!(d.write.unwrap().to.state, State::Advancing { step: 0 });
+    let written = d.write.unwrap().to;
+    assert_eq!(written.state, State::Advancing { step: 0 });
+    written
 }
 
 async fn ledger_reasons(system: &System, key: &str) -> Vec<IgnoreReason> {
@@ -101,7 +109,7 @@ async fn callbacks_and_an_event_complete_both_steps_and_the_workflow_succeeds() 
         (200, Some("applied"), Some("waiting{0}")),
         "{body}"
     );
-    assert_eq!(resumes_delivered("k-happy"), 0, "one input of two does not advance");
+    assert_eq!(resumes(&system, "k-happy").await, 0, "one input of two does not advance");
     let (status, body) = system
         .callback("cb-2", &cb("k-happy", "manual-review", "succeeded", json!({"reviewer": "ann"})))
         .await;
@@ -115,7 +123,7 @@ async fn callbacks_and_an_event_complete_both_steps_and_the_workflow_succeeds() 
         "subject": "k-happy", "data": {"payment_ref": "pay-77"}});
     system.send_event(&settled.to_string()).await;
     let done = state_is(&system, "k-happy", "succeeded", |r| r.state == State::Succeeded).await;
-    assert_eq!(resumes_delivered("k-happy"), 2);
+    assert_eq!(resumes(&system, "k-happy").await, 2);
     let causes: Vec<Cause> = done.history.iter().map(|a| a.cause).collect();
     assert_eq!(
         causes,
@@ -157,7 +165,7 @@ async fn a_repeated_webhook_id_gets_the_first_answer_and_a_reused_one_gets_409()
     assert_eq!((status, conflict["error"].as_str()), (409, Some("idempotency_key_reused")), "{conflict}");
 
     state_is(&system, "k-dup", "waiting on payment", |r| r.state == State::Waiting { step: 1 }).await;
-    assert_eq!(resumes_delivered("k-dup"), 1, "one resume");
+    assert_eq!(resumes(&system, "k-dup").await, 1, "one resume");
     system.stop().await;
 }
 
@@ -180,7 +188,7 @@ async fn a_callback_before_the_start_event_is_buffered_then_applied_once() {
     })
     .await;
     assert_eq!(r.history.iter().filter(|a| a.cause == Cause::Complete).count(), 1);
-    assert_eq!(resumes_delivered("k-early"), 1);
+    assert_eq!(resumes(&system, "k-early").await, 1);
     let (w, k) = names("k-early");
     let inbox = system.store.trace(&w, &k).await.unwrap().inbox;
     assert_eq!(inbox.len(), 1);
@@ -232,20 +240,25 @@ async fn a_callback_racing_step_ready_resumes_exactly_once_in_each_of_50_rounds(
             baton::local::mapping::to_event(&[message], "arn:aws:sqs:us-east-1:123456789012:progress");
         let body = cb(&key, "manual-review", "succeeded", json!({"decision": "ok", "reviewer": "race"}));
         let id = format!("cb-{key}");
-        let (ready, (status, answer)) = tokio::join!(progress.handle(event), system.callback(&id, &body));
+        let (ready, (status, answer)) =
+            tokio::join!(system.deliver(&*progress, event), system.callback(&id, &body));
         assert!(ready.batch_item_failures.is_empty(), "round {round}: {ready:?}");
         assert!(status == 200 || status == 202, "round {round}: {status} {answer}");
         let r = state_is(&system, &key, "advanced", |r| r.state == State::Advancing { step: 0 }).await;
         assert_eq!(r.history.iter().filter(|a| a.cause == Cause::Complete).count(), 1, "round {round}");
-        eventually(&format!("round {round}: one resume"), WAIT, || async {
-            (resumes_delivered(&key) == 1).then_some(())
-        })
-        .await;
+        system
+            .until(&format!("round {round}: one resume"), || async {
+                (resumes(&system, &key).await == 1).then_some(())
+            })
+            .await;
     }
-    // Nothing more arrives late: every round still has exactly one resume.
+    // Nothing more arrives late: every round still has exactly one resume, and neither side of
+    // the handshake sent a second one (the sweeper may have re-sent one whose first send failed).
     tokio::time::sleep(Duration::from_secs(1)).await;
     for round in 0..50 {
-        assert_eq!(resumes_delivered(&format!("k-race-{round}")), 1, "round {round}");
+        let key = format!("k-race-{round}");
+        assert_eq!(resumes(&system, &key).await, 1, "round {round}");
+        assert!(resumes_sent_for_inputs(&key) <= 1, "round {round}: both sides of the handshake resumed");
     }
     system.stop().await;
 }
@@ -266,7 +279,7 @@ async fn late_callbacks_after_the_end_or_a_timeout_are_ignored_and_ledgered() {
         "{body}"
     );
     assert_eq!(ledger_reasons(&system, "k-late").await, [IgnoreReason::Terminal]);
-    assert_eq!(resumes_delivered("k-late"), 0);
+    assert_eq!(resumes(&system, "k-late").await, 0);
     system.stop().await;
 }
 
@@ -284,8 +297,9 @@ async fn a_failed_outcome_ends_the_workflow_failed() {
     assert_eq!(r.history.last().unwrap().cause, Cause::ReportFailed);
     assert_eq!(system.executions("order-review").await[0].status().as_str(), "FAILED");
     // After the end, the same step's callback is ledgered, not applied.
-    let (_, late) = system.callback("cb-after", &cb("k-fail", "manual-review", "succeeded", json!({}))).await;
-    assert_eq!(late["reason"], "terminal");
+    let (status, late) =
+        system.callback("cb-after", &cb("k-fail", "manual-review", "succeeded", json!({}))).await;
+    assert_eq!((status, late["reason"].as_str()), (200, Some("terminal")), "{late}");
     system.stop().await;
 }
 
@@ -299,21 +313,20 @@ async fn a_crash_between_the_advancing_write_and_the_resume_is_repaired_by_the_s
     let waiting = state_is(&system, "k-crash", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
 
     // The write half of a callback, then "crash": no effects carried out.
-    let engine = system.engine();
-    crash_after_the_advancing_write(&system, &waiting, "cb-crash").await;
-    assert_eq!(resumes_delivered("k-crash"), 0);
+    let written = crash_after_the_advancing_write(&system, &waiting, "cb-crash").await;
+    assert_eq!(resumes(&system, "k-crash").await, 0);
 
-    let sweeper = system.baton.sweeper.clone().expect("the sweeper");
     // Too early: a resume in flight is not re-sent.
-    let early = sweeper.run_once(engine.now()).await.unwrap();
+    let early =
+        system.sweep(written.updated_at + lifecycle::RESEND_RESUME_AFTER - time::Duration::seconds(1)).await;
     assert_eq!(early.repaired, 0);
-    let later = engine.now() + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
-    let report = sweeper.run_once(later).await.unwrap();
+    let later = written.updated_at + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
+    let report = system.sweep(later).await;
     assert_eq!(report.repaired, 1, "{report:?}");
     state_is(&system, "k-crash", "the next step waiting", |r| r.state == State::Waiting { step: 1 }).await;
-    assert_eq!(resumes_delivered("k-crash"), 1, "exactly one resume");
+    assert_eq!(resumes(&system, "k-crash").await, 1, "exactly one resume");
     // Sweeping again finds nothing owed.
-    assert_eq!(sweeper.run_once(later + time::Duration::minutes(5)).await.unwrap().repaired, 0);
+    assert_eq!(system.sweep(later + time::Duration::minutes(5)).await.repaired, 0);
     system.stop().await;
 }
 
@@ -325,14 +338,13 @@ async fn a_buffered_callback_whose_step_never_waits_expires_into_the_ledger() {
         .callback("cb-orphan", &cb("k-orphan", "manual-review", "succeeded", json!({"decision": "x"})))
         .await;
     assert_eq!(status, 202);
-    let sweeper = system.baton.sweeper.clone().unwrap();
     let engine = system.engine();
-    assert_eq!(sweeper.run_once(engine.now()).await.unwrap().expired, 0, "not yet expired");
+    assert_eq!(system.sweep(engine.now()).await.expired, 0, "not yet expired");
     // Expiry: the step's timeout (1h) plus the margin.
     let after = engine.now() + time::Duration::hours(2) + time::Duration::minutes(1);
-    assert_eq!(sweeper.run_once(after).await.unwrap().expired, 1);
+    assert_eq!(system.sweep(after).await.expired, 1);
     assert_eq!(ledger_reasons(&system, "k-orphan").await, [IgnoreReason::BufferExpired]);
-    assert_eq!(sweeper.run_once(after).await.unwrap().expired, 0, "once");
+    assert_eq!(system.sweep(after).await.expired, 0, "once");
     system.stop().await;
 }
 
@@ -400,12 +412,13 @@ async fn an_intake_redelivery_of_a_step_event_is_a_duplicate_not_a_second_input(
     let system = start_system(CONFIG).await;
     system.send_event(&placed("k-ev")).await;
     state_is(&system, "k-ev", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
-    system
+    let (status, body) = system
         .callback(
             "cb-ev",
             &cb("k-ev", "manual-review", "succeeded", json!({"decision": "y", "reviewer": "z"})),
         )
         .await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{body}");
     state_is(&system, "k-ev", "payment waiting", |r| r.state == State::Waiting { step: 1 }).await;
     let settled = json!({"specversion": "1.0", "id": "pay-ev", "source": "psp", "type": "payment.settled",
         "subject": "k-ev", "data": {"payment_ref": "p-1"}})
@@ -419,10 +432,10 @@ async fn an_intake_redelivery_of_a_step_event_is_a_duplicate_not_a_second_input(
         e.records.push(m);
         e
     };
-    let (a, b) = tokio::join!(intake.handle(event(1)), intake.handle(event(2)));
+    let (a, b) = tokio::join!(system.deliver(&*intake, event(1)), system.deliver(&*intake, event(2)));
     assert!(a.batch_item_failures.is_empty() && b.batch_item_failures.is_empty());
     state_is(&system, "k-ev", "succeeded", |r| r.state == State::Succeeded).await;
-    assert_eq!(resumes_delivered("k-ev"), 2, "one per step");
+    assert_eq!(resumes(&system, "k-ev").await, 2, "one per step");
     system.stop().await;
 }
 
@@ -442,29 +455,25 @@ async fn a_resume_whose_token_is_gone_is_classified_not_failed() {
         out.messages.filter(|m| !m.is_empty())
     })
     .await;
-    assert!(
-        progress
-            .handle(baton::local::mapping::to_event(&ready, "arn:aws:sqs:us-east-1:1:p"))
-            .await
-            .batch_item_failures
-            .is_empty()
-    );
+    let handled = system
+        .deliver(&*progress, baton::local::mapping::to_event(&ready, "arn:aws:sqs:us-east-1:1:p"))
+        .await;
+    assert!(handled.batch_item_failures.is_empty(), "{handled:?}");
     let waiting = state_is(&system, "k-gone", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
 
     // The advancing write lands; the process "crashes" before the resume; the step times out.
-    let engine = system.engine();
-    crash_after_the_advancing_write(&system, &waiting, "cb-gone").await;
+    let written = crash_after_the_advancing_write(&system, &waiting, "cb-gone").await;
     eventually("the execution timed out", WAIT, || async {
         system.executions("order-review").await.into_iter().find(|e| e.status().as_str() == "FAILED")
     })
     .await;
 
-    let later = engine.now() + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
-    let report = system.baton.sweeper.clone().unwrap().run_once(later).await.unwrap();
+    let later = written.updated_at + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
+    let report = system.sweep(later).await;
     assert_eq!(report.repaired, 1);
     let gone = baton_tests::logs::lines_about("k-gone", "token gone");
-    assert_eq!(gone.len(), 1, "{gone:?}");
-    assert_eq!(gone[0]["fields"]["classified"], "execution_ended");
-    assert_eq!(resumes_delivered("k-gone"), 0);
+    assert!(!gone.is_empty(), "the re-sent resume found the token gone");
+    assert!(gone.iter().all(|l| l["fields"]["classified"] == "execution_ended"), "{gone:?}");
+    assert_eq!(resumes(&system, "k-gone").await, 0);
     system.stop().await;
 }

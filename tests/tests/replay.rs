@@ -1,16 +1,12 @@
 //! Safe replay and cancel, on the emulator (issue 7): a dead-letter queue with a mix of
 //! messages is planned from the current state, and only the safe ones are applied, once.
 
-use std::time::Duration;
-
 use baton::ids::CorrelationKey;
 use baton::lifecycle::{IgnoreReason, Input, State};
 use baton::replay::{self, Applied, Classification, Origin};
-use baton_tests::logs::{captured, resumes_delivered};
-use baton_tests::system::{System, eventually, start_system};
+use baton_tests::logs::captured;
+use baton_tests::system::{System, WAIT, eventually, start_system};
 use serde_json::json;
-
-const WAIT: Duration = Duration::from_secs(90);
 
 const CONFIG: &str = r#"
 workflows:
@@ -35,10 +31,11 @@ fn event(id: &str, kind: &str, key: &str, data: serde_json::Value) -> String {
 }
 
 async fn wait_state(system: &System, key: &str, want: State) {
-    eventually(&format!("{key} {want}"), WAIT, || async {
-        system.record("order-review", key).await.filter(|r| r.state == want)
-    })
-    .await;
+    system
+        .until(&format!("{key} {want}"), || async {
+            system.record("order-review", key).await.filter(|r| r.state == want)
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,7 +149,7 @@ async fn a_line_whose_record_moved_between_plan_and_apply_is_skipped() {
     );
     assert!(!done[0].removed);
     assert_eq!(system.queue_depth("IntakeDLQ").await, 1, "a skipped message stays in the DLQ");
-    assert_eq!(resumes_delivered("k-race"), 1, "the skipped line resumed nothing");
+    assert_eq!(system.resumes("order-review", "k-race").await, 1, "the skipped line resumed nothing");
     system.stop().await;
 }
 
@@ -216,13 +213,13 @@ async fn ledger_entries_replay_as_noop_when_terminal_and_safe_when_their_step_no
     let wf = engine.config.workflow("order-review").unwrap();
     let key = CorrelationKey::parse("k-led").unwrap();
     engine.submit(wf, &key, &Input::Cancel { reason: "test".into() }, engine.now()).await.unwrap();
-    let (status, _) = system
+    let (status, body) = system
         .callback(
             "cb-led",
             &json!({"workflow": "order-review", "key": "k-led", "step": "manual-review", "outcome": "succeeded", "data": {"decision": "x"}}),
         )
         .await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 200, "{body}");
     let trace = engine.store.trace(&wf.name, &key).await.unwrap();
     let entry = trace.ledger.iter().find(|l| l.reason == IgnoreReason::Terminal).expect("the ledger entry");
     let line = replay::plan_ledger(&engine.config, &*engine.store, entry, engine.now()).await.unwrap();
@@ -230,15 +227,14 @@ async fn ledger_entries_replay_as_noop_when_terminal_and_safe_when_their_step_no
     assert!(line.targets[0].effect.contains("terminal"), "{line:#?}");
 
     // An early callback whose buffer expired, replayed once its step waits: safe, applied once.
-    let (status, _) = system
+    let (status, body) = system
         .callback(
             "cb-exp",
             &json!({"workflow": "order-review", "key": "k-exp", "step": "manual-review", "outcome": "succeeded", "data": {"decision": "ok"}}),
         )
         .await;
-    assert_eq!(status, 202);
-    let sweeper = system.baton.sweeper.clone().unwrap();
-    assert_eq!(sweeper.run_once(engine.now() + time::Duration::hours(3)).await.unwrap().expired, 1);
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(system.sweep(engine.now() + time::Duration::hours(3)).await.expired, 1);
     system.send_event(&event("placed-k-exp", "order.placed", "k-exp", json!({}))).await;
     wait_state(&system, "k-exp", State::Waiting { step: 0 }).await;
     let key = CorrelationKey::parse("k-exp").unwrap();
@@ -250,7 +246,7 @@ async fn ledger_entries_replay_as_noop_when_terminal_and_safe_when_their_step_no
     let applied = replay::apply_line(&engine, &line, engine.now()).await.unwrap();
     assert!(matches!(applied, Applied::Applied { .. }), "{applied:?}");
     wait_state(&system, "k-exp", State::Waiting { step: 1 }).await;
-    assert_eq!(resumes_delivered("k-exp"), 1);
+    assert_eq!(system.resumes("order-review", "k-exp").await, 1);
     let again = replay::plan_ledger(&engine.config, &*engine.store, expired, engine.now()).await.unwrap();
     assert_eq!(again.classification, Classification::NeedsHuman, "its step has passed now: {again:#?}");
     system.stop().await;

@@ -18,6 +18,7 @@ use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeN
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::runtime::{SDK_ATTEMPT_TIMEOUT, SDK_OPERATION_TIMEOUT};
 use crate::sqs::{SqsHandler, error_chain};
 
 /// One queue wired to one handler.
@@ -40,6 +41,15 @@ pub async fn run(
     handler: Arc<dyn SqsHandler>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let wait = mapping.wait_seconds.clamp(0, 20);
+    // A long poll holds the request open for `wait` seconds by design: its attempt may take
+    // that much longer than the shared timeouts allow any other call.
+    let long_poll = aws_sdk_sqs::config::Builder::default().timeout_config(
+        aws_config::timeout::TimeoutConfig::builder()
+            .operation_attempt_timeout(SDK_ATTEMPT_TIMEOUT + Duration::from_secs(wait.unsigned_abs().into()))
+            .operation_timeout(SDK_OPERATION_TIMEOUT + Duration::from_secs(wait.unsigned_abs().into()))
+            .build(),
+    );
     loop {
         if *stop.borrow() {
             return;
@@ -48,10 +58,12 @@ pub async fn run(
             .receive_message()
             .queue_url(&mapping.queue_url)
             .max_number_of_messages(mapping.batch_size.clamp(1, 10))
-            .wait_time_seconds(mapping.wait_seconds.clamp(0, 20))
+            .wait_time_seconds(wait)
             .set_visibility_timeout(mapping.visibility_timeout)
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
+            .customize()
+            .config_override(long_poll.clone())
             .send();
         let received = tokio::select! {
             r = receive => r,

@@ -19,16 +19,19 @@ pub use provision::{Clients, ProvisionError, Provisioned, QueueInfo, StateMachin
 pub use template::{Intrinsic, Template, TemplateError};
 
 /// SDK configuration for the local emulator: its endpoint, a fixed region and static test
-/// credentials, and retries off (moto answers operations it lacks with an HTML 500, which
-/// retries would only repeat).
+/// credentials, and otherwise exactly what the deployed functions use
+/// ([`crate::runtime::sdk_loader`]): the standard retry mode and the same timeouts. moto answers
+/// a transient fault with a 500 as AWS does (e.g. a SendTaskSuccess that races a starting
+/// execution, docs/EMULATOR_DEVIATIONS.md), and the retries are what makes it pass, here as on
+/// AWS. None of the operations baton calls is one moto lacks, so no operation needs its retries
+/// turned off.
 pub async fn emulator_sdk_config(endpoint: &str) -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
+    crate::runtime::sdk_loader()
         .region(aws_config::Region::new(provision::REGION))
         .endpoint_url(endpoint)
         .credentials_provider(aws_credential_types::Credentials::new(
             "testing", "testing", None, None, "static",
         ))
-        .retry_config(aws_config::retry::RetryConfig::disabled())
         .load()
         .await
 }

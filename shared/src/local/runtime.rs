@@ -139,6 +139,7 @@ impl LocalBaton {
                 state_machine_prefix: settings.state_machine_prefix.clone(),
                 metrics: options.metrics.clone(),
                 clock: options.clock.clone(),
+                write_ids: crate::engine::random_write_ids(),
             });
             let dead_letters = || -> Result<DeadLetters, LocalError> {
                 let url = settings.dlq_url().map_err(|source| LocalError::Settings {

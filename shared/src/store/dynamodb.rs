@@ -436,6 +436,9 @@ fn record_item(r: &Record) -> Item {
     if let Some(owed) = &r.owed {
         item.insert("owed".into(), json(owed));
     }
+    if let Some(write_id) = &r.write_id {
+        item.insert("write_id".into(), s(write_id));
+    }
     item
 }
 
@@ -464,6 +467,7 @@ fn parse_record(item: &Item) -> Result<Record, StoreError> {
         history: r.json("history")?,
         created_at: r.time("created_at")?,
         updated_at: r.time("updated_at")?,
+        write_id: r.opt_s("write_id")?.map(str::to_owned),
     })
 }
 
