@@ -82,6 +82,10 @@ pub struct CallbackArgs {
     /// The `webhook-id`, the callback's idempotency key [default: a fresh unique id].
     #[arg(long = "id", value_name = "WEBHOOK_ID")]
     pub id: Option<String>,
+    /// How many times to send it: a 503 is sent again with the same webhook-id after its
+    /// `Retry-After`, as a Standard Webhooks sender does.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub attempts: u32,
     #[command(flatten)]
     pub target: TargetArgs,
 }
@@ -179,16 +183,29 @@ pub async fn callback(args: CallbackArgs) -> Result<()> {
     };
     let secrets = Secrets::parse(secret.expose_secret()).context("the webhook secret cannot be used")?;
     let id = args.id.clone().unwrap_or_else(|| fresh_id("cb"));
-    let timestamp = OffsetDateTime::now_utc().unix_timestamp();
-    let headers = [
-        (ID_HEADER, id.clone()),
-        (TIMESTAMP_HEADER, timestamp.to_string()),
-        (SIGNATURE_HEADER, secrets.sign(&id, timestamp, body.as_bytes())),
-    ];
     let url = format!("{api_url}/v1/callbacks");
-    let (status, retry_after, answer) = tokio::time::timeout(CALLBACK_TIMEOUT, post(&url, &headers, body))
-        .await
-        .map_err(|_| anyhow!("no answer from {url} within {}s", CALLBACK_TIMEOUT.as_secs()))??;
+    let mut attempt = 1;
+    let (status, retry_after, answer) = loop {
+        // Each attempt is signed afresh: the timestamp must be within five minutes of the send.
+        let timestamp = OffsetDateTime::now_utc().unix_timestamp();
+        let headers = [
+            (ID_HEADER, id.clone()),
+            (TIMESTAMP_HEADER, timestamp.to_string()),
+            (SIGNATURE_HEADER, secrets.sign(&id, timestamp, body.as_bytes())),
+        ];
+        let reply = tokio::time::timeout(CALLBACK_TIMEOUT, post(&url, &headers, body.clone()))
+            .await
+            .map_err(|_| anyhow!("no answer from {url} within {}s", CALLBACK_TIMEOUT.as_secs()))??;
+        let wait = reply.1.as_deref().and_then(|s| s.parse::<u64>().ok());
+        match (reply.0, wait) {
+            (503, Some(seconds)) if attempt < args.attempts => {
+                eprintln!("HTTP 503 (attempt {attempt} of {}): sending again in {seconds}s", args.attempts);
+                tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+                attempt += 1;
+            }
+            _ => break reply,
+        }
+    };
 
     println!("webhook-id: {id}");
     println!("HTTP {status}");
@@ -315,6 +332,7 @@ mod tests {
             error: None,
             cause: None,
             id: None,
+            attempts: 3,
             target: TargetArgs::default(),
         }
     }

@@ -66,10 +66,11 @@ impl Stack {
     }
 
     async fn state_is(&self, key: &str, state: State) {
-        eventually(&format!("{key} in {state}"), WAIT, || async {
-            self.system.record("order-review", key).await.filter(|r| r.state == state).map(|_| ())
-        })
-        .await
+        self.system
+            .until(&format!("{key} in {state}"), || async {
+                self.system.record("order-review", key).await.filter(|r| r.state == state).map(|_| ())
+            })
+            .await
     }
 }
 

@@ -26,10 +26,11 @@ fn order_placed(id: &str, key: &str, total: u32) -> String {
 }
 
 async fn waiting_on(system: &System, key: &str, step: u32) {
-    eventually(&format!("{key} waiting on step {step}"), WAIT, || async {
-        system.record("order-review", key).await.filter(|r| r.state == State::Waiting { step })
-    })
-    .await;
+    system
+        .until(&format!("{key} waiting on step {step}"), || async {
+            system.record("order-review", key).await.filter(|r| r.state == State::Waiting { step })
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,7 +72,11 @@ async fn the_same_event_three_times_sequentially_and_concurrently_gives_one_exec
         e.records.push(m);
         e
     };
-    let (a, b, c) = tokio::join!(intake.handle(event(1)), intake.handle(event(2)), intake.handle(event(3)));
+    let (a, b, c) = tokio::join!(
+        system.deliver(&*intake, event(1)),
+        system.deliver(&*intake, event(2)),
+        system.deliver(&*intake, event(3))
+    );
     for r in [a, b, c] {
         assert!(r.batch_item_failures.is_empty(), "{r:?}");
     }
