@@ -37,10 +37,19 @@ clippy:
 # date, no token wait without a deadline, one per workflow in the template: `baton synth
 # --check`; valid ASL: asl-validator, which cfn-lint does not look inside).
 # cfn-lint cannot follow the local AWS::Include of the OpenAPI file, so it lints the template as
-# CloudFormation sees it after the include (tools/expand-includes.py).
-lint-infra: tools
+# CloudFormation sees it after the include (tools/expand-includes.py), and then the
+# CloudFormation the SAM transform makes of it (tools/sam-transform.py, samtranslator): the
+# roles, event source mappings and API resources AWS would actually create.
+SAM_TEMPLATE := target/sam/template.json
+CALLS := target/policy/calls.jsonl
+
+$(SAM_TEMPLATE): template.yaml infra/openapi.yaml tools/sam-transform.py $(TOOLS_STAMP)
+	$(VENV)/bin/python tools/sam-transform.py template.yaml $@
+
+lint-infra: tools $(SAM_TEMPLATE)
 	$(VENV)/bin/python tools/expand-includes.py template.yaml target/lint/template.yaml
 	$(VENV)/bin/cfn-lint target/lint/template.yaml
+	$(VENV)/bin/cfn-lint $(SAM_TEMPLATE)
 	$(VENV)/bin/openapi-spec-validator infra/openapi.yaml
 	cargo run --quiet --locked -p baton-cli -- synth --check
 	node_modules/.bin/asl-validator $(addprefix --json-path ,$(wildcard infra/statemachines/*.asl.json))
@@ -48,10 +57,18 @@ lint-infra: tools
 # The whole workspace's tests, with the emulator on a free loopback port for the ones that
 # need it. tools/with-emulator.sh stops the emulator whatever the tests do. The differential
 # test runs on its own with its output shown: it prints how many pairs it compared.
-unit: tools
-	BATON_PYTHON=$(VENV)/bin/python tools/with-emulator.sh bash -c '\
+# Then the policy contract (tools/policy-check.py): every call the functions made in those tests,
+# as the emulator recorded it, against their roles in the transformed template; and proof that
+# it catches a missing grant (intake without the policy that lets it resume a step).
+unit: tools $(SAM_TEMPLATE)
+	mkdir -p $(dir $(CALLS)) && rm -f $(CALLS)
+	BATON_PYTHON=$(VENV)/bin/python BATON_EMULATOR_ARGS="--record-calls $(abspath $(CALLS))" \
+	  tools/with-emulator.sh bash -c '\
 	  cargo test --workspace --locked -- --skip baton_and_moto_agree && \
 	  cargo test --locked -p baton-tests --test pattern_differential -- --nocapture'
+	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS)
+	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS) \
+	  --without IntakeFunction:ResumeStepsPolicy --expect-denied "IntakeFunction states:SendTaskSuccess"
 
 run: tools
 	cargo build --locked -p baton-cli

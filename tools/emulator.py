@@ -29,6 +29,13 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    (default: unbounded) and `share` is the fraction of matching requests it fires on (default
    1). The error body has the shape AWS's JSON protocol uses (`__type`, `message`).
 
+4. A record of the calls each function makes (`--record-calls PATH`), for the policy contract
+   (tools/policy-check.py). A request tagged `x-baton-function` (the local runtime tags each
+   function's clients, shared/src/local/identity.rs) is written as one JSON line: the function,
+   its stack, the IAM action, and the ARN of the resource it touches. A task token is traced to
+   the state machine that issued it, which is what AWS authorizes SendTask* against. `POST
+   /_baton/stacks` writes a stack's resolved names and ARNs to the same file.
+
 Usage: python tools/emulator.py [--port 0] [--ready-file PATH]
 Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGTERM.
 """
@@ -47,6 +54,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--ready-file", help="also write the URL here once ready")
     parser.add_argument("--no-dynamodb-lock", action="store_true")
+    parser.add_argument("--record-calls", metavar="PATH", help="append each function's calls here")
     args = parser.parse_args()
 
     from werkzeug.serving import make_server
@@ -66,7 +74,8 @@ def main() -> None:
 
     moto_api_backend.set_config({"stepfunctions": {"execute_state_machine": True}})
     app = DomainDispatcherApplication(create_backend_app)
-    holder["app"] = Faults(app if args.no_dynamodb_lock else serialize_dynamodb(app))
+    app = Faults(app if args.no_dynamodb_lock else serialize_dynamodb(app))
+    holder["app"] = Recorder(app, args.record_calls) if args.record_calls else app
 
     def stop(*_):
         threading.Thread(target=server.shutdown, daemon=True).start()
@@ -194,6 +203,98 @@ class Faults:
             rule["id"] = len(self.rules) + 1
             self.rules.append(rule)
         return _json(start_response, 200, rule)
+
+
+class Recorder:
+    """Writes down the calls of the local functions (see the module doc, 4)."""
+
+    STACKS = "/_baton/stacks"
+
+    def __init__(self, app, path):
+        self.app = app
+        self.lock = threading.Lock()
+        self.file = open(path, "a", buffering=1)
+
+    def write(self, doc):
+        with self.lock:
+            self.file.write(json.dumps(doc, sort_keys=True) + "\n")
+
+    def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO") == self.STACKS and environ.get("REQUEST_METHOD") == "POST":
+            try:
+                stack = json.loads(_read_body(environ))
+                self.write({"kind": "stack", **stack})
+                return _json(start_response, 200, {"recorded": stack.get("stack")})
+            except ValueError as e:
+                return _json(start_response, 400, {"error": f"not a stack: {e}"})
+        function = environ.get("HTTP_X_BATON_FUNCTION")
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if function and target:
+            try:
+                body = json.loads(_read_body(environ) or b"{}")
+                action, resources = _action_and_resources(target, body, _region(environ))
+            except Exception as e:  # a call that cannot be read is recorded as such, not dropped
+                action, resources = target, [f"unreadable: {e!r}"]
+            for resource in resources:
+                self.write({"kind": "call", "function": function, "stack": environ.get("HTTP_X_BATON_STACK", ""),
+                            "action": action, "resource": resource})
+        return self.app(environ, start_response)
+
+
+ACCOUNT = "123456789012"
+
+
+def _region(environ):
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    marker = "Credential="
+    if marker in auth:
+        scope = auth.split(marker, 1)[1].split(",", 1)[0].split("/")
+        if len(scope) >= 3:
+            return scope[2]
+    return "us-east-1"
+
+
+def _action_and_resources(target, body, region):
+    """The IAM action of a JSON-protocol request, and the ARNs it is authorized against."""
+    service, _, operation = target.partition(".")
+    if service.startswith("DynamoDB_"):
+        arn = f"arn:aws:dynamodb:{region}:{ACCOUNT}:table/{body['TableName']}"
+        if body.get("IndexName"):
+            arn += f"/index/{body['IndexName']}"
+        return f"dynamodb:{operation}", [arn]
+    if service == "AmazonSQS":
+        name = body["QueueUrl"].rstrip("/").rsplit("/", 1)[1]
+        return f"sqs:{operation}", [f"arn:aws:sqs:{region}:{ACCOUNT}:{name}"]
+    if service == "AWSStepFunctions":
+        for key in ("stateMachineArn", "executionArn"):
+            if key in body:
+                return f"states:{operation}", [body[key]]
+        if "taskToken" in body:
+            return f"states:{operation}", [_token_owner(body["taskToken"], region)]
+        return f"states:{operation}", ["*"]
+    if service == "secretsmanager":
+        return f"secretsmanager:{operation}", [_secret_arn(body["SecretId"], region)]
+    return target, ["*"]
+
+
+def _token_owner(token, region):
+    """The state machine whose execution issued `token` (moto keeps every token it issued)."""
+    from moto.stepfunctions.responses import get_backend
+
+    for execution in get_backend(ACCOUNT, region)._get_executions():
+        env = getattr(getattr(execution, "exec_worker", None), "env", None)
+        if env is not None and env.callback_pool_manager.get(token) is not None:
+            return execution.state_machine_arn
+    return "unknown-task-token"
+
+
+def _secret_arn(secret_id, region):
+    if secret_id.startswith("arn:"):
+        return secret_id
+    from moto.secretsmanager.models import secretsmanager_backends
+
+    secrets = secretsmanager_backends[ACCOUNT][region].secrets
+    return secrets[secret_id].arn if secret_id in secrets else f"unknown-secret:{secret_id}"
 
 
 def _read_body(environ) -> bytes:

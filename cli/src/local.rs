@@ -133,18 +133,15 @@ async fn serve(
     endpoint: &str,
     started: Instant,
 ) -> Result<()> {
-    let sdk = baton::local::emulator_sdk_config(endpoint).await;
-    let clients = Clients {
-        dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
-        sqs: aws_sdk_sqs::Client::new(&sdk),
-        sfn: aws_sdk_sfn::Client::new(&sdk),
-    };
+    let clients = Clients::new(&baton::local::emulator_sdk_config(endpoint).await);
     let secret = local_secret()?;
     let options = LocalOptions {
         config,
         root,
         stack_name: args.stack.clone(),
-        parameters: [("WebhookSecrets".to_owned(), secret.clone())].into(),
+        parameters: Default::default(),
+        webhook_secret: secret.clone(),
+        env: Default::default(),
         visibility_timeout: None,
         wait_seconds: 20,
         metrics: Metrics::stdout(),

@@ -116,7 +116,9 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
         dlq_url: None,
         outbound_queue_url: target.queues.get(Field::OutboundQueueUrl.env()).cloned(),
         config_path: None,
+        webhook_secret_arn: None,
         webhook_secrets: None,
+        webhook_secrets_ttl: baton::secrets::DEFAULT_TTL,
     };
     // Metrics from an operator's terminal would be noise on stdout: they go nowhere.
     let engine = baton::runtime::engine(&sdk, &settings, config, Metrics::to(Box::new(std::io::sink())));

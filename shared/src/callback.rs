@@ -32,9 +32,10 @@ use crate::engine::{Engine, EngineError, Submitted, payload_hash};
 use crate::error::Classified;
 use crate::ids::{CorrelationKey, EventId};
 use crate::lifecycle::{Input, Outcome, RejectReason, Source, StepOutcome};
+use crate::secrets::RotatingSecrets;
 use crate::sqs::error_chain;
 use crate::store::{Claim, Receipt, ReceiptStatus};
-use crate::webhook::{ID_HEADER, SIGNATURE_HEADER, Secrets, TIMESTAMP_HEADER};
+use crate::webhook::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// The largest body accepted. Inputs live in the workflow record, whose DynamoDB item is
 /// limited to 400 KB, so a callback's data is kept well below that.
@@ -107,11 +108,11 @@ struct Callback {
 /// The callback handler.
 pub struct Callbacks {
     engine: Arc<Engine>,
-    secrets: Secrets,
+    secrets: RotatingSecrets,
 }
 
 impl Callbacks {
-    pub fn new(engine: Arc<Engine>, secrets: Secrets) -> Self {
+    pub fn new(engine: Arc<Engine>, secrets: RotatingSecrets) -> Self {
         Callbacks { engine, secrets }
     }
 
@@ -127,7 +128,11 @@ impl Callbacks {
             );
         }
         let id = header(headers, ID_HEADER);
-        if let Err(e) = self.secrets.verify(
+        let secrets = match self.secrets.current(now).await {
+            Ok(secrets) => secrets,
+            Err(e) => return self.failed(&e, MaybeApplied::No),
+        };
+        if let Err(e) = secrets.verify(
             id,
             header(headers, TIMESTAMP_HEADER),
             header(headers, SIGNATURE_HEADER),

@@ -13,6 +13,7 @@ pub fn error_types() -> Vec<&'static str> {
     all.extend_from_slice(crate::orchestrator::ERROR_TYPES);
     all.extend_from_slice(crate::outbound::PublishError::ERROR_TYPES);
     all.extend_from_slice(crate::engine::EngineError::OWN_ERROR_TYPES);
+    all.extend_from_slice(crate::secrets::SecretsError::ERROR_TYPES);
     all
 }
 

@@ -23,6 +23,7 @@ pub mod pattern;
 pub mod progress;
 pub mod replay;
 pub mod runtime;
+pub mod secrets;
 pub mod sqs;
 pub mod store;
 pub mod sweeper;

@@ -20,6 +20,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 
 use crate::callback::Callbacks;
 use crate::error::Classified;
+use crate::secrets::{RotatingSecrets, SecretsManager};
 use crate::sqs::{DeadLetters, SqsHandler, error_chain};
 use crate::store::dynamodb::DynamoStore;
 use crate::sweeper::Sweeper;
@@ -42,8 +43,15 @@ pub struct Settings {
     pub outbound_queue_url: Option<String>,
     /// `BATON_CONFIG`: a workflow config file to use instead of the embedded one.
     pub config_path: Option<PathBuf>,
-    /// `BATON_WEBHOOK_SECRETS`: the callback API's `whsec_...` secrets, comma separated.
+    /// `BATON_WEBHOOK_SECRET_ARN`: the Secrets Manager secret holding the callback API's
+    /// `whsec_...` secrets, comma separated. What the deployed callback function uses.
+    pub webhook_secret_arn: Option<String>,
+    /// `BATON_WEBHOOK_SECRETS`: the secrets themselves, for local use only (a Lambda
+    /// environment variable is readable by anyone allowed `lambda:GetFunctionConfiguration`).
     pub webhook_secrets: Option<SecretString>,
+    /// `BATON_WEBHOOK_SECRETS_TTL_SECONDS`: how long read secrets are used before they are read
+    /// again (default 300).
+    pub webhook_secrets_ttl: time::Duration,
 }
 
 /// A setting that is missing or invalid.
@@ -82,13 +90,28 @@ impl Settings {
                 ),
             });
         }
+        const TTL: &str = "BATON_WEBHOOK_SECRETS_TTL_SECONDS";
+        let webhook_secrets_ttl = match lookup(env, TTL) {
+            None => crate::secrets::DEFAULT_TTL,
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(seconds) if seconds > 0 => time::Duration::seconds(seconds.into()),
+                _ => {
+                    return Err(SettingsError::Invalid {
+                        name: TTL,
+                        problem: format!("{v:?} is not a whole number of seconds above 0"),
+                    });
+                }
+            },
+        };
         Ok(Settings {
             table: required(env, "BATON_TABLE")?,
             state_machine_prefix,
             dlq_url: lookup(env, "BATON_DLQ_URL"),
             outbound_queue_url: lookup(env, "BATON_OUTBOUND_QUEUE_URL"),
             config_path: lookup(env, "BATON_CONFIG").map(PathBuf::from),
+            webhook_secret_arn: lookup(env, "BATON_WEBHOOK_SECRET_ARN"),
             webhook_secrets: lookup(env, "BATON_WEBHOOK_SECRETS").map(SecretString::from),
+            webhook_secrets_ttl,
         })
     }
 
@@ -97,11 +120,32 @@ impl Settings {
         self.dlq_url.as_deref().ok_or(SettingsError::Missing("BATON_DLQ_URL"))
     }
 
-    /// The callback API's secrets, required by the callback function.
-    pub fn secrets(&self) -> Result<Secrets, SettingsError> {
-        let raw = self.webhook_secrets.as_ref().ok_or(SettingsError::Missing("BATON_WEBHOOK_SECRETS"))?;
-        Secrets::parse(raw.expose_secret())
-            .map_err(|e| SettingsError::Invalid { name: "BATON_WEBHOOK_SECRETS", problem: e.to_string() })
+    /// The callback API's secrets, required by the callback function: read from Secrets Manager
+    /// (`BATON_WEBHOOK_SECRET_ARN`) at `now` and refreshed on the TTL, or, for local use, fixed
+    /// by `BATON_WEBHOOK_SECRETS`. Setting both is refused: which one is in use must be obvious.
+    pub async fn secrets(
+        &self,
+        client: &aws_sdk_secretsmanager::Client,
+        now: time::OffsetDateTime,
+    ) -> Result<RotatingSecrets, SettingsError> {
+        match (&self.webhook_secret_arn, &self.webhook_secrets) {
+            (Some(_), Some(_)) => Err(SettingsError::Invalid {
+                name: "BATON_WEBHOOK_SECRETS",
+                problem: "set either it (local use) or BATON_WEBHOOK_SECRET_ARN, not both".into(),
+            }),
+            (Some(arn), None) => {
+                let source = SecretsManager::new(client.clone(), arn.clone());
+                RotatingSecrets::load(Arc::new(source), self.webhook_secrets_ttl, now).await.map_err(|e| {
+                    SettingsError::Invalid { name: "BATON_WEBHOOK_SECRET_ARN", problem: error_chain(&e) }
+                })
+            }
+            (None, Some(raw)) => {
+                Secrets::parse(raw.expose_secret()).map(RotatingSecrets::fixed).map_err(|e| {
+                    SettingsError::Invalid { name: "BATON_WEBHOOK_SECRETS", problem: e.to_string() }
+                })
+            }
+            (None, None) => Err(SettingsError::Missing("BATON_WEBHOOK_SECRET_ARN")),
+        }
     }
 
     /// The workflow config: `BATON_CONFIG` when set, else the embedded one.
@@ -200,8 +244,9 @@ where
 
 /// Runs the callback function behind API Gateway (HTTP API, payload 2.0).
 pub async fn serve_callback() -> Result<(), lambda_http::Error> {
-    let (settings, _, engine) = cold_start().await?;
-    let callbacks = Arc::new(Callbacks::new(engine, settings.secrets()?));
+    let (settings, sdk, engine) = cold_start().await?;
+    let secrets = settings.secrets(&aws_sdk_secretsmanager::Client::new(&sdk), engine.now()).await?;
+    let callbacks = Arc::new(Callbacks::new(engine, secrets));
     lambda_http::run(lambda_http::service_fn(move |request: lambda_http::Request| {
         let callbacks = callbacks.clone();
         async move {
@@ -265,8 +310,40 @@ mod tests {
         };
         let settings = Settings::from_lookup(&env).unwrap();
         assert!(settings.dlq_url().unwrap_err().to_string().contains("BATON_DLQ_URL"));
-        assert!(settings.secrets().is_ok());
         assert!(!format!("{settings:?}").contains("c2VjcmV0"), "secrets never in Debug output");
         assert!(settings.config().is_ok(), "the embedded config is valid");
+        let bad_ttl = |name: &str| match name {
+            "BATON_WEBHOOK_SECRETS_TTL_SECONDS" => Some("soon".to_owned()),
+            other => env(other),
+        };
+        let err = Settings::from_lookup(&bad_ttl).unwrap_err();
+        assert!(err.to_string().contains("BATON_WEBHOOK_SECRETS_TTL_SECONDS is invalid"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_callback_needs_its_secrets_from_one_place() {
+        let sdk = aws_sdk_secretsmanager::Client::new(
+            &aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build(),
+        );
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        let base = |name: &str| match name {
+            "BATON_STATE_MACHINE_PREFIX" => Some("arn:aws:states:us-east-1:1:stateMachine:s-".to_owned()),
+            "BATON_TABLE" => Some("t".to_owned()),
+            _ => None,
+        };
+        let none = Settings::from_lookup(&base).unwrap();
+        let err = none.secrets(&sdk, now).await.err().unwrap();
+        assert!(err.to_string().contains("BATON_WEBHOOK_SECRET_ARN is not set"), "{err}");
+        let local = |name: &str| match name {
+            "BATON_WEBHOOK_SECRETS" => Some("whsec_c2VjcmV0".to_owned()),
+            other => base(other),
+        };
+        assert!(Settings::from_lookup(&local).unwrap().secrets(&sdk, now).await.is_ok());
+        let both = |name: &str| match name {
+            "BATON_WEBHOOK_SECRET_ARN" => Some("arn:aws:secretsmanager:us-east-1:1:secret:w".to_owned()),
+            other => local(other),
+        };
+        let err = Settings::from_lookup(&both).unwrap().secrets(&sdk, now).await.err().unwrap();
+        assert!(err.to_string().contains("not both"), "{err}");
     }
 }

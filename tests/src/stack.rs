@@ -26,14 +26,9 @@ pub fn load_template() -> Template {
     Template::load(&path).unwrap_or_else(|e| panic!("cannot use {}: {}", path.display(), chain(&e)))
 }
 
-/// SDK clients for DynamoDB, SQS and Step Functions on the emulator.
+/// SDK clients for DynamoDB, SQS, Step Functions and Secrets Manager on the emulator.
 pub async fn clients(emulator: &Emulator) -> Clients {
-    let config = emulator.sdk_config().await;
-    Clients {
-        dynamodb: aws_sdk_dynamodb::Client::new(&config),
-        sqs: aws_sdk_sqs::Client::new(&config),
-        sfn: aws_sdk_sfn::Client::new(&config),
-    }
+    Clients::new(&emulator.sdk_config().await)
 }
 
 /// template.yaml provisioned on the emulator under a new stack name, with parameter Defaults.
@@ -53,10 +48,19 @@ pub async fn provision_stack_at(
 ) -> (Template, Provisioned) {
     let template = load_template();
     let clients = clients(emulator).await;
-    match provision(&template, root, stack_name, &BTreeMap::new(), &clients).await {
+    match provision(&template, root, stack_name, &parameters(), &clients).await {
         Ok(provisioned) => (template, provisioned),
         Err(e) => panic!("cannot provision stack {stack_name}: {}", chain(&e)),
     }
+}
+
+/// The parameters the template needs without a default. The callback's secret is read by the
+/// function, not by provisioning: any ARN will do here.
+pub fn parameters() -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        "WebhookSecretArn".to_owned(),
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:unused".to_owned(),
+    )])
 }
 
 /// An error and its causes, `: `-separated.

@@ -43,6 +43,15 @@ pub async fn start_system(config_yaml: &str) -> System {
 
 /// Starts baton with the named functions paused: their handlers are there to drive by hand.
 pub async fn start_system_with(config_yaml: &str, paused: &[&str]) -> System {
+    start_system_full(config_yaml, paused, &[]).await
+}
+
+/// Starts baton with these environment variables set on every function.
+pub async fn start_system_env(config_yaml: &str, env: &[(&str, &str)]) -> System {
+    start_system_full(config_yaml, &[], env).await
+}
+
+async fn start_system_full(config_yaml: &str, paused: &[&str], env: &[(&str, &str)]) -> System {
     let emulator = Emulator::from_env();
     let config = Config::parse(config_yaml).unwrap_or_else(|e| panic!("test config: {e}"));
     // The template's DefinitionUri paths, generated for this test's config.
@@ -59,7 +68,9 @@ pub async fn start_system_with(config_yaml: &str, paused: &[&str]) -> System {
         config: config.clone(),
         root: dir.path().to_owned(),
         stack_name: unique_name("e2e"),
-        parameters: [("WebhookSecrets".to_owned(), TEST_SECRET.to_owned())].into(),
+        parameters: Default::default(),
+        webhook_secret: TEST_SECRET.to_owned(),
+        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         visibility_timeout: Some(2),
         wait_seconds: 1,
         metrics: Metrics::to(Box::new(metrics.clone())),
@@ -210,7 +221,7 @@ impl System {
         crate::http::post(&format!("{}/v1/callbacks", self.api_url()), &headers, text.into_bytes()).await
     }
 
-    fn api_url(&self) -> &str {
+    pub fn api_url(&self) -> &str {
         self.baton.api_url.as_deref().expect("the HTTP API")
     }
 

@@ -477,3 +477,96 @@ async fn a_resume_whose_token_is_gone_is_classified_not_failed() {
     assert_eq!(resumes(&system, "k-gone").await, 0);
     system.stop().await;
 }
+
+/// `in_progress` callbacks are heartbeats: they keep a step with `heartbeat` alive well past its
+/// heartbeat period, and merge their partial data; the final callback completes the step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_progress_callbacks_keep_a_step_with_a_heartbeat_alive_and_merge_their_data() {
+    captured();
+    const HEARTBEAT: u64 = 15;
+    let config = CONFIG.replacen("timeout: 1h", &format!("timeout: 1h\n        heartbeat: {HEARTBEAT}s"), 1);
+    let system = start_system(&config).await;
+    system.send_event(&placed("k-beat")).await;
+    state_is(&system, "k-beat", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+
+    // A heartbeat every seven seconds, for well over the heartbeat period: without them the
+    // step would have timed out after fifteen.
+    let started = std::time::Instant::now();
+    for beat in 0..4 {
+        tokio::time::sleep(Duration::from_secs(if beat == 0 { 2 } else { 7 })).await;
+        let (status, body) = system
+            .callback(
+                &format!("cb-beat-{beat}"),
+                &cb("k-beat", "manual-review", "in_progress", json!({"progress": beat})),
+            )
+            .await;
+        assert_eq!((status, body["state"].as_str()), (200, Some("waiting{0}")), "beat {beat}: {body}");
+    }
+    assert!(
+        started.elapsed() > Duration::from_secs(HEARTBEAT + 5),
+        "the beats spanned more than the heartbeat period"
+    );
+    let alive = system.record("order-review", "k-beat").await.unwrap();
+    assert_eq!(alive.state, State::Waiting { step: 0 }, "kept alive by the heartbeats");
+    assert_eq!(alive.inputs["progress"], 3, "partial data merged, the latest winning");
+    assert_eq!(system.executions("order-review").await[0].status().as_str(), "RUNNING");
+    let beats = baton_tests::logs::lines_about("k-beat", "resume delivered");
+    assert_eq!(
+        beats.iter().filter(|l| l["fields"]["resume"] == "heartbeat").count(),
+        4,
+        "one heartbeat per callback"
+    );
+
+    let (status, body) = system
+        .callback(
+            "cb-beat-done",
+            &cb("k-beat", "manual-review", "succeeded", json!({"decision": "ok", "reviewer": "eve"})),
+        )
+        .await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("advancing{0}")), "{body}");
+    state_is(&system, "k-beat", "payment waiting", |r| r.state == State::Waiting { step: 1 }).await;
+    system.stop().await;
+}
+
+/// A callback that completes a step whose execution has already timed out (its report not yet
+/// processed): the input is applied to the record, the resume finds the token gone, and the
+/// callback function classifies why from the execution's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_whose_token_is_gone_is_applied_and_the_gone_token_classified() {
+    captured();
+    let quick = CONFIG.replacen("timeout: 1h", "timeout: 2s", 1);
+    let system = start_system_with(&quick, &["ProgressFunction"]).await;
+    let progress = system.baton.handlers.get("ProgressFunction").unwrap().clone();
+    system.send_event(&placed("k-late-cb")).await;
+    let url = system.queue_url("ProgressQueue");
+    let ready = eventually("step_ready", WAIT, || async {
+        let out = system.sqs.receive_message().queue_url(&url).wait_time_seconds(1).send().await.unwrap();
+        out.messages.filter(|m| !m.is_empty())
+    })
+    .await;
+    let handled = system
+        .deliver(&*progress, baton::local::mapping::to_event(&ready, "arn:aws:sqs:us-east-1:1:p"))
+        .await;
+    assert!(handled.batch_item_failures.is_empty(), "{handled:?}");
+    eventually("the execution timed out", WAIT, || async {
+        system.executions("order-review").await.into_iter().find(|e| e.status().as_str() == "FAILED")
+    })
+    .await;
+
+    let (status, body) = system
+        .callback(
+            "cb-late-cb",
+            &cb("k-late-cb", "manual-review", "succeeded", json!({"decision": "ok", "reviewer": "x"})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str(), body["state"].as_str()),
+        (200, Some("applied"), Some("advancing{0}")),
+        "{body}"
+    );
+    let gone = baton_tests::logs::lines_about("k-late-cb", "token gone");
+    assert!(!gone.is_empty(), "the resume found the token gone");
+    assert!(gone.iter().all(|l| l["fields"]["classified"] == "execution_ended"), "{gone:?}");
+    assert_eq!(resumes(&system, "k-late-cb").await, 0);
+    system.stop().await;
+}

@@ -211,3 +211,61 @@ async fn after_a_terminal_state_on_restart_decides_whether_a_new_generation_open
         system.stop().await;
     }
 }
+
+/// A report the progress function cannot use goes to the progress dead-letter queue with its
+/// reason, and the reports around it are handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_progress_cannot_use_goes_to_its_dlq_with_the_reason() {
+    let system = start_system(CONFIG).await;
+    let report = json!({"kind": "finished", "workflow": "no-such-workflow", "key": "k", "generation": 1, "outcome": "succeeded"});
+    system
+        .sqs
+        .send_message()
+        .queue_url(system.queue_url("ProgressQueue"))
+        .message_body(report.to_string())
+        .send()
+        .await
+        .expect("send");
+    system.send_event(&order_placed("evt-around", "order-around", 1500)).await;
+    waiting_on(&system, "order-around", 0).await;
+    let dead = eventually("the dead letter", WAIT, || async {
+        let all = system.drain_queue("ProgressDLQ").await;
+        (!all.is_empty()).then_some(all)
+    })
+    .await;
+    assert_eq!(dead.len(), 1);
+    let attrs = dead[0].message_attributes().expect("attributes");
+    assert_eq!(attrs[REASON_ATTRIBUTE].string_value(), Some("unknown_workflow"));
+    assert!(attrs[DETAIL_ATTRIBUTE].string_value().unwrap_or("").contains("no-such-workflow"));
+    assert_eq!(dead[0].body(), Some(report.to_string().as_str()), "the original body is kept");
+    system.stop().await;
+}
+
+/// A crash between the `pending` write and StartExecution: the sweeper finds the record still
+/// pending after its grace period and starts the execution, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_start_execution_is_repaired_by_the_sweeper() {
+    let system = start_system(CONFIG).await;
+    let engine = system.engine();
+    let workflow = engine.config.workflow("order-review").unwrap();
+    let key = baton::ids::CorrelationKey::parse("order-crash").unwrap();
+    let start = baton::lifecycle::Input::Start { event: baton::ids::EventId::parse("evt-crash").unwrap() };
+    let decision =
+        baton::lifecycle::decide(&workflow.plan(), (&workflow.name, &key), None, &start, engine.now());
+    let write = decision.write.expect("a create");
+    assert_eq!(
+        baton::store::WorkflowStore::apply(&system.store, &write).await.unwrap(),
+        baton::store::Applied::Written
+    );
+    assert!(system.executions("order-review").await.is_empty(), "crashed before StartExecution");
+
+    let early = system
+        .sweep(write.to.updated_at + baton::lifecycle::RESTART_PENDING_AFTER - time::Duration::seconds(1))
+        .await;
+    assert_eq!(early.repaired, 0, "a start in flight is left alone");
+    let due = write.to.updated_at + baton::lifecycle::RESTART_PENDING_AFTER + time::Duration::seconds(1);
+    assert_eq!(system.sweep(due).await.repaired, 1);
+    waiting_on(&system, "order-crash", 0).await;
+    assert_eq!(system.executions("order-review").await.len(), 1, "one execution");
+    system.stop().await;
+}

@@ -2,7 +2,6 @@
 //! settings the template declares, as seen through the AWS SDK, and provisioning again reuses
 //! what is there.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -151,12 +150,12 @@ async fn a_changed_queue_attribute_is_applied_and_a_changed_table_index_is_refus
     let clients = clients(&emulator).await;
     let name = unique_name("st");
     let (mut template, first) = provision_stack_at(&emulator, &name, &workspace_dir()).await;
-    let no_params = BTreeMap::new();
+    let params = baton_tests::stack::parameters();
 
     // When the template's intake queue gets another visibility timeout and is provisioned again
     let intake = template.queues.iter_mut().find(|q| q.logical_id == "IntakeQueue").expect("intake queue");
     intake.visibility_timeout = Some(90);
-    let again = provision(&template, &workspace_dir(), &name, &no_params, &clients).await.unwrap();
+    let again = provision(&template, &workspace_dir(), &name, &params, &clients).await.unwrap();
 
     // Then the same queue has the new timeout
     assert_eq!(again.queues["IntakeQueue"], first.queues["IntakeQueue"]);
@@ -173,7 +172,7 @@ async fn a_changed_queue_attribute_is_applied_and_a_changed_table_index_is_refus
     // When the table's index changes
     let table = template.tables.iter_mut().find(|t| t.logical_id == "Table").expect("table");
     table.gsis[0].name = "by_due_v2".into();
-    let err = provision(&template, &workspace_dir(), &name, &no_params, &clients).await.unwrap_err();
+    let err = provision(&template, &workspace_dir(), &name, &params, &clients).await.unwrap_err();
 
     // Then provisioning refuses to reuse the table, rather than run against the wrong index
     assert!(

@@ -9,6 +9,7 @@
 //! Why not moto's CloudFormation: it skips the HttpApi and TTL, ignores DefinitionSubstitutions,
 //! and registers state machines where executions cannot see them (EMULATOR.md).
 
+pub mod identity;
 pub mod info;
 pub mod mapping;
 pub mod provision;

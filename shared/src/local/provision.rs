@@ -34,7 +34,9 @@ use aws_sdk_sfn::types::StateMachineType;
 use aws_sdk_sqs::types::QueueAttributeName;
 use sha2::{Digest, Sha256};
 
-use super::template::{Intrinsic, QueueSpec, StateMachineSpec, SubPart, TableSpec, Template, sub_parts};
+use super::template::{
+    Intrinsic, PSEUDO_PARAMETERS, QueueSpec, StateMachineSpec, SubPart, TableSpec, Template, sub_parts,
+};
 
 /// moto's default region.
 pub const REGION: &str = "us-east-1";
@@ -52,12 +54,48 @@ const ROLE_NAME_MAX: usize = 64;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The SDK clients provisioning uses, all pointed at the emulator.
+/// The SDK clients provisioning and the local functions use, all pointed at the emulator.
 #[derive(Debug, Clone)]
 pub struct Clients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub sqs: aws_sdk_sqs::Client,
     pub sfn: aws_sdk_sfn::Client,
+    pub secretsmanager: aws_sdk_secretsmanager::Client,
+    /// The emulator's URL, when the configuration names one.
+    pub endpoint: Option<String>,
+}
+
+impl Clients {
+    pub fn new(sdk: &aws_config::SdkConfig) -> Clients {
+        Clients {
+            dynamodb: aws_sdk_dynamodb::Client::new(sdk),
+            sqs: aws_sdk_sqs::Client::new(sdk),
+            sfn: aws_sdk_sfn::Client::new(sdk),
+            secretsmanager: aws_sdk_secretsmanager::Client::new(sdk),
+            endpoint: sdk.endpoint_url().map(str::to_owned),
+        }
+    }
+
+    /// The same clients, with every request tagged as made by `function` of `stack`
+    /// ([`super::identity`]).
+    pub fn acting_as(&self, function: &str, stack: &str) -> Clients {
+        let id = super::identity::CallerIdentity { function: function.to_owned(), stack: stack.to_owned() };
+        Clients {
+            dynamodb: aws_sdk_dynamodb::Client::from_conf(
+                self.dynamodb.config().to_builder().interceptor(id.clone()).build(),
+            ),
+            sqs: aws_sdk_sqs::Client::from_conf(
+                self.sqs.config().to_builder().interceptor(id.clone()).build(),
+            ),
+            sfn: aws_sdk_sfn::Client::from_conf(
+                self.sfn.config().to_builder().interceptor(id.clone()).build(),
+            ),
+            secretsmanager: aws_sdk_secretsmanager::Client::from_conf(
+                self.secretsmanager.config().to_builder().interceptor(id).build(),
+            ),
+            endpoint: self.endpoint.clone(),
+        }
+    }
 }
 
 /// What [`provision`] created (or found), by logical id.
@@ -215,6 +253,43 @@ pub async fn provision(
 }
 
 impl Provisioned {
+    /// Every `Ref` and `Fn::GetAtt` this stack can resolve, with its value: what the policy
+    /// contract needs to resolve the transformed template's roles for this stack
+    /// ([`super::identity`]). Parameters are included: none of the template's is a secret.
+    pub fn resolution(&self) -> serde_json::Value {
+        let mut refs = serde_json::Map::new();
+        let mut attrs = serde_json::Map::new();
+        let mut names: Vec<&str> = PSEUDO_PARAMETERS.to_vec();
+        names.extend(self.parameters.keys().map(String::as_str));
+        names.extend(
+            self.tables
+                .keys()
+                .chain(self.queues.keys())
+                .chain(self.state_machines.keys())
+                .map(String::as_str),
+        );
+        for name in names {
+            if let Ok(value) = self.resolve_ref(name) {
+                refs.insert(name.to_owned(), value.into());
+            }
+        }
+        let with = |ids: Vec<&String>,
+                    attributes: &[&str],
+                    attrs: &mut serde_json::Map<String, serde_json::Value>| {
+            for id in ids {
+                for attribute in attributes {
+                    if let Ok(value) = self.resolve_getatt(id, attribute) {
+                        attrs.insert(format!("{id}.{attribute}"), value.into());
+                    }
+                }
+            }
+        };
+        with(self.tables.keys().collect(), &["Arn"], &mut attrs);
+        with(self.queues.keys().collect(), &["Arn", "QueueName", "QueueUrl"], &mut attrs);
+        with(self.state_machines.keys().collect(), &["Arn", "Name"], &mut attrs);
+        serde_json::json!({"stack": self.stack_name, "refs": refs, "attrs": attrs})
+    }
+
     /// The value of `v` in this stack, as CloudFormation would resolve it:
     /// - `Ref`: a parameter's value, a pseudo parameter, a table's name, a queue's URL or a
     ///   state machine's ARN;
@@ -358,6 +433,28 @@ fn parameter_values(
         values.insert(name.clone(), value.clone());
     }
     Ok(values)
+}
+
+/// Creates the Secrets Manager secret `name` holding `value`, or gives an existing one that
+/// value; returns its ARN. On AWS the operator creates it (README.md, "Deploying with SAM"); a
+/// local stack makes its own.
+pub async fn ensure_secret(
+    client: &aws_sdk_secretsmanager::Client,
+    name: &str,
+    value: &str,
+) -> Result<String, ProvisionError> {
+    let aws =
+        |op: &'static str, source: BoxError| ProvisionError::Aws { op, resource: name.to_owned(), source };
+    let created = client.create_secret().name(name).secret_string(value).send().await;
+    let arn = match created {
+        Ok(out) => out.arn,
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_exists_exception()) => {
+            let put = client.put_secret_value().secret_id(name).secret_string(value).send().await;
+            put.map_err(|e| aws("PutSecretValue", Box::new(e)))?.arn
+        }
+        Err(e) => return Err(aws("CreateSecret", Box::new(e))),
+    };
+    arn.ok_or(ProvisionError::Incomplete { op: "CreateSecret", resource: name.to_owned(), what: "an ARN" })
 }
 
 /// `<stack>-<LogicalId><suffix>`, shortened to `max` with a hash of the full name when too

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::mapping::{self, Mapping};
-use super::provision::{Clients, ProvisionError, Provisioned, provision};
+use super::provision::{Clients, ProvisionError, Provisioned, ensure_secret, provision};
 use super::template::Template;
 use crate::callback::Callbacks;
 use crate::config::Config;
@@ -41,8 +41,14 @@ pub struct LocalOptions {
     /// directory holding definitions generated for a test config).
     pub root: PathBuf,
     pub stack_name: String,
-    /// Template parameter values (e.g. `WebhookSecrets`).
+    /// Template parameter values. `WebhookSecretArn`, when the template has it and it is not
+    /// given here, is a secret this stack creates on the emulator holding `webhook_secret`.
     pub parameters: BTreeMap<String, String>,
+    /// The callback API's `whsec_...` secrets (comma separated) for the secret created locally.
+    pub webhook_secret: String,
+    /// Environment variables set on every function, over the template's (e.g. a short
+    /// `BATON_WEBHOOK_SECRETS_TTL_SECONDS` in a test of rotation).
+    pub env: BTreeMap<String, String>,
     /// See [`Mapping::visibility_timeout`].
     pub visibility_timeout: Option<i32>,
     /// Long-poll wait of the local mappings, in seconds.
@@ -63,6 +69,9 @@ pub struct LocalBaton {
     pub provisioned: Provisioned,
     /// Per function (logical id), the engine its handler uses.
     pub engines: BTreeMap<String, Arc<Engine>>,
+    /// An engine for operators and tests: what `baton cancel` or `baton replay` does, with the
+    /// operator's own identity rather than a function's.
+    operator: Arc<Engine>,
     /// Per function (logical id), its SQS handler.
     pub handlers: BTreeMap<String, Arc<dyn SqsHandler>>,
     /// The callback handler, when the template has the callback function.
@@ -94,6 +103,8 @@ pub enum LocalError {
         "function {function} has schedule {expression:?}; locally only rate(N minute[s]|hour[s]|day[s]) runs"
     )]
     Schedule { function: String, expression: String },
+    #[error("the template declares no function")]
+    NoFunctions,
     #[error("cannot serve the HTTP API on 127.0.0.1:{port}")]
     Http {
         port: u16,
@@ -109,26 +120,21 @@ impl LocalBaton {
         clients: &Clients,
         options: LocalOptions,
     ) -> Result<LocalBaton, LocalError> {
+        let mut parameters = options.parameters.clone();
+        if template.parameters.contains_key(WEBHOOK_SECRET_PARAMETER)
+            && !parameters.contains_key(WEBHOOK_SECRET_PARAMETER)
+        {
+            let name = format!("{}-webhook-secrets", options.stack_name);
+            let arn = ensure_secret(&clients.secretsmanager, &name, &options.webhook_secret).await?;
+            parameters.insert(WEBHOOK_SECRET_PARAMETER.to_owned(), arn);
+        }
         let provisioned =
-            provision(template, &options.root, &options.stack_name, &options.parameters, clients).await?;
+            provision(template, &options.root, &options.stack_name, &parameters, clients).await?;
+        register_stack(clients, &provisioned).await;
         let (stop, stopped) = watch::channel(false);
-        let mut baton = LocalBaton {
-            provisioned,
-            engines: BTreeMap::new(),
-            handlers: BTreeMap::new(),
-            callbacks: None,
-            sweeper: None,
-            api_url: None,
-            stop,
-            pollers: Vec::new(),
-        };
-        let mut routes: Vec<(String, String)> = Vec::new();
         let config = Arc::new(options.config);
-        for function in &template.functions {
-            let env = baton.provisioned.function_env.get(&function.logical_id).cloned().unwrap_or_default();
-            let settings = Settings::from_lookup(&|name| env.get(name).cloned())
-                .map_err(|source| LocalError::Settings { function: function.logical_id.clone(), source })?;
-            let engine = Arc::new(Engine {
+        let engine_for = |clients: &Clients, settings: &Settings| {
+            Arc::new(Engine {
                 config: config.clone(),
                 store: Arc::new(DynamoStore::new(clients.dynamodb.clone(), settings.table.clone())),
                 orchestrator: Arc::new(StepFunctions::new(clients.sfn.clone())),
@@ -140,13 +146,40 @@ impl LocalBaton {
                 metrics: options.metrics.clone(),
                 clock: options.clock.clone(),
                 write_ids: crate::engine::random_write_ids(),
-            });
+            })
+        };
+        let settings_of = |logical_id: &str| {
+            let mut env = provisioned.function_env.get(logical_id).cloned().unwrap_or_default();
+            env.extend(options.env.clone());
+            Settings::from_lookup(&|name| env.get(name).cloned())
+                .map_err(|source| LocalError::Settings { function: logical_id.to_owned(), source })
+        };
+        let operator = match template.functions.first() {
+            Some(first) => engine_for(clients, &settings_of(&first.logical_id)?),
+            None => return Err(LocalError::NoFunctions),
+        };
+        let mut baton = LocalBaton {
+            provisioned: provisioned.clone(),
+            engines: BTreeMap::new(),
+            operator,
+            handlers: BTreeMap::new(),
+            callbacks: None,
+            sweeper: None,
+            api_url: None,
+            stop,
+            pollers: Vec::new(),
+        };
+        let mut routes: Vec<(String, String)> = Vec::new();
+        for function in &template.functions {
+            let settings = settings_of(&function.logical_id)?;
+            let own = clients.acting_as(&function.logical_id, &options.stack_name);
+            let engine = engine_for(&own, &settings);
             let dead_letters = || -> Result<DeadLetters, LocalError> {
                 let url = settings.dlq_url().map_err(|source| LocalError::Settings {
                     function: function.logical_id.clone(),
                     source,
                 })?;
-                Ok(DeadLetters::new(clients.sqs.clone(), url))
+                Ok(DeadLetters::new(own.sqs.clone(), url))
             };
             let function_id = function.logical_id.clone();
             let handler: Option<Arc<dyn SqsHandler>> = match function.binary.as_str() {
@@ -154,7 +187,8 @@ impl LocalBaton {
                 "baton-progress" => Some(Arc::new(Progress::new(engine.clone(), dead_letters()?))),
                 "baton-callback" => {
                     let secrets = settings
-                        .secrets()
+                        .secrets(&own.secretsmanager, engine.now())
+                        .await
                         .map_err(|source| LocalError::Settings { function: function_id.clone(), source })?;
                     baton.callbacks = Some(Arc::new(Callbacks::new(engine.clone(), secrets)));
                     routes.extend(function.http_events.iter().map(|e| (e.method.clone(), e.path.clone())));
@@ -253,9 +287,9 @@ impl LocalBaton {
         }
     }
 
-    /// The engine of the first function, for tests and operator commands that need one.
+    /// The operator's engine, for tests and operator commands that act as an operator would.
     pub fn engine(&self) -> Option<Arc<Engine>> {
-        self.engines.values().next().cloned()
+        Some(self.operator.clone())
     }
 
     /// Stops the mappings and waits for them (a batch in progress finishes first).
@@ -264,6 +298,31 @@ impl LocalBaton {
         for poller in self.pollers {
             let _ = poller.await;
         }
+    }
+}
+
+/// The template parameter naming the callback API's Secrets Manager secret.
+pub const WEBHOOK_SECRET_PARAMETER: &str = "WebhookSecretArn";
+
+/// Hands the stack's resolved names and ARNs to the emulator for the policy contract
+/// ([`super::identity`]). Best effort: a plain moto_server has no such route, and a local run
+/// needs none of it.
+async fn register_stack(clients: &Clients, provisioned: &Provisioned) {
+    let Some(endpoint) = &clients.endpoint else { return };
+    let url = format!("{endpoint}/_baton/stacks");
+    let body = provisioned.resolution().to_string();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let request = http::Request::post(&url)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)));
+    match request {
+        Ok(request) => match client.request(request).await {
+            Ok(response) if response.status().is_success() => {}
+            Ok(response) => tracing::debug!(status = %response.status(), "the emulator keeps no call record"),
+            Err(e) => tracing::debug!(error = %e, "cannot register the stack with the emulator"),
+        },
+        Err(e) => tracing::debug!(error = %e, "cannot build the stack registration"),
     }
 }
 

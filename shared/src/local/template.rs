@@ -49,6 +49,11 @@ pub const SKIPPED_TYPES: &[(&str, &str)] = &[
     ("AWS::Logs::LogGroup", "local handlers log to the terminal, not to CloudWatch Logs"),
     ("AWS::IAM::Role", "moto does not enforce IAM, so a role would change nothing locally"),
     (
+        "AWS::IAM::ManagedPolicy",
+        "moto does not enforce IAM; the policy contract (tools/policy-check.py) checks the functions' \
+         calls against it instead",
+    ),
+    (
         "AWS::Events::Rule",
         "`baton local` runs the functions' Schedule events itself; moto's EventBridge cannot invoke \
          in-process handlers",
@@ -1080,7 +1085,8 @@ mod tests {
     fn parameters_keep_their_defaults_and_alarms_are_knowingly_skipped() {
         let template = parsed();
         assert_eq!(template.parameters.get("LogLevel"), Some(&Some("info".to_owned())));
-        assert_eq!(template.parameters.get("WebhookSecrets"), Some(&Some(String::new())));
+        assert_eq!(template.parameters.get("WebhookSecretArn"), Some(&None), "no default: it must be given");
+        assert_eq!(template.parameters.get("AlarmTopicArn"), Some(&Some(String::new())));
         assert_eq!(
             template.skipped.get("IntakeDLQDepthAlarm").map(String::as_str),
             Some("AWS::CloudWatch::Alarm")
