@@ -32,6 +32,7 @@ pub fn synth(config_path: &Path, root: &Path, template: &Path, check: bool) -> R
         problems.extend(stray_definitions(root, &expected)?);
         problems.extend(token_waits_without_timeout(root)?);
         problems.extend(template_declares_each(template, &config)?);
+        problems.extend(grants_name_each_state_machine(template)?);
     }
     if !problems.is_empty() {
         bail!("baton synth --check found {} problem(s):\n  {}", problems.len(), problems.join("\n  "));
@@ -74,12 +75,55 @@ fn token_waits_without_timeout(root: &Path) -> Result<Vec<String>> {
     Ok(problems)
 }
 
-/// template.yaml must declare a state machine for each workflow, pointing at its definition.
-fn template_declares_each(template: &Path, config: &Config) -> Result<Vec<String>> {
+/// Every managed policy granting `states:` actions must name every workflow's state machine (a
+/// `Ref` of it, or its `Name` in an `Fn::Sub`): a workflow added to the template and missed here
+/// would have its steps denied on AWS, and no local run would notice.
+fn grants_name_each_state_machine(template: &Path) -> Result<Vec<String>> {
+    let doc = template_doc(template)?;
+    let Some(resources) = doc["Resources"].as_object() else { return Ok(Vec::new()) };
+    let machines: Vec<&String> = resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Serverless::StateMachine")
+        .map(|(id, _)| id)
+        .collect();
+    let mut problems = Vec::new();
+    for (id, policy) in resources.iter().filter(|(_, r)| r["Type"] == "AWS::IAM::ManagedPolicy") {
+        let statements =
+            policy["Properties"]["PolicyDocument"]["Statement"].as_array().cloned().unwrap_or_default();
+        let grants_states = statements.iter().any(|s| {
+            let actions = match &s["Action"] {
+                Value::Array(a) => a.clone(),
+                other => vec![other.clone()],
+            };
+            actions.iter().any(|a| a.as_str().is_some_and(|a| a.starts_with("states:")))
+        });
+        if !grants_states {
+            continue;
+        }
+        let text = serde_json::to_string(&statements)?;
+        for machine in &machines {
+            let named = text.contains(&format!("{{\"Ref\":\"{machine}\"}}"))
+                || text.contains(&format!("${{{machine}.Name}}"));
+            if !named {
+                problems.push(format!(
+                    "{}: {id} grants states: actions but does not name {machine}; list its Ref (and its executions) there",
+                    template.display()
+                ));
+            }
+        }
+    }
+    Ok(problems)
+}
+
+fn template_doc(template: &Path) -> Result<Value> {
     let text =
         std::fs::read_to_string(template).with_context(|| format!("cannot read {}", template.display()))?;
-    let doc: Value =
-        serde_saphyr::from_str(&text).with_context(|| format!("{} is not YAML", template.display()))?;
+    serde_saphyr::from_str(&text).with_context(|| format!("{} is not YAML", template.display()))
+}
+
+/// template.yaml must declare a state machine for each workflow, pointing at its definition.
+fn template_declares_each(template: &Path, config: &Config) -> Result<Vec<String>> {
+    let doc = template_doc(template)?;
     let uris: BTreeSet<&str> = doc["Resources"]
         .as_object()
         .map(|r| {

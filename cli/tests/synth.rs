@@ -90,3 +90,25 @@ fn check_fails_when_the_template_lacks_a_workflows_state_machine() {
         stderr(&out)
     );
 }
+
+#[test]
+fn check_fails_when_a_states_grant_misses_a_workflows_state_machine() {
+    let dir = scratch();
+    assert!(baton(dir.path(), &["synth"]).status.success());
+    let template = dir.path().join("template.yaml");
+    // A second state machine (as for a second workflow) that the grants do not name.
+    let text = std::fs::read_to_string(&template).unwrap().replace(
+        "  # ---- alarms",
+        "  OtherStateMachine:\n    Type: AWS::Serverless::StateMachine\n    Properties:\n      DefinitionUri: x.json\n\n  # ---- alarms",
+    );
+    std::fs::write(&template, text).unwrap();
+    let out = baton(dir.path(), &["synth", "--check"]);
+    for policy in ["StartWorkflowsPolicy", "ResumeStepsPolicy", "HeartbeatStepsPolicy"] {
+        assert!(
+            stderr(&out)
+                .contains(&format!("{policy} grants states: actions but does not name OtherStateMachine")),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
