@@ -114,6 +114,7 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
         table: target.table.clone().unwrap_or_default(),
         state_machine_prefix: prefix,
         dlq_url: None,
+        max_receive_count: baton::sqs::DEFAULT_MAX_RECEIVE_COUNT,
         outbound_queue_url: target.queues.get(Field::OutboundQueueUrl.env()).cloned(),
         config_path: None,
         webhook_secret_arn: None,

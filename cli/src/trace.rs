@@ -354,7 +354,16 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         deadline: r.deadline,
         token_fingerprint: r.token.as_ref().map(|t| t.fingerprint()),
         inputs: r.inputs.clone(),
-        applied_inputs: r.applied.iter().map(|a| a.id.to_string()).collect(),
+        applied_inputs: r
+            .applied
+            .iter()
+            .filter(|a| {
+                a.step.or(r.state.step()) == r.state.step()
+                    && a.generation.unwrap_or(r.generation) == r.generation
+            })
+            .filter(|_| r.state.step().is_some())
+            .map(|a| a.id.to_string())
+            .collect(),
         owed: r.owed.as_ref().map(|o| match o {
             Resume::Success { .. } => "success",
             Resume::Failure { .. } => "failure",
@@ -669,6 +678,7 @@ mod tests {
                 key: k.clone(),
                 step: 1,
                 id: EventId::parse("cb-early").unwrap(),
+                generation: Some(1),
                 arrived_at: t(1),
                 input: json!({}),
                 status: InboxStatus::Buffered,

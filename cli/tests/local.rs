@@ -152,20 +152,20 @@ async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops
     for _ in 0..2 {
         sqs.send_message().queue_url(&info.queues.intake).message_body(&placed).send().await.unwrap();
     }
-    let t =
-        eventually_trace(&local, key, "waiting on the first step", |t| t["record"]["state"] == "waiting{0}")
-            .await;
+    // The step waits, then its task goes out.
+    let published = |t: &Value| {
+        t["timeline"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|e| e["kind"] == "task_created" && e["published"] == true))
+    };
+    let t = eventually_trace(&local, key, "waiting on the first step, with its task", |t| {
+        t["record"]["state"] == "waiting{0}" && published(t)
+    })
+    .await;
     assert_eq!(t["schema"], "baton.trace/v1");
     assert_eq!(t["record"]["generation"], 1);
     assert_eq!(transitions(&t), ["pending", "waiting{0}"], "one start for two deliveries");
     assert_eq!(t["executions"].as_array().unwrap().len(), 1);
-    assert!(
-        t["timeline"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["kind"] == "task_created" && e["published"] == true)
-    );
 
     // An early callback: the payment step is not waiting yet.
     let (status, body) = callback(

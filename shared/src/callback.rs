@@ -44,6 +44,9 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const RECEIPT_TTL: Duration = Duration::days(7);
 /// What a 503 asks the caller to wait.
 pub const RETRY_AFTER_SECONDS: u32 = 5;
+/// How long a pending receipt is taken to mean that its attempt may still be at work: the
+/// callback function's timeout (template.yaml). After it, the attempt has finished or died.
+pub const RECEIPT_LEASE: Duration = Duration::seconds(30);
 
 /// Every `error` code a callback answer can carry (RUNBOOK.md explains each).
 pub const ERROR_CODES: &[&str] = &[
@@ -57,6 +60,8 @@ pub const ERROR_CODES: &[&str] = &[
     "unknown_workflow",
     "unknown_step",
     "idempotency_key_reused",
+    "inputs_too_large",
+    "in_progress",
     "unavailable",
     "internal",
 ];
@@ -103,6 +108,8 @@ struct Callback {
     step: String,
     outcome: StepOutcome,
     data: Map<String, Value>,
+    /// The generation the callback answers (its task's), when the sender says.
+    generation: Option<u32>,
 }
 
 /// The callback handler.
@@ -176,19 +183,52 @@ impl Callbacks {
             created_at: now,
             expires_at: now + RECEIPT_TTL,
         };
-        match self.engine.store.put_receipt(&receipt).await {
-            Ok(Claim::Acquired) => {}
-            Ok(Claim::Exists(stored)) if stored.hash != hash => return reused(&id),
+        // Whether this attempt is the first with this id: only then can a failure before any
+        // write say that nothing was applied.
+        let first = match self.engine.store.put_receipt(&receipt).await {
+            Ok(Claim::Acquired) => true,
+            Ok(Claim::Exists(stored)) if stored.hash != hash => {
+                return self.refuse_reused(workflow, &callback.key, &id, body, now).await;
+            }
             Ok(Claim::Exists(stored)) => {
                 if let (ReceiptStatus::Done, Some(first)) = (stored.status, &stored.answer) {
                     info!("duplicate callback: answering as the first time");
                     return stored_answer(first);
                 }
-                info!("receipt pending: applying again (an earlier attempt did not finish)");
+                // A twin still running (a sender's retry, or a duplicate send, while the first
+                // attempt works): applying again now would race it and could answer otherwise.
+                // Wait until it has finished or, past the function's timeout, surely died (found
+                // by the simulation).
+                let held = RECEIPT_LEASE - (now - stored.created_at);
+                if held > Duration::ZERO {
+                    info!("receipt pending and recent: another attempt may still be at work");
+                    return in_progress(held);
+                }
+                // An earlier attempt did not finish: it may have taken effect and lost its answer.
+                // The answer it earned is in the store; only if it left nothing is it applied now.
+                match self.earlier(workflow, &callback, &id).await {
+                    Ok(Some(answer)) => {
+                        info!("receipt pending: an earlier attempt took effect; answering as it earned");
+                        let stored = json!({"http_status": answer.status.as_u16(), "body": answer.body});
+                        if let Err(e) = self.engine.store.complete_receipt(&receipt, &stored).await {
+                            warn!(error = %error_chain(&e), "cannot complete the receipt");
+                        }
+                        return stored_answer(&stored);
+                    }
+                    Ok(None) => info!("receipt pending: applying again (an earlier attempt did not finish)"),
+                    Err(e) => return self.failed(&e, MaybeApplied::Yes),
+                }
+                false
             }
-            Err(e) => return self.failed(&e, MaybeApplied::No),
-        }
+            Err(e) => return self.failed(&e, MaybeApplied::Yes),
+        };
+        let maybe = if first { MaybeApplied::No } else { MaybeApplied::Yes };
 
+        if crate::mutants::active(crate::mutants::Mutation::ReceiptBeforeEffect) {
+            let early = json!({"http_status": 200, "body": {"status": "applied", "workflow": workflow.name.as_str(),
+                "key": callback.key.as_str(), "step": callback.step, "state": null, "duplicate": false}});
+            let _ = self.engine.store.complete_receipt(&receipt, &early).await;
+        }
         let input = Input::StepInput {
             id,
             hash,
@@ -196,6 +236,7 @@ impl Callbacks {
             step,
             outcome: callback.outcome,
             data: callback.data,
+            generation: callback.generation,
         };
         let submitted = match self.engine.submit(workflow, &callback.key, &input, now).await {
             Ok(s) => s,
@@ -207,10 +248,16 @@ impl Callbacks {
                     "callback applied; an effect after the write failed and is owed by the record");
                 *submitted
             }
+            Err(EngineError::Unfinished { submitted, source })
+                if matches!(submitted.outcome(), Outcome::Ignored(_) | Outcome::Rejected(_)) =>
+            {
+                // Nothing applies an ignored or refused input; its ledger entry is what failed.
+                return self.failed(&EngineError::Unfinished { submitted, source }, maybe);
+            }
             Err(e @ (EngineError::Uncertain { .. } | EngineError::Unfinished { .. })) => {
                 return self.failed(&e, MaybeApplied::Yes);
             }
-            Err(e) => return self.failed(&e, MaybeApplied::No),
+            Err(e) => return self.failed(&e, maybe),
         };
         let answer =
             match answer((workflow.name.as_str(), &callback.key, &callback.step), &receipt.id, &submitted) {
@@ -224,6 +271,83 @@ impl Callbacks {
             warn!(error = %error_chain(&e), "cannot complete the receipt");
         }
         answer
+    }
+
+    /// What an earlier attempt of this callback did, from the store: applied (the record's
+    /// history names it as a transition's cause), buffered (an inbox entry holds it) or ignored
+    /// (the ledger has it). `None`: it left nothing, so it never took effect.
+    async fn earlier(
+        &self,
+        workflow: &crate::config::Workflow,
+        callback: &Callback,
+        id: &EventId,
+    ) -> Result<Option<Answer>, EngineError> {
+        let trace = self.engine.store.trace(&workflow.name, &callback.key).await?;
+        let names = (workflow.name.as_str(), &callback.key, callback.step.as_str());
+        let body = |status: &str, state: Option<String>| {
+            json!({"status": status, "workflow": names.0, "key": names.1.as_str(), "step": names.2,
+                "state": state, "duplicate": false})
+        };
+        // An inbox entry first: the earlier attempt buffered the input (even if it was applied
+        // from the inbox since), and "buffered" is what it answered. If that attempt failed
+        // before its handshake read, the input may sit beside its waiting step with nobody to
+        // drain it: finish the handshake here.
+        if let Some(entry) = trace.inbox.iter().find(|e| &e.id == id) {
+            let waiting = trace.record.as_ref().is_some_and(|r| {
+                r.state == crate::lifecycle::State::Waiting { step: entry.step }
+                    && entry.generation.is_none_or(|g| g == r.generation)
+            });
+            if entry.status == crate::store::InboxStatus::Buffered
+                && waiting
+                && let Some(generation) = trace.record.as_ref().map(|r| r.generation)
+            {
+                self.engine.drain(workflow, &callback.key, generation, entry.step, self.engine.now()).await?;
+            }
+            return Ok(Some(Answer::new(StatusCode::ACCEPTED, body("buffered", None))));
+        }
+        if let Some(entry) = trace
+            .record
+            .as_ref()
+            .and_then(|r| r.history.iter().rev().find(|a| a.cause_id.as_deref() == Some(id.as_str())))
+        {
+            return Ok(Some(Answer::new(StatusCode::OK, body("applied", Some(entry.to.clone())))));
+        }
+        // (A ledgered conflict is another payload's, refused: not this one's answer.)
+        let refused = crate::lifecycle::IgnoreReason::IdempotencyKeyReused;
+        if let Some(entry) = trace.ledger.iter().find(|l| l.input_id == id.as_str() && l.reason != refused) {
+            let mut b = body("ignored", entry.state.clone());
+            b["reason"] = json!(entry.reason.as_str());
+            return Ok(Some(Answer::new(StatusCode::OK, b)));
+        }
+        Ok(None)
+    }
+
+    /// A `webhook-id` used before with another payload: 409, and the refused payload goes to
+    /// the ledger (`idempotency_key_reused`), so the conflict is not only a log line. If the
+    /// ledger cannot be written, the sender is asked to retry instead.
+    async fn refuse_reused(
+        &self,
+        workflow: &crate::config::Workflow,
+        key: &CorrelationKey,
+        id: &EventId,
+        body: &[u8],
+        now: time::OffsetDateTime,
+    ) -> Answer {
+        let entry = crate::store::LedgerEntry {
+            workflow: workflow.name.clone(),
+            key: key.clone(),
+            input_id: id.to_string(),
+            reason: crate::lifecycle::IgnoreReason::IdempotencyKeyReused,
+            generation: None,
+            state: None,
+            detail: serde_json::from_slice(body).unwrap_or(Value::Null),
+            at: now,
+            expires_at: now + crate::engine::LEDGER_RETENTION,
+        };
+        match self.engine.store.put_ledger(&entry).await {
+            Ok(()) => reused(id),
+            Err(e) => self.failed(&e, MaybeApplied::No),
+        }
     }
 
     fn failed<E: Classified + std::error::Error>(&self, e: &E, maybe: MaybeApplied) -> Answer {
@@ -296,8 +420,11 @@ fn answer(
             body["duplicate"] = json!(true);
             Answer::new(StatusCode::OK, body)
         }
+        // A buffered input waits for its step; the answer names no state, so that a retry
+        // rebuilt from the inbox entry says exactly the same.
         Outcome::Buffered => {
             body["status"] = json!("buffered");
+            body["state"] = Value::Null;
             Answer::new(StatusCode::ACCEPTED, body)
         }
         Outcome::Ignored(reason) => {
@@ -306,6 +433,16 @@ fn answer(
             Answer::new(StatusCode::OK, body)
         }
         Outcome::Rejected(RejectReason::IdempotencyKeyReused) => return Err(reused(id)),
+        Outcome::Rejected(RejectReason::InputsTooLarge) => {
+            return Err(Answer::error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "inputs_too_large",
+                format!(
+                    "with this callback's data, the step's inputs would pass {} bytes; send less data",
+                    crate::lifecycle::MAX_STEP_INPUT_BYTES
+                ),
+            ));
+        }
         Outcome::Rejected(RejectReason::UnknownStep) => {
             return Err(Answer::error(
                 StatusCode::NOT_FOUND,
@@ -318,6 +455,17 @@ fn answer(
 
 fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Another attempt with this `webhook-id` may still be at work: retry once it surely is not.
+fn in_progress(held: Duration) -> Answer {
+    let seconds = u32::try_from(held.whole_seconds().max(1)).unwrap_or(u32::MAX);
+    Answer {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        body: json!({"error": "in_progress", "maybe_applied": true,
+            "message": format!("a request with this webhook-id is still being processed; retry in {seconds}s with the same webhook-id")}),
+        retry_after: Some(seconds),
+    }
 }
 
 fn reused(id: &EventId) -> Answer {
@@ -343,7 +491,7 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
     let Value::Object(mut map) = value else {
         return Err(Answer::field("invalid_body", "", "the body must be a JSON object"));
     };
-    const FIELDS: [&str; 7] = ["workflow", "key", "step", "outcome", "data", "error", "cause"];
+    const FIELDS: [&str; 8] = ["workflow", "key", "step", "outcome", "data", "error", "cause", "generation"];
     if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(Answer::field(
             "invalid_body",
@@ -389,7 +537,19 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
         Some(Value::Object(data)) => data,
         Some(_) => return Err(Answer::field("invalid_body", "data", "data must be a JSON object")),
     };
-    Ok(Callback { workflow, key, step, outcome, data })
+    let generation = match map.remove("generation") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            Some(v.as_u64().and_then(|g| u32::try_from(g).ok()).filter(|g| *g > 0).ok_or_else(|| {
+                Answer::field(
+                    "invalid_body",
+                    "generation",
+                    "generation must be a whole number above 0 (the task's)",
+                )
+            })?)
+        }
+    };
+    Ok(Callback { workflow, key, step, outcome, data, generation })
 }
 
 #[cfg(test)]
@@ -426,6 +586,10 @@ mod tests {
             "extra"
         );
         assert_eq!(field_of(r#"{"workflow":5,"key":"k","step":"s","outcome":"succeeded"}"#).0, "workflow");
+        assert_eq!(
+            field_of(r#"{"workflow":"w","key":"k","step":"s","outcome":"succeeded","generation":0}"#).0,
+            "generation"
+        );
     }
 
     #[test]

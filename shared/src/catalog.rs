@@ -24,7 +24,10 @@ pub fn ledger_reasons() -> Vec<&'static str> {
 
 /// Every reason a lifecycle decision rejects an input.
 pub fn reject_reasons() -> Vec<&'static str> {
-    [RejectReason::UnknownStep, RejectReason::IdempotencyKeyReused].iter().map(|r| r.as_str()).collect()
+    [RejectReason::UnknownStep, RejectReason::IdempotencyKeyReused, RejectReason::InputsTooLarge]
+        .iter()
+        .map(|r| r.as_str())
+        .collect()
 }
 
 /// Every `baton_reason` a dead-lettered message can carry, besides permanent `error_types`.
@@ -32,6 +35,7 @@ pub fn dead_letter_reasons() -> Vec<&'static str> {
     let mut all = crate::event::EventError::REASON_CODES.to_vec();
     all.extend_from_slice(crate::progress::ReportError::REASON_CODES);
     all.push(crate::intake::MISSING_CORRELATION_KEY);
+    all.push(crate::sqs::RETRIES_EXHAUSTED);
     all
 }
 

@@ -123,6 +123,11 @@ impl Engine {
         let plan = workflow.plan();
         let mut record = self.store.load(&workflow.name, key).await?;
         for attempt in 1..=MAX_ATTEMPTS {
+            // Decide with the time of the decision, not of the message's arrival: a record
+            // written with an old `updated_at` looks owed for longer than it is, and a resume
+            // would be re-sent inside its grace period (found by the simulation). A later `now`
+            // given on purpose (a sweep as of a chosen time) still wins.
+            let now = now.max(self.now());
             let mut decision = lifecycle::decide(&plan, (&workflow.name, key), record.as_ref(), input, now);
             if let Some(write) = decision.write.as_mut() {
                 write.to.write_id = Some((self.write_ids)());
@@ -232,8 +237,12 @@ impl Engine {
                 Effect::CreateTask { generation, step } => {
                     self.create_task(workflow, key, *generation, *step, now).await?;
                 }
-                Effect::DrainInbox { step } => self.drain(workflow, key, *step, now).await?,
-                Effect::Buffer { step } => self.buffer(workflow, key, input, *step, now).await?,
+                Effect::DrainInbox { generation, step } => {
+                    self.drain(workflow, key, *generation, *step, now).await?
+                }
+                Effect::Buffer { generation, step } => {
+                    self.buffer(workflow, key, input, *generation, *step, now).await?
+                }
                 Effect::SendTaskSuccess { token, output } => {
                     let sent = self.orchestrator.send_task_success(token, output).await;
                     self.resumed(sent, "success", workflow, key, record).await?
@@ -251,22 +260,34 @@ impl Engine {
                     self.orchestrator.stop_execution(&arn, "baton.Cancelled", cause).await?;
                     info!(execution = %arn, "execution stopped");
                 }
-                Effect::Ledger { reason } => {
-                    let entry = LedgerEntry {
-                        workflow: workflow.name.clone(),
-                        key: key.clone(),
-                        input_id: input_ref(input, now),
-                        reason: *reason,
-                        generation: record.map(|r| r.generation),
-                        state: record.map(|r| r.state.to_string()),
-                        detail: input_detail(input),
-                        at: now,
-                        expires_at: now + LEDGER_RETENTION,
-                    };
-                    self.store.put_ledger(&entry).await?;
-                }
+                Effect::Ledger { reason } => self.ledger(workflow, key, input, *reason, record, now).await?,
             }
         }
+        Ok(())
+    }
+
+    /// Records an ignored (or refused) input in the ledger, with the record as it stood.
+    async fn ledger(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        input: &Input,
+        reason: lifecycle::IgnoreReason,
+        record: Option<&Record>,
+        now: OffsetDateTime,
+    ) -> Result<(), EngineError> {
+        let entry = LedgerEntry {
+            workflow: workflow.name.clone(),
+            key: key.clone(),
+            input_id: input_ref(input, now),
+            reason,
+            generation: record.map(|r| r.generation),
+            state: record.map(|r| r.state.to_string()),
+            detail: input_detail(input),
+            at: now,
+            expires_at: now + LEDGER_RETENTION,
+        };
+        self.store.put_ledger(&entry).await?;
         Ok(())
     }
 
@@ -342,6 +363,7 @@ impl Engine {
         workflow: &Workflow,
         key: &CorrelationKey,
         input: &Input,
+        generation: u32,
         step: u32,
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
@@ -355,6 +377,7 @@ impl Engine {
             key: key.clone(),
             step,
             id: id.clone(),
+            generation: Some(generation),
             arrived_at: now,
             input: serde_json::to_value(input).unwrap_or(Value::Null),
             status: InboxStatus::Buffered,
@@ -365,62 +388,89 @@ impl Engine {
             .buffer(&entry)
             .await
             .map_err(|e| EngineError::Uncertain { source: Box::new(e.into()) })?;
-        if let Claim::Exists(_) = stored {
+        if let Claim::Exists(existing) = stored {
+            // The same id buffered earlier with another payload: refused, and ledgered, not
+            // folded silently into the first (found by the simulation).
+            if existing.input.get("hash") != entry.input.get("hash") {
+                warn!(step, "input refused: its id was buffered earlier with another payload");
+                let reason = lifecycle::IgnoreReason::IdempotencyKeyReused;
+                return self.ledger(workflow, key, input, reason, None, now).await;
+            }
             info!(step, "input already buffered");
         }
+        if crate::mutants::active(crate::mutants::Mutation::SkipHandshakeRead) {
+            return Ok(());
+        }
         let current = self.store.load(&workflow.name, key).await?;
-        if current.is_some_and(|r| r.state == State::Waiting { step }) {
-            self.drain(workflow, key, step, now).await?;
+        if current.is_some_and(|r| r.state == State::Waiting { step } && r.generation == generation) {
+            self.drain(workflow, key, generation, step, now).await?;
         }
         Ok(())
     }
 
-    /// Applies a step's buffered inputs in arrival order. Each entry is decided like a fresh
-    /// input (the record's `applied` list makes a second application a duplicate), then settled;
-    /// when two drains race, the settle's condition lets exactly one win.
+    /// Applies a step's buffered inputs for `generation` in arrival order. Each entry is decided
+    /// like a fresh input (the record's `applied` list makes a second application a duplicate),
+    /// then settled; when two drains race, the settle's condition lets exactly one win. An entry
+    /// buffered for another generation is left alone: it expires, ledgered, as one whose run
+    /// never reached its step.
     pub async fn drain(
         &self,
         workflow: &Workflow,
         key: &CorrelationKey,
+        generation: u32,
         step: u32,
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
+        // Every entry is tried, whatever happens to the others; the first failure is returned at
+        // the end, so the step_ready (or the callback) that drained is retried.
+        let mut first_error = None;
         for entry in self.store.inbox(&workflow.name, key, step).await? {
-            if entry.status != InboxStatus::Buffered {
+            if entry.status != InboxStatus::Buffered || entry.generation.is_some_and(|g| g != generation) {
                 continue;
             }
-            let input: Input = match serde_json::from_value(entry.input.clone()) {
-                Ok(input) => input,
-                Err(e) => {
-                    warn!(id = %entry.id, error = %e, "buffered entry is unreadable; expiring it");
-                    self.store.settle(&entry, InboxStatus::Expired).await?;
-                    continue;
-                }
-            };
-            // An entry whose input reached the record is settled even when an effect after it
-            // failed: the record owes that effect now, and the entry must not later expire as
-            // if it had never been applied.
-            let (outcome, failed) = match Box::pin(self.submit(workflow, key, &input, now)).await {
-                Ok(applied) => (applied.outcome(), None),
-                Err(EngineError::Unfinished { submitted, source }) => {
-                    (submitted.outcome(), Some(EngineError::Unfinished { submitted, source }))
-                }
-                Err(e) => return Err(e),
-            };
-            if outcome == Outcome::Buffered {
-                // The record moved away from this step meanwhile; the entry stays for later.
-                match failed {
-                    Some(e) => return Err(e),
-                    None => continue,
-                }
-            }
-            info!(id = %entry.id, ?outcome, "buffered input applied");
-            self.store.settle(&entry, InboxStatus::Applied).await?;
-            if let Some(e) = failed {
-                return Err(e);
+            if let Err(e) = self.drain_one(workflow, key, &entry, now).await {
+                warn!(id = %entry.id, error_type = e.error_type(), "buffered input not applied yet; retried with the drain");
+                first_error.get_or_insert(e);
             }
         }
-        Ok(())
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    async fn drain_one(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        entry: &InboxEntry,
+        now: OffsetDateTime,
+    ) -> Result<(), EngineError> {
+        let input: Input = match serde_json::from_value(entry.input.clone()) {
+            Ok(input) => input,
+            Err(e) => {
+                warn!(id = %entry.id, error = %e, "buffered entry is unreadable; expiring it");
+                self.store.settle(entry, InboxStatus::Expired).await?;
+                return Ok(());
+            }
+        };
+        // An entry whose input reached the record is settled even when an effect after it
+        // failed: the record owes that effect now, and the entry must not later expire as if it
+        // had never been applied.
+        let (outcome, failed) = match Box::pin(self.submit(workflow, key, &input, now)).await {
+            Ok(applied) => (applied.outcome(), None),
+            Err(EngineError::Unfinished { submitted, source }) => {
+                (submitted.outcome(), Some(EngineError::Unfinished { submitted, source }))
+            }
+            Err(e) => return Err(e),
+        };
+        if outcome == Outcome::Buffered {
+            // The record moved away from this step meanwhile; the entry stays for later.
+            return failed.map_or(Ok(()), Err);
+        }
+        info!(id = %entry.id, ?outcome, "buffered input applied");
+        self.store.settle(entry, InboxStatus::Applied).await?;
+        failed.map_or(Ok(()), Err)
     }
 }
 

@@ -24,7 +24,7 @@ use crate::sqs::{DeadLetters, SqsHandler, Verdict, process_batch};
 impl SqsHandler for Intake {
     /// Handles one SQS batch; the response lists only the messages to redeliver.
     async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
-        process_batch(event, &self.dead_letters, |m| self.message(m)).await
+        process_batch(event, &*self.dead_letters, |m| self.message(m)).await
     }
 }
 
@@ -105,6 +105,7 @@ pub fn plan_event<'c>(config: &'c Config, body: &str) -> Result<EventPlan<'c>, V
                     step: u32::try_from(i).unwrap_or(u32::MAX),
                     outcome: StepOutcome::Succeeded,
                     data,
+                    generation: None,
                 };
                 inputs.push((workflow, key(workflow)?, input));
             }

@@ -17,6 +17,7 @@ pub mod intake;
 pub mod lifecycle;
 pub mod local;
 pub mod metrics;
+pub mod mutants;
 pub mod orchestrator;
 pub mod outbound;
 pub mod pattern;

@@ -44,6 +44,15 @@ pub const RESTART_PENDING_AFTER: Duration = Duration::minutes(2);
 /// that caused it, sends it again. Shorter than this, the first sender may still be at work.
 pub const RESEND_RESUME_AFTER: Duration = Duration::seconds(30);
 
+/// [`RESEND_RESUME_AFTER`], unless the simulation's deliberate bug takes the grace away.
+fn resend_after() -> Duration {
+    if crate::mutants::active(crate::mutants::Mutation::NoResendGrace) {
+        Duration::ZERO
+    } else {
+        RESEND_RESUME_AFTER
+    }
+}
+
 /// A state without its data: what the transition table and DynamoDB conditions talk about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -310,13 +319,28 @@ pub enum OnRestart {
     Never,
 }
 
-/// An input that was applied to the current step, remembered to recognise redelivery.
+/// An input that was applied to a step, remembered to recognise redelivery: in a later step,
+/// and in a later generation, it is still the same input.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppliedInput {
     pub id: EventId,
     /// Hash of the input's payload: the same id with another payload is a conflict.
     pub hash: String,
+    /// The step it was applied to (`None` in records written before this was kept: the record's
+    /// current step, since the list was then reset at each step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
+    /// The generation it was applied in (`None`: the record's current one, likewise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u32>,
 }
+
+/// The most a step's gathered inputs may take, as JSON: the record is one DynamoDB item of at
+/// most 400 KB, and holds them twice while the resume is owed.
+pub const MAX_STEP_INPUT_BYTES: usize = 128 * 1024;
+
+/// How many applied inputs a record remembers, across steps and generations.
+pub const REMEMBERED_INPUTS: usize = 32;
 
 /// The resume Step Functions is owed while a record is `advancing`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -342,7 +366,8 @@ pub struct Record {
     pub deadline: Option<OffsetDateTime>,
     /// The inputs gathered for the current step.
     pub inputs: Map<String, Value>,
-    /// The inputs applied to the current step, in order.
+    /// The inputs applied, oldest first, across steps and generations (bounded): a redelivery
+    /// is recognised as the input it repeats wherever the record has got to.
     pub applied: Vec<AppliedInput>,
     /// What is owed to Step Functions while advancing.
     pub owed: Option<Resume>,
@@ -437,6 +462,11 @@ pub enum Input {
         step: u32,
         outcome: StepOutcome,
         data: Map<String, Value>,
+        /// The generation the input answers, when the sender says (a callback's `generation`,
+        /// from its task): it then applies to that generation only. Without it, the input is for
+        /// the generation running when it arrives.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        generation: Option<u32>,
     },
     /// The execution of `generation` finished.
     Finished { generation: u32, finish: Finish },
@@ -479,10 +509,16 @@ pub enum IgnoreReason {
     BufferExpired,
     /// The sweeper found nothing owed (never ledgered).
     NothingOwed,
+    /// Refused: the same id arrived earlier with another payload. Ledgered with the refused
+    /// payload, so the conflict leaves a trace an operator can find.
+    IdempotencyKeyReused,
+    /// Refused: merged with what the step already has, the inputs would pass
+    /// [`MAX_STEP_INPUT_BYTES`].
+    InputsTooLarge,
 }
 
 impl IgnoreReason {
-    pub const ALL: [IgnoreReason; 9] = [
+    pub const ALL: [IgnoreReason; 11] = [
         IgnoreReason::Terminal,
         IgnoreReason::StepAlreadyPassed,
         IgnoreReason::StepAlreadyAdvanced,
@@ -492,6 +528,8 @@ impl IgnoreReason {
         IgnoreReason::OutOfOrder,
         IgnoreReason::BufferExpired,
         IgnoreReason::NothingOwed,
+        IgnoreReason::IdempotencyKeyReused,
+        IgnoreReason::InputsTooLarge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -505,6 +543,8 @@ impl IgnoreReason {
             IgnoreReason::OutOfOrder => "out_of_order",
             IgnoreReason::BufferExpired => "buffer_expired",
             IgnoreReason::NothingOwed => "nothing_owed",
+            IgnoreReason::IdempotencyKeyReused => "idempotency_key_reused",
+            IgnoreReason::InputsTooLarge => "inputs_too_large",
         }
     }
 }
@@ -517,6 +557,8 @@ pub enum RejectReason {
     UnknownStep,
     /// The same input id arrived earlier with a different payload.
     IdempotencyKeyReused,
+    /// The step's inputs, with this one merged, would be too large to keep.
+    InputsTooLarge,
 }
 
 impl RejectReason {
@@ -524,6 +566,7 @@ impl RejectReason {
         match self {
             RejectReason::UnknownStep => "unknown_step",
             RejectReason::IdempotencyKeyReused => "idempotency_key_reused",
+            RejectReason::InputsTooLarge => "inputs_too_large",
         }
     }
 }
@@ -563,12 +606,16 @@ pub enum Effect {
         generation: u32,
         step: u32,
     },
-    /// Apply the step's buffered inputs, in arrival order (strongly consistent read).
+    /// Apply the step's buffered inputs for this generation, in arrival order (strongly
+    /// consistent read).
     DrainInbox {
+        generation: u32,
         step: u32,
     },
-    /// Store the input in the step's inbox until the step waits.
+    /// Store the input in the step's inbox until the step waits in `generation`: an input
+    /// buffered for one run of the workflow never applies to a later one.
     Buffer {
+        generation: u32,
         step: u32,
     },
     SendTaskSuccess {
@@ -679,13 +726,18 @@ fn decide_inner(
             )),
             Some(r) => on_step_ready(plan, r, *generation, *step, token, *deadline, now),
         },
-        Input::StepInput { id, hash, step, outcome, data, .. } => {
+        Input::StepInput { id, hash, step, outcome, data, generation, .. } => {
             if *step as usize >= plan.steps.len() {
                 return Decision::new(Outcome::Rejected(RejectReason::UnknownStep));
             }
-            match record {
-                None => Decision::new(Outcome::Buffered).effect(Effect::Buffer { step: *step }),
-                Some(r) => on_step_input(plan, r, id, hash, *step, outcome, data, now),
+            let buffer = |generation: u32| {
+                Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation, step: *step })
+            };
+            match (record, *generation) {
+                (None, target) => buffer(target.unwrap_or(1)),
+                (Some(r), Some(g)) if g < r.generation => Decision::ignored(IgnoreReason::StaleGeneration),
+                (Some(r), Some(g)) if g > r.generation => buffer(g),
+                (Some(r), _) => on_step_input(plan, r, id, hash, *step, outcome, data, now),
             }
         }
         Input::Finished { generation, finish } => match record {
@@ -694,10 +746,21 @@ fn decide_inner(
         },
         Input::Cancel { reason } => match record {
             None => Decision::ignored(IgnoreReason::OutOfOrder),
-            Some(r) if r.state == State::Cancelled => Decision::new(Outcome::Duplicate),
+            // Cancelling again finishes what the first cancel may have left undone: its stop (or
+            // the answer to it) may have failed, so the execution could still be running. Both
+            // calls are idempotent (found by the simulation).
+            Some(r) if r.state == State::Cancelled => {
+                let d = Decision::new(Outcome::Duplicate)
+                    .effect(Effect::StopExecution { generation: r.generation, cause: reason.clone() });
+                match &r.token {
+                    Some(token) => d.effect(fail_token(token, "baton.Cancelled", reason)),
+                    None => d,
+                }
+            }
             Some(r) if r.state.is_terminal() => Decision::ignored(IgnoreReason::Terminal),
             Some(r) => {
-                let to = Record { token: None, deadline: None, owed: None, ..r.next(State::Cancelled, now) };
+                // The token stays in the cancelled record: a repeated cancel fails it again.
+                let to = Record { deadline: None, owed: None, ..r.next(State::Cancelled, now) };
                 let d = Decision::new(Outcome::Applied)
                     .with_write(Cause::Cancel, Some(r), to)
                     .effect(Effect::StopExecution { generation: r.generation, cause: reason.clone() });
@@ -769,7 +832,6 @@ fn on_start(
         token: None,
         deadline: None,
         inputs: Map::new(),
-        applied: Vec::new(),
         owed: None,
         start_events,
         created_at: now,
@@ -825,21 +887,20 @@ fn on_step_ready(
             token: Some(token.clone()),
             deadline: Some(deadline),
             inputs: Map::new(),
-            applied: Vec::new(),
             owed: None,
             ..r.next(State::Waiting { step }, now)
         };
         return Decision::new(Outcome::Applied)
             .with_write(Cause::StepReady, Some(r), to)
             .effect(Effect::CreateTask { generation, step })
-            .effect(Effect::DrainInbox { step });
+            .effect(Effect::DrainInbox { generation, step });
     }
     if r.state == (State::Waiting { step }) && r.token.as_ref() == Some(token) {
         // Redelivery of the step_ready that already won. Task creation and the drain are
         // idempotent, so a crash after the write is repaired by re-running them.
         return Decision::new(Outcome::Duplicate)
             .effect(Effect::CreateTask { generation, step })
-            .effect(Effect::DrainInbox { step });
+            .effect(Effect::DrainInbox { generation, step });
     }
     if r.state.step().is_some_and(|current| step <= current) {
         return Decision::ignored(IgnoreReason::StepAlreadyPassed);
@@ -858,21 +919,29 @@ fn on_step_input(
     data: &Map<String, Value>,
     now: OffsetDateTime,
 ) -> Decision {
-    if let Some(seen) = r.applied.iter().find(|a| &a.id == id) {
+    // An input with this id applied to this step before (in this generation or an earlier one):
+    // the same input again, or, with another payload, a conflict. An id applied to another step
+    // is not a repeat: one event may feed several steps.
+    let current_step = r.state.step();
+    if let Some(seen) = r.applied.iter().rev().find(|a| &a.id == id && a.step.or(current_step) == Some(step))
+    {
         if seen.hash != hash {
-            return Decision::new(Outcome::Rejected(RejectReason::IdempotencyKeyReused));
+            return Decision::new(Outcome::Rejected(RejectReason::IdempotencyKeyReused))
+                .effect(Effect::Ledger { reason: IgnoreReason::IdempotencyKeyReused });
         }
         // The same input again. If it is the one that completed the step and the resume has
         // been owed for a while, it may never have reached Step Functions (a crash after the
         // write): owe it again. A twin still in flight (a concurrent redelivery, or the other
         // side of the inbox handshake) is inside the grace period and sends nothing, so the
-        // resume goes out once.
+        // resume goes out once. A repeat of an input of an earlier generation owes nothing.
         let d = Decision::new(Outcome::Duplicate);
+        let in_this_run = seen.generation.unwrap_or(r.generation) == r.generation;
         return match (r.state, &r.owed, &r.token) {
             (State::Advancing { step: n }, Some(owed), Some(token))
                 if n == step
-                    && r.applied.last().is_some_and(|a| &a.id == id)
-                    && now - r.updated_at >= RESEND_RESUME_AFTER =>
+                    && in_this_run
+                    && r.applied.last() == Some(seen)
+                    && now - r.updated_at >= resend_after() =>
             {
                 d.effect(resume_effect(token, owed))
             }
@@ -880,7 +949,10 @@ fn on_step_input(
         };
     }
     let current = match r.state {
-        State::Pending => return Decision::new(Outcome::Buffered).effect(Effect::Buffer { step }),
+        State::Pending => {
+            return Decision::new(Outcome::Buffered)
+                .effect(Effect::Buffer { generation: r.generation, step });
+        }
         State::Waiting { step } | State::Advancing { step } => step,
         _ => return Decision::ignored(IgnoreReason::Terminal),
     };
@@ -888,7 +960,7 @@ fn on_step_input(
         return Decision::ignored(IgnoreReason::StepAlreadyPassed);
     }
     if step > current {
-        return Decision::new(Outcome::Buffered).effect(Effect::Buffer { step });
+        return Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation: r.generation, step });
     }
     let State::Waiting { .. } = r.state else {
         return Decision::ignored(IgnoreReason::StepAlreadyAdvanced);
@@ -898,10 +970,25 @@ fn on_step_input(
         return Decision::ignored(IgnoreReason::OutOfOrder);
     };
     let mut to = r.next(r.state, now);
-    to.applied.push(AppliedInput { id: id.clone(), hash: hash.to_owned() });
     for (k, v) in data {
         to.inputs.insert(k.clone(), v.clone());
     }
+    // The record is one DynamoDB item (400 KB), holding the step's inputs twice once the resume
+    // is owed: inputs that could not be written would leave the step unable ever to advance
+    // (found by the simulation). So the merge is refused first, with a trace.
+    let size = serde_json::to_string(&to.inputs).map_or(usize::MAX, |t| t.len());
+    if size > MAX_STEP_INPUT_BYTES {
+        return Decision::new(Outcome::Rejected(RejectReason::InputsTooLarge))
+            .effect(Effect::Ledger { reason: IgnoreReason::InputsTooLarge });
+    }
+    to.applied.push(AppliedInput {
+        id: id.clone(),
+        hash: hash.to_owned(),
+        step: Some(step),
+        generation: Some(r.generation),
+    });
+    let excess = to.applied.len().saturating_sub(REMEMBERED_INPUTS);
+    to.applied.drain(..excess);
     match outcome {
         StepOutcome::Failed { error, cause } => {
             let owed = Resume::Failure { error: error.clone(), cause: cause.clone() };
@@ -977,7 +1064,7 @@ fn on_tick(record: Option<&Record>, now: OffsetDateTime) -> Decision {
         (State::Pending, _, _) if idle >= RESTART_PENDING_AFTER => {
             Decision::new(Outcome::Applied).effect(Effect::StartExecution { generation: r.generation })
         }
-        (State::Advancing { .. }, Some(owed), Some(token)) if idle >= RESEND_RESUME_AFTER => {
+        (State::Advancing { .. }, Some(owed), Some(token)) if idle >= resend_after() => {
             Decision::new(Outcome::Applied).effect(resume_effect(token, owed))
         }
         _ => nothing,

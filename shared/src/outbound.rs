@@ -78,6 +78,13 @@ pub struct PublishError {
     source: Box<dyn std::error::Error + Send + Sync>,
 }
 
+impl PublishError {
+    /// A failed publish, for another [`TaskPublisher`] than SQS (the simulation's).
+    pub fn new(retryable: bool, source: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        PublishError { retryable, source }
+    }
+}
+
 impl Classified for PublishError {
     fn error_type(&self) -> &'static str {
         if self.retryable { "outbound_unavailable" } else { "outbound_rejected" }

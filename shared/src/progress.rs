@@ -143,7 +143,7 @@ pub fn parse_report<'c>(
 impl SqsHandler for Progress {
     /// Handles one SQS batch; the response lists only the messages to redeliver.
     async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
-        process_batch(event, &self.dead_letters, |m| self.message(m)).await
+        process_batch(event, &*self.dead_letters, |m| self.message(m)).await
     }
 }
 

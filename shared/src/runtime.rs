@@ -21,7 +21,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use crate::callback::Callbacks;
 use crate::error::Classified;
 use crate::secrets::{RotatingSecrets, SecretsManager};
-use crate::sqs::{DeadLetters, SqsHandler, error_chain};
+use crate::sqs::{DeadLetters, SqsDeadLetters, SqsHandler, error_chain};
 use crate::store::dynamodb::DynamoStore;
 use crate::sweeper::Sweeper;
 use crate::webhook::Secrets;
@@ -39,6 +39,9 @@ pub struct Settings {
     pub state_machine_prefix: String,
     /// `BATON_DLQ_URL`: the dead-letter queue for this function's poison messages.
     pub dlq_url: Option<String>,
+    /// `BATON_MAX_RECEIVE_COUNT`: the source queue's `maxReceiveCount` (default 5, as in
+    /// template.yaml; `baton synth --check` keeps the two equal).
+    pub max_receive_count: u32,
     /// `BATON_OUTBOUND_QUEUE_URL`: where operator tasks are published.
     pub outbound_queue_url: Option<String>,
     /// `BATON_CONFIG`: a workflow config file to use instead of the embedded one.
@@ -103,10 +106,21 @@ impl Settings {
                 }
             },
         };
+        const RECEIVES: &str = "BATON_MAX_RECEIVE_COUNT";
+        let max_receive_count = match lookup(env, RECEIVES) {
+            None => crate::sqs::DEFAULT_MAX_RECEIVE_COUNT,
+            Some(v) => {
+                v.trim().parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| SettingsError::Invalid {
+                    name: RECEIVES,
+                    problem: format!("{v:?} is not a whole number above 0"),
+                })?
+            }
+        };
         Ok(Settings {
             table: required(env, "BATON_TABLE")?,
             state_machine_prefix,
             dlq_url: lookup(env, "BATON_DLQ_URL"),
+            max_receive_count,
             outbound_queue_url: lookup(env, "BATON_OUTBOUND_QUEUE_URL"),
             config_path: lookup(env, "BATON_CONFIG").map(PathBuf::from),
             webhook_secret_arn: lookup(env, "BATON_WEBHOOK_SECRET_ARN"),
@@ -233,7 +247,8 @@ where
     F: FnOnce(Arc<Engine>, DeadLetters) -> H,
 {
     let (settings, sdk, engine) = cold_start().await?;
-    let dead_letters = DeadLetters::new(aws_sdk_sqs::Client::new(&sdk), settings.dlq_url()?);
+    let dead_letters =
+        SqsDeadLetters::new(aws_sdk_sqs::Client::new(&sdk), settings.dlq_url()?, settings.max_receive_count);
     let handler = Arc::new(make(engine, dead_letters));
     lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<SqsEvent>| {
         let handler = handler.clone();

@@ -57,20 +57,47 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// A queue's dead-letter queue, for poison messages.
-#[derive(Clone, Debug)]
-pub struct DeadLetters {
-    client: aws_sdk_sqs::Client,
-    queue_url: String,
+/// Where a queue's poison messages go: a port, so that the simulation can stand in for SQS.
+#[async_trait::async_trait]
+pub trait DeadLetterQueue: Send + Sync {
+    /// Sends the message's original body with `reason` (a stable code) and `detail` attached.
+    async fn send(&self, message: &SqsMessage, reason: &str, detail: &str) -> Result<(), DeadLetterError>;
+
+    /// The source queue's `maxReceiveCount`: after that many receives SQS's redrive policy would
+    /// move a failing message here itself, without a reason.
+    fn max_receive_count(&self) -> u32;
 }
 
-impl DeadLetters {
-    pub fn new(client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
-        DeadLetters { client, queue_url: queue_url.into() }
-    }
+/// The dead-letter reason of a message that kept failing for a reason that can pass, on its last
+/// receive before the redrive policy would take it (RUNBOOK.md).
+pub const RETRIES_EXHAUSTED: &str = "retries_exhausted";
 
-    /// Sends the original body with the reason attached. Returns whether the send may be retried
-    /// on failure.
+/// The `maxReceiveCount` template.yaml gives the work queues, when nothing else says.
+pub const DEFAULT_MAX_RECEIVE_COUNT: u32 = 5;
+
+/// The dead-letter queue a handler sends its poison messages to.
+pub type DeadLetters = std::sync::Arc<dyn DeadLetterQueue>;
+
+/// A dead-letter queue on SQS.
+#[derive(Clone, Debug)]
+pub struct SqsDeadLetters {
+    client: aws_sdk_sqs::Client,
+    queue_url: String,
+    max_receive_count: u32,
+}
+
+impl SqsDeadLetters {
+    pub fn new(
+        client: aws_sdk_sqs::Client,
+        queue_url: impl Into<String>,
+        max_receive_count: u32,
+    ) -> DeadLetters {
+        std::sync::Arc::new(SqsDeadLetters { client, queue_url: queue_url.into(), max_receive_count })
+    }
+}
+
+#[async_trait::async_trait]
+impl DeadLetterQueue for SqsDeadLetters {
     async fn send(&self, message: &SqsMessage, reason: &str, detail: &str) -> Result<(), DeadLetterError> {
         let attr = |v: &str| MessageAttributeValue::builder().data_type("String").string_value(v).build();
         // SQS attribute values are limited; the detail is for people, so cut it politely.
@@ -90,14 +117,19 @@ impl DeadLetters {
             .map(|_| ())
             .map_err(|e| DeadLetterError { retryable: sdk_retryable(&e), source: Box::new(e) })
     }
+
+    fn max_receive_count(&self) -> u32 {
+        self.max_receive_count
+    }
 }
 
+/// A dead-letter send that failed.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot send to the dead-letter queue")]
-struct DeadLetterError {
-    retryable: bool,
+pub struct DeadLetterError {
+    pub retryable: bool,
     #[source]
-    source: Box<dyn std::error::Error + Send + Sync>,
+    pub source: Box<dyn std::error::Error + Send + Sync>,
 }
 
 impl DeadLetterError {
@@ -113,7 +145,11 @@ pub trait SqsHandler: Send + Sync {
 }
 
 /// Runs `handle` on each message of the batch, in order, and reports the failures.
-pub async fn process_batch<F, Fut>(event: SqsEvent, dead_letters: &DeadLetters, handle: F) -> SqsBatchResponse
+pub async fn process_batch<F, Fut>(
+    event: SqsEvent,
+    dead_letters: &dyn DeadLetterQueue,
+    handle: F,
+) -> SqsBatchResponse
 where
     F: Fn(SqsMessage) -> Fut,
     Fut: Future<Output = Verdict>,
@@ -121,7 +157,18 @@ where
     let mut response = SqsBatchResponse::default();
     for message in event.records {
         let id = message.message_id.clone().unwrap_or_default();
-        let verdict = handle(message.clone()).await;
+        let mut verdict = handle(message.clone()).await;
+        // On its last receive, a message failing for a reason that can pass is dead-lettered by
+        // baton, with that reason, rather than moved there anonymously by the redrive policy:
+        // every dead letter says why it is there.
+        let receives = message.attributes.get("ApproximateReceiveCount").and_then(|n| n.parse::<u32>().ok());
+        if let Verdict::Retry { error_type, detail } = &verdict
+            && receives.is_some_and(|n| n >= dead_letters.max_receive_count())
+        {
+            let detail =
+                format!("{error_type} on each of {} receives; the last: {detail}", receives.unwrap_or(0));
+            verdict = Verdict::Poison { reason: RETRIES_EXHAUSTED, detail };
+        }
         match verdict {
             Verdict::Done => {}
             Verdict::Retry { error_type, detail } => {

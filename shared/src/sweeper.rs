@@ -13,12 +13,14 @@
 
 use std::sync::Arc;
 
+use serde_json::Value;
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use crate::engine::{Engine, EngineError, LEDGER_RETENTION};
+use crate::error::Classified;
 use crate::lifecycle::{IgnoreReason, Input, Kind, Outcome, RESEND_RESUME_AFTER, RESTART_PENDING_AFTER};
-use crate::store::{Claim, InboxStatus, LedgerEntry};
+use crate::store::{Claim, InboxEntry, InboxStatus, LedgerEntry};
 
 /// How many items one run handles per kind; the next run takes the rest.
 pub const BATCH: usize = 100;
@@ -48,45 +50,107 @@ impl Sweeper {
         self.engine.now()
     }
 
-    /// One sweep at time `now`.
+    /// One sweep at time `now`. Every due item is tried, whatever happens to the others: one
+    /// that keeps failing must not keep the rest from being repaired (found by the simulation).
+    /// The first error is returned after the sweep, so the run is still reported as failed.
     pub async fn run_once(&self, now: OffsetDateTime) -> Result<SweepReport, EngineError> {
         let mut report = SweepReport::default();
+        let mut first_error = None;
+        let mut failed = |e: EngineError, what: &str| {
+            warn!(error_type = e.error_type(), error = %crate::sqs::error_chain(&e), "{what} failed; the next sweep retries it");
+            report_failure(&mut first_error, e);
+        };
         let due = [(Kind::Pending, RESTART_PENDING_AFTER), (Kind::Advancing, RESEND_RESUME_AFTER)];
         for (kind, after) in due {
-            for record in self.engine.store.due(kind, now - after, BATCH).await? {
+            let records = match self.engine.store.due(kind, now - after, BATCH).await {
+                Ok(records) => records,
+                Err(e) => {
+                    failed(e.into(), "listing due records");
+                    continue;
+                }
+            };
+            for record in records {
                 let Some(workflow) = self.engine.config.workflow(record.workflow.as_str()) else {
                     warn!(workflow = %record.workflow, key = %record.key, "due record of a workflow the config no longer defines");
                     continue;
                 };
-                let submitted = self.engine.submit(workflow, &record.key, &Input::Tick, now).await?;
-                match submitted.outcome() {
-                    Outcome::Applied => report.repaired += 1,
-                    _ => report.nothing_owed += 1,
+                match self.engine.submit(workflow, &record.key, &Input::Tick, now).await {
+                    Ok(submitted) if submitted.outcome() == Outcome::Applied => report.repaired += 1,
+                    Ok(_) => report.nothing_owed += 1,
+                    Err(e) => failed(e, "repairing a due record"),
                 }
             }
         }
-        for entry in self.engine.store.expired_buffers(now, BATCH).await? {
-            if let Claim::Acquired = self.engine.store.settle(&entry, InboxStatus::Expired).await? {
-                let ledger = LedgerEntry {
-                    workflow: entry.workflow.clone(),
-                    key: entry.key.clone(),
-                    input_id: entry.id.to_string(),
-                    reason: IgnoreReason::BufferExpired,
-                    generation: None,
-                    state: None,
-                    detail: entry.input.clone(),
-                    at: now,
-                    expires_at: now + LEDGER_RETENTION,
-                };
-                self.engine.store.put_ledger(&ledger).await?;
-                warn!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, step = entry.step,
-                    "buffered input expired before its step waited; ledgered as buffer_expired");
-                report.expired += 1;
+        let expired = match self.engine.store.expired_buffers(now, BATCH).await {
+            Ok(entries) => entries,
+            Err(e) => {
+                failed(e.into(), "listing expired buffers");
+                Vec::new()
+            }
+        };
+        for entry in expired {
+            match self.expire(&entry, now).await {
+                Ok(true) => report.expired += 1,
+                Ok(false) => {}
+                Err(e) => failed(e, "expiring a buffered input"),
             }
         }
         if report != SweepReport::default() {
             info!(?report, "sweep done");
         }
-        Ok(report)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    /// Settles one expired buffered input and ledgers it; `false` when another sweep (or a
+    /// drain) settled it first.
+    async fn expire(&self, entry: &InboxEntry, now: OffsetDateTime) -> Result<bool, EngineError> {
+        // A redelivery of the same input may have been applied straight to its step, leaving
+        // this copy behind: it is applied, not expired. A copy with another payload is a
+        // conflict the direct application never saw: refused, and ledgered as one (both found
+        // by the simulation).
+        let record = self.engine.store.load(&entry.workflow, &entry.key).await?;
+        let twin = record.as_ref().and_then(|r| {
+            r.applied.iter().find(|a| {
+                a.id == entry.id
+                    && a.step == Some(entry.step)
+                    && (entry.generation.is_none() || a.generation == entry.generation)
+            })
+        });
+        let reason = match twin {
+            Some(a) if entry.input.get("hash").and_then(Value::as_str) == Some(a.hash.as_str()) => {
+                self.engine.store.settle(entry, InboxStatus::Applied).await?;
+                info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "buffered copy of an applied input settled");
+                return Ok(false);
+            }
+            Some(_) => IgnoreReason::IdempotencyKeyReused,
+            None => IgnoreReason::BufferExpired,
+        };
+        if let Claim::Exists(_) = self.engine.store.settle(entry, InboxStatus::Expired).await? {
+            return Ok(false);
+        }
+        let ledger = LedgerEntry {
+            workflow: entry.workflow.clone(),
+            key: entry.key.clone(),
+            input_id: entry.id.to_string(),
+            reason,
+            generation: entry.generation,
+            state: None,
+            detail: entry.input.clone(),
+            at: now,
+            expires_at: now + LEDGER_RETENTION,
+        };
+        self.engine.store.put_ledger(&ledger).await?;
+        warn!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, step = entry.step, reason = reason.as_str(),
+            "buffered input expired unapplied; ledgered");
+        Ok(true)
+    }
+}
+
+fn report_failure(first: &mut Option<EngineError>, e: EngineError) {
+    if first.is_none() {
+        *first = Some(e);
     }
 }

@@ -192,13 +192,23 @@ impl System {
         }
     }
 
-    /// Bodies of the outbound (task) messages, parsed.
-    pub async fn published_tasks(&self) -> Vec<Value> {
-        self.drain_queue("OutboundQueue")
-            .await
-            .into_iter()
-            .filter_map(|m| serde_json::from_str(m.body()?).ok())
-            .collect()
+    /// Bodies of the outbound (task) messages, parsed, once at least `expected` have arrived (a
+    /// step's task goes out just after the step starts waiting). Waits up to [`WAIT`].
+    pub async fn published_tasks(&self, expected: usize) -> Vec<Value> {
+        let start = Instant::now();
+        let mut tasks: Vec<Value> = Vec::new();
+        while tasks.len() < expected {
+            assert!(
+                start.elapsed() < WAIT,
+                "timed out waiting for {expected} published task(s); got {tasks:#?}"
+            );
+            let more = self.drain_queue("OutboundQueue").await;
+            tasks.extend(more.into_iter().filter_map(|m| serde_json::from_str(m.body()?).ok()));
+        }
+        // Anything more (a duplicate) would arrive with those: take what is there now too.
+        let late = self.drain_queue("OutboundQueue").await;
+        tasks.extend(late.into_iter().filter_map(|m| serde_json::from_str(m.body()?).ok()));
+        tasks
     }
 
     /// Sends a signed callback to the local HTTP API as a sender does (a 503 is retried with the

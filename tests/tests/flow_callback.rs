@@ -74,6 +74,7 @@ async fn crash_after_the_advancing_write(
         step: 0,
         outcome: lifecycle::StepOutcome::Succeeded,
         data: json!({"decision": "ok", "reviewer": "dee"}).as_object().unwrap().clone(),
+        generation: None,
     };
     let d = lifecycle::decide(
         &workflow.plan(),

@@ -45,7 +45,7 @@ async fn an_eligible_event_starts_one_execution_waits_on_the_first_step_and_publ
     let record = system.record("order-review", "order-1").await.unwrap();
     assert!(record.token.is_some() && record.deadline.is_some());
 
-    let tasks = system.published_tasks().await;
+    let tasks = system.published_tasks(1).await;
     assert_eq!(tasks.len(), 1, "{tasks:#?}");
     assert_eq!(tasks[0]["type"], "baton.task.created");
     assert_eq!(tasks[0]["id"], "order-review/order-1/g1/manual-review");
@@ -87,7 +87,7 @@ async fn the_same_event_three_times_sequentially_and_concurrently_gives_one_exec
 
     let executions = system.executions("order-review").await;
     assert_eq!(executions.len(), 2, "one per key: {executions:#?}");
-    let tasks = system.published_tasks().await;
+    let tasks = system.published_tasks(2).await;
     let ids: Vec<&str> = tasks.iter().filter_map(|t| t["id"].as_str()).collect();
     assert_eq!(tasks.len(), 2, "{ids:?}");
     assert!(ids.contains(&"order-review/order-seq/g1/manual-review"));

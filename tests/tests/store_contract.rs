@@ -45,6 +45,7 @@ fn step_input(id: &str, step: u32, data: serde_json::Value) -> Input {
         step,
         outcome: StepOutcome::Succeeded,
         data,
+        generation: None,
     }
 }
 
@@ -252,6 +253,7 @@ fn entry(id: &str, step: u32, arrived: i64) -> InboxEntry {
         key: k,
         step,
         id: EventId::parse(id).unwrap(),
+        generation: Some(1),
         arrived_at: t0() + Duration::seconds(arrived),
         input: json!({"id": id}),
         status: InboxStatus::Buffered,

@@ -65,7 +65,15 @@ fn ready(plan: &Plan, r: &Record, step: u32, tok: &str) -> Record {
 
 fn callback(id: &str, step: u32, outcome: StepOutcome, data: serde_json::Value) -> Input {
     let serde_json::Value::Object(data) = data else { panic!("data must be an object") };
-    Input::StepInput { id: eid(id), hash: format!("h-{id}"), source: Source::Callback, step, outcome, data }
+    Input::StepInput {
+        id: eid(id),
+        hash: format!("h-{id}"),
+        source: Source::Callback,
+        step,
+        outcome,
+        data,
+        generation: None,
+    }
 }
 
 #[test]
@@ -115,7 +123,7 @@ fn given_pending_when_step_ready_arrives_then_waiting_with_token_task_and_drain(
     assert_eq!(to.deadline, Some(T0 + Duration::days(2)));
     assert_eq!(
         d.effects,
-        vec![Effect::CreateTask { generation: 1, step: 0 }, Effect::DrainInbox { step: 0 }]
+        vec![Effect::CreateTask { generation: 1, step: 0 }, Effect::DrainInbox { generation: 1, step: 0 }]
     );
 
     // Redelivered: a duplicate that re-runs the idempotent effects, with no write.
@@ -194,20 +202,25 @@ fn given_an_applied_input_when_the_same_id_comes_with_another_payload_then_it_is
     }
     let d = run(&p, Some(&r1), &other);
     assert_eq!(d.outcome, Outcome::Rejected(RejectReason::IdempotencyKeyReused));
-    assert!(d.write.is_none() && d.effects.is_empty());
+    assert!(d.write.is_none());
+    assert_eq!(
+        d.effects,
+        [Effect::Ledger { reason: IgnoreReason::IdempotencyKeyReused }],
+        "the refused input is ledgered: a trace an operator can find"
+    );
 }
 
 #[test]
 fn given_no_record_or_pending_when_a_callback_arrives_then_it_is_buffered() {
     let p = plan(&[&["decision"], &["payment_ref"]]);
     let early = callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "ok"}));
-    assert_eq!(run(&p, None, &early).effects, vec![Effect::Buffer { step: 0 }]);
+    assert_eq!(run(&p, None, &early).effects, vec![Effect::Buffer { generation: 1, step: 0 }]);
     let r = started(&p);
     assert_eq!(run(&p, Some(&r), &early).outcome, Outcome::Buffered);
     // A callback for a later step than the one waiting is buffered too.
     let r = ready(&p, &r, 0, "tok-0");
     let later = callback("cb-2", 1, StepOutcome::Succeeded, json!({"payment_ref": "p"}));
-    assert_eq!(run(&p, Some(&r), &later).effects, vec![Effect::Buffer { step: 1 }]);
+    assert_eq!(run(&p, Some(&r), &later).effects, vec![Effect::Buffer { generation: 1, step: 1 }]);
 }
 
 #[test]
@@ -462,7 +475,7 @@ struct World {
     progress: VecDeque<Input>,
     delivered_progress: Vec<Input>,
     delivered_callbacks: Vec<Input>,
-    inbox: Vec<(u32, Input)>,
+    inbox: Vec<(u32, u32, Input)>,
     /// (generation, step) → how many times it advanced.
     advanced: HashMap<(u32, u32), u32>,
     /// Inputs buffered, by id, and whether a drain has classified them since.
@@ -580,17 +593,18 @@ impl World {
                     e.done = true;
                 }
             }
-            Effect::Buffer { step } => {
+            Effect::Buffer { generation, step } => {
                 if let Some(id) = input.id() {
                     self.buffered.insert(id.to_string());
                 }
-                self.inbox.push((step, input.clone()));
+                self.inbox.push((generation, step, input.clone()));
             }
-            Effect::DrainInbox { step } => {
-                let (due, rest): (Vec<_>, Vec<_>) =
-                    std::mem::take(&mut self.inbox).into_iter().partition(|(s, _)| *s == step);
+            Effect::DrainInbox { generation, step } => {
+                let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.inbox)
+                    .into_iter()
+                    .partition(|(g, s, _)| *s == step && *g == generation);
                 self.inbox = rest;
-                for (_, entry) in due {
+                for (_, _, entry) in due {
                     let d = self.decide_and_apply(&entry);
                     assert_ne!(
                         d.outcome,
@@ -685,6 +699,7 @@ impl World {
                     step: u32::from(*step),
                     outcome,
                     data,
+                    generation: None,
                 };
                 self.delivered_callbacks.push(input.clone());
                 self.decide_and_apply(&input);
@@ -761,7 +776,7 @@ proptest! {
         }
         // Nothing is lost: every buffered input is still in the inbox (to be applied or to
         // expire) or was classified by a drain.
-        let in_inbox: HashSet<String> = world.inbox.iter().filter_map(|(_, i)| i.id().map(|id| id.to_string())).collect();
+        let in_inbox: HashSet<String> = world.inbox.iter().filter_map(|(_, _, i)| i.id().map(|id| id.to_string())).collect();
         for id in &world.buffered {
             prop_assert!(in_inbox.contains(id), "buffered input {id} vanished");
         }

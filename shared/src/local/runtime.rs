@@ -30,7 +30,7 @@ use crate::outbound::SqsTaskPublisher;
 use crate::progress::Progress;
 use crate::runtime::{Settings, SettingsError};
 use crate::sqs::error_chain;
-use crate::sqs::{DeadLetters, SqsHandler};
+use crate::sqs::{DeadLetters, SqsDeadLetters, SqsHandler};
 use crate::store::dynamodb::DynamoStore;
 use crate::sweeper::Sweeper;
 
@@ -179,7 +179,7 @@ impl LocalBaton {
                     function: function.logical_id.clone(),
                     source,
                 })?;
-                Ok(DeadLetters::new(own.sqs.clone(), url))
+                Ok(SqsDeadLetters::new(own.sqs.clone(), url, settings.max_receive_count))
             };
             let function_id = function.logical_id.clone();
             let handler: Option<Arc<dyn SqsHandler>> = match function.binary.as_str() {

@@ -268,6 +268,46 @@ fn rejected<E: std::error::Error + Send + Sync + 'static>(op: &'static str) -> i
     move |e| StoreError::Rejected { op, source: Box::new(e) }
 }
 
+// ---- item size --------------------------------------------------------------------------------
+
+/// DynamoDB's limit on one item (400 KB).
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// An item's size by DynamoDB's published rules (Developer Guide, "Item sizes and formats"):
+/// each attribute's name in UTF-8 bytes plus its value: a string's UTF-8 bytes, a number's
+/// `ceil(significant digits / 2) + 1`, a binary's bytes, 1 for a boolean or null, and for a
+/// list or map 3 bytes plus 1 per element plus the elements. It is what write and read units
+/// are billed on, and what the 400 KB limit applies to.
+pub fn item_size(item: &Item) -> usize {
+    item.iter().map(|(name, value)| name.len() + value_size(value)).sum()
+}
+
+fn value_size(value: &AttributeValue) -> usize {
+    match value {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::N(n) => number_size(n),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::Ss(v) => v.iter().map(String::len).sum(),
+        AttributeValue::Ns(v) => v.iter().map(|n| number_size(n)).sum(),
+        AttributeValue::Bs(v) => v.iter().map(|b| b.as_ref().len()).sum(),
+        AttributeValue::L(items) => 3 + items.iter().map(|v| 1 + value_size(v)).sum::<usize>(),
+        AttributeValue::M(map) => 3 + map.iter().map(|(k, v)| 1 + k.len() + value_size(v)).sum::<usize>(),
+        _ => 0,
+    }
+}
+
+fn number_size(n: &str) -> usize {
+    let digits: String = n.chars().filter(char::is_ascii_digit).collect();
+    let significant = digits.trim_start_matches('0').trim_end_matches('0').len().max(1);
+    significant.div_ceil(2) + 1
+}
+
+/// The size of a record's item, as the table stores it.
+pub fn record_size(record: &Record) -> usize {
+    item_size(&record_item(record))
+}
+
 // ---- keys and attribute helpers -------------------------------------------------------------
 
 fn pk(workflow: &WorkflowName, key: &CorrelationKey) -> String {
@@ -541,8 +581,14 @@ fn inbox_item(e: &InboxEntry) -> Item {
         ("arrived_at".into(), s(&ts(e.arrived_at))),
         ("input".into(), json(&e.input)),
         ("status".into(), s(e.status.as_str())),
-        (TTL_ATTRIBUTE.into(), epoch(e.expires_at)),
+        // The buffer's own expiry, for the sweeper; DynamoDB deletes the item only after the
+        // retention on top, so an entry is never gone before it was settled and ledgered.
+        ("buffer_until".into(), s(&ts(e.expires_at))),
+        (TTL_ATTRIBUTE.into(), epoch(e.expires_at + super::INBOX_RETENTION)),
     ]);
+    if let Some(g) = e.generation {
+        item.insert("generation".into(), n(g));
+    }
     if e.status == InboxStatus::Buffered {
         item.insert("due_kind".into(), s("inbox#buffered"));
         item.insert("due_at".into(), s(&ts(e.expires_at)));
@@ -563,10 +609,15 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
         key: r.id("key")?,
         step: r.n("step")?,
         id: r.id("input_id")?,
+        generation: r.opt_n("generation")?,
         arrived_at: r.time("arrived_at")?,
         input: r.json("input")?,
         status,
-        expires_at: r.epoch(TTL_ATTRIBUTE)?,
+        expires_at: match r.opt_time("buffer_until")? {
+            Some(at) => at,
+            // Written before `buffer_until` existed: the TTL was the buffer's expiry.
+            None => r.epoch(TTL_ATTRIBUTE)?,
+        },
     })
 }
 
@@ -855,6 +906,24 @@ mod tests {
         assert!(ts(a) < ts(b) && ts(b) < ts(c));
         assert_eq!(ts(a), "1970-01-01T00:00:09.000000Z");
         assert_eq!(OffsetDateTime::parse(&ts(b), &Rfc3339).unwrap(), b);
+    }
+
+    #[test]
+    fn item_sizes_follow_dynamodbs_published_rules() {
+        // Names count, strings count their UTF-8 bytes ("é" is two).
+        let item = Item::from([("pk".into(), s("abc")), ("é".into(), s("é"))]);
+        assert_eq!(item_size(&item), (2 + 3) + (2 + 2));
+        // Numbers: 1 byte per two significant digits, plus 1; zeroes at either end do not count.
+        assert_eq!(number_size("12345"), 4);
+        assert_eq!(number_size("1000"), 2);
+        assert_eq!(number_size("0.0012"), 2);
+        assert_eq!(number_size("0"), 2);
+        // Booleans and null are one byte; lists and maps add 3 bytes and 1 per element.
+        let nested = Item::from([
+            ("b".into(), AttributeValue::Bool(true)),
+            ("l".into(), AttributeValue::L(vec![s("xy"), AttributeValue::Null(true)])),
+        ]);
+        assert_eq!(item_size(&nested), (1 + 1) + (1 + 3 + (1 + 2) + (1 + 1)));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! condition expression, so the two cannot drift apart silently; the shared contract suite
 //! (`tests/tests/store_contract.rs`) proves the rest.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -23,7 +23,9 @@ type RecordKey = (WorkflowName, CorrelationKey);
 
 #[derive(Default)]
 struct Inner {
-    records: HashMap<RecordKey, Record>,
+    // Ordered maps throughout: the same operations give the same results in the same order, so
+    // a seeded simulation replays exactly.
+    records: BTreeMap<RecordKey, Record>,
     tasks: BTreeMap<(RecordKey, u32, u32), Task>,
     receipts: BTreeMap<(RecordKey, String), Receipt>,
     inbox: BTreeMap<(RecordKey, u32, String), InboxEntry>,
@@ -39,6 +41,26 @@ pub struct MemoryStore {
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Every record, in key order: for a simulation's checks, which look at the store from the
+    /// outside.
+    pub fn records(&self) -> Vec<Record> {
+        self.lock().records.values().cloned().collect()
+    }
+
+    /// Deletes receipts, inbox entries and ledger entries whose TTL has passed at `now` (an inbox
+    /// entry's is its buffer's expiry plus [`super::INBOX_RETENTION`], as the DynamoDB store
+    /// writes it), each only when `pick` says so: DynamoDB's TTL deletes expired items at some
+    /// unspecified time after they expire, and a simulation chooses when. Returns how many it
+    /// deleted.
+    pub fn reap_expired(&self, now: OffsetDateTime, pick: &mut dyn FnMut() -> bool) -> usize {
+        let mut inner = self.lock();
+        let before = inner.receipts.len() + inner.inbox.len() + inner.ledger.len();
+        inner.receipts.retain(|_, r| r.expires_at >= now || !pick());
+        inner.inbox.retain(|_, e| e.expires_at + super::INBOX_RETENTION >= now || !pick());
+        inner.ledger.retain(|_, l| l.expires_at >= now || !pick());
+        before - (inner.receipts.len() + inner.inbox.len() + inner.ledger.len())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

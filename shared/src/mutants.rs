@@ -1,0 +1,55 @@
+//! Deliberate bugs, for proving that the deterministic simulation catches them (`baton-sim`).
+//!
+//! Each [`Mutation`] disables one of the rules baton's safety rests on. Only a build with the
+//! `mutants` feature can switch one on, and only for the current thread (the simulation runs one
+//! schedule per thread); in every other build [`active`] is a constant `false` the compiler
+//! removes. The simulation's mutation test switches each one on in turn and requires that the
+//! smoke run of schedules reports a violation.
+
+/// One deliberate bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// The buffering side of the inbox handshake skips its consistent read of the record (and
+    /// so never drains): the lost wake-up.
+    SkipHandshakeRead,
+    /// A record write's condition checks the state but not the version: lost updates.
+    NoVersionCondition,
+    /// An owed resume is re-sent at once, without the grace period: a second resume while the
+    /// first is in flight.
+    NoResendGrace,
+    /// The callback receipt is completed (answered `applied`) before the effect is applied.
+    ReceiptBeforeEffect,
+}
+
+impl Mutation {
+    pub const ALL: [Mutation; 4] = [
+        Mutation::SkipHandshakeRead,
+        Mutation::NoVersionCondition,
+        Mutation::NoResendGrace,
+        Mutation::ReceiptBeforeEffect,
+    ];
+}
+
+#[cfg(feature = "mutants")]
+thread_local! {
+    static ACTIVE: std::cell::Cell<Option<Mutation>> = const { std::cell::Cell::new(None) };
+}
+
+/// Is `m` switched on for this thread?
+#[cfg(feature = "mutants")]
+pub fn active(m: Mutation) -> bool {
+    ACTIVE.with(|a| a.get() == Some(m))
+}
+
+/// Is `m` switched on? Never, without the `mutants` feature.
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+pub fn active(_: Mutation) -> bool {
+    false
+}
+
+/// Switches `m` on (or every mutation off, with `None`) for this thread.
+#[cfg(feature = "mutants")]
+pub fn set(m: Option<Mutation>) {
+    ACTIVE.with(|a| a.set(m));
+}

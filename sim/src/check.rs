@@ -1,0 +1,440 @@
+//! The invariants, checked after every schedule from the outside: from the simulated services'
+//! own logs (Step Functions' starts and resumes, the outbound queue, the store's landed writes,
+//! the dead-letter queues) and from what senders and operators were told, not from baton's
+//! account of itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use baton::ids::CorrelationKey;
+use baton::lifecycle::{Cause, Input, RESEND_RESUME_AFTER, State};
+use baton::orchestrator::ExecutionStatus;
+use baton::store::{InboxStatus, WorkflowStore};
+use serde_json::Value;
+
+use crate::sqs::QueueId;
+use crate::workload::{Plan, block_on, event_id};
+use crate::world::lock;
+use crate::{Outcome, Stack};
+
+/// Failures of token calls baton makes to end an execution rather than to answer its step.
+const ENDING_ERRORS: &[&str] =
+    &["baton.Cancelled", "baton.Terminal", "baton.StaleGeneration", "baton.NoRecord", "baton.UnknownStep"];
+
+struct Checker<'a> {
+    outcome: &'a mut Outcome,
+}
+
+impl Checker<'_> {
+    fn check(&mut self, ok: bool, violation: impl FnOnce() -> String) {
+        self.outcome.checks += 1;
+        if !ok {
+            self.outcome.violations.push(violation());
+        }
+    }
+}
+
+pub fn all(
+    stack: &Stack,
+    plan: &Plan,
+    (calm_from, waiting_at_calm): (time::OffsetDateTime, &[baton::lifecycle::Record]),
+    outcome: &mut Outcome,
+) {
+    outcome.violations.extend(lock(&stack.violations).iter().cloned());
+    let mut c = Checker { outcome };
+    let cursed = plan.cursed.as_deref();
+    let writes = lock(&stack.store.writes).clone();
+    let model = lock(&stack.sfn);
+    let published = lock(&stack.publisher.log).clone();
+    let evidence = lock(&stack.evidence);
+    let sqs = lock(&stack.sqs);
+    let records = stack.memory.records();
+
+    // The inbox handshake: an entry put while its step already waited is followed by its
+    // invocation reading the record (and draining if the step still waits), or, if that
+    // invocation failed or died, by a read of that inbox (the sender's retry, a redelivery).
+    // Otherwise the progress side may have drained before the entry landed: the lost wake-up.
+    for late in lock(&stack.store.late_puts).iter() {
+        if cursed == Some(late.key.as_str()) {
+            continue;
+        }
+        // Not stranded: a redelivery of the input was applied straight to its step, or another
+        // input completed the step (the late one was then not needed; it expires, ledgered).
+        let applied = records.iter().any(|r| {
+            r.workflow.as_str() == late.workflow
+                && r.key.as_str() == late.key
+                && r.applied.iter().any(|a| a.id.as_str() == late.id && a.step == Some(late.step))
+        });
+        let completed = writes.iter().any(|w| {
+            w.to.workflow.as_str() == late.workflow
+                && w.to.key.as_str() == late.key
+                && Some(w.to.generation) == late.generation
+                && w.from == Some(State::Waiting { step: late.step })
+                && w.to.state == State::Advancing { step: late.step }
+        });
+        c.check(applied || completed, || {
+            format!(
+                "{} buffered an input for {} step {} while the step waited, and nothing read the record or that inbox after",
+                late.actor, late.key, late.step
+            )
+        });
+    }
+
+    // A terminal record never changes: the only write from a terminal state opens the next
+    // generation.
+    for w in &writes {
+        if let (Some(from), Some(g)) = (w.from, w.from_generation) {
+            c.check(!from.is_terminal() || w.to.generation == g + 1, || {
+                format!(
+                    "terminal record {}/{} (generation {g}, {from}) changed to {} in the same generation",
+                    w.to.workflow, w.to.key, w.to.state
+                )
+            });
+        }
+    }
+
+    // At most one execution per (workflow, key, generation), and no generation without a start
+    // event of its own.
+    for wf in &stack.config.workflows {
+        for key in &plan.keys {
+            let prefix = format!("{PREFIX_EXEC}{}:{}-{key}-g", wf.name, wf.name);
+            let generations: BTreeSet<u32> = model
+                .starts
+                .iter()
+                .filter_map(|(arn, _)| arn.strip_prefix(&prefix).and_then(|g| g.parse().ok()))
+                .collect();
+            let starts = model.starts.iter().filter(|(arn, _)| arn.starts_with(&prefix)).count();
+            c.check(starts == generations.len(), || {
+                format!("{}/{key}: {starts} starts for {} generations", wf.name, generations.len())
+            });
+            let distinct_start_events = plan
+                .events
+                .iter()
+                .filter(|e| {
+                    e.body.contains("\"order.placed\"") && e.body.contains(&format!("\"subject\":\"{key}\""))
+                })
+                .filter_map(|e| event_id(&e.body))
+                .collect::<BTreeSet<_>>()
+                .len();
+            let max = generations.iter().max().copied().unwrap_or(0) as usize;
+            c.check(max <= distinct_start_events, || {
+                format!("{}/{key}: generation {max} started, but only {distinct_start_events} distinct start event(s) were sent", wf.name)
+            });
+        }
+    }
+
+    // One task per (workflow, key, generation, step), published at least once, always the same.
+    let mut tasks: BTreeMap<String, Vec<&crate::store::Published>> = BTreeMap::new();
+    for p in &published {
+        tasks.entry(p.task.id.clone()).or_default().push(p);
+    }
+    for (id, copies) in &tasks {
+        let first = &copies[0].task;
+        c.check(
+            copies.iter().all(|p| {
+                p.task.title == first.title && p.task.queue == first.queue && p.task.step == first.step
+            }),
+            || format!("task {id} was published with different contents"),
+        );
+    }
+    // Once the faults stop, every step that still waits gets its task within one visibility
+    // timeout (when whatever left it owed has come round again): nothing a crash or a removed
+    // dead letter left owed is lost. A step answered or ended before then needs no task: its
+    // work is over.
+    for r in waiting_at_calm {
+        let State::Waiting { step } = r.state else { continue };
+        if cursed == Some(r.key.as_str()) {
+            continue;
+        }
+        let left_at = writes
+            .iter()
+            .filter(|w| {
+                w.to.workflow == r.workflow
+                    && w.to.key == r.key
+                    && w.from == Some(r.state)
+                    && w.from_generation == Some(r.generation)
+            })
+            .find(|w| w.to.state != r.state)
+            .map(|w| w.at);
+        if left_at.is_some_and(|t| t <= calm_from + crate::sqs::VISIBILITY + time::Duration::seconds(60)) {
+            continue;
+        }
+        let Some(wf) = stack.config.workflow(r.workflow.as_str()) else { continue };
+        let Some(spec) = wf.steps.get(step as usize) else { continue };
+        if spec.task.is_none() {
+            continue;
+        }
+        let id = baton::store::Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str());
+        c.check(tasks.contains_key(&id), || {
+            format!("{id}: the step was waiting when the faults stopped, and its task was never published")
+        });
+    }
+
+    // Each owed resume: one payload per token, re-sent only after the grace period, accepted at
+    // most once.
+    let mut by_token: BTreeMap<&str, Vec<&crate::sfn::ResumeCall>> = BTreeMap::new();
+    for r in &model.resumes {
+        if r.sdk_retry || ENDING_ERRORS.iter().any(|e| r.payload == format!("failure {e}")) {
+            continue;
+        }
+        by_token.entry(r.token.as_str()).or_default().push(r);
+    }
+    // When each resume became owed: the `updated_at` of the item that moved its record to
+    // `advancing` (the write lands a call's latency later, bounded by the SDK's timeouts).
+    let mut owed_since: BTreeMap<&str, time::OffsetDateTime> = BTreeMap::new();
+    for w in &writes {
+        if let (State::Advancing { .. }, Some(token)) = (w.to.state, &w.to.token) {
+            owed_since.entry(token.expose()).or_insert(w.to.updated_at);
+        }
+    }
+    for (token, calls) in &by_token {
+        let first = &calls[0].payload;
+        c.check(calls.iter().all(|r| &r.payload == first), || {
+            format!(
+                "token {token} was resumed with different payloads: {:?}",
+                calls.iter().map(|r| &r.payload).collect::<Vec<_>>()
+            )
+        });
+        // The first send may come whenever its sender gets to it; any further send only once
+        // the resume has been owed for the grace period (the first sender may still be at work).
+        if let Some(since) = owed_since.get(token) {
+            for again in calls.iter().skip(1) {
+                c.check(again.at - *since >= RESEND_RESUME_AFTER, || {
+                    format!("token {token}: a resume re-sent {} after it became owed, inside the {RESEND_RESUME_AFTER} grace period", again.at - *since)
+                });
+            }
+        }
+        c.check(calls.iter().filter(|r| r.accepted).count() <= 1, || {
+            format!("token {token} accepted more than one resume")
+        });
+    }
+
+    // What a sender was told is true, and the same every time once done.
+    let mut finals: BTreeMap<(&str, &str), Vec<&Value>> = BTreeMap::new();
+    for a in &evidence.attempts {
+        let Some((status, body)) = &a.answer else { continue };
+        let what = body["status"].as_str().unwrap_or("");
+        let f = &a.facts;
+        match (*status, what) {
+            (200, "applied") => c.check(f.in_record, || {
+                format!("{} was answered applied, but the record does not have it", a.id)
+            }),
+            (202, "buffered") => {
+                c.check(f.inbox, || format!("{} was answered buffered, but no inbox entry holds it", a.id))
+            }
+            (200, "ignored") => c.check(f.ledger, || {
+                format!("{} was answered ignored, but the ledger does not have it", a.id)
+            }),
+            (409, _) => c.check(f.other_receipt, || {
+                format!("{} was answered 409 without an earlier receipt of another payload", a.id)
+            }),
+            // (What the store holds under this id may be another payload's: a refused conflict.)
+            (503, _) if body["maybe_applied"] == false => c
+                .check((!f.in_record && !f.inbox) || f.other_receipt, || {
+                    format!("{} was answered 503 \"nothing was applied\", but the store has it", a.id)
+                }),
+            _ => {}
+        }
+        // A final answer about the input: not a refusal of the request itself (signature, size,
+        // shape), which says nothing about what was applied.
+        if *status < 500 && ![400, 401, 404, 413].contains(status) {
+            finals.entry((a.id.as_str(), a.hash.as_str())).or_default().push(body);
+        }
+    }
+    for ((id, _), bodies) in &finals {
+        let strip = |b: &Value| {
+            let mut b = b.clone();
+            if let Some(o) = b.as_object_mut() {
+                o.remove("duplicate");
+            }
+            b
+        };
+        let first = strip(bodies[0]);
+        c.check(bodies.iter().all(|b| strip(b) == first), || {
+            format!("{id} got different answers: {bodies:?}")
+        });
+    }
+
+    // Nothing is lost: every input ends with a classification an operator can see.
+    let traces: BTreeMap<(String, String), baton::store::Trace> = stack
+        .config
+        .workflows
+        .iter()
+        .flat_map(|wf| plan.keys.iter().map(move |k| (wf.name.clone(), k.clone())))
+        .map(|(w, k)| {
+            let key = CorrelationKey::parse(k.as_str()).expect("a key");
+            let trace = block_on(stack.memory.trace(&w, &key)).unwrap_or_default();
+            ((w.to_string(), k), trace)
+        })
+        .collect();
+    let dead: Vec<&crate::sqs::Message> =
+        sqs.messages(QueueId::IntakeDlq).iter().chain(sqs.messages(QueueId::ProgressDlq)).collect();
+    let classified = |workflow: &str, key: &str, id: &str| -> bool {
+        let Some(t) = traces.get(&(workflow.to_owned(), key.to_owned())) else { return false };
+        t.record.as_ref().is_some_and(|r| {
+            r.history.iter().any(|a| a.cause_id.as_deref() == Some(id))
+                || r.applied.iter().any(|a| a.id.as_str() == id)
+                || r.start_events.iter().any(|e| e.as_str() == id)
+        }) || t.inbox.iter().any(|e| e.id.as_str() == id && e.status != InboxStatus::Buffered)
+            || t.ledger.iter().any(|l| l.input_id == id)
+            || writes.iter().any(|w| {
+                w.to.workflow.as_str() == workflow
+                    && w.to.key.as_str() == key
+                    && w.to.history.last().is_some_and(|a| a.cause_id.as_deref() == Some(id))
+            })
+    };
+    for a in &evidence.attempts {
+        if cursed == Some(a.key.as_str()) || a.answer.is_none() {
+            continue;
+        }
+        let rejected_traced = a.answer.as_ref().is_some_and(|(s, _)| *s == 409) && a.facts.ledger;
+        c.check(
+            classified(&a.workflow, &a.key, &a.id)
+                || rejected_traced
+                || a.answer.as_ref().is_some_and(|(s, _)| *s >= 400 && *s != 409),
+            || {
+                format!(
+                    "callback {} to {}/{} ({}) ends with no classification an operator can see",
+                    a.id, a.workflow, a.key, a.step
+                )
+            },
+        );
+    }
+    for e in &plan.events {
+        let Ok(parsed) = baton::intake::plan_event(&stack.config, &e.body) else { continue };
+        for (wf, key, input) in &parsed.inputs {
+            if cursed == Some(key.as_str()) {
+                continue;
+            }
+            let id = input.id().map(ToString::to_string).unwrap_or_default();
+            let in_dlq = dead
+                .iter()
+                .any(|m| m.body == e.body && m.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE));
+            c.check(classified(wf.name.as_str(), key.as_str(), &id) || in_dlq, || {
+                let step = match input {
+                    Input::StepInput { step, .. } => format!("step {step}"),
+                    _ => "start".into(),
+                };
+                format!(
+                    "event {id} for {}/{key} ({step}) ends with no classification an operator can see",
+                    wf.name
+                )
+            });
+        }
+    }
+
+    // An input buffered for one generation is never applied to another.
+    for t in traces.values() {
+        let Some(record) = &t.record else { continue };
+        for entry in &t.inbox {
+            let applied_in: BTreeSet<u32> = writes
+                .iter()
+                .filter(|w| w.to.key == record.key && w.to.workflow == record.workflow)
+                .filter(|w| matches!(w.to.history.last(), Some(a) if a.cause_id.as_deref() == Some(entry.id.as_str()) && matches!(a.cause, Cause::Merge | Cause::Complete | Cause::FailStep)))
+                .filter(|w| w.to.state.step() == Some(entry.step))
+                .map(|w| w.to.generation)
+                .collect();
+            c.check(applied_in.len() <= 1, || {
+                format!(
+                    "{}/{} input {} (step {}) was applied in generations {applied_in:?}",
+                    record.workflow, record.key, entry.id, entry.step
+                )
+            });
+        }
+    }
+
+    // A cancel an operator saw succeed had ended its execution by then.
+    for cancel in &evidence.cancels {
+        c.check(cancel.execution_ended, || {
+            format!(
+                "{}/{} generation {} was cancelled, but its execution was still running",
+                cancel.workflow, cancel.key, cancel.generation
+            )
+        });
+    }
+
+    // A rejected input leaves a trace an operator can find: an event reusing an id with another
+    // payload is dead-lettered with its reason, or ledgered.
+    let mut bodies: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for e in &plan.events {
+        if let Some(id) = event_id(&e.body) {
+            bodies.entry(id.to_string()).or_default().push(&e.body);
+        }
+    }
+    for (id, list) in &bodies {
+        let distinct: BTreeSet<&&str> = list.iter().collect();
+        if distinct.len() < 2 {
+            continue;
+        }
+        // Refused (`idempotency_key_reused`), or ignored for another reason (the record had ended):
+        // either way in the ledger, or dead-lettered with a reason.
+        let traced = dead.iter().any(|m| {
+            list.contains(&m.body.as_str()) && m.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE)
+        }) || traces.values().any(|t| t.ledger.iter().any(|l| l.input_id == *id));
+        let applied_everywhere =
+            plan.cursed.as_ref().is_some_and(|k| list[0].contains(&format!("\"subject\":\"{k}\"")));
+        c.check(traced || applied_everywhere || !evidence_reached(&writes, id), || {
+            let ledger: Vec<String> = traces.values().flat_map(|t| t.ledger.iter().map(|l| format!("{}:{}", l.input_id, l.reason.as_str()))).collect();
+            let inbox: Vec<String> = traces.values().flat_map(|t| t.inbox.iter().map(|e| format!("{}:{}", e.id, e.status.as_str()))).collect();
+            format!("event {id} was sent with {} different payloads, and the refused one left no trace (ledger {ledger:?}, inbox {inbox:?})", distinct.len())
+        });
+    }
+
+    // Liveness: after the last fault and every deadline, everything has ended.
+    for r in &records {
+        if cursed == Some(r.key.as_str()) {
+            continue;
+        }
+        c.check(r.state.is_terminal(), || {
+            format!(
+                "record {}/{} is still {} (generation {}) after every deadline",
+                r.workflow, r.key, r.state, r.generation
+            )
+        });
+    }
+    for e in model.executions.values() {
+        if cursed.is_some_and(|k| e.arn.contains(&format!("-{k}-g"))) {
+            continue;
+        }
+        c.check(e.status != ExecutionStatus::Running, || {
+            format!("execution {} is still running after every deadline", e.arn)
+        });
+    }
+    for queue in [QueueId::Intake, QueueId::Progress] {
+        let left = sqs.messages(queue).len();
+        c.check(left == 0, || format!("{left} message(s) still in the {queue:?} queue"));
+    }
+    for m in &dead {
+        // The cursed key fails every call for good; if the dead-letter send also failed on its
+        // last receive, SQS's redrive moved it without a reason. So it does when the function
+        // died on the last receive: baton never got to say why (RUNBOOK.md says so).
+        if cursed.is_some_and(|k| m.body.contains(&format!("\"{k}\"")))
+            || m.attributes.contains_key(crate::sqs::DIED_ATTRIBUTE)
+        {
+            continue;
+        }
+        // baton's own dead-letter send landed but its answer was lost: the function failed the
+        // receive and SQS moved the message too. The reasoned copy names this one as its source.
+        let reasoned_twin = dead.iter().any(|d| {
+            d.attributes.get(baton::sqs::SOURCE_ATTRIBUTE) == Some(&m.id)
+                && d.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE)
+        });
+        if reasoned_twin {
+            continue;
+        }
+        c.check(m.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE), || {
+            format!(
+                "dead-lettered message {} has no reason: {}",
+                m.id,
+                m.body.chars().take(120).collect::<String>()
+            )
+        });
+    }
+}
+
+/// Did any input with this id reach a record?
+fn evidence_reached(writes: &[crate::store::Landed], id: &str) -> bool {
+    writes.iter().any(|w| w.to.history.last().is_some_and(|a| a.cause_id.as_deref() == Some(id)))
+}
+
+/// Execution ARNs of the simulated stack: this, then `<machine>:<name>`.
+const PREFIX_EXEC: &str = "arn:aws:states:us-east-1:123456789012:execution:sim-";

@@ -1,0 +1,441 @@
+//! baton's deterministic simulation: the real use cases (intake, progress, callback, sweeper,
+//! replay, cancel), unmodified, over simulated AWS, under every kind of failure, in schedules a
+//! seed chooses and replays exactly.
+//!
+//! The approach is FoundationDB's and TigerBeetle's VOPR's, at baton's size: one thread, a
+//! virtual clock, a seeded generator, and an executor that interleaves the in-flight handler
+//! invocations at every port call (`world.rs`). The ports are the ones production uses
+//! (`WorkflowStore`, `Orchestrator`, `TaskPublisher`, `DeadLetterQueue`, the clock, write ids);
+//! behind them sit the in-memory store, a model of Step Functions that runs the generated state
+//! machines (`sfn.rs`), and a model of SQS with Lambda's event source mapping (`sqs.rs`).
+//!
+//! A schedule: a random workload (start events, duplicates, step events, callbacks from senders
+//! that retry, early and late, conflicting payloads, restarts, cancels, replays, sweeper ticks),
+//! run under random faults (errors before and after effects, lost answers that the SDK retries,
+//! crashes between effects, latency, clock jumps, DynamoDB TTL deletions); then the faults stop,
+//! time runs past every deadline, and the checks (`check.rs`) read the simulated services' own
+//! logs.
+
+pub mod check;
+pub mod rng;
+pub mod sfn;
+pub mod sqs;
+pub mod store;
+pub mod workload;
+pub mod world;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use baton::callback::Callbacks;
+use baton::config::Config;
+use baton::engine::Engine;
+use baton::intake::Intake;
+use baton::lifecycle::{Kind, State};
+use baton::metrics::Metrics;
+use baton::mutants::Mutation;
+use baton::progress::Progress;
+use baton::secrets::RotatingSecrets;
+use baton::sqs::SqsHandler;
+use baton::store::memory::MemoryStore;
+use baton::sweeper::Sweeper;
+use baton::webhook::Secrets;
+use time::{Duration, OffsetDateTime};
+
+use crate::sfn::{Model, SimStepFunctions};
+use crate::sqs::{QueueId, SimDeadLetters, Sqs};
+use crate::store::{SimPublisher, SimStore};
+use crate::workload::Evidence;
+use crate::world::{ActorKind, Executor, Rates, World, lock};
+
+/// The workflows every schedule runs: two workflows started by the same event, a step with a
+/// task and a heartbeat, a step fed by events and callbacks, an event type two steps accept,
+/// restarts allowed in one and refused in the other.
+pub const CONFIG: &str = r#"
+workflows:
+  review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    on_restart: after_terminal
+    steps:
+      - name: manual-review
+        task: { title: "Review {key}", queue: risk }
+        requires: [decision]
+        accepts_events: { type: ["review.done", "order.note"] }
+        timeout: 30m
+        heartbeat: 10m
+      - name: payment
+        task: { title: "Collect {key}", queue: billing }
+        requires: [payment_ref]
+        accepts_events: { type: ["payment.settled", "order.note"] }
+        timeout: 1h
+  audit:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    on_restart: never
+    steps:
+      - name: check
+        requires: [ok]
+        timeout: 20m
+"#;
+
+/// The webhook secret the senders sign with.
+pub const SECRET: &str = "whsec_c2ltdWxhdGlvbi1zZWNyZXQ=";
+/// Where every schedule's clock starts.
+pub const EPOCH: i64 = 1_800_000_000;
+/// The state machine ARN prefix of the simulated stack.
+pub const PREFIX: &str = "arn:aws:states:us-east-1:123456789012:stateMachine:sim-";
+
+/// One schedule's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub seed: u64,
+    pub mutation: Option<Mutation>,
+    /// Keep the readable schedule (slower).
+    pub trace: bool,
+}
+
+/// What one schedule did and found.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub seed: u64,
+    pub points: u64,
+    pub faults: BTreeMap<&'static str, u64>,
+    pub checks: u64,
+    pub violations: Vec<String>,
+    /// The schedule, step by step (when traced).
+    pub trace: Vec<String>,
+}
+
+/// Everything a schedule runs on.
+pub struct Stack {
+    pub world: Arc<World>,
+    pub config: Arc<Config>,
+    pub engine: Arc<Engine>,
+    pub memory: Arc<MemoryStore>,
+    pub store: Arc<SimStore>,
+    pub sfn: Arc<Mutex<Model>>,
+    pub sqs: Arc<Mutex<Sqs>>,
+    pub publisher: Arc<SimPublisher>,
+    pub intake: Arc<dyn SqsHandler>,
+    pub progress: Arc<dyn SqsHandler>,
+    pub callbacks: Arc<Callbacks>,
+    pub sweeper: Arc<Sweeper>,
+    pub violations: Arc<Mutex<Vec<String>>>,
+    pub evidence: Arc<Mutex<Evidence>>,
+}
+
+impl Stack {
+    pub fn new(world: Arc<World>, cursed: Option<(String, OffsetDateTime)>) -> Stack {
+        let config = Arc::new(Config::parse(CONFIG).expect("the simulation's config is valid"));
+        let memory = Arc::new(MemoryStore::new());
+        let violations = Arc::new(Mutex::new(Vec::new()));
+        let store = Arc::new(SimStore {
+            world: world.clone(),
+            inner: memory.clone(),
+            writes: Mutex::new(Vec::new()),
+            violations: violations.clone(),
+            cursed,
+            late_puts: Mutex::new(Default::default()),
+        });
+        let sqs = Arc::new(Mutex::new(Sqs::default()));
+        let mut model = Model::default();
+        for (rel, text) in baton::asl::render_all(&config) {
+            let name =
+                rel.trim_start_matches(&format!("{}/", baton::asl::OUT_DIR)).trim_end_matches(".asl.json");
+            let definition = text.replace(baton::asl::PROGRESS_QUEUE_PLACEHOLDER, "sim-progress");
+            model
+                .machines
+                .insert(format!("{PREFIX}{name}"), serde_json::from_str(&definition).expect("ASL is JSON"));
+        }
+        let sfn = Arc::new(Mutex::new(model));
+        let publisher = Arc::new(SimPublisher { world: world.clone(), log: Mutex::new(Vec::new()) });
+        let clock_world = world.clone();
+        let ids_world = world.clone();
+        let engine = Arc::new(Engine {
+            config: config.clone(),
+            store: store.clone(),
+            orchestrator: Arc::new(SimStepFunctions {
+                world: world.clone(),
+                model: sfn.clone(),
+                sqs: sqs.clone(),
+            }),
+            publisher: publisher.clone(),
+            state_machine_prefix: PREFIX.to_owned(),
+            metrics: Metrics::to(Box::new(std::io::sink())),
+            clock: Arc::new(move || clock_world.now()),
+            write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),
+        });
+        let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: sqs.clone(), queue });
+        let secrets = RotatingSecrets::fixed(Secrets::parse(SECRET).expect("the secret"));
+        Stack {
+            intake: Arc::new(Intake::new(engine.clone(), dlq(QueueId::IntakeDlq))),
+            progress: Arc::new(Progress::new(engine.clone(), dlq(QueueId::ProgressDlq))),
+            callbacks: Arc::new(Callbacks::new(engine.clone(), secrets)),
+            sweeper: Arc::new(Sweeper::new(engine.clone())),
+            world,
+            config,
+            engine,
+            memory,
+            store,
+            sfn,
+            sqs,
+            publisher,
+            violations,
+            evidence: Arc::new(Mutex::new(Evidence::default())),
+        }
+    }
+
+    /// Spawns an invocation of the function behind `queue` if it has visible messages.
+    fn invoke(&self, queue: QueueId) {
+        if lock(&self.sqs).visible(queue, self.world.now()) == 0 {
+            return;
+        }
+        let handler = match queue {
+            QueueId::Intake => self.intake.clone(),
+            _ => self.progress.clone(),
+        };
+        let future = crate::sqs::invoke(self.world.clone(), self.sqs.clone(), queue, handler);
+        self.world.spawn(
+            format!("{queue:?}#{}", self.world.next_id()),
+            ActorKind::Invocation,
+            Box::pin(future),
+        );
+    }
+
+    fn sweep(&self, at: OffsetDateTime) {
+        let sweeper = self.sweeper.clone();
+        let future = async move {
+            let _ = sweeper.run_once(at).await;
+        };
+        self.world.spawn(format!("sweep#{}", self.world.next_id()), ActorKind::Invocation, Box::pin(future));
+    }
+
+    /// Fires Step Functions' timers due now; their reports go to the progress queue.
+    pub fn fire_timers(&self) {
+        let now = self.world.now();
+        let mut out = Vec::new();
+        let fired = lock(&self.sfn).fire_timers(now, &mut out);
+        if fired > 0 {
+            self.world.note(|| format!("  {fired} task(s) timed out"));
+        }
+        let mut sqs = lock(&self.sqs);
+        for body in out {
+            sqs.send(QueueId::Progress, body, BTreeMap::new(), now);
+        }
+    }
+}
+
+/// The most steps one schedule may take before it is declared stuck.
+const MAX_STEPS: u64 = 200_000;
+
+/// Runs one schedule.
+pub fn run(options: Options) -> Outcome {
+    baton::mutants::set(options.mutation);
+    let start = OffsetDateTime::from_unix_timestamp(EPOCH).expect("a time");
+    let world = World::new(options.seed, start, options.trace);
+    let plan = workload::Plan::generate(&world);
+    *lock(&world.rates) = plan.rates;
+    let stack = Stack::new(world.clone(), plan.cursed.clone().map(|k| (k, start + plan.cursed_from)));
+    if let Some(k) = &plan.cursed {
+        world.note(|| {
+            format!("key {k} is cursed: every store call for it fails from {}", start + plan.cursed_from)
+        });
+    }
+    let mut exec = Executor::default();
+    workload::spawn_all(&stack, &plan);
+
+    // The faulty phase: everything the plan holds, interleaved and failing. Time passes in small
+    // steps, in rare large jumps, and whenever nothing can move until something wakes.
+    let mut steps = 0u64;
+    let mut stalled = 0u32;
+    let horizon = start + plan.horizon;
+    while steps < MAX_STEPS {
+        steps += 1;
+        let roll = world.below(1000);
+        let moved = match roll {
+            0..=699 => exec.step(&world),
+            700..=779 => {
+                stack.invoke(QueueId::Intake);
+                false
+            }
+            780..=859 => {
+                stack.invoke(QueueId::Progress);
+                false
+            }
+            860..=869 => {
+                stack.sweep(world.now());
+                false
+            }
+            // Time passes between inputs; an invocation's own calls take time only through the
+            // latency faults, as a real one finishes within its function's timeout.
+            870..=949 if !exec.runnable(&world) || world.chance(0.05) => {
+                world.advance(Duration::seconds(world.below(5) as i64 + 1));
+                false
+            }
+            // A long quiet spell: only when no invocation is in flight (one would be killed by
+            // its timeout long before).
+            950..=951 if !exec.invoking(&world) => {
+                let by = Duration::minutes(world.below(60) as i64 + 5);
+                world.note(|| format!("clock jumps {by}"));
+                lock(&world.counts).add("clock_jump");
+                world.advance(by);
+                false
+            }
+            952..=959 => {
+                let now = world.now();
+                let reaped = stack.memory.reap_expired(now, &mut || world.chance(0.5));
+                if reaped > 0 {
+                    lock(&world.counts).add("ttl_deletion");
+                    world.note(|| format!("TTL deleted {reaped} expired item(s)"));
+                }
+                false
+            }
+            _ => {
+                stack.fire_timers();
+                false
+            }
+        };
+        stalled = if moved { 0 } else { stalled + 1 };
+        if stalled > 20 && !exec.runnable(&world) {
+            // Everyone is asleep or waiting: skip to the next thing that happens.
+            stalled = 0;
+            if let Some(next) = next_event(&stack) {
+                world.set_now(next);
+            } else if world.now() > horizon {
+                break;
+            } else {
+                world.advance(Duration::seconds(30));
+            }
+        }
+        if world.now() > horizon && exec.is_idle(&world) {
+            break;
+        }
+    }
+
+    // The calm phase: no more faults (the cursed key stays cursed); the sweeper runs as its
+    // schedule does; time moves on until every deadline has passed and nothing is left to do.
+    *lock(&world.rates) = Rates::default();
+    world.note(|| "the faults stop".to_owned());
+    stack.fire_timers();
+    // The steps really waiting when the faults stop: the record waits, and so does its task in
+    // Step Functions (a step that timed out meanwhile needs no task any more).
+    let waiting_at_calm: Vec<baton::lifecycle::Record> = {
+        let model = lock(&stack.sfn);
+        stack
+            .memory
+            .records()
+            .into_iter()
+            .filter(|r| {
+                r.token
+                    .as_ref()
+                    .is_some_and(|t| model.tokens.get(t.expose()).is_some_and(|(_, _, open)| *open))
+            })
+            .collect()
+    };
+    let calm_from = world.now();
+    let calm_until = calm_from + Duration::hours(4);
+    let settled_by = calm_from + crate::sqs::VISIBILITY + Duration::seconds(60);
+    let mut stranded: Option<Vec<String>> = None;
+    while steps < MAX_STEPS {
+        steps += 1;
+        if stranded.is_none() && world.now() >= settled_by {
+            stranded = Some(stranded_inputs(&stack));
+        }
+        stack.invoke(QueueId::Intake);
+        stack.invoke(QueueId::Progress);
+        stack.fire_timers();
+        let before = lock(&world.counts).points;
+        let finished = exec.round(&world);
+        if lock(&world.counts).points != before || finished > 0 || exec.runnable(&world) {
+            continue;
+        }
+        if world.now() > calm_until && exec.is_idle(&world) && quiet(&stack) {
+            break;
+        }
+        // Nothing moved: let time pass to the next thing that happens, and sweep.
+        let now = world.now();
+        let step = next_event(&stack).map_or(Duration::minutes(1), |t| (t - now).max(Duration::seconds(1)));
+        world.advance(step.min(Duration::minutes(5)));
+        stack.sweep(world.now());
+        let reaped = stack.memory.reap_expired(world.now(), &mut || world.chance(0.5));
+        if reaped > 0 {
+            lock(&world.counts).add("ttl_deletion");
+        }
+    }
+
+    let mut outcome = Outcome { seed: options.seed, ..Outcome::default() };
+    if steps >= MAX_STEPS {
+        let sqs = lock(&stack.sqs);
+        outcome.violations.push(format!(
+            "the schedule did not settle within {MAX_STEPS} steps: actors {:?} left, {} intake and {} progress message(s), next timer {:?}",
+            exec.names(),
+            sqs.messages(QueueId::Intake).len(),
+            sqs.messages(QueueId::Progress).len(),
+            lock(&stack.sfn).next_timer(),
+        ));
+    }
+    check::all(&stack, &plan, (calm_from, &waiting_at_calm), &mut outcome);
+    outcome.checks += 1;
+    outcome.violations.extend(stranded.unwrap_or_default());
+    let counts = lock(&world.counts).clone();
+    outcome.points = counts.points;
+    outcome.faults = counts.faults;
+    if options.trace {
+        outcome.trace = lock(&world.log).clone();
+    }
+    baton::mutants::set(None);
+    outcome
+}
+
+/// The next time something happens by itself: a sleeper wakes, a message becomes visible again,
+/// a task times out.
+fn next_event(stack: &Stack) -> Option<OffsetDateTime> {
+    let now = stack.world.now();
+    let (intake, progress) = {
+        let sqs = lock(&stack.sqs);
+        (sqs.next_visible(QueueId::Intake, now), sqs.next_visible(QueueId::Progress, now))
+    };
+    let timer = lock(&stack.sfn).next_timer();
+    [stack.world.next_wake(), intake, progress, timer].into_iter().flatten().min()
+}
+
+/// Buffered inputs whose step is waiting in their generation, a visibility timeout after the
+/// faults stopped: by then every drain owed has come round again, so an input still waiting
+/// beside its waiting step was lost (the lost wake-up).
+fn stranded_inputs(stack: &Stack) -> Vec<String> {
+    let cursed = stack.store.cursed.as_ref().map(|(k, _)| k.clone());
+    let mut found = Vec::new();
+    for r in stack.memory.records() {
+        let State::Waiting { step } = r.state else { continue };
+        if cursed.as_deref() == Some(r.key.as_str()) {
+            continue;
+        }
+        let inbox =
+            workload::block_on(baton::store::WorkflowStore::inbox(&*stack.memory, &r.workflow, &r.key, step))
+                .unwrap_or_default();
+        for e in inbox {
+            if e.status == baton::store::InboxStatus::Buffered
+                && e.generation.is_none_or(|g| g == r.generation)
+            {
+                found.push(format!("{}/{} input {} is still buffered while its step {step} waits (generation {}): a lost wake-up", r.workflow, r.key, e.id, r.generation));
+            }
+        }
+    }
+    found
+}
+
+/// Nothing left in the work queues, and no task waiting in Step Functions.
+fn quiet(stack: &Stack) -> bool {
+    let sqs = lock(&stack.sqs);
+    sqs.messages(QueueId::Intake).is_empty()
+        && sqs.messages(QueueId::Progress).is_empty()
+        && lock(&stack.sfn).next_timer().is_none()
+}
+
+/// The record states a schedule can end in without a violation.
+pub fn settled(kind: Kind) -> bool {
+    kind.is_terminal()
+}

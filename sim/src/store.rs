@@ -1,0 +1,310 @@
+//! The store and the outbound queue as the engine sees them: the in-memory store (which keeps
+//! DynamoDB's conditional semantics, proven by the shared contract suite) behind a point and
+//! faults at every call, and the task publisher.
+//!
+//! A fault after the effect is a lost answer. With [`Fault::Retried`], the model goes one step
+//! further, as the AWS SDK does: it retries the request, and a conditional write then finds its
+//! own item (`ConditionalCheckFailed` with ALL_OLD), a put-if-absent finds what it just put.
+//!
+//! Every record write that lands is logged with the state before and after: the checks read this
+//! log. A record item over DynamoDB's 400 KB is refused as DynamoDB would (a validation error)
+//! and noted as a violation.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use baton::ids::{CorrelationKey, WorkflowName};
+use baton::lifecycle::{Kind, Record, State, Write};
+use baton::outbound::{PublishError, TaskPublisher};
+use baton::store::dynamodb::{MAX_ITEM_BYTES, record_size};
+use baton::store::memory::MemoryStore;
+use baton::store::{
+    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, StoreError, Task, Trace, WorkflowStore,
+};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use crate::world::{Fault, World, lock};
+
+/// A record write that landed.
+#[derive(Debug, Clone)]
+pub struct Landed {
+    pub at: OffsetDateTime,
+    pub from: Option<State>,
+    pub from_generation: Option<u32>,
+    pub to: Record,
+}
+
+pub struct SimStore {
+    pub world: Arc<World>,
+    pub inner: Arc<MemoryStore>,
+    pub writes: Mutex<Vec<Landed>>,
+    pub violations: Arc<Mutex<Vec<String>>>,
+    /// A key every call about fails from a moment on: the bad item (by then often due for the
+    /// sweeper, or in an inbox) that must not block the others.
+    pub cursed: Option<(String, OffsetDateTime)>,
+    /// Inbox entries put while their step already waited, with neither a read of the record by
+    /// their actor nor a read of their inbox by anyone since.
+    pub late_puts: Mutex<std::collections::BTreeSet<LatePut>>,
+}
+
+/// An inbox entry that landed while its step already waited.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LatePut {
+    pub actor: String,
+    pub workflow: String,
+    pub key: String,
+    pub generation: Option<u32>,
+    pub step: u32,
+    pub id: String,
+}
+
+fn unavailable(op: &'static str) -> StoreError {
+    StoreError::Unavailable { op, source: "injected: DynamoDB unavailable".into() }
+}
+
+impl SimStore {
+    /// The current actor reads what the other side of the inbox handshake writes (the record,
+    /// or the inbox): its late puts for this key are answered.
+    fn handshake_read(&self, key: &CorrelationKey) {
+        let actor = self.world.actor();
+        lock(&self.late_puts).retain(|p| !(p.actor == actor && p.key == key.as_str()));
+    }
+
+    async fn enter(&self, op: &'static str, key: &CorrelationKey) -> Result<Fault, StoreError> {
+        self.world.point(op).await;
+        if self.cursed.as_ref().is_some_and(|(k, from)| k == key.as_str() && self.world.now() >= *from) {
+            return Err(unavailable(op));
+        }
+        match self.world.fault(op) {
+            Fault::Before => Err(unavailable(op)),
+            other => Ok(other),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkflowStore for SimStore {
+    async fn load(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+    ) -> Result<Option<Record>, StoreError> {
+        match self.enter("ddb.GetItem(record)", key).await? {
+            Fault::After => Err(unavailable("GetItem")),
+            _ => {
+                self.handshake_read(key);
+                self.inner.load(workflow, key).await
+            }
+        }
+    }
+
+    async fn apply(&self, write: &Write) -> Result<Applied, StoreError> {
+        let fault = self.enter("ddb.PutItem(record)", &write.to.key).await?;
+        let size = record_size(&write.to);
+        if size > MAX_ITEM_BYTES {
+            lock(&self.violations).push(format!(
+                "record {}/{} would be {size} bytes at version {}: over DynamoDB's 400 KB item limit, so it can never be written",
+                write.to.workflow, write.to.key, write.to.version
+            ));
+            return Err(StoreError::Rejected {
+                op: "PutItem",
+                source: "ValidationException: Item size has exceeded the maximum allowed size".into(),
+            });
+        }
+        let before = self.inner.load(&write.to.workflow, &write.to.key).await?;
+        let applied = self.inner.apply(write).await?;
+        self.world.note(|| {
+            let cause = write
+                .to
+                .history
+                .last()
+                .map(|a| format!("{:?} {:?}", a.cause, a.cause_id))
+                .unwrap_or_default();
+            format!(
+                "  {}/{} {:?} -> {} v{} ({cause}) token {:?}: {applied:?}",
+                write.to.workflow,
+                write.to.key,
+                before.as_ref().map(|r| r.state.to_string()),
+                write.to.state,
+                write.to.version,
+                write.to.token.as_ref().map(|t| t.expose().to_owned())
+            )
+        });
+        if applied == Applied::Written {
+            lock(&self.writes).push(Landed {
+                at: self.world.now(),
+                from: before.as_ref().map(|r| r.state),
+                from_generation: before.as_ref().map(|r| r.generation),
+                to: write.to.clone(),
+            });
+        }
+        match (fault, applied) {
+            (Fault::After, _) => Err(unavailable("PutItem")),
+            // The SDK's retry meets its own write: ConditionalCheckFailed, with the item.
+            (Fault::Retried, Applied::Written) => {
+                Ok(Applied::Lost { current: Some(Box::new(write.to.clone())) })
+            }
+            (_, applied) => Ok(applied),
+        }
+    }
+
+    async fn put_task(&self, task: &Task) -> Result<Claim<Task>, StoreError> {
+        let fault = self.enter("ddb.PutItem(task)", &task.key).await?;
+        let claim = self.inner.put_task(task).await?;
+        match (fault, claim) {
+            (Fault::After, _) => Err(unavailable("PutItem")),
+            (Fault::Retried, Claim::Acquired) => Ok(Claim::Exists(task.clone())),
+            (_, claim) => Ok(claim),
+        }
+    }
+
+    async fn mark_task_published(&self, task: &Task) -> Result<(), StoreError> {
+        let fault = self.enter("ddb.UpdateItem(task)", &task.key).await?;
+        self.inner.mark_task_published(task).await?;
+        if fault == Fault::After { Err(unavailable("UpdateItem")) } else { Ok(()) }
+    }
+
+    async fn put_receipt(&self, receipt: &Receipt) -> Result<Claim<Receipt>, StoreError> {
+        let fault = self.enter("ddb.PutItem(receipt)", &receipt.key).await?;
+        let claim = self.inner.put_receipt(receipt).await?;
+        match (fault, claim) {
+            (Fault::After, _) => Err(unavailable("PutItem")),
+            (Fault::Retried, Claim::Acquired) => Ok(Claim::Exists(receipt.clone())),
+            (_, claim) => Ok(claim),
+        }
+    }
+
+    async fn complete_receipt(&self, receipt: &Receipt, answer: &Value) -> Result<(), StoreError> {
+        let fault = self.enter("ddb.UpdateItem(receipt)", &receipt.key).await?;
+        self.inner.complete_receipt(receipt, answer).await?;
+        if fault == Fault::After { Err(unavailable("UpdateItem")) } else { Ok(()) }
+    }
+
+    async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError> {
+        let fault = self.enter("ddb.PutItem(inbox)", &entry.key).await?;
+        let claim = self.inner.buffer(entry).await?;
+        // An entry landing while its step already waits: only the buffering side's handshake
+        // read can still apply it (what the SkipHandshakeRead mutation breaks).
+        let record = self.inner.load(&entry.workflow, &entry.key).await?;
+        if claim == Claim::Acquired
+            && record.is_some_and(|r| {
+                r.state == State::Waiting { step: entry.step } && Some(r.generation) == entry.generation
+            })
+        {
+            lock(&self.world.counts).add("late_inbox_put");
+            lock(&self.late_puts).insert(LatePut {
+                actor: self.world.actor(),
+                workflow: entry.workflow.to_string(),
+                key: entry.key.to_string(),
+                generation: entry.generation,
+                step: entry.step,
+                id: entry.id.to_string(),
+            });
+        }
+        match (fault, claim) {
+            (Fault::After, _) => Err(unavailable("PutItem")),
+            (Fault::Retried, Claim::Acquired) => Ok(Claim::Exists(entry.clone())),
+            (_, claim) => Ok(claim),
+        }
+    }
+
+    async fn inbox(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+        step: u32,
+    ) -> Result<Vec<InboxEntry>, StoreError> {
+        match self.enter("ddb.Query(inbox)", key).await? {
+            Fault::After => Err(unavailable("Query")),
+            _ => {
+                // Whoever reads this inbox (a retry's drain, a redelivered step_ready) sees every
+                // late entry in it.
+                lock(&self.late_puts).retain(|p| !(p.key == key.as_str() && p.step == step));
+                self.inner.inbox(workflow, key, step).await
+            }
+        }
+    }
+
+    async fn settle(&self, entry: &InboxEntry, to: InboxStatus) -> Result<Claim<InboxEntry>, StoreError> {
+        let fault = self.enter("ddb.UpdateItem(inbox)", &entry.key).await?;
+        let claim = self.inner.settle(entry, to).await?;
+        match (fault, claim) {
+            (Fault::After, _) => Err(unavailable("UpdateItem")),
+            (Fault::Retried, Claim::Acquired) => {
+                Ok(Claim::Exists(InboxEntry { status: to, ..entry.clone() }))
+            }
+            (_, claim) => Ok(claim),
+        }
+    }
+
+    async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
+        let fault = self.enter("ddb.PutItem(ledger)", &entry.key).await?;
+        self.inner.put_ledger(entry).await?;
+        if fault == Fault::After { Err(unavailable("PutItem")) } else { Ok(()) }
+    }
+
+    async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError> {
+        self.enter("ddb.Query(trace)", key).await?;
+        let trace = self.inner.trace(workflow, key).await?;
+        // A reader of the whole partition sees the record: a late entry whose step no longer
+        // waits is not stranded beside it (one whose step waits, the reader must drain).
+        let waiting = trace.record.as_ref().and_then(|r| match r.state {
+            State::Waiting { step } => Some(step),
+            _ => None,
+        });
+        lock(&self.late_puts).retain(|p| !(p.key == key.as_str() && Some(p.step) != waiting));
+        Ok(trace)
+    }
+
+    async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.world.point("ddb.Query(due)").await;
+        if self.world.fault("ddb.Query(due)") == Fault::Before {
+            return Err(unavailable("Query"));
+        }
+        self.inner.due(kind, before, limit).await
+    }
+
+    async fn expired_buffers(
+        &self,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<InboxEntry>, StoreError> {
+        self.world.point("ddb.Query(expired)").await;
+        if self.world.fault("ddb.Query(expired)") == Fault::Before {
+            return Err(unavailable("Query"));
+        }
+        self.inner.expired_buffers(before, limit).await
+    }
+
+    async fn count_by_state(&self) -> Result<BTreeMap<Kind, u64>, StoreError> {
+        self.inner.count_by_state().await
+    }
+}
+
+/// A task as the outbound queue received it.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub at: OffsetDateTime,
+    pub task: Task,
+}
+
+/// The outbound queue: every task published, in order.
+pub struct SimPublisher {
+    pub world: Arc<World>,
+    pub log: Mutex<Vec<Published>>,
+}
+
+#[async_trait::async_trait]
+impl TaskPublisher for SimPublisher {
+    async fn publish(&self, task: &Task) -> Result<(), PublishError> {
+        self.world.point("sqs.SendMessage(outbound)").await;
+        let fault = self.world.fault("sqs.SendMessage(outbound)");
+        let unavailable = || PublishError::new(true, "injected: SQS unavailable".into());
+        if fault == Fault::Before {
+            return Err(unavailable());
+        }
+        lock(&self.log).push(Published { at: self.world.now(), task: task.clone() });
+        if fault == Fault::After { Err(unavailable()) } else { Ok(()) }
+    }
+}

@@ -1,0 +1,563 @@
+//! What happens in a schedule, chosen by the seed: the inputs from outside (event producers,
+//! callback senders, operators) and how hard the faults strike.
+//!
+//! Senders behave as Standard Webhooks senders do: each attempt signed afresh with the same
+//! `webhook-id`, and a 5xx, a timeout or a dropped connection retried after a pause. Producers
+//! send duplicates; some inputs come before their step waits, some after the end; a few reuse an
+//! id with another payload.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+
+use baton::engine::payload_hash;
+use baton::ids::{CorrelationKey, EventId};
+use baton::lifecycle::{Input, State};
+use baton::replay::{self, Classification, Origin};
+use http::HeaderMap;
+use serde_json::{Value, json};
+use time::{Duration, OffsetDateTime};
+
+use crate::sqs::QueueId;
+use crate::world::{ActorKind, Rates, World, lock, sleep_until};
+use crate::{SECRET, Stack};
+
+/// One event a producer sends (possibly several times).
+#[derive(Debug, Clone)]
+pub struct EventSend {
+    pub at: Duration,
+    pub body: String,
+    pub copies: u32,
+}
+
+/// One callback a sender delivers.
+#[derive(Debug, Clone)]
+pub struct CallbackSend {
+    pub at: Duration,
+    pub id: String,
+    pub key: String,
+    pub step: &'static str,
+    pub body: Value,
+}
+
+/// A schedule's workload and fault settings.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub keys: Vec<String>,
+    pub events: Vec<EventSend>,
+    pub callbacks: Vec<CallbackSend>,
+    pub cancels: Vec<(Duration, String)>,
+    pub replays: Vec<Duration>,
+    pub sweeps: Vec<Duration>,
+    pub rates: Rates,
+    pub cursed: Option<String>,
+    /// When the cursed key turns bad (after its record exists, usually).
+    pub cursed_from: Duration,
+    pub horizon: Duration,
+}
+
+fn event(id: &str, kind: &str, key: &str, data: Value) -> String {
+    json!({"specversion": "1.0", "id": id, "source": "sim", "type": kind, "subject": key, "data": data})
+        .to_string()
+}
+
+impl Plan {
+    pub fn generate(world: &World) -> Plan {
+        let mut rng = lock(&world.rng);
+        let keys: Vec<String> = (0..rng.range(1, 3)).map(|i| format!("k{i}")).collect();
+        let mut plan = Plan {
+            keys: keys.clone(),
+            events: Vec::new(),
+            callbacks: Vec::new(),
+            cancels: Vec::new(),
+            replays: Vec::new(),
+            sweeps: Vec::new(),
+            rates: Rates::default(),
+            cursed: None,
+            cursed_from: Duration::ZERO,
+            horizon: Duration::minutes(25),
+        };
+        let minute = |rng: &mut crate::rng::Rng| Duration::seconds(rng.range(0, 20 * 60));
+        for key in &keys {
+            // Start events: one, sometimes a second (a restart), each delivered up to 3 times.
+            let starts = if rng.chance(0.3) { 2 } else { 1 };
+            let first_start = Duration::seconds(rng.range(0, 120));
+            for s in 0..starts {
+                let at = if s == 0 { first_start } else { minute(&mut rng) + Duration::minutes(10) };
+                let body = event(&format!("start-{key}-{s}"), "order.placed", key, json!({}));
+                plan.events.push(EventSend { at, body, copies: rng.range(1, 3) as u32 });
+            }
+            // The review step: callbacks (partial, complete, heartbeat, failure) or an event.
+            let big = rng.chance(0.1);
+            let reviews = if big { rng.range(3, 8) } else { rng.range(1, 3) };
+            for n in 0..reviews {
+                let id = format!("cb-{key}-r{n}");
+                let outcome = match rng.below(10) {
+                    0 => "failed",
+                    1 | 2 => "in_progress",
+                    _ => "succeeded",
+                };
+                // Large partial data, from several callbacks of one step, in some schedules.
+                let data = match rng.below(4) {
+                    _ if big && n + 1 < reviews => json!({format!("part{n}"): "x".repeat(60 * 1024)}),
+                    0 => json!({"note": format!("partial {n}")}),
+                    _ => json!({"decision": if rng.chance(0.5) { "approve" } else { "reject" }}),
+                };
+                let outcome = if big && n + 1 < reviews { "succeeded" } else { outcome };
+                let mut body = json!({"workflow": "review", "key": key, "step": "manual-review", "outcome": outcome, "data": data});
+                if outcome == "failed" {
+                    body["error"] = json!("Rejected");
+                    body["cause"] = json!("the reviewer said no");
+                }
+                // Some right at the start: racing the step's first wait.
+                let at = if rng.chance(0.4) {
+                    first_start + Duration::seconds(rng.range(0, 8))
+                } else {
+                    minute(&mut rng)
+                };
+                plan.callbacks.push(CallbackSend {
+                    at,
+                    id: id.clone(),
+                    key: key.clone(),
+                    step: "manual-review",
+                    body: body.clone(),
+                });
+                // The same webhook-id again: a duplicate, or rarely another payload.
+                if rng.chance(0.3) {
+                    let mut again = body.clone();
+                    if rng.chance(0.2) {
+                        again["data"] = json!({"decision": "changed my mind"});
+                    }
+                    let at = minute(&mut rng);
+                    plan.callbacks.push(CallbackSend {
+                        at,
+                        id,
+                        key: key.clone(),
+                        step: "manual-review",
+                        body: again,
+                    });
+                }
+            }
+            // A burst of partial callbacks right as the workflow starts: each races the step's
+            // first wait (the inbox handshake's hardest case).
+            if rng.chance(0.4) {
+                for b in 0..rng.range(2, 5) {
+                    let body = json!({"workflow": "review", "key": key, "step": "manual-review", "outcome": "succeeded",
+                        "data": {format!("note{b}"): "early"}});
+                    let at = first_start + Duration::milliseconds(rng.range(0, 4000));
+                    plan.callbacks.push(CallbackSend {
+                        at,
+                        id: format!("cb-{key}-burst{b}"),
+                        key: key.clone(),
+                        step: "manual-review",
+                        body,
+                    });
+                }
+            }
+            if rng.chance(0.3) {
+                let body =
+                    event(&format!("review-{key}"), "review.done", key, json!({"decision": "approve"}));
+                plan.events.push(EventSend { at: minute(&mut rng), body, copies: rng.range(1, 2) as u32 });
+            }
+            // The payment step: events (duplicated) or a callback.
+            if rng.chance(0.7) {
+                let body = event(
+                    &format!("pay-{key}"),
+                    "payment.settled",
+                    key,
+                    json!({"payment_ref": format!("p-{key}")}),
+                );
+                plan.events.push(EventSend { at: minute(&mut rng), body, copies: rng.range(1, 3) as u32 });
+            } else {
+                let body = json!({"workflow": "review", "key": key, "step": "payment", "outcome": "succeeded",
+                    "data": {"payment_ref": "p-cb"}});
+                plan.callbacks.push(CallbackSend {
+                    at: minute(&mut rng),
+                    id: format!("cb-{key}-pay"),
+                    key: key.clone(),
+                    step: "payment",
+                    body,
+                });
+            }
+            // An event two steps accept.
+            if rng.chance(0.2) {
+                let body = event(
+                    &format!("note-{key}"),
+                    "order.note",
+                    key,
+                    json!({"decision": "approve", "payment_ref": "p-note"}),
+                );
+                plan.events.push(EventSend { at: minute(&mut rng), body, copies: 1 });
+            }
+            // The audit workflow's only step.
+            if rng.chance(0.6) {
+                let body = json!({"workflow": "audit", "key": key, "step": "check", "outcome": "succeeded", "data": {"ok": true}});
+                plan.callbacks.push(CallbackSend {
+                    at: minute(&mut rng),
+                    id: format!("cb-{key}-audit"),
+                    key: key.clone(),
+                    step: "check",
+                    body,
+                });
+            }
+            // An event reusing an id with another payload.
+            if rng.chance(0.1) {
+                let body = event(
+                    &format!("pay-{key}"),
+                    "payment.settled",
+                    key,
+                    json!({"payment_ref": "a different one"}),
+                );
+                plan.events.push(EventSend { at: minute(&mut rng), body, copies: 1 });
+            }
+            if rng.chance(0.15) {
+                plan.cancels.push((minute(&mut rng), key.clone()));
+            }
+        }
+        for _ in 0..rng.range(0, 2) {
+            plan.replays.push(minute(&mut rng) + Duration::minutes(5));
+        }
+        for _ in 0..rng.range(1, 6) {
+            plan.sweeps.push(minute(&mut rng));
+        }
+        // How hard faults strike: calm, light or heavy.
+        let level = [0.0, 0.005, 0.015, 0.04][rng.below(4) as usize];
+        // A crash is per point, and a batch passes a hundred points: a few in a thousand.
+        plan.rates = Rates {
+            before: level,
+            after: level / 2.0,
+            retried: level / 2.0,
+            crash: level / 20.0,
+            latency: level * 2.0,
+        };
+        if rng.chance(0.08) && keys.len() > 1 {
+            plan.cursed = Some(keys[rng.below(keys.len() as u64) as usize].clone());
+            plan.cursed_from = Duration::seconds(rng.range(0, 15 * 60));
+        }
+        plan
+    }
+}
+
+/// What the senders and operators saw, for the checks.
+#[derive(Debug, Default)]
+pub struct Evidence {
+    pub attempts: Vec<Attempt>,
+    pub cancels: Vec<Cancelled>,
+    /// Dead-letter messages replay removed as `noop`.
+    pub noop_removed: Vec<String>,
+}
+
+/// One callback attempt and its answer (`None`: no answer: a crash or the sender's timeout).
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub id: String,
+    pub hash: String,
+    pub key: String,
+    pub workflow: String,
+    pub step: &'static str,
+    pub answer: Option<(u16, Value)>,
+    pub facts: Facts,
+}
+
+/// What the store held about an input at the moment its answer was given.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// The record's history names the input as a transition's cause, or its `applied` list has
+    /// it.
+    pub in_record: bool,
+    pub inbox: bool,
+    pub ledger: bool,
+    /// A receipt for the id with another payload.
+    pub other_receipt: bool,
+}
+
+/// A cancel that an operator saw succeed.
+#[derive(Debug, Clone)]
+pub struct Cancelled {
+    pub workflow: String,
+    pub key: String,
+    pub generation: u32,
+    /// Whether the execution had ended when the operator was told the cancel succeeded.
+    pub execution_ended: bool,
+}
+
+/// Runs a future the in-memory store returns ready (it never waits).
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the in-memory store never waits"),
+    }
+}
+
+/// Spawns every producer, sender and operator of the plan, each waiting for its time.
+pub fn spawn_all(stack: &Stack, plan: &Plan) {
+    let world = &stack.world;
+    let start = world.now();
+    for (n, e) in plan.events.iter().enumerate() {
+        let (world2, sqs, body, copies) = (world.clone(), stack.sqs.clone(), e.body.clone(), e.copies);
+        let at = start + e.at;
+        let producer = async move {
+            for copy in 0..copies {
+                sleep_until(world2.clone(), at + Duration::seconds(i64::from(copy) * 7)).await;
+                let now = world2.now();
+                let m = lock(&sqs).send(QueueId::Intake, body.clone(), BTreeMap::new(), now);
+                world2.note(|| format!("  sent {m}: {}", body.chars().take(110).collect::<String>()));
+            }
+        };
+        world.spawn(format!("producer{n}"), ActorKind::External, Box::pin(producer));
+    }
+    for (n, c) in plan.callbacks.iter().enumerate() {
+        let sender = send_callback(stack_parts(stack), start + c.at, c.clone());
+        world.spawn(format!("sender{n}:{}", c.id), ActorKind::External, Box::pin(sender));
+    }
+    for (at, key) in &plan.cancels {
+        let operator = cancel(stack_parts(stack), start + *at, key.clone());
+        world.spawn(format!("cancel:{key}"), ActorKind::External, Box::pin(operator));
+    }
+    for (n, at) in plan.replays.iter().enumerate() {
+        let operator = replay_dlqs(stack_parts(stack), start + *at);
+        world.spawn(format!("replay{n}"), ActorKind::External, Box::pin(operator));
+    }
+    for at in &plan.sweeps {
+        let (world2, sweeper) = (world.clone(), stack.sweeper.clone());
+        let at = start + *at;
+        let tick = async move {
+            sleep_until(world2.clone(), at).await;
+            let _ = sweeper.run_once(world2.now()).await;
+        };
+        world.spawn("sweep", ActorKind::Invocation, Box::pin(tick));
+    }
+}
+
+/// The parts of a stack the actors hold.
+#[derive(Clone)]
+pub struct Parts {
+    world: Arc<World>,
+    stack: Arc<StackRefs>,
+}
+
+struct StackRefs {
+    callbacks: Arc<baton::callback::Callbacks>,
+    engine: Arc<baton::engine::Engine>,
+    memory: Arc<baton::store::memory::MemoryStore>,
+    config: Arc<baton::config::Config>,
+    sqs: Arc<Mutex<crate::sqs::Sqs>>,
+    sfn: Arc<Mutex<crate::sfn::Model>>,
+    evidence: Arc<Mutex<Evidence>>,
+}
+
+fn stack_parts(stack: &Stack) -> Parts {
+    Parts {
+        world: stack.world.clone(),
+        stack: Arc::new(StackRefs {
+            callbacks: stack.callbacks.clone(),
+            engine: stack.engine.clone(),
+            memory: stack.memory.clone(),
+            config: stack.config.clone(),
+            sqs: stack.sqs.clone(),
+            sfn: stack.sfn.clone(),
+            evidence: stack.evidence.clone(),
+        }),
+    }
+}
+
+impl Parts {
+    /// The store's facts about input `id`, read without a port (the oracle), at once.
+    fn facts(&self, workflow: &str, key: &str, id: &str, hash: &str) -> Facts {
+        let Some(wf) = self.stack.config.workflow(workflow) else { return Facts::default() };
+        let Ok(k) = CorrelationKey::parse(key) else { return Facts::default() };
+        let trace = block_on(baton::store::WorkflowStore::trace(&*self.stack.memory, &wf.name, &k))
+            .unwrap_or_default();
+        let in_record = trace.record.as_ref().is_some_and(|r| {
+            r.history.iter().any(|a| a.cause_id.as_deref() == Some(id))
+                || r.applied.iter().any(|a| a.id.as_str() == id)
+        });
+        Facts {
+            in_record,
+            inbox: trace.inbox.iter().any(|e| e.id.as_str() == id),
+            ledger: trace.ledger.iter().any(|l| l.input_id == id),
+            other_receipt: trace.receipts.iter().any(|r| r.id.as_str() == id && r.hash != hash),
+        }
+    }
+}
+
+/// What an attempt's invocation left for its sender.
+#[derive(Debug, Clone)]
+enum Slot {
+    Waiting,
+    Answered(u16, Value, Facts),
+    Crashed,
+}
+
+/// Marks the slot crashed if the invocation is dropped before it answers.
+struct CrashGuard(Arc<Mutex<Slot>>);
+
+impl Drop for CrashGuard {
+    fn drop(&mut self) {
+        let mut slot = lock(&self.0);
+        if matches!(*slot, Slot::Waiting) {
+            *slot = Slot::Crashed;
+        }
+    }
+}
+
+/// How many times a sender tries one callback.
+const SENDER_ATTEMPTS: u32 = 8;
+
+async fn send_callback(parts: Parts, at: OffsetDateTime, c: CallbackSend) {
+    let world = parts.world.clone();
+    sleep_until(world.clone(), at).await;
+    let body = c.body.to_string();
+    let hash = payload_hash(body.as_bytes());
+    let workflow = c.body["workflow"].as_str().unwrap_or_default().to_owned();
+    for attempt in 0..SENDER_ATTEMPTS {
+        let slot = Arc::new(Mutex::new(Slot::Waiting));
+        let invocation = {
+            let (parts, slot, body, c, hash, workflow) =
+                (parts.clone(), slot.clone(), body.clone(), c.clone(), hash.clone(), workflow.clone());
+            let secrets = baton::webhook::Secrets::parse(SECRET).expect("the secret");
+            // Made before the first poll: an invocation dropped before it ever ran crashed too.
+            let guard = CrashGuard(slot.clone());
+            async move {
+                // Signed as the request leaves the sender, which is when it reaches baton.
+                let now = parts.world.now().unix_timestamp();
+                let mut headers = HeaderMap::new();
+                headers.insert("webhook-id", c.id.parse().expect("a header value"));
+                headers.insert("webhook-timestamp", now.to_string().parse().expect("a header value"));
+                headers.insert(
+                    "webhook-signature",
+                    secrets.sign(&c.id, now, body.as_bytes()).parse().expect("a header value"),
+                );
+                let answer = parts.stack.callbacks.handle(&headers, body.as_bytes()).await;
+                let facts = parts.facts(&workflow, &c.key, &c.id, &hash);
+                *lock(&slot) = Slot::Answered(answer.status.as_u16(), answer.body, facts);
+                drop(guard);
+            }
+        };
+        world.spawn(format!("callback:{}#{attempt}", c.id), ActorKind::Invocation, Box::pin(invocation));
+        // Wait for the answer; a sender may also give up waiting (a timeout) while the
+        // invocation goes on.
+        let gave_up = {
+            let (world, slot) = (world.clone(), slot.clone());
+            std::future::poll_fn(move |_| match &*lock(&slot) {
+                Slot::Waiting if world.chance(lock(&world.rates).crash / 20.0) => Poll::Ready(true),
+                Slot::Waiting => Poll::Pending,
+                _ => Poll::Ready(false),
+            })
+            .await
+        };
+        let outcome = if gave_up { Slot::Crashed } else { lock(&slot).clone() };
+        let answer = match &outcome {
+            Slot::Answered(status, body, facts) => {
+                let a = Attempt {
+                    id: c.id.clone(),
+                    hash: hash.clone(),
+                    key: c.key.clone(),
+                    workflow: workflow.clone(),
+                    step: c.step,
+                    answer: Some((*status, body.clone())),
+                    facts: facts.clone(),
+                };
+                lock(&parts.stack.evidence).attempts.push(a);
+                Some(*status)
+            }
+            _ => {
+                let a = Attempt {
+                    id: c.id.clone(),
+                    hash: hash.clone(),
+                    key: c.key.clone(),
+                    workflow: workflow.clone(),
+                    step: c.step,
+                    answer: None,
+                    facts: Facts::default(),
+                };
+                lock(&parts.stack.evidence).attempts.push(a);
+                None
+            }
+        };
+        match answer {
+            Some(status) if status < 500 => return,
+            _ => {
+                sleep_until(world.clone(), world.now() + Duration::seconds(5 * i64::from(attempt + 1))).await
+            }
+        }
+    }
+}
+
+async fn cancel(parts: Parts, at: OffsetDateTime, key: String) {
+    let world = parts.world.clone();
+    sleep_until(world.clone(), at).await;
+    let workflow = parts.stack.config.workflow("review").expect("the review workflow");
+    let k = CorrelationKey::parse(key.as_str()).expect("a key");
+    // An operator runs `baton cancel` again until it succeeds, a few times.
+    for _ in 0..5 {
+        let input = Input::Cancel { reason: "operator".into() };
+        match parts.stack.engine.submit(workflow, &k, &input, world.now()).await {
+            Ok(done) => {
+                if let Some(r) = done.record.filter(|r| r.state == State::Cancelled) {
+                    let name = baton::orchestrator::execution_name(&workflow.name, &k, r.generation);
+                    let arn = format!(
+                        "{}:{name}",
+                        crate::PREFIX.replace(":stateMachine:", ":execution:") + "review"
+                    );
+                    let running = lock(&parts.stack.sfn)
+                        .executions
+                        .get(&arn)
+                        .is_none_or(|e| e.status == baton::orchestrator::ExecutionStatus::Running);
+                    let c = Cancelled {
+                        workflow: "review".into(),
+                        key,
+                        generation: r.generation,
+                        execution_ended: !running,
+                    };
+                    lock(&parts.stack.evidence).cancels.push(c);
+                }
+                return;
+            }
+            Err(_) => sleep_until(world.clone(), world.now() + Duration::seconds(10)).await,
+        }
+    }
+}
+
+/// `baton replay --apply` on both dead-letter queues: safe lines delivered (guarded), noop
+/// lines removed, the rest left for a person.
+async fn replay_dlqs(parts: Parts, at: OffsetDateTime) {
+    let world = parts.world.clone();
+    sleep_until(world.clone(), at).await;
+    let engine = parts.stack.engine.clone();
+    for (queue, origin) in [(QueueId::IntakeDlq, Origin::Intake), (QueueId::ProgressDlq, Origin::Progress)] {
+        let messages: Vec<crate::sqs::Message> = lock(&parts.stack.sqs).messages(queue).to_vec();
+        for m in messages {
+            let now = world.now();
+            let Ok(line) =
+                replay::plan_message(&engine.config, &*engine.store, origin, &m.id, &m.body, now).await
+            else {
+                continue;
+            };
+            let remove = match line.classification {
+                Classification::Safe => {
+                    matches!(
+                        replay::apply_line(&engine, &line, world.now()).await,
+                        Ok(replay::Applied::Applied { .. })
+                    )
+                }
+                Classification::Noop => {
+                    lock(&parts.stack.evidence).noop_removed.push(m.body.clone());
+                    true
+                }
+                Classification::NeedsHuman => false,
+            };
+            if remove {
+                lock(&parts.stack.sqs).remove(queue, &m.id);
+            }
+        }
+    }
+}
+
+/// The event id of an event body, if it has one.
+pub fn event_id(body: &str) -> Option<EventId> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    EventId::parse(v["id"].as_str()?).ok()
+}

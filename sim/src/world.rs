@@ -1,0 +1,407 @@
+//! The simulated world: a virtual clock, the seeded generator, the fault switch, and the
+//! executor that interleaves every handler invocation at every port call.
+//!
+//! **Determinism.** One thread, no wall clock, no real I/O. Actors are futures polled in an
+//! order the seed chooses; each port call begins with a [`Point`] that yields once, so any other
+//! actor may run between two calls of one invocation. Nothing else yields: the use cases' code
+//! is not aware of the simulation, it only sees its ports.
+//!
+//! **Crashes.** An actor suspended at a point may be dropped instead of polled: the invocation
+//! died between its last effect and the next. What it owned (an SQS message in flight) comes
+//! back when its visibility timeout passes, as on AWS.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use time::{Duration, OffsetDateTime};
+
+use crate::rng::Rng;
+
+pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Locks a mutex of the single-threaded world (never poisoned: a panic ends the schedule).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How often each kind of fault strikes at a port call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rates {
+    /// An error before the call takes effect.
+    pub before: f64,
+    /// An error after the call took effect: its answer is lost.
+    pub after: f64,
+    /// The answer is lost and the SDK's own retry answers instead (a conditional write finds
+    /// its own item).
+    pub retried: f64,
+    /// The invocation dies at a point (between two effects).
+    pub crash: f64,
+    /// The call is slow: the clock moves on while it runs.
+    pub latency: f64,
+}
+
+/// What happens to one port call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    Before,
+    After,
+    Retried,
+}
+
+/// Faults injected, by kind, and other counts a run reports.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    pub points: u64,
+    pub faults: BTreeMap<&'static str, u64>,
+}
+
+impl Counts {
+    pub fn add(&mut self, kind: &'static str) {
+        *self.faults.entry(kind).or_insert(0) += 1;
+    }
+}
+
+/// Whether an actor may crash: a Lambda invocation can, and is killed when it outlives its
+/// function's timeout (30 s); a sender, a producer or an operator is outside baton and does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActorKind {
+    Invocation,
+    External,
+}
+
+/// The functions' timeout (template.yaml: 30 s; the sweeper's 60 s is not needed here).
+pub const FUNCTION_TIMEOUT: Duration = Duration::seconds(30);
+
+struct Actor {
+    name: String,
+    kind: ActorKind,
+    future: BoxFuture,
+    /// Suspended at a point (so a crash lands between two effects), or not yet started: it can
+    /// run now. An actor that is not is waiting for time to pass or for another actor.
+    at_point: Arc<AtomicBool>,
+    /// When Lambda kills the invocation: its function's timeout after it started.
+    deadline: Option<OffsetDateTime>,
+    /// Its scheduling priority (PCT): the executor mostly runs the highest, so one actor can
+    /// take several steps in a row while another waits, which is how narrow races happen.
+    priority: u64,
+}
+
+/// The world every port of the simulation shares.
+pub struct World {
+    pub rng: Mutex<Rng>,
+    now: Mutex<OffsetDateTime>,
+    pub rates: Mutex<Rates>,
+    pub counts: Mutex<Counts>,
+    /// The schedule, one readable line per step.
+    pub log: Mutex<Vec<String>>,
+    pub trace_on: bool,
+    current: Mutex<(String, Arc<AtomicBool>)>,
+    spawned: Mutex<Vec<Actor>>,
+    next_id: AtomicU64,
+    /// When sleeping actors wake: so an idle world can skip straight to the next wake.
+    wakes: Mutex<Vec<OffsetDateTime>>,
+    /// Actors that died (a crash, or Lambda's timeout) rather than finished.
+    pub died: Mutex<std::collections::BTreeSet<String>>,
+    /// Faults a test asks for, by operation: the next call of that operation gets it.
+    scripted: Mutex<Vec<(&'static str, Fault)>>,
+}
+
+impl World {
+    pub fn new(seed: u64, start: OffsetDateTime, trace_on: bool) -> Arc<World> {
+        Arc::new(World {
+            rng: Mutex::new(Rng::new(seed)),
+            now: Mutex::new(start),
+            rates: Mutex::new(Rates::default()),
+            counts: Mutex::new(Counts::default()),
+            log: Mutex::new(Vec::new()),
+            trace_on,
+            current: Mutex::new((String::new(), Arc::new(AtomicBool::new(false)))),
+            spawned: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(1),
+            wakes: Mutex::new(Vec::new()),
+            died: Mutex::new(std::collections::BTreeSet::new()),
+            scripted: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn now(&self) -> OffsetDateTime {
+        *lock(&self.now)
+    }
+
+    pub fn advance(&self, by: Duration) {
+        *lock(&self.now) += by;
+    }
+
+    pub fn set_now(&self, to: OffsetDateTime) {
+        let mut now = lock(&self.now);
+        if to > *now {
+            *now = to;
+        }
+    }
+
+    /// The earliest time a sleeping actor wakes, after now.
+    pub fn next_wake(&self) -> Option<OffsetDateTime> {
+        let now = self.now();
+        let mut wakes = lock(&self.wakes);
+        wakes.retain(|&t| t > now);
+        wakes.iter().min().copied()
+    }
+
+    /// A fresh number, for ids.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn chance(&self, p: f64) -> bool {
+        p > 0.0 && lock(&self.rng).chance(p)
+    }
+
+    pub fn below(&self, n: u64) -> u64 {
+        lock(&self.rng).below(n)
+    }
+
+    /// Appends a line to the schedule (kept only when tracing).
+    pub fn note(&self, line: impl FnOnce() -> String) {
+        if self.trace_on {
+            let at = self.now();
+            let text = format!("{} {}", at.time(), line());
+            lock(&self.log).push(text);
+        }
+    }
+
+    /// The actor being polled now.
+    pub fn actor(&self) -> String {
+        lock(&self.current).0.clone()
+    }
+
+    /// The yield point that begins every port call: lets any other actor run first.
+    pub fn point(self: &Arc<Self>, op: &'static str) -> Point {
+        let (actor, flag) = lock(&self.current).clone();
+        Point { world: self.clone(), op, actor, flag, yielded: false }
+    }
+
+    /// Makes the next call of `op` (e.g. `ddb.PutItem(record)`) get `fault`: for tests that
+    /// place one failure exactly.
+    pub fn script(&self, op: &'static str, fault: Fault) {
+        lock(&self.scripted).push((op, fault));
+    }
+
+    /// What happens to the call `op` that just passed its point.
+    pub fn fault(&self, op: &'static str) -> Fault {
+        {
+            let mut scripted = lock(&self.scripted);
+            if let Some(i) = scripted.iter().position(|(o, _)| *o == op) {
+                let (_, fault) = scripted.remove(i);
+                drop(scripted);
+                self.note(|| format!("  scripted fault {fault:?} on {op}"));
+                return fault;
+            }
+        }
+        let rates = *lock(&self.rates);
+        let mut rng = lock(&self.rng);
+        let fault = if rng.chance(rates.before) {
+            Fault::Before
+        } else if rng.chance(rates.after) {
+            Fault::After
+        } else if rng.chance(rates.retried) {
+            Fault::Retried
+        } else {
+            Fault::None
+        };
+        // A slow call takes seconds, never more than the SDK's attempt timeout (10 s) before it
+        // would fail instead.
+        let slow = rng.chance(rates.latency).then(|| Duration::seconds(rng.range(1, 8)));
+        drop(rng);
+        if let Some(by) = slow {
+            self.advance(by);
+            lock(&self.counts).add("latency");
+        }
+        match fault {
+            Fault::None => {}
+            Fault::Before => lock(&self.counts).add("error_before_effect"),
+            Fault::After => lock(&self.counts).add("error_after_effect"),
+            Fault::Retried => lock(&self.counts).add("answer_lost_sdk_retried"),
+        }
+        if fault != Fault::None {
+            self.note(|| format!("  fault {fault:?} on {op}"));
+        }
+        fault
+    }
+
+    /// Starts an actor; the executor picks it up at its next step.
+    pub fn spawn(&self, name: impl Into<String>, kind: ActorKind, future: BoxFuture) {
+        let name = name.into();
+        self.note(|| format!("spawn {name}"));
+        let deadline = (kind == ActorKind::Invocation).then(|| self.now() + FUNCTION_TIMEOUT);
+        let priority = lock(&self.rng).next_u64();
+        let at_point = Arc::new(AtomicBool::new(true));
+        lock(&self.spawned).push(Actor { name, kind, future, at_point, deadline, priority });
+    }
+}
+
+/// See [`World::point`].
+pub struct Point {
+    world: Arc<World>,
+    op: &'static str,
+    actor: String,
+    flag: Arc<AtomicBool>,
+    yielded: bool,
+}
+
+impl Future for Point {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        if self.yielded {
+            self.flag.store(false, Ordering::Relaxed);
+            lock(&self.world.counts).points += 1;
+            Poll::Ready(())
+        } else {
+            // Noted as the actor stops here, before the call: the schedule reads in the order
+            // the calls are made.
+            self.yielded = true;
+            self.flag.store(true, Ordering::Relaxed);
+            let (actor, op) = (self.actor.clone(), self.op);
+            self.world.note(|| format!("{actor}: {op}"));
+            Poll::Pending
+        }
+    }
+}
+
+/// Runs one future to its end, alone: each point it passes yields once and is polled again.
+/// For tests that drive the use cases step by step.
+pub fn drive<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    for _ in 0..1_000_000 {
+        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+    panic!("the future did not finish alone: it waits for time or another actor")
+}
+
+/// A future that waits until the clock reaches `at` (the executor moves the clock).
+pub fn sleep_until(world: Arc<World>, at: OffsetDateTime) -> impl Future<Output = ()> + Send {
+    lock(&world.wakes).push(at);
+    std::future::poll_fn(move |_| if world.now() >= at { Poll::Ready(()) } else { Poll::Pending })
+}
+
+/// The executor: the live actors, polled in seeded order.
+#[derive(Default)]
+pub struct Executor {
+    actors: Vec<Actor>,
+}
+
+impl Executor {
+    /// Takes in the actors spawned since the last step.
+    pub fn adopt(&mut self, world: &World) {
+        self.actors.append(&mut lock(&world.spawned));
+    }
+
+    pub fn is_idle(&self, world: &World) -> bool {
+        self.actors.is_empty() && lock(&world.spawned).is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.actors.len()
+    }
+
+    /// The names of the live actors.
+    pub fn names(&self) -> Vec<String> {
+        self.actors.iter().map(|a| a.name.clone()).collect()
+    }
+
+    /// Can some actor run now (rather than wait for time to pass)?
+    pub fn runnable(&self, world: &World) -> bool {
+        !lock(&world.spawned).is_empty() || self.actors.iter().any(|a| a.at_point.load(Ordering::Relaxed))
+    }
+
+    /// Is a Lambda invocation in flight?
+    pub fn invoking(&self, world: &World) -> bool {
+        lock(&world.spawned).iter().chain(&self.actors).any(|a| a.kind == ActorKind::Invocation)
+    }
+
+    /// One step: poll one actor chosen by the seed, or crash it if it sits at a point and the
+    /// dice say so. Returns whether anything moved (a point passed, an actor finished or
+    /// crashed).
+    pub fn step(&mut self, world: &Arc<World>) -> bool {
+        self.adopt(world);
+        // Poll an actor that can run: a sleeper would only say it is still asleep.
+        let runnable: Vec<usize> =
+            (0..self.actors.len()).filter(|&i| self.actors[i].at_point.load(Ordering::Relaxed)).collect();
+        let i = match runnable.len() {
+            0 if self.actors.is_empty() => return false,
+            0 => world.below(self.actors.len() as u64) as usize,
+            // Mostly the highest priority, sometimes anyone: long runs and fine interleavings.
+            _ if world.chance(0.7) => {
+                *runnable.iter().max_by_key(|&&i| self.actors[i].priority).expect("a runnable actor")
+            }
+            n => runnable[world.below(n as u64) as usize],
+        };
+        if world.chance(0.1) {
+            self.actors[i].priority = lock(&world.rng).next_u64();
+        }
+        let crash = lock(&world.rates).crash;
+        let actor = &self.actors[i];
+        if actor.deadline.is_some_and(|d| world.now() > d) {
+            let gone = self.actors.swap_remove(i);
+            lock(&world.counts).add("function_timeout");
+            world.note(|| format!("TIMEOUT {}: killed by Lambda", gone.name));
+            lock(&world.died).insert(gone.name);
+            return true;
+        }
+        if actor.kind == ActorKind::Invocation
+            && actor.at_point.load(Ordering::Relaxed)
+            && world.chance(crash)
+        {
+            let gone = self.actors.swap_remove(i);
+            lock(&world.counts).add("crash");
+            world.note(|| format!("CRASH {}", gone.name));
+            lock(&world.died).insert(gone.name);
+            return true;
+        }
+        let before = lock(&world.counts).points;
+        self.poll(world, i) || lock(&world.counts).points != before
+    }
+
+    /// Polls every actor once, in order; returns how many finished.
+    pub fn round(&mut self, world: &Arc<World>) -> usize {
+        self.adopt(world);
+        let mut finished = 0;
+        let mut i = 0;
+        while i < self.actors.len() {
+            if self.actors[i].deadline.is_some_and(|d| world.now() > d) {
+                let gone = self.actors.swap_remove(i);
+                world.note(|| format!("TIMEOUT {}: killed by Lambda", gone.name));
+                lock(&world.died).insert(gone.name);
+                finished += 1;
+                continue;
+            }
+            if self.poll(world, i) {
+                finished += 1;
+            } else {
+                i += 1;
+            }
+        }
+        finished
+    }
+
+    /// Polls actor `i`; removes it when done. Returns whether it finished.
+    fn poll(&mut self, world: &Arc<World>, i: usize) -> bool {
+        let actor = &mut self.actors[i];
+        actor.at_point.store(false, Ordering::Relaxed);
+        *lock(&world.current) = (actor.name.clone(), actor.at_point.clone());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let done = actor.future.as_mut().poll(&mut cx).is_ready();
+        if done {
+            let gone = self.actors.swap_remove(i);
+            world.note(|| format!("done {}", gone.name));
+        }
+        done
+    }
+}

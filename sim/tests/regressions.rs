@@ -1,0 +1,381 @@
+//! One test per bug the simulation found, each named after the bug and driving the real use
+//! cases step by step over the simulated world, with the one fault that exposed it placed
+//! exactly (`World::script`). Each fails without its fix.
+
+use baton::callback::Answer;
+use baton::ids::{CorrelationKey, EventId};
+use baton::lifecycle::{Input, State};
+use baton::orchestrator::ExecutionStatus;
+use baton::store::{InboxStatus, WorkflowStore};
+use baton_sim::sqs::QueueId;
+use baton_sim::world::{Fault, World, drive, lock};
+use baton_sim::{EPOCH, SECRET, Stack};
+use serde_json::{Value, json};
+use time::{Duration, OffsetDateTime};
+
+fn stack() -> Stack {
+    let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
+    Stack::new(World::new(7, start, false), None)
+}
+
+fn event(id: &str, kind: &str, key: &str, data: Value) -> String {
+    json!({"specversion": "1.0", "id": id, "source": "t", "type": kind, "subject": key, "data": data})
+        .to_string()
+}
+
+/// Sends an event to the intake queue.
+fn send(s: &Stack, body: &str) {
+    let now = s.world.now();
+    lock(&s.sqs).send(QueueId::Intake, body.to_owned(), Default::default(), now);
+}
+
+/// Hands every visible message of `queue` to its function, as one batch per message, until the
+/// queue holds nothing visible; deletes what the handler did not report as failed.
+fn deliver(s: &Stack, queue: QueueId) {
+    let handler = match queue {
+        QueueId::Intake => s.intake.clone(),
+        _ => s.progress.clone(),
+    };
+    for _ in 0..50 {
+        let now = s.world.now();
+        let batch = lock(&s.sqs).receive(queue, 1, now, &mut |_| 0);
+        let Some(m) = batch.first() else { return };
+        let response = drive(handler.handle(baton_sim::sqs::event(&batch)));
+        if response.batch_item_failures.is_empty() {
+            lock(&s.sqs).delete(queue, &m.id, m.receipt);
+        }
+    }
+}
+
+fn settle(s: &Stack) {
+    for _ in 0..5 {
+        deliver(s, QueueId::Intake);
+        deliver(s, QueueId::Progress);
+    }
+}
+
+fn callback(s: &Stack, id: &str, body: &Value) -> Answer {
+    let text = body.to_string();
+    let now = s.world.now().unix_timestamp();
+    let secrets = baton::webhook::Secrets::parse(SECRET).unwrap();
+    let mut headers = http::HeaderMap::new();
+    headers.insert("webhook-id", id.parse().unwrap());
+    headers.insert("webhook-timestamp", now.to_string().parse().unwrap());
+    headers.insert("webhook-signature", secrets.sign(id, now, text.as_bytes()).parse().unwrap());
+    drive(s.callbacks.handle(&headers, text.as_bytes()))
+}
+
+fn review(key: &str, data: Value) -> Value {
+    json!({"workflow": "review", "key": key, "step": "manual-review", "outcome": "succeeded", "data": data})
+}
+
+fn record(s: &Stack, key: &str) -> baton::lifecycle::Record {
+    let w = s.config.workflow("review").unwrap();
+    drive(s.memory.load(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record")
+}
+
+fn trace(s: &Stack, key: &str) -> baton::store::Trace {
+    let w = s.config.workflow("review").unwrap();
+    drive(s.memory.trace(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap()
+}
+
+/// Starts `review` for `key` and brings it to its first step, waiting.
+fn waiting_on_review(s: &Stack, key: &str) {
+    send(s, &event(&format!("start-{key}"), "order.placed", key, json!({})));
+    settle(s);
+    assert_eq!(record(s, key).state, State::Waiting { step: 0 });
+}
+
+#[test]
+fn stale_decision_time_does_not_shorten_the_resend_grace() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    // An input handled by a slow invocation: it arrived 25 s before its decision is written.
+    let wf = s.config.workflow("review").unwrap();
+    let key = CorrelationKey::parse("k").unwrap();
+    let input = Input::StepInput {
+        id: EventId::parse("cb-slow").unwrap(),
+        hash: "h".into(),
+        source: baton::lifecycle::Source::Callback,
+        step: 0,
+        outcome: baton::lifecycle::StepOutcome::Succeeded,
+        data: json!({"decision": "ok"}).as_object().unwrap().clone(),
+        generation: None,
+    };
+    s.world.script("sfn.SendTaskSuccess", Fault::Before);
+    let arrived = s.world.now() - Duration::seconds(25);
+    let _ = drive(s.engine.submit(wf, &key, &input, arrived));
+    assert_eq!(record(&s, "k").state, State::Advancing { step: 0 });
+    // Ten seconds after the write, the resume has not been owed for the grace period yet.
+    let report = drive(s.sweeper.run_once(s.world.now() + Duration::seconds(10))).unwrap();
+    assert_eq!(report.repaired, 0, "the resume was re-sent inside its grace period");
+}
+
+#[test]
+fn ttl_never_deletes_a_buffered_input_before_the_sweeper_ledgers_it() {
+    let s = stack();
+    let answer = callback(&s, "cb-early", &review("k", json!({"decision": "ok"})));
+    assert_eq!(answer.status.as_u16(), 202, "{}", answer.body);
+    let expiry = trace(&s, "k").inbox[0].expires_at;
+    // DynamoDB's TTL may run any time after the item's TTL: here, right after the expiry.
+    s.world.set_now(expiry + Duration::seconds(1));
+    s.memory.reap_expired(s.world.now(), &mut || true);
+    assert_eq!(trace(&s, "k").inbox.len(), 1, "the entry is still there for the sweeper");
+    let report = drive(s.sweeper.run_once(s.world.now())).unwrap();
+    assert_eq!(report.expired, 1);
+    let t = trace(&s, "k");
+    assert_eq!(t.inbox[0].status, InboxStatus::Expired);
+    assert!(t.ledger.iter().any(|l| l.input_id == "cb-early" && l.reason.as_str() == "buffer_expired"));
+}
+
+#[test]
+fn a_retry_after_a_lost_receipt_answer_gets_the_answer_the_first_attempt_earned() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    // The callback applies, but its receipt is never completed (the answer is lost).
+    s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
+    let first = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
+    assert_eq!((first.status.as_u16(), first.body["status"].as_str()), (200, Some("applied")));
+    // The workflow moves on to the next step; the sender retries after the receipt's lease.
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    let retry = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
+    assert_eq!(
+        (retry.status.as_u16(), retry.body["status"].as_str(), retry.body["state"].as_str()),
+        (200, Some("applied"), Some("advancing{0}")),
+        "not `ignored: step_already_passed`: {}",
+        retry.body
+    );
+}
+
+#[test]
+fn a_retry_that_fails_before_any_write_does_not_claim_nothing_was_applied() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
+    callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
+    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    // The retry cannot read what the first attempt did.
+    s.world.script("ddb.Query(trace)", Fault::Before);
+    let retry = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
+    assert_eq!(retry.status.as_u16(), 503);
+    assert_eq!(retry.body["maybe_applied"], true, "the first attempt did apply it: {}", retry.body);
+}
+
+#[test]
+fn an_input_buffered_for_one_generation_never_applies_to_the_next() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    // A payment for generation 1 arrives while its review waits: buffered for step 1.
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    deliver(&s, QueueId::Intake);
+    assert_eq!(trace(&s, "k").inbox[0].generation, Some(1));
+    // Generation 1 times out; a new start opens generation 2, whose review completes.
+    s.world.advance(Duration::minutes(31));
+    s.fire_timers();
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::TimedOut);
+    send(&s, &event("start-k-2", "order.placed", "k", json!({})));
+    settle(&s);
+    callback(&s, "cb-g2", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    let r = record(&s, "k");
+    assert_eq!(
+        (r.generation, r.state),
+        (2, State::Waiting { step: 1 }),
+        "generation 2 waits for its own payment"
+    );
+    assert!(r.inputs.is_empty(), "generation 1's payment was applied to generation 2: {:?}", r.inputs);
+}
+
+#[test]
+fn cancelling_again_stops_an_execution_the_first_cancel_could_not() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    let wf = s.config.workflow("review").unwrap();
+    let key = CorrelationKey::parse("k").unwrap();
+    let cancel = Input::Cancel { reason: "operator".into() };
+    s.world.script("sfn.StopExecution", Fault::Before);
+    assert!(drive(s.engine.submit(wf, &key, &cancel, s.world.now())).is_err(), "the stop failed");
+    assert_eq!(record(&s, "k").state, State::Cancelled);
+    drive(s.engine.submit(wf, &key, &cancel, s.world.now())).expect("the operator's second cancel");
+    let model = lock(&s.sfn);
+    let running = model.executions.values().filter(|e| e.status == ExecutionStatus::Running).count();
+    // (The audit workflow, started by the same event, still runs.)
+    assert_eq!(running, 1, "the cancelled review's execution is still running");
+}
+
+#[test]
+fn an_event_reusing_a_buffered_id_with_another_payload_is_refused_and_ledgered() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "another"})));
+    deliver(&s, QueueId::Intake);
+    let t = trace(&s, "k");
+    assert_eq!(t.inbox.len(), 1);
+    assert!(
+        t.ledger.iter().any(|l| l.input_id == "pay-1" && l.reason.as_str() == "idempotency_key_reused"),
+        "the refused payload left no trace: {:?}",
+        t.ledger
+    );
+}
+
+#[test]
+fn an_event_reusing_an_applied_id_with_another_payload_is_refused_and_ledgered() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    send(&s, &event("rev-1", "review.done", "k", json!({"decision": "ok"})));
+    deliver(&s, QueueId::Intake);
+    assert_eq!(record(&s, "k").state, State::Advancing { step: 0 });
+    send(&s, &event("rev-1", "review.done", "k", json!({"decision": "changed"})));
+    deliver(&s, QueueId::Intake);
+    assert!(
+        trace(&s, "k")
+            .ledger
+            .iter()
+            .any(|l| l.input_id == "rev-1" && l.reason.as_str() == "idempotency_key_reused")
+    );
+}
+
+#[test]
+fn an_event_delivered_again_in_a_later_generation_is_a_duplicate() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Succeeded);
+    send(&s, &event("start-k-2", "order.placed", "k", json!({})));
+    settle(&s);
+    callback(&s, "cb-2", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+    // SQS delivers generation 1's payment event again.
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    settle(&s);
+    let r = record(&s, "k");
+    assert_eq!(
+        (r.generation, r.state),
+        (2, State::Waiting { step: 1 }),
+        "generation 1's payment moved generation 2"
+    );
+}
+
+#[test]
+fn a_merge_that_would_overflow_the_record_is_refused_with_413() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    for n in 0..2 {
+        let a = callback(
+            &s,
+            &format!("cb-big-{n}"),
+            &review("k", json!({format!("part{n}"): "x".repeat(60 * 1024)})),
+        );
+        assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    }
+    let a = callback(&s, "cb-big-2", &review("k", json!({"part2": "x".repeat(60 * 1024)})));
+    assert_eq!((a.status.as_u16(), a.body["error"].as_str()), (413, Some("inputs_too_large")), "{}", a.body);
+    assert!(
+        trace(&s, "k")
+            .ledger
+            .iter()
+            .any(|l| l.input_id == "cb-big-2" && l.reason.as_str() == "inputs_too_large")
+    );
+    let size = baton::store::dynamodb::record_size(&record(&s, "k"));
+    assert!(size < baton::store::dynamodb::MAX_ITEM_BYTES, "{size}");
+}
+
+#[test]
+fn one_failing_record_does_not_stop_the_sweep_of_the_others() {
+    let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
+    let world = World::new(7, start, false);
+    // "a" goes bad after its record exists; "b" has a buffered input that expires.
+    let s = Stack::new(world, Some(("a".into(), start + Duration::minutes(1))));
+    send(&s, &event("start-a", "order.placed", "a", json!({})));
+    deliver(&s, QueueId::Intake);
+    assert_eq!(record(&s, "a").state, State::Pending, "its execution's start is pending");
+    callback(&s, "cb-b", &review("b", json!({"decision": "ok"})));
+    s.world.advance(Duration::hours(3));
+    let result = drive(s.sweeper.run_once(s.world.now()));
+    assert!(result.is_err(), "the bad record's failure is still reported");
+    assert_eq!(trace(&s, "b").inbox[0].status, InboxStatus::Expired, "b's buffer was expired all the same");
+}
+
+#[test]
+fn a_twin_callback_in_flight_gets_in_progress_not_a_second_application() {
+    let s = stack();
+    // The first attempt put its receipt, then its answer was lost (still pending): within the
+    // lease a twin must not apply again, against a record that may have changed.
+    s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
+    let first = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
+    assert_eq!(first.status.as_u16(), 202);
+    let twin = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
+    assert_eq!(
+        (twin.status.as_u16(), twin.body["error"].as_str()),
+        (503, Some("in_progress")),
+        "{}",
+        twin.body
+    );
+    assert!(twin.retry_after.is_some());
+}
+
+/// Polls `future` until it is suspended at the point of `op` (the world must trace), so a test
+/// can run another use case in between: the narrow interleavings the simulation finds.
+fn run_until<F: std::future::Future>(world: &World, future: &mut std::pin::Pin<&mut F>, op: &str) {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..10_000 {
+        assert!(future.as_mut().poll(&mut cx).is_pending(), "finished before reaching {op}");
+        if lock(&world.log).last().is_some_and(|l| l.ends_with(op)) {
+            return;
+        }
+    }
+    panic!("never reached {op}");
+}
+
+#[test]
+fn a_retry_after_a_failed_handshake_read_applies_the_stranded_input() {
+    let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
+    let s = Stack::new(World::new(7, start, true), None);
+    waiting_on_review(&s, "k");
+    // A payment callback decides on the record waiting at the review: buffer it for payment.
+    let pay = review("k", json!({"payment_ref": "p"}));
+    let pay = json!({"workflow": "review", "key": "k", "step": "payment", "outcome": "succeeded", "data": pay["data"]});
+    let text = pay.to_string();
+    let now = s.world.now().unix_timestamp();
+    let secrets = baton::webhook::Secrets::parse(SECRET).unwrap();
+    let mut headers = http::HeaderMap::new();
+    headers.insert("webhook-id", "cb-pay".parse().unwrap());
+    headers.insert("webhook-timestamp", now.to_string().parse().unwrap());
+    headers.insert("webhook-signature", secrets.sign("cb-pay", now, text.as_bytes()).parse().unwrap());
+    let mut first = std::pin::pin!(s.callbacks.handle(&headers, text.as_bytes()));
+    // ...and just before its inbox entry lands, the review completes and payment starts
+    // waiting; the progress side drains an inbox that is still empty.
+    run_until(&s.world, &mut first, "ddb.PutItem(inbox)");
+    callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+    // The entry lands; the handshake read that would find payment waiting fails.
+    s.world.script("ddb.GetItem(record)", Fault::Before);
+    let answer = drive(first);
+    assert_eq!(
+        (answer.status.as_u16(), answer.body["maybe_applied"].as_bool()),
+        (503, Some(true)),
+        "{}",
+        answer.body
+    );
+    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered, "stranded beside its waiting step");
+    // The sender retries: the retry finishes the handshake, and the payment is applied.
+    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    let retry = callback(&s, "cb-pay", &pay);
+    assert_eq!(
+        (retry.status.as_u16(), retry.body["status"].as_str()),
+        (200, Some("buffered")),
+        "{}",
+        retry.body
+    );
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Succeeded, "the stranded payment was applied");
+}

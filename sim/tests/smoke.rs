@@ -1,0 +1,95 @@
+//! The simulation in `make test`: a smoke run of seeded schedules with every fault on, and the
+//! proof that it can fail: each deliberate bug (`baton::mutants`) is caught within the same
+//! budget. `make sim` runs the full 100,000.
+
+use std::collections::BTreeMap;
+
+use baton::mutants::Mutation;
+use baton_sim::{Options, Outcome, run};
+
+/// Schedules in the smoke run (and the budget each deliberate bug must be caught within).
+const SMOKE: u64 = 2_000;
+
+/// Runs seeds `1..=count` on every core; stops early (per thread) at the first violation when
+/// `stop_at_first`.
+fn run_many(count: u64, mutation: Option<Mutation>, stop_at_first: bool) -> Vec<Outcome> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    let mut mine = Vec::new();
+                    let mut seed = 1 + t;
+                    while seed <= count {
+                        let o = run(Options { seed, mutation, trace: false });
+                        let failed = !o.violations.is_empty();
+                        mine.push(o);
+                        if failed && stop_at_first {
+                            break;
+                        }
+                        seed += threads;
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("a simulation thread")).collect()
+    })
+}
+
+#[test]
+fn two_thousand_schedules_under_every_fault_keep_every_invariant() {
+    let outcomes = run_many(SMOKE, None, false);
+    let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
+    for o in &outcomes {
+        for (k, v) in &o.faults {
+            *faults.entry(k).or_insert(0) += v;
+        }
+    }
+    let checks: u64 = outcomes.iter().map(|o| o.checks).sum();
+    let points: u64 = outcomes.iter().map(|o| o.points).sum();
+    println!(
+        "simulation smoke: {} schedules, {points} port calls interleaved, {checks} invariant checks",
+        outcomes.len()
+    );
+    println!("faults injected: {faults:?}");
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.violations.is_empty())
+        .map(|o| {
+            format!(
+                "seed {} (replay: SIM_SEED={} make sim):\n  {}",
+                o.seed,
+                o.seed,
+                o.violations.join("\n  ")
+            )
+        })
+        .collect();
+    assert_eq!(outcomes.len() as u64, SMOKE);
+    for kind in [
+        "error_before_effect",
+        "error_after_effect",
+        "answer_lost_sdk_retried",
+        "crash",
+        "latency",
+        "clock_jump",
+        "ttl_deletion",
+    ] {
+        assert!(faults.get(kind).is_some_and(|n| *n > 0), "the smoke run injected no {kind}: {faults:?}");
+    }
+    assert!(failed.is_empty(), "{} schedule(s) broke an invariant:\n{}", failed.len(), failed.join("\n"));
+}
+
+#[test]
+fn every_deliberate_bug_is_caught_within_the_smoke_budget() {
+    for mutation in Mutation::ALL {
+        let outcomes = run_many(SMOKE, Some(mutation), true);
+        let caught = outcomes.iter().find(|o| !o.violations.is_empty());
+        match caught {
+            Some(o) => println!("{mutation:?}: caught at seed {}: {}", o.seed, o.violations[0]),
+            None => {
+                panic!("{mutation:?} went unnoticed through {SMOKE} schedules: the simulation is blind to it")
+            }
+        }
+    }
+}
