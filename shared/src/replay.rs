@@ -4,9 +4,11 @@
 //! Each message is planned by asking the lifecycle what it would decide now (the same pure
 //! `decide` that handlers use), without writing:
 //!
-//! - `safe`: the decision applies (a write) or buffers the input: re-delivery makes progress,
-//!   and is idempotent.
-//! - `noop`: already applied (a duplicate), the record is terminal, or nothing would change.
+//! - `safe`: the decision applies (a write), buffers the input, or is a duplicate that still
+//!   owes idempotent effects (a task, an inbox drain, a start, a resume): re-delivery makes
+//!   progress, and is idempotent.
+//! - `noop`: already applied with nothing left owed, the record is terminal, or nothing would
+//!   change.
 //! - `needs-human`: the input still cannot be parsed, its payload conflicts with an earlier
 //!   receipt, it belongs to another generation, its step has passed, its record is missing, or
 //!   it does not fit the state: a person has to decide.
@@ -231,7 +233,11 @@ pub fn classify(
             None => (Safe, format!("no state change{}", effects_in_words(decision))),
         },
         Outcome::Buffered => (Safe, "buffered until its step waits".into()),
-        Outcome::Duplicate => (Noop, "already applied".into()),
+        // A duplicate may still owe idempotent effects: a step_ready whose first delivery died
+        // after its write owes the task and the inbox drain (found by the simulation, seed
+        // 84493). Removing it as noop would strand them; delivering it again re-runs them.
+        Outcome::Duplicate if decision.effects.is_empty() => (Noop, "already applied".into()),
+        Outcome::Duplicate => (Safe, format!("already applied{}", effects_in_words(decision))),
         Outcome::Ignored(IgnoreReason::Terminal) => {
             (Noop, format!("the record is terminal ({})", state_of(record)))
         }
@@ -272,6 +278,7 @@ fn effects_in_words(decision: &lifecycle::Decision) -> String {
             lifecycle::Effect::SendTaskFailure { .. } => Some("fail the step"),
             lifecycle::Effect::SendTaskHeartbeat { .. } => Some("heartbeat"),
             lifecycle::Effect::StopExecution { .. } => Some("stop the execution"),
+            lifecycle::Effect::DrainInbox { .. } => Some("drain the inbox"),
             _ => None,
         })
         .collect();
@@ -308,6 +315,22 @@ pub async fn apply_line(engine: &Engine, line: &Line, now: OffsetDateTime) -> Re
     if line.classification != Classification::Safe {
         return Ok(Applied::NotSafe);
     }
+    deliver(engine, line, now).await
+}
+
+/// Removes a `noop` dead letter's input the way a delivery would have ended it: delivered,
+/// guarded, it changes nothing but leaves its ledger entry (an ignored start, a late input),
+/// so the input keeps a trace an operator can find once it leaves the DLQ (found by the
+/// simulation, seed 31565). A duplicate writes nothing: its first delivery is its trace.
+pub async fn settle_noop(engine: &Engine, line: &Line, now: OffsetDateTime) -> Result<Applied, EngineError> {
+    if line.classification != Classification::Noop {
+        return Ok(Applied::NotSafe);
+    }
+    deliver(engine, line, now).await
+}
+
+/// Delivers every target of a line, each guarded by the version seen at planning time.
+async fn deliver(engine: &Engine, line: &Line, now: OffsetDateTime) -> Result<Applied, EngineError> {
     // Check every guard before delivering anything: a message is applied whole or not at all.
     for t in &line.targets {
         let (w, k) = names(t)?;
@@ -470,7 +493,8 @@ pub struct Done {
 }
 
 /// Applies a plan to a DLQ: `safe` lines are delivered (guarded) and removed once applied;
-/// `noop` lines are removed; `needs-human` and skipped lines stay, visible again.
+/// `noop` lines are removed once their ledger trace is written (guarded the same way);
+/// `needs-human` and skipped lines stay, visible again.
 pub async fn apply_dlq(
     engine: &Engine,
     sqs: &aws_sdk_sqs::Client,
@@ -498,7 +522,7 @@ pub async fn apply_dlq(
         };
         let result = match line.classification {
             Classification::Safe => apply_line(engine, line, now).await?,
-            Classification::Noop => Applied::Applied { outcomes: vec!["nothing to do".into()] },
+            Classification::Noop => settle_noop(engine, line, now).await?,
             Classification::NeedsHuman => Applied::NotSafe,
         };
         let remove = matches!(result, Applied::Applied { .. });

@@ -36,7 +36,7 @@ impl Checker<'_> {
 pub fn all(
     stack: &Stack,
     plan: &Plan,
-    (calm_from, waiting_at_calm): (time::OffsetDateTime, &[baton::lifecycle::Record]),
+    (settled_by, waiting_at_calm): (time::OffsetDateTime, &[baton::lifecycle::Record]),
     outcome: &mut Outcome,
 ) {
     outcome.violations.extend(lock(&stack.violations).iter().cloned());
@@ -136,9 +136,9 @@ pub fn all(
             || format!("task {id} was published with different contents"),
         );
     }
-    // Once the faults stop, every step that still waits gets its task within one visibility
-    // timeout (when whatever left it owed has come round again): nothing a crash or a removed
-    // dead letter left owed is lost. A step answered or ended before then needs no task: its
+    // Once the faults stop and the operator has replayed the DLQs, every step that still waits
+    // gets its task within one visibility timeout (when whatever left it owed has come round
+    // again): nothing a crash, a dead letter or a removed noop line left owed is lost. A step answered or ended before then needs no task: its
     // work is over.
     for r in waiting_at_calm {
         let State::Waiting { step } = r.state else { continue };
@@ -155,7 +155,7 @@ pub fn all(
             })
             .find(|w| w.to.state != r.state)
             .map(|w| w.at);
-        if left_at.is_some_and(|t| t <= calm_from + crate::sqs::VISIBILITY + time::Duration::seconds(60)) {
+        if left_at.is_some_and(|t| t <= settled_by) {
             continue;
         }
         let Some(wf) = stack.config.workflow(r.workflow.as_str()) else { continue };

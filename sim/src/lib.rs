@@ -337,7 +337,11 @@ pub fn run(options: Options) -> Outcome {
     };
     let calm_from = world.now();
     let calm_until = calm_from + Duration::hours(4);
-    let settled_by = calm_from + crate::sqs::VISIBILITY + Duration::seconds(60);
+    // The DLQ alarm has fired for whatever the faults dead-lettered: the operator replays (a
+    // drain or a task still owed by a dead-lettered message is delivered again, guarded).
+    let replay_at = calm_from + Duration::seconds(60);
+    workload::spawn_alarm_replay(&stack, replay_at);
+    let settled_by = replay_at + crate::sqs::VISIBILITY + Duration::seconds(60);
     let mut stranded: Option<Vec<String>> = None;
     while steps < MAX_STEPS {
         steps += 1;
@@ -377,7 +381,7 @@ pub fn run(options: Options) -> Outcome {
             lock(&stack.sfn).next_timer(),
         ));
     }
-    check::all(&stack, &plan, (calm_from, &waiting_at_calm), &mut outcome);
+    check::all(&stack, &plan, (settled_by, &waiting_at_calm), &mut outcome);
     outcome.checks += 1;
     outcome.violations.extend(stranded.unwrap_or_default());
     let counts = lock(&world.counts).clone();

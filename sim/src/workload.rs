@@ -243,8 +243,6 @@ impl Plan {
 pub struct Evidence {
     pub attempts: Vec<Attempt>,
     pub cancels: Vec<Cancelled>,
-    /// Dead-letter messages replay removed as `noop`.
-    pub noop_removed: Vec<String>,
 }
 
 /// One callback attempt and its answer (`None`: no answer: a crash or the sender's timeout).
@@ -521,6 +519,13 @@ async fn cancel(parts: Parts, at: OffsetDateTime, key: String) {
     }
 }
 
+/// The operator answering the DLQ alarm once the faults are over, as the runbook says: one
+/// `baton replay --apply` at `at`.
+pub fn spawn_alarm_replay(stack: &Stack, at: OffsetDateTime) {
+    let operator = replay_dlqs(stack_parts(stack), at);
+    stack.world.spawn("replay:alarm", ActorKind::External, Box::pin(operator));
+}
+
 /// `baton replay --apply` on both dead-letter queues: safe lines delivered (guarded), noop
 /// lines removed, the rest left for a person.
 async fn replay_dlqs(parts: Parts, at: OffsetDateTime) {
@@ -543,10 +548,10 @@ async fn replay_dlqs(parts: Parts, at: OffsetDateTime) {
                         Ok(replay::Applied::Applied { .. })
                     )
                 }
-                Classification::Noop => {
-                    lock(&parts.stack.evidence).noop_removed.push(m.body.clone());
-                    true
-                }
+                Classification::Noop => matches!(
+                    replay::settle_noop(&engine, &line, world.now()).await,
+                    Ok(replay::Applied::Applied { .. })
+                ),
                 Classification::NeedsHuman => false,
             };
             if remove {

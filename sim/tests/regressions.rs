@@ -379,3 +379,111 @@ fn a_retry_after_a_failed_handshake_read_applies_the_stranded_input() {
     settle(&s);
     assert_eq!(record(&s, "k").state, State::Succeeded, "the stranded payment was applied");
 }
+
+#[test]
+fn a_buffered_copy_with_another_payload_expires_ledgered_not_marked_applied() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    let applied = callback(&s, "cb-x", &review("k", json!({"decision": "ok"})));
+    assert_eq!(applied.status.as_u16(), 200, "{}", applied.body);
+    // A copy of the same id with another payload landed in the inbox after the direct
+    // application looked (the race the simulation found): it must not count as applied.
+    let wf = s.config.workflow("review").unwrap();
+    let conflicting = Input::StepInput {
+        id: EventId::parse("cb-x").unwrap(),
+        hash: "another-payload".into(),
+        source: baton::lifecycle::Source::Callback,
+        step: 0,
+        outcome: baton::lifecycle::StepOutcome::Succeeded,
+        data: json!({"decision": "changed"}).as_object().unwrap().clone(),
+        generation: Some(1),
+    };
+    let now = s.world.now();
+    let entry = baton::store::InboxEntry {
+        workflow: wf.name.clone(),
+        key: CorrelationKey::parse("k").unwrap(),
+        step: 0,
+        id: EventId::parse("cb-x").unwrap(),
+        generation: Some(1),
+        arrived_at: now,
+        input: serde_json::to_value(&conflicting).unwrap(),
+        status: InboxStatus::Buffered,
+        expires_at: now + Duration::hours(1),
+    };
+    drive(s.memory.buffer(&entry)).unwrap();
+    s.world.advance(Duration::hours(2));
+    let report = drive(s.sweeper.run_once(s.world.now())).unwrap();
+    assert_eq!(report.expired, 1);
+    let t = trace(&s, "k");
+    assert_eq!(t.inbox[0].status, InboxStatus::Expired, "the conflicting copy was marked applied");
+    assert!(
+        t.ledger.iter().any(|l| l.input_id == "cb-x" && l.reason.as_str() == "idempotency_key_reused"),
+        "the refused payload left no trace: {:?}",
+        t.ledger
+    );
+}
+
+#[test]
+fn replay_delivers_a_dead_lettered_step_ready_that_still_owes_its_drain() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    // The payment arrives early: buffered for step 1.
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    deliver(&s, QueueId::Intake);
+    // The review completes; the step_ready for payment is written, but its drain fails, on
+    // every receive: the message ends in the DLQ with the drain still owed.
+    callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
+    s.world.script("ddb.Query(inbox)", Fault::Before);
+    deliver(&s, QueueId::Progress);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered);
+    let body = lock(&s.sqs).messages(QueueId::Progress)[0].body.clone();
+    let line = drive(baton::replay::plan_message(
+        &s.config,
+        &*s.memory,
+        baton::replay::Origin::Progress,
+        "m",
+        &body,
+        s.world.now(),
+    ))
+    .unwrap();
+    assert_eq!(
+        line.classification,
+        baton::replay::Classification::Safe,
+        "a noop would drop the owed drain: {:?}",
+        line.targets[0].effect
+    );
+    let applied = drive(baton::replay::apply_line(&s.engine, &line, s.world.now())).unwrap();
+    assert!(matches!(applied, baton::replay::Applied::Applied { .. }), "{applied:?}");
+    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Applied);
+    assert_eq!(record(&s, "k").state, State::Advancing { step: 1 }, "the buffered payment was applied");
+}
+
+#[test]
+fn a_noop_dead_letter_removed_by_replay_leaves_its_ledger_trace() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    // A second start event for k: review is still running, and audit never restarts. The
+    // message was dead-lettered before intake could ledger it.
+    let body = event("start-k-again", "order.placed", "k", json!({}));
+    let line = drive(baton::replay::plan_message(
+        &s.config,
+        &*s.memory,
+        baton::replay::Origin::Intake,
+        "m",
+        &body,
+        s.world.now(),
+    ))
+    .unwrap();
+    assert_eq!(line.classification, baton::replay::Classification::Noop);
+    let settled = drive(baton::replay::settle_noop(&s.engine, &line, s.world.now())).unwrap();
+    assert!(matches!(settled, baton::replay::Applied::Applied { .. }), "{settled:?}");
+    // Removed from the DLQ, the event is still found: in the ledger, with its reason.
+    let t = trace(&s, "k");
+    assert!(
+        t.ledger.iter().any(|l| l.input_id == "start-k-again" && l.reason.as_str() == "already_running"),
+        "the removed event left no trace: {:?}",
+        t.ledger
+    );
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 0 }, "a noop changed the record");
+}
