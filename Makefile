@@ -1,6 +1,8 @@
 # baton: two commands.
 #   make test   every check CI runs: fmt, clippy -D warnings, unit, property, contract and
 #               end-to-end tests against the local AWS emulator
+#   make sim    the deterministic simulation: 100,000 seeded schedules of the real use cases
+#               over simulated AWS under every fault; SIM_SEED=<n> make sim replays one, traced
 #   make run    all of baton on this machine: emulator, template.yaml's resources, the handlers,
 #               the HTTP API on 127.0.0.1; Ctrl-C stops everything it started
 # Both install the pinned Python tools into .venv when missing, and start and stop what they need.
@@ -11,7 +13,7 @@ PYTHON ?= python3
 VENV := .venv
 TOOLS_STAMP := $(VENV)/.installed-$(shell sha1sum requirements-dev.txt | cut -c1-12)
 
-.PHONY: test run measure-local fmt-check clippy unit lint-infra tools clean
+.PHONY: test run sim measure-local fmt-check clippy unit lint-infra tools clean
 
 test: tools fmt-check clippy lint-infra unit
 
@@ -64,11 +66,19 @@ unit: tools $(SAM_TEMPLATE)
 	mkdir -p $(dir $(CALLS)) && rm -f $(CALLS)
 	BATON_PYTHON=$(VENV)/bin/python BATON_EMULATOR_ARGS="--record-calls $(abspath $(CALLS))" \
 	  tools/with-emulator.sh bash -c '\
-	  cargo test --workspace --locked -- --skip baton_and_moto_agree && \
-	  cargo test --locked -p baton-tests --test pattern_differential -- --nocapture'
+	  cargo test --workspace --locked -- --skip baton_and_moto_agree --skip simulation_smoke_ && \
+	  cargo test --locked -p baton-tests --test pattern_differential -- --nocapture && \
+	  cargo test --locked -p baton-sim --test smoke -- --nocapture --test-threads 1'
 	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS)
 	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS) \
 	  --without IntakeFunction:ResumeStepsPolicy --expect-denied "IntakeFunction states:SendTaskSuccess"
+
+# The simulation at full scale, release-built (sim/src/main.rs). Prints the schedules run, the
+# faults injected by kind, the invariant checks made, and each violation with its seed.
+SIM_SCHEDULES ?= 100000
+sim:
+	cargo build --release --locked -p baton-sim
+	target/release/baton-sim --schedules $(SIM_SCHEDULES)
 
 run: tools
 	cargo build --locked -p baton-cli

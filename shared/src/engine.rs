@@ -31,8 +31,8 @@ use tracing::{info, instrument, warn};
 use crate::asl::ExecutionInput;
 use crate::config::{Config, Workflow};
 use crate::error::Classified;
-use crate::ids::CorrelationKey;
-use crate::lifecycle::{self, Decision, Effect, Input, Outcome, Record, State};
+use crate::ids::{CorrelationKey, WorkflowName};
+use crate::lifecycle::{self, Decision, Effect, IgnoreReason, Input, Outcome, Record, State};
 use crate::metrics::{Metric, Metrics};
 use crate::orchestrator::{Orchestrator, OrchestratorError, StartExecution, execution_arn, execution_name};
 use crate::outbound::{PublishError, TaskPublisher};
@@ -95,6 +95,28 @@ pub struct Engine {
     pub write_ids: WriteIds,
 }
 
+/// [`lifecycle::decide`], and the one fact it needs from beyond the record: a start event
+/// that would restart a terminal record, but was refused earlier because its workflow was then
+/// running (ledgered `already_running`), is a late copy of that refused event. It never starts
+/// a later run (found by the simulation: a producer's retry weeks later started one).
+pub async fn decide(
+    store: &dyn WorkflowStore,
+    plan: &lifecycle::Plan,
+    names: (&WorkflowName, &CorrelationKey),
+    record: Option<&Record>,
+    input: &Input,
+    now: OffsetDateTime,
+) -> Result<Decision, StoreError> {
+    let decision = lifecycle::decide(plan, names, record, input, now);
+    if let (Input::Start { event }, Some(write)) = (input, &decision.write)
+        && write.cause == lifecycle::Cause::Restart
+        && store.ledgered(names.0, names.1, event.as_str(), IgnoreReason::AlreadyRunning).await?
+    {
+        return Ok(Decision::ignored(IgnoreReason::RefusedWhileRunning));
+    }
+    Ok(decision)
+}
+
 impl Engine {
     pub fn now(&self) -> OffsetDateTime {
         (self.clock)()
@@ -128,7 +150,10 @@ impl Engine {
             // would be re-sent inside its grace period (found by the simulation). A later `now`
             // given on purpose (a sweep as of a chosen time) still wins.
             let now = now.max(self.now());
-            let mut decision = lifecycle::decide(&plan, (&workflow.name, key), record.as_ref(), input, now);
+            let mut decision =
+                decide(&*self.store, &plan, (&workflow.name, key), record.as_ref(), input, now)
+                    .await
+                    .map_err(EngineError::Store)?;
             if let Some(write) = decision.write.as_mut() {
                 write.to.write_id = Some((self.write_ids)());
                 let applied = self
@@ -464,8 +489,12 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
-        if outcome == Outcome::Buffered {
-            // The record moved away from this step meanwhile; the entry stays for later.
+        // Buffered: the record moved away from this step meanwhile; the entry stays for later.
+        // Ignored or refused with its ledger entry unwritten: the entry stays too, so the
+        // retried drain ledgers it (settled now, the refusal would leave no trace; found by the
+        // simulation, seed 17459).
+        let reached_record = matches!(outcome, Outcome::Applied | Outcome::Duplicate);
+        if outcome == Outcome::Buffered || (failed.is_some() && !reached_record) {
             return failed.map_or(Ok(()), Err);
         }
         info!(id = %entry.id, ?outcome, "buffered input applied");

@@ -503,6 +503,9 @@ pub enum IgnoreReason {
     AlreadyRunning,
     /// A start event after a terminal state, and `on_restart: never`.
     RestartNotAllowed,
+    /// A start event delivered again after the run it was refused by (`already_running`)
+    /// ended: the same event never starts a later run.
+    RefusedWhileRunning,
     /// A report or step_ready that does not fit the record's state.
     OutOfOrder,
     /// A buffered input that expired before its step waited.
@@ -518,13 +521,14 @@ pub enum IgnoreReason {
 }
 
 impl IgnoreReason {
-    pub const ALL: [IgnoreReason; 11] = [
+    pub const ALL: [IgnoreReason; 12] = [
         IgnoreReason::Terminal,
         IgnoreReason::StepAlreadyPassed,
         IgnoreReason::StepAlreadyAdvanced,
         IgnoreReason::StaleGeneration,
         IgnoreReason::AlreadyRunning,
         IgnoreReason::RestartNotAllowed,
+        IgnoreReason::RefusedWhileRunning,
         IgnoreReason::OutOfOrder,
         IgnoreReason::BufferExpired,
         IgnoreReason::NothingOwed,
@@ -540,6 +544,7 @@ impl IgnoreReason {
             IgnoreReason::StaleGeneration => "stale_generation",
             IgnoreReason::AlreadyRunning => "already_running",
             IgnoreReason::RestartNotAllowed => "restart_not_allowed",
+            IgnoreReason::RefusedWhileRunning => "refused_while_running",
             IgnoreReason::OutOfOrder => "out_of_order",
             IgnoreReason::BufferExpired => "buffer_expired",
             IgnoreReason::NothingOwed => "nothing_owed",
@@ -653,7 +658,8 @@ impl Decision {
         Decision { outcome, write: None, effects: Vec::new() }
     }
 
-    fn ignored(reason: IgnoreReason) -> Decision {
+    /// Ignored for `reason`, ledgered.
+    pub fn ignored(reason: IgnoreReason) -> Decision {
         Decision { outcome: Outcome::Ignored(reason), write: None, effects: vec![Effect::Ledger { reason }] }
     }
 

@@ -194,7 +194,9 @@ async fn plan_target(
     now: OffsetDateTime,
 ) -> Result<Target, StoreError> {
     let record = store.load(&workflow.name, key).await?;
-    let decision = lifecycle::decide(&workflow.plan(), (&workflow.name, key), record.as_ref(), &input, now);
+    let decision =
+        crate::engine::decide(store, &workflow.plan(), (&workflow.name, key), record.as_ref(), &input, now)
+            .await?;
     let (classification, effect) = classify(record.as_ref(), &input, &decision);
     Ok(Target {
         workflow: workflow.name.to_string(),
@@ -244,6 +246,7 @@ pub fn classify(
         Outcome::Ignored(
             reason @ (IgnoreReason::AlreadyRunning
             | IgnoreReason::RestartNotAllowed
+            | IgnoreReason::RefusedWhileRunning
             | IgnoreReason::NothingOwed),
         ) => (Noop, format!("would be ignored: {}", reason.as_str())),
         Outcome::Ignored(IgnoreReason::StepAlreadyPassed | IgnoreReason::StepAlreadyAdvanced) => {

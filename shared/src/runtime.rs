@@ -247,8 +247,11 @@ where
     F: FnOnce(Arc<Engine>, DeadLetters) -> H,
 {
     let (settings, sdk, engine) = cold_start().await?;
-    let dead_letters =
-        SqsDeadLetters::new(aws_sdk_sqs::Client::new(&sdk), settings.dlq_url()?, settings.max_receive_count);
+    let dead_letters = SqsDeadLetters::shared(
+        aws_sdk_sqs::Client::new(&sdk),
+        settings.dlq_url()?,
+        settings.max_receive_count,
+    );
     let handler = Arc::new(make(engine, dead_letters));
     lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<SqsEvent>| {
         let handler = handler.clone();

@@ -87,7 +87,8 @@ pub struct SqsDeadLetters {
 }
 
 impl SqsDeadLetters {
-    pub fn new(
+    /// The queue at `queue_url`, shared as the handlers' [`DeadLetters`].
+    pub fn shared(
         client: aws_sdk_sqs::Client,
         queue_url: impl Into<String>,
         max_receive_count: u32,

@@ -33,6 +33,27 @@ impl Checker<'_> {
     }
 }
 
+/// After the long jump: late copies of events, weeks on, changed nothing. No execution
+/// started, no record was written (every record was terminal), and nothing broke a rule the
+/// store enforces.
+pub fn after_long_jump(
+    stack: &Stack,
+    (starts, writes, violations): (usize, usize, usize),
+    outcome: &mut Outcome,
+) {
+    outcome.violations.extend(lock(&stack.violations).iter().skip(violations).cloned());
+    let mut c = Checker { outcome };
+    let model = lock(&stack.sfn);
+    c.check(model.starts.len() == starts, || {
+        format!("a late event weeks after the end started {:?}", &model.starts[starts..])
+    });
+    let landed = lock(&stack.store.writes);
+    c.check(landed.len() == writes, || {
+        let w = &landed[writes];
+        format!("a late event weeks after the end moved {}/{} to {}", w.to.workflow, w.to.key, w.to.state)
+    });
+}
+
 pub fn all(
     stack: &Stack,
     plan: &Plan,

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use baton::ids::{CorrelationKey, WorkflowName};
-use baton::lifecycle::{Kind, Record, State, Write};
+use baton::lifecycle::{IgnoreReason, Kind, Record, State, Write};
 use baton::outbound::{PublishError, TaskPublisher};
 use baton::store::dynamodb::{MAX_ITEM_BYTES, record_size};
 use baton::store::memory::MemoryStore;
@@ -242,6 +242,19 @@ impl WorkflowStore for SimStore {
         let fault = self.enter("ddb.PutItem(ledger)", &entry.key).await?;
         self.inner.put_ledger(entry).await?;
         if fault == Fault::After { Err(unavailable("PutItem")) } else { Ok(()) }
+    }
+
+    async fn ledgered(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+        input_id: &str,
+        reason: IgnoreReason,
+    ) -> Result<bool, StoreError> {
+        match self.enter("ddb.GetItem(ledger)", key).await? {
+            Fault::After => Err(unavailable("GetItem")),
+            _ => self.inner.ledgered(workflow, key, input_id, reason).await,
+        }
     }
 
     async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError> {

@@ -54,6 +54,10 @@ pub struct Plan {
     /// When the cursed key turns bad (after its record exists, usually).
     pub cursed_from: Duration,
     pub horizon: Duration,
+    /// Once everything has settled, the clock jumps this far (past the receipts' and the
+    /// inbox's TTLs, so DynamoDB's TTL deletes them at some time after), and these event
+    /// bodies arrive once more, late.
+    pub long_jump: Option<(Duration, Vec<String>)>,
 }
 
 fn event(id: &str, kind: &str, key: &str, data: Value) -> String {
@@ -76,6 +80,7 @@ impl Plan {
             cursed: None,
             cursed_from: Duration::ZERO,
             horizon: Duration::minutes(25),
+            long_jump: None,
         };
         let minute = |rng: &mut crate::rng::Rng| Duration::seconds(rng.range(0, 20 * 60));
         for key in &keys {
@@ -230,6 +235,11 @@ impl Plan {
             crash: level / 20.0,
             latency: level * 2.0,
         };
+        if rng.chance(0.25) {
+            let days = Duration::days(rng.range(8, 45));
+            let late = plan.events.iter().filter(|_| rng.chance(0.3)).map(|e| e.body.clone()).collect();
+            plan.long_jump = Some((days, late));
+        }
         if rng.chance(0.08) && keys.len() > 1 {
             plan.cursed = Some(keys[rng.below(keys.len() as u64) as usize].clone());
             plan.cursed_from = Duration::seconds(rng.range(0, 15 * 60));

@@ -255,7 +255,7 @@ pub struct Point {
 
 impl Future for Point {
     type Output = ();
-    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if self.yielded {
             self.flag.store(false, Ordering::Relaxed);
             lock(&self.world.counts).points += 1;
@@ -267,6 +267,9 @@ impl Future for Point {
             self.flag.store(true, Ordering::Relaxed);
             let (actor, op) = (self.actor.clone(), self.op);
             self.world.note(|| format!("{actor}: {op}"));
+            // Ready to go on at once: an executor other than the simulation's (the model's
+            // conformance test runs on tokio) polls again.
+            cx.waker().wake_by_ref();
             Poll::Pending
         }
     }
@@ -305,10 +308,6 @@ impl Executor {
 
     pub fn is_idle(&self, world: &World) -> bool {
         self.actors.is_empty() && lock(&world.spawned).is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.actors.len()
     }
 
     /// The names of the live actors.

@@ -487,3 +487,78 @@ fn a_noop_dead_letter_removed_by_replay_leaves_its_ledger_trace() {
     );
     assert_eq!(record(&s, "k").state, State::Waiting { step: 0 }, "a noop changed the record");
 }
+
+#[test]
+fn a_start_event_refused_while_running_never_starts_a_later_run() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    // A second start event while review runs: refused, ledgered `already_running`.
+    send(&s, &event("start-k-again", "order.placed", "k", json!({})));
+    settle(&s);
+    callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Succeeded);
+    // Weeks later the producer retries that same event: it must not start generation 2.
+    s.world.advance(Duration::days(20));
+    send(&s, &event("start-k-again", "order.placed", "k", json!({})));
+    settle(&s);
+    let r = record(&s, "k");
+    assert_eq!(
+        (r.generation, r.state),
+        (1, State::Succeeded),
+        "a late copy of a refused start restarted the workflow"
+    );
+    assert!(
+        trace(&s, "k")
+            .ledger
+            .iter()
+            .any(|l| l.input_id == "start-k-again" && l.reason.as_str() == "refused_while_running"),
+        "the late copy left no trace"
+    );
+    // A new start event still restarts it.
+    send(&s, &event("start-k-new", "order.placed", "k", json!({})));
+    settle(&s);
+    assert_eq!(record(&s, "k").generation, 2);
+}
+
+#[test]
+fn a_drained_input_refused_as_a_conflict_stays_buffered_until_its_ledger_entry_is_written() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    // The payment's first copy is buffered while the review waits.
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    deliver(&s, QueueId::Intake);
+    // The review completes; before payment's step_ready drains, a copy of pay-1 with another
+    // payload is applied straight to the waiting payment step.
+    callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
+    let wf = s.config.workflow("review").unwrap();
+    let key = CorrelationKey::parse("k").unwrap();
+    let progress = lock(&s.sqs).messages(QueueId::Progress)[0].clone();
+    let step_ready = baton::progress::parse_report(&s.config, &progress.body).unwrap().2;
+    let waiting = s.engine.submit(wf, &key, &step_ready, s.world.now());
+    // Only the write: the drain comes after, once the conflicting copy is in.
+    s.world.script("ddb.PutItem(task)", Fault::Before);
+    assert!(drive(waiting).is_err());
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+    let other = Input::StepInput {
+        id: EventId::parse("pay-1").unwrap(),
+        hash: "another".into(),
+        source: baton::lifecycle::Source::Event,
+        step: 1,
+        outcome: baton::lifecycle::StepOutcome::Succeeded,
+        data: json!({"payment_ref": "another"}).as_object().unwrap().clone(),
+        generation: None,
+    };
+    drive(s.engine.submit(wf, &key, &other, s.world.now())).unwrap();
+    // Now the drain: the buffered copy conflicts; its ledger write fails once.
+    s.world.script("ddb.PutItem(ledger)", Fault::Before);
+    assert!(drive(s.engine.drain(wf, &key, 1, 1, s.world.now())).is_err());
+    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered, "settled with its refusal unrecorded");
+    // The retried drain ledgers the refusal.
+    drive(s.engine.drain(wf, &key, 1, 1, s.world.now())).unwrap();
+    let t = trace(&s, "k");
+    assert!(t.ledger.iter().any(|l| l.input_id == "pay-1" && l.reason.as_str() == "idempotency_key_reused"));
+    assert_ne!(t.inbox[0].status, InboxStatus::Buffered);
+}

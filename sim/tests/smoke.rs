@@ -38,7 +38,7 @@ fn run_many(count: u64, mutation: Option<Mutation>, stop_at_first: bool) -> Vec<
 }
 
 #[test]
-fn two_thousand_schedules_under_every_fault_keep_every_invariant() {
+fn simulation_smoke_two_thousand_schedules_under_every_fault_keep_every_invariant() {
     let outcomes = run_many(SMOKE, None, false);
     let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
     for o in &outcomes {
@@ -81,7 +81,7 @@ fn two_thousand_schedules_under_every_fault_keep_every_invariant() {
 }
 
 #[test]
-fn every_deliberate_bug_is_caught_within_the_smoke_budget() {
+fn simulation_smoke_every_deliberate_bug_is_caught_within_the_smoke_budget() {
     for mutation in Mutation::ALL {
         let outcomes = run_many(SMOKE, Some(mutation), true);
         let caught = outcomes.iter().find(|o| !o.violations.is_empty());

@@ -314,6 +314,15 @@ async fn ledger_entries_are_idempotent_and_traced(store: Arc<dyn WorkflowStore>)
         .await
         .unwrap();
 
+    assert!(store.ledgered(&w, &k, "cb-late", IgnoreReason::Terminal).await.unwrap());
+    assert!(
+        !store.ledgered(&w, &k, "cb-late", IgnoreReason::AlreadyRunning).await.unwrap(),
+        "another reason"
+    );
+    assert!(!store.ledgered(&w, &k, "cb-other", IgnoreReason::Terminal).await.unwrap(), "another input");
+    let (_, elsewhere) = names("k-ledger-other");
+    assert!(!store.ledgered(&w, &elsewhere, "cb-late", IgnoreReason::Terminal).await.unwrap(), "another key");
+
     let trace = store.trace(&w, &k).await.unwrap();
     assert_eq!(trace.ledger, vec![ledger], "one entry per (input, reason), the first kept");
     assert_eq!(trace.record, Some(waiting));

@@ -179,7 +179,7 @@ impl LocalBaton {
                     function: function.logical_id.clone(),
                     source,
                 })?;
-                Ok(SqsDeadLetters::new(own.sqs.clone(), url, settings.max_receive_count))
+                Ok(SqsDeadLetters::shared(own.sqs.clone(), url, settings.max_receive_count))
             };
             let function_id = function.logical_id.clone();
             let handler: Option<Arc<dyn SqsHandler>> = match function.binary.as_str() {

@@ -828,6 +828,27 @@ impl WorkflowStore for DynamoStore {
         self.put_if_absent("PutItem", ledger_item(entry)).await.map(|_| ())
     }
 
+    async fn ledgered(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+        input_id: &str,
+        reason: IgnoreReason,
+    ) -> Result<bool, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(&pk(workflow, key)))
+            .key("sk", s(&ledger_sk(reason, input_id)))
+            .projection_expression("pk")
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk("GetItem"))?;
+        Ok(out.item.is_some())
+    }
+
     async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError> {
         let mut trace = Trace::default();
         for item in self.query_partition(&pk(workflow, key), None).await? {

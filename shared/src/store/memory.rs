@@ -17,7 +17,7 @@ use super::{
     WorkflowStore, condition_for,
 };
 use crate::ids::{CorrelationKey, WorkflowName};
-use crate::lifecycle::{Kind, Record, State};
+use crate::lifecycle::{IgnoreReason, Kind, Record, State};
 
 type RecordKey = (WorkflowName, CorrelationKey);
 
@@ -193,6 +193,16 @@ impl WorkflowStore for MemoryStore {
         let k = (rk(&entry.workflow, &entry.key), entry.input_id.clone(), entry.reason.as_str());
         self.lock().ledger.entry(k).or_insert_with(|| entry.clone());
         Ok(())
+    }
+
+    async fn ledgered(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+        input_id: &str,
+        reason: IgnoreReason,
+    ) -> Result<bool, StoreError> {
+        Ok(self.lock().ledger.contains_key(&(rk(workflow, key), input_id.to_owned(), reason.as_str())))
     }
 
     async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError> {

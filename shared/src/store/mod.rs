@@ -257,6 +257,15 @@ pub trait WorkflowStore: Send + Sync {
     /// Records an ignored input. Idempotent per (input id, reason).
     async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError>;
 
+    /// Whether the input `input_id` was ledgered for `reason` (strongly consistent).
+    async fn ledgered(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+        input_id: &str,
+        reason: IgnoreReason,
+    ) -> Result<bool, StoreError>;
+
     /// Everything about one (workflow, key).
     async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError>;
 

@@ -1,0 +1,443 @@
+//! The simulation's Step Functions model against the emulator: the same scenarios, on the
+//! definitions `baton synth` generates, must give the same observable outcomes on both, so the
+//! model (`baton_sim::sfn`) cannot drift from what baton's end-to-end tests run against.
+//!
+//! What is observed is what baton can see: each port call's result (ok, already existed,
+//! conflict, token gone), each report the state machine sends to the progress queue (parsed as
+//! `functions/progress` parses it), and the execution's final status. Each scenario's outcome is
+//! also asserted outright, so both sides cannot agree on something wrong.
+//!
+//! The model runs on virtual time: where the emulator is waited for in real time (a timeout, a
+//! heartbeat), the model's clock jumps to its next timer. Stops are left out: moto defers the
+//! stop of an execution parked on a token (EMULATOR_DEVIATIONS.md, `tests/orchestrator.rs`),
+//! which the model, following AWS, does not.
+//!
+//! Needs the emulator: `tools/with-emulator.sh cargo test -p baton-tests --test sfn_conformance`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use baton::asl::{ExecutionInput, PROGRESS_QUEUE_PLACEHOLDER};
+use baton::config::Config;
+use baton::ids::{CorrelationKey, TaskToken, WorkflowName};
+use baton::lifecycle::{Finish, Input};
+use baton::orchestrator::{Orchestrator, OrchestratorError, StartExecution, StepFunctions};
+use baton_sim::sfn::{Model, SimStepFunctions};
+use baton_sim::sqs::{QueueId, Sqs};
+use baton_sim::world::{World, lock};
+use baton_tests::{Emulator, unique_name};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+/// Two workflows: two steps, the second with a short deadline; one step with a heartbeat.
+const CONFIG: &str = r#"
+workflows:
+  conform:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: review
+        requires: [decision]
+        timeout: 1h
+      - name: payment
+        requires: [payment_ref]
+        timeout: 3s
+  beat:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: check
+        requires: [ok]
+        timeout: 1h
+        heartbeat: 5s
+"#;
+
+/// How long the emulator side waits for a report.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// One side: the model on virtual time, or the emulator.
+enum Side {
+    Model {
+        world: Arc<World>,
+        model: Arc<Mutex<Model>>,
+        sqs: Arc<Mutex<Sqs>>,
+        orch: SimStepFunctions,
+    },
+    Emulator {
+        orch: StepFunctions,
+        sqs: aws_sdk_sqs::Client,
+        queue_url: String,
+        machines: BTreeMap<String, String>,
+    },
+}
+
+const MODEL_PREFIX: &str = "arn:aws:states:us-east-1:123456789012:stateMachine:conform-";
+
+impl Side {
+    fn model(config: &Config) -> Side {
+        let start = OffsetDateTime::from_unix_timestamp(baton_sim::EPOCH).expect("a time");
+        let world = World::new(1, start, false);
+        let mut model = Model::default();
+        for w in &config.workflows {
+            let text = baton::asl::render(w).replace(PROGRESS_QUEUE_PLACEHOLDER, "conform-progress");
+            model
+                .machines
+                .insert(format!("{MODEL_PREFIX}{}", w.name), serde_json::from_str(&text).expect("ASL"));
+        }
+        let model = Arc::new(Mutex::new(model));
+        let sqs = Arc::new(Mutex::new(Sqs::default()));
+        let orch = SimStepFunctions { world: world.clone(), model: model.clone(), sqs: sqs.clone() };
+        Side::Model { world, model, sqs, orch }
+    }
+
+    async fn emulator(config: &Config) -> Result<Side> {
+        let sdk = Emulator::from_env().sdk_config().await;
+        let sfn = aws_sdk_sfn::Client::new(&sdk);
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let queue_url = sqs
+            .create_queue()
+            .queue_name(unique_name("conform"))
+            .send()
+            .await?
+            .queue_url
+            .context("create_queue returned no URL")?;
+        let mut machines = BTreeMap::new();
+        for w in &config.workflows {
+            let definition = baton::asl::render(w).replace(PROGRESS_QUEUE_PLACEHOLDER, &queue_url);
+            let arn = sfn
+                .create_state_machine()
+                .name(unique_name(&format!("conform-{}", w.name)))
+                .role_arn("arn:aws:iam::123456789012:role/baton-test")
+                .definition(definition)
+                .send()
+                .await?
+                .state_machine_arn;
+            machines.insert(w.name.to_string(), arn);
+        }
+        Ok(Side::Emulator { orch: StepFunctions::new(sfn), sqs, queue_url, machines })
+    }
+
+    fn orch(&self) -> &dyn Orchestrator {
+        match self {
+            Side::Model { orch, .. } => orch,
+            Side::Emulator { orch, .. } => orch,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Side::Model { .. } => "model",
+            Side::Emulator { .. } => "emulator",
+        }
+    }
+
+    fn machine(&self, workflow: &str) -> String {
+        match self {
+            Side::Model { .. } => format!("{MODEL_PREFIX}{workflow}"),
+            Side::Emulator { machines, .. } => machines[workflow].clone(),
+        }
+    }
+
+    /// The next report the state machines send, as one line, and its token if it is a
+    /// step_ready. The model's clock jumps to its next timer when nothing is queued.
+    async fn next_report(&self, config: &Config) -> Result<(String, Option<TaskToken>)> {
+        let body = match self {
+            Side::Model { world, model, sqs, .. } => {
+                if lock(sqs).messages(QueueId::Progress).is_empty() {
+                    let next = lock(model).next_timer().context("model: no report and no timer")?;
+                    world.set_now(next);
+                    let mut out = Vec::new();
+                    lock(model).fire_timers(next, &mut out);
+                    for body in out {
+                        lock(sqs).send(QueueId::Progress, body, BTreeMap::new(), next);
+                    }
+                }
+                let mut sqs = lock(sqs);
+                let m = sqs.messages(QueueId::Progress).first().cloned().context("model: no report")?;
+                sqs.remove(QueueId::Progress, &m.id);
+                m.body
+            }
+            Side::Emulator { sqs, queue_url, .. } => {
+                let deadline = Instant::now() + PATIENCE;
+                loop {
+                    let out = sqs
+                        .receive_message()
+                        .queue_url(queue_url)
+                        .max_number_of_messages(1)
+                        .wait_time_seconds(1)
+                        .send()
+                        .await?;
+                    if let Some(m) = out.messages.unwrap_or_default().into_iter().next() {
+                        let handle = m.receipt_handle().context("no receipt handle")?;
+                        sqs.delete_message().queue_url(queue_url).receipt_handle(handle).send().await?;
+                        break m.body.unwrap_or_default();
+                    }
+                    if Instant::now() >= deadline {
+                        bail!("emulator: no report within {PATIENCE:?}");
+                    }
+                }
+            }
+        };
+        let (workflow, key, input) = baton::progress::parse_report(config, &body)
+            .map_err(|e| anyhow::anyhow!("{}: unparseable report {body}: {e}", self.name()))?;
+        Ok(match input {
+            Input::StepReady { generation, step, token, .. } => {
+                (format!("report {}/{key} g{generation} step_ready {step}", workflow.name), Some(token))
+            }
+            Input::Finished { generation, finish } => {
+                let finish = match finish {
+                    Finish::Succeeded => "succeeded".to_owned(),
+                    Finish::TimedOut => "timed_out".to_owned(),
+                    Finish::Failed { error, .. } => format!("failed {error}"),
+                };
+                (format!("report {}/{key} g{generation} {finish}", workflow.name), None)
+            }
+            other => bail!("{}: not a report: {other:?}", self.name()),
+        })
+    }
+
+    async fn start(&self, workflow: &str, key: &str, generation: u32, input: Value) -> Result<String> {
+        let req = StartExecution {
+            state_machine_arn: self.machine(workflow),
+            workflow: WorkflowName::parse(workflow)?,
+            key: CorrelationKey::parse(key)?,
+            generation,
+            input,
+        };
+        Ok(match self.orch().start_execution(&req).await {
+            Ok(_) => "start ok".to_owned(),
+            Err(e) => format!("start {}", kind(&e)),
+        })
+    }
+
+    async fn status(&self, workflow: &str, key: &str, generation: u32) -> Result<String> {
+        let name = baton::orchestrator::execution_name(
+            &WorkflowName::parse(workflow)?,
+            &CorrelationKey::parse(key)?,
+            generation,
+        );
+        let arn =
+            baton::orchestrator::execution_arn(&self.machine(workflow), &name).context("an execution ARN")?;
+        // The emulator closes an execution a moment after its last report.
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let info = self.orch().describe(&arn).await?;
+            if info.status.is_closed() || Instant::now() >= deadline {
+                return Ok(format!("status {}", info.status));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn input(workflow: &str, key: &str, generation: u32) -> Value {
+    serde_json::to_value(ExecutionInput { workflow: workflow.into(), key: key.into(), generation })
+        .expect("JSON")
+}
+
+fn kind(e: &OrchestratorError) -> &'static str {
+    match e {
+        OrchestratorError::TokenGone { .. } => "token_gone",
+        OrchestratorError::ExecutionConflict { .. } => "conflict",
+        _ => "other_error",
+    }
+}
+
+fn result(what: &str, r: Result<(), OrchestratorError>) -> String {
+    match r {
+        Ok(()) => format!("{what} ok"),
+        Err(e) => format!("{what} {}", kind(&e)),
+    }
+}
+
+/// Starting twice with the same input is one execution; another input for the same name is a
+/// conflict.
+async fn starts(side: &Side, config: &Config) -> Result<Vec<String>> {
+    let key = unique_name("k");
+    let mut seen = vec![
+        side.start("conform", &key, 1, input("conform", &key, 1)).await?,
+        side.start("conform", &key, 1, input("conform", &key, 1)).await?,
+        side.start("conform", &key, 1, json!({"workflow": "conform", "key": key, "generation": 9})).await?,
+    ];
+    seen.push(side.next_report(config).await?.0.replace(&key, "K"));
+    Ok(seen)
+}
+
+/// Two resumes walk both steps to success; a token used once, and a token of a closed
+/// execution, are gone.
+async fn resumes(side: &Side, config: &Config) -> Result<Vec<String>> {
+    let key = unique_name("k");
+    let mut seen = vec![side.start("conform", &key, 1, input("conform", &key, 1)).await?];
+    let (line, first) = side.next_report(config).await?;
+    seen.push(line);
+    let first = first.context("a token")?;
+    seen.push(result("resume", side.orch().send_task_success(&first, &json!({"decision": "ok"})).await));
+    let (line, second) = side.next_report(config).await?;
+    seen.push(line);
+    let second = second.context("a token")?;
+    seen.push(result("resume", side.orch().send_task_success(&second, &json!({"payment_ref": "p"})).await));
+    seen.push(side.next_report(config).await?.0);
+    seen.push(side.status("conform", &key, 1).await?);
+    seen.push(result(
+        "resume again",
+        side.orch().send_task_success(&second, &json!({"payment_ref": "p"})).await,
+    ));
+    seen.push(result("resume first again", side.orch().send_task_success(&first, &json!({})).await));
+    Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
+}
+
+/// A failed task goes through `Catch` to the failed report; its token is gone after.
+async fn failure(side: &Side, config: &Config) -> Result<Vec<String>> {
+    let key = unique_name("k");
+    let mut seen = vec![side.start("conform", &key, 1, input("conform", &key, 1)).await?];
+    let (line, token) = side.next_report(config).await?;
+    seen.push(line);
+    let token = token.context("a token")?;
+    seen.push(result("fail", side.orch().send_task_failure(&token, "baton.Cancelled", "operator").await));
+    seen.push(side.next_report(config).await?.0);
+    seen.push(side.status("conform", &key, 1).await?);
+    seen.push(result("resume late", side.orch().send_task_success(&token, &json!({"decision": "ok"})).await));
+    Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
+}
+
+/// A step past its `TimeoutSeconds` goes through `Catch` to the timed_out report; a resume
+/// after that finds its token gone.
+async fn task_timeout(side: &Side, config: &Config) -> Result<Vec<String>> {
+    let key = unique_name("k");
+    let mut seen = vec![side.start("conform", &key, 1, input("conform", &key, 1)).await?];
+    let (line, first) = side.next_report(config).await?;
+    seen.push(line);
+    seen.push(result(
+        "resume",
+        side.orch().send_task_success(&first.context("a token")?, &json!({"decision": "ok"})).await,
+    ));
+    let (line, payment) = side.next_report(config).await?;
+    seen.push(line);
+    seen.push(side.next_report(config).await?.0);
+    seen.push(side.status("conform", &key, 1).await?);
+    seen.push(result(
+        "resume late",
+        side.orch().send_task_success(&payment.context("a token")?, &json!({"payment_ref": "p"})).await,
+    ));
+    Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
+}
+
+/// A heartbeat on an open token is taken; without further beats the step times out after
+/// `HeartbeatSeconds`, and a heartbeat on its closed token is gone.
+async fn heartbeat(side: &Side, config: &Config) -> Result<Vec<String>> {
+    let key = unique_name("k");
+    let mut seen = vec![side.start("beat", &key, 1, input("beat", &key, 1)).await?];
+    let (line, token) = side.next_report(config).await?;
+    seen.push(line);
+    let token = token.context("a token")?;
+    seen.push(result("heartbeat", side.orch().send_task_heartbeat(&token).await));
+    seen.push(side.next_report(config).await?.0);
+    seen.push(side.status("beat", &key, 1).await?);
+    seen.push(result("heartbeat late", side.orch().send_task_heartbeat(&token).await));
+    Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
+}
+
+/// The config, the model and a fresh emulator side.
+async fn sides() -> Result<(Config, Side, Side)> {
+    let config = Config::parse(CONFIG)?;
+    let model = Side::model(&config);
+    let emulator = Side::emulator(&config).await?;
+    Ok((config, model, emulator))
+}
+
+/// Both sides saw the same, and it is what was expected.
+fn agree(on_model: Vec<String>, on_emulator: Vec<String>, expected: &[&str]) {
+    assert_eq!(on_model, on_emulator, "the model and the emulator disagree");
+    assert_eq!(on_model, expected);
+}
+
+#[tokio::test]
+async fn a_start_is_idempotent_and_another_input_conflicts() -> Result<()> {
+    let (config, model, emulator) = sides().await?;
+    agree(
+        starts(&model, &config).await?,
+        starts(&emulator, &config).await?,
+        &["start ok", "start ok", "start conflict", "report conform/K g1 step_ready 0"],
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn resumes_walk_the_steps_and_a_used_token_is_gone() -> Result<()> {
+    let (config, model, emulator) = sides().await?;
+    agree(
+        resumes(&model, &config).await?,
+        resumes(&emulator, &config).await?,
+        &[
+            "start ok",
+            "report conform/K g1 step_ready 0",
+            "resume ok",
+            "report conform/K g1 step_ready 1",
+            "resume ok",
+            "report conform/K g1 succeeded",
+            "status SUCCEEDED",
+            "resume again token_gone",
+            "resume first again token_gone",
+        ],
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_task_is_caught_into_the_failed_report() -> Result<()> {
+    let (config, model, emulator) = sides().await?;
+    agree(
+        failure(&model, &config).await?,
+        failure(&emulator, &config).await?,
+        &[
+            "start ok",
+            "report conform/K g1 step_ready 0",
+            "fail ok",
+            "report conform/K g1 failed baton.Cancelled",
+            "status FAILED",
+            "resume late token_gone",
+        ],
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_task_timeout_is_caught_into_the_timed_out_report() -> Result<()> {
+    let (config, model, emulator) = sides().await?;
+    agree(
+        task_timeout(&model, &config).await?,
+        task_timeout(&emulator, &config).await?,
+        &[
+            "start ok",
+            "report conform/K g1 step_ready 0",
+            "resume ok",
+            "report conform/K g1 step_ready 1",
+            "report conform/K g1 timed_out",
+            "status FAILED",
+            "resume late token_gone",
+        ],
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_heartbeat_keeps_a_task_until_the_beats_stop() -> Result<()> {
+    let (config, model, emulator) = sides().await?;
+    agree(
+        heartbeat(&model, &config).await?,
+        heartbeat(&emulator, &config).await?,
+        &[
+            "start ok",
+            "report beat/K g1 step_ready 0",
+            "heartbeat ok",
+            "report beat/K g1 timed_out",
+            "status FAILED",
+            "heartbeat late token_gone",
+        ],
+    );
+    Ok(())
+}
