@@ -256,7 +256,7 @@ pub enum What {
         input_id: String,
         step: u32,
         step_name: Option<String>,
-        /// `buffered`, `applied` or `expired`.
+        /// `buffered`, `applied`, `expired` or `ignored`.
         status: &'static str,
         #[serde(serialize_with = "crate::ops::ser_time")]
         expires_at: OffsetDateTime,

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value, json};
-use time::Duration;
+use time::{Duration, OffsetDateTime};
 use tracing::{error, info, instrument, warn};
 
 use crate::engine::{Engine, EngineError, Submitted, payload_hash};
@@ -216,11 +216,11 @@ impl Callbacks {
                         return stored_answer(&stored);
                     }
                     Ok(None) => info!("receipt pending: applying again (an earlier attempt did not finish)"),
-                    Err(e) => return self.failed(&e, MaybeApplied::Yes),
+                    Err(e) => return self.failed_holding(&e, MaybeApplied::Yes, now),
                 }
                 false
             }
-            Err(e) => return self.failed(&e, MaybeApplied::Yes),
+            Err(e) => return self.failed_holding(&e, MaybeApplied::Yes, now),
         };
         let maybe = if first { MaybeApplied::No } else { MaybeApplied::Yes };
 
@@ -252,18 +252,18 @@ impl Callbacks {
                 if matches!(submitted.outcome(), Outcome::Ignored(_) | Outcome::Rejected(_)) =>
             {
                 // Nothing applies an ignored or refused input; its ledger entry is what failed.
-                return self.failed(&EngineError::Unfinished { submitted, source }, maybe);
+                return self.failed_holding(&EngineError::Unfinished { submitted, source }, maybe, now);
             }
             Err(e @ (EngineError::Uncertain { .. } | EngineError::Unfinished { .. })) => {
-                return self.failed(&e, MaybeApplied::Yes);
+                return self.failed_holding(&e, MaybeApplied::Yes, now);
             }
-            Err(e) => return self.failed(&e, maybe),
+            Err(e) => return self.failed_holding(&e, maybe, now),
         };
-        let answer =
-            match answer((workflow.name.as_str(), &callback.key, &callback.step), &receipt.id, &submitted) {
-                Ok(answer) => answer,
-                Err(refused) => return refused,
-            };
+        // A refusal (409, 413) is the answer this request earned too: kept, so the same request
+        // sent again is refused the same way, not answered from what the ledger says (found by
+        // review).
+        let answer = answer((workflow.name.as_str(), &callback.key, &callback.step), &receipt.id, &submitted)
+            .unwrap_or_else(|refused| refused);
         let stored = json!({"http_status": answer.status.as_u16(), "body": answer.body});
         if let Err(e) = self.engine.store.complete_receipt(&receipt, &stored).await {
             // The effect is done; only the cached answer is missing. A retry re-applies
@@ -348,6 +348,23 @@ impl Callbacks {
             Ok(()) => reused(id),
             Err(e) => self.failed(&e, MaybeApplied::No),
         }
+    }
+
+    /// [`Self::failed`] for an attempt that put (or found) its receipt at `started`: the
+    /// receipt stays pending, and a retry inside its lease would only get `in_progress`, so the
+    /// answer asks the sender to come back once the lease has passed.
+    fn failed_holding<E: Classified + std::error::Error>(
+        &self,
+        e: &E,
+        maybe: MaybeApplied,
+        started: OffsetDateTime,
+    ) -> Answer {
+        let mut answer = self.failed(e, maybe);
+        if answer.retry_after.is_some() {
+            let held = RECEIPT_LEASE - (self.engine.now() - started);
+            answer.retry_after = Some(ceil_seconds(held).max(RETRY_AFTER_SECONDS));
+        }
+        answer
     }
 
     fn failed<E: Classified + std::error::Error>(&self, e: &E, maybe: MaybeApplied) -> Answer {
@@ -458,8 +475,15 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 }
 
 /// Another attempt with this `webhook-id` may still be at work: retry once it surely is not.
+/// Whole seconds, rounded up (at least 1): a sender that waits a Retry-After must find the
+/// wait over, not a fraction of a second short.
+fn ceil_seconds(d: Duration) -> u32 {
+    let whole = d.whole_seconds() + i64::from(d.subsec_nanoseconds() > 0);
+    u32::try_from(whole.max(1)).unwrap_or(u32::MAX)
+}
+
 fn in_progress(held: Duration) -> Answer {
-    let seconds = u32::try_from(held.whole_seconds().max(1)).unwrap_or(u32::MAX);
+    let seconds = ceil_seconds(held);
     Answer {
         status: StatusCode::SERVICE_UNAVAILABLE,
         body: json!({"error": "in_progress", "maybe_applied": true,
@@ -481,7 +505,14 @@ fn reused(id: &EventId) -> Answer {
 fn stored_answer(first: &Value) -> Answer {
     let mut body = first["body"].clone();
     body["duplicate"] = json!(true);
-    Answer::new(StatusCode::OK, body)
+    // A refusal stays a refusal; any success is a 200, as the API documents for duplicates.
+    let status = first["http_status"]
+        .as_u64()
+        .and_then(|s| u16::try_from(s).ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .filter(|s| s.is_client_error())
+        .unwrap_or(StatusCode::OK);
+    Answer::new(status, body)
 }
 
 /// Validates the JSON body, naming the first bad field.

@@ -36,6 +36,7 @@ use crate::lifecycle::{self, Decision, Effect, IgnoreReason, Input, Outcome, Rec
 use crate::metrics::{Metric, Metrics};
 use crate::orchestrator::{Orchestrator, OrchestratorError, StartExecution, execution_arn, execution_name};
 use crate::outbound::{PublishError, TaskPublisher};
+use crate::sqs::error_chain;
 use crate::store::{Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, StoreError, Task, WorkflowStore};
 
 /// How many times a write that lost a race is decided again before giving up.
@@ -156,6 +157,7 @@ impl Engine {
                     .map_err(EngineError::Store)?;
             if let Some(write) = decision.write.as_mut() {
                 write.to.write_id = Some((self.write_ids)());
+                fit_item_limit(&mut write.to);
                 let applied = self
                     .store
                     .apply(write)
@@ -239,54 +241,75 @@ impl Engine {
         record: Option<&Record>,
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
+        // Every effect is tried, whatever happens to the others: a task that cannot be
+        // published must not keep the inbox from draining, nor a failed stop keep a cancel from
+        // failing the parked token (both found by review with the simulation). The first
+        // failure is returned, so the input is retried.
+        let mut first_error = None;
         for effect in &decision.effects {
-            match effect {
-                Effect::StartExecution { generation } => {
-                    let input = ExecutionInput {
-                        workflow: workflow.name.to_string(),
-                        key: key.to_string(),
-                        generation: *generation,
-                    };
-                    let started = self
-                        .orchestrator
-                        .start_execution(&StartExecution {
-                            state_machine_arn: self.state_machine_arn(workflow.name.as_str()),
-                            workflow: workflow.name.clone(),
-                            key: key.clone(),
-                            generation: *generation,
-                            input: serde_json::to_value(&input).unwrap_or(Value::Null),
-                        })
-                        .await?;
-                    info!(execution = %started.execution_arn, already_existed = started.already_existed, "execution started");
-                }
-                Effect::CreateTask { generation, step } => {
-                    self.create_task(workflow, key, *generation, *step, now).await?;
-                }
-                Effect::DrainInbox { generation, step } => {
-                    self.drain(workflow, key, *generation, *step, now).await?
-                }
-                Effect::Buffer { generation, step } => {
-                    self.buffer(workflow, key, input, *generation, *step, now).await?
-                }
-                Effect::SendTaskSuccess { token, output } => {
-                    let sent = self.orchestrator.send_task_success(token, output).await;
-                    self.resumed(sent, "success", workflow, key, record).await?
-                }
-                Effect::SendTaskFailure { token, error, cause } => {
-                    let sent = self.orchestrator.send_task_failure(token, error, cause).await;
-                    self.resumed(sent, "failure", workflow, key, record).await?
-                }
-                Effect::SendTaskHeartbeat { token } => {
-                    let sent = self.orchestrator.send_task_heartbeat(token).await;
-                    self.resumed(sent, "heartbeat", workflow, key, record).await?
-                }
-                Effect::StopExecution { generation, cause } => {
-                    let arn = self.execution_arn(workflow, key, *generation);
-                    self.orchestrator.stop_execution(&arn, "baton.Cancelled", cause).await?;
-                    info!(execution = %arn, "execution stopped");
-                }
-                Effect::Ledger { reason } => self.ledger(workflow, key, input, *reason, record, now).await?,
+            if let Err(e) = self.carry_out_one(workflow, key, input, effect, record, now).await {
+                warn!(error_type = e.error_type(), error = %error_chain(&e), "an effect failed; the others were still tried");
+                first_error.get_or_insert(e);
             }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn carry_out_one(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        input: &Input,
+        effect: &Effect,
+        record: Option<&Record>,
+        now: OffsetDateTime,
+    ) -> Result<(), EngineError> {
+        match effect {
+            Effect::StartExecution { generation } => {
+                let input = ExecutionInput {
+                    workflow: workflow.name.to_string(),
+                    key: key.to_string(),
+                    generation: *generation,
+                };
+                let started = self
+                    .orchestrator
+                    .start_execution(&StartExecution {
+                        state_machine_arn: self.state_machine_arn(workflow.name.as_str()),
+                        workflow: workflow.name.clone(),
+                        key: key.clone(),
+                        generation: *generation,
+                        input: serde_json::to_value(&input).unwrap_or(Value::Null),
+                    })
+                    .await?;
+                info!(execution = %started.execution_arn, already_existed = started.already_existed, "execution started");
+            }
+            Effect::CreateTask { generation, step } => {
+                self.create_task(workflow, key, *generation, *step, now).await?;
+            }
+            Effect::DrainInbox { generation, step } => {
+                self.drain(workflow, key, *generation, *step, now).await?
+            }
+            Effect::Buffer { generation, step } => {
+                self.buffer(workflow, key, input, *generation, *step, now).await?
+            }
+            Effect::SendTaskSuccess { token, output } => {
+                let sent = self.orchestrator.send_task_success(token, output).await;
+                self.resumed(sent, "success", workflow, key, record).await?
+            }
+            Effect::SendTaskFailure { token, error, cause } => {
+                let sent = self.orchestrator.send_task_failure(token, error, cause).await;
+                self.resumed(sent, "failure", workflow, key, record).await?
+            }
+            Effect::SendTaskHeartbeat { token } => {
+                let sent = self.orchestrator.send_task_heartbeat(token).await;
+                self.resumed(sent, "heartbeat", workflow, key, record).await?
+            }
+            Effect::StopExecution { generation, cause } => {
+                let arn = self.execution_arn(workflow, key, *generation);
+                self.orchestrator.stop_execution(&arn, "baton.Cancelled", cause).await?;
+                info!(execution = %arn, "execution stopped");
+            }
+            Effect::Ledger { reason } => self.ledger(workflow, key, input, *reason, record, now).await?,
         }
         Ok(())
     }
@@ -472,6 +495,18 @@ impl Engine {
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
         let input: Input = match serde_json::from_value(entry.input.clone()) {
+            // The entry waits for its generation: applied with that generation named, so a
+            // drain that paused while the workflow restarted finds the record in another
+            // generation and leaves the entry, never moving the new run (found by review).
+            Ok(Input::StepInput { id, hash, source, step, outcome, data, generation }) => Input::StepInput {
+                id,
+                hash,
+                source,
+                step,
+                outcome,
+                data,
+                generation: entry.generation.or(generation),
+            },
             Ok(input) => input,
             Err(e) => {
                 warn!(id = %entry.id, error = %e, "buffered entry is unreadable; expiring it");
@@ -497,9 +532,32 @@ impl Engine {
         if outcome == Outcome::Buffered || (failed.is_some() && !reached_record) {
             return failed.map_or(Ok(()), Err);
         }
-        info!(id = %entry.id, ?outcome, "buffered input applied");
-        self.store.settle(entry, InboxStatus::Applied).await?;
+        // Applied (or found applied); or ignored or refused, with the ledger saying why: the
+        // entry tells which, so an operator never reads "applied" for an input that changed
+        // nothing (found by review).
+        let settled = if reached_record {
+            info!(id = %entry.id, ?outcome, "buffered input applied");
+            InboxStatus::Applied
+        } else {
+            info!(id = %entry.id, ?outcome, "buffered input drained and ignored; ledgered");
+            InboxStatus::Ignored
+        };
+        self.store.settle(entry, settled).await?;
         failed.map_or(Ok(()), Err)
+    }
+}
+
+/// Keeps a record under DynamoDB's item limit whatever the length of the ids it remembers: the
+/// step inputs are capped on their own (`inputs_too_large`), and the oldest audit entries give
+/// way when long ids fill the rest (found by review: 200 transitions with 1 KB ids, then a large
+/// input, made a record no write could store, so its step could never advance).
+fn fit_item_limit(record: &mut Record) {
+    use crate::store::dynamodb::{MAX_ITEM_BYTES, record_size};
+    let mut size = record_size(record);
+    while size > MAX_ITEM_BYTES && record.history.len() > 1 {
+        let drop = (record.history.len() / 4).max(1);
+        record.history.drain(..drop);
+        size = record_size(record);
     }
 }
 

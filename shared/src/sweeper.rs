@@ -19,7 +19,9 @@ use tracing::{info, warn};
 
 use crate::engine::{Engine, EngineError, LEDGER_RETENTION};
 use crate::error::Classified;
-use crate::lifecycle::{IgnoreReason, Input, Kind, Outcome, RESEND_RESUME_AFTER, RESTART_PENDING_AFTER};
+use crate::lifecycle::{
+    IgnoreReason, Input, Kind, Outcome, RESEND_RESUME_AFTER, RESTART_PENDING_AFTER, State,
+};
 use crate::store::{Claim, InboxEntry, InboxStatus, LedgerEntry};
 
 /// How many items one run handles per kind; the next run takes the rest.
@@ -104,8 +106,8 @@ impl Sweeper {
         }
     }
 
-    /// Settles one expired buffered input and ledgers it; `false` when another sweep (or a
-    /// drain) settled it first.
+    /// Ledgers one expired buffered input and settles it, or drains it if its step waits after
+    /// all; `false` when it was not expired here.
     async fn expire(&self, entry: &InboxEntry, now: OffsetDateTime) -> Result<bool, EngineError> {
         // A redelivery of the same input may have been applied straight to its step, leaving
         // this copy behind: it is applied, not expired. A copy with another payload is a
@@ -119,6 +121,17 @@ impl Sweeper {
                     && (entry.generation.is_none() || a.generation == entry.generation)
             })
         });
+        // Its step waits in its generation: a drain is owed, or under way. Drained now, never
+        // expired from under it (an input both applied and ledgered expired; found by review).
+        if let Some(r) = &record
+            && r.state == (State::Waiting { step: entry.step })
+            && entry.generation.is_none_or(|g| g == r.generation)
+            && let Some(workflow) = self.engine.config.workflow(entry.workflow.as_str())
+        {
+            self.engine.drain(workflow, &entry.key, r.generation, entry.step, now).await?;
+            info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "expired buffer's step waits: drained");
+            return Ok(false);
+        }
         let reason = match twin {
             Some(a) if entry.input.get("hash").and_then(Value::as_str) == Some(a.hash.as_str()) => {
                 self.engine.store.settle(entry, InboxStatus::Applied).await?;
@@ -128,9 +141,9 @@ impl Sweeper {
             Some(_) => IgnoreReason::IdempotencyKeyReused,
             None => IgnoreReason::BufferExpired,
         };
-        if let Claim::Exists(_) = self.engine.store.settle(entry, InboxStatus::Expired).await? {
-            return Ok(false);
-        }
+        // Ledgered first (idempotent per input and reason), then settled: a sweep that fails
+        // in between leaves the entry buffered, and the next sweep finishes both. Settled first,
+        // a failed ledger write would leave an expired input with no trace (found by review).
         let ledger = LedgerEntry {
             workflow: entry.workflow.clone(),
             key: entry.key.clone(),
@@ -143,6 +156,15 @@ impl Sweeper {
             expires_at: now + LEDGER_RETENTION,
         };
         self.engine.store.put_ledger(&ledger).await?;
+        if let Claim::Exists(other) = self.engine.store.settle(entry, InboxStatus::Expired).await? {
+            // Another sweep (or this one's lost answer) expired it; or a drain settled it
+            // between the read above and this write, and the ledger entry stands beside it.
+            if other.status != InboxStatus::Expired {
+                warn!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, status = other.status.as_str(),
+                    "buffered input settled by a drain while it expired");
+            }
+            return Ok(false);
+        }
         warn!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, step = entry.step, reason = reason.as_str(),
             "buffered input expired unapplied; ledgered");
         Ok(true)

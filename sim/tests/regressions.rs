@@ -538,8 +538,8 @@ fn a_drained_input_refused_as_a_conflict_stays_buffered_until_its_ledger_entry_i
     let progress = lock(&s.sqs).messages(QueueId::Progress)[0].clone();
     let step_ready = baton::progress::parse_report(&s.config, &progress.body).unwrap().2;
     let waiting = s.engine.submit(wf, &key, &step_ready, s.world.now());
-    // Only the write: the drain comes after, once the conflicting copy is in.
-    s.world.script("ddb.PutItem(task)", Fault::Before);
+    // The write and the task, but not the drain: it comes after, once the conflicting copy is in.
+    s.world.script("ddb.Query(inbox)", Fault::Before);
     assert!(drive(waiting).is_err());
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
     let other = Input::StepInput {

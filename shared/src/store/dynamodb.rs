@@ -602,6 +602,7 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
         "buffered" => InboxStatus::Buffered,
         "applied" => InboxStatus::Applied,
         "expired" => InboxStatus::Expired,
+        "ignored" => InboxStatus::Ignored,
         other => return Err(r.corrupt(format!("unknown inbox status {other:?}"))),
     };
     Ok(InboxEntry {

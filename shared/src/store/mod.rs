@@ -156,6 +156,8 @@ pub enum InboxStatus {
     Buffered,
     Applied,
     Expired,
+    /// Drained, but the lifecycle ignored or refused it; its ledger entry says why.
+    Ignored,
 }
 
 impl InboxStatus {
@@ -164,6 +166,7 @@ impl InboxStatus {
             InboxStatus::Buffered => "buffered",
             InboxStatus::Applied => "applied",
             InboxStatus::Expired => "expired",
+            InboxStatus::Ignored => "ignored",
         }
     }
 }
@@ -250,7 +253,7 @@ pub trait WorkflowStore: Send + Sync {
         step: u32,
     ) -> Result<Vec<InboxEntry>, StoreError>;
 
-    /// Moves a buffered entry to `to` (applied or expired). Exactly one caller wins; the loser
+    /// Moves a buffered entry to `to` (applied, expired or ignored). Exactly one caller wins; the loser
     /// gets the entry as it stands.
     async fn settle(&self, entry: &InboxEntry, to: InboxStatus) -> Result<Claim<InboxEntry>, StoreError>;
 
