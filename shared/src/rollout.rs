@@ -1,0 +1,409 @@
+//! `baton rollout plan`: what a config change would do to the records in flight, decided before
+//! the deploy.
+//!
+//! Two configs are compared workflow by workflow, step by step. Each change is classified for
+//! baton as it runs today, where an in-flight record follows the config the functions carry:
+//! - **safe**: no record in flight is affected (new starts, new executions, or nothing live);
+//! - **breaking**: records in flight would break, or could never be reached again (a changed key
+//!   pointer, a removed workflow with live records, a step inserted, removed, renamed or
+//!   reordered under live records, whose executions still run the old definition);
+//! - **needs a person**: the effect on live records depends on what they are waiting for (a
+//!   changed `requires` or `accepts_events` under live records, or live records not counted).
+//!
+//! Live records are counted per (workflow, config version, state) from the table's `by_due`
+//! index (queried, never scanned) by the caller, and passed in as [`Live`].
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::config::{Config, Step, Workflow};
+use crate::lifecycle::{Record, State};
+
+/// How a change affects the records in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    Safe,
+    NeedsHuman,
+    Breaking,
+}
+
+impl Class {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Safe => "safe",
+            Class::NeedsHuman => "needs-human",
+            Class::Breaking => "breaking",
+        }
+    }
+}
+
+/// One difference between the two configs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Change {
+    pub workflow: String,
+    /// A stable code: `workflow_added`, `step_inserted`, `requires_changed`, ...
+    pub kind: &'static str,
+    /// What changed, in words.
+    pub detail: String,
+    pub class: Class,
+    /// Why it is classified so.
+    pub why: String,
+    /// The live records it touches, per config version and state.
+    pub touches: Vec<Touch>,
+}
+
+/// Live records of one (workflow, config version, state).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Touch {
+    pub version: String,
+    pub state: String,
+    pub records: u64,
+}
+
+/// The live (non-terminal) records, counted per (workflow, config version, state); `None` when
+/// they could not be counted (`--offline`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Live {
+    counts: Option<BTreeMap<(String, String, State), u64>>,
+}
+
+/// The config version of a record that predates versions.
+pub const UNVERSIONED: &str = "unversioned";
+
+impl Live {
+    /// Live records not counted: every change that depends on them needs a person.
+    pub fn unknown() -> Live {
+        Live { counts: None }
+    }
+
+    /// Counts the given live records.
+    pub fn count<'a>(records: impl IntoIterator<Item = &'a Record>) -> Live {
+        let mut counts = BTreeMap::new();
+        for r in records.into_iter().filter(|r| !r.state.is_terminal()) {
+            let version = r.config_version.clone().unwrap_or_else(|| UNVERSIONED.to_owned());
+            *counts.entry((r.workflow.to_string(), version, r.state)).or_insert(0) += 1;
+        }
+        Live { counts: Some(counts) }
+    }
+
+    /// The live records of `workflow` whose state passes `filter`; `None` if not counted.
+    fn touching(&self, workflow: &str, filter: impl Fn(State) -> bool) -> Option<Vec<Touch>> {
+        let counts = self.counts.as_ref()?;
+        Some(
+            counts
+                .iter()
+                .filter(|((w, _, state), _)| w == workflow && filter(*state))
+                .map(|((_, version, state), n)| Touch {
+                    version: version.clone(),
+                    state: state.to_string(),
+                    records: *n,
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The whole plan: every change, and the overall verdict (the worst class).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RolloutPlan {
+    pub from_version: String,
+    pub to_version: String,
+    pub changes: Vec<Change>,
+    pub verdict: Class,
+}
+
+/// Compares `from` (deployed) with `to` (about to be deployed).
+pub fn plan(from: &Config, to: &Config, live: &Live) -> RolloutPlan {
+    let mut changes = Vec::new();
+    for old in &from.workflows {
+        match to.workflow(old.name.as_str()) {
+            None => {
+                let touches = live.touching(old.name.as_str(), |_| true);
+                let (class, why) = by_live(
+                    &touches,
+                    Class::Breaking,
+                    "its live records could never be advanced, resumed or swept again",
+                );
+                changes.push(change(old, "workflow_removed", "removed".into(), class, why, touches));
+            }
+            Some(new) => changes.extend(workflow_changes(old, new, live)),
+        }
+    }
+    for new in &to.workflows {
+        if from.workflow(new.name.as_str()).is_none() {
+            let why = "new starts only".to_owned();
+            changes.push(change(new, "workflow_added", "added".into(), Class::Safe, why, Some(Vec::new())));
+        }
+    }
+    let verdict = changes.iter().map(|c| c.class).max().unwrap_or(Class::Safe);
+    RolloutPlan { from_version: from.version.clone(), to_version: to.version.clone(), changes, verdict }
+}
+
+fn change(
+    wf: &Workflow,
+    kind: &'static str,
+    detail: String,
+    class: Class,
+    why: String,
+    touches: Option<Vec<Touch>>,
+) -> Change {
+    Change { workflow: wf.name.to_string(), kind, detail, class, why, touches: touches.unwrap_or_default() }
+}
+
+/// `class` when live records are touched, safe when none are, needs a person when they were not
+/// counted.
+fn by_live(touches: &Option<Vec<Touch>>, class: Class, why: &str) -> (Class, String) {
+    match touches {
+        None => (Class::NeedsHuman, format!("live records were not counted; if there are any, {why}")),
+        Some(t) if t.is_empty() => (Class::Safe, "no live records".into()),
+        Some(t) => {
+            let n: u64 = t.iter().map(|t| t.records).sum();
+            (class, format!("{n} live record(s): {why}"))
+        }
+    }
+}
+
+fn workflow_changes(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
+    let mut out = Vec::new();
+    if old.key != new.key {
+        // Events for the records in flight would correlate elsewhere: no pinning helps.
+        let touches = live.touching(old.name.as_str(), |_| true);
+        out.push(change(
+            old,
+            "key_changed",
+            format!("key {} -> {}", old.key, new.key),
+            Class::Breaking,
+            "events and restarts for existing keys would correlate to other records".into(),
+            touches,
+        ));
+    }
+    if old.when != new.when {
+        let why = "decides new starts only".to_owned();
+        out.push(change(old, "start_pattern_changed", "start.when changed".into(), Class::Safe, why, None));
+    }
+    if old.on_restart != new.on_restart {
+        let detail = format!("on_restart {:?} -> {:?}", old.on_restart, new.on_restart);
+        out.push(change(old, "on_restart_changed", detail, Class::Safe, "decides restarts only".into(), None));
+    }
+    out.extend(step_structure(old, new, live));
+    for (i, o) in old.steps.iter().enumerate() {
+        if let Some(n) = new.steps.iter().find(|s| s.name == o.name) {
+            out.extend(step_changes(old, i as u32, o, n, live));
+        }
+    }
+    out
+}
+
+/// Steps appended, inserted, removed, renamed or reordered. Every such change breaks records in
+/// flight today: their executions run the definition they started with, while the record would
+/// be read through the new step list.
+fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
+    let names = |w: &Workflow| w.steps.iter().map(|s| s.name.to_string()).collect::<Vec<_>>();
+    let (a, b) = (names(old), names(new));
+    if a == b {
+        return Vec::new();
+    }
+    let removed: Vec<&String> = a.iter().filter(|n| !b.contains(n)).collect();
+    let added: Vec<&String> = b.iter().filter(|n| !a.contains(n)).collect();
+    let mut found: Vec<(&'static str, String)> = Vec::new();
+    // A rename: a step gone and a step new at the same position.
+    let mut renamed = Vec::new();
+    for r in &removed {
+        let i = a.iter().position(|n| n == *r).unwrap_or(usize::MAX);
+        if let Some(n) = b.get(i).filter(|n| added.contains(n)) {
+            renamed.push(((*r).clone(), n.clone()));
+            found.push(("step_renamed", format!("step {r} renamed {n} (position {i})")));
+        }
+    }
+    let is_renamed_from = |n: &String| renamed.iter().any(|(from, _)| from == n);
+    let is_renamed_to = |n: &String| renamed.iter().any(|(_, to)| to == n);
+    for r in removed.iter().filter(|r| !is_renamed_from(r)) {
+        found.push(("step_removed", format!("step {r} removed")));
+    }
+    let kept_old: Vec<&String> = a.iter().filter(|n| b.contains(n)).collect();
+    let kept_new: Vec<&String> = b.iter().filter(|n| a.contains(n)).collect();
+    for n in added.iter().filter(|n| !is_renamed_to(n)) {
+        let i = b.iter().position(|x| x == *n).unwrap_or(0);
+        let appended = b[i..].iter().all(|x| !a.contains(x));
+        if appended {
+            found.push(("step_appended", format!("step {n} appended at position {i}")));
+        } else {
+            found.push(("step_inserted", format!("step {n} inserted at position {i}")));
+        }
+    }
+    if kept_old != kept_new {
+        found.push(("steps_reordered", format!("steps reordered: {} -> {}", a.join(", "), b.join(", "))));
+    }
+    let touches = live.touching(old.name.as_str(), |_| true);
+    found
+        .into_iter()
+        .map(|(kind, detail)| {
+            let (class, why) = by_live(
+                &touches,
+                Class::Breaking,
+                "their executions run the old definition while the record would follow the new \
+                 steps (a report for a step that moved, an index that points at another step)",
+            );
+            change(old, kind, detail, class, why, touches.clone())
+        })
+        .collect()
+}
+
+/// Changes to one step that kept its name.
+fn step_changes(wf: &Workflow, index: u32, old: &Step, new: &Step, live: &Live) -> Vec<Change> {
+    let mut out = Vec::new();
+    let at_step = |state: State| state.step() == Some(index);
+    let at_or_before = |state: State| state == State::Pending || state.step().is_some_and(|s| s <= index);
+    if old.requires != new.requires {
+        let touches = live.touching(wf.name.as_str(), at_step);
+        let (class, why) = by_live(
+            &touches,
+            Class::NeedsHuman,
+            "records at this step would be checked against the new inputs; whether they still \
+             advance depends on what they already have",
+        );
+        let detail = format!("{}: requires [{}] -> [{}]", old.name, old.requires.join(", "), new.requires.join(", "));
+        out.push(change(wf, "requires_changed", detail, class, why, touches));
+    }
+    if old.accepts_events != new.accepts_events {
+        let touches = live.touching(wf.name.as_str(), at_or_before);
+        let (class, why) = by_live(
+            &touches,
+            Class::NeedsHuman,
+            "records at or before this step would accept other events than when they started",
+        );
+        out.push(change(wf, "accepts_events_changed", format!("{}: accepts_events changed", old.name), class, why, touches));
+    }
+    let pinned = "running executions keep the deadlines they started with; new executions get the new one";
+    if old.timeout != new.timeout {
+        let detail = format!("{}: timeout {}s -> {}s", old.name, old.timeout.as_secs(), new.timeout.as_secs());
+        out.push(change(wf, "timeout_changed", detail, Class::Safe, pinned.into(), None));
+    }
+    if old.heartbeat != new.heartbeat {
+        let secs = |h: Option<std::time::Duration>| h.map_or("none".to_owned(), |h| format!("{}s", h.as_secs()));
+        let detail = format!("{}: heartbeat {} -> {}", old.name, secs(old.heartbeat), secs(new.heartbeat));
+        out.push(change(wf, "heartbeat_changed", detail, Class::Safe, pinned.into(), None));
+    }
+    if old.task != new.task {
+        let why = "tasks already published stay as they are; tasks created from now on use the new template";
+        out.push(change(wf, "task_changed", format!("{}: task changed", old.name), Class::Safe, why.into(), None));
+    }
+    if old.buffer_ttl != new.buffer_ttl {
+        let detail = format!("{}: buffer_ttl {}s -> {}s", old.name, old.buffer_ttl.as_secs(), new.buffer_ttl.as_secs());
+        let why = "applies to inputs buffered from now on";
+        out.push(change(wf, "buffer_ttl_changed", detail, Class::Safe, why.into(), None));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{CorrelationKey, WorkflowName};
+
+    const V1: &str = r#"
+workflows:
+  order-review:
+    start: { when: { type: ["order.placed"] }, key: /subject }
+    steps:
+      - name: manual-review
+        requires: [decision]
+        timeout: 2d
+      - name: payment
+        requires: [payment_ref]
+        timeout: 7d
+"#;
+
+    fn config(yaml: &str) -> Config {
+        Config::parse(yaml).expect("valid")
+    }
+
+    fn live(states: &[State]) -> Live {
+        let records: Vec<Record> = states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mut r = Record::new_for_tests(
+                    WorkflowName::parse("order-review").unwrap(),
+                    CorrelationKey::parse(&format!("k{i}")).unwrap(),
+                );
+                r.state = *s;
+                r.config_version = Some("v1".into());
+                r
+            })
+            .collect();
+        Live::count(&records)
+    }
+
+    fn kinds(p: &RolloutPlan) -> Vec<(&'static str, Class)> {
+        p.changes.iter().map(|c| (c.kind, c.class)).collect()
+    }
+
+    #[test]
+    fn the_same_config_changes_nothing() {
+        let p = plan(&config(V1), &config(V1), &live(&[State::Waiting { step: 0 }]));
+        assert!(p.changes.is_empty());
+        assert_eq!(p.verdict, Class::Safe);
+        assert_eq!(p.from_version, p.to_version);
+    }
+
+    #[test]
+    fn an_appended_step_breaks_live_records_and_is_safe_without_them() {
+        let to = V1.replace("        timeout: 7d\n", "        timeout: 7d\n      - name: archive\n        timeout: 1d\n");
+        let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 1 }]));
+        assert_eq!(kinds(&p), [("step_appended", Class::Breaking)]);
+        assert_eq!(p.changes[0].touches[0].records, 1);
+        let p = plan(&config(V1), &config(&to), &live(&[]));
+        assert_eq!(kinds(&p), [("step_appended", Class::Safe)]);
+    }
+
+    #[test]
+    fn an_inserted_step_and_a_rename_are_named() {
+        let to = V1.replace("name: manual-review", "name: risk-review").replace(
+            "      - name: payment",
+            "      - name: fraud-check\n        timeout: 1h\n      - name: payment",
+        );
+        let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 0 }, State::Pending]));
+        assert_eq!(kinds(&p), [("step_renamed", Class::Breaking), ("step_inserted", Class::Breaking)]);
+        assert!(p.changes[0].detail.contains("manual-review renamed risk-review"), "{}", p.changes[0].detail);
+        assert_eq!(p.changes[1].touches.iter().map(|t| t.records).sum::<u64>(), 2);
+        assert_eq!(p.verdict, Class::Breaking);
+    }
+
+    #[test]
+    fn a_removed_workflow_with_live_records_breaks() {
+        let to = "workflows:\n  other:\n    start: { when: { type: [\"x\"] }, key: /subject }\n    steps:\n      - name: s\n        timeout: 1h\n";
+        let p = plan(&config(V1), &config(to), &live(&[State::Advancing { step: 1 }]));
+        assert_eq!(kinds(&p), [("workflow_removed", Class::Breaking), ("workflow_added", Class::Safe)]);
+        let p = plan(&config(V1), &config(to), &live(&[]));
+        assert_eq!(p.verdict, Class::Safe);
+    }
+
+    #[test]
+    fn a_changed_key_pointer_breaks_even_without_live_records() {
+        let to = V1.replace("key: /subject", "key: /data/order_id");
+        let p = plan(&config(V1), &config(&to), &live(&[]));
+        assert_eq!(kinds(&p), [("key_changed", Class::Breaking)]);
+    }
+
+    #[test]
+    fn requires_needs_a_person_only_for_records_at_that_step() {
+        let to = V1.replace("requires: [payment_ref]", "requires: [payment_ref, receipt]");
+        let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 0 }]));
+        assert_eq!(kinds(&p), [("requires_changed", Class::Safe)]);
+        let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 1 }]));
+        assert_eq!(kinds(&p), [("requires_changed", Class::NeedsHuman)]);
+    }
+
+    #[test]
+    fn uncounted_live_records_need_a_person_and_timeouts_are_safe() {
+        let to = V1.replace("timeout: 7d", "timeout: 9d").replace("name: payment", "name: settle");
+        let p = plan(&config(V1), &config(&to), &Live::unknown());
+        assert_eq!(kinds(&p), [("step_renamed", Class::NeedsHuman)]);
+        let to = V1.replace("timeout: 7d", "timeout: 9d");
+        let p = plan(&config(V1), &config(&to), &Live::unknown());
+        assert_eq!(kinds(&p), [("timeout_changed", Class::Safe)]);
+    }
+}
