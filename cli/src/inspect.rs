@@ -12,7 +12,7 @@ pub fn validate(path: &Path) -> Result<()> {
     for wf in &config.workflows {
         println!("{}", summary(wf));
     }
-    println!("{}: {} workflow(s), valid", path.display(), config.workflows.len());
+    println!("{}: {} workflow(s), valid, version {}", path.display(), config.workflows.len(), config.version);
     Ok(())
 }
 

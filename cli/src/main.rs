@@ -1,5 +1,6 @@
 //! `baton`: the operator CLI. Each subcommand lives in its own module; this file only parses the
-//! command line and maps failures to exit codes (0 ok, 1 the input is invalid, 2 usage).
+//! command line and maps failures to exit codes (0 ok, 1 the input is invalid, 2 usage;
+//! `rollout plan` also 1 for a breaking change and 3 for one that needs a person).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +11,7 @@ mod inspect;
 mod local;
 mod ops;
 mod recover;
+mod rollout;
 mod send;
 mod status;
 mod synth;
@@ -88,6 +90,8 @@ enum Command {
     Redrive(recover::RedriveArgs),
     /// Cancel a workflow: the record becomes cancelled and its execution is stopped.
     Cancel(recover::CancelArgs),
+    /// Before a deploy: what a config change would do to the records in flight.
+    Rollout(rollout::RolloutArgs),
 }
 
 /// Runs an async command on a fresh Tokio runtime.
@@ -118,6 +122,16 @@ fn main() -> ExitCode {
         Command::Replay(args) => block_on(recover::replay(args)),
         Command::Redrive(args) => block_on(recover::redrive(args)),
         Command::Cancel(args) => block_on(recover::cancel(args)),
+        Command::Rollout(args) => {
+            // Its own exit status: 1 breaking, 3 needs a person.
+            match tokio::runtime::Runtime::new()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(rollout::run(args)))
+            {
+                Ok(status) => return ExitCode::from(status),
+                Err(e) => Err(e),
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

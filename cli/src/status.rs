@@ -205,6 +205,7 @@ mod tests {
             created_at: deadline,
             updated_at: deadline,
             write_id: None,
+            config_version: None,
         }
     }
 

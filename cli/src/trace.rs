@@ -163,6 +163,8 @@ pub struct RecordView {
     pub step_name: Option<String>,
     pub generation: u32,
     pub version: u64,
+    /// The config version this generation started on (`null`: started before versions).
+    pub config_version: Option<String>,
     #[serde(serialize_with = "crate::ops::ser_opt_time")]
     pub deadline: Option<OffsetDateTime>,
     /// A short hash of the task token; the token itself is never shown.
@@ -351,6 +353,7 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         step_name: step.and_then(|s| names.name(r.workflow.as_str(), s)),
         generation: r.generation,
         version: r.version,
+        config_version: r.config_version.clone(),
         deadline: r.deadline,
         token_fingerprint: r.token.as_ref().map(|t| t.fingerprint()),
         inputs: r.inputs.clone(),
@@ -479,8 +482,11 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
             let step = r.step_name.as_ref().map(|n| format!(" ({n})")).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  state     {}{step}, generation {}, version {}",
-                r.state, r.generation, r.version
+                "  state     {}{step}, generation {}, version {}{}",
+                r.state,
+                r.generation,
+                r.version,
+                r.config_version.as_ref().map(|v| format!(", config {v}")).unwrap_or_default()
             );
             if let Some(deadline) = r.deadline {
                 let when = if deadline <= now {
@@ -646,6 +652,7 @@ mod tests {
             created_at: t(0),
             updated_at: t(10),
             write_id: None,
+            config_version: Some("vfd00d5526fd9".into()),
         };
         Trace {
             record: Some(record),
@@ -812,7 +819,7 @@ mod tests {
         let text = render(&report(), t(60));
         assert!(
             text.starts_with(
-                "order-review / k1\n  state     waiting{1} (payment), generation 1, version 4\n"
+                "order-review / k1\n  state     waiting{1} (payment), generation 1, version 4, config vfd00d5526fd9\n"
             )
         );
         assert!(text.contains("  deadline  ") && text.contains("(in 59m 0s)"), "{text}");

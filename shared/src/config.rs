@@ -33,6 +33,13 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub workflows: Vec<Workflow>,
+    /// A stable hash of the canonical form: `v` and 12 hex digits of its SHA-256. Comments,
+    /// formatting and the order of keys in mappings do not change it; any change of meaning
+    /// does.
+    pub version: String,
+    /// The canonical form: the parsed file as JSON with every mapping's keys sorted. Parsed
+    /// again (JSON is YAML), it gives this very config; the table keeps it by version.
+    pub canonical: String,
 }
 
 /// One workflow definition.
@@ -45,6 +52,8 @@ pub struct Workflow {
     pub key: String,
     pub on_restart: OnRestart,
     pub steps: Vec<Step>,
+    /// The version of the config this definition belongs to: records started on it keep it.
+    pub config_version: String,
 }
 
 /// One step: a task token parked until its required inputs are present, or its deadline passes.
@@ -109,7 +118,14 @@ impl Config {
         let mut v = Validator::default();
         let config = v.config(&root);
         match (config, v.errors.is_empty()) {
-            (Some(config), true) => Ok(config),
+            (Some(mut config), true) => {
+                config.canonical = canonical(&root).to_string();
+                config.version = version_of(&config.canonical);
+                for w in &mut config.workflows {
+                    w.config_version = config.version.clone();
+                }
+                Ok(config)
+            }
             _ => Err(ConfigErrors(v.errors)),
         }
     }
@@ -119,10 +135,33 @@ impl Config {
     }
 }
 
+/// `value` with every object's keys in sorted order, recursively.
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            Value::Object(keys.into_iter().map(|k| (k.clone(), canonical(&map[k]))).collect())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A config's version from its canonical form.
+fn version_of(canonical: &str) -> String {
+    use sha2::Digest;
+    format!("v{}", &hex::encode(sha2::Sha256::digest(canonical.as_bytes()))[..12])
+}
+
 impl Workflow {
     /// What the lifecycle needs from this definition.
     pub fn plan(&self) -> Plan {
-        Plan { steps: self.steps.iter().map(|s| s.requires.clone()).collect(), on_restart: self.on_restart }
+        Plan {
+            steps: self.steps.iter().map(|s| s.requires.clone()).collect(),
+            on_restart: self.on_restart,
+            version: Some(self.config_version.clone()),
+        }
     }
 
     /// Does `event` start this workflow? `None` when the pattern does not match; otherwise the
@@ -305,7 +344,11 @@ impl Validator {
             self.err("workflows", "defines no workflow");
         }
         let parsed: Vec<Option<Workflow>> = map.iter().map(|(name, def)| self.workflow(name, def)).collect();
-        parsed.into_iter().collect::<Option<Vec<_>>>().map(|workflows| Config { workflows })
+        parsed.into_iter().collect::<Option<Vec<_>>>().map(|workflows| Config {
+            workflows,
+            version: String::new(),
+            canonical: String::new(),
+        })
     }
 
     fn workflow(&mut self, name: &str, def: &Value) -> Option<Workflow> {
@@ -339,7 +382,14 @@ impl Validator {
         };
 
         let steps = self.required(&path, map, "steps").and_then(|s| self.steps(&join(&path, "steps"), s));
-        Some(Workflow { name: wf_name?, when: when?, key: key?, on_restart: on_restart?, steps: steps? })
+        Some(Workflow {
+            name: wf_name?,
+            when: when?,
+            key: key?,
+            on_restart: on_restart?,
+            steps: steps?,
+            config_version: String::new(),
+        })
     }
 
     fn pattern(&mut self, path: &str, v: &Value) -> Option<Pattern> {

@@ -200,6 +200,23 @@ impl Engine {
         Err(EngineError::Contended { attempts: MAX_ATTEMPTS })
     }
 
+    /// Registers the config this engine carries in the table, once per version (at a cold
+    /// start): the deployed versions stay readable, and `baton rollout plan` compares against
+    /// the newest. A failure is logged, never fatal: the next cold start registers it.
+    pub async fn register_config(&self) {
+        let config = crate::store::RegisteredConfig {
+            version: self.config.version.clone(),
+            canonical: self.config.canonical.clone(),
+            registered_at: self.now(),
+        };
+        match self.store.register_config(&config).await {
+            Ok(()) => info!(config_version = %config.version, "config registered"),
+            Err(e) => {
+                warn!(config_version = %config.version, error = %error_chain(&e), "cannot register the config; the next cold start tries again")
+            }
+        }
+    }
+
     /// Logs the classification and counts it.
     fn observe(&self, workflow: &Workflow, input: &Input, decision: &Decision, now: OffsetDateTime) {
         let wf = Some(workflow.name.as_str());

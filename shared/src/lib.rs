@@ -23,6 +23,7 @@ pub mod outbound;
 pub mod pattern;
 pub mod progress;
 pub mod replay;
+pub mod rollout;
 pub mod runtime;
 pub mod secrets;
 pub mod sqs;

@@ -308,6 +308,8 @@ pub struct Plan {
     /// Per step, in order: the inputs that must all be present before the step advances.
     pub steps: Vec<Vec<String>>,
     pub on_restart: OnRestart,
+    /// The config version a new generation starts on (`None` in tests that need none).
+    pub version: Option<String>,
 }
 
 /// May a start event after a terminal state open a new generation?
@@ -383,6 +385,8 @@ pub struct Record {
     /// item returned carries this id if the "winner" was that very write, so the engine counts
     /// it as its own and does not mistake it for a duplicate. `None` until the engine sets it.
     pub write_id: Option<String>,
+    /// The config version this generation started on (`None`: started before versions).
+    pub config_version: Option<String>,
 }
 
 impl Record {
@@ -807,6 +811,7 @@ fn on_start(
             created_at: now,
             updated_at: now,
             write_id: None,
+            config_version: plan.version.clone(),
         };
         return Decision::new(Outcome::Applied)
             .with_write(Cause::Start, None, to)
@@ -841,6 +846,7 @@ fn on_start(
         owed: None,
         start_events,
         created_at: now,
+        config_version: plan.version.clone(),
         ..r.next(State::Pending, now)
     };
     Decision::new(Outcome::Applied)

@@ -66,7 +66,8 @@ pub struct Touch {
 /// they could not be counted (`--offline`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Live {
-    counts: Option<BTreeMap<(String, String, State), u64>>,
+    /// (workflow, version, state as text) to (state, records).
+    counts: Option<BTreeMap<(String, String, String), (State, u64)>>,
 }
 
 /// The config version of a record that predates versions.
@@ -83,7 +84,8 @@ impl Live {
         let mut counts = BTreeMap::new();
         for r in records.into_iter().filter(|r| !r.state.is_terminal()) {
             let version = r.config_version.clone().unwrap_or_else(|| UNVERSIONED.to_owned());
-            *counts.entry((r.workflow.to_string(), version, r.state)).or_insert(0) += 1;
+            counts.entry((r.workflow.to_string(), version, r.state.to_string())).or_insert((r.state, 0)).1 +=
+                1;
         }
         Live { counts: Some(counts) }
     }
@@ -94,10 +96,10 @@ impl Live {
         Some(
             counts
                 .iter()
-                .filter(|((w, _, state), _)| w == workflow && filter(*state))
-                .map(|((_, version, state), n)| Touch {
+                .filter(|((w, _, _), (state, _))| w == workflow && filter(*state))
+                .map(|((_, version, text), (_, n))| Touch {
                     version: version.clone(),
-                    state: state.to_string(),
+                    state: text.clone(),
                     records: *n,
                 })
                 .collect(),
@@ -185,7 +187,14 @@ fn workflow_changes(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> 
     }
     if old.on_restart != new.on_restart {
         let detail = format!("on_restart {:?} -> {:?}", old.on_restart, new.on_restart);
-        out.push(change(old, "on_restart_changed", detail, Class::Safe, "decides restarts only".into(), None));
+        out.push(change(
+            old,
+            "on_restart_changed",
+            detail,
+            Class::Safe,
+            "decides restarts only".into(),
+            None,
+        ));
     }
     out.extend(step_structure(old, new, live));
     for (i, o) in old.steps.iter().enumerate() {
@@ -264,7 +273,8 @@ fn step_changes(wf: &Workflow, index: u32, old: &Step, new: &Step, live: &Live) 
             "records at this step would be checked against the new inputs; whether they still \
              advance depends on what they already have",
         );
-        let detail = format!("{}: requires [{}] -> [{}]", old.name, old.requires.join(", "), new.requires.join(", "));
+        let detail =
+            format!("{}: requires [{}] -> [{}]", old.name, old.requires.join(", "), new.requires.join(", "));
         out.push(change(wf, "requires_changed", detail, class, why, touches));
     }
     if old.accepts_events != new.accepts_events {
@@ -274,24 +284,45 @@ fn step_changes(wf: &Workflow, index: u32, old: &Step, new: &Step, live: &Live) 
             Class::NeedsHuman,
             "records at or before this step would accept other events than when they started",
         );
-        out.push(change(wf, "accepts_events_changed", format!("{}: accepts_events changed", old.name), class, why, touches));
+        out.push(change(
+            wf,
+            "accepts_events_changed",
+            format!("{}: accepts_events changed", old.name),
+            class,
+            why,
+            touches,
+        ));
     }
     let pinned = "running executions keep the deadlines they started with; new executions get the new one";
     if old.timeout != new.timeout {
-        let detail = format!("{}: timeout {}s -> {}s", old.name, old.timeout.as_secs(), new.timeout.as_secs());
+        let detail =
+            format!("{}: timeout {}s -> {}s", old.name, old.timeout.as_secs(), new.timeout.as_secs());
         out.push(change(wf, "timeout_changed", detail, Class::Safe, pinned.into(), None));
     }
     if old.heartbeat != new.heartbeat {
-        let secs = |h: Option<std::time::Duration>| h.map_or("none".to_owned(), |h| format!("{}s", h.as_secs()));
+        let secs =
+            |h: Option<std::time::Duration>| h.map_or("none".to_owned(), |h| format!("{}s", h.as_secs()));
         let detail = format!("{}: heartbeat {} -> {}", old.name, secs(old.heartbeat), secs(new.heartbeat));
         out.push(change(wf, "heartbeat_changed", detail, Class::Safe, pinned.into(), None));
     }
     if old.task != new.task {
         let why = "tasks already published stay as they are; tasks created from now on use the new template";
-        out.push(change(wf, "task_changed", format!("{}: task changed", old.name), Class::Safe, why.into(), None));
+        out.push(change(
+            wf,
+            "task_changed",
+            format!("{}: task changed", old.name),
+            Class::Safe,
+            why.into(),
+            None,
+        ));
     }
     if old.buffer_ttl != new.buffer_ttl {
-        let detail = format!("{}: buffer_ttl {}s -> {}s", old.name, old.buffer_ttl.as_secs(), new.buffer_ttl.as_secs());
+        let detail = format!(
+            "{}: buffer_ttl {}s -> {}s",
+            old.name,
+            old.buffer_ttl.as_secs(),
+            new.buffer_ttl.as_secs()
+        );
         let why = "applies to inputs buffered from now on";
         out.push(change(wf, "buffer_ttl_changed", detail, Class::Safe, why.into(), None));
     }
@@ -301,7 +332,9 @@ fn step_changes(wf: &Workflow, index: u32, old: &Step, new: &Step, live: &Live) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{CorrelationKey, WorkflowName};
+    use crate::ids::{CorrelationKey, EventId, WorkflowName};
+    use crate::lifecycle::{self, Input};
+    use time::OffsetDateTime;
 
     const V1: &str = r#"
 workflows:
@@ -325,10 +358,14 @@ workflows:
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let mut r = Record::new_for_tests(
+                let (w, k) = (
                     WorkflowName::parse("order-review").unwrap(),
                     CorrelationKey::parse(&format!("k{i}")).unwrap(),
                 );
+                let start = Input::Start { event: EventId::parse(&format!("e{i}")).unwrap() };
+                let plan = config(V1).workflows[0].plan();
+                let decision = lifecycle::decide(&plan, (&w, &k), None, &start, OffsetDateTime::UNIX_EPOCH);
+                let mut r = decision.write.expect("a create").to;
                 r.state = *s;
                 r.config_version = Some("v1".into());
                 r
@@ -351,7 +388,10 @@ workflows:
 
     #[test]
     fn an_appended_step_breaks_live_records_and_is_safe_without_them() {
-        let to = V1.replace("        timeout: 7d\n", "        timeout: 7d\n      - name: archive\n        timeout: 1d\n");
+        let to = V1.replace(
+            "        timeout: 7d\n",
+            "        timeout: 7d\n      - name: archive\n        timeout: 1d\n",
+        );
         let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 1 }]));
         assert_eq!(kinds(&p), [("step_appended", Class::Breaking)]);
         assert_eq!(p.changes[0].touches[0].records, 1);
@@ -404,6 +444,7 @@ workflows:
         assert_eq!(kinds(&p), [("step_renamed", Class::NeedsHuman)]);
         let to = V1.replace("timeout: 7d", "timeout: 9d");
         let p = plan(&config(V1), &config(&to), &Live::unknown());
-        assert_eq!(kinds(&p), [("timeout_changed", Class::Safe)]);
+        // The default buffer_ttl follows the timeout: it changes too.
+        assert_eq!(kinds(&p), [("timeout_changed", Class::Safe), ("buffer_ttl_changed", Class::Safe)]);
     }
 }

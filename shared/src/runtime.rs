@@ -237,6 +237,7 @@ async fn cold_start() -> Result<(Settings, SdkConfig, Arc<Engine>), SettingsErro
     let config = settings.config()?;
     let sdk = sdk_loader().load().await;
     let engine = Arc::new(engine(&sdk, &settings, config, Metrics::stdout()));
+    engine.register_config().await;
     Ok((settings, sdk, engine))
 }
 

@@ -19,7 +19,8 @@ use baton::outbound::{PublishError, TaskPublisher};
 use baton::store::dynamodb::{MAX_ITEM_BYTES, record_size};
 use baton::store::memory::MemoryStore;
 use baton::store::{
-    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, StoreError, Task, Trace, WorkflowStore,
+    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, RegisteredConfig, StoreError, Task, Trace,
+    WorkflowStore,
 };
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -242,6 +243,14 @@ impl WorkflowStore for SimStore {
         let fault = self.enter("ddb.PutItem(ledger)", &entry.key).await?;
         self.inner.put_ledger(entry).await?;
         if fault == Fault::After { Err(unavailable("PutItem")) } else { Ok(()) }
+    }
+
+    async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError> {
+        self.inner.register_config(config).await
+    }
+
+    async fn configs(&self) -> Result<Vec<RegisteredConfig>, StoreError> {
+        self.inner.configs().await
     }
 
     async fn ledgered(

@@ -14,7 +14,8 @@ use baton::lifecycle::{
 };
 use baton::store::memory::MemoryStore;
 use baton::store::{
-    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, Task, WorkflowStore,
+    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig, Task,
+    WorkflowStore,
 };
 use baton_tests::{Emulator, dynamo_store};
 use serde_json::{Map, json};
@@ -29,6 +30,8 @@ fn plan() -> Plan {
     Plan {
         steps: vec![vec!["decision".into()], vec!["payment_ref".into()]],
         on_restart: OnRestart::AfterTerminal,
+        // Every record written here carries it: read back equal, it round-trips.
+        version: Some("v0123456789ab".into()),
     }
 }
 
@@ -405,6 +408,25 @@ async fn exactly_one_of_fifty_concurrent_transitions_wins(store: Arc<dyn Workflo
     }
 }
 
+async fn config_versions_are_registered_once_and_listed_oldest_first(store: Arc<dyn WorkflowStore>) {
+    let v1 = RegisteredConfig { version: "v1".into(), canonical: "{\"a\":1}".into(), registered_at: t0() };
+    store.register_config(&v1).await.unwrap();
+    let again = RegisteredConfig {
+        canonical: "changed".into(),
+        registered_at: t0() + Duration::seconds(5),
+        ..v1.clone()
+    };
+    store.register_config(&again).await.unwrap();
+    let v2 = RegisteredConfig {
+        version: "v2".into(),
+        canonical: "{}".into(),
+        registered_at: t0() + Duration::seconds(9),
+    };
+    store.register_config(&v2).await.unwrap();
+    let all = store.configs().await.unwrap();
+    assert_eq!(all, vec![v1, v2], "the first registration of a version stands");
+}
+
 // ---- one suite, two stores -------------------------------------------------------------------
 
 macro_rules! contract {
@@ -442,6 +464,7 @@ contract!(
     ledger_entries_are_idempotent_and_traced,
     due_records_and_counts_by_state,
     exactly_one_of_fifty_concurrent_transitions_wins,
+    config_versions_are_registered_once_and_listed_oldest_first,
 );
 
 /// DynamoDB-specific: the TTL attribute is on the items and TTL is enabled on the table.

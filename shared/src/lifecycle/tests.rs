@@ -15,6 +15,7 @@ fn plan(steps: &[&[&str]]) -> Plan {
     Plan {
         steps: steps.iter().map(|s| s.iter().map(|r| r.to_string()).collect()).collect(),
         on_restart: OnRestart::AfterTerminal,
+        version: Some("v1".into()),
     }
 }
 
@@ -759,7 +760,7 @@ proptest! {
     ) {
         let on_restart = if never { OnRestart::Never } else { OnRestart::AfterTerminal };
         let mut world = World {
-            plan: Plan { steps, on_restart },
+            plan: Plan { steps, on_restart, version: Some("v-prop".into()) },
             record: None,
             now: T0,
             executions: BTreeMap::new(),

@@ -174,6 +174,7 @@ impl LocalBaton {
             let settings = settings_of(&function.logical_id)?;
             let own = clients.acting_as(&function.logical_id, &options.stack_name);
             let engine = engine_for(&own, &settings);
+            engine.register_config().await;
             let dead_letters = || -> Result<DeadLetters, LocalError> {
                 let url = settings.dlq_url().map_err(|source| LocalError::Settings {
                     function: function.logical_id.clone(),

@@ -40,8 +40,8 @@ use time::format_description::well_known::Rfc3339;
 
 use super::memory::{due_at, sort_trace};
 use super::{
-    Applied, Claim, Condition, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, StoreError,
-    Task, Trace, WorkflowStore, condition_for,
+    Applied, Claim, Condition, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus,
+    RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for,
 };
 use crate::error::sdk_retryable;
 use crate::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
@@ -328,6 +328,9 @@ fn inbox_sk(step: u32, id: &EventId) -> String {
     format!("INBOX#{step:05}#{id}")
 }
 
+/// The partition of the registered config versions.
+const CONFIG_PK: &str = "CONFIG";
+
 fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
     format!("LEDGER#{}#{input_id}", reason.as_str())
 }
@@ -479,6 +482,9 @@ fn record_item(r: &Record) -> Item {
     if let Some(write_id) = &r.write_id {
         item.insert("write_id".into(), s(write_id));
     }
+    if let Some(config_version) = &r.config_version {
+        item.insert("config_version".into(), s(config_version));
+    }
     item
 }
 
@@ -508,6 +514,7 @@ fn parse_record(item: &Item) -> Result<Record, StoreError> {
         created_at: r.time("created_at")?,
         updated_at: r.time("updated_at")?,
         write_id: r.opt_s("write_id")?.map(str::to_owned),
+        config_version: r.opt_s("config_version")?.map(str::to_owned),
     })
 }
 
@@ -827,6 +834,33 @@ impl WorkflowStore for DynamoStore {
 
     async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
         self.put_if_absent("PutItem", ledger_item(entry)).await.map(|_| ())
+    }
+
+    async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError> {
+        let item: Item = [
+            ("pk".to_owned(), s(CONFIG_PK)),
+            ("sk".to_owned(), s(&format!("VERSION#{}", config.version))),
+            ("version".to_owned(), s(&config.version)),
+            ("canonical".to_owned(), s(&config.canonical)),
+            ("registered_at".to_owned(), s(&ts(config.registered_at))),
+        ]
+        .into_iter()
+        .collect();
+        self.put_if_absent("PutItem", item).await.map(|_| ())
+    }
+
+    async fn configs(&self) -> Result<Vec<RegisteredConfig>, StoreError> {
+        let mut all = Vec::new();
+        for item in self.query_partition(CONFIG_PK, Some("VERSION#")).await? {
+            let r = Reader { item: &item };
+            all.push(RegisteredConfig {
+                version: r.s("version")?.to_owned(),
+                canonical: r.s("canonical")?.to_owned(),
+                registered_at: r.time("registered_at")?,
+            });
+        }
+        all.sort_by(|a, b| (a.registered_at, &a.version).cmp(&(b.registered_at, &b.version)));
+        Ok(all)
     }
 
     async fn ledgered(

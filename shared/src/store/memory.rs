@@ -13,8 +13,8 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::{
-    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, StoreError, Task, Trace,
-    WorkflowStore, condition_for,
+    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig,
+    StoreError, Task, Trace, WorkflowStore, condition_for,
 };
 use crate::ids::{CorrelationKey, WorkflowName};
 use crate::lifecycle::{IgnoreReason, Kind, Record, State};
@@ -30,6 +30,7 @@ struct Inner {
     receipts: BTreeMap<(RecordKey, String), Receipt>,
     inbox: BTreeMap<(RecordKey, u32, String), InboxEntry>,
     ledger: BTreeMap<(RecordKey, String, &'static str), LedgerEntry>,
+    configs: BTreeMap<String, RegisteredConfig>,
 }
 
 /// A [`WorkflowStore`] in process memory.
@@ -193,6 +194,17 @@ impl WorkflowStore for MemoryStore {
         let k = (rk(&entry.workflow, &entry.key), entry.input_id.clone(), entry.reason.as_str());
         self.lock().ledger.entry(k).or_insert_with(|| entry.clone());
         Ok(())
+    }
+
+    async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError> {
+        self.lock().configs.entry(config.version.clone()).or_insert_with(|| config.clone());
+        Ok(())
+    }
+
+    async fn configs(&self) -> Result<Vec<RegisteredConfig>, StoreError> {
+        let mut all: Vec<RegisteredConfig> = self.lock().configs.values().cloned().collect();
+        all.sort_by(|a, b| (a.registered_at, &a.version).cmp(&(b.registered_at, &b.version)));
+        Ok(all)
     }
 
     async fn ledgered(

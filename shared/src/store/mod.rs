@@ -190,6 +190,18 @@ pub struct InboxEntry {
     pub expires_at: OffsetDateTime,
 }
 
+/// A config version as the functions registered it in the table at cold start: the deployed
+/// configs, readable by version after later deploys (`baton rollout plan` reads the newest).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisteredConfig {
+    pub version: String,
+    /// The config's canonical form; `Config::parse` reads it back.
+    pub canonical: String,
+    /// When a function first registered it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub registered_at: OffsetDateTime,
+}
+
 /// An input that was ignored, with its reason.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LedgerEntry {
@@ -259,6 +271,13 @@ pub trait WorkflowStore: Send + Sync {
 
     /// Records an ignored input. Idempotent per (input id, reason).
     async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError>;
+
+    /// Registers a config version, once: a second registration of the same version keeps the
+    /// first (and its time).
+    async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError>;
+
+    /// Every registered config version, oldest registration first.
+    async fn configs(&self) -> Result<Vec<RegisteredConfig>, StoreError>;
 
     /// Whether the input `input_id` was ledgered for `reason` (strongly consistent).
     async fn ledgered(
@@ -340,7 +359,7 @@ mod tests {
 
     #[test]
     fn conditions_come_from_the_transition_table() {
-        let plan = Plan { steps: vec![vec![]], on_restart: OnRestart::AfterTerminal };
+        let plan = Plan { steps: vec![vec![]], on_restart: OnRestart::AfterTerminal, version: None };
         let w = WorkflowName::parse("wf").unwrap();
         let k = CorrelationKey::parse("k").unwrap();
         let now = OffsetDateTime::UNIX_EPOCH;
