@@ -15,9 +15,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use baton::config::Config;
-use baton::lifecycle::Kind;
 use baton::rollout::{self, Class, Live, RolloutPlan};
-use baton::store::WorkflowStore;
 use baton::store::dynamodb::DynamoStore;
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -26,8 +24,6 @@ use crate::target::{self, Field, TargetArgs};
 
 /// The `--json` schema's name and version.
 pub const SCHEMA: &str = "baton.rollout/v1";
-/// Live records counted per state, at most.
-const LIVE_LIMIT: usize = 1_000_000;
 
 /// `baton rollout`.
 #[derive(Debug, clap::Args)]
@@ -104,33 +100,20 @@ pub async fn run(args: RolloutArgs) -> Result<u8> {
             let Some((store, location)) = &store else {
                 bail!("--offline needs --from: the deployed config is read from the stack's table")
             };
-            let registered = store
-                .configs()
+            let deployed = rollout::deployed(store)
                 .await
                 .with_context(|| format!("cannot read the registered configs at {location}"))?;
-            let Some(newest) = registered.last() else {
+            let Some((config, _)) = deployed else {
                 bail!("the stack at {location} has registered no config yet; give --from")
             };
-            let config = Config::parse(&newest.canonical)
-                .with_context(|| format!("the registered config {} does not parse", newest.version))?;
             (config, "table".to_owned())
         }
     };
     let live = match &store {
         None => Live::unknown(),
-        Some((store, location)) => {
-            let mut records = Vec::new();
-            for kind in [Kind::Pending, Kind::Waiting, Kind::Advancing] {
-                let far = OffsetDateTime::now_utc() + time::Duration::days(3650);
-                records.extend(
-                    store
-                        .due(kind, far, LIVE_LIMIT)
-                        .await
-                        .with_context(|| format!("cannot count the live records at {location}"))?,
-                );
-            }
-            Live::count(&records)
-        }
+        Some((store, location)) => rollout::count_live(store, OffsetDateTime::now_utc())
+            .await
+            .with_context(|| format!("cannot count the live records at {location}"))?,
     };
     let plan = rollout::plan(&from, &to, &live);
     let report = Report {

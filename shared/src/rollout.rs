@@ -17,8 +17,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use time::OffsetDateTime;
+
 use crate::config::{Config, Step, Workflow};
-use crate::lifecycle::{Record, State};
+use crate::lifecycle::{Kind, Record, State};
+use crate::store::{StoreError, WorkflowStore};
 
 /// How a change affects the records in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -105,6 +108,38 @@ impl Live {
                 .collect(),
         )
     }
+}
+
+/// Live records counted per state at most (a Query of the `by_due` index per live state).
+pub const LIVE_LIMIT: usize = 1_000_000;
+
+/// Counts the live records in the store: pending, waiting and advancing ones, from the due-time
+/// index, never a scan.
+pub async fn count_live(store: &dyn WorkflowStore, now: OffsetDateTime) -> Result<Live, StoreError> {
+    let mut records = Vec::new();
+    let far = now + time::Duration::days(3650);
+    for kind in [Kind::Pending, Kind::Waiting, Kind::Advancing] {
+        records.extend(store.due(kind, far, LIVE_LIMIT).await?);
+    }
+    Ok(Live::count(&records))
+}
+
+/// The deployed config: the newest version the stack's functions registered in the table.
+/// `None` when none registered yet.
+pub async fn deployed(store: &dyn WorkflowStore) -> Result<Option<(Config, String)>, RolloutError> {
+    let Some(newest) = store.configs().await?.pop() else { return Ok(None) };
+    let config = Config::parse(&newest.canonical)
+        .map_err(|source| RolloutError::Unreadable { version: newest.version.clone(), source })?;
+    Ok(Some((config, newest.version)))
+}
+
+/// Why the deployed config could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the registered config {version} does not parse: {source}")]
+    Unreadable { version: String, source: crate::config::ConfigErrors },
 }
 
 /// The whole plan: every change, and the overall verdict (the worst class).
@@ -334,7 +369,6 @@ mod tests {
     use super::*;
     use crate::ids::{CorrelationKey, EventId, WorkflowName};
     use crate::lifecycle::{self, Input};
-    use time::OffsetDateTime;
 
     const V1: &str = r#"
 workflows:
