@@ -69,9 +69,11 @@ pub struct Touch {
 /// they could not be counted (`--offline`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Live {
-    /// (workflow, version, state as text) to (state, records).
-    counts: Option<BTreeMap<(String, String, String), (State, u64)>>,
+    counts: Option<BTreeMap<LiveKey, (State, u64)>>,
 }
+
+/// (workflow, config version, state as text): what live records are counted by.
+type LiveKey = (String, String, String);
 
 /// The config version of a record that predates versions.
 pub const UNVERSIONED: &str = "unversioned";
@@ -394,9 +396,9 @@ workflows:
             .map(|(i, s)| {
                 let (w, k) = (
                     WorkflowName::parse("order-review").unwrap(),
-                    CorrelationKey::parse(&format!("k{i}")).unwrap(),
+                    CorrelationKey::parse(format!("k{i}")).unwrap(),
                 );
-                let start = Input::Start { event: EventId::parse(&format!("e{i}")).unwrap() };
+                let start = Input::Start { event: EventId::parse(format!("e{i}")).unwrap() };
                 let plan = config(V1).workflows[0].plan();
                 let decision = lifecycle::decide(&plan, (&w, &k), None, &start, OffsetDateTime::UNIX_EPOCH);
                 let mut r = decision.write.expect("a create").to;
