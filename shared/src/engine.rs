@@ -186,12 +186,19 @@ impl Engine {
             }
             let after = decision.write.as_ref().map(|w| w.to.clone()).or(record);
             self.observe(workflow, input, &decision, now);
-            let submitted = Submitted { decision, record: after };
+            let mut submitted = Submitted { decision, record: after };
             return match self
                 .carry_out(workflow, key, input, &submitted.decision, submitted.record.as_ref(), now)
                 .await
             {
-                Ok(()) => Ok(submitted),
+                Ok(found) => {
+                    // What buffering found in the inbox: the id taken by another payload, or
+                    // this input buffered before and since expired or drained.
+                    if let Some(outcome) = found {
+                        submitted.decision.outcome = outcome;
+                    }
+                    Ok(submitted)
+                }
                 Err(source) => {
                     Err(EngineError::Unfinished { submitted: Box::new(submitted), source: Box::new(source) })
                 }
@@ -257,19 +264,24 @@ impl Engine {
         decision: &Decision,
         record: Option<&Record>,
         now: OffsetDateTime,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Option<Outcome>, EngineError> {
         // Every effect is tried, whatever happens to the others: a task that cannot be
         // published must not keep the inbox from draining, nor a failed stop keep a cancel from
         // failing the parked token (both found by review with the simulation). The first
-        // failure is returned, so the input is retried.
+        // failure is returned, so the input is retried. Buffering may find the input's
+        // outcome otherwise than decided: that outcome is returned.
         let mut first_error = None;
+        let mut found = None;
         for effect in &decision.effects {
-            if let Err(e) = self.carry_out_one(workflow, key, input, effect, record, now).await {
-                warn!(error_type = e.error_type(), error = %error_chain(&e), "an effect failed; the others were still tried");
-                first_error.get_or_insert(e);
+            match self.carry_out_one(workflow, key, input, effect, record, now).await {
+                Ok(outcome) => found = found.or(outcome),
+                Err(e) => {
+                    warn!(error_type = e.error_type(), error = %error_chain(&e), "an effect failed; the others were still tried");
+                    first_error.get_or_insert(e);
+                }
             }
         }
-        first_error.map_or(Ok(()), Err)
+        first_error.map_or(Ok(found), Err)
     }
 
     async fn carry_out_one(
@@ -280,7 +292,7 @@ impl Engine {
         effect: &Effect,
         record: Option<&Record>,
         now: OffsetDateTime,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Option<Outcome>, EngineError> {
         match effect {
             Effect::StartExecution { generation } => {
                 let input = ExecutionInput {
@@ -307,7 +319,7 @@ impl Engine {
                 self.drain(workflow, key, *generation, *step, now).await?
             }
             Effect::Buffer { generation, step } => {
-                self.buffer(workflow, key, input, *generation, *step, now).await?
+                return self.buffer(workflow, key, input, *generation, *step, now).await;
             }
             Effect::SendTaskSuccess { token, output } => {
                 let sent = self.orchestrator.send_task_success(token, output).await;
@@ -328,7 +340,7 @@ impl Engine {
             }
             Effect::Ledger { reason } => self.ledger(workflow, key, input, *reason, record, now).await?,
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Records an ignored (or refused) input in the ledger, with the record as it stood.
@@ -431,8 +443,8 @@ impl Engine {
         generation: u32,
         step: u32,
         now: OffsetDateTime,
-    ) -> Result<(), EngineError> {
-        let Some(id) = input.id() else { return Ok(()) };
+    ) -> Result<Option<Outcome>, EngineError> {
+        let Some(id) = input.id() else { return Ok(None) };
         let ttl = workflow
             .steps
             .get(step as usize)
@@ -455,22 +467,32 @@ impl Engine {
             .map_err(|e| EngineError::Uncertain { source: Box::new(e.into()) })?;
         if let Claim::Exists(existing) = stored {
             // The same id buffered earlier with another payload: refused, and ledgered, not
-            // folded silently into the first (found by the simulation).
+            // folded silently into the first (found by the simulation); and answered as refused
+            // (found by review).
             if existing.input.get("hash") != entry.input.get("hash") {
                 warn!(step, "input refused: its id was buffered earlier with another payload");
                 let reason = lifecycle::IgnoreReason::IdempotencyKeyReused;
-                return self.ledger(workflow, key, input, reason, None, now).await;
+                self.ledger(workflow, key, input, reason, None, now).await?;
+                return Ok(Some(Outcome::Rejected(lifecycle::RejectReason::IdempotencyKeyReused)));
             }
-            info!(step, "input already buffered");
+            // The same input again: still buffered, it goes on to the handshake below; already
+            // expired or drained, that is its outcome (ledgered then), not "buffered".
+            match existing.status {
+                InboxStatus::Buffered => info!(step, "input already buffered"),
+                InboxStatus::Expired => {
+                    return Ok(Some(Outcome::Ignored(lifecycle::IgnoreReason::BufferExpired)));
+                }
+                InboxStatus::Applied | InboxStatus::Ignored => return Ok(Some(Outcome::Duplicate)),
+            }
         }
         if crate::mutants::active(crate::mutants::Mutation::SkipHandshakeRead) {
-            return Ok(());
+            return Ok(None);
         }
         let current = self.store.load(&workflow.name, key).await?;
         if current.is_some_and(|r| r.state == State::Waiting { step } && r.generation == generation) {
             self.drain(workflow, key, generation, step, now).await?;
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Applies a step's buffered inputs for `generation` in arrival order. Each entry is decided

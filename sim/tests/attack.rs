@@ -408,6 +408,36 @@ fn a_callback_refused_409_by_the_record_is_not_answered_applied_on_a_retry() {
     );
 }
 
+#[test]
+fn a_callback_whose_id_is_held_by_an_expired_entry_is_not_answered_buffered() {
+    let s = stack();
+    expired_entry_setup(&s);
+    drive(s.sweeper.run_once(s.world.now())).unwrap();
+    assert!(has_expired_ledger(&s));
+    // A week on, the receipt is gone: the same id again, once with the same payload and once
+    // with another. Neither is buffered (the entry holding the id has expired).
+    s.world.advance(baton::callback::RECEIPT_TTL + Duration::hours(1));
+    s.memory.reap_expired(s.world.now(), &mut || true);
+    let same = callback(&s, "cb-early", &review("k", json!({"decision": "ok"})));
+    assert_eq!(
+        (same.status.as_u16(), same.body["status"].as_str(), same.body["reason"].as_str()),
+        (200, Some("ignored"), Some("buffer_expired")),
+        "{}",
+        same.body
+    );
+    s.world.advance(baton::callback::RECEIPT_TTL + Duration::hours(1));
+    s.memory.reap_expired(s.world.now(), &mut || true);
+    assert_eq!(trace(&s, "k").inbox.len(), 1, "the inbox entry is kept 30 days past its expiry");
+    let other = callback(&s, "cb-early", &review("k", json!({"decision": "changed"})));
+    assert_eq!(other.status.as_u16(), 409, "answered {} while refused: {}", other.status, other.body);
+    assert!(
+        trace(&s, "k")
+            .ledger
+            .iter()
+            .any(|l| l.input_id == "cb-early" && l.reason.as_str() == "idempotency_key_reused")
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Invariant 13: a cancel whose stop failed can no longer be finished once a restart opened the
 // next generation.
