@@ -2,7 +2,8 @@
 //! cases step by step over the simulated world, with the one fault that exposed it placed
 //! exactly (`World::script`). Each fails without its fix.
 
-use baton::callback::Answer;
+mod common;
+
 use baton::ids::{CorrelationKey, EventId};
 use baton::lifecycle::{Input, State};
 use baton::orchestrator::ExecutionStatus;
@@ -10,81 +11,9 @@ use baton::store::{InboxStatus, WorkflowStore};
 use baton_sim::sqs::QueueId;
 use baton_sim::world::{Fault, World, drive, lock};
 use baton_sim::{EPOCH, SECRET, Stack};
-use serde_json::{Value, json};
+use common::*;
+use serde_json::json;
 use time::{Duration, OffsetDateTime};
-
-fn stack() -> Stack {
-    let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    Stack::new(World::new(7, start, false), None)
-}
-
-fn event(id: &str, kind: &str, key: &str, data: Value) -> String {
-    json!({"specversion": "1.0", "id": id, "source": "t", "type": kind, "subject": key, "data": data})
-        .to_string()
-}
-
-/// Sends an event to the intake queue.
-fn send(s: &Stack, body: &str) {
-    let now = s.world.now();
-    lock(&s.sqs).send(QueueId::Intake, body.to_owned(), Default::default(), now);
-}
-
-/// Hands every visible message of `queue` to its function, as one batch per message, until the
-/// queue holds nothing visible; deletes what the handler did not report as failed.
-fn deliver(s: &Stack, queue: QueueId) {
-    let handler = match queue {
-        QueueId::Intake => s.intake.clone(),
-        _ => s.progress.clone(),
-    };
-    for _ in 0..50 {
-        let now = s.world.now();
-        let batch = lock(&s.sqs).receive(queue, 1, now, &mut |_| 0);
-        let Some(m) = batch.first() else { return };
-        let response = drive(handler.handle(baton_sim::sqs::event(&batch)));
-        if response.batch_item_failures.is_empty() {
-            lock(&s.sqs).delete(queue, &m.id, m.receipt);
-        }
-    }
-}
-
-fn settle(s: &Stack) {
-    for _ in 0..5 {
-        deliver(s, QueueId::Intake);
-        deliver(s, QueueId::Progress);
-    }
-}
-
-fn callback(s: &Stack, id: &str, body: &Value) -> Answer {
-    let text = body.to_string();
-    let now = s.world.now().unix_timestamp();
-    let secrets = baton::webhook::Secrets::parse(SECRET).unwrap();
-    let mut headers = http::HeaderMap::new();
-    headers.insert("webhook-id", id.parse().unwrap());
-    headers.insert("webhook-timestamp", now.to_string().parse().unwrap());
-    headers.insert("webhook-signature", secrets.sign(id, now, text.as_bytes()).parse().unwrap());
-    drive(s.callbacks.handle(&headers, text.as_bytes()))
-}
-
-fn review(key: &str, data: Value) -> Value {
-    json!({"workflow": "review", "key": key, "step": "manual-review", "outcome": "succeeded", "data": data})
-}
-
-fn record(s: &Stack, key: &str) -> baton::lifecycle::Record {
-    let w = s.config.workflow("review").unwrap();
-    drive(s.memory.load(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record")
-}
-
-fn trace(s: &Stack, key: &str) -> baton::store::Trace {
-    let w = s.config.workflow("review").unwrap();
-    drive(s.memory.trace(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap()
-}
-
-/// Starts `review` for `key` and brings it to its first step, waiting.
-fn waiting_on_review(s: &Stack, key: &str) {
-    send(s, &event(&format!("start-{key}"), "order.placed", key, json!({})));
-    settle(s);
-    assert_eq!(record(s, key).state, State::Waiting { step: 0 });
-}
 
 #[test]
 fn stale_decision_time_does_not_shorten_the_resend_grace() {
@@ -320,19 +249,6 @@ fn a_twin_callback_in_flight_gets_in_progress_not_a_second_application() {
         twin.body
     );
     assert!(twin.retry_after.is_some());
-}
-
-/// Polls `future` until it is suspended at the point of `op` (the world must trace), so a test
-/// can run another use case in between: the narrow interleavings the simulation finds.
-fn run_until<F: std::future::Future>(world: &World, future: &mut std::pin::Pin<&mut F>, op: &str) {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    for _ in 0..10_000 {
-        assert!(future.as_mut().poll(&mut cx).is_pending(), "finished before reaching {op}");
-        if lock(&world.log).last().is_some_and(|l| l.ends_with(op)) {
-            return;
-        }
-    }
-    panic!("never reached {op}");
 }
 
 #[test]
