@@ -31,7 +31,7 @@ use tracing::{error, info, instrument, warn};
 use crate::engine::{Engine, EngineError, Submitted, payload_hash};
 use crate::error::Classified;
 use crate::ids::{CorrelationKey, EventId};
-use crate::lifecycle::{Input, Outcome, RejectReason, Source, StepOutcome};
+use crate::lifecycle::{Effect, Input, Outcome, RejectReason, Source, StepOutcome};
 use crate::secrets::RotatingSecrets;
 use crate::sqs::error_chain;
 use crate::store::{Claim, Receipt, ReceiptStatus};
@@ -209,6 +209,14 @@ impl Callbacks {
                 match self.earlier(workflow, &callback, &id).await {
                     Ok(Some(answer)) => {
                         info!("receipt pending: an earlier attempt took effect; answering as it earned");
+                        // A progress report's heartbeat is what the earlier attempt may have
+                        // missed, and nothing else owes it: sent again while its step waits
+                        // (found by review).
+                        if callback.outcome == StepOutcome::InProgress
+                            && let Err(e) = self.beat_again(workflow, &callback.key, step).await
+                        {
+                            return self.failed_holding(&e, MaybeApplied::Yes, now);
+                        }
                         let stored = json!({"http_status": answer.status.as_u16(), "body": answer.body});
                         if let Err(e) = self.engine.store.complete_receipt(&receipt, &stored).await {
                             warn!(error = %error_chain(&e), "cannot complete the receipt");
@@ -240,6 +248,21 @@ impl Callbacks {
         };
         let submitted = match self.engine.submit(workflow, &callback.key, &input, now).await {
             Ok(s) => s,
+            // A heartbeat that failed is owed by nobody: the sender retries, and the retry sends
+            // it again (found by review).
+            Err(EngineError::Unfinished { submitted, source })
+                if submitted
+                    .decision
+                    .effects
+                    .iter()
+                    .any(|e| matches!(e, Effect::SendTaskHeartbeat { .. })) =>
+            {
+                return self.failed_holding(
+                    &EngineError::Unfinished { submitted, source },
+                    MaybeApplied::Yes,
+                    now,
+                );
+            }
             // The input reached the record; what failed after it is owed by the record.
             Err(EngineError::Unfinished { submitted, source })
                 if matches!(submitted.outcome(), Outcome::Applied | Outcome::Duplicate) =>
@@ -271,6 +294,26 @@ impl Callbacks {
             warn!(error = %error_chain(&e), "cannot complete the receipt");
         }
         answer
+    }
+
+    /// Sends the step's heartbeat if the record still waits at `step`.
+    async fn beat_again(
+        &self,
+        workflow: &crate::config::Workflow,
+        key: &CorrelationKey,
+        step: u32,
+    ) -> Result<(), EngineError> {
+        let record = self.engine.store.load(&workflow.name, key).await?;
+        if let Some(r) = record
+            && r.state == (crate::lifecycle::State::Waiting { step })
+            && let Some(token) = &r.token
+        {
+            match self.engine.orchestrator.send_task_heartbeat(token).await {
+                Ok(()) | Err(crate::orchestrator::OrchestratorError::TokenGone { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// What an earlier attempt of this callback did, from the store: applied (the record's

@@ -323,6 +323,38 @@ fn a_callback_whose_id_is_held_by_an_expired_entry_is_not_answered_buffered() {
     );
 }
 
+#[test]
+fn a_progress_report_whose_heartbeat_failed_is_not_answered_applied_and_its_retry_beats() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    // manual-review has a 10-minute heartbeat. The report's heartbeat fails before it lands.
+    let report = json!({"workflow": "review", "key": "k", "step": "manual-review", "outcome": "in_progress", "data": {"note": "half way"}});
+    s.world.script("sfn.SendTaskHeartbeat", Fault::Before);
+    let first = callback(&s, "cb-hb", &report);
+    assert_eq!(
+        (first.status.as_u16(), first.body["maybe_applied"].as_bool()),
+        (503, Some(true)),
+        "answered as if the heartbeat had been sent: {}",
+        first.body
+    );
+    // The sender retries after Retry-After: this time the heartbeat goes out.
+    s.world.advance(Duration::seconds(i64::from(first.retry_after.expect("Retry-After"))));
+    let retry = callback(&s, "cb-hb", &report);
+    assert_eq!(retry.status.as_u16(), 200, "{}", retry.body);
+    // Ten minutes after the step started waiting, it is alive: the retry's heartbeat renewed it.
+    s.world.advance(
+        Duration::minutes(10) - Duration::seconds(i64::from(first.retry_after.unwrap()))
+            + Duration::seconds(5),
+    );
+    s.fire_timers();
+    settle(&s);
+    assert_eq!(
+        record(&s, "k").state,
+        State::Waiting { step: 0 },
+        "the step timed out: no heartbeat reached it"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Invariant 13: a cancel whose stop failed can no longer be finished once a restart opened the
 // next generation.
