@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use serde_json::Value;
 
 use time::OffsetDateTime;
 
@@ -155,6 +156,9 @@ pub struct RolloutPlan {
 
 /// Compares `from` (deployed) with `to` (about to be deployed).
 pub fn plan(from: &Config, to: &Config, live: &Live) -> RolloutPlan {
+    // Patterns are compared as written (canonical JSON), not as compiled: the compiled form
+    // keeps the order of the keys, which the canonical form sorts.
+    let docs = (Doc::of(from), Doc::of(to));
     let mut changes = Vec::new();
     for old in &from.workflows {
         match to.workflow(old.name.as_str()) {
@@ -167,7 +171,7 @@ pub fn plan(from: &Config, to: &Config, live: &Live) -> RolloutPlan {
                 );
                 changes.push(change(old, "workflow_removed", "removed".into(), class, why, touches));
             }
-            Some(new) => changes.extend(workflow_changes(old, new, live)),
+            Some(new) => changes.extend(workflow_changes(old, new, &docs, live)),
         }
     }
     for new in &to.workflows {
@@ -204,7 +208,26 @@ fn by_live(touches: &Option<Vec<Touch>>, class: Class, why: &str) -> (Class, Str
     }
 }
 
-fn workflow_changes(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
+/// A config's canonical form, for the parts compared as written.
+struct Doc(Value);
+
+impl Doc {
+    fn of(config: &Config) -> Doc {
+        Doc(serde_json::from_str(&config.canonical).unwrap_or(Value::Null))
+    }
+
+    fn when(&self, workflow: &str) -> &Value {
+        &self.0["workflows"][workflow]["start"]["when"]
+    }
+
+    fn accepts_events(&self, workflow: &str, step: &str) -> Value {
+        let steps = self.0["workflows"][workflow]["steps"].as_array();
+        let step = steps.and_then(|s| s.iter().find(|s| s["name"] == step));
+        step.map_or(Value::Null, |s| s["accepts_events"].clone())
+    }
+}
+
+fn workflow_changes(old: &Workflow, new: &Workflow, docs: &(Doc, Doc), live: &Live) -> Vec<Change> {
     let mut out = Vec::new();
     if old.key != new.key {
         // Events for the records in flight would correlate elsewhere: no pinning helps.
@@ -218,7 +241,7 @@ fn workflow_changes(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> 
             touches,
         ));
     }
-    if old.when != new.when {
+    if docs.0.when(old.name.as_str()) != docs.1.when(new.name.as_str()) {
         let why = "decides new starts only".to_owned();
         out.push(change(old, "start_pattern_changed", "start.when changed".into(), Class::Safe, why, None));
     }
@@ -236,7 +259,11 @@ fn workflow_changes(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> 
     out.extend(step_structure(old, new, live));
     for (i, o) in old.steps.iter().enumerate() {
         if let Some(n) = new.steps.iter().find(|s| s.name == o.name) {
-            out.extend(step_changes(old, i as u32, o, n, live));
+            let accepts = (
+                docs.0.accepts_events(old.name.as_str(), o.name.as_str()),
+                docs.1.accepts_events(new.name.as_str(), n.name.as_str()),
+            );
+            out.extend(step_changes(old, i as u32, (o, n), accepts, live));
         }
     }
     out
@@ -298,7 +325,13 @@ fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
 }
 
 /// Changes to one step that kept its name.
-fn step_changes(wf: &Workflow, index: u32, old: &Step, new: &Step, live: &Live) -> Vec<Change> {
+fn step_changes(
+    wf: &Workflow,
+    index: u32,
+    (old, new): (&Step, &Step),
+    accepts_events: (Value, Value),
+    live: &Live,
+) -> Vec<Change> {
     let mut out = Vec::new();
     let at_step = |state: State| state.step() == Some(index);
     let at_or_before = |state: State| state == State::Pending || state.step().is_some_and(|s| s <= index);
@@ -314,7 +347,7 @@ fn step_changes(wf: &Workflow, index: u32, old: &Step, new: &Step, live: &Live) 
             format!("{}: requires [{}] -> [{}]", old.name, old.requires.join(", "), new.requires.join(", "));
         out.push(change(wf, "requires_changed", detail, class, why, touches));
     }
-    if old.accepts_events != new.accepts_events {
+    if accepts_events.0 != accepts_events.1 {
         let touches = live.touching(wf.name.as_str(), at_or_before);
         let (class, why) = by_live(
             &touches,
@@ -420,6 +453,23 @@ workflows:
         assert!(p.changes.is_empty());
         assert_eq!(p.verdict, Class::Safe);
         assert_eq!(p.from_version, p.to_version);
+    }
+
+    #[test]
+    fn the_canonical_form_reads_back_as_the_same_config_whatever_the_key_order() {
+        let yaml = V1.replace(
+            "start: { when: { type: [\"order.placed\"] }, key: /subject }",
+            "start: { key: /subject, when: { type: [\"order.placed\"], data: { total: [{ numeric: [\">=\", 1000] }] } } }",
+        );
+        let written = config(&yaml);
+        let registered = config(&written.canonical);
+        assert_eq!(registered.version, written.version);
+        let p = plan(&registered, &written, &live(&[State::Waiting { step: 0 }]));
+        assert!(p.changes.is_empty(), "{:?}", kinds(&p));
+        let reordered = yaml
+            .replace("when: { type: [\"order.placed\"], data:", "when: { data:")
+            .replace("1000] }] } } }", "1000] }] }, type: [\"order.placed\"] } }");
+        assert_eq!(config(&reordered).version, written.version, "key order is not meaning");
     }
 
     #[test]
