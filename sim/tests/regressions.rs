@@ -478,3 +478,65 @@ fn a_drained_input_refused_as_a_conflict_stays_buffered_until_its_ledger_entry_i
     assert!(t.ledger.iter().any(|l| l.input_id == "pay-1" && l.reason.as_str() == "idempotency_key_reused"));
     assert_ne!(t.inbox[0].status, InboxStatus::Buffered);
 }
+
+#[test]
+fn a_message_failing_on_its_last_receive_is_dead_lettered_with_a_reason() {
+    let s = stack();
+    send(&s, &event("start-k", "order.placed", "k", json!({})));
+    // The store fails on every receive; on the last one before the redrive policy would move
+    // the message without a word, baton dead-letters it itself, saying why.
+    for _ in 0..baton_sim::sqs::MAX_RECEIVE_COUNT {
+        s.world.script("ddb.GetItem(record)", Fault::Before);
+        deliver(&s, QueueId::Intake);
+        s.world.advance(baton_sim::sqs::VISIBILITY + Duration::seconds(1));
+    }
+    let sqs = lock(&s.sqs);
+    assert!(sqs.messages(QueueId::Intake).is_empty(), "still in the work queue");
+    let dead = sqs.messages(QueueId::IntakeDlq);
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        dead[0].attributes.get(baton::sqs::REASON_ATTRIBUTE).map(String::as_str),
+        Some(baton::sqs::RETRIES_EXHAUSTED),
+        "a dead letter without a reason"
+    );
+}
+
+#[test]
+fn a_buffered_copy_of_an_applied_input_is_settled_applied_not_expired() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    let applied = callback(&s, "cb-x", &review("k", json!({"decision": "ok"})));
+    assert_eq!(applied.status.as_u16(), 200, "{}", applied.body);
+    // A copy of that very input (same payload) landed in the inbox behind it (a redelivery
+    // racing the direct application): when it expires, it is the input applied, not one lost.
+    let hash = record(&s, "k").applied.last().unwrap().hash.clone();
+    let wf = s.config.workflow("review").unwrap();
+    let copy = Input::StepInput {
+        id: EventId::parse("cb-x").unwrap(),
+        hash,
+        source: baton::lifecycle::Source::Callback,
+        step: 0,
+        outcome: baton::lifecycle::StepOutcome::Succeeded,
+        data: json!({"decision": "ok"}).as_object().unwrap().clone(),
+        generation: Some(1),
+    };
+    let now = s.world.now();
+    let entry = baton::store::InboxEntry {
+        workflow: wf.name.clone(),
+        key: CorrelationKey::parse("k").unwrap(),
+        step: 0,
+        id: EventId::parse("cb-x").unwrap(),
+        generation: Some(1),
+        arrived_at: now,
+        input: serde_json::to_value(&copy).unwrap(),
+        status: InboxStatus::Buffered,
+        expires_at: now + Duration::hours(1),
+    };
+    drive(s.memory.buffer(&entry)).unwrap();
+    s.world.advance(Duration::hours(2));
+    let report = drive(s.sweeper.run_once(s.world.now())).unwrap();
+    assert_eq!(report.expired, 0);
+    let t = trace(&s, "k");
+    assert_eq!(t.inbox[0].status, InboxStatus::Applied);
+    assert!(!t.ledger.iter().any(|l| l.input_id == "cb-x"), "ledgered as lost: {:?}", t.ledger);
+}
