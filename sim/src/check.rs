@@ -427,9 +427,11 @@ pub fn all(
     for m in &dead {
         // The cursed key fails every call for good; if the dead-letter send also failed on its
         // last receive, SQS's redrive moved it without a reason. So it does when the function
-        // died on the last receive: baton never got to say why (RUNBOOK.md says so).
+        // died on the last receive, or its own dead-letter send failed: baton could not say why
+        // (RUNBOOK.md says so).
         if cursed.is_some_and(|k| m.body.contains(&format!("\"{k}\"")))
             || m.attributes.contains_key(crate::sqs::DIED_ATTRIBUTE)
+            || m.attributes.contains_key(crate::sqs::SEND_FAILED_ATTRIBUTE)
         {
             continue;
         }

@@ -43,6 +43,9 @@ pub struct Message {
 /// Set on a message SQS redrove after an invocation died on its last receive: baton never got
 /// to say why (RUNBOOK.md: a dead letter without `baton_reason`).
 pub const DIED_ATTRIBUTE: &str = "sim:died_on_last_receive";
+/// Set on a message whose own dead-letter send (with its reason) failed: SQS's redrive moves it
+/// later, without one (RUNBOOK.md, the same).
+pub const SEND_FAILED_ATTRIBUTE: &str = "sim:dead_letter_send_failed";
 
 #[derive(Debug)]
 pub struct Queue {
@@ -250,6 +253,16 @@ impl DeadLetterQueue for SimDeadLetters {
         let fault = self.world.fault("sqs.SendMessage(dlq)");
         let unavailable = || DeadLetterError { retryable: true, source: "injected: SQS unavailable".into() };
         if fault == Fault::Before {
+            if let Some(id) = &message.message_id {
+                let mut sqs = lock(&self.sqs);
+                for queue in [QueueId::Intake, QueueId::Progress] {
+                    if let Some(m) =
+                        sqs.queues.get_mut(&queue).and_then(|q| q.messages.iter_mut().find(|m| &m.id == id))
+                    {
+                        m.attributes.insert(SEND_FAILED_ATTRIBUTE.to_owned(), "true".to_owned());
+                    }
+                }
+            }
             return Err(unavailable());
         }
         let mut attributes = BTreeMap::from([
