@@ -520,10 +520,7 @@ impl Engine {
                 first_error.get_or_insert(e);
             }
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        first_error.map_or(Ok(()), Err)
     }
 
     async fn drain_one(
@@ -533,19 +530,7 @@ impl Engine {
         entry: &InboxEntry,
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
-        let input: Input = match serde_json::from_value(entry.input.clone()) {
-            // The entry waits for its generation: applied with that generation named, so a
-            // drain that paused while the workflow restarted finds the record in another
-            // generation and leaves the entry, never moving the new run (found by review).
-            Ok(Input::StepInput { id, hash, source, step, outcome, data, generation }) => Input::StepInput {
-                id,
-                hash,
-                source,
-                step,
-                outcome,
-                data,
-                generation: entry.generation.or(generation),
-            },
+        let mut input: Input = match serde_json::from_value(entry.input.clone()) {
             Ok(input) => input,
             Err(e) => {
                 warn!(id = %entry.id, error = %e, "buffered entry is unreadable; expiring it");
@@ -553,6 +538,12 @@ impl Engine {
                 return Ok(());
             }
         };
+        // The entry waits for its generation: applied with that generation named, so a drain
+        // that paused while the workflow restarted finds the record in another generation and
+        // leaves the entry, never moving the new run (found by review).
+        if let Input::StepInput { generation, .. } = &mut input {
+            *generation = entry.generation.or(*generation);
+        }
         // An entry whose input reached the record is settled even when an effect after it
         // failed: the record owes that effect now, and the entry must not later expire as if it
         // had never been applied.

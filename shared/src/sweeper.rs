@@ -60,7 +60,7 @@ impl Sweeper {
         let mut first_error = None;
         let mut failed = |e: EngineError, what: &str| {
             warn!(error_type = e.error_type(), error = %crate::sqs::error_chain(&e), "{what} failed; the next sweep retries it");
-            report_failure(&mut first_error, e);
+            first_error.get_or_insert(e);
         };
         let due = [(Kind::Pending, RESTART_PENDING_AFTER), (Kind::Advancing, RESEND_RESUME_AFTER)];
         for (kind, after) in due {
@@ -100,27 +100,13 @@ impl Sweeper {
         if report != SweepReport::default() {
             info!(?report, "sweep done");
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(report),
-        }
+        first_error.map_or(Ok(report), Err)
     }
 
     /// Ledgers one expired buffered input and settles it, or drains it if its step waits after
     /// all; `false` when it was not expired here.
     async fn expire(&self, entry: &InboxEntry, now: OffsetDateTime) -> Result<bool, EngineError> {
-        // A redelivery of the same input may have been applied straight to its step, leaving
-        // this copy behind: it is applied, not expired. A copy with another payload is a
-        // conflict the direct application never saw: refused, and ledgered as one (both found
-        // by the simulation).
         let record = self.engine.store.load(&entry.workflow, &entry.key).await?;
-        let twin = record.as_ref().and_then(|r| {
-            r.applied.iter().find(|a| {
-                a.id == entry.id
-                    && a.step == Some(entry.step)
-                    && (entry.generation.is_none() || a.generation == entry.generation)
-            })
-        });
         // Its step waits in its generation: a drain is owed, or under way. Drained now, never
         // expired from under it (an input both applied and ledgered expired; found by review).
         if let Some(r) = &record
@@ -132,6 +118,17 @@ impl Sweeper {
             info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "expired buffer's step waits: drained");
             return Ok(false);
         }
+        // A redelivery of the same input may have been applied straight to its step, leaving
+        // this copy behind: it is applied, not expired. A copy with another payload is a
+        // conflict the direct application never saw: refused, and ledgered as one (both found
+        // by the simulation).
+        let twin = record.as_ref().and_then(|r| {
+            r.applied.iter().find(|a| {
+                a.id == entry.id
+                    && a.step == Some(entry.step)
+                    && (entry.generation.is_none() || a.generation == entry.generation)
+            })
+        });
         let reason = match twin {
             Some(a) if entry.input.get("hash").and_then(Value::as_str) == Some(a.hash.as_str()) => {
                 self.engine.store.settle(entry, InboxStatus::Applied).await?;
@@ -168,11 +165,5 @@ impl Sweeper {
         warn!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, step = entry.step, reason = reason.as_str(),
             "buffered input expired unapplied; ledgered");
         Ok(true)
-    }
-}
-
-fn report_failure(first: &mut Option<EngineError>, e: EngineError) {
-    if first.is_none() {
-        *first = Some(e);
     }
 }
