@@ -109,7 +109,7 @@ fn expired_entry_setup(s: &Stack) {
 }
 
 fn has_expired_ledger(s: &Stack) -> bool {
-    trace(s, "k").ledger.iter().any(|l| l.input_id == "cb-early" && l.reason.as_str() == "buffer_expired")
+    ledgered(s, "k", "cb-early", "buffer_expired")
 }
 
 #[test]
@@ -315,12 +315,7 @@ fn a_callback_whose_id_is_held_by_an_expired_entry_is_not_answered_buffered() {
     assert_eq!(trace(&s, "k").inbox.len(), 1, "the inbox entry is kept 30 days past its expiry");
     let other = callback(&s, "cb-early", &review("k", json!({"decision": "changed"})));
     assert_eq!(other.status.as_u16(), 409, "answered {} while refused: {}", other.status, other.body);
-    assert!(
-        trace(&s, "k")
-            .ledger
-            .iter()
-            .any(|l| l.input_id == "cb-early" && l.reason.as_str() == "idempotency_key_reused")
-    );
+    assert!(ledgered(&s, "k", "cb-early", "idempotency_key_reused"));
 }
 
 #[test]

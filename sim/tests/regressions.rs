@@ -7,7 +7,7 @@ mod common;
 use baton::ids::{CorrelationKey, EventId};
 use baton::lifecycle::{Input, State};
 use baton::orchestrator::ExecutionStatus;
-use baton::store::{InboxStatus, WorkflowStore};
+use baton::store::InboxStatus;
 use baton_sim::sqs::QueueId;
 use baton_sim::world::{Fault, World, drive, lock};
 use baton_sim::{EPOCH, SECRET, Stack};
@@ -160,12 +160,7 @@ fn an_event_reusing_an_applied_id_with_another_payload_is_refused_and_ledgered()
     assert_eq!(record(&s, "k").state, State::Advancing { step: 0 });
     send(&s, &event("rev-1", "review.done", "k", json!({"decision": "changed"})));
     deliver(&s, QueueId::Intake);
-    assert!(
-        trace(&s, "k")
-            .ledger
-            .iter()
-            .any(|l| l.input_id == "rev-1" && l.reason.as_str() == "idempotency_key_reused")
-    );
+    assert!(ledgered(&s, "k", "rev-1", "idempotency_key_reused"));
 }
 
 #[test]
@@ -207,12 +202,7 @@ fn a_merge_that_would_overflow_the_record_is_refused_with_413() {
     }
     let a = callback(&s, "cb-big-2", &review("k", json!({"part2": "x".repeat(60 * 1024)})));
     assert_eq!((a.status.as_u16(), a.body["error"].as_str()), (413, Some("inputs_too_large")), "{}", a.body);
-    assert!(
-        trace(&s, "k")
-            .ledger
-            .iter()
-            .any(|l| l.input_id == "cb-big-2" && l.reason.as_str() == "inputs_too_large")
-    );
+    assert!(ledgered(&s, "k", "cb-big-2", "inputs_too_large"));
     let size = baton::store::dynamodb::record_size(&record(&s, "k"));
     assert!(size < baton::store::dynamodb::MAX_ITEM_BYTES, "{size}");
 }
@@ -304,29 +294,7 @@ fn a_buffered_copy_with_another_payload_expires_ledgered_not_marked_applied() {
     assert_eq!(applied.status.as_u16(), 200, "{}", applied.body);
     // A copy of the same id with another payload landed in the inbox after the direct
     // application looked (the race the simulation found): it must not count as applied.
-    let wf = s.config.workflow("review").unwrap();
-    let conflicting = Input::StepInput {
-        id: EventId::parse("cb-x").unwrap(),
-        hash: "another-payload".into(),
-        source: baton::lifecycle::Source::Callback,
-        step: 0,
-        outcome: baton::lifecycle::StepOutcome::Succeeded,
-        data: json!({"decision": "changed"}).as_object().unwrap().clone(),
-        generation: Some(1),
-    };
-    let now = s.world.now();
-    let entry = baton::store::InboxEntry {
-        workflow: wf.name.clone(),
-        key: CorrelationKey::parse("k").unwrap(),
-        step: 0,
-        id: EventId::parse("cb-x").unwrap(),
-        generation: Some(1),
-        arrived_at: now,
-        input: serde_json::to_value(&conflicting).unwrap(),
-        status: InboxStatus::Buffered,
-        expires_at: now + Duration::hours(1),
-    };
-    drive(s.memory.buffer(&entry)).unwrap();
+    buffer_review_copy(&s, "cb-x", "another-payload".into(), json!({"decision": "changed"}));
     s.world.advance(Duration::hours(2));
     let report = drive(s.sweeper.run_once(s.world.now())).unwrap();
     assert_eq!(report.expired, 1);
@@ -426,13 +394,7 @@ fn a_start_event_refused_while_running_never_starts_a_later_run() {
         (1, State::Succeeded),
         "a late copy of a refused start restarted the workflow"
     );
-    assert!(
-        trace(&s, "k")
-            .ledger
-            .iter()
-            .any(|l| l.input_id == "start-k-again" && l.reason.as_str() == "refused_while_running"),
-        "the late copy left no trace"
-    );
+    assert!(ledgered(&s, "k", "start-k-again", "refused_while_running"), "the late copy left no trace");
     // A new start event still restarts it.
     send(&s, &event("start-k-new", "order.placed", "k", json!({})));
     settle(&s);
@@ -510,29 +472,7 @@ fn a_buffered_copy_of_an_applied_input_is_settled_applied_not_expired() {
     // A copy of that very input (same payload) landed in the inbox behind it (a redelivery
     // racing the direct application): when it expires, it is the input applied, not one lost.
     let hash = record(&s, "k").applied.last().unwrap().hash.clone();
-    let wf = s.config.workflow("review").unwrap();
-    let copy = Input::StepInput {
-        id: EventId::parse("cb-x").unwrap(),
-        hash,
-        source: baton::lifecycle::Source::Callback,
-        step: 0,
-        outcome: baton::lifecycle::StepOutcome::Succeeded,
-        data: json!({"decision": "ok"}).as_object().unwrap().clone(),
-        generation: Some(1),
-    };
-    let now = s.world.now();
-    let entry = baton::store::InboxEntry {
-        workflow: wf.name.clone(),
-        key: CorrelationKey::parse("k").unwrap(),
-        step: 0,
-        id: EventId::parse("cb-x").unwrap(),
-        generation: Some(1),
-        arrived_at: now,
-        input: serde_json::to_value(&copy).unwrap(),
-        status: InboxStatus::Buffered,
-        expires_at: now + Duration::hours(1),
-    };
-    drive(s.memory.buffer(&entry)).unwrap();
+    buffer_review_copy(&s, "cb-x", hash, json!({"decision": "ok"}));
     s.world.advance(Duration::hours(2));
     let report = drive(s.sweeper.run_once(s.world.now())).unwrap();
     assert_eq!(report.expired, 0);

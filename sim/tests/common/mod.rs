@@ -129,3 +129,36 @@ pub fn running_executions(s: &Stack, needle: &str) -> Vec<String> {
         .map(|e| e.arn.clone())
         .collect()
 }
+
+/// Whether `key`'s ledger holds `input_id` for `reason`.
+pub fn ledgered(s: &Stack, key: &str, input_id: &str, reason: &str) -> bool {
+    trace(s, key).ledger.iter().any(|l| l.input_id == input_id && l.reason.as_str() == reason)
+}
+
+/// Puts a copy of a review callback into k's inbox for step 0 of generation 1, as if a
+/// redelivery had buffered it behind a direct application; it expires in an hour.
+pub fn buffer_review_copy(s: &Stack, id: &str, hash: String, data: Value) {
+    let wf = s.config.workflow("review").unwrap();
+    let copy = baton::lifecycle::Input::StepInput {
+        id: baton::ids::EventId::parse(id).unwrap(),
+        hash,
+        source: baton::lifecycle::Source::Callback,
+        step: 0,
+        outcome: baton::lifecycle::StepOutcome::Succeeded,
+        data: data.as_object().unwrap().clone(),
+        generation: Some(1),
+    };
+    let now = s.world.now();
+    let entry = baton::store::InboxEntry {
+        workflow: wf.name.clone(),
+        key: CorrelationKey::parse("k").unwrap(),
+        step: 0,
+        id: baton::ids::EventId::parse(id).unwrap(),
+        generation: Some(1),
+        arrived_at: now,
+        input: serde_json::to_value(&copy).unwrap(),
+        status: baton::store::InboxStatus::Buffered,
+        expires_at: now + time::Duration::hours(1),
+    };
+    drive(s.memory.buffer(&entry)).unwrap();
+}
