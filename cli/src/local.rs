@@ -7,6 +7,11 @@
 //! writes `.baton/local.json` for the operator commands. SIGINT or SIGTERM stops all of it,
 //! the emulator included (SIGKILL if it ignores SIGTERM for 10 s).
 //!
+//! SIGHUP deploys the config file again, as `sam deploy` would: it is read and validated (an
+//! invalid file is refused and the running stack kept), its state machines are generated and
+//! updated on the emulator, and the functions restart on it, on the same HTTP port. Records in
+//! flight finish on the config version they started on.
+//!
 //! Idle, nothing spins: the mappings sit in 20-second long polls, the sweeper sleeps.
 
 use std::io::Read;
@@ -102,13 +107,8 @@ pub async fn run(args: LocalArgs) -> Result<()> {
     let template = Template::load(&args.template).map_err(|e| anyhow::anyhow!("{e}"))?;
     std::fs::create_dir_all(&args.state_dir).context("cannot create the state directory")?;
 
-    // The definitions generated from this config: the template's DefinitionUris resolve here.
     let root = args.state_dir.join("definitions");
-    for (rel, text) in baton::asl::render_all(&config) {
-        let path = root.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap_or(&root))?;
-        std::fs::write(&path, text)?;
-    }
+    write_definitions(&config, &root)?;
 
     let (mut emulator, endpoint) = match &args.emulator {
         Some(url) => (None, url.clone()),
@@ -125,6 +125,16 @@ pub async fn run(args: LocalArgs) -> Result<()> {
     result
 }
 
+/// The definitions generated from `config`: the template's DefinitionUris resolve under `root`.
+fn write_definitions(config: &Config, root: &Path) -> Result<()> {
+    for (rel, text) in baton::asl::render_all(config) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap_or(root))?;
+        std::fs::write(&path, text)?;
+    }
+    Ok(())
+}
+
 async fn serve(
     args: &LocalArgs,
     config: Config,
@@ -135,9 +145,9 @@ async fn serve(
 ) -> Result<()> {
     let clients = Clients::new(&baton::local::emulator_sdk_config(endpoint).await);
     let secret = local_secret()?;
-    let options = LocalOptions {
+    let options = |config: Config, http_port: u16| LocalOptions {
         config,
-        root,
+        root: root.clone(),
         stack_name: args.stack.clone(),
         parameters: Default::default(),
         webhook_secret: secret.clone(),
@@ -147,15 +157,18 @@ async fn serve(
         metrics: Metrics::stdout(),
         clock: system_clock(),
         paused: Vec::new(),
-        http_port: args.http_port,
+        http_port,
         sweep_every: None,
     };
-    let baton = LocalBaton::start(&template, &clients, options).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let version = config.version.clone();
+    let mut baton = LocalBaton::start(&template, &clients, options(config, args.http_port))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let info = baton.info(endpoint, &secret);
     let info_path = args.state_dir.join("local.json");
     info.save(&info_path).context("cannot write .baton/local.json")?;
 
-    println!("baton local ready in {:.1}s", started.elapsed().as_secs_f64());
+    println!("baton local ready in {:.1}s (config {version})", started.elapsed().as_secs_f64());
     println!("  callback API   {}/v1/callbacks", info.api_url);
     println!("  emulator       {}", info.aws_endpoint);
     println!("  stack details  {}", info_path.display());
@@ -166,21 +179,50 @@ async fn serve(
         "  baton callback --workflow order-review --key order-1 --step manual-review --data '{{\"decision\": \"approve\"}}'"
     );
     println!("  baton status");
-    println!("Ctrl-C stops baton and the emulator.");
+    println!(
+        "Ctrl-C stops baton and the emulator; `kill -HUP {}` deploys {} again.",
+        std::process::id(),
+        args.config.display()
+    );
 
-    wait_for_signal().await?;
+    while wait_for_signal().await? == Signal::Reload {
+        let config = match Config::load(&args.config) {
+            Ok(config) => config,
+            Err(e) => {
+                eprintln!("reload refused, still running the previous config: {e}");
+                continue;
+            }
+        };
+        write_definitions(&config, &root)?;
+        let port = info.api_url.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(args.http_port);
+        let version = config.version.clone();
+        baton.shutdown().await;
+        baton = LocalBaton::start(&template, &clients, options(config, port))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        baton.info(endpoint, &secret).save(&info_path).context("cannot write .baton/local.json")?;
+        println!("baton local reloaded (config {version})");
+    }
     println!("stopping");
     baton.shutdown().await;
     let _ = std::fs::remove_file(&info_path);
     Ok(())
 }
 
-async fn wait_for_signal() -> Result<()> {
+#[derive(PartialEq)]
+enum Signal {
+    Stop,
+    Reload,
+}
+
+async fn wait_for_signal() -> Result<Signal> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut hup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
     tokio::select! {
         r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
         _ = term.recv() => {}
+        _ = hup.recv() => return Ok(Signal::Reload),
     }
-    Ok(())
+    Ok(Signal::Stop)
 }

@@ -166,7 +166,7 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
             let trace = t.engine.store.trace(&w, &k).await?;
             let mut lines = Vec::new();
             for entry in &trace.ledger {
-                lines.push(replay::plan_ledger(&t.engine.config, &*t.engine.store, entry, now).await?);
+                lines.push(replay::plan_ledger(&t.engine, entry, now).await?);
             }
             lines
         }

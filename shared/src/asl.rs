@@ -65,6 +65,7 @@ pub fn definition(workflow: &Workflow) -> Value {
                     "generation.$": "$.generation",
                     "step": i,
                     "step_name": step.name.as_str(),
+                    "config_version": workflow.config_version.as_str(),
                     "token.$": "$$.Task.Token",
                     "entered_at.$": "$$.State.EnteredTime",
                     "timeout_seconds": timeout,
@@ -83,14 +84,15 @@ pub fn definition(workflow: &Workflow) -> Value {
         }
         states.insert(step.name.to_string(), state);
     }
-    states.insert(REPORT_SUCCEEDED.into(), report(json!({"outcome": "succeeded"}), None));
+    states.insert(REPORT_SUCCEEDED.into(), report(workflow, json!({"outcome": "succeeded"}), None));
     states.insert(
         REPORT_TIMED_OUT.into(),
-        report(json!({"outcome": "timed_out", "error.$": "$.error.Error"}), Some(TIMED_OUT)),
+        report(workflow, json!({"outcome": "timed_out", "error.$": "$.error.Error"}), Some(TIMED_OUT)),
     );
     states.insert(
         REPORT_FAILED.into(),
         report(
+            workflow,
             json!({"outcome": "failed", "error.$": "$.error.Error", "cause.$": "$.error.Cause"}),
             Some(FAILED),
         ),
@@ -114,12 +116,13 @@ pub fn definition(workflow: &Workflow) -> Value {
 }
 
 /// A `finished` report to the progress queue, then `next` (or the end).
-fn report(fields: Value, next: Option<&str>) -> Value {
+fn report(workflow: &Workflow, fields: Value, next: Option<&str>) -> Value {
     let mut body = json!({
         "kind": "finished",
         "workflow.$": "$.workflow",
         "key.$": "$.key",
         "generation.$": "$.generation",
+        "config_version": workflow.config_version.as_str(),
     });
     if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), fields) {
         body.extend(extra);

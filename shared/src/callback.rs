@@ -157,20 +157,28 @@ impl Callbacks {
             Ok(c) => c,
             Err(answer) => return answer,
         };
-        let Some(workflow) = self.engine.config.workflow(&callback.workflow) else {
+        if self.engine.config.workflow(&callback.workflow).is_none() {
             return Answer::error(
                 StatusCode::NOT_FOUND,
                 "unknown_workflow",
                 format!("no workflow named {:?}", callback.workflow),
             );
+        }
+        // The step by name, in this config or, for a record pinned to an earlier version, in
+        // that one: the engine finds it again in the record's own version.
+        let definition = match self.engine.definition_with_step(&callback.workflow, &callback.step).await {
+            Ok(Some(definition)) => definition,
+            Ok(None) => {
+                return Answer::error(
+                    StatusCode::NOT_FOUND,
+                    "unknown_step",
+                    format!("workflow {} has no step named {:?}", callback.workflow, callback.step),
+                );
+            }
+            Err(e) => return self.failed(&e, MaybeApplied::No),
         };
-        let Some(step) = workflow.step_index(&callback.step) else {
-            return Answer::error(
-                StatusCode::NOT_FOUND,
-                "unknown_step",
-                format!("workflow {} has no step named {:?}", workflow.name, callback.step),
-            );
-        };
+        let workflow = &*definition;
+        let step = workflow.step_index(&callback.step).unwrap_or(u32::MAX);
 
         let hash = payload_hash(body);
         let receipt = Receipt {
@@ -213,7 +221,7 @@ impl Callbacks {
                         // missed, and nothing else owes it: sent again while its step waits
                         // (found by review).
                         if callback.outcome == StepOutcome::InProgress
-                            && let Err(e) = self.beat_again(workflow, &callback.key, step).await
+                            && let Err(e) = self.beat_again(workflow, &callback.key, &callback.step).await
                         {
                             return self.failed_holding(&e, MaybeApplied::Yes, now);
                         }
@@ -296,15 +304,19 @@ impl Callbacks {
         answer
     }
 
-    /// Sends the step's heartbeat if the record still waits at `step`.
+    /// Sends the step's heartbeat if the record still waits at the step named `step` (in its
+    /// own config version).
     async fn beat_again(
         &self,
         workflow: &crate::config::Workflow,
         key: &CorrelationKey,
-        step: u32,
+        step: &str,
     ) -> Result<(), EngineError> {
         let record = self.engine.store.load(&workflow.name, key).await?;
         if let Some(r) = record
+            && let Some(pinned) =
+                self.engine.definition(workflow.name.as_str(), r.config_version.as_deref()).await?
+            && let Some(step) = pinned.step_index(step)
             && r.state == (crate::lifecycle::State::Waiting { step })
             && let Some(token) = &r.token
         {
@@ -342,9 +354,13 @@ impl Callbacks {
             });
             if entry.status == crate::store::InboxStatus::Buffered
                 && waiting
-                && let Some(generation) = trace.record.as_ref().map(|r| r.generation)
+                && let Some(r) = &trace.record
+                && let Some(pinned) =
+                    self.engine.definition(workflow.name.as_str(), r.config_version.as_deref()).await?
             {
-                self.engine.drain(workflow, &callback.key, generation, entry.step, self.engine.now()).await?;
+                self.engine
+                    .drain(&pinned, &callback.key, r.generation, entry.step, self.engine.now())
+                    .await?;
             }
             return Ok(Some(Answer::new(StatusCode::ACCEPTED, body("buffered", None))));
         }
@@ -507,7 +523,7 @@ fn answer(
             return Err(Answer::error(
                 StatusCode::NOT_FOUND,
                 "unknown_step",
-                "the step is not in the workflow",
+                "the step is not in the workflow as the record's config version defines it (see `baton trace`)",
             ));
         }
     })

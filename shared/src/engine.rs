@@ -83,6 +83,25 @@ pub fn payload_hash(payload: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(payload))
 }
 
+/// The config version an input is decided under: a live record's own; a new start (no record,
+/// or one ended) the current one.
+fn pinned_version<'r>(record: Option<&'r Record>, input: &Input) -> Option<&'r str> {
+    match (record, input) {
+        (Some(r), Input::Start { .. }) if r.state.is_terminal() => None,
+        (Some(r), _) => r.config_version.as_deref(),
+        (None, _) => None,
+    }
+}
+
+/// A config version a record names cannot be had.
+fn unregistered(version: &str, problem: &str) -> StoreError {
+    StoreError::Corrupt {
+        pk: crate::store::CONFIG_PK.to_owned(),
+        sk: format!("VERSION#{version}"),
+        problem: format!("the config version records are pinned to cannot be read: {problem}"),
+    }
+}
+
 /// The use-case core shared by every handler.
 pub struct Engine {
     pub config: Arc<Config>,
@@ -94,6 +113,74 @@ pub struct Engine {
     pub metrics: Metrics,
     pub clock: Clock,
     pub write_ids: WriteIds,
+    /// Earlier config versions read back from the table, for records pinned to them.
+    pub versions: Versions,
+}
+
+/// The config versions an engine has read back from the table, by version, and whether its own
+/// is registered there yet.
+#[derive(Default)]
+pub struct Versions {
+    read: std::sync::Mutex<std::collections::HashMap<String, Arc<Config>>>,
+    registered: std::sync::atomic::AtomicBool,
+}
+
+impl Versions {
+    fn get(&self, version: &str) -> Option<Arc<Config>> {
+        self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(version).cloned()
+    }
+
+    fn keep(&self, config: Config) {
+        let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        read.entry(config.version.clone()).or_insert_with(|| Arc::new(config));
+    }
+}
+
+/// One workflow's definition in one config version.
+#[derive(Clone)]
+pub struct Definition {
+    config: Arc<Config>,
+    index: usize,
+}
+
+impl Definition {
+    fn of(config: Arc<Config>, workflow: &str) -> Option<Definition> {
+        let index = config.workflows.iter().position(|w| w.name.as_str() == workflow)?;
+        Some(Definition { config, index })
+    }
+}
+
+impl std::ops::Deref for Definition {
+    type Target = Workflow;
+
+    fn deref(&self) -> &Workflow {
+        &self.config.workflows[self.index]
+    }
+}
+
+/// `input`, whose step index is `from`'s, as the same step of `to`, found by name: the caller
+/// read one config version, the record is pinned to another. A step `to` lacks (or, for a
+/// domain event, one that takes no events there) gets an index past the end, so the lifecycle
+/// rejects it as `unknown_step`, as for any step the config does not know.
+fn pin_step<'i>(input: &'i Input, from: &Workflow, to: &Workflow) -> std::borrow::Cow<'i, Input> {
+    use std::borrow::Cow;
+    if from.config_version == to.config_version {
+        return Cow::Borrowed(input);
+    }
+    let event = matches!(input, Input::StepInput { source: lifecycle::Source::Event, .. });
+    let map = |step: u32| {
+        from.steps
+            .get(step as usize)
+            .and_then(|s| to.step_index(s.name.as_str()))
+            .filter(|&i| !event || to.steps[i as usize].accepts_events.is_some())
+            .unwrap_or(u32::MAX)
+    };
+    let mut pinned = input.clone();
+    match &mut pinned {
+        Input::StepInput { step, .. } | Input::StepReady { step, .. } => *step = map(*step),
+        _ => return Cow::Borrowed(input),
+    }
+    Cow::Owned(pinned)
 }
 
 /// [`lifecycle::decide`], and the one fact it needs from beyond the record: a start event
@@ -143,9 +230,14 @@ impl Engine {
         input: &Input,
         now: OffsetDateTime,
     ) -> Result<Submitted, EngineError> {
-        let plan = workflow.plan();
         let mut record = self.store.load(&workflow.name, key).await?;
         for attempt in 1..=MAX_ATTEMPTS {
+            // The record's own version decides, whatever version the caller read the input
+            // with: a record finishes on the config it started on (a new start, on this one).
+            let (governing, input) = self.pinned(workflow, record.as_ref(), input).await?;
+            let input = &*input;
+            let workflow = &*governing;
+            let plan = workflow.plan();
             // Decide with the time of the decision, not of the message's arrival: a record
             // written with an old `updated_at` looks owed for longer than it is, and a resume
             // would be re-sent inside its grace period (found by the simulation). A later `now`
@@ -156,6 +248,9 @@ impl Engine {
                     .await
                     .map_err(EngineError::Store)?;
             if let Some(write) = decision.write.as_mut() {
+                if write.to.config_version.as_ref() == Some(&self.config.version) {
+                    self.ensure_registered().await?;
+                }
                 write.to.write_id = Some((self.write_ids)());
                 fit_item_limit(&mut write.to);
                 let applied = self
@@ -209,19 +304,103 @@ impl Engine {
 
     /// Registers the config this engine carries in the table, once per version (at a cold
     /// start): the deployed versions stay readable, and `baton rollout plan` compares against
-    /// the newest. A failure is logged, never fatal: the next cold start registers it.
+    /// the newest. A failure is logged, never fatal here: no record is written on this version
+    /// before it is registered ([`Engine::submit`] tries again first).
     pub async fn register_config(&self) {
+        if let Err(e) = self.ensure_registered().await {
+            warn!(config_version = %self.config.version, error = %error_chain(&e), "cannot register the config; tried again before the first start");
+        }
+    }
+
+    async fn ensure_registered(&self) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        if self.versions.registered.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let config = crate::store::RegisteredConfig {
             version: self.config.version.clone(),
             canonical: self.config.canonical.clone(),
             registered_at: self.now(),
         };
-        match self.store.register_config(&config).await {
-            Ok(()) => info!(config_version = %config.version, "config registered"),
-            Err(e) => {
-                warn!(config_version = %config.version, error = %error_chain(&e), "cannot register the config; the next cold start tries again")
+        self.store.register_config(&config).await?;
+        self.versions.registered.store(true, Ordering::Release);
+        info!(config_version = %config.version, "config registered");
+        Ok(())
+    }
+
+    /// The definition `input` (whose step is `workflow`'s) is decided under for `record`, and the
+    /// input with its step found again there by name.
+    pub async fn pinned<'i>(
+        &self,
+        workflow: &Workflow,
+        record: Option<&Record>,
+        input: &'i Input,
+    ) -> Result<(Definition, std::borrow::Cow<'i, Input>), StoreError> {
+        let version = pinned_version(record, input);
+        let governing = self.definition(workflow.name.as_str(), version).await?.ok_or_else(|| {
+            unregistered(version.unwrap_or(&self.config.version), "it has no such workflow")
+        })?;
+        let input = pin_step(input, workflow, &governing);
+        Ok((governing, input))
+    }
+
+    /// `workflow` as config `version` (`None`: this engine's own) defines it, if it does.
+    pub async fn definition(
+        &self,
+        workflow: &str,
+        version: Option<&str>,
+    ) -> Result<Option<Definition>, StoreError> {
+        Ok(Definition::of(self.config_of(version).await?, workflow))
+    }
+
+    /// `workflow` as defined in the newest config version that has a step named `step`: this
+    /// engine's own first, then the registered ones (a callback for a step an earlier version
+    /// had, answering a record pinned to it).
+    pub async fn definition_with_step(
+        &self,
+        workflow: &str,
+        step: &str,
+    ) -> Result<Option<Definition>, StoreError> {
+        let has_step = |d: &Option<Definition>| d.as_ref().is_some_and(|d| d.step_index(step).is_some());
+        let own = self.definition(workflow, None).await?;
+        if has_step(&own) {
+            return Ok(own);
+        }
+        for registered in self.store.configs().await?.iter().rev() {
+            let found = match self.config_of(Some(&registered.version)).await {
+                Ok(config) => Definition::of(config, workflow),
+                Err(_) => None,
+            };
+            if has_step(&found) {
+                return Ok(found);
             }
         }
+        Ok(None)
+    }
+
+    /// The config of `version` (`None`: this engine's own): its own, or an earlier one read
+    /// back from the table once and kept.
+    pub async fn config_of(&self, version: Option<&str>) -> Result<Arc<Config>, StoreError> {
+        let Some(version) = version.filter(|v| *v != self.config.version) else {
+            return Ok(self.config.clone());
+        };
+        if let Some(config) = self.versions.get(version) {
+            return Ok(config);
+        }
+        for registered in self.store.configs().await? {
+            match Config::parse(&registered.canonical) {
+                Ok(config) if config.version == registered.version => self.versions.keep(config),
+                Ok(config) => {
+                    warn!(registered = %registered.version, parsed = %config.version, "a registered config reads back as another version; skipped")
+                }
+                Err(e) => {
+                    warn!(registered = %registered.version, error = %e, "a registered config does not parse; skipped")
+                }
+            }
+        }
+        self.versions
+            .get(version)
+            .ok_or_else(|| unregistered(version, "it is not registered, or does not read back"))
     }
 
     /// Logs the classification and counts it.

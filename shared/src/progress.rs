@@ -37,6 +37,9 @@ pub enum Report {
         generation: u32,
         step: u32,
         step_name: String,
+        /// The config version the state machine was generated from (absent before versions).
+        #[serde(default)]
+        config_version: Option<String>,
         token: String,
         /// When the Task state was entered (`$$.State.EnteredTime`).
         entered_at: String,
@@ -47,6 +50,8 @@ pub enum Report {
         key: String,
         generation: u32,
         outcome: FinishedOutcome,
+        #[serde(default)]
+        config_version: Option<String>,
         #[serde(default)]
         error: Option<String>,
         #[serde(default)]
@@ -91,6 +96,18 @@ impl ReportError {
             ReportError::Invalid { .. } => "invalid_field",
         }
     }
+}
+
+/// The config version a report names: its execution runs that version's definition, so its
+/// step is read in that version (the engine finds it again in the record's).
+pub async fn report_config(
+    engine: &Engine,
+    body: &str,
+) -> Result<Arc<crate::config::Config>, crate::store::StoreError> {
+    let version = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("config_version").and_then(|v| v.as_str()).map(str::to_owned));
+    engine.config_of(version.as_deref()).await
 }
 
 /// Turns a report into the workflow it concerns, the key, and the lifecycle input.
@@ -162,7 +179,11 @@ impl Progress {
     async fn message(&self, message: SqsMessage) -> Verdict {
         let now = self.engine.now();
         let body = message.body.as_deref().unwrap_or_default();
-        let (workflow, key, input) = match parse_report(&self.engine.config, body) {
+        let config = match report_config(&self.engine, body).await {
+            Ok(config) => config,
+            Err(e) => return Verdict::from_error(&e),
+        };
+        let (workflow, key, input) = match parse_report(&config, body) {
             Ok(parsed) => parsed,
             Err(e) => {
                 self.engine.metrics.count(Metric::PoisonMessages, None, now);

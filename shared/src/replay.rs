@@ -21,14 +21,14 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::config::{Config, Workflow};
+use crate::config::Workflow;
 use crate::engine::{Engine, EngineError};
 use crate::ids::{CorrelationKey, WorkflowName};
 use crate::intake::plan_event;
 use crate::lifecycle::{self, IgnoreReason, Input, Outcome, RejectReason};
 use crate::progress::parse_report;
 use crate::sqs::Verdict;
-use crate::store::{LedgerEntry, StoreError, WorkflowStore};
+use crate::store::{LedgerEntry, StoreError};
 
 /// How a replayed message is classified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -72,6 +72,9 @@ pub struct Target {
     pub state: Option<String>,
     /// The record's version at planning time (`None`: no record). The guard.
     pub version: Option<u64>,
+    /// The config version the input's step is read in: the record's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_version: Option<String>,
     pub input: Input,
     pub classification: Classification,
     /// What applying it would do, in words.
@@ -98,15 +101,19 @@ impl Line {
 
 /// Plans a dead-lettered message body.
 pub async fn plan_message(
-    config: &Config,
-    store: &dyn WorkflowStore,
+    engine: &Engine,
     origin: Origin,
     id: &str,
     body: &str,
     now: OffsetDateTime,
 ) -> Result<Line, StoreError> {
+    // A report is read in the config version it names (its execution runs that version).
+    let config = match origin {
+        Origin::Progress => crate::progress::report_config(engine, body).await?,
+        _ => engine.config.clone(),
+    };
     let inputs: Vec<(&Workflow, CorrelationKey, Input)> = match origin {
-        Origin::Intake => match plan_event(config, body) {
+        Origin::Intake => match plan_event(&config, body) {
             Ok(plan) if plan.inputs.is_empty() => {
                 return Ok(Line::alone(
                     id,
@@ -128,7 +135,7 @@ pub async fn plan_message(
                 return Ok(Line::alone(id, origin, Classification::NeedsHuman, format!("{other:?}")));
             }
         },
-        Origin::Progress => match parse_report(config, body) {
+        Origin::Progress => match parse_report(&config, body) {
             Ok(one) => vec![one],
             Err(e) => {
                 return Ok(Line::alone(
@@ -150,19 +157,21 @@ pub async fn plan_message(
     };
     let mut targets = Vec::new();
     for (workflow, key, input) in inputs {
-        targets.push(plan_target(store, workflow, &key, input, now).await?);
+        targets.push(plan_target(engine, workflow, &key, &input, now).await?);
     }
     Ok(combine(id, origin, targets))
 }
 
 /// Plans re-delivering a ledgered input.
 pub async fn plan_ledger(
-    config: &Config,
-    store: &dyn WorkflowStore,
+    engine: &Engine,
     entry: &LedgerEntry,
     now: OffsetDateTime,
 ) -> Result<Line, StoreError> {
-    let Some(workflow) = config.workflow(entry.workflow.as_str()) else {
+    // The entry's step is the record's own config version's (ledgered against it).
+    let record = engine.store.load(&entry.workflow, &entry.key).await?;
+    let version = record.as_ref().and_then(|r| r.config_version.as_deref());
+    let Some(workflow) = engine.definition(entry.workflow.as_str(), version).await? else {
         return Ok(Line::alone(
             &entry.input_id,
             Origin::Ledger,
@@ -181,21 +190,25 @@ pub async fn plan_ledger(
             ));
         }
     };
-    let target = plan_target(store, workflow, &entry.key, input, now).await?;
+    let target = plan_target(engine, &workflow, &entry.key, &input, now).await?;
     Ok(combine(&entry.input_id, Origin::Ledger, vec![target]))
 }
 
 /// What the lifecycle would decide now for one input, written nowhere.
 async fn plan_target(
-    store: &dyn WorkflowStore,
+    engine: &Engine,
     workflow: &Workflow,
     key: &CorrelationKey,
-    input: Input,
+    input: &Input,
     now: OffsetDateTime,
 ) -> Result<Target, StoreError> {
+    let store = &*engine.store;
     let record = store.load(&workflow.name, key).await?;
+    // Decided as the engine would: in the record's own config version.
+    let (governing, input) = engine.pinned(workflow, record.as_ref(), input).await?;
+    let input = input.into_owned();
     let decision =
-        crate::engine::decide(store, &workflow.plan(), (&workflow.name, key), record.as_ref(), &input, now)
+        crate::engine::decide(store, &governing.plan(), (&workflow.name, key), record.as_ref(), &input, now)
             .await?;
     let (classification, effect) = classify(record.as_ref(), &input, &decision);
     Ok(Target {
@@ -203,6 +216,7 @@ async fn plan_target(
         key: key.to_string(),
         state: record.as_ref().map(|r| r.state.to_string()),
         version: record.as_ref().map(|r| r.version),
+        config_version: Some(governing.config_version.clone()),
         input,
         classification,
         effect,
@@ -353,8 +367,10 @@ async fn deliver(engine: &Engine, line: &Line, now: OffsetDateTime) -> Result<Ap
     let mut outcomes = Vec::new();
     for t in &line.targets {
         let (_, k) = names(t)?;
-        let Some(workflow) = engine.config.workflow(&t.workflow) else { continue };
-        let submitted = engine.submit(workflow, &k, &t.input, now).await?;
+        let Some(workflow) = engine.definition(&t.workflow, t.config_version.as_deref()).await? else {
+            continue;
+        };
+        let submitted = engine.submit(&workflow, &k, &t.input, now).await?;
         outcomes.push(format!("{}/{}: {:?}", t.workflow, t.key, submitted.outcome()));
     }
     Ok(Applied::Applied { outcomes })
@@ -451,7 +467,7 @@ pub async fn plan_dlq(
     let messages = read_dlq(sqs, url, 1000, 60).await?;
     let mut lines = Vec::new();
     for m in &messages {
-        let mut line = plan_message(&engine.config, &*engine.store, origin, &m.id, &m.body, now).await?;
+        let mut line = plan_message(engine, origin, &m.id, &m.body, now).await?;
         if line.note.is_none() && line.classification == Classification::NeedsHuman {
             line.note = m.reason.as_ref().map(|r| format!("dead-lettered as {r}"));
         }

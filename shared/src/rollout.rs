@@ -2,13 +2,16 @@
 //! the deploy.
 //!
 //! Two configs are compared workflow by workflow, step by step. Each change is classified for
-//! baton as it runs today, where an in-flight record follows the config the functions carry:
-//! - **safe**: no record in flight is affected (new starts, new executions, or nothing live);
-//! - **breaking**: records in flight would break, or could never be reached again (a changed key
-//!   pointer, a removed workflow with live records, a step inserted, removed, renamed or
-//!   reordered under live records, whose executions still run the old definition);
-//! - **needs a person**: the effect on live records depends on what they are waiting for (a
-//!   changed `requires` or `accepts_events` under live records, or live records not counted).
+//! baton with versioned workflows: a record in flight finishes on the config version it started
+//! on (its steps, `requires`, timeouts, task templates and its execution's definition), and new
+//! starts follow the new version.
+//! - **safe**: records in flight finish on their version (steps appended, inserted, removed,
+//!   renamed or reordered; `requires`, timeouts, tasks changed), or nothing live is touched;
+//! - **breaking even with pinning**: records in flight could never be reached again (a changed
+//!   key pointer, a removed workflow with live records);
+//! - **needs a person**: the effect on live records depends on what they are waiting for
+//!   (`accepts_events` changed under live records: domain events are routed by the deployed
+//!   config's patterns), or live records were not counted.
 //!
 //! Live records are counted per (workflow, config version, state) from the table's `by_due`
 //! index (queried, never scanned) by the caller, and passed in as [`Live`].
@@ -195,6 +198,12 @@ fn change(
     Change { workflow: wf.name.to_string(), kind, detail, class, why, touches: touches.unwrap_or_default() }
 }
 
+/// Why a change is safe for the records in flight.
+const PINNED: &str =
+    "records in flight finish on the config version they started on; new starts follow the new one";
+const PINNED_RENAMED: &str = "records in flight finish on the config version they started on, and take callbacks by \
+    the step's old name; new starts follow the new one";
+
 /// `class` when live records are touched, safe when none are, needs a person when they were not
 /// counted.
 fn by_live(touches: &Option<Vec<Touch>>, class: Class, why: &str) -> (Class, String) {
@@ -269,9 +278,8 @@ fn workflow_changes(old: &Workflow, new: &Workflow, docs: &(Doc, Doc), live: &Li
     out
 }
 
-/// Steps appended, inserted, removed, renamed or reordered. Every such change breaks records in
-/// flight today: their executions run the definition they started with, while the record would
-/// be read through the new step list.
+/// Steps appended, inserted, removed, renamed or reordered. Safe with pinning: a record in flight
+/// keeps its version's step list, and its execution the definition it started with.
 fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
     let names = |w: &Workflow| w.steps.iter().map(|s| s.name.to_string()).collect::<Vec<_>>();
     let (a, b) = (names(old), names(new));
@@ -313,13 +321,11 @@ fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
     found
         .into_iter()
         .map(|(kind, detail)| {
-            let (class, why) = by_live(
-                &touches,
-                Class::Breaking,
-                "their executions run the old definition while the record would follow the new \
-                 steps (a report for a step that moved, an index that points at another step)",
-            );
-            change(old, kind, detail, class, why, touches.clone())
+            let why = match kind {
+                "step_renamed" => PINNED_RENAMED,
+                _ => PINNED,
+            };
+            change(old, kind, detail, Class::Safe, why.into(), touches.clone())
         })
         .collect()
 }
@@ -337,22 +343,17 @@ fn step_changes(
     let at_or_before = |state: State| state == State::Pending || state.step().is_some_and(|s| s <= index);
     if old.requires != new.requires {
         let touches = live.touching(wf.name.as_str(), at_step);
-        let (class, why) = by_live(
-            &touches,
-            Class::NeedsHuman,
-            "records at this step would be checked against the new inputs; whether they still \
-             advance depends on what they already have",
-        );
         let detail =
             format!("{}: requires [{}] -> [{}]", old.name, old.requires.join(", "), new.requires.join(", "));
-        out.push(change(wf, "requires_changed", detail, class, why, touches));
+        out.push(change(wf, "requires_changed", detail, Class::Safe, PINNED.into(), touches));
     }
     if accepts_events.0 != accepts_events.1 {
         let touches = live.touching(wf.name.as_str(), at_or_before);
         let (class, why) = by_live(
             &touches,
             Class::NeedsHuman,
-            "records at or before this step would accept other events than when they started",
+            "domain events are routed by the deployed config's patterns: records at or before this \
+             step would accept other events than when they started",
         );
         out.push(change(
             wf,
@@ -376,7 +377,7 @@ fn step_changes(
         out.push(change(wf, "heartbeat_changed", detail, Class::Safe, pinned.into(), None));
     }
     if old.task != new.task {
-        let why = "tasks already published stay as they are; tasks created from now on use the new template";
+        let why = "records in flight create their tasks from their own version's template; new starts use the new one";
         out.push(change(
             wf,
             "task_changed",
@@ -473,29 +474,36 @@ workflows:
     }
 
     #[test]
-    fn an_appended_step_breaks_live_records_and_is_safe_without_them() {
+    fn an_appended_step_is_safe_and_counts_the_live_records_it_touches() {
         let to = V1.replace(
             "        timeout: 7d\n",
             "        timeout: 7d\n      - name: archive\n        timeout: 1d\n",
         );
         let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 1 }]));
-        assert_eq!(kinds(&p), [("step_appended", Class::Breaking)]);
+        assert_eq!(kinds(&p), [("step_appended", Class::Safe)]);
         assert_eq!(p.changes[0].touches[0].records, 1);
+        assert!(
+            p.changes[0].why.contains("finish on the config version they started on"),
+            "{}",
+            p.changes[0].why
+        );
         let p = plan(&config(V1), &config(&to), &live(&[]));
         assert_eq!(kinds(&p), [("step_appended", Class::Safe)]);
+        assert!(p.changes[0].touches.is_empty());
     }
 
     #[test]
-    fn an_inserted_step_and_a_rename_are_named() {
+    fn an_inserted_step_and_a_rename_are_named_and_safe_with_pinning() {
         let to = V1.replace("name: manual-review", "name: risk-review").replace(
             "      - name: payment",
             "      - name: fraud-check\n        timeout: 1h\n      - name: payment",
         );
         let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 0 }, State::Pending]));
-        assert_eq!(kinds(&p), [("step_renamed", Class::Breaking), ("step_inserted", Class::Breaking)]);
+        assert_eq!(kinds(&p), [("step_renamed", Class::Safe), ("step_inserted", Class::Safe)]);
         assert!(p.changes[0].detail.contains("manual-review renamed risk-review"), "{}", p.changes[0].detail);
+        assert!(p.changes[0].why.contains("old name"), "{}", p.changes[0].why);
         assert_eq!(p.changes[1].touches.iter().map(|t| t.records).sum::<u64>(), 2);
-        assert_eq!(p.verdict, Class::Breaking);
+        assert_eq!(p.verdict, Class::Safe);
     }
 
     #[test]
@@ -515,19 +523,36 @@ workflows:
     }
 
     #[test]
-    fn requires_needs_a_person_only_for_records_at_that_step() {
+    fn requires_is_safe_and_counts_only_the_records_at_that_step() {
         let to = V1.replace("requires: [payment_ref]", "requires: [payment_ref, receipt]");
         let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 0 }]));
         assert_eq!(kinds(&p), [("requires_changed", Class::Safe)]);
+        assert!(p.changes[0].touches.is_empty());
         let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 1 }]));
-        assert_eq!(kinds(&p), [("requires_changed", Class::NeedsHuman)]);
+        assert_eq!(kinds(&p), [("requires_changed", Class::Safe)]);
+        assert_eq!(p.changes[0].touches[0].records, 1);
+    }
+
+    #[test]
+    fn changed_accepts_events_need_a_person_for_records_at_or_before_the_step() {
+        let to = V1.replace(
+            "requires: [payment_ref]\n",
+            "requires: [payment_ref]\n        accepts_events: { type: [\"payment.settled\"] }\n",
+        );
+        let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 0 }]));
+        assert_eq!(kinds(&p), [("accepts_events_changed", Class::NeedsHuman)]);
+        let p = plan(&config(V1), &config(&to), &live(&[]));
+        assert_eq!(kinds(&p), [("accepts_events_changed", Class::Safe)]);
     }
 
     #[test]
     fn uncounted_live_records_need_a_person_and_timeouts_are_safe() {
-        let to = V1.replace("timeout: 7d", "timeout: 9d").replace("name: payment", "name: settle");
+        let to = V1.replace("name: manual-review", "name: check").replace(
+            "requires: [payment_ref]\n",
+            "requires: [payment_ref]\n        accepts_events: { type: [\"x\"] }\n",
+        );
         let p = plan(&config(V1), &config(&to), &Live::unknown());
-        assert_eq!(kinds(&p), [("step_renamed", Class::NeedsHuman)]);
+        assert_eq!(kinds(&p), [("step_renamed", Class::Safe), ("accepts_events_changed", Class::NeedsHuman)]);
         let to = V1.replace("timeout: 7d", "timeout: 9d");
         let p = plan(&config(V1), &config(&to), &Live::unknown());
         // The default buffer_ttl follows the timeout: it changes too.

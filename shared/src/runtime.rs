@@ -198,6 +198,7 @@ pub fn engine(sdk: &SdkConfig, settings: &Settings, config: Config, metrics: Met
         state_machine_prefix: settings.state_machine_prefix.clone(),
         metrics,
         clock: system_clock(),
+        versions: Default::default(),
         write_ids: random_write_ids(),
     }
 }

@@ -72,8 +72,18 @@ impl Sweeper {
                 }
             };
             for record in records {
-                let Some(workflow) = self.engine.config.workflow(record.workflow.as_str()) else {
-                    warn!(workflow = %record.workflow, key = %record.key, "due record of a workflow the config no longer defines");
+                // Decided on the record's own config version, which defines its workflow even
+                // after a deploy removed it.
+                let config = match self.engine.config_of(record.config_version.as_deref()).await {
+                    Ok(config) => config,
+                    Err(e) => {
+                        failed(e.into(), "reading a due record's config version");
+                        continue;
+                    }
+                };
+                let Some(workflow) = config.workflow(record.workflow.as_str()) else {
+                    warn!(workflow = %record.workflow, key = %record.key, config_version = %config.version,
+                        "due record of a workflow its config version does not define");
                     continue;
                 };
                 match self.engine.submit(workflow, &record.key, &Input::Tick, now).await {
@@ -112,7 +122,8 @@ impl Sweeper {
         if let Some(r) = &record
             && r.state == (State::Waiting { step: entry.step })
             && entry.generation.is_none_or(|g| g == r.generation)
-            && let Some(workflow) = self.engine.config.workflow(entry.workflow.as_str())
+            && let config = self.engine.config_of(r.config_version.as_deref()).await?
+            && let Some(workflow) = config.workflow(entry.workflow.as_str())
         {
             self.engine.drain(workflow, &entry.key, r.generation, entry.step, now).await?;
             info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "expired buffer's step waits: drained");

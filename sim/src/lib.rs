@@ -167,6 +167,7 @@ impl Stack {
             metrics: Metrics::to(Box::new(std::io::sink())),
             clock: Arc::new(move || clock_world.now()),
             write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),
+            versions: Default::default(),
         });
         let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: sqs.clone(), queue });
         let secrets = RotatingSecrets::fixed(Secrets::parse(SECRET).expect("the secret"));

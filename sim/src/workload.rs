@@ -546,9 +546,7 @@ async fn replay_dlqs(parts: Parts, at: OffsetDateTime) {
         let messages: Vec<crate::sqs::Message> = lock(&parts.stack.sqs).messages(queue).to_vec();
         for m in messages {
             let now = world.now();
-            let Ok(line) =
-                replay::plan_message(&engine.config, &*engine.store, origin, &m.id, &m.body, now).await
-            else {
+            let Ok(line) = replay::plan_message(&engine, origin, &m.id, &m.body, now).await else {
                 continue;
             };
             let remove = match line.classification {

@@ -323,8 +323,7 @@ fn replay_delivers_a_dead_lettered_step_ready_that_still_owes_its_drain() {
     assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered);
     let body = lock(&s.sqs).messages(QueueId::Progress)[0].body.clone();
     let line = drive(baton::replay::plan_message(
-        &s.config,
-        &*s.memory,
+        &s.engine,
         baton::replay::Origin::Progress,
         "m",
         &body,
@@ -351,8 +350,7 @@ fn a_noop_dead_letter_removed_by_replay_leaves_its_ledger_trace() {
     // message was dead-lettered before intake could ledger it.
     let body = event("start-k-again", "order.placed", "k", json!({}));
     let line = drive(baton::replay::plan_message(
-        &s.config,
-        &*s.memory,
+        &s.engine,
         baton::replay::Origin::Intake,
         "m",
         &body,

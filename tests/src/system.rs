@@ -30,7 +30,11 @@ pub struct System {
     pub sfn: aws_sdk_sfn::Client,
     pub store: DynamoStore,
     pub metrics: Captured,
-    _definitions: tempfile::TempDir,
+    stack_name: String,
+    paused: Vec<String>,
+    env: Vec<(String, String)>,
+    /// The definitions of every config deployed, kept until the end.
+    _definitions: Vec<tempfile::TempDir>,
 }
 
 /// The webhook secret end-to-end tests sign callbacks with.
@@ -52,37 +56,14 @@ pub async fn start_system_env(config_yaml: &str, env: &[(&str, &str)]) -> System
 }
 
 async fn start_system_full(config_yaml: &str, paused: &[&str], env: &[(&str, &str)]) -> System {
-    let emulator = Emulator::from_env();
     let config = Config::parse(config_yaml).unwrap_or_else(|e| panic!("test config: {e}"));
-    // The template's DefinitionUri paths, generated for this test's config.
-    let dir = tempfile::tempdir().expect("a temp dir");
-    for (rel, text) in baton::asl::render_all(&config) {
-        let path = dir.path().join(rel);
-        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
-        std::fs::write(path, text).expect("write definition");
-    }
-    let template = load_template();
-    let clients = clients(&emulator).await;
+    let stack_name = unique_name("e2e");
+    let paused: Vec<String> = paused.iter().map(|p| p.to_string()).collect();
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let metrics = Captured::default();
-    let options = LocalOptions {
-        config: config.clone(),
-        root: dir.path().to_owned(),
-        stack_name: unique_name("e2e"),
-        parameters: Default::default(),
-        webhook_secret: TEST_SECRET.to_owned(),
-        env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        visibility_timeout: Some(2),
-        wait_seconds: 1,
-        metrics: Metrics::to(Box::new(metrics.clone())),
-        clock: system_clock(),
-        paused: paused.iter().map(|p| p.to_string()).collect(),
-        http_port: 0,
-        // The sweeper is run by hand in tests, at chosen times.
-        sweep_every: Some(Duration::from_secs(3600)),
-    };
-    let baton =
-        LocalBaton::start(&template, &clients, options).await.unwrap_or_else(|e| panic!("baton: {e:?}"));
+    let (baton, dir) = launch(&config, &stack_name, &paused, &env, &metrics).await;
     let table = baton.provisioned.tables.get("Table").expect("the table").clone();
+    let clients = clients(&Emulator::from_env()).await;
     System {
         store: DynamoStore::new(clients.dynamodb.clone(), table),
         sqs: clients.sqs,
@@ -90,10 +71,51 @@ async fn start_system_full(config_yaml: &str, paused: &[&str], env: &[(&str, &st
         baton,
         config,
         metrics,
-        _definitions: dir,
+        stack_name,
+        paused,
+        env,
+        _definitions: vec![dir],
     }
 }
 
+/// Provisions the stack for `config` (creating it, or updating it as a deploy does) and starts
+/// its functions.
+async fn launch(
+    config: &Config,
+    stack_name: &str,
+    paused: &[String],
+    env: &[(String, String)],
+    metrics: &Captured,
+) -> (LocalBaton, tempfile::TempDir) {
+    // The template's DefinitionUri paths, generated for this config.
+    let dir = tempfile::tempdir().expect("a temp dir");
+    for (rel, text) in baton::asl::render_all(config) {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write definition");
+    }
+    let options = LocalOptions {
+        config: config.clone(),
+        root: dir.path().to_owned(),
+        stack_name: stack_name.to_owned(),
+        parameters: Default::default(),
+        webhook_secret: TEST_SECRET.to_owned(),
+        env: env.iter().cloned().collect(),
+        visibility_timeout: Some(2),
+        wait_seconds: 1,
+        metrics: Metrics::to(Box::new(metrics.clone())),
+        clock: system_clock(),
+        paused: paused.to_vec(),
+        http_port: 0,
+        // The sweeper is run by hand in tests, at chosen times.
+        sweep_every: Some(Duration::from_secs(3600)),
+    };
+    let clients = clients(&Emulator::from_env()).await;
+    let baton = LocalBaton::start(&load_template(), &clients, options)
+        .await
+        .unwrap_or_else(|e| panic!("baton: {e:?}"));
+    (baton, dir)
+}
 impl System {
     pub fn queue_url(&self, logical_id: &str) -> String {
         self.baton
@@ -330,6 +352,18 @@ impl System {
                 .count();
         }
         count
+    }
+
+    /// Deploys `config_yaml` over the running stack, as `sam deploy` does: the state machines
+    /// are updated, the functions on the new config start (on a new HTTP port) while the old
+    /// ones still run, as Lambda's old and new versions overlap, and then the old ones stop.
+    pub async fn deploy(&mut self, config_yaml: &str) {
+        let config = Config::parse(config_yaml).unwrap_or_else(|e| panic!("deployed config: {e}"));
+        let (baton, dir) = launch(&config, &self.stack_name, &self.paused, &self.env, &self.metrics).await;
+        let old = std::mem::replace(&mut self.baton, baton);
+        old.shutdown().await;
+        self.config = config;
+        self._definitions.push(dir);
     }
 
     pub async fn stop(self) {

@@ -101,8 +101,7 @@ async fn a_mixed_dlq_is_classified_and_only_the_safe_message_is_applied_once() {
     let again = replay::plan_dlq(&engine, &system.sqs, &url, Origin::Intake, engine.now()).await.unwrap();
     assert!(again.iter().all(|l| l.classification == Classification::NeedsHuman), "{again:#?}");
     let replayed = replay::plan_message(
-        &engine.config,
-        &*engine.store,
+        &engine,
         Origin::Intake,
         "x",
         &event("fixed-1", "order.placed", "k-new", json!({})),
@@ -222,7 +221,7 @@ async fn ledger_entries_replay_as_noop_when_terminal_and_safe_when_their_step_no
     assert_eq!(status, 200, "{body}");
     let trace = engine.store.trace(&wf.name, &key).await.unwrap();
     let entry = trace.ledger.iter().find(|l| l.reason == IgnoreReason::Terminal).expect("the ledger entry");
-    let line = replay::plan_ledger(&engine.config, &*engine.store, entry, engine.now()).await.unwrap();
+    let line = replay::plan_ledger(&engine, entry, engine.now()).await.unwrap();
     assert_eq!(line.classification, Classification::Noop, "{line:#?}");
     assert!(line.targets[0].effect.contains("terminal"), "{line:#?}");
 
@@ -241,13 +240,13 @@ async fn ledger_entries_replay_as_noop_when_terminal_and_safe_when_their_step_no
     let trace = engine.store.trace(&wf.name, &key).await.unwrap();
     let expired =
         trace.ledger.iter().find(|l| l.reason == IgnoreReason::BufferExpired).expect("buffer_expired");
-    let line = replay::plan_ledger(&engine.config, &*engine.store, expired, engine.now()).await.unwrap();
+    let line = replay::plan_ledger(&engine, expired, engine.now()).await.unwrap();
     assert_eq!(line.classification, Classification::Safe, "{line:#?}");
     let applied = replay::apply_line(&engine, &line, engine.now()).await.unwrap();
     assert!(matches!(applied, Applied::Applied { .. }), "{applied:?}");
     wait_state(&system, "k-exp", State::Waiting { step: 1 }).await;
     assert_eq!(system.resumes("order-review", "k-exp").await, 1);
-    let again = replay::plan_ledger(&engine.config, &*engine.store, expired, engine.now()).await.unwrap();
+    let again = replay::plan_ledger(&engine, expired, engine.now()).await.unwrap();
     // Replayed again, it is the input the record already took: a noop that owes nothing.
     assert_eq!(again.classification, Classification::Noop, "{again:#?}");
     assert_eq!(again.targets[0].effect, "already applied", "{again:#?}");

@@ -146,6 +146,7 @@ impl LocalBaton {
                 metrics: options.metrics.clone(),
                 clock: options.clock.clone(),
                 write_ids: crate::engine::random_write_ids(),
+                versions: Default::default(),
             })
         };
         let settings_of = |logical_id: &str| {

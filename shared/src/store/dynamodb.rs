@@ -40,7 +40,7 @@ use time::format_description::well_known::Rfc3339;
 
 use super::memory::{due_at, sort_trace};
 use super::{
-    Applied, Claim, Condition, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus,
+    Applied, CONFIG_PK, Claim, Condition, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus,
     RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for,
 };
 use crate::error::sdk_retryable;
@@ -327,9 +327,6 @@ fn receipt_sk(id: &EventId) -> String {
 fn inbox_sk(step: u32, id: &EventId) -> String {
     format!("INBOX#{step:05}#{id}")
 }
-
-/// The partition of the registered config versions.
-const CONFIG_PK: &str = "CONFIG";
 
 fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
     format!("LEDGER#{}#{input_id}", reason.as_str())

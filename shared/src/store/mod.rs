@@ -190,6 +190,9 @@ pub struct InboxEntry {
     pub expires_at: OffsetDateTime,
 }
 
+/// The partition of the registered config versions.
+pub const CONFIG_PK: &str = "CONFIG";
+
 /// A config version as the functions registered it in the table at cold start: the deployed
 /// configs, readable by version after later deploys (`baton rollout plan` reads the newest).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
