@@ -88,6 +88,7 @@ pub fn payload_hash(payload: &[u8]) -> String {
 fn pinned_version<'r>(record: Option<&'r Record>, input: &Input) -> Option<&'r str> {
     match (record, input) {
         (Some(r), Input::Start { .. }) if r.state.is_terminal() => None,
+        _ if crate::mutants::active(crate::mutants::Mutation::Unpinned) => None,
         (Some(r), _) => r.config_version.as_deref(),
         (None, _) => None,
     }
@@ -873,5 +874,60 @@ impl Classified for EngineError {
             EngineError::Contended { .. } => true,
             EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.retryable(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::{Source, StepOutcome};
+
+    fn workflow(yaml_steps: &str) -> Workflow {
+        let yaml = format!(
+            "workflows:\n  w:\n    start: {{ when: {{ type: [\"s\"] }}, key: /subject }}\n    steps:\n{yaml_steps}"
+        );
+        Config::parse(&yaml).expect("valid").workflows.remove(0)
+    }
+
+    fn input(step: u32, source: Source) -> Input {
+        Input::StepInput {
+            id: crate::ids::EventId::parse("i-1").unwrap(),
+            hash: "h".into(),
+            source,
+            step,
+            outcome: StepOutcome::Succeeded,
+            data: Default::default(),
+            generation: None,
+        }
+    }
+
+    fn step_of(input: &Input) -> u32 {
+        match input {
+            Input::StepInput { step, .. } | Input::StepReady { step, .. } => *step,
+            _ => panic!("no step"),
+        }
+    }
+
+    #[test]
+    fn an_input_read_under_another_version_is_found_again_by_step_name() {
+        let v1 = workflow(
+            "      - { name: review, timeout: 1h }\n      - { name: pay, timeout: 1h, accepts_events: { type: [\"paid\"] } }\n",
+        );
+        let v2 = workflow(
+            "      - { name: check, timeout: 1h }\n      - { name: review, timeout: 1h }\n      - { name: pay, timeout: 1h }\n",
+        );
+        // The same version: the input as it is.
+        assert!(matches!(pin_step(&input(1, Source::Callback), &v1, &v1), std::borrow::Cow::Borrowed(_)));
+        // review is step 0 in v1 and step 1 in v2; pay is 1 and 2.
+        assert_eq!(step_of(&pin_step(&input(0, Source::Callback), &v1, &v2)), 1);
+        assert_eq!(step_of(&pin_step(&input(1, Source::Callback), &v1, &v2)), 2);
+        // A step the record's version lacks is past its end: the lifecycle rejects it.
+        assert_eq!(step_of(&pin_step(&input(0, Source::Callback), &v2, &v1)), u32::MAX);
+        // A domain event reaches only a step that takes events in the record's version.
+        assert_eq!(step_of(&pin_step(&input(1, Source::Event), &v1, &v2)), u32::MAX);
+        assert_eq!(step_of(&pin_step(&input(2, Source::Event), &v2, &v1)), 1);
+        // Inputs without a step are untouched.
+        let cancel = Input::Cancel { reason: "r".into() };
+        assert_eq!(*pin_step(&cancel, &v1, &v2), cancel);
     }
 }

@@ -19,14 +19,17 @@ pub enum Mutation {
     NoResendGrace,
     /// The callback receipt is completed (answered `applied`) before the effect is applied.
     ReceiptBeforeEffect,
+    /// A live record is decided on the deployed config instead of the version it started on.
+    Unpinned,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 4] = [
+    pub const ALL: [Mutation; 5] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
         Mutation::ReceiptBeforeEffect,
+        Mutation::Unpinned,
     ];
 }
 

@@ -69,6 +69,8 @@ pub fn all(
     let evidence = lock(&stack.evidence);
     let sqs = lock(&stack.sqs);
     let records = stack.memory.records();
+    let deployed = lock(&stack.deployed).clone();
+    let version_of = |v: Option<&String>| deployed.iter().find(|c| Some(&c.version) == v);
 
     // The inbox handshake: an entry put while its step already waited is followed by its
     // invocation reading the record (and draining if the step still waits), or, if that
@@ -157,6 +159,63 @@ pub fn all(
             || format!("task {id} was published with different contents"),
         );
     }
+    // Pinning: a record is decided on the config version its generation started on, whatever
+    // was deployed since. Every landed write's step is a step of its version, a generation
+    // never changes version, and every task published is its version's task for that step,
+    // named and titled as that version defines it.
+    let mut generation_version: BTreeMap<(String, String, u32), String> = BTreeMap::new();
+    for w in &writes {
+        let r = &w.to;
+        let Some(config) = version_of(r.config_version.as_ref()) else {
+            c.check(false, || {
+                format!(
+                    "{}/{} was written with config version {:?}, never deployed",
+                    r.workflow, r.key, r.config_version
+                )
+            });
+            continue;
+        };
+        let steps = config.workflow(r.workflow.as_str()).map_or(0, |wf| wf.steps.len());
+        c.check(r.state.step().is_none_or(|s| (s as usize) < steps), || {
+            format!(
+                "{}/{} moved to {}, past the {steps} step(s) of its config version {}",
+                r.workflow, r.key, r.state, config.version
+            )
+        });
+        let first = generation_version
+            .entry((r.workflow.to_string(), r.key.to_string(), r.generation))
+            .or_insert_with(|| config.version.clone());
+        c.check(*first == config.version, || {
+            format!(
+                "{}/{} generation {} changed config version {first} -> {}",
+                r.workflow, r.key, r.generation, config.version
+            )
+        });
+    }
+    for p in &published {
+        let t = &p.task;
+        let at = (t.workflow.to_string(), t.key.to_string(), t.generation);
+        let Some(wf) = generation_version
+            .get(&at)
+            .and_then(|v| version_of(Some(v)))
+            .and_then(|c| c.workflow(t.workflow.as_str()))
+        else {
+            continue;
+        };
+        let spec = wf.steps.get(t.step as usize);
+        let expected = spec.and_then(|s| {
+            let title =
+                s.task.as_ref()?.render(t.workflow.as_str(), t.key.as_str(), s.name.as_str(), t.generation);
+            Some((s.name.to_string(), title))
+        });
+        c.check(expected.as_ref() == Some(&(t.step_name.clone(), t.title.clone())), || {
+            format!(
+                "task {} ({} {:?}) is not step {} of config version {}: {expected:?}",
+                t.id, t.step_name, t.title, t.step, wf.config_version
+            )
+        });
+    }
+
     // Once the faults stop and the operator has replayed the DLQs, every step that still waits
     // gets its task within one visibility timeout (when whatever left it owed has come round
     // again): nothing a crash, a dead letter or a removed noop line left owed is lost. A step answered or ended before then needs no task: its
@@ -179,7 +238,10 @@ pub fn all(
         if left_at.is_some_and(|t| t <= settled_by) {
             continue;
         }
-        let Some(wf) = stack.config.workflow(r.workflow.as_str()) else { continue };
+        let Some(wf) = version_of(r.config_version.as_ref()).and_then(|c| c.workflow(r.workflow.as_str()))
+        else {
+            continue;
+        };
         let Some(spec) = wf.steps.get(step as usize) else { continue };
         if spec.task.is_none() {
             continue;

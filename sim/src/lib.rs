@@ -81,6 +81,17 @@ workflows:
         timeout: 20m
 "#;
 
+/// The config a schedule may deploy in mid-flight: a step inserted before `payment` in `review`
+/// (records of version 2 wait there, and time out: no sender knows it), and `manual-review`'s
+/// task template changed. Records started before the deploy must finish on [`CONFIG`].
+pub fn config_v2() -> Config {
+    let yaml = CONFIG.replace("title: \"Review {key}\"", "title: \"Second look at {key}\"").replace(
+        "      - name: payment\n",
+        "      - name: fraud-check\n        requires: [score]\n        timeout: 10m\n      - name: payment\n",
+    );
+    Config::parse(&yaml).expect("the simulation's second config is valid")
+}
+
 /// The webhook secret the senders sign with.
 pub const SECRET: &str = "whsec_c2ltdWxhdGlvbi1zZWNyZXQ=";
 /// Where every schedule's clock starts.
@@ -109,8 +120,74 @@ pub struct Outcome {
     pub trace: Vec<String>,
 }
 
-/// Everything a schedule runs on.
+/// The simulated services every deployment shares.
+pub struct Shared {
+    world: Arc<World>,
+    store: Arc<SimStore>,
+    sfn: Arc<Mutex<Model>>,
+    sqs: Arc<Mutex<Sqs>>,
+    publisher: Arc<SimPublisher>,
+}
+
+/// One deploy: a config, its state machines, and the functions built on it.
+pub struct Deployment {
+    pub config: Arc<Config>,
+    pub engine: Arc<Engine>,
+    pub intake: Arc<dyn SqsHandler>,
+    pub progress: Arc<dyn SqsHandler>,
+    pub callbacks: Arc<Callbacks>,
+    pub sweeper: Arc<Sweeper>,
+}
+
+impl Shared {
+    /// Puts `config`'s state machines in the model and builds the functions on it.
+    fn deploy(&self, config: Arc<Config>) -> Deployment {
+        let world = &self.world;
+        for (rel, text) in baton::asl::render_all(&config) {
+            let name =
+                rel.trim_start_matches(&format!("{}/", baton::asl::OUT_DIR)).trim_end_matches(".asl.json");
+            let definition = text.replace(baton::asl::PROGRESS_QUEUE_PLACEHOLDER, "sim-progress");
+            lock(&self.sfn)
+                .machines
+                .insert(format!("{PREFIX}{name}"), serde_json::from_str(&definition).expect("ASL is JSON"));
+        }
+        let clock_world = world.clone();
+        let ids_world = world.clone();
+        let engine = Arc::new(Engine {
+            config: config.clone(),
+            store: self.store.clone(),
+            orchestrator: Arc::new(SimStepFunctions {
+                world: world.clone(),
+                model: self.sfn.clone(),
+                sqs: self.sqs.clone(),
+            }),
+            publisher: self.publisher.clone(),
+            state_machine_prefix: PREFIX.to_owned(),
+            metrics: Metrics::to(Box::new(std::io::sink())),
+            clock: Arc::new(move || clock_world.now()),
+            write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),
+            versions: Default::default(),
+        });
+        let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: self.sqs.clone(), queue });
+        let secrets = RotatingSecrets::fixed(Secrets::parse(SECRET).expect("the secret"));
+        Deployment {
+            intake: Arc::new(Intake::new(engine.clone(), dlq(QueueId::IntakeDlq))),
+            progress: Arc::new(Progress::new(engine.clone(), dlq(QueueId::ProgressDlq))),
+            callbacks: Arc::new(Callbacks::new(engine.clone(), secrets)),
+            sweeper: Arc::new(Sweeper::new(engine.clone())),
+            config,
+            engine,
+        }
+    }
+}
+
+/// Everything a schedule runs on. `config`, `engine` and the handlers are the deployment the
+/// schedule starts on; [`Stack::live`] is the one running now.
 pub struct Stack {
+    pub live: Arc<Mutex<Arc<Deployment>>>,
+    /// Every config deployed, in order.
+    pub deployed: Mutex<Vec<Arc<Config>>>,
+    shared: Shared,
     pub world: Arc<World>,
     pub config: Arc<Config>,
     pub engine: Arc<Engine>,
@@ -141,44 +218,27 @@ impl Stack {
             late_puts: Mutex::new(Default::default()),
         });
         let sqs = Arc::new(Mutex::new(Sqs::default()));
-        let mut model = Model::default();
-        for (rel, text) in baton::asl::render_all(&config) {
-            let name =
-                rel.trim_start_matches(&format!("{}/", baton::asl::OUT_DIR)).trim_end_matches(".asl.json");
-            let definition = text.replace(baton::asl::PROGRESS_QUEUE_PLACEHOLDER, "sim-progress");
-            model
-                .machines
-                .insert(format!("{PREFIX}{name}"), serde_json::from_str(&definition).expect("ASL is JSON"));
-        }
-        let sfn = Arc::new(Mutex::new(model));
+        let sfn = Arc::new(Mutex::new(Model::default()));
         let publisher = Arc::new(SimPublisher { world: world.clone(), log: Mutex::new(Vec::new()) });
-        let clock_world = world.clone();
-        let ids_world = world.clone();
-        let engine = Arc::new(Engine {
-            config: config.clone(),
+        let shared = Shared {
+            world: world.clone(),
             store: store.clone(),
-            orchestrator: Arc::new(SimStepFunctions {
-                world: world.clone(),
-                model: sfn.clone(),
-                sqs: sqs.clone(),
-            }),
+            sfn: sfn.clone(),
+            sqs: sqs.clone(),
             publisher: publisher.clone(),
-            state_machine_prefix: PREFIX.to_owned(),
-            metrics: Metrics::to(Box::new(std::io::sink())),
-            clock: Arc::new(move || clock_world.now()),
-            write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),
-            versions: Default::default(),
-        });
-        let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: sqs.clone(), queue });
-        let secrets = RotatingSecrets::fixed(Secrets::parse(SECRET).expect("the secret"));
+        };
+        let first = Arc::new(shared.deploy(config.clone()));
         Stack {
-            intake: Arc::new(Intake::new(engine.clone(), dlq(QueueId::IntakeDlq))),
-            progress: Arc::new(Progress::new(engine.clone(), dlq(QueueId::ProgressDlq))),
-            callbacks: Arc::new(Callbacks::new(engine.clone(), secrets)),
-            sweeper: Arc::new(Sweeper::new(engine.clone())),
+            intake: first.intake.clone(),
+            progress: first.progress.clone(),
+            callbacks: first.callbacks.clone(),
+            sweeper: first.sweeper.clone(),
+            engine: first.engine.clone(),
+            live: Arc::new(Mutex::new(first)),
+            deployed: Mutex::new(vec![config.clone()]),
+            shared,
             world,
             config,
-            engine,
             memory,
             store,
             sfn,
@@ -189,14 +249,32 @@ impl Stack {
         }
     }
 
+    /// What runs now: the first deployment, or the one a deploy replaced it with.
+    pub fn live(&self) -> Arc<Deployment> {
+        lock(&self.live).clone()
+    }
+
+    /// Deploys `config` as `sam deploy` would: the state machines' definitions change for new
+    /// executions, and the functions invoked from now on run on it (invocations under way
+    /// finish on the old one).
+    pub fn deploy(&self, config: Config) {
+        let version = config.version.clone();
+        let config = Arc::new(config);
+        let deployment = Arc::new(self.shared.deploy(config.clone()));
+        *lock(&self.live) = deployment;
+        lock(&self.deployed).push(config);
+        lock(&self.world.counts).add("deploy");
+        self.world.note(|| format!("deploy: config {version}"));
+    }
+
     /// Spawns an invocation of the function behind `queue` if it has visible messages.
     fn invoke(&self, queue: QueueId) {
         if lock(&self.sqs).visible(queue, self.world.now()) == 0 {
             return;
         }
         let handler = match queue {
-            QueueId::Intake => self.intake.clone(),
-            _ => self.progress.clone(),
+            QueueId::Intake => self.live().intake.clone(),
+            _ => self.live().progress.clone(),
         };
         let future = crate::sqs::invoke(self.world.clone(), self.sqs.clone(), queue, handler);
         self.world.spawn(
@@ -207,7 +285,7 @@ impl Stack {
     }
 
     fn sweep(&self, at: OffsetDateTime) {
-        let sweeper = self.sweeper.clone();
+        let sweeper = self.live().sweeper.clone();
         let future = async move {
             let _ = sweeper.run_once(at).await;
         };
@@ -247,6 +325,12 @@ pub fn run(options: Options) -> Outcome {
     }
     let mut exec = Executor::default();
     workload::spawn_all(&stack, &plan);
+    // Half the schedules deploy version 2 at some time in the faulty phase. Drawn from a
+    // generator of its own, so the rest of a seed's schedule stays what it was.
+    let mut dice = rng::Rng::new(options.seed ^ 0x5eed_d091);
+    let mut deploy_at = dice
+        .chance(0.5)
+        .then(|| start + Duration::seconds(dice.below(plan.horizon.whole_seconds() as u64) as i64));
 
     // The faulty phase: everything the plan holds, interleaved and failing. Time passes in small
     // steps, in rare large jumps, and whenever nothing can move until something wakes.
@@ -255,6 +339,10 @@ pub fn run(options: Options) -> Outcome {
     let horizon = start + plan.horizon;
     while steps < MAX_STEPS {
         steps += 1;
+        if deploy_at.is_some_and(|t| world.now() >= t) {
+            deploy_at = None;
+            stack.deploy(config_v2());
+        }
         let roll = world.below(1000);
         let moved = match roll {
             0..=699 => exec.step(&world),

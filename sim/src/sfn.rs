@@ -45,6 +45,8 @@ pub struct Wait {
 pub struct Execution {
     pub arn: String,
     pub machine: String,
+    /// The machine's definition when the execution started: a deploy never changes it.
+    pub definition: Value,
     pub input_text: String,
     pub doc: Value,
     pub status: ExecutionStatus,
@@ -85,8 +87,8 @@ enum Resume {
 }
 
 impl Model {
-    fn definition(&self, machine: &str) -> &Value {
-        &self.machines[machine]
+    fn definition(&self, arn: &str) -> &Value {
+        &self.executions[arn].definition
     }
 
     fn start(
@@ -103,6 +105,7 @@ impl Model {
             Execution {
                 arn: arn.to_owned(),
                 machine: machine.to_owned(),
+                definition: self.machines[machine].clone(),
                 input_text: input_text.to_owned(),
                 doc,
                 status: ExecutionStatus::Running,
@@ -111,15 +114,14 @@ impl Model {
             },
         );
         self.starts.push((arn.to_owned(), now));
-        let first = self.definition(machine)["StartAt"].as_str().expect("StartAt").to_owned();
+        let first = self.definition(arn)["StartAt"].as_str().expect("StartAt").to_owned();
         self.run(arn, first, now, out);
     }
 
     /// Runs an execution from `state` until it waits on a token or ends.
     fn run(&mut self, arn: &str, mut state: String, now: OffsetDateTime, out: &mut Vec<String>) {
         loop {
-            let machine = self.executions[arn].machine.clone();
-            let def = self.definition(&machine)["States"][&state].clone();
+            let def = self.definition(arn)["States"][&state].clone();
             assert!(!def.is_null(), "state {state} is not in the definition");
             match def["Type"].as_str() {
                 Some("Fail") => {
@@ -179,8 +181,7 @@ impl Model {
         if let Some(t) = self.tokens.get_mut(&wait.token) {
             t.2 = false;
         }
-        let machine = execution.machine.clone();
-        let def = self.definition(&machine)["States"][&wait.state].clone();
+        let def = self.definition(arn)["States"][&wait.state].clone();
         let next = match result {
             Ok(output) => {
                 set_path(

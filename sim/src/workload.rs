@@ -329,10 +329,11 @@ pub fn spawn_all(stack: &Stack, plan: &Plan) {
         world.spawn(format!("replay{n}"), ActorKind::External, Box::pin(operator));
     }
     for at in &plan.sweeps {
-        let (world2, sweeper) = (world.clone(), stack.sweeper.clone());
+        let (world2, live) = (world.clone(), stack.live.clone());
         let at = start + *at;
         let tick = async move {
             sleep_until(world2.clone(), at).await;
+            let sweeper = lock(&live).sweeper.clone();
             let _ = sweeper.run_once(world2.now()).await;
         };
         world.spawn("sweep", ActorKind::Invocation, Box::pin(tick));
@@ -347,10 +348,8 @@ pub struct Parts {
 }
 
 struct StackRefs {
-    callbacks: Arc<baton::callback::Callbacks>,
-    engine: Arc<baton::engine::Engine>,
+    live: Arc<Mutex<Arc<crate::Deployment>>>,
     memory: Arc<baton::store::memory::MemoryStore>,
-    config: Arc<baton::config::Config>,
     sqs: Arc<Mutex<crate::sqs::Sqs>>,
     sfn: Arc<Mutex<crate::sfn::Model>>,
     evidence: Arc<Mutex<Evidence>>,
@@ -360,10 +359,8 @@ fn stack_parts(stack: &Stack) -> Parts {
     Parts {
         world: stack.world.clone(),
         stack: Arc::new(StackRefs {
-            callbacks: stack.callbacks.clone(),
-            engine: stack.engine.clone(),
+            live: stack.live.clone(),
             memory: stack.memory.clone(),
-            config: stack.config.clone(),
             sqs: stack.sqs.clone(),
             sfn: stack.sfn.clone(),
             evidence: stack.evidence.clone(),
@@ -372,12 +369,17 @@ fn stack_parts(stack: &Stack) -> Parts {
 }
 
 impl Parts {
+    /// What runs now (a deploy may have replaced what ran when the actor was spawned).
+    fn live(&self) -> Arc<crate::Deployment> {
+        lock(&self.stack.live).clone()
+    }
+
     /// The store's facts about input `id`, read without a port (the oracle), at once.
     fn facts(&self, workflow: &str, key: &str, id: &str, hash: &str) -> Facts {
-        let Some(wf) = self.stack.config.workflow(workflow) else { return Facts::default() };
+        let Ok(name) = baton::ids::WorkflowName::parse(workflow) else { return Facts::default() };
         let Ok(k) = CorrelationKey::parse(key) else { return Facts::default() };
-        let trace = block_on(baton::store::WorkflowStore::trace(&*self.stack.memory, &wf.name, &k))
-            .unwrap_or_default();
+        let trace =
+            block_on(baton::store::WorkflowStore::trace(&*self.stack.memory, &name, &k)).unwrap_or_default();
         let in_record = trace.record.as_ref().is_some_and(|r| {
             r.history.iter().any(|a| a.cause_id.as_deref() == Some(id))
                 || r.applied.iter().any(|a| a.id.as_str() == id)
@@ -438,7 +440,7 @@ async fn send_callback(parts: Parts, at: OffsetDateTime, c: CallbackSend) {
                     "webhook-signature",
                     secrets.sign(&c.id, now, body.as_bytes()).parse().expect("a header value"),
                 );
-                let answer = parts.stack.callbacks.handle(&headers, body.as_bytes()).await;
+                let answer = parts.live().callbacks.handle(&headers, body.as_bytes()).await;
                 let facts = parts.facts(&workflow, &c.key, &c.id, &hash);
                 *lock(&slot) = Slot::Answered(answer.status.as_u16(), answer.body, facts);
                 drop(guard);
@@ -497,12 +499,13 @@ async fn send_callback(parts: Parts, at: OffsetDateTime, c: CallbackSend) {
 async fn cancel(parts: Parts, at: OffsetDateTime, key: String) {
     let world = parts.world.clone();
     sleep_until(world.clone(), at).await;
-    let workflow = parts.stack.config.workflow("review").expect("the review workflow");
     let k = CorrelationKey::parse(key.as_str()).expect("a key");
     // An operator runs `baton cancel` again until it succeeds, a few times.
     for _ in 0..5 {
+        let live = parts.live();
+        let workflow = live.config.workflow("review").expect("the review workflow");
         let input = Input::Cancel { reason: "operator".into() };
-        match parts.stack.engine.submit(workflow, &k, &input, world.now()).await {
+        match live.engine.submit(workflow, &k, &input, world.now()).await {
             Ok(done) => {
                 if let Some(r) = done.record.filter(|r| r.state == State::Cancelled) {
                     let name = baton::orchestrator::execution_name(&workflow.name, &k, r.generation);
@@ -541,7 +544,7 @@ pub fn spawn_alarm_replay(stack: &Stack, at: OffsetDateTime) {
 async fn replay_dlqs(parts: Parts, at: OffsetDateTime) {
     let world = parts.world.clone();
     sleep_until(world.clone(), at).await;
-    let engine = parts.stack.engine.clone();
+    let engine = parts.live().engine.clone();
     for (queue, origin) in [(QueueId::IntakeDlq, Origin::Intake), (QueueId::ProgressDlq, Origin::Progress)] {
         let messages: Vec<crate::sqs::Message> = lock(&parts.stack.sqs).messages(queue).to_vec();
         for m in messages {

@@ -74,6 +74,7 @@ fn simulation_smoke_two_thousand_schedules_under_every_fault_keep_every_invarian
         "latency",
         "clock_jump",
         "ttl_deletion",
+        "deploy",
     ] {
         assert!(faults.get(kind).is_some_and(|n| *n > 0), "the smoke run injected no {kind}: {faults:?}");
     }

@@ -435,6 +435,9 @@ enum Action {
     /// The parked step misses its deadline.
     Timeout,
     Cancel,
+    /// A new config version is deployed in mid-flight: a step appended, the last one removed,
+    /// or the first one's `requires` changed.
+    Deploy(u8),
     /// Time passes and the sweeper runs.
     Tick,
 }
@@ -449,6 +452,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::Timeout),
         1 => Just(Action::Cancel),
         1 => Just(Action::Tick),
+        1 => any::<u8>().prop_map(Action::Deploy),
     ]
 }
 
@@ -461,6 +465,8 @@ fn requires() -> impl Strategy<Value = Vec<String>> {
 /// One Step Functions execution, as far as the model needs it.
 #[derive(Debug, Default)]
 struct Execution {
+    /// How many steps its definition has: its config version's, fixed when it started.
+    steps: u32,
     /// The step it is parked on, and that step's token.
     parked: Option<(u32, TaskToken)>,
     done: bool,
@@ -469,7 +475,10 @@ struct Execution {
 }
 
 struct World {
+    /// The deployed config's plan: new starts follow it.
     plan: Plan,
+    /// Every deployed plan, by version: a live record is decided on its own.
+    plans: HashMap<String, Plan>,
     record: Option<Record>,
     now: OffsetDateTime,
     executions: BTreeMap<u32, Execution>,
@@ -489,8 +498,49 @@ impl World {
     fn decide_and_apply(&mut self, input: &Input) -> Decision {
         let (w, k) = names();
         let prior = self.record.clone();
-        let d = decide(&self.plan, (&w, &k), prior.as_ref(), input, self.now);
+        // As the engine pins: a live record on its own version; a new start on the deployed one.
+        let plan = match (&prior, input) {
+            (Some(r), Input::Start { .. }) if r.state.is_terminal() => self.plan.clone(),
+            (Some(r), _) => self.plans[r.config_version.as_deref().expect("a version")].clone(),
+            (None, _) => self.plan.clone(),
+        };
+        let d = decide(&plan, (&w, &k), prior.as_ref(), input, self.now);
         self.check(prior.as_ref(), input, &d);
+        if let Some(w) = &d.write {
+            // A generation keeps the config version it started on; a new one takes the deployed.
+            match prior.as_ref().filter(|p| p.generation == w.to.generation) {
+                Some(p) => assert_eq!(w.to.config_version, p.config_version, "a generation changed version"),
+                None => {
+                    assert_eq!(w.to.config_version, self.plan.version, "a new generation on an old version")
+                }
+            }
+            let own = &self.plans[w.to.config_version.as_deref().expect("a version")];
+            if let Some(step) = w.to.state.step() {
+                assert!((step as usize) < own.steps.len(), "step {step} past its version's steps");
+            }
+            // A step advances on what its own version requires, whatever was deployed since.
+            if let (Some(State::Waiting { step }), State::Advancing { .. }, Some(Resume::Success { .. })) =
+                (w.from, w.to.state, &w.to.owed)
+            {
+                let missing: Vec<&String> =
+                    own.steps[step as usize].iter().filter(|k| !w.to.inputs.contains_key(*k)).collect();
+                assert!(
+                    missing.is_empty(),
+                    "step {step} advanced without {missing:?}, which its version requires"
+                );
+            }
+        }
+        // A report for a step its own version has is never refused as unknown.
+        if let (Some(r), Input::StepReady { step, .. }) = (&prior, input) {
+            let own = &self.plans[r.config_version.as_deref().expect("a version")];
+            if (*step as usize) < own.steps.len() {
+                assert_ne!(
+                    d.outcome,
+                    Outcome::Rejected(RejectReason::UnknownStep),
+                    "step {step} of its own version refused"
+                );
+            }
+        }
         if let Some(write) = &d.write {
             self.record = Some(write.to.clone());
         }
@@ -568,7 +618,9 @@ impl World {
             Effect::StartExecution { generation } => {
                 if let std::collections::btree_map::Entry::Vacant(slot) = self.executions.entry(generation) {
                     let token = TaskToken::parse(format!("g{generation}-s0")).unwrap();
-                    slot.insert(Execution { parked: Some((0, token.clone())), ..Default::default() });
+                    let version = self.record.as_ref().and_then(|r| r.config_version.clone());
+                    let steps = self.plans[version.as_deref().expect("a version")].steps.len() as u32;
+                    slot.insert(Execution { steps, parked: Some((0, token.clone())), ..Default::default() });
                     self.progress.push_back(Input::StepReady {
                         generation,
                         step: 0,
@@ -638,9 +690,9 @@ impl World {
 
     /// Step Functions' side of a resume: only the parked token of a running execution counts.
     fn resume(&mut self, token: &TaskToken, success: bool) {
-        let steps = self.plan.steps.len() as u32;
         let now = self.now;
         for (generation, e) in self.executions.iter_mut() {
+            let steps = e.steps;
             let Some((step, parked)) = e.parked.clone() else { continue };
             if &parked != token || e.done {
                 continue;
@@ -745,6 +797,17 @@ impl World {
                 self.now += RESEND_RESUME_AFTER.max(RESTART_PENDING_AFTER);
                 self.decide_and_apply(&Input::Tick);
             }
+            Action::Deploy(n) => {
+                let mut steps = self.plan.steps.clone();
+                match n % 3 {
+                    0 => steps.push(vec!["a".into()]),
+                    1 if steps.len() > 1 => drop(steps.pop()),
+                    _ => steps[0] = vec!["b".into(), "c".into()],
+                }
+                let version = format!("v-prop-{}", self.plans.len());
+                self.plan = Plan { steps, version: Some(version.clone()), ..self.plan.clone() };
+                self.plans.insert(version, self.plan.clone());
+            }
         }
     }
 }
@@ -753,14 +816,16 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
 
     #[test]
-    fn lifecycle_invariants_hold_under_duplicates_reordering_early_and_late_inputs(
+    fn lifecycle_invariants_hold_under_duplicates_reordering_early_and_late_inputs_and_deploys(
         steps in prop::collection::vec(requires(), 1..=3),
         never in any::<bool>(),
         actions in prop::collection::vec(action(), 1..60),
     ) {
         let on_restart = if never { OnRestart::Never } else { OnRestart::AfterTerminal };
+        let plan = Plan { steps, on_restart, version: Some("v-prop".into()) };
         let mut world = World {
-            plan: Plan { steps, on_restart, version: Some("v-prop".into()) },
+            plans: HashMap::from([("v-prop".to_owned(), plan.clone())]),
+            plan,
             record: None,
             now: T0,
             executions: BTreeMap::new(),
