@@ -36,6 +36,13 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    the state machine that issued it, which is what AWS authorizes SendTask* against. `POST
    /_baton/stacks` writes a stack's resolved names and ARNs to the same file.
 
+5. Executions start through an alias. moto 5.2.5 keeps aliases and versions but cannot start
+   an execution through an alias ARN (StateMachineDoesNotExist). A StartExecution on
+   `...:stateMachine:<name>:<alias>` is started on the machine itself when the alias points at
+   its latest version, whose definition is the machine's current one: the same execution AWS
+   would start. The call is recorded (4) with the alias ARN, as AWS authorizes it. An alias
+   pointing elsewhere is refused with an error that says so. Nothing else is changed.
+
 Usage: python tools/emulator.py [--port 0] [--ready-file PATH]
 Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGTERM.
 """
@@ -75,6 +82,7 @@ def main() -> None:
     moto_api_backend.set_config({"stepfunctions": {"execute_state_machine": True}})
     app = DomainDispatcherApplication(create_backend_app)
     app = Faults(app if args.no_dynamodb_lock else serialize_dynamodb(app))
+    app = AliasStarts(app)
     holder["app"] = Recorder(app, args.record_calls) if args.record_calls else app
 
     def stop(*_):
@@ -203,6 +211,54 @@ class Faults:
             rule["id"] = len(self.rules) + 1
             self.rules.append(rule)
         return _json(start_response, 200, rule)
+
+
+class AliasStarts:
+    """Starts an execution asked through an alias on the machine it points at (module doc, 5)."""
+
+    TARGET = "AWSStepFunctions.StartExecution"
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        if environ.get("HTTP_X_AMZ_TARGET") != self.TARGET:
+            return self.app(environ, start_response)
+        import io
+
+        body = json.loads(_read_body(environ) or b"{}")
+        arn = str(body.get("stateMachineArn", ""))
+        parts = arn.split(":")
+        if len(parts) != 8 or parts[7].isdigit():
+            return self.app(environ, start_response)
+        machine = ":".join(parts[:7])
+        problem = _alias_problem(arn, machine, _region(environ))
+        if problem:
+            return _json(start_response, 400, {"__type": "ValidationException", "message": problem},
+                         [("x-amzn-ErrorType", "ValidationException")])
+        body["stateMachineArn"] = machine
+        data = json.dumps(body).encode()
+        environ["wsgi.input"] = io.BytesIO(data)
+        environ["CONTENT_LENGTH"] = str(len(data))
+        return self.app(environ, start_response)
+
+
+def _alias_problem(alias_arn, machine_arn, region):
+    """Why an execution cannot start through `alias_arn` here, or None."""
+    from moto.stepfunctions.responses import get_backend
+
+    backend = get_backend(ACCOUNT, region)
+    try:
+        alias = backend.describe_state_machine_alias(alias_arn)
+        machine = backend.describe_state_machine(machine_arn)
+    except Exception as e:  # the alias or the machine does not exist: say so, as AWS would
+        return f"cannot start through {alias_arn}: {e}"
+    routes = alias.routing_configuration
+    latest = machine.latest_version
+    if len(routes) != 1 or latest is None or routes[0]["stateMachineVersionArn"] != latest.arn:
+        return (f"tools/emulator.py starts executions through an alias only when it points at the "
+                f"latest version alone; {alias_arn} routes {routes}")
+    return None
 
 
 class Recorder:

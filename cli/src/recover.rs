@@ -113,6 +113,8 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
     let settings = Settings {
         table: target.table.clone().unwrap_or_default(),
         state_machine_prefix: prefix,
+        // Executions an operator's replay starts go through the alias the functions use.
+        state_machine_alias: std::env::var("BATON_STATE_MACHINE_ALIAS").ok().filter(|a| !a.is_empty()),
         dlq_url: None,
         max_receive_count: baton::sqs::DEFAULT_MAX_RECEIVE_COUNT,
         outbound_queue_url: target.queues.get(Field::OutboundQueueUrl.env()).cloned(),

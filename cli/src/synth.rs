@@ -76,7 +76,7 @@ fn token_waits_without_timeout(root: &Path) -> Result<Vec<String>> {
 }
 
 /// Every managed policy granting `states:` actions must name every workflow's state machine (a
-/// `Ref` of it, or its `Name` in an `Fn::Sub`): a workflow added to the template and missed here
+/// `Ref` of it, or it or its `Name` in an `Fn::Sub`, as for its alias): a workflow added to the template and missed here
 /// would have its steps denied on AWS, and no local run would notice.
 fn grants_name_each_state_machine(template: &Path) -> Result<Vec<String>> {
     let doc = template_doc(template)?;
@@ -103,6 +103,7 @@ fn grants_name_each_state_machine(template: &Path) -> Result<Vec<String>> {
         let text = serde_json::to_string(&statements)?;
         for machine in &machines {
             let named = text.contains(&format!("{{\"Ref\":\"{machine}\"}}"))
+                || text.contains(&format!("${{{machine}}}"))
                 || text.contains(&format!("${{{machine}.Name}}"));
             if !named {
                 problems.push(format!(

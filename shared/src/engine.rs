@@ -111,6 +111,8 @@ pub struct Engine {
     pub publisher: Arc<dyn TaskPublisher>,
     /// `arn:...:stateMachine:<stack>-`: a workflow's state machine ARN is this plus its name.
     pub state_machine_prefix: String,
+    /// The alias executions start through (`None`: the state machine itself).
+    pub state_machine_alias: Option<String>,
     pub metrics: Metrics,
     pub clock: Clock,
     pub write_ids: WriteIds,
@@ -214,6 +216,16 @@ impl Engine {
     /// The state machine ARN of a workflow.
     pub fn state_machine_arn(&self, workflow: &str) -> String {
         format!("{}{workflow}", self.state_machine_prefix)
+    }
+
+    /// What executions of a workflow start on: its alias, which points at the state machine
+    /// version deployed with this config, or the state machine itself.
+    pub fn start_arn(&self, workflow: &str) -> String {
+        let arn = self.state_machine_arn(workflow);
+        match &self.state_machine_alias {
+            Some(alias) => format!("{arn}:{alias}"),
+            None => arn,
+        }
     }
 
     /// The execution ARN of (workflow, key, generation).
@@ -483,7 +495,7 @@ impl Engine {
                 let started = self
                     .orchestrator
                     .start_execution(&StartExecution {
-                        state_machine_arn: self.state_machine_arn(workflow.name.as_str()),
+                        state_machine_arn: self.start_arn(workflow.name.as_str()),
                         workflow: workflow.name.clone(),
                         key: key.clone(),
                         generation: *generation,

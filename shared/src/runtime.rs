@@ -37,6 +37,9 @@ pub struct Settings {
     pub table: String,
     /// `BATON_STATE_MACHINE_PREFIX`: a workflow's state machine ARN is this plus its name.
     pub state_machine_prefix: String,
+    /// `BATON_STATE_MACHINE_ALIAS`: executions start through this alias of each state machine
+    /// (SAM's `AutoPublishAlias`), which points at the version deployed with this config.
+    pub state_machine_alias: Option<String>,
     /// `BATON_DLQ_URL`: the dead-letter queue for this function's poison messages.
     pub dlq_url: Option<String>,
     /// `BATON_MAX_RECEIVE_COUNT`: the source queue's `maxReceiveCount` (default 5, as in
@@ -93,6 +96,19 @@ impl Settings {
                 ),
             });
         }
+        const ALIAS: &str = "BATON_STATE_MACHINE_ALIAS";
+        let state_machine_alias = lookup(env, ALIAS);
+        if let Some(alias) = &state_machine_alias
+            && (alias.chars().all(|c| c.is_ascii_digit())
+                || !alias.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        {
+            return Err(SettingsError::Invalid {
+                name: ALIAS,
+                problem: format!(
+                    "{alias:?} is not a state machine alias name (letters, digits, - and _, not only digits)"
+                ),
+            });
+        }
         const TTL: &str = "BATON_WEBHOOK_SECRETS_TTL_SECONDS";
         let webhook_secrets_ttl = match lookup(env, TTL) {
             None => crate::secrets::DEFAULT_TTL,
@@ -119,6 +135,7 @@ impl Settings {
         Ok(Settings {
             table: required(env, "BATON_TABLE")?,
             state_machine_prefix,
+            state_machine_alias,
             dlq_url: lookup(env, "BATON_DLQ_URL"),
             max_receive_count,
             outbound_queue_url: lookup(env, "BATON_OUTBOUND_QUEUE_URL"),
@@ -196,6 +213,7 @@ pub fn engine(sdk: &SdkConfig, settings: &Settings, config: Config, metrics: Met
         orchestrator: Arc::new(StepFunctions::new(aws_sdk_sfn::Client::new(sdk))),
         publisher: Arc::new(SqsTaskPublisher::new(sqs, outbound)),
         state_machine_prefix: settings.state_machine_prefix.clone(),
+        state_machine_alias: settings.state_machine_alias.clone(),
         metrics,
         clock: system_clock(),
         versions: Default::default(),

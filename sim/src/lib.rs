@@ -163,6 +163,7 @@ impl Shared {
             }),
             publisher: self.publisher.clone(),
             state_machine_prefix: PREFIX.to_owned(),
+            state_machine_alias: None,
             metrics: Metrics::to(Box::new(std::io::sink())),
             clock: Arc::new(move || clock_world.now()),
             write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),

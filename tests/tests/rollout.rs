@@ -72,6 +72,16 @@ async fn advance(system: &System, key: &str, step: &str, data: Value, next: Opti
     };
 }
 
+/// The state machine version the `live` alias routes executions to.
+async fn alias_version(system: &System) -> String {
+    let alias = format!("{}:live", system.state_machine_arn("order-review"));
+    let described = system.sfn.describe_state_machine_alias().state_machine_alias_arn(&alias).send().await;
+    let routes =
+        described.unwrap_or_else(|e| panic!("{alias}: {e:?}")).routing_configuration.unwrap_or_default();
+    assert_eq!(routes.len(), 1, "{routes:?}");
+    routes[0].state_machine_version_arn().rsplit(':').next().unwrap_or_default().to_owned()
+}
+
 /// (kind, class, live records touched) per change.
 fn summary(plan: &RolloutPlan) -> Vec<(&'static str, Class, u64)> {
     plan.changes.iter().map(|c| (c.kind, c.class, c.touches.iter().map(|t| t.records).sum())).collect()
@@ -117,8 +127,11 @@ async fn records_in_flight_finish_on_their_version_and_new_starts_follow_the_dep
     let plan = rollout::plan(&deployed, &Config::parse(&rekeyed).unwrap(), &live);
     assert_eq!((plan.verdict, summary(&plan)[0].0), (Class::Breaking, "key_changed"));
 
-    // The deploy: state machines updated, functions restarted on version 2.
+    // The deploy: state machines updated (a version published, the alias executions start
+    // through moved to it), functions restarted on version 2.
+    assert_eq!(alias_version(&system).await, "1");
     system.deploy(&v2_yaml()).await;
+    assert_eq!(alias_version(&system).await, "2", "the deploy published the new definition");
     let registered: Vec<String> =
         system.engine().store.configs().await.unwrap().into_iter().map(|c| c.version).collect();
     assert_eq!(registered, [v1.version.clone(), v2.version.clone()], "both versions stay readable");

@@ -827,15 +827,18 @@ async fn ensure_state_machine(
         physical_name(&stack.stack_name, id, ROLE_NAME_MAX, "")
     );
 
+    // With an alias (AutoPublishAlias), each definition deployed is published as a version.
+    let publish = spec.auto_publish_alias.is_some();
     let created = client
         .create_state_machine()
         .name(&name)
         .definition(&definition)
         .role_arn(role_arn)
         .r#type(StateMachineType::Standard)
+        .publish(publish)
         .send()
         .await;
-    let arn = match created {
+    let (arn, version) = match created {
         // moto answers with the existing machine, definition unchanged, where AWS would say
         // StateMachineAlreadyExists: compare, and update when the definition changed.
         Ok(out) => {
@@ -846,36 +849,85 @@ async fn ensure_state_machine(
                 .send()
                 .await
                 .map_err(aws("DescribeStateMachine", &name))?;
-            if current.definition() != definition {
-                update_definition(client, &name, &arn, &definition).await?;
-            }
-            arn
+            let version = match out.state_machine_version_arn() {
+                Some(version) if current.definition() == definition => Some(version.to_owned()),
+                _ if current.definition() != definition || publish => {
+                    update_definition(client, &name, &arn, &definition, publish).await?
+                }
+                _ => None,
+            };
+            (arn, version)
         }
         Err(e) if e.as_service_error().is_some_and(|e| e.is_state_machine_already_exists()) => {
             let arn = find_state_machine(client, &name).await?;
-            update_definition(client, &name, &arn, &definition).await?;
-            arn
+            let version = update_definition(client, &name, &arn, &definition, publish).await?;
+            (arn, version)
         }
         Err(e) => return Err(aws("CreateStateMachine", &name)(e)),
     };
-    tracing::info!(state_machine = %name, "state machine ready");
+    if let (Some(alias), Some(version)) = (&spec.auto_publish_alias, &version) {
+        point_alias(client, &name, &arn, alias, version).await?;
+    }
+    tracing::info!(state_machine = %name, version = version.as_deref().unwrap_or("unversioned"), "state machine ready");
     Ok(StateMachineInfo { name, arn })
 }
 
+/// Updates a machine's definition (publishing it as a version when asked); the version's ARN.
 async fn update_definition(
     client: &aws_sdk_sfn::Client,
     name: &str,
     arn: &str,
     definition: &str,
-) -> Result<(), ProvisionError> {
-    client
+    publish: bool,
+) -> Result<Option<String>, ProvisionError> {
+    let out = client
         .update_state_machine()
         .state_machine_arn(arn)
         .definition(definition)
+        .publish(publish)
         .send()
         .await
         .map_err(aws("UpdateStateMachine", name))?;
     tracing::info!(state_machine = name, "updated the definition of an existing state machine");
+    Ok(out.state_machine_version_arn().map(str::to_owned))
+}
+
+/// Points `alias` of the machine at `version` (all executions), creating it the first time.
+async fn point_alias(
+    client: &aws_sdk_sfn::Client,
+    name: &str,
+    arn: &str,
+    alias: &str,
+    version: &str,
+) -> Result<(), ProvisionError> {
+    let routing = aws_sdk_sfn::types::RoutingConfigurationListItem::builder()
+        .state_machine_version_arn(version)
+        .weight(100)
+        .build()
+        .map_err(aws("CreateStateMachineAlias", name))?;
+    let alias_arn = format!("{arn}:{alias}");
+    match client.describe_state_machine_alias().state_machine_alias_arn(&alias_arn).send().await {
+        Ok(_) => {
+            client
+                .update_state_machine_alias()
+                .state_machine_alias_arn(&alias_arn)
+                .routing_configuration(routing)
+                .send()
+                .await
+                .map_err(aws("UpdateStateMachineAlias", name))?;
+        }
+        Err(e) if e.as_service_error().is_some_and(|e| e.is_resource_not_found()) => {
+            client
+                .create_state_machine_alias()
+                .name(alias)
+                .routing_configuration(routing)
+                .send()
+                .await
+                .map_err(aws("CreateStateMachineAlias", name))?;
+        }
+        Err(e) => return Err(aws("DescribeStateMachineAlias", name)(e)),
+    }
+    tracing::info!(state_machine = name, alias, version, "alias points at the deployed version");
     Ok(())
 }
 

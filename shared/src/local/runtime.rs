@@ -143,6 +143,7 @@ impl LocalBaton {
                     settings.outbound_queue_url.clone().unwrap_or_default(),
                 )),
                 state_machine_prefix: settings.state_machine_prefix.clone(),
+                state_machine_alias: settings.state_machine_alias.clone(),
                 metrics: options.metrics.clone(),
                 clock: options.clock.clone(),
                 write_ids: crate::engine::random_write_ids(),

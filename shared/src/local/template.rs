@@ -146,6 +146,9 @@ pub struct StateMachineSpec {
     pub definition_uri: String,
     /// `DefinitionSubstitutions`: each `${Key}` in the definition is replaced by the value.
     pub substitutions: BTreeMap<String, Intrinsic>,
+    /// `AutoPublishAlias`: each definition deployed is published as a version, and this alias
+    /// points at it.
+    pub auto_publish_alias: Option<String>,
 }
 
 /// An `AWS::Serverless::Function`: which binary, with which environment, fed by which events.
@@ -404,7 +407,8 @@ const QUEUE_HANDLED: &[&str] = &[
 ];
 const QUEUE_IGNORED: &[&str] =
     &["KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled", "Tags"];
-const STATE_MACHINE_HANDLED: &[&str] = &["Name", "Type", "DefinitionUri", "DefinitionSubstitutions"];
+const STATE_MACHINE_HANDLED: &[&str] =
+    &["Name", "Type", "DefinitionUri", "DefinitionSubstitutions", "AutoPublishAlias"];
 /// IAM is not enforced by moto; logging and tracing go nowhere locally.
 const STATE_MACHINE_IGNORED: &[&str] =
     &["Policies", "Role", "RolePath", "PermissionsBoundary", "Logging", "Tracing", "Tags", "PropagateTags"];
@@ -843,7 +847,12 @@ fn state_machine(
         }
     }
     let definition_uri = props.field("DefinitionUri")?;
+    let auto_publish_alias = match props.get("AutoPublishAlias") {
+        Some(alias) => Some(alias.str()?.to_owned()),
+        None => None,
+    };
     Ok(StateMachineSpec {
+        auto_publish_alias,
         logical_id: logical_id.to_owned(),
         name,
         definition_uri: definition_uri

@@ -351,6 +351,7 @@ fn name_hash(workflow: &WorkflowName, key: &CorrelationKey, generation: u32) -> 
 pub fn execution_arn(state_machine_arn: &str, execution_name: &str) -> Option<String> {
     let parts: Vec<&str> = state_machine_arn.split(':').collect();
     match parts.as_slice() {
+        // A qualified ARN (a version or an alias) names the same executions.
         ["arn", partition, "states", region, account, "stateMachine", sm, ..]
             if parts.len() <= 8
                 && [partition, region, account, sm].iter().all(|p| !p.is_empty())
