@@ -84,6 +84,29 @@ impl StepNames {
         StepNames(Some(config))
     }
 
+    /// The names as config `version` has them (a record's own): this config when it is that
+    /// version (or the record predates versions), else that version as registered in the table;
+    /// by index when neither can be had, rather than another version's names.
+    pub async fn of_version(
+        self,
+        store: &dyn baton::store::WorkflowStore,
+        version: Option<&str>,
+    ) -> StepNames {
+        let Some(version) = version else { return self };
+        if self.0.as_ref().is_some_and(|c| c.version == version) {
+            return self;
+        }
+        match store.configs().await {
+            Ok(all) => StepNames(
+                all.iter().find(|c| c.version == version).and_then(|c| Config::parse(&c.canonical).ok()),
+            ),
+            Err(e) => {
+                eprintln!("warning: steps are shown by index: cannot read config version {version}: {e}");
+                StepNames(None)
+            }
+        }
+    }
+
     /// The name of step `index` of `workflow`, if the config has it.
     pub fn name(&self, workflow: &str, index: u32) -> Option<String> {
         let wf = self.0.as_ref()?.workflow(workflow)?;

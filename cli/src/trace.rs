@@ -85,6 +85,9 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         }
         _ => Vec::new(),
     };
+    // Step names as the record's own config version has them, which may not be the checkout's.
+    let names =
+        names.of_version(&store, trace.record.as_ref().and_then(|r| r.config_version.as_deref())).await;
     let report = build(&trace, executions, &names, (&workflow, &key));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -318,7 +321,7 @@ pub fn build(
     }
     timeline.extend(trace.tasks.iter().map(task));
     timeline.extend(trace.receipts.iter().map(receipt));
-    timeline.extend(trace.inbox.iter().map(|e| buffered(e, names)));
+    timeline.extend(trace.inbox.iter().map(buffered));
     timeline.extend(trace.ledger.iter().map(ignored));
     for execution in &executions {
         timeline.extend(execution.history.iter().map(|event| Entry {
@@ -426,14 +429,15 @@ fn receipt(r: &Receipt) -> Entry {
     }
 }
 
-fn buffered(e: &InboxEntry, names: &StepNames) -> Entry {
+fn buffered(e: &InboxEntry) -> Entry {
     Entry {
         at: e.arrived_at,
         source: Source::Inbox,
         what: What::Buffered {
             input_id: e.id.to_string(),
             step: e.step,
-            step_name: names.name(e.workflow.as_str(), e.step),
+            // The entry names its step (the inbox is kept by name, across config versions).
+            step_name: Some(e.step_name.clone()),
             status: e.status.as_str(),
             expires_at: e.expires_at,
         },
@@ -684,6 +688,8 @@ mod tests {
                 workflow: w.clone(),
                 key: k.clone(),
                 step: 1,
+                step_name: "payment".into(),
+                config_version: None,
                 id: EventId::parse("cb-early").unwrap(),
                 generation: Some(1),
                 arrived_at: t(1),
@@ -699,6 +705,7 @@ mod tests {
                 generation: Some(1),
                 state: Some("waiting{0}".into()),
                 detail: json!({"kind": "start"}),
+                config_version: None,
                 at: t(5),
                 expires_at: t(99_999),
             }],
@@ -857,7 +864,7 @@ mod tests {
         assert_eq!(report.timeline.len(), 3);
         let text = render(&report, t(0));
         assert!(text.contains("no record: only inputs that arrived before the start event"), "{text}");
-        assert!(text.contains("buffered for step 1"), "without a config, steps show by index: {text}");
+        assert!(text.contains("buffered for payment"), "an inbox entry names its step: {text}");
         assert!(!is_empty(&early));
         assert!(is_empty(&Trace::default()));
     }

@@ -348,19 +348,16 @@ impl Callbacks {
         // before its handshake read, the input may sit beside its waiting step with nobody to
         // drain it: finish the handshake here.
         if let Some(entry) = trace.inbox.iter().find(|e| &e.id == id) {
-            let waiting = trace.record.as_ref().is_some_and(|r| {
-                r.state == crate::lifecycle::State::Waiting { step: entry.step }
-                    && entry.generation.is_none_or(|g| g == r.generation)
-            });
+            // Its step, by name, in the record's own config version.
             if entry.status == crate::store::InboxStatus::Buffered
-                && waiting
                 && let Some(r) = &trace.record
+                && entry.generation.is_none_or(|g| g == r.generation)
                 && let Some(pinned) =
                     self.engine.definition(workflow.name.as_str(), r.config_version.as_deref()).await?
+                && let Some(step) = pinned.step_index(&entry.step_name)
+                && r.state == (crate::lifecycle::State::Waiting { step })
             {
-                self.engine
-                    .drain(&pinned, &callback.key, r.generation, entry.step, self.engine.now())
-                    .await?;
+                self.engine.drain(&pinned, &callback.key, r.generation, step, self.engine.now()).await?;
             }
             return Ok(Some(Answer::new(StatusCode::ACCEPTED, body("buffered", None))));
         }
@@ -400,6 +397,7 @@ impl Callbacks {
             generation: None,
             state: None,
             detail: serde_json::from_slice(body).unwrap_or(Value::Null),
+            config_version: None,
             at: now,
             expires_at: now + crate::engine::LEDGER_RETENTION,
         };

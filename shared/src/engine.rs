@@ -84,11 +84,18 @@ pub fn payload_hash(payload: &[u8]) -> String {
 }
 
 /// The config version an input is decided under: a live record's own; a new start (no record,
-/// or one ended) the current one.
-fn pinned_version<'r>(record: Option<&'r Record>, input: &Input) -> Option<&'r str> {
+/// or one ended) the current one; the first step's report for a pending record, the version
+/// the report was read in (`reported`): the one its execution runs (a start that crossed a
+/// deploy runs the definition live when it started, and the record follows it).
+fn pinned_version<'r>(record: Option<&'r Record>, input: &Input, reported: &'r str) -> Option<&'r str> {
     match (record, input) {
         (Some(r), Input::Start { .. }) if r.state.is_terminal() => None,
         _ if crate::mutants::active(crate::mutants::Mutation::Unpinned) => None,
+        (Some(r), Input::StepReady { generation, .. })
+            if r.state == State::Pending && r.generation == *generation && !reported.is_empty() =>
+        {
+            Some(reported)
+        }
         (Some(r), _) => r.config_version.as_deref(),
         (None, _) => None,
     }
@@ -162,9 +169,10 @@ impl std::ops::Deref for Definition {
 }
 
 /// `input`, whose step index is `from`'s, as the same step of `to`, found by name: the caller
-/// read one config version, the record is pinned to another. A step `to` lacks (or, for a
-/// domain event, one that takes no events there) gets an index past the end, so the lifecycle
-/// rejects it as `unknown_step`, as for any step the config does not know.
+/// read one config version, the record is pinned to another. A domain event goes to the step
+/// of that name if it takes events there, else to the step that takes the very same events (a
+/// step renamed, its pattern kept). A step `to` lacks gets an index past the end, so the
+/// lifecycle rejects it as `unknown_step`, as for any step the config does not know.
 fn pin_step<'i>(input: &'i Input, from: &Workflow, to: &Workflow) -> std::borrow::Cow<'i, Input> {
     use std::borrow::Cow;
     if from.config_version == to.config_version {
@@ -172,11 +180,17 @@ fn pin_step<'i>(input: &'i Input, from: &Workflow, to: &Workflow) -> std::borrow
     }
     let event = matches!(input, Input::StepInput { source: lifecycle::Source::Event, .. });
     let map = |step: u32| {
-        from.steps
-            .get(step as usize)
-            .and_then(|s| to.step_index(s.name.as_str()))
-            .filter(|&i| !event || to.steps[i as usize].accepts_events.is_some())
-            .unwrap_or(u32::MAX)
+        let Some(spec) = from.steps.get(step as usize) else { return u32::MAX };
+        let by_name = to
+            .step_index(spec.name.as_str())
+            .filter(|&i| !event || to.steps[i as usize].accepts_events.is_some());
+        let by_pattern = || {
+            let same = |t: &crate::config::Step| {
+                t.accepts_events.is_some() && t.accepts_events == spec.accepts_events
+            };
+            to.steps.iter().position(same).and_then(|i| u32::try_from(i).ok())
+        };
+        by_name.or_else(|| if event { by_pattern() } else { None }).unwrap_or(u32::MAX)
     };
     let mut pinned = input.clone();
     match &mut pinned {
@@ -349,7 +363,7 @@ impl Engine {
         record: Option<&Record>,
         input: &'i Input,
     ) -> Result<(Definition, std::borrow::Cow<'i, Input>), StoreError> {
-        let version = pinned_version(record, input);
+        let version = pinned_version(record, input, &workflow.config_version);
         let governing = self.definition(workflow.name.as_str(), version).await?.ok_or_else(|| {
             unregistered(version.unwrap_or(&self.config.version), "it has no such workflow")
         })?;
@@ -546,6 +560,7 @@ impl Engine {
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
         let entry = LedgerEntry {
+            config_version: Some(workflow.config_version.clone()),
             workflow: workflow.name.clone(),
             key: key.clone(),
             input_id: input_ref(input, now),
@@ -637,14 +652,14 @@ impl Engine {
         now: OffsetDateTime,
     ) -> Result<Option<Outcome>, EngineError> {
         let Some(id) = input.id() else { return Ok(None) };
-        let ttl = workflow
-            .steps
-            .get(step as usize)
-            .map_or(Duration::ZERO, |s| Duration::try_from(s.buffer_ttl).unwrap_or(Duration::ZERO));
+        let Some(spec) = workflow.steps.get(step as usize) else { return Ok(None) };
+        let ttl = Duration::try_from(spec.buffer_ttl).unwrap_or(Duration::ZERO);
         let entry = InboxEntry {
             workflow: workflow.name.clone(),
             key: key.clone(),
             step,
+            step_name: spec.name.to_string(),
+            config_version: Some(workflow.config_version.clone()),
             id: id.clone(),
             generation: Some(generation),
             arrived_at: now,
@@ -703,11 +718,12 @@ impl Engine {
         // Every entry is tried, whatever happens to the others; the first failure is returned at
         // the end, so the step_ready (or the callback) that drained is retried.
         let mut first_error = None;
-        for entry in self.store.inbox(&workflow.name, key, step).await? {
+        let Some(spec) = workflow.steps.get(step as usize) else { return Ok(()) };
+        for entry in self.store.inbox(&workflow.name, key, spec.name.as_str()).await? {
             if entry.status != InboxStatus::Buffered || entry.generation.is_some_and(|g| g != generation) {
                 continue;
             }
-            if let Err(e) = self.drain_one(workflow, key, &entry, now).await {
+            if let Err(e) = self.drain_one(workflow, key, step, &entry, now).await {
                 warn!(id = %entry.id, error_type = e.error_type(), "buffered input not applied yet; retried with the drain");
                 first_error.get_or_insert(e);
             }
@@ -719,6 +735,7 @@ impl Engine {
         &self,
         workflow: &Workflow,
         key: &CorrelationKey,
+        step: u32,
         entry: &InboxEntry,
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
@@ -733,8 +750,11 @@ impl Engine {
         // The entry waits for its generation: applied with that generation named, so a drain
         // that paused while the workflow restarted finds the record in another generation and
         // leaves the entry, never moving the new run (found by review).
-        if let Input::StepInput { generation, .. } = &mut input {
+        // And it is for the step of its name in `workflow`, the record's version, whichever
+        // version it was buffered under.
+        if let Input::StepInput { generation, step: at, .. } = &mut input {
             *generation = entry.generation.or(*generation);
+            *at = step;
         }
         // An entry whose input reached the record is settled even when an effect after it
         // failed: the record owes that effect now, and the entry must not later expire as if it

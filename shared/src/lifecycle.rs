@@ -895,11 +895,20 @@ fn on_step_ready(
         _ => None,
     };
     if expected == Some(step) {
+        // The first step's report confirms the generation's config version: the one its
+        // execution runs (`plan`'s, the engine reads the report in it). It differs from the
+        // version written at the start only when the start crossed a deploy; no step has
+        // happened yet, so the record follows its execution.
+        let config_version = match r.state {
+            State::Pending => plan.version.clone().or_else(|| r.config_version.clone()),
+            _ => r.config_version.clone(),
+        };
         let to = Record {
             token: Some(token.clone()),
             deadline: Some(deadline),
             inputs: Map::new(),
             owed: None,
+            config_version,
             ..r.next(State::Waiting { step }, now)
         };
         return Decision::new(Outcome::Applied)

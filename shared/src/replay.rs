@@ -168,10 +168,13 @@ pub async fn plan_ledger(
     entry: &LedgerEntry,
     now: OffsetDateTime,
 ) -> Result<Line, StoreError> {
-    // The entry's step is the record's own config version's (ledgered against it).
-    let record = engine.store.load(&entry.workflow, &entry.key).await?;
-    let version = record.as_ref().and_then(|r| r.config_version.as_deref());
-    let Some(workflow) = engine.definition(entry.workflow.as_str(), version).await? else {
+    // The entry's step is an index in the config version it was ledgered under (entries from
+    // before versions: the record's); planning finds it again by name in the record's own.
+    let version = match &entry.config_version {
+        Some(v) => Some(v.clone()),
+        None => engine.store.load(&entry.workflow, &entry.key).await?.and_then(|r| r.config_version),
+    };
+    let Some(workflow) = engine.definition(entry.workflow.as_str(), version.as_deref()).await? else {
         return Ok(Line::alone(
             &entry.input_id,
             Origin::Ledger,

@@ -288,20 +288,22 @@ fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
     }
     let removed: Vec<&String> = a.iter().filter(|n| !b.contains(n)).collect();
     let added: Vec<&String> = b.iter().filter(|n| !a.contains(n)).collect();
-    let mut found: Vec<(&'static str, String)> = Vec::new();
+    // (kind, detail, the old step whose events may stop reaching records on the old version)
+    let mut found: Vec<(&'static str, String, Option<usize>)> = Vec::new();
     // A rename: a step gone and a step new at the same position.
     let mut renamed = Vec::new();
     for r in &removed {
         let i = a.iter().position(|n| n == *r).unwrap_or(usize::MAX);
         if let Some(n) = b.get(i).filter(|n| added.contains(n)) {
             renamed.push(((*r).clone(), n.clone()));
-            found.push(("step_renamed", format!("step {r} renamed {n} (position {i})")));
+            found.push(("step_renamed", format!("step {r} renamed {n} (position {i})"), Some(i)));
         }
     }
     let is_renamed_from = |n: &String| renamed.iter().any(|(from, _)| from == n);
     let is_renamed_to = |n: &String| renamed.iter().any(|(_, to)| to == n);
     for r in removed.iter().filter(|r| !is_renamed_from(r)) {
-        found.push(("step_removed", format!("step {r} removed")));
+        let i = a.iter().position(|n| n == *r);
+        found.push(("step_removed", format!("step {r} removed"), i));
     }
     let kept_old: Vec<&String> = a.iter().filter(|n| b.contains(n)).collect();
     let kept_new: Vec<&String> = b.iter().filter(|n| a.contains(n)).collect();
@@ -309,25 +311,66 @@ fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
         let i = b.iter().position(|x| x == *n).unwrap_or(0);
         let appended = b[i..].iter().all(|x| !a.contains(x));
         if appended {
-            found.push(("step_appended", format!("step {n} appended at position {i}")));
+            found.push(("step_appended", format!("step {n} appended at position {i}"), None));
         } else {
-            found.push(("step_inserted", format!("step {n} inserted at position {i}")));
+            found.push(("step_inserted", format!("step {n} inserted at position {i}"), None));
         }
     }
     if kept_old != kept_new {
-        found.push(("steps_reordered", format!("steps reordered: {} -> {}", a.join(", "), b.join(", "))));
+        found.push((
+            "steps_reordered",
+            format!("steps reordered: {} -> {}", a.join(", "), b.join(", ")),
+            None,
+        ));
     }
     let touches = live.touching(old.name.as_str(), |_| true);
     found
         .into_iter()
-        .map(|(kind, detail)| {
+        .map(|(kind, detail, gone)| {
             let why = match kind {
                 "step_renamed" => PINNED_RENAMED,
                 _ => PINNED,
             };
-            change(old, kind, detail, Class::Safe, why.into(), touches.clone())
+            // A step gone from the new config that took domain events, with no step there
+            // taking the same ones: events are routed by the deployed config, so they stop
+            // reaching the records on the old version at or before it.
+            let unrouted = gone.filter(|&i| {
+                let pattern = &old.steps[i].accepts_events;
+                pattern.is_some() && !new.steps.iter().any(|s| &s.accepts_events == pattern)
+            });
+            let (class, why) = match unrouted {
+                Some(i) => {
+                    let index = u32::try_from(i).unwrap_or(u32::MAX);
+                    let at_or_before =
+                        |st: State| st == State::Pending || st.step().is_some_and(|s| s <= index);
+                    let at = live.touching(old.name.as_str(), at_or_before);
+                    by_live(
+                        &at,
+                        Class::NeedsHuman,
+                        "the step took domain events, and the deployed config routes none \
+                        to it any more: records on the old version at or before it would not get them",
+                    )
+                }
+                None => pinned(&touches, why),
+            };
+            change(old, kind, detail, class, why, touches.clone())
         })
         .collect()
+}
+
+/// Safe for records pinned to their version; records from before versions follow the deployed
+/// config, unpinned: they need a look.
+fn pinned(touches: &Option<Vec<Touch>>, why: &str) -> (Class, String) {
+    let unversioned: u64 =
+        touches.iter().flatten().filter(|t| t.version == UNVERSIONED).map(|t| t.records).sum();
+    if unversioned > 0 {
+        let why = format!(
+            "{unversioned} live record(s) predate config versions: they follow the deployed config, \
+             unpinned (look at them with `baton trace`)"
+        );
+        return (Class::NeedsHuman, why);
+    }
+    (Class::Safe, why.into())
 }
 
 /// Changes to one step that kept its name.
@@ -345,7 +388,8 @@ fn step_changes(
         let touches = live.touching(wf.name.as_str(), at_step);
         let detail =
             format!("{}: requires [{}] -> [{}]", old.name, old.requires.join(", "), new.requires.join(", "));
-        out.push(change(wf, "requires_changed", detail, Class::Safe, PINNED.into(), touches));
+        let (class, why) = pinned(&touches, PINNED);
+        out.push(change(wf, "requires_changed", detail, class, why, touches));
     }
     if accepts_events.0 != accepts_events.1 {
         let touches = live.touching(wf.name.as_str(), at_or_before);
@@ -424,7 +468,11 @@ workflows:
     }
 
     fn live(states: &[State]) -> Live {
-        let records: Vec<Record> = states
+        Live::count(&records(states))
+    }
+
+    fn records(states: &[State]) -> Vec<Record> {
+        states
             .iter()
             .enumerate()
             .map(|(i, s)| {
@@ -440,8 +488,7 @@ workflows:
                 r.config_version = Some("v1".into());
                 r
             })
-            .collect();
-        Live::count(&records)
+            .collect()
     }
 
     fn kinds(p: &RolloutPlan) -> Vec<(&'static str, Class)> {
@@ -531,6 +578,36 @@ workflows:
         let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 1 }]));
         assert_eq!(kinds(&p), [("requires_changed", Class::Safe)]);
         assert_eq!(p.changes[0].touches[0].records, 1);
+    }
+
+    #[test]
+    fn a_removed_step_that_took_events_needs_a_person_and_a_rename_keeping_them_does_not() {
+        let with_events = V1.replace(
+            "requires: [payment_ref]\n",
+            "requires: [payment_ref]\n        accepts_events: { type: [\"payment.settled\"] }\n",
+        );
+        let renamed = with_events.replace("name: payment", "name: settle");
+        let p = plan(&config(&with_events), &config(&renamed), &live(&[State::Waiting { step: 1 }]));
+        assert_eq!(kinds(&p), [("step_renamed", Class::Safe)], "the events still route, by their pattern");
+        let removed = "workflows:\n  order-review:\n    start: { when: { type: [\"order.placed\"] }, key: /subject }\n    steps:\n      - name: manual-review\n        requires: [decision]\n        timeout: 2d\n";
+        let p = plan(&config(&with_events), &config(removed), &live(&[State::Waiting { step: 0 }]));
+        assert_eq!(kinds(&p), [("step_removed", Class::NeedsHuman)]);
+        assert!(p.changes[0].why.contains("routes none"), "{}", p.changes[0].why);
+        let p = plan(&config(&with_events), &config(removed), &live(&[]));
+        assert_eq!(kinds(&p), [("step_removed", Class::Safe)]);
+    }
+
+    #[test]
+    fn records_from_before_versions_make_structural_changes_need_a_person() {
+        let mut old = records(&[State::Waiting { step: 1 }]);
+        old[0].config_version = None;
+        let to = V1.replace(
+            "      - name: payment",
+            "      - name: check\n        timeout: 1h\n      - name: payment",
+        );
+        let p = plan(&config(V1), &config(&to), &Live::count(&old));
+        assert_eq!(kinds(&p), [("step_inserted", Class::NeedsHuman)]);
+        assert!(p.changes[0].why.contains("predate config versions"), "{}", p.changes[0].why);
     }
 
     #[test]

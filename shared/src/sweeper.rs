@@ -117,15 +117,19 @@ impl Sweeper {
     /// all; `false` when it was not expired here.
     async fn expire(&self, entry: &InboxEntry, now: OffsetDateTime) -> Result<bool, EngineError> {
         let record = self.engine.store.load(&entry.workflow, &entry.key).await?;
+        // The entry's step (by name) in the record's own config version.
+        let pinned = match &record {
+            Some(r) => self.engine.definition(entry.workflow.as_str(), r.config_version.as_deref()).await?,
+            None => None,
+        };
+        let step = pinned.as_ref().and_then(|w| w.step_index(&entry.step_name));
         // Its step waits in its generation: a drain is owed, or under way. Drained now, never
         // expired from under it (an input both applied and ledgered expired; found by review).
-        if let Some(r) = &record
-            && r.state == (State::Waiting { step: entry.step })
+        if let (Some(r), Some(workflow), Some(step)) = (&record, &pinned, step)
+            && r.state == (State::Waiting { step })
             && entry.generation.is_none_or(|g| g == r.generation)
-            && let config = self.engine.config_of(r.config_version.as_deref()).await?
-            && let Some(workflow) = config.workflow(entry.workflow.as_str())
         {
-            self.engine.drain(workflow, &entry.key, r.generation, entry.step, now).await?;
+            self.engine.drain(workflow, &entry.key, r.generation, step, now).await?;
             info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "expired buffer's step waits: drained");
             return Ok(false);
         }
@@ -136,7 +140,8 @@ impl Sweeper {
         let twin = record.as_ref().and_then(|r| {
             r.applied.iter().find(|a| {
                 a.id == entry.id
-                    && a.step == Some(entry.step)
+                    && step.is_some()
+                    && a.step == step
                     && (entry.generation.is_none() || a.generation == entry.generation)
             })
         });
@@ -160,6 +165,7 @@ impl Sweeper {
             generation: entry.generation,
             state: None,
             detail: entry.input.clone(),
+            config_version: entry.config_version.clone(),
             at: now,
             expires_at: now + LEDGER_RETENTION,
         };

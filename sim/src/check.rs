@@ -159,10 +159,10 @@ pub fn all(
             || format!("task {id} was published with different contents"),
         );
     }
-    // Pinning: a record is decided on the config version its generation started on, whatever
-    // was deployed since. Every landed write's step is a step of its version, a generation
-    // never changes version, and every task published is its version's task for that step,
-    // named and titled as that version defines it.
+    // Pinning: a record is decided on the config version its generation runs, whatever was
+    // deployed since. Every landed write's step is a step of its version, a generation changes
+    // version only at its first step (to the one its execution runs), and every task published
+    // is its version's task for that step, named and titled as that version defines it.
     let mut generation_version: BTreeMap<(String, String, u32), String> = BTreeMap::new();
     for w in &writes {
         let r = &w.to;
@@ -185,6 +185,11 @@ pub fn all(
         let first = generation_version
             .entry((r.workflow.to_string(), r.key.to_string(), r.generation))
             .or_insert_with(|| config.version.clone());
+        // The one change allowed: the first step's report confirms the version the execution
+        // runs (a start that crossed a deploy), before any step happened.
+        if w.from == Some(State::Pending) && r.state == (State::Waiting { step: 0 }) {
+            *first = config.version.clone();
+        }
         c.check(*first == config.version, || {
             format!(
                 "{}/{} generation {} changed config version {first} -> {}",

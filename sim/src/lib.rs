@@ -143,6 +143,7 @@ impl Shared {
     /// Puts `config`'s state machines in the model and builds the functions on it.
     fn deploy(&self, config: Arc<Config>) -> Deployment {
         let world = &self.world;
+        lock(&self.store.configs).push(config.clone());
         for (rel, text) in baton::asl::render_all(&config) {
             let name =
                 rel.trim_start_matches(&format!("{}/", baton::asl::OUT_DIR)).trim_end_matches(".asl.json");
@@ -217,6 +218,7 @@ impl Stack {
             violations: violations.clone(),
             cursed,
             late_puts: Mutex::new(Default::default()),
+            configs: Mutex::new(Vec::new()),
         });
         let sqs = Arc::new(Mutex::new(Sqs::default()));
         let sfn = Arc::new(Mutex::new(Model::default()));
@@ -536,9 +538,24 @@ fn stranded_inputs(stack: &Stack) -> Vec<String> {
         if cursed.as_deref() == Some(r.key.as_str()) {
             continue;
         }
-        let inbox =
-            workload::block_on(baton::store::WorkflowStore::inbox(&*stack.memory, &r.workflow, &r.key, step))
-                .unwrap_or_default();
+        // The step's name in the record's own config version: the inbox is kept by name.
+        let deployed = lock(&stack.deployed).clone();
+        let Some(name) = deployed
+            .iter()
+            .find(|c| r.config_version.as_ref() == Some(&c.version))
+            .and_then(|c| c.workflow(r.workflow.as_str()))
+            .and_then(|w| w.steps.get(step as usize))
+            .map(|s| s.name.to_string())
+        else {
+            continue;
+        };
+        let inbox = workload::block_on(baton::store::WorkflowStore::inbox(
+            &*stack.memory,
+            &r.workflow,
+            &r.key,
+            &name,
+        ))
+        .unwrap_or_default();
         for e in inbox {
             if e.status == baton::store::InboxStatus::Buffered
                 && e.generation.is_none_or(|g| g == r.generation)

@@ -47,6 +47,8 @@ pub struct SimStore {
     /// Inbox entries put while their step already waited, with neither a read of the record by
     /// their actor nor a read of their inbox by anyone since.
     pub late_puts: Mutex<std::collections::BTreeSet<LatePut>>,
+    /// Every config deployed, to name a record's step in its own version.
+    pub configs: Mutex<Vec<Arc<baton::config::Config>>>,
 }
 
 /// An inbox entry that landed while its step already waited.
@@ -56,7 +58,9 @@ pub struct LatePut {
     pub workflow: String,
     pub key: String,
     pub generation: Option<u32>,
+    /// The waiting step, in the record's version.
     pub step: u32,
+    pub step_name: String,
     pub id: String,
 }
 
@@ -188,10 +192,18 @@ impl WorkflowStore for SimStore {
         // An entry landing while its step already waits: only the buffering side's handshake
         // read can still apply it (what the SkipHandshakeRead mutation breaks).
         let record = self.inner.load(&entry.workflow, &entry.key).await?;
+        // The step of the entry's name in the record's own version (the inbox is kept by name).
+        let waiting = record.as_ref().and_then(|r| {
+            let configs = lock(&self.configs);
+            let wf = configs
+                .iter()
+                .find(|c| r.config_version.as_ref() == Some(&c.version))?
+                .workflow(r.workflow.as_str())?;
+            let step = wf.step_index(&entry.step_name)?;
+            (r.state == State::Waiting { step } && Some(r.generation) == entry.generation).then_some(step)
+        });
         if claim == Claim::Acquired
-            && record.is_some_and(|r| {
-                r.state == State::Waiting { step: entry.step } && Some(r.generation) == entry.generation
-            })
+            && let Some(step) = waiting
         {
             lock(&self.world.counts).add("late_inbox_put");
             lock(&self.late_puts).insert(LatePut {
@@ -199,7 +211,8 @@ impl WorkflowStore for SimStore {
                 workflow: entry.workflow.to_string(),
                 key: entry.key.to_string(),
                 generation: entry.generation,
-                step: entry.step,
+                step,
+                step_name: entry.step_name.clone(),
                 id: entry.id.to_string(),
             });
         }
@@ -214,15 +227,15 @@ impl WorkflowStore for SimStore {
         &self,
         workflow: &WorkflowName,
         key: &CorrelationKey,
-        step: u32,
+        step_name: &str,
     ) -> Result<Vec<InboxEntry>, StoreError> {
         match self.enter("ddb.Query(inbox)", key).await? {
             Fault::After => Err(unavailable("Query")),
             _ => {
                 // Whoever reads this inbox (a retry's drain, a redelivered step_ready) sees every
                 // late entry in it.
-                lock(&self.late_puts).retain(|p| !(p.key == key.as_str() && p.step == step));
-                self.inner.inbox(workflow, key, step).await
+                lock(&self.late_puts).retain(|p| !(p.key == key.as_str() && p.step_name == step_name));
+                self.inner.inbox(workflow, key, step_name).await
             }
         }
     }

@@ -255,6 +255,8 @@ fn entry(id: &str, step: u32, arrived: i64) -> InboxEntry {
         workflow: w,
         key: k,
         step,
+        step_name: format!("step-{step}"),
+        config_version: Some("v1".into()),
         id: EventId::parse(id).unwrap(),
         generation: Some(1),
         arrived_at: t0() + Duration::seconds(arrived),
@@ -276,7 +278,7 @@ async fn the_inbox_keeps_arrival_order_and_settles_once(store: Arc<dyn WorkflowS
     }
     assert_eq!(store.buffer(&entry("mm-first", 0, 9)).await.unwrap(), Claim::Exists(entry("mm-first", 0, 1)));
     let (w, k) = names("k-inbox");
-    let inbox = store.inbox(&w, &k, 0).await.unwrap();
+    let inbox = store.inbox(&w, &k, "step-0").await.unwrap();
     let ids: Vec<&str> = inbox.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, ["mm-first", "zz-second", "aa-third"]);
 
@@ -303,6 +305,7 @@ async fn ledger_entries_are_idempotent_and_traced(store: Arc<dyn WorkflowStore>)
         generation: Some(1),
         state: Some("timed_out".into()),
         detail: json!({"kind": "callback", "step": "manual-review"}),
+        config_version: Some("v1".into()),
         at: t0() + Duration::seconds(5),
         expires_at: t0() + Duration::days(90),
     };

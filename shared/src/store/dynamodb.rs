@@ -324,8 +324,8 @@ fn receipt_sk(id: &EventId) -> String {
     format!("RECEIPT#{id}")
 }
 
-fn inbox_sk(step: u32, id: &EventId) -> String {
-    format!("INBOX#{step:05}#{id}")
+fn inbox_sk(step_name: &str, id: &EventId) -> String {
+    format!("INBOX#{step_name}#{id}")
 }
 
 fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
@@ -578,9 +578,10 @@ fn parse_receipt(item: &Item) -> Result<Receipt, StoreError> {
 }
 
 fn inbox_item(e: &InboxEntry) -> Item {
-    let mut item = base_item(&e.workflow, &e.key, &inbox_sk(e.step, &e.id));
+    let mut item = base_item(&e.workflow, &e.key, &inbox_sk(&e.step_name, &e.id));
     item.extend([
         ("step".into(), n(e.step)),
+        ("step_name".into(), s(&e.step_name)),
         ("input_id".into(), s(e.id.as_str())),
         ("arrived_at".into(), s(&ts(e.arrived_at))),
         ("input".into(), json(&e.input)),
@@ -592,6 +593,9 @@ fn inbox_item(e: &InboxEntry) -> Item {
     ]);
     if let Some(g) = e.generation {
         item.insert("generation".into(), n(g));
+    }
+    if let Some(v) = &e.config_version {
+        item.insert("config_version".into(), s(v));
     }
     if e.status == InboxStatus::Buffered {
         item.insert("due_kind".into(), s("inbox#buffered"));
@@ -613,6 +617,8 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
         workflow: r.id("workflow")?,
         key: r.id("key")?,
         step: r.n("step")?,
+        step_name: r.s("step_name")?.to_owned(),
+        config_version: r.opt_s("config_version")?.map(str::to_owned),
         id: r.id("input_id")?,
         generation: r.opt_n("generation")?,
         arrived_at: r.time("arrived_at")?,
@@ -641,6 +647,9 @@ fn ledger_item(e: &LedgerEntry) -> Item {
     if let Some(state) = &e.state {
         item.insert("state".into(), s(state));
     }
+    if let Some(v) = &e.config_version {
+        item.insert("config_version".into(), s(v));
+    }
     item
 }
 
@@ -659,6 +668,7 @@ fn parse_ledger(item: &Item) -> Result<LedgerEntry, StoreError> {
         generation: r.opt_n("generation")?,
         state: r.opt_s("state")?.map(str::to_owned),
         detail: r.json("detail")?,
+        config_version: r.opt_s("config_version")?.map(str::to_owned),
         at: r.time("at")?,
         expires_at: r.epoch(TTL_ATTRIBUTE)?,
     })
@@ -791,9 +801,9 @@ impl WorkflowStore for DynamoStore {
         &self,
         workflow: &WorkflowName,
         key: &CorrelationKey,
-        step: u32,
+        step_name: &str,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        let prefix = format!("INBOX#{step:05}#");
+        let prefix = format!("INBOX#{step_name}#");
         let items = self.query_partition(&pk(workflow, key), Some(&prefix)).await?;
         let mut entries = items.iter().map(parse_inbox).collect::<Result<Vec<_>, _>>()?;
         entries.sort_by(|a, b| (a.arrived_at, &a.id).cmp(&(b.arrived_at, &b.id)));
@@ -806,7 +816,7 @@ impl WorkflowStore for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(&pk(&entry.workflow, &entry.key)))
-            .key("sk", s(&inbox_sk(entry.step, &entry.id)))
+            .key("sk", s(&inbox_sk(&entry.step_name, &entry.id)))
             // Rule: a buffered entry settles once; whoever loses sees how it was settled.
             .condition_expression("#status = :buffered")
             .update_expression("SET #status = :to REMOVE #due_kind, #due_at")
@@ -823,7 +833,7 @@ impl WorkflowStore for DynamoStore {
             Err(Some(old)) if !old.is_empty() => parse_inbox(&old).map(Claim::Exists),
             Err(_) => Err(StoreError::Corrupt {
                 pk: pk(&entry.workflow, &entry.key),
-                sk: inbox_sk(entry.step, &entry.id),
+                sk: inbox_sk(&entry.step_name, &entry.id),
                 problem: "the inbox entry to settle does not exist".into(),
             }),
         }

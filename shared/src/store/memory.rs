@@ -28,7 +28,7 @@ struct Inner {
     records: BTreeMap<RecordKey, Record>,
     tasks: BTreeMap<(RecordKey, u32, u32), Task>,
     receipts: BTreeMap<(RecordKey, String), Receipt>,
-    inbox: BTreeMap<(RecordKey, u32, String), InboxEntry>,
+    inbox: BTreeMap<(RecordKey, String, String), InboxEntry>,
     ledger: BTreeMap<(RecordKey, String, &'static str), LedgerEntry>,
     configs: BTreeMap<String, RegisteredConfig>,
 }
@@ -147,7 +147,7 @@ impl WorkflowStore for MemoryStore {
 
     async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError> {
         let mut inner = self.lock();
-        let k = (rk(&entry.workflow, &entry.key), entry.step, entry.id.to_string());
+        let k = (rk(&entry.workflow, &entry.key), entry.step_name.clone(), entry.id.to_string());
         if let Some(existing) = inner.inbox.get(&k) {
             return Ok(Claim::Exists(existing.clone()));
         }
@@ -159,14 +159,14 @@ impl WorkflowStore for MemoryStore {
         &self,
         workflow: &WorkflowName,
         key: &CorrelationKey,
-        step: u32,
+        step_name: &str,
     ) -> Result<Vec<InboxEntry>, StoreError> {
         let k = rk(workflow, key);
         let mut entries: Vec<InboxEntry> = self
             .lock()
             .inbox
             .values()
-            .filter(|e| rk(&e.workflow, &e.key) == k && e.step == step)
+            .filter(|e| rk(&e.workflow, &e.key) == k && e.step_name == step_name)
             .cloned()
             .collect();
         entries.sort_by(|a, b| (a.arrived_at, &a.id).cmp(&(b.arrived_at, &b.id)));
@@ -175,7 +175,7 @@ impl WorkflowStore for MemoryStore {
 
     async fn settle(&self, entry: &InboxEntry, to: InboxStatus) -> Result<Claim<InboxEntry>, StoreError> {
         let mut inner = self.lock();
-        let k = (rk(&entry.workflow, &entry.key), entry.step, entry.id.to_string());
+        let k = (rk(&entry.workflow, &entry.key), entry.step_name.clone(), entry.id.to_string());
         match inner.inbox.get_mut(&k) {
             Some(e) if e.status == InboxStatus::Buffered => {
                 e.status = to;
@@ -184,7 +184,7 @@ impl WorkflowStore for MemoryStore {
             Some(e) => Ok(Claim::Exists(e.clone())),
             None => Err(StoreError::Corrupt {
                 pk: format!("{}/{}", entry.workflow, entry.key),
-                sk: format!("inbox/{}/{}", entry.step, entry.id),
+                sk: format!("inbox/{}/{}", entry.step_name, entry.id),
                 problem: "the inbox entry to settle does not exist".into(),
             }),
         }

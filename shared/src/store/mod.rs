@@ -176,7 +176,15 @@ impl InboxStatus {
 pub struct InboxEntry {
     pub workflow: WorkflowName,
     pub key: CorrelationKey,
+    /// The step's index in the config version the input was buffered under.
     pub step: u32,
+    /// The step's name: the inbox is kept by name, which every config version agrees on, so an
+    /// input buffered under one version (before its record started, or for a later
+    /// generation) drains into the step of that name in the version the record runs.
+    pub step_name: String,
+    /// The config version `step` (and the input's own step) is an index in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_version: Option<String>,
     pub id: EventId,
     /// The generation the input waits for (`None`: buffered before baton kept it; any).
     pub generation: Option<u32>,
@@ -219,6 +227,9 @@ pub struct LedgerEntry {
     pub state: Option<String>,
     /// What the input was: its kind and payload summary.
     pub detail: Value,
+    /// The config version the input's step is an index in (`None`: ledgered before versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_version: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
@@ -260,12 +271,13 @@ pub trait WorkflowStore: Send + Sync {
     /// Buffers an input for its step, unless an entry with its (step, id) exists.
     async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError>;
 
-    /// The step's inbox, strongly consistent, in arrival order, every status.
+    /// The inbox of the step named `step_name`, strongly consistent, in arrival order, every
+    /// status.
     async fn inbox(
         &self,
         workflow: &WorkflowName,
         key: &CorrelationKey,
-        step: u32,
+        step_name: &str,
     ) -> Result<Vec<InboxEntry>, StoreError>;
 
     /// Moves a buffered entry to `to` (applied, expired or ignored). Exactly one caller wins; the loser

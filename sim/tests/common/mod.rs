@@ -153,6 +153,8 @@ pub fn buffer_review_copy(s: &Stack, id: &str, hash: String, data: Value) {
         workflow: wf.name.clone(),
         key: CorrelationKey::parse("k").unwrap(),
         step: 0,
+        step_name: wf.steps[0].name.to_string(),
+        config_version: Some(wf.config_version.clone()),
         id: baton::ids::EventId::parse(id).unwrap(),
         generation: Some(1),
         arrived_at: now,

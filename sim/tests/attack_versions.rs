@@ -1,0 +1,442 @@
+//! Attacks on versioned workflows (config-version pinning): each drives the real use cases over
+//! the simulated world, deploys `config_v2` (a step `fraud-check` inserted before `payment`) or
+//! another config at a chosen moment, and asserts an invariant the feature promises.
+
+mod common;
+
+use baton::callback::{Answer, Callbacks};
+use baton::ids::CorrelationKey;
+use baton::lifecycle::State;
+use baton::sqs::SqsHandler;
+use baton::store::WorkflowStore;
+use baton_sim::sqs::QueueId;
+use baton_sim::world::{Fault, drive, lock};
+use baton_sim::{CONFIG, SECRET, Stack, config_v2};
+use common::*;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use time::Duration;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers: the same as common's, but through a chosen deployment's functions.
+// ---------------------------------------------------------------------------------------------
+
+fn deliver_with(s: &Stack, queue: QueueId, handler: &Arc<dyn SqsHandler>) {
+    for _ in 0..1000 {
+        let now = s.world.now();
+        let batch = lock(&s.sqs).receive(queue, 1, now, &mut |_| 0);
+        let Some(m) = batch.first() else { return };
+        let response = drive(handler.handle(baton_sim::sqs::event(&batch)));
+        if response.batch_item_failures.is_empty() {
+            lock(&s.sqs).delete(queue, &m.id, m.receipt);
+        }
+    }
+}
+
+/// Delivers both queues through the functions deployed now.
+fn settle_live(s: &Stack) {
+    for _ in 0..5 {
+        let live = s.live();
+        deliver_with(s, QueueId::Intake, &live.intake);
+        deliver_with(s, QueueId::Progress, &live.progress);
+    }
+}
+
+fn callback_with(s: &Stack, callbacks: &Callbacks, id: &str, body: &Value) -> Answer {
+    let text = body.to_string();
+    let now = s.world.now().unix_timestamp();
+    let secrets = baton::webhook::Secrets::parse(SECRET).unwrap();
+    let mut headers = http::HeaderMap::new();
+    headers.insert("webhook-id", id.parse().unwrap());
+    headers.insert("webhook-timestamp", now.to_string().parse().unwrap());
+    headers.insert("webhook-signature", secrets.sign(id, now, text.as_bytes()).parse().unwrap());
+    drive(callbacks.handle(&headers, text.as_bytes()))
+}
+
+fn callback_live(s: &Stack, id: &str, body: &Value) -> Answer {
+    let live = s.live();
+    callback_with(s, &live.callbacks, id, body)
+}
+
+fn applied_step(s: &Stack, key: &str, id: &str) -> Option<Option<u32>> {
+    record(s, key).applied.iter().find(|a| a.id.as_str() == id).map(|a| a.step)
+}
+
+fn v2_index(step: &str) -> u32 {
+    config_v2().workflow("review").unwrap().step_index(step).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invariants 4/5: an input buffered before the record exists keeps the step index of the
+// version that buffered it; a deploy before the start makes the record drain it at another
+// step of its own version.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_payment_buffered_before_the_start_and_a_deploy_is_never_applied_to_another_step() {
+    let s = stack();
+    // A payment callback arrives before the order (version 1 running): buffered for step 1,
+    // which is `payment` in version 1.
+    let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p1"})));
+    assert_eq!(a.status.as_u16(), 202, "{}", a.body);
+    // Version 2 is deployed (fraud-check inserted at step 1, payment moved to step 2).
+    s.deploy(config_v2());
+    // The order arrives; the record starts on version 2; its review completes.
+    send(&s, &event("start-k", "order.placed", "k", json!({})));
+    settle_live(&s);
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    let a = callback_live(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle_live(&s);
+    let r = record(&s, "k");
+    // The payment callback named `payment`: applied, it belongs to payment (step 2 in version
+    // 2), never to fraud-check (step 1).
+    assert_ne!(
+        applied_step(&s, "k", "cb-pay"),
+        Some(Some(v2_index("fraud-check"))),
+        "the `payment` callback was applied to step fraud-check: record {} inputs {:?}",
+        r.state,
+        r.inputs
+    );
+}
+
+// The deploy window, the other way: the new callback function buffers an early payment under
+// version 2's indexes; an old intake invocation still running version 1 starts the record.
+#[test]
+fn a_payment_buffered_by_the_new_functions_reaches_a_record_the_old_ones_started() {
+    let s = stack();
+    let old = s.live();
+    let v1_machines = lock(&s.sfn).machines.clone();
+    s.deploy(config_v2());
+    let v2_machines = lock(&s.sfn).machines.clone();
+    let a = callback_live(&s, "cb-pay", &payment("k", json!({"payment_ref": "p1"})));
+    assert_eq!(a.status.as_u16(), 202, "{}", a.body);
+    // The start event is taken by an intake invocation still on version 1, before the state
+    // machines' alias moved (its execution runs version 1's definition: this test is not about
+    // which definition an execution starts on).
+    lock(&s.sfn).machines = v1_machines;
+    send(&s, &event("start-k", "order.placed", "k", json!({})));
+    deliver_with(&s, QueueId::Intake, &old.intake);
+    lock(&s.sfn).machines = v2_machines;
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(old.config.version.as_str()));
+    settle_live(&s);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 0 });
+    let a = callback_live(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle_live(&s);
+    let t = trace(&s, "k");
+    let r = t.record.clone().unwrap();
+    assert!(
+        applied_step(&s, "k", "cb-pay").is_some(),
+        "the buffered payment never reached the record's payment step: record {} (version 1), inbox {:?}",
+        r.state,
+        t.inbox.iter().map(|e| (e.id.as_str().to_owned(), e.step, e.status)).collect::<Vec<_>>()
+    );
+}
+
+// A callback for a later generation is buffered under the current record's version; the later
+// generation starts on the deployed one.
+#[test]
+fn a_callback_for_the_next_generation_buffered_before_a_deploy_reaches_its_named_step() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    let mut body = payment("k", json!({"payment_ref": "p2"}));
+    body["generation"] = json!(2);
+    let a = callback(&s, "cb-pay-g2", &body);
+    assert_eq!(a.status.as_u16(), 202, "{}", a.body);
+    // Generation 1 ends; version 2 is deployed; generation 2 starts on it.
+    let wf = s.config.workflow("review").unwrap();
+    let key = CorrelationKey::parse("k").unwrap();
+    let input = baton::lifecycle::Input::Cancel { reason: "operator".into() };
+    drive(s.engine.submit(wf, &key, &input, s.world.now())).unwrap();
+    s.deploy(config_v2());
+    send(&s, &event("start-k-2", "order.placed", "k", json!({})));
+    settle_live(&s);
+    let r = record(&s, "k");
+    assert_eq!((r.generation, r.config_version.as_deref()), (2, Some(s.live().config.version.as_str())));
+    let a = callback_live(&s, "cb-review-2", &review("k", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle_live(&s);
+    let r = record(&s, "k");
+    assert_ne!(
+        applied_step(&s, "k", "cb-pay-g2"),
+        Some(Some(v2_index("fraud-check"))),
+        "generation 2's `payment` callback was applied to fraud-check: record {} inputs {:?}",
+        r.state,
+        r.inputs
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invariants 1/3: a record pending on version 1 whose execution never started is restarted by
+// the sweeper after a deploy: the execution runs version 2's definition, whose reports the
+// record's version does not know.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_pending_record_restarted_by_the_sweeper_after_a_deploy_follows_the_definition_its_execution_runs() {
+    let s = stack();
+    // The record is written on version 1; StartExecution fails (the intake dies after the write).
+    s.world.script("sfn.StartExecution", Fault::Before);
+    send(&s, &event("start-k", "order.placed", "k", json!({})));
+    deliver(&s, QueueId::Intake);
+    // Drop the redelivered start event, as if it went to the DLQ, so only the sweeper repairs.
+    {
+        let now = s.world.now() + Duration::hours(1);
+        let mut sqs = lock(&s.sqs);
+        for m in sqs.receive(QueueId::Intake, 10, now, &mut |_| 0) {
+            sqs.delete(QueueId::Intake, &m.id, m.receipt);
+        }
+    }
+    let r = record(&s, "k");
+    assert_eq!((r.state, r.config_version.as_deref()), (State::Pending, Some(s.config.version.as_str())));
+    s.deploy(config_v2());
+    s.world.advance(Duration::minutes(5));
+    drive(s.live().sweeper.run_once(s.world.now())).unwrap();
+    settle_live(&s);
+    // No step had happened: the record follows its execution, which runs version 2.
+    let r = record(&s, "k");
+    assert_eq!(
+        (r.state, r.config_version.as_deref()),
+        (State::Waiting { step: 0 }, Some(s.live().config.version.as_str()))
+    );
+    finish(&s, "k", &["manual-review", "fraud-check", "payment"]);
+}
+
+/// Completes `steps` of `key` in order by callbacks through the deployed functions; the record
+/// ends succeeded, with one resume per step and nothing dead-lettered.
+fn finish(s: &Stack, key: &str, steps: &[&str]) {
+    for (n, step) in steps.iter().enumerate() {
+        let data = match *step {
+            "manual-review" => json!({"decision": "ok"}),
+            "fraud-check" => json!({"score": 1}),
+            _ => json!({"payment_ref": "p"}),
+        };
+        let body =
+            json!({"workflow": "review", "key": key, "step": step, "outcome": "succeeded", "data": data});
+        let a = callback_live(s, &format!("cb-{key}-{step}"), &body);
+        assert_eq!(a.status.as_u16(), 200, "{step}: {}", a.body);
+        settle_live(s);
+        let r = record(s, key);
+        let next =
+            if n + 1 == steps.len() { State::Succeeded } else { State::Waiting { step: n as u32 + 1 } };
+        assert_eq!(r.state, next, "after {step}");
+    }
+    assert!(lock(&s.sqs).messages(QueueId::ProgressDlq).is_empty(), "no report was dead-lettered");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invariant 6 and the rollout plan: a step renamed (classified `safe`) with the same
+// `accepts_events`: domain events routed by the new config name the new step, which a record
+// on the old version does not have.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_payment_event_reaches_a_version_1_record_after_a_rename_the_plan_calls_safe() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+    let renamed = baton::config::Config::parse(&CONFIG.replace("name: payment", "name: settlement")).unwrap();
+    let live = baton::rollout::Live::count(std::iter::once(&record(&s, "k")));
+    let plan = baton::rollout::plan(&s.config, &renamed, &live);
+    assert_eq!(plan.verdict, baton::rollout::Class::Safe, "{:#?}", plan.changes);
+    s.deploy(renamed);
+    // The payment settles: the producer sends the same event type as always.
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    settle_live(&s);
+    let t = trace(&s, "k");
+    let r = t.record.clone().unwrap();
+    assert!(
+        r.applied.iter().any(|a| a.id.as_str() == "pay-1"),
+        "rollout plan said {} for the rename, but the payment event never reached the version-1 \
+         record waiting at payment: record {}, ledger {:?}, inbox {:?}",
+        plan.verdict.as_str(),
+        r.state,
+        t.ledger.iter().map(|l| (l.input_id.clone(), l.reason.as_str())).collect::<Vec<_>>(),
+        t.inbox.iter().map(|e| e.id.to_string()).collect::<Vec<_>>()
+    );
+}
+
+// The same without a crash: an intake invocation on version 1 writes the record, and the deploy
+// lands before its StartExecution (the alias has moved by then).
+#[test]
+fn a_start_paused_across_a_deploy_follows_the_definition_its_execution_runs() {
+    let s = traced();
+    let old = s.live();
+    send(&s, &event("start-k", "order.placed", "k", json!({})));
+    let now = s.world.now();
+    let batch = lock(&s.sqs).receive(QueueId::Intake, 1, now, &mut |_| 0);
+    let mut intake = std::pin::pin!(old.intake.handle(baton_sim::sqs::event(&batch)));
+    run_until(&s.world, &mut intake, "ddb.PutItem(record)");
+    s.deploy(config_v2());
+    let _ = drive(intake);
+    lock(&s.sqs).delete(QueueId::Intake, &batch[0].id, batch[0].receipt);
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(old.config.version.as_str()));
+    settle_live(&s);
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    finish(&s, "k", &["manual-review", "fraud-check", "payment"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invariant 1 and the rollout plan: a record from before versions (`config_version: None`) is
+// decided on whatever config is deployed now, not the one it started on.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_record_from_before_versions_makes_the_plan_ask_for_a_person() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    // The record as a release before versions wrote it: no config version.
+    let r = record(&s, "k");
+    assert_eq!(r.state, State::Waiting { step: 1 });
+    let mut old = r.clone();
+    old.config_version = None;
+    old.version += 1;
+    let write = baton::lifecycle::Write {
+        cause: baton::lifecycle::Cause::Merge,
+        from: Some(r.state),
+        expected_version: Some(r.version),
+        to: old,
+    };
+    assert!(matches!(drive(s.memory.apply(&write)).unwrap(), baton::store::Applied::Written));
+    // It follows the deployed config, unpinned: the plan says so instead of `safe`.
+    let live = baton::rollout::Live::count(std::iter::once(&record(&s, "k")));
+    let plan = baton::rollout::plan(&s.config, &config_v2(), &live);
+    assert_eq!(plan.verdict, baton::rollout::Class::NeedsHuman, "{:#?}", plan.changes);
+    let inserted = plan.changes.iter().find(|c| c.kind == "step_inserted").expect("the inserted step");
+    assert!(inserted.why.contains("predate config versions"), "{}", inserted.why);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invariant 5: operator replay of a ledgered input reads its step in the record's CURRENT
+// version, though it was ledgered against an earlier generation on another version.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_ledgered_payment_replayed_after_a_restart_on_a_new_version_is_not_applied_to_another_step() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    let wf = s.config.workflow("review").unwrap();
+    let key = CorrelationKey::parse("k").unwrap();
+    let cancel = baton::lifecycle::Input::Cancel { reason: "operator".into() };
+    drive(s.engine.submit(wf, &key, &cancel, s.world.now())).unwrap();
+    // A late payment callback: ignored (terminal), ledgered with its step as version 1 numbers it.
+    let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p1"})));
+    assert_eq!(a.body["reason"], "terminal", "{}", a.body);
+    // Version 2 is deployed; a new order opens generation 2 on it; its review completes.
+    s.deploy(config_v2());
+    send(&s, &event("start-k-2", "order.placed", "k", json!({})));
+    settle_live(&s);
+    let a = callback_live(&s, "cb-review-2", &review("k", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle_live(&s);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: v2_index("fraud-check") });
+    // The operator replays the ledgered payment.
+    let entry = trace(&s, "k").ledger.into_iter().find(|l| l.input_id == "cb-pay").unwrap();
+    let engine = s.live().engine.clone();
+    let line = drive(baton::replay::plan_ledger(&engine, &entry, s.world.now())).unwrap();
+    let applied = drive(baton::replay::apply_line(&engine, &line, s.world.now())).unwrap();
+    let r = record(&s, "k");
+    assert_ne!(
+        applied_step(&s, "k", "cb-pay"),
+        Some(Some(v2_index("fraud-check"))),
+        "the replayed `payment` callback (planned {} / {:?}: {:?}) went to fraud-check: record {} inputs {:?}",
+        line.classification,
+        line.targets.iter().map(|t| (&t.effect, t.config_version.clone())).collect::<Vec<_>>(),
+        applied,
+        r.state,
+        r.inputs
+    );
+}
+
+// The mirror of the paused start: the new functions are live before the alias has moved (no
+// ordering between them in template.yaml): a version-2 record gets a version-1 execution, and
+// follows it.
+#[test]
+fn a_record_started_before_the_alias_moved_follows_the_definition_its_execution_runs() {
+    let s = stack();
+    // Version 1 has been running (and is registered).
+    waiting_on_review(&s, "other");
+    let v1_machines = lock(&s.sfn).machines.clone();
+    s.deploy(config_v2());
+    let v2_machines = lock(&s.sfn).machines.clone();
+    lock(&s.sfn).machines = v1_machines;
+    send(&s, &event("start-k", "order.placed", "k", json!({})));
+    let live = s.live();
+    deliver_with(&s, QueueId::Intake, &live.intake);
+    lock(&s.sfn).machines = v2_machines;
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(live.config.version.as_str()));
+    settle_live(&s);
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.config.version.as_str()));
+    finish(&s, "k", &["manual-review", "payment"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Probes that held.
+// ---------------------------------------------------------------------------------------------
+
+/// A callback by a name both versions have, at different indexes, reaches the record's step; a
+/// name only the other version has is refused 404 `unknown_step`; the version-1 execution's
+/// reports are read in version 1 by the version-2 functions.
+#[test]
+fn probe_callbacks_and_reports_for_a_version_1_record_after_a_deploy() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    s.deploy(config_v2());
+    let a = callback_live(
+        &s,
+        "cb-fraud",
+        &json!({"workflow": "review", "key": "k", "step": "fraud-check",
+        "outcome": "succeeded", "data": {"score": 1}}),
+    );
+    assert_eq!((a.status.as_u16(), a.body["error"].as_str()), (404, Some("unknown_step")), "{}", a.body);
+    let a = callback_live(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle_live(&s);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+    let a = callback_live(&s, "cb-pay", &payment("k", json!({"payment_ref": "p"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle_live(&s);
+    assert_eq!(applied_step(&s, "k", "cb-pay"), Some(Some(1)));
+    assert_eq!(record(&s, "k").state, State::Succeeded);
+    assert!(lock(&s.sqs).messages(QueueId::ProgressDlq).is_empty());
+    // The fraud-check refusal was not applied anywhere.
+    assert!(applied_step(&s, "k", "cb-fraud").is_none());
+}
+
+/// A payment event buffered (record on version 1, waiting at review) and drained by a version-2 progress
+/// function lands on payment; a version-2 record's fraud-check callback, handled by a
+/// version-1 function (the deploy window), reaches fraud-check.
+#[test]
+fn probe_old_and_new_functions_side_by_side() {
+    let s = stack();
+    let old = s.live();
+    waiting_on_review(&s, "k");
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    deliver(&s, QueueId::Intake);
+    s.deploy(config_v2());
+    callback_live(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    settle_live(&s);
+    assert_eq!(applied_step(&s, "k", "pay-1"), Some(Some(1)));
+    // A version-2 record; the old callback function takes a fraud-check callback for it.
+    send(&s, &event("start-j", "order.placed", "j", json!({})));
+    settle_live(&s);
+    let a = callback_live(&s, "cb-review-j", &review("j", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle_live(&s);
+    let a = callback_with(
+        &s,
+        &old.callbacks,
+        "cb-fraud-j",
+        &json!({"workflow": "review", "key": "j",
+        "step": "fraud-check", "outcome": "succeeded", "data": {"score": 1}}),
+    );
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle_live(&s);
+    assert_eq!(applied_step(&s, "j", "cb-fraud-j"), Some(Some(v2_index("fraud-check"))));
+    assert_eq!(record(&s, "j").state, State::Waiting { step: v2_index("payment") });
+}
