@@ -170,7 +170,7 @@ pub fn plan(from: &Config, to: &Config, live: &Live) -> RolloutPlan {
                 let (class, why) = by_live(
                     &touches,
                     Class::Breaking,
-                    "its live records could never be advanced, resumed or swept again",
+                    "the deployed functions would not know the workflow: its live records would get no more callbacks or events",
                 );
                 changes.push(change(old, "workflow_removed", "removed".into(), class, why, touches));
             }
