@@ -133,6 +133,8 @@ pub struct Engine {
 pub struct Versions {
     read: std::sync::Mutex<std::collections::HashMap<String, Arc<Config>>>,
     registered: std::sync::atomic::AtomicBool,
+    /// Whether every registered version has been read (once per engine).
+    listed: std::sync::atomic::AtomicBool,
 }
 
 impl Versions {
@@ -144,6 +146,13 @@ impl Versions {
         let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         read.entry(config.version.clone()).or_insert_with(|| Arc::new(config));
     }
+
+    fn all(&self) -> Vec<Arc<Config>> {
+        let read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut all: Vec<Arc<Config>> = read.values().cloned().collect();
+        all.sort_by(|a, b| a.version.cmp(&b.version));
+        all
+    }
 }
 
 /// One workflow's definition in one config version.
@@ -154,7 +163,7 @@ pub struct Definition {
 }
 
 impl Definition {
-    fn of(config: Arc<Config>, workflow: &str) -> Option<Definition> {
+    pub(crate) fn of(config: Arc<Config>, workflow: &str) -> Option<Definition> {
         let index = config.workflows.iter().position(|w| w.name.as_str() == workflow)?;
         Some(Definition { config, index })
     }
@@ -169,10 +178,10 @@ impl std::ops::Deref for Definition {
 }
 
 /// `input`, whose step index is `from`'s, as the same step of `to`, found by name: the caller
-/// read one config version, the record is pinned to another. A domain event goes to the step
-/// of that name if it takes events there, else to the step that takes the very same events (a
-/// step renamed, its pattern kept). A step `to` lacks gets an index past the end, so the
-/// lifecycle rejects it as `unknown_step`, as for any step the config does not know.
+/// read one config version, the record is pinned to another. A step `to` lacks (or, for a
+/// domain event, one that takes no events there) gets an index past the end, so the lifecycle
+/// rejects it as `unknown_step`, as for any step the config does not know. (Intake reads each
+/// event in every version and submits it to a record only as its own version reads it.)
 fn pin_step<'i>(input: &'i Input, from: &Workflow, to: &Workflow) -> std::borrow::Cow<'i, Input> {
     use std::borrow::Cow;
     if from.config_version == to.config_version {
@@ -180,17 +189,11 @@ fn pin_step<'i>(input: &'i Input, from: &Workflow, to: &Workflow) -> std::borrow
     }
     let event = matches!(input, Input::StepInput { source: lifecycle::Source::Event, .. });
     let map = |step: u32| {
-        let Some(spec) = from.steps.get(step as usize) else { return u32::MAX };
-        let by_name = to
-            .step_index(spec.name.as_str())
-            .filter(|&i| !event || to.steps[i as usize].accepts_events.is_some());
-        let by_pattern = || {
-            let same = |t: &crate::config::Step| {
-                t.accepts_events.is_some() && t.accepts_events == spec.accepts_events
-            };
-            to.steps.iter().position(same).and_then(|i| u32::try_from(i).ok())
-        };
-        by_name.or_else(|| if event { by_pattern() } else { None }).unwrap_or(u32::MAX)
+        from.steps
+            .get(step as usize)
+            .and_then(|s| to.step_index(s.name.as_str()))
+            .filter(|&i| !event || to.steps[i as usize].accepts_events.is_some())
+            .unwrap_or(u32::MAX)
     };
     let mut pinned = input.clone();
     match &mut pinned {
@@ -249,7 +252,6 @@ impl Engine {
     }
 
     /// Decides `input` against the stored record and carries the decision out.
-    #[instrument(skip_all, fields(workflow = %workflow.name, key = %key, input = %input_ref(input, now)))]
     pub async fn submit(
         &self,
         workflow: &Workflow,
@@ -257,11 +259,41 @@ impl Engine {
         input: &Input,
         now: OffsetDateTime,
     ) -> Result<Submitted, EngineError> {
+        let submitted = self.submit_on(workflow, key, input, now, false).await?;
+        Ok(submitted.expect("an input not held to its version is always decided"))
+    }
+
+    /// [`Engine::submit`] for an input that holds only under `workflow`'s own config version (a
+    /// domain event matched against that version's `accepts_events`): `None`, and nothing
+    /// done, when the record is decided under another version.
+    pub async fn submit_exact(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        input: &Input,
+        now: OffsetDateTime,
+    ) -> Result<Option<Submitted>, EngineError> {
+        self.submit_on(workflow, key, input, now, true).await
+    }
+
+    #[instrument(skip_all, fields(workflow = %workflow.name, key = %key, input = %input_ref(input, now)))]
+    async fn submit_on(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        input: &Input,
+        now: OffsetDateTime,
+        exact: bool,
+    ) -> Result<Option<Submitted>, EngineError> {
         let mut record = self.store.load(&workflow.name, key).await?;
         for attempt in 1..=MAX_ATTEMPTS {
             // The record's own version decides, whatever version the caller read the input
             // with: a record finishes on the config it started on (a new start, on this one).
             let (governing, input) = self.pinned(workflow, record.as_ref(), input).await?;
+            if exact && governing.config_version != workflow.config_version {
+                info!(record_version = %governing.config_version, "the record runs another config version, which decides this input");
+                return Ok(None);
+            }
             let input = &*input;
             let workflow = &*governing;
             let plan = workflow.plan();
@@ -319,7 +351,7 @@ impl Engine {
                     if let Some(outcome) = found {
                         submitted.decision.outcome = outcome;
                     }
-                    Ok(submitted)
+                    Ok(Some(submitted))
                 }
                 Err(source) => {
                     Err(EngineError::Unfinished { submitted: Box::new(submitted), source: Box::new(source) })
@@ -405,16 +437,25 @@ impl Engine {
         Ok(None)
     }
 
-    /// The config of `version` (`None`: this engine's own): its own, or an earlier one read
-    /// back from the table once and kept.
-    pub async fn config_of(&self, version: Option<&str>) -> Result<Arc<Config>, StoreError> {
-        let Some(version) = version.filter(|v| *v != self.config.version) else {
-            return Ok(self.config.clone());
-        };
-        if let Some(config) = self.versions.get(version) {
-            return Ok(config);
+    /// Every config version records may be on: this engine's own first, then every registered
+    /// one (read from the table once per engine; a version registered later is read when a
+    /// record names it).
+    pub async fn config_versions(&self) -> Result<Vec<Arc<Config>>, StoreError> {
+        use std::sync::atomic::Ordering;
+        if !self.versions.listed.load(Ordering::Acquire) {
+            self.read_registered().await?;
+            self.versions.listed.store(true, Ordering::Release);
         }
+        let mut all = vec![self.config.clone()];
+        all.extend(self.versions.all().into_iter().filter(|c| c.version != self.config.version));
+        Ok(all)
+    }
+
+    async fn read_registered(&self) -> Result<(), StoreError> {
         for registered in self.store.configs().await? {
+            if self.versions.get(&registered.version).is_some() {
+                continue;
+            }
             match Config::parse(&registered.canonical) {
                 Ok(config) if config.version == registered.version => self.versions.keep(config),
                 Ok(config) => {
@@ -425,6 +466,19 @@ impl Engine {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The config of `version` (`None`: this engine's own): its own, or an earlier one read
+    /// back from the table once and kept.
+    pub async fn config_of(&self, version: Option<&str>) -> Result<Arc<Config>, StoreError> {
+        let Some(version) = version.filter(|v| *v != self.config.version) else {
+            return Ok(self.config.clone());
+        };
+        if let Some(config) = self.versions.get(version) {
+            return Ok(config);
+        }
+        self.read_registered().await?;
         self.versions
             .get(version)
             .ok_or_else(|| unregistered(version, "it is not registered, or does not read back"))

@@ -60,19 +60,58 @@ impl Intake {
                 return verdict;
             }
         };
-        if plan.inputs.is_empty() {
+        let others = match other_step_inputs(&self.engine, body).await {
+            Ok(inputs) => inputs,
+            Err(e) => return Verdict::from_error(&e),
+        };
+        if plan.inputs.is_empty() && others.is_empty() {
             info!(event_id = %plan.event.id, event_type = %plan.event.r#type, source = %plan.event.source,
                 "event starts no workflow and supplies no step: not eligible");
             self.engine.metrics.count(Metric::NotEligible, None, now);
             return Verdict::Done;
         }
         for (workflow, key, input) in &plan.inputs {
-            if let Err(e) = self.engine.submit(workflow, key, input, now).await {
+            // A step input is this version's reading of the event: it holds only for a record
+            // on this version (or none yet). Records on other versions get the event as their
+            // own version reads it, below.
+            let submitted = match input {
+                Input::StepInput { .. } => {
+                    self.engine.submit_exact(workflow, key, input, now).await.map(|_| ())
+                }
+                _ => self.engine.submit(workflow, key, input, now).await.map(|_| ()),
+            };
+            if let Err(e) = submitted {
+                return Verdict::from_error(&e);
+            }
+        }
+        for (workflow, key, input) in &others {
+            if let Err(e) = self.engine.submit_exact(workflow, key, input, now).await {
                 return Verdict::from_error(&e);
             }
         }
         Verdict::Done
     }
+}
+
+/// The step inputs `body` supplies as each other registered config version reads it (its
+/// `accepts_events`, its key pointer): for records on that version. An event that does not
+/// parse, or matches nothing there, supplies nothing there.
+pub async fn other_step_inputs(
+    engine: &Engine,
+    body: &str,
+) -> Result<Vec<(crate::engine::Definition, CorrelationKey, Input)>, crate::store::StoreError> {
+    let mut out = Vec::new();
+    for config in engine.config_versions().await?.into_iter().skip(1) {
+        let Ok(plan) = plan_event(&config, body) else { continue };
+        for (workflow, key, input) in plan.inputs {
+            if let (Input::StepInput { .. }, Some(definition)) =
+                (&input, crate::engine::Definition::of(config.clone(), workflow.name.as_str()))
+            {
+                out.push((definition, key, input));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Parses an event and resolves what it does under `config`, before anything is applied.

@@ -112,9 +112,14 @@ pub async fn plan_message(
         Origin::Progress => crate::progress::report_config(engine, body).await?,
         _ => engine.config.clone(),
     };
+    // An event's step inputs as the other config versions read it, for records on them.
+    let others = match origin {
+        Origin::Intake => crate::intake::other_step_inputs(engine, body).await?,
+        _ => Vec::new(),
+    };
     let inputs: Vec<(&Workflow, CorrelationKey, Input)> = match origin {
         Origin::Intake => match plan_event(&config, body) {
-            Ok(plan) if plan.inputs.is_empty() => {
+            Ok(plan) if plan.inputs.is_empty() && others.is_empty() => {
                 return Ok(Line::alone(
                     id,
                     origin,
@@ -155,9 +160,18 @@ pub async fn plan_message(
             ));
         }
     };
+    // A domain event's step input holds only for records on the version that read it so.
     let mut targets = Vec::new();
     for (workflow, key, input) in inputs {
-        targets.push(plan_target(engine, workflow, &key, &input, now).await?);
+        let exact = origin == Origin::Intake && matches!(input, Input::StepInput { .. });
+        targets.extend(plan_target(engine, workflow, &key, &input, now, exact).await?);
+    }
+    for (definition, key, input) in &others {
+        targets.extend(plan_target(engine, definition, key, input, now, true).await?);
+    }
+    if targets.is_empty() {
+        let note = "the event supplies nothing to the records, as their config versions read it";
+        return Ok(Line::alone(id, origin, Classification::Noop, note));
     }
     Ok(combine(id, origin, targets))
 }
@@ -193,28 +207,33 @@ pub async fn plan_ledger(
             ));
         }
     };
-    let target = plan_target(engine, &workflow, &entry.key, &input, now).await?;
-    Ok(combine(&entry.input_id, Origin::Ledger, vec![target]))
+    let targets = plan_target(engine, &workflow, &entry.key, &input, now, false).await?;
+    Ok(combine(&entry.input_id, Origin::Ledger, targets.into_iter().collect()))
 }
 
-/// What the lifecycle would decide now for one input, written nowhere.
+/// What the lifecycle would decide now for one input, written nowhere; `None` for an input that
+/// holds only under `workflow`'s version (`exact`) when the record is on another.
 async fn plan_target(
     engine: &Engine,
     workflow: &Workflow,
     key: &CorrelationKey,
     input: &Input,
     now: OffsetDateTime,
-) -> Result<Target, StoreError> {
+    exact: bool,
+) -> Result<Option<Target>, StoreError> {
     let store = &*engine.store;
     let record = store.load(&workflow.name, key).await?;
     // Decided as the engine would: in the record's own config version.
     let (governing, input) = engine.pinned(workflow, record.as_ref(), input).await?;
+    if exact && governing.config_version != workflow.config_version {
+        return Ok(None);
+    }
     let input = input.into_owned();
     let decision =
         crate::engine::decide(store, &governing.plan(), (&workflow.name, key), record.as_ref(), &input, now)
             .await?;
     let (classification, effect) = classify(record.as_ref(), &input, &decision);
-    Ok(Target {
+    Ok(Some(Target {
         workflow: workflow.name.to_string(),
         key: key.to_string(),
         state: record.as_ref().map(|r| r.state.to_string()),
@@ -223,7 +242,7 @@ async fn plan_target(
         input,
         classification,
         effect,
-    })
+    }))
 }
 
 /// The classification of one decision, and its effect in words.

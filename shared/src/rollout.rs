@@ -3,15 +3,15 @@
 //!
 //! Two configs are compared workflow by workflow, step by step. Each change is classified for
 //! baton with versioned workflows: a record in flight finishes on the config version it started
-//! on (its steps, `requires`, timeouts, task templates and its execution's definition), and new
-//! starts follow the new version.
+//! on (its steps, `requires`, `accepts_events`, timeouts, task templates and its execution's
+//! definition), and new starts follow the new version.
 //! - **safe**: records in flight finish on their version (steps appended, inserted, removed,
-//!   renamed or reordered; `requires`, timeouts, tasks changed), or nothing live is touched;
+//!   renamed or reordered; `requires`, `accepts_events`, timeouts, tasks changed), or nothing
+//!   live is touched;
 //! - **breaking even with pinning**: records in flight could never be reached again (a changed
 //!   key pointer, a removed workflow with live records);
-//! - **needs a person**: the effect on live records depends on what they are waiting for
-//!   (`accepts_events` changed under live records: domain events are routed by the deployed
-//!   config's patterns), or live records were not counted.
+//! - **needs a person**: live records from before versions (unpinned: they follow the deployed
+//!   config) are touched, or a removed workflow's live records were not counted.
 //!
 //! Live records are counted per (workflow, config version, state) from the table's `by_due`
 //! index (queried, never scanned) by the caller, and passed in as [`Live`].
@@ -288,22 +288,20 @@ fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
     }
     let removed: Vec<&String> = a.iter().filter(|n| !b.contains(n)).collect();
     let added: Vec<&String> = b.iter().filter(|n| !a.contains(n)).collect();
-    // (kind, detail, the old step whose events may stop reaching records on the old version)
-    let mut found: Vec<(&'static str, String, Option<usize>)> = Vec::new();
+    let mut found: Vec<(&'static str, String)> = Vec::new();
     // A rename: a step gone and a step new at the same position.
     let mut renamed = Vec::new();
     for r in &removed {
         let i = a.iter().position(|n| n == *r).unwrap_or(usize::MAX);
         if let Some(n) = b.get(i).filter(|n| added.contains(n)) {
             renamed.push(((*r).clone(), n.clone()));
-            found.push(("step_renamed", format!("step {r} renamed {n} (position {i})"), Some(i)));
+            found.push(("step_renamed", format!("step {r} renamed {n} (position {i})")));
         }
     }
     let is_renamed_from = |n: &String| renamed.iter().any(|(from, _)| from == n);
     let is_renamed_to = |n: &String| renamed.iter().any(|(_, to)| to == n);
     for r in removed.iter().filter(|r| !is_renamed_from(r)) {
-        let i = a.iter().position(|n| n == *r);
-        found.push(("step_removed", format!("step {r} removed"), i));
+        found.push(("step_removed", format!("step {r} removed")));
     }
     let kept_old: Vec<&String> = a.iter().filter(|n| b.contains(n)).collect();
     let kept_new: Vec<&String> = b.iter().filter(|n| a.contains(n)).collect();
@@ -311,48 +309,23 @@ fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
         let i = b.iter().position(|x| x == *n).unwrap_or(0);
         let appended = b[i..].iter().all(|x| !a.contains(x));
         if appended {
-            found.push(("step_appended", format!("step {n} appended at position {i}"), None));
+            found.push(("step_appended", format!("step {n} appended at position {i}")));
         } else {
-            found.push(("step_inserted", format!("step {n} inserted at position {i}"), None));
+            found.push(("step_inserted", format!("step {n} inserted at position {i}")));
         }
     }
     if kept_old != kept_new {
-        found.push((
-            "steps_reordered",
-            format!("steps reordered: {} -> {}", a.join(", "), b.join(", ")),
-            None,
-        ));
+        found.push(("steps_reordered", format!("steps reordered: {} -> {}", a.join(", "), b.join(", "))));
     }
     let touches = live.touching(old.name.as_str(), |_| true);
     found
         .into_iter()
-        .map(|(kind, detail, gone)| {
+        .map(|(kind, detail)| {
             let why = match kind {
                 "step_renamed" => PINNED_RENAMED,
                 _ => PINNED,
             };
-            // A step gone from the new config that took domain events, with no step there
-            // taking the same ones: events are routed by the deployed config, so they stop
-            // reaching the records on the old version at or before it.
-            let unrouted = gone.filter(|&i| {
-                let pattern = &old.steps[i].accepts_events;
-                pattern.is_some() && !new.steps.iter().any(|s| &s.accepts_events == pattern)
-            });
-            let (class, why) = match unrouted {
-                Some(i) => {
-                    let index = u32::try_from(i).unwrap_or(u32::MAX);
-                    let at_or_before =
-                        |st: State| st == State::Pending || st.step().is_some_and(|s| s <= index);
-                    let at = live.touching(old.name.as_str(), at_or_before);
-                    by_live(
-                        &at,
-                        Class::NeedsHuman,
-                        "the step took domain events, and the deployed config routes none \
-                        to it any more: records on the old version at or before it would not get them",
-                    )
-                }
-                None => pinned(&touches, why),
-            };
+            let (class, why) = pinned(&touches, why);
             change(old, kind, detail, class, why, touches.clone())
         })
         .collect()
@@ -393,12 +366,7 @@ fn step_changes(
     }
     if accepts_events.0 != accepts_events.1 {
         let touches = live.touching(wf.name.as_str(), at_or_before);
-        let (class, why) = by_live(
-            &touches,
-            Class::NeedsHuman,
-            "domain events are routed by the deployed config's patterns: records at or before this \
-             step would accept other events than when they started",
-        );
+        let (class, why) = pinned(&touches, PINNED);
         out.push(change(
             wf,
             "accepts_events_changed",
@@ -581,20 +549,21 @@ workflows:
     }
 
     #[test]
-    fn a_removed_step_that_took_events_needs_a_person_and_a_rename_keeping_them_does_not() {
+    fn a_removed_or_renamed_step_that_took_events_is_safe_for_records_on_their_version() {
         let with_events = V1.replace(
             "requires: [payment_ref]\n",
             "requires: [payment_ref]\n        accepts_events: { type: [\"payment.settled\"] }\n",
         );
         let renamed = with_events.replace("name: payment", "name: settle");
         let p = plan(&config(&with_events), &config(&renamed), &live(&[State::Waiting { step: 1 }]));
-        assert_eq!(kinds(&p), [("step_renamed", Class::Safe)], "the events still route, by their pattern");
+        assert_eq!(kinds(&p), [("step_renamed", Class::Safe)]);
         let removed = "workflows:\n  order-review:\n    start: { when: { type: [\"order.placed\"] }, key: /subject }\n    steps:\n      - name: manual-review\n        requires: [decision]\n        timeout: 2d\n";
         let p = plan(&config(&with_events), &config(removed), &live(&[State::Waiting { step: 0 }]));
-        assert_eq!(kinds(&p), [("step_removed", Class::NeedsHuman)]);
-        assert!(p.changes[0].why.contains("routes none"), "{}", p.changes[0].why);
-        let p = plan(&config(&with_events), &config(removed), &live(&[]));
-        assert_eq!(kinds(&p), [("step_removed", Class::Safe)]);
+        assert_eq!(
+            kinds(&p),
+            [("step_removed", Class::Safe)],
+            "events are read in each record's own version"
+        );
     }
 
     #[test]
@@ -611,15 +580,14 @@ workflows:
     }
 
     #[test]
-    fn changed_accepts_events_need_a_person_for_records_at_or_before_the_step() {
+    fn changed_accepts_events_are_safe_and_count_the_records_at_or_before_the_step() {
         let to = V1.replace(
             "requires: [payment_ref]\n",
             "requires: [payment_ref]\n        accepts_events: { type: [\"payment.settled\"] }\n",
         );
-        let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 0 }]));
-        assert_eq!(kinds(&p), [("accepts_events_changed", Class::NeedsHuman)]);
-        let p = plan(&config(V1), &config(&to), &live(&[]));
+        let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 0 }, State::Succeeded]));
         assert_eq!(kinds(&p), [("accepts_events_changed", Class::Safe)]);
+        assert_eq!(p.changes[0].touches.iter().map(|t| t.records).sum::<u64>(), 1);
     }
 
     #[test]
@@ -629,7 +597,10 @@ workflows:
             "requires: [payment_ref]\n        accepts_events: { type: [\"x\"] }\n",
         );
         let p = plan(&config(V1), &config(&to), &Live::unknown());
-        assert_eq!(kinds(&p), [("step_renamed", Class::Safe), ("accepts_events_changed", Class::NeedsHuman)]);
+        assert_eq!(kinds(&p), [("step_renamed", Class::Safe), ("accepts_events_changed", Class::Safe)]);
+        let removed = "workflows:\n  other:\n    start: { when: { type: [\"x\"] }, key: /subject }\n    steps:\n      - name: s\n        timeout: 1h\n";
+        let p = plan(&config(V1), &config(removed), &Live::unknown());
+        assert_eq!(kinds(&p), [("workflow_removed", Class::NeedsHuman), ("workflow_added", Class::Safe)]);
         let to = V1.replace("timeout: 7d", "timeout: 9d");
         let p = plan(&config(V1), &config(&to), &Live::unknown());
         // The default buffer_ttl follows the timeout: it changes too.

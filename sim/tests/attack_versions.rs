@@ -440,3 +440,50 @@ fn probe_old_and_new_functions_side_by_side() {
     assert_eq!(applied_step(&s, "j", "cb-fraud-j"), Some(Some(v2_index("fraud-check"))));
     assert_eq!(record(&s, "j").state, State::Waiting { step: v2_index("payment") });
 }
+
+// A step's `accepts_events` is read through the record's own version: after a deploy changes
+// the events payment takes, a record on the old version still takes the old ones (and not the
+// new ones), and a record on the new version the new ones.
+#[test]
+fn domain_events_are_read_through_the_records_own_version() {
+    let s = stack();
+    waiting_on_review(&s, "old");
+    callback(&s, "cb-review-old", &review("old", json!({"decision": "ok"})));
+    settle(&s);
+    assert_eq!(record(&s, "old").state, State::Waiting { step: 1 });
+    let changed = baton::config::Config::parse(&CONFIG.replace(
+        "accepts_events: { type: [\"payment.settled\", \"order.note\"] }",
+        "accepts_events: { type: [\"payment.captured\"] }",
+    ))
+    .unwrap();
+    assert_ne!(changed.version, s.config.version, "the pattern changed");
+    s.deploy(changed);
+    // The new version's event is not the old record's.
+    send(&s, &event("captured-old", "payment.captured", "old", json!({"payment_ref": "c"})));
+    settle_live(&s);
+    assert!(
+        applied_step(&s, "old", "captured-old").is_none(),
+        "payment.captured reached a record whose version does not take it"
+    );
+    assert_eq!(record(&s, "old").state, State::Waiting { step: 1 });
+    // The old version's event is.
+    send(&s, &event("settled-old", "payment.settled", "old", json!({"payment_ref": "s"})));
+    settle_live(&s);
+    assert_eq!(applied_step(&s, "old", "settled-old"), Some(Some(1)));
+    assert_eq!(record(&s, "old").state, State::Succeeded);
+    // A record on the new version takes the new event, not the old one.
+    send(&s, &event("start-new", "order.placed", "new", json!({})));
+    settle_live(&s);
+    let a = callback_live(&s, "cb-review-new", &review("new", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle_live(&s);
+    send(&s, &event("settled-new", "payment.settled", "new", json!({"payment_ref": "s"})));
+    settle_live(&s);
+    assert!(
+        applied_step(&s, "new", "settled-new").is_none(),
+        "payment.settled reached a record whose version does not take it"
+    );
+    send(&s, &event("captured-new", "payment.captured", "new", json!({"payment_ref": "c"})));
+    settle_live(&s);
+    assert_eq!(record(&s, "new").state, State::Succeeded);
+}
