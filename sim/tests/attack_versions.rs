@@ -4,59 +4,15 @@
 
 mod common;
 
-use baton::callback::{Answer, Callbacks};
 use baton::ids::CorrelationKey;
 use baton::lifecycle::State;
-use baton::sqs::SqsHandler;
 use baton::store::WorkflowStore;
 use baton_sim::sqs::QueueId;
 use baton_sim::world::{Fault, drive, lock};
-use baton_sim::{CONFIG, SECRET, Stack, config_v2};
+use baton_sim::{CONFIG, Stack, config_v2};
 use common::*;
-use serde_json::{Value, json};
-use std::sync::Arc;
+use serde_json::json;
 use time::Duration;
-
-// ---------------------------------------------------------------------------------------------
-// Helpers: the same as common's, but through a chosen deployment's functions.
-// ---------------------------------------------------------------------------------------------
-
-fn deliver_with(s: &Stack, queue: QueueId, handler: &Arc<dyn SqsHandler>) {
-    for _ in 0..1000 {
-        let now = s.world.now();
-        let batch = lock(&s.sqs).receive(queue, 1, now, &mut |_| 0);
-        let Some(m) = batch.first() else { return };
-        let response = drive(handler.handle(baton_sim::sqs::event(&batch)));
-        if response.batch_item_failures.is_empty() {
-            lock(&s.sqs).delete(queue, &m.id, m.receipt);
-        }
-    }
-}
-
-/// Delivers both queues through the functions deployed now.
-fn settle_live(s: &Stack) {
-    for _ in 0..5 {
-        let live = s.live();
-        deliver_with(s, QueueId::Intake, &live.intake);
-        deliver_with(s, QueueId::Progress, &live.progress);
-    }
-}
-
-fn callback_with(s: &Stack, callbacks: &Callbacks, id: &str, body: &Value) -> Answer {
-    let text = body.to_string();
-    let now = s.world.now().unix_timestamp();
-    let secrets = baton::webhook::Secrets::parse(SECRET).unwrap();
-    let mut headers = http::HeaderMap::new();
-    headers.insert("webhook-id", id.parse().unwrap());
-    headers.insert("webhook-timestamp", now.to_string().parse().unwrap());
-    headers.insert("webhook-signature", secrets.sign(id, now, text.as_bytes()).parse().unwrap());
-    drive(callbacks.handle(&headers, text.as_bytes()))
-}
-
-fn callback_live(s: &Stack, id: &str, body: &Value) -> Answer {
-    let live = s.live();
-    callback_with(s, &live.callbacks, id, body)
-}
 
 fn applied_step(s: &Stack, key: &str, id: &str) -> Option<Option<u32>> {
     record(s, key).applied.iter().find(|a| a.id.as_str() == id).map(|a| a.step)
@@ -83,11 +39,11 @@ fn a_payment_buffered_before_the_start_and_a_deploy_is_never_applied_to_another_
     s.deploy(config_v2());
     // The order arrives; the record starts on version 2; its review completes.
     send(&s, &event("start-k", "order.placed", "k", json!({})));
-    settle_live(&s);
+    settle(&s);
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
-    let a = callback_live(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle_live(&s);
+    settle(&s);
     let r = record(&s, "k");
     // The payment callback named `payment`: applied, it belongs to payment (step 2 in version
     // 2), never to fraud-check (step 1).
@@ -109,7 +65,7 @@ fn a_payment_buffered_by_the_new_functions_reaches_a_record_the_old_ones_started
     let v1_machines = lock(&s.sfn).machines.clone();
     s.deploy(config_v2());
     let v2_machines = lock(&s.sfn).machines.clone();
-    let a = callback_live(&s, "cb-pay", &payment("k", json!({"payment_ref": "p1"})));
+    let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p1"})));
     assert_eq!(a.status.as_u16(), 202, "{}", a.body);
     // The start event is taken by an intake invocation still on version 1, before the state
     // machines' alias moved (its execution runs version 1's definition: this test is not about
@@ -119,11 +75,11 @@ fn a_payment_buffered_by_the_new_functions_reaches_a_record_the_old_ones_started
     deliver_with(&s, QueueId::Intake, &old.intake);
     lock(&s.sfn).machines = v2_machines;
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(old.config.version.as_str()));
-    settle_live(&s);
+    settle(&s);
     assert_eq!(record(&s, "k").state, State::Waiting { step: 0 });
-    let a = callback_live(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle_live(&s);
+    settle(&s);
     let t = trace(&s, "k");
     let r = t.record.clone().unwrap();
     assert!(
@@ -151,12 +107,12 @@ fn a_callback_for_the_next_generation_buffered_before_a_deploy_reaches_its_named
     drive(s.engine.submit(wf, &key, &input, s.world.now())).unwrap();
     s.deploy(config_v2());
     send(&s, &event("start-k-2", "order.placed", "k", json!({})));
-    settle_live(&s);
+    settle(&s);
     let r = record(&s, "k");
     assert_eq!((r.generation, r.config_version.as_deref()), (2, Some(s.live().config.version.as_str())));
-    let a = callback_live(&s, "cb-review-2", &review("k", json!({"decision": "ok"})));
+    let a = callback(&s, "cb-review-2", &review("k", json!({"decision": "ok"})));
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle_live(&s);
+    settle(&s);
     let r = record(&s, "k");
     assert_ne!(
         applied_step(&s, "k", "cb-pay-g2"),
@@ -193,7 +149,7 @@ fn a_pending_record_restarted_by_the_sweeper_after_a_deploy_follows_the_definiti
     s.deploy(config_v2());
     s.world.advance(Duration::minutes(5));
     drive(s.live().sweeper.run_once(s.world.now())).unwrap();
-    settle_live(&s);
+    settle(&s);
     // No step had happened: the record follows its execution, which runs version 2.
     let r = record(&s, "k");
     assert_eq!(
@@ -214,9 +170,9 @@ fn finish(s: &Stack, key: &str, steps: &[&str]) {
         };
         let body =
             json!({"workflow": "review", "key": key, "step": step, "outcome": "succeeded", "data": data});
-        let a = callback_live(s, &format!("cb-{key}-{step}"), &body);
+        let a = callback(s, &format!("cb-{key}-{step}"), &body);
         assert_eq!(a.status.as_u16(), 200, "{step}: {}", a.body);
-        settle_live(s);
+        settle(s);
         let r = record(s, key);
         let next =
             if n + 1 == steps.len() { State::Succeeded } else { State::Waiting { step: n as u32 + 1 } };
@@ -245,7 +201,7 @@ fn a_payment_event_reaches_a_version_1_record_after_a_rename_the_plan_calls_safe
     s.deploy(renamed);
     // The payment settles: the producer sends the same event type as always.
     send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
-    settle_live(&s);
+    settle(&s);
     let t = trace(&s, "k");
     let r = t.record.clone().unwrap();
     assert!(
@@ -274,7 +230,7 @@ fn a_start_paused_across_a_deploy_follows_the_definition_its_execution_runs() {
     let _ = drive(intake);
     lock(&s.sqs).delete(QueueId::Intake, &batch[0].id, batch[0].receipt);
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(old.config.version.as_str()));
-    settle_live(&s);
+    settle(&s);
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
     finish(&s, "k", &["manual-review", "fraud-check", "payment"]);
 }
@@ -330,10 +286,10 @@ fn a_ledgered_payment_replayed_after_a_restart_on_a_new_version_is_not_applied_t
     // Version 2 is deployed; a new order opens generation 2 on it; its review completes.
     s.deploy(config_v2());
     send(&s, &event("start-k-2", "order.placed", "k", json!({})));
-    settle_live(&s);
-    let a = callback_live(&s, "cb-review-2", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    let a = callback(&s, "cb-review-2", &review("k", json!({"decision": "ok"})));
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle_live(&s);
+    settle(&s);
     assert_eq!(record(&s, "k").state, State::Waiting { step: v2_index("fraud-check") });
     // The operator replays the ledgered payment.
     let entry = trace(&s, "k").ledger.into_iter().find(|l| l.input_id == "cb-pay").unwrap();
@@ -370,7 +326,7 @@ fn a_record_started_before_the_alias_moved_follows_the_definition_its_execution_
     deliver_with(&s, QueueId::Intake, &live.intake);
     lock(&s.sfn).machines = v2_machines;
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(live.config.version.as_str()));
-    settle_live(&s);
+    settle(&s);
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.config.version.as_str()));
     finish(&s, "k", &["manual-review", "payment"]);
 }
@@ -387,20 +343,20 @@ fn probe_callbacks_and_reports_for_a_version_1_record_after_a_deploy() {
     let s = stack();
     waiting_on_review(&s, "k");
     s.deploy(config_v2());
-    let a = callback_live(
+    let a = callback(
         &s,
         "cb-fraud",
         &json!({"workflow": "review", "key": "k", "step": "fraud-check",
         "outcome": "succeeded", "data": {"score": 1}}),
     );
     assert_eq!((a.status.as_u16(), a.body["error"].as_str()), (404, Some("unknown_step")), "{}", a.body);
-    let a = callback_live(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle_live(&s);
+    settle(&s);
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
-    let a = callback_live(&s, "cb-pay", &payment("k", json!({"payment_ref": "p"})));
+    let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p"})));
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle_live(&s);
+    settle(&s);
     assert_eq!(applied_step(&s, "k", "cb-pay"), Some(Some(1)));
     assert_eq!(record(&s, "k").state, State::Succeeded);
     assert!(lock(&s.sqs).messages(QueueId::ProgressDlq).is_empty());
@@ -419,15 +375,15 @@ fn probe_old_and_new_functions_side_by_side() {
     send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
     deliver(&s, QueueId::Intake);
     s.deploy(config_v2());
-    callback_live(&s, "cb-review", &review("k", json!({"decision": "ok"})));
-    settle_live(&s);
+    callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    settle(&s);
     assert_eq!(applied_step(&s, "k", "pay-1"), Some(Some(1)));
     // A version-2 record; the old callback function takes a fraud-check callback for it.
     send(&s, &event("start-j", "order.placed", "j", json!({})));
-    settle_live(&s);
-    let a = callback_live(&s, "cb-review-j", &review("j", json!({"decision": "ok"})));
+    settle(&s);
+    let a = callback(&s, "cb-review-j", &review("j", json!({"decision": "ok"})));
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle_live(&s);
+    settle(&s);
     let a = callback_with(
         &s,
         &old.callbacks,
@@ -436,7 +392,7 @@ fn probe_old_and_new_functions_side_by_side() {
         "step": "fraud-check", "outcome": "succeeded", "data": {"score": 1}}),
     );
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle_live(&s);
+    settle(&s);
     assert_eq!(applied_step(&s, "j", "cb-fraud-j"), Some(Some(v2_index("fraud-check"))));
     assert_eq!(record(&s, "j").state, State::Waiting { step: v2_index("payment") });
 }
@@ -460,7 +416,7 @@ fn domain_events_are_read_through_the_records_own_version() {
     s.deploy(changed);
     // The new version's event is not the old record's.
     send(&s, &event("captured-old", "payment.captured", "old", json!({"payment_ref": "c"})));
-    settle_live(&s);
+    settle(&s);
     assert!(
         applied_step(&s, "old", "captured-old").is_none(),
         "payment.captured reached a record whose version does not take it"
@@ -468,22 +424,22 @@ fn domain_events_are_read_through_the_records_own_version() {
     assert_eq!(record(&s, "old").state, State::Waiting { step: 1 });
     // The old version's event is.
     send(&s, &event("settled-old", "payment.settled", "old", json!({"payment_ref": "s"})));
-    settle_live(&s);
+    settle(&s);
     assert_eq!(applied_step(&s, "old", "settled-old"), Some(Some(1)));
     assert_eq!(record(&s, "old").state, State::Succeeded);
     // A record on the new version takes the new event, not the old one.
     send(&s, &event("start-new", "order.placed", "new", json!({})));
-    settle_live(&s);
-    let a = callback_live(&s, "cb-review-new", &review("new", json!({"decision": "ok"})));
+    settle(&s);
+    let a = callback(&s, "cb-review-new", &review("new", json!({"decision": "ok"})));
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle_live(&s);
+    settle(&s);
     send(&s, &event("settled-new", "payment.settled", "new", json!({"payment_ref": "s"})));
-    settle_live(&s);
+    settle(&s);
     assert!(
         applied_step(&s, "new", "settled-new").is_none(),
         "payment.settled reached a record whose version does not take it"
     );
     send(&s, &event("captured-new", "payment.captured", "new", json!({"payment_ref": "c"})));
-    settle_live(&s);
+    settle(&s);
     assert_eq!(record(&s, "new").state, State::Succeeded);
 }

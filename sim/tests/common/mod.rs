@@ -35,11 +35,18 @@ pub fn send(s: &Stack, body: &str) {
     lock(&s.sqs).send(QueueId::Intake, body.to_owned(), Default::default(), now);
 }
 
+/// Delivers `queue` through the functions deployed now.
 pub fn deliver(s: &Stack, queue: QueueId) {
+    let live = s.live();
     let handler = match queue {
-        QueueId::Intake => s.intake.clone(),
-        _ => s.progress.clone(),
+        QueueId::Intake => live.intake.clone(),
+        _ => live.progress.clone(),
     };
+    deliver_with(s, queue, &handler);
+}
+
+/// Delivers `queue` through `handler` (a chosen deployment's function).
+pub fn deliver_with(s: &Stack, queue: QueueId, handler: &std::sync::Arc<dyn baton::sqs::SqsHandler>) {
     for _ in 0..1000 {
         let now = s.world.now();
         let batch = lock(&s.sqs).receive(queue, 1, now, &mut |_| 0);
@@ -58,7 +65,13 @@ pub fn settle(s: &Stack) {
     }
 }
 
+/// A signed callback to the functions deployed now.
 pub fn callback(s: &Stack, id: &str, body: &Value) -> Answer {
+    callback_with(s, &s.live().callbacks, id, body)
+}
+
+/// A signed callback to a chosen deployment's callback function.
+pub fn callback_with(s: &Stack, callbacks: &baton::callback::Callbacks, id: &str, body: &Value) -> Answer {
     let text = body.to_string();
     let now = s.world.now().unix_timestamp();
     let secrets = baton::webhook::Secrets::parse(SECRET).unwrap();
@@ -66,7 +79,7 @@ pub fn callback(s: &Stack, id: &str, body: &Value) -> Answer {
     headers.insert("webhook-id", id.parse().unwrap());
     headers.insert("webhook-timestamp", now.to_string().parse().unwrap());
     headers.insert("webhook-signature", secrets.sign(id, now, text.as_bytes()).parse().unwrap());
-    drive(s.callbacks.handle(&headers, text.as_bytes()))
+    drive(callbacks.handle(&headers, text.as_bytes()))
 }
 
 pub fn review(key: &str, data: Value) -> Value {
