@@ -44,6 +44,14 @@ pub const MAX_ATTEMPTS: u32 = 8;
 /// How long ledger entries are kept.
 pub const LEDGER_RETENTION: Duration = Duration::days(90);
 
+/// What [`Engine::submit_exact`] did: decided the input, or left it to the record's version.
+#[derive(Debug)]
+pub enum Exact {
+    Decided(Box<Submitted>),
+    /// The record runs this other config version: the input, as read, is not for it.
+    OtherVersion(String),
+}
+
 /// What the engine did with one input.
 #[derive(Debug, Clone)]
 pub struct Submitted {
@@ -133,8 +141,8 @@ pub struct Engine {
 pub struct Versions {
     read: std::sync::Mutex<std::collections::HashMap<String, Arc<Config>>>,
     registered: std::sync::atomic::AtomicBool,
-    /// Whether every registered version has been read (once per engine).
-    listed: std::sync::atomic::AtomicBool,
+    /// When every registered version was last read (first: once per engine).
+    listed: std::sync::Mutex<Option<OffsetDateTime>>,
 }
 
 impl Versions {
@@ -259,20 +267,22 @@ impl Engine {
         input: &Input,
         now: OffsetDateTime,
     ) -> Result<Submitted, EngineError> {
-        let submitted = self.submit_on(workflow, key, input, now, false).await?;
-        Ok(submitted.expect("an input not held to its version is always decided"))
+        match self.submit_on(workflow, key, input, now, false).await? {
+            Exact::Decided(submitted) => Ok(*submitted),
+            Exact::OtherVersion(_) => unreachable!("an input not held to its version is always decided"),
+        }
     }
 
     /// [`Engine::submit`] for an input that holds only under `workflow`'s own config version (a
-    /// domain event matched against that version's `accepts_events`): `None`, and nothing
-    /// done, when the record is decided under another version.
+    /// domain event matched against that version's `accepts_events`): nothing is done when the
+    /// record is decided under another version, which is returned.
     pub async fn submit_exact(
         &self,
         workflow: &Workflow,
         key: &CorrelationKey,
         input: &Input,
         now: OffsetDateTime,
-    ) -> Result<Option<Submitted>, EngineError> {
+    ) -> Result<Exact, EngineError> {
         self.submit_on(workflow, key, input, now, true).await
     }
 
@@ -284,15 +294,20 @@ impl Engine {
         input: &Input,
         now: OffsetDateTime,
         exact: bool,
-    ) -> Result<Option<Submitted>, EngineError> {
+    ) -> Result<Exact, EngineError> {
         let mut record = self.store.load(&workflow.name, key).await?;
         for attempt in 1..=MAX_ATTEMPTS {
             // The record's own version decides, whatever version the caller read the input
             // with: a record finishes on the config it started on (a new start, on this one).
             let (governing, input) = self.pinned(workflow, record.as_ref(), input).await?;
+            let event = matches!(&*input, Input::StepInput { source: lifecycle::Source::Event, .. });
+            if event && record.as_ref().is_some_and(|r| r.state == State::Pending) {
+                info!("record pending: the event is retried once its version is settled");
+                return Err(EngineError::Unsettled);
+            }
             if exact && governing.config_version != workflow.config_version {
                 info!(record_version = %governing.config_version, "the record runs another config version, which decides this input");
-                return Ok(None);
+                return Ok(Exact::OtherVersion(governing.config_version.clone()));
             }
             let input = &*input;
             let workflow = &*governing;
@@ -351,7 +366,7 @@ impl Engine {
                     if let Some(outcome) = found {
                         submitted.decision.outcome = outcome;
                     }
-                    Ok(Some(submitted))
+                    Ok(Exact::Decided(Box::new(submitted)))
                 }
                 Err(source) => {
                     Err(EngineError::Unfinished { submitted: Box::new(submitted), source: Box::new(source) })
@@ -412,46 +427,53 @@ impl Engine {
         Ok(Definition::of(self.config_of(version).await?, workflow))
     }
 
-    /// `workflow` as defined in the newest config version that has a step named `step`: this
-    /// engine's own first, then the registered ones (a callback for a step an earlier version
-    /// had, answering a record pinned to it).
+    /// `workflow` as defined in a config version that has a step named `step`: this engine's
+    /// own first, then the registered ones (a callback for a step an earlier version had,
+    /// answering a record pinned to it; or one a later deploy added). Which one does not matter:
+    /// the engine finds the step again by name in the record's own version.
     pub async fn definition_with_step(
         &self,
         workflow: &str,
         step: &str,
     ) -> Result<Option<Definition>, StoreError> {
-        let has_step = |d: &Option<Definition>| d.as_ref().is_some_and(|d| d.step_index(step).is_some());
-        let own = self.definition(workflow, None).await?;
-        if has_step(&own) {
-            return Ok(own);
+        let find = |all: Vec<Arc<Config>>| {
+            all.into_iter().find_map(|c| Definition::of(c, workflow).filter(|d| d.step_index(step).is_some()))
+        };
+        if let Some(found) = find(self.config_versions().await?) {
+            return Ok(Some(found));
         }
-        for registered in self.store.configs().await?.iter().rev() {
-            let found = match self.config_of(Some(&registered.version)).await {
-                Ok(config) => Definition::of(config, workflow),
-                Err(_) => None,
-            };
-            if has_step(&found) {
-                return Ok(found);
-            }
-        }
-        Ok(None)
+        // A version registered since this engine read them (deployed after its cold start).
+        self.read_registered().await?;
+        Ok(find(self.config_versions().await?))
     }
 
     /// Every config version records may be on: this engine's own first, then every registered
     /// one (read from the table once per engine; a version registered later is read when a
     /// record names it).
     pub async fn config_versions(&self) -> Result<Vec<Arc<Config>>, StoreError> {
-        use std::sync::atomic::Ordering;
-        if !self.versions.listed.load(Ordering::Acquire) {
+        let listed = *self.versions.listed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if listed.is_none() {
             self.read_registered().await?;
-            self.versions.listed.store(true, Ordering::Release);
         }
         let mut all = vec![self.config.clone()];
         all.extend(self.versions.all().into_iter().filter(|c| c.version != self.config.version));
         Ok(all)
     }
 
+    /// Reads the registered versions again if the last read is older than `age`: a version
+    /// deployed since (during a deploy, old and new functions run side by side) may read an
+    /// input this one does not. `true` if it read them.
+    pub async fn refresh_versions(&self, age: Duration) -> Result<bool, StoreError> {
+        let listed = *self.versions.listed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if listed.is_some_and(|at| self.now() - at < age) {
+            return Ok(false);
+        }
+        self.read_registered().await?;
+        Ok(true)
+    }
+
     async fn read_registered(&self) -> Result<(), StoreError> {
+        let now = self.now();
         for registered in self.store.configs().await? {
             if self.versions.get(&registered.version).is_some() {
                 continue;
@@ -466,6 +488,7 @@ impl Engine {
                 }
             }
         }
+        *self.versions.listed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
         Ok(())
     }
 
@@ -908,6 +931,13 @@ pub enum EngineError {
     /// Every attempt lost a race for the record: heavy contention. Retry later.
     #[error("the record kept changing: {attempts} attempts lost the race")]
     Contended { attempts: u32 },
+    /// A domain event for a step of a record still pending: which config version reads it (and
+    /// so which step takes it, if any) is settled by its execution's first step report, seconds
+    /// away. Retried through the queue rather than buffered under a reading that may not hold.
+    #[error(
+        "the record is pending: the config version that reads this event is not settled until its first step"
+    )]
+    Unsettled,
     /// A write (the record's, or an inbox entry's) failed without a definite answer: it may or
     /// may not have landed. A retry of the same input finds out, and applies it at most once.
     #[error("a write's outcome is unknown")]
@@ -938,7 +968,7 @@ fn outcome_word(outcome: Outcome) -> &'static str {
 
 impl EngineError {
     /// The error types the engine adds to those of its ports.
-    pub const OWN_ERROR_TYPES: &[&str] = &["record_contended"];
+    pub const OWN_ERROR_TYPES: &[&str] = &["record_contended", "record_pending"];
 }
 
 impl Classified for EngineError {
@@ -948,6 +978,7 @@ impl Classified for EngineError {
             EngineError::Orchestrator(e) => e.error_type(),
             EngineError::Publish(e) => e.error_type(),
             EngineError::Contended { .. } => "record_contended",
+            EngineError::Unsettled => "record_pending",
             EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.error_type(),
         }
     }
@@ -957,7 +988,7 @@ impl Classified for EngineError {
             EngineError::Store(e) => e.retryable(),
             EngineError::Orchestrator(e) => e.retryable(),
             EngineError::Publish(e) => e.retryable(),
-            EngineError::Contended { .. } => true,
+            EngineError::Contended { .. } | EngineError::Unsettled => true,
             EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.retryable(),
         }
     }

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use tracing::{info, instrument};
 
 use crate::config::{Config, Workflow};
-use crate::engine::{Engine, payload_hash};
+use crate::engine::{Engine, EngineError, Exact, payload_hash};
 use crate::event::Event;
 use crate::ids::CorrelationKey;
 use crate::lifecycle::{Input, Source, StepOutcome};
@@ -27,6 +27,10 @@ impl SqsHandler for Intake {
         process_batch(event, &*self.dead_letters, |m| self.message(m)).await
     }
 }
+
+/// How old the registered versions a function knows may be before an event that no known
+/// version takes makes it read them again.
+const VERSIONS_MAX_AGE: time::Duration = time::Duration::minutes(1);
 
 /// The dead-letter reason of an event that matched a workflow but lacks its correlation key.
 pub const MISSING_CORRELATION_KEY: &str = "missing_correlation_key";
@@ -60,36 +64,76 @@ impl Intake {
                 return verdict;
             }
         };
-        let others = match other_step_inputs(&self.engine, body).await {
+        let mut others = match other_step_inputs(&self.engine, body).await {
             Ok(inputs) => inputs,
             Err(e) => return Verdict::from_error(&e),
         };
+        // Nothing takes it in the versions this function knows: a version deployed since may
+        // (read again at most once a minute).
+        if plan.inputs.is_empty() && others.is_empty() {
+            match self.engine.refresh_versions(VERSIONS_MAX_AGE).await {
+                Ok(true) => match other_step_inputs(&self.engine, body).await {
+                    Ok(inputs) => others = inputs,
+                    Err(e) => return Verdict::from_error(&e),
+                },
+                Ok(false) => {}
+                Err(e) => return Verdict::from_error(&e),
+            }
+        }
         if plan.inputs.is_empty() && others.is_empty() {
             info!(event_id = %plan.event.id, event_type = %plan.event.r#type, source = %plan.event.source,
                 "event starts no workflow and supplies no step: not eligible");
             self.engine.metrics.count(Metric::NotEligible, None, now);
             return Verdict::Done;
         }
-        for (workflow, key, input) in &plan.inputs {
-            // A step input is this version's reading of the event: it holds only for a record
-            // on this version (or none yet). Records on other versions get the event as their
-            // own version reads it, below.
-            let submitted = match input {
-                Input::StepInput { .. } => {
-                    self.engine.submit_exact(workflow, key, input, now).await.map(|_| ())
+        // A step input is one version's reading of the event: it holds only for a record on
+        // that version (or none yet, for this function's own). A record on a version this
+        // function has not read yet (deployed after its cold start) gets the event as that
+        // version reads it.
+        let mut read_in: Vec<String> = match self.engine.config_versions().await {
+            Ok(all) => all.iter().map(|c| c.version.clone()).collect(),
+            Err(e) => return Verdict::from_error(&e),
+        };
+        let own = plan.inputs.iter().map(|(w, k, i)| (*w, k, i));
+        let other = others.iter().map(|(w, k, i)| (&**w, k, i));
+        for (workflow, key, input) in own.chain(other) {
+            if !matches!(input, Input::StepInput { .. }) {
+                if let Err(e) = self.engine.submit(workflow, key, input, now).await {
+                    return Verdict::from_error(&e);
                 }
-                _ => self.engine.submit(workflow, key, input, now).await.map(|_| ()),
-            };
-            if let Err(e) = submitted {
-                return Verdict::from_error(&e);
+                continue;
             }
-        }
-        for (workflow, key, input) in &others {
-            if let Err(e) = self.engine.submit_exact(workflow, key, input, now).await {
-                return Verdict::from_error(&e);
+            match self.engine.submit_exact(workflow, key, input, now).await {
+                Ok(Exact::OtherVersion(version)) if !read_in.contains(&version) => {
+                    read_in.push(version.clone());
+                    if let Err(e) = self.read_in(&version, workflow, key, body, now).await {
+                        return Verdict::from_error(&e);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => return Verdict::from_error(&e),
             }
         }
         Verdict::Done
+    }
+
+    /// Submits the step inputs `body` supplies to (workflow, key) as config `version` reads it.
+    async fn read_in(
+        &self,
+        version: &str,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        body: &str,
+        now: time::OffsetDateTime,
+    ) -> Result<(), EngineError> {
+        let config = self.engine.config_of(Some(version)).await?;
+        let Ok(plan) = plan_event(&config, body) else { return Ok(()) };
+        for (w, k, input) in &plan.inputs {
+            if w.name == workflow.name && k == key && matches!(input, Input::StepInput { .. }) {
+                self.engine.submit_exact(w, k, input, now).await?;
+            }
+        }
+        Ok(())
     }
 }
 

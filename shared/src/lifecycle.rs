@@ -940,11 +940,17 @@ fn on_step_input(
     data: &Map<String, Value>,
     now: OffsetDateTime,
 ) -> Decision {
-    // An input with this id applied to this step before (in this generation or an earlier one):
-    // the same input again, or, with another payload, a conflict. An id applied to another step
-    // is not a repeat: one event may feed several steps.
+    // An input with this id applied to this step before, or to any step of an earlier
+    // generation (whose steps may be numbered otherwise, in the config version it ran): the
+    // same input again, or, with another payload, a conflict. An id applied to another step of
+    // this generation is not a repeat: one event may feed several steps.
     let current_step = r.state.step();
-    if let Some(seen) = r.applied.iter().rev().find(|a| &a.id == id && a.step.or(current_step) == Some(step))
+    let earlier_run = |a: &AppliedInput| a.generation.is_some_and(|g| g != r.generation);
+    if let Some(seen) = r
+        .applied
+        .iter()
+        .rev()
+        .find(|a| &a.id == id && (a.step.or(current_step) == Some(step) || earlier_run(a)))
     {
         if seen.hash != hash {
             return Decision::new(Outcome::Rejected(RejectReason::IdempotencyKeyReused))

@@ -443,3 +443,254 @@ fn domain_events_are_read_through_the_records_own_version() {
     settle(&s);
     assert_eq!(record(&s, "new").state, State::Succeeded);
 }
+
+// Round 2: a second attack on the fixes.
+// ---------------------------------------------------------------------------------------------
+
+/// A record written Pending on the first config; its StartExecution failed; `next` is deployed
+/// and the sweeper starts the execution on it. The execution's first step_ready is left in the
+/// progress queue (undelivered): the record is still Pending on the first version.
+fn pending_on_v1_running_next(s: &Stack, key: &str, next: baton::config::Config) {
+    s.world.script("sfn.StartExecution", Fault::Before);
+    send(s, &event(&format!("start-{key}"), "order.placed", key, json!({})));
+    deliver(s, QueueId::Intake);
+    {
+        let now = s.world.now() + Duration::hours(1);
+        let mut sqs = lock(&s.sqs);
+        for m in sqs.receive(QueueId::Intake, 10, now, &mut |_| 0) {
+            sqs.delete(QueueId::Intake, &m.id, m.receipt);
+        }
+    }
+    let r = record(s, key);
+    assert_eq!((r.state, r.config_version.as_deref()), (State::Pending, Some(s.config.version.as_str())));
+    s.deploy(next);
+    s.world.advance(Duration::minutes(5));
+    drive(s.live().sweeper.run_once(s.world.now())).unwrap();
+    assert!(!lock(&s.sqs).messages(QueueId::Progress).is_empty(), "the new execution's step_ready is queued");
+    assert_eq!(record(s, key).state, State::Pending);
+}
+
+/// Where an input id ended: applied (step), inbox entries (step name, status), ledger reasons,
+/// dead-lettered intake messages containing it.
+fn whereabouts(s: &Stack, key: &str, id: &str) -> String {
+    let t = trace(s, key);
+    let r = t.record.clone().unwrap();
+    let applied: Vec<_> =
+        r.applied.iter().filter(|a| a.id.as_str() == id).map(|a| (a.step, a.generation)).collect();
+    let inbox: Vec<_> =
+        t.inbox.iter().filter(|e| e.id.as_str() == id).map(|e| (e.step_name.clone(), e.status)).collect();
+    let ledger: Vec<_> = t.ledger.iter().filter(|l| l.input_id == id).map(|l| l.reason.as_str()).collect();
+    let dlq = lock(&s.sqs).messages(QueueId::IntakeDlq).iter().filter(|m| m.body.contains(id)).count();
+    format!(
+        "record {} (config {:?}) applied {applied:?}, inbox {inbox:?}, ledger {ledger:?}, intake DLQ {dlq}",
+        r.state, r.config_version
+    )
+}
+
+fn classified_somewhere(s: &Stack, key: &str, id: &str) -> bool {
+    let t = trace(s, key);
+    let r = t.record.clone().unwrap();
+    r.applied.iter().any(|a| a.id.as_str() == id)
+        || t.inbox.iter().any(|e| e.id.as_str() == id)
+        || t.ledger.iter().any(|l| l.input_id == id)
+        || lock(&s.sqs).messages(QueueId::IntakeDlq).iter().any(|m| m.body.contains(id))
+}
+
+/// The first config with payment taking `payment.captured` instead of `payment.settled`.
+fn captured_config() -> baton::config::Config {
+    baton::config::Config::parse(&CONFIG.replace(
+        "accepts_events: { type: [\"payment.settled\", \"order.note\"] }",
+        "accepts_events: { type: [\"payment.captured\"] }",
+    ))
+    .unwrap()
+}
+
+// Invariant 6 (and 1): an event arriving while the record is Pending on version 1, whose
+// execution runs version 2 (taken only by version 2's payment), is not decided while the
+// record's version is unsettled: it is retried through the queue, and once the first step
+// report has moved the record to version 2, version 2's reading buffers it for payment.
+#[test]
+fn r2_an_event_for_the_version_the_pending_record_moves_to_waits_for_the_version_to_settle() {
+    let s = stack();
+    pending_on_v1_running_next(&s, "k", captured_config());
+    send(&s, &event("cap-1", "payment.captured", "k", json!({"payment_ref": "c1"})));
+    let live = s.live();
+    deliver_with(&s, QueueId::Intake, &live.intake);
+    assert_eq!(lock(&s.sqs).messages(QueueId::Intake).len(), 1, "retried, not decided while pending");
+    deliver_with(&s, QueueId::Progress, &live.progress);
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    s.world.advance(baton_sim::sqs::VISIBILITY);
+    settle(&s);
+    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle(&s);
+    assert_eq!(applied_step(&s, "k", "cap-1"), Some(Some(1)), "{}", whereabouts(&s, "k", "cap-1"));
+    assert_eq!(record(&s, "k").state, State::Succeeded);
+}
+
+// The mirror: an event only version 1 takes, arriving while the record is Pending on version 1
+// but running version 2, is not buffered under version 1's reading: once the record is on
+// version 2, it is read there, takes no step, and is done with, never applied.
+#[test]
+fn r2_an_event_only_the_old_version_takes_is_not_applied_once_the_record_runs_the_new_one() {
+    let s = stack();
+    pending_on_v1_running_next(&s, "k", captured_config());
+    send(&s, &event("set-1", "payment.settled", "k", json!({"payment_ref": "s1"})));
+    let live = s.live();
+    deliver_with(&s, QueueId::Intake, &live.intake);
+    assert_eq!(lock(&s.sqs).messages(QueueId::Intake).len(), 1, "retried, not decided while pending");
+    deliver_with(&s, QueueId::Progress, &live.progress);
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle(&s);
+    s.world.advance(baton_sim::sqs::VISIBILITY);
+    settle(&s);
+    assert!(lock(&s.sqs).messages(QueueId::Intake).is_empty(), "done with, not retried forever");
+    assert!(
+        applied_step(&s, "k", "set-1").is_none(),
+        "payment.settled was applied to a record whose version's payment takes only payment.captured: {}",
+        whereabouts(&s, "k", "set-1")
+    );
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+}
+
+// Invariant 6: a warm intake function of the old deployment read the registered versions before
+// the deploy; an event for a record started on the new version is skipped in its own version,
+// and then read in the record's version, which it reads from the table then.
+#[test]
+fn r2_an_old_warm_intake_reads_an_event_for_a_record_on_the_new_version_in_that_version() {
+    let s = stack();
+    let old = s.live();
+    // The old functions have handled an event (their list of versions is read: only v1).
+    send(&s, &event("start-other", "order.placed", "other", json!({})));
+    deliver_with(&s, QueueId::Intake, &old.intake);
+    s.deploy(config_v2());
+    send(&s, &event("start-k", "order.placed", "k", json!({})));
+    settle(&s);
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 0 });
+    // The payment event is taken by an old invocation (the deploy window).
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    deliver_with(&s, QueueId::Intake, &old.intake);
+    assert!(lock(&s.sqs).messages(QueueId::Intake).is_empty(), "the event was taken (Done)");
+    assert!(
+        classified_somewhere(&s, "k", "pay-1"),
+        "the payment event is classified nowhere: {}",
+        whereabouts(&s, "k", "pay-1")
+    );
+}
+
+// The version switch landing while an event is being read: the invocation that saw the record
+// pending fails the message, and its redelivery reads the record on its settled version.
+#[test]
+fn r2_a_repin_while_an_event_is_read_does_not_lose_it() {
+    let s = traced();
+    pending_on_v1_running_next(&s, "k", config_v2());
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    let live = s.live();
+    let now = s.world.now();
+    let batch = lock(&s.sqs).receive(QueueId::Intake, 1, now, &mut |_| 0);
+    let mut intake = std::pin::pin!(live.intake.handle(baton_sim::sqs::event(&batch)));
+    run_until(&s.world, &mut intake, "ddb.GetItem(record)");
+    deliver_with(&s, QueueId::Progress, &live.progress);
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(live.config.version.as_str()));
+    let response = drive(intake);
+    if response.batch_item_failures.is_empty() {
+        lock(&s.sqs).delete(QueueId::Intake, &batch[0].id, batch[0].receipt);
+    }
+    s.world.advance(baton_sim::sqs::VISIBILITY);
+    settle(&s);
+    assert!(
+        classified_somewhere(&s, "k", "pay-1"),
+        "the payment event is classified nowhere: {}",
+        whereabouts(&s, "k", "pay-1")
+    );
+}
+
+// Invariant 6: the record remembers applied inputs by step index; a redelivered event that a
+// generation on version 1 applied to payment (index 1) is, in the next generation on version 2
+// (payment is index 2), still a duplicate: an input of an earlier generation is a repeat
+// whatever its step. Without the deploy it is a duplicate too (the control below).
+#[test]
+fn r2_an_event_applied_in_generation_1_is_a_duplicate_in_generation_2_on_a_new_version() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    let pay = event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"}));
+    send(&s, &pay);
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Succeeded);
+    s.deploy(config_v2());
+    send(&s, &event("start-k-2", "order.placed", "k", json!({})));
+    settle(&s);
+    assert_eq!(record(&s, "k").generation, 2);
+    finish_until_payment_v2(&s);
+    // The producer's late redelivery of pay-1.
+    send(&s, &pay);
+    settle(&s);
+    let r = record(&s, "k");
+    let times = r.applied.iter().filter(|a| a.id.as_str() == "pay-1").count();
+    assert_eq!(
+        times,
+        1,
+        "pay-1 applied {times} times (generation 1 and 2): record {} applied {:?}",
+        r.state,
+        r.applied.iter().map(|a| (a.id.to_string(), a.step, a.generation)).collect::<Vec<_>>()
+    );
+}
+
+fn finish_until_payment_v2(s: &Stack) {
+    let a = callback(s, "cb-review-2", &review("k", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle(s);
+    let body = json!({"workflow": "review", "key": "k", "step": "fraud-check", "outcome": "succeeded", "data": {"score": 1}});
+    let a = callback(s, "cb-fraud-2", &body);
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle(s);
+    assert_eq!(record(s, "k").state, State::Waiting { step: v2_index("payment") });
+}
+
+#[test]
+fn r2_control_without_a_deploy_the_late_redelivery_is_a_duplicate() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    let pay = event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"}));
+    send(&s, &pay);
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Succeeded);
+    send(&s, &event("start-k-2", "order.placed", "k", json!({})));
+    settle(&s);
+    callback(&s, "cb-review-2", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+    send(&s, &pay);
+    settle(&s);
+    let r = record(&s, "k");
+    assert_eq!(r.applied.iter().filter(|a| a.id.as_str() == "pay-1").count(), 1);
+    assert_eq!(r.state, State::Waiting { step: 1 });
+}
+
+// Probe: a callback buffered under a step name the record's version loses at the re-pin
+// (renamed) is expired by the sweeper with a ledger entry, never applied elsewhere.
+#[test]
+fn r2_probe_a_callback_buffered_under_a_name_the_repinned_version_lacks_expires_ledgered() {
+    let s = stack();
+    let renamed = baton::config::Config::parse(&CONFIG.replace("name: payment", "name: settlement")).unwrap();
+    pending_on_v1_running_next(&s, "k", renamed);
+    let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p1"})));
+    assert_eq!(a.status.as_u16(), 202, "{}", a.body);
+    settle(&s);
+    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+    s.world.advance(Duration::days(2));
+    drive(s.live().sweeper.run_once(s.world.now())).unwrap();
+    assert!(applied_step(&s, "k", "cb-pay").is_none());
+    assert!(ledgered(&s, "k", "cb-pay", "buffer_expired"), "{}", whereabouts(&s, "k", "cb-pay"));
+}
