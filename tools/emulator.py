@@ -251,7 +251,7 @@ def _alias_problem(alias_arn, machine_arn, region):
     try:
         alias = backend.describe_state_machine_alias(alias_arn)
         machine = backend.describe_state_machine(machine_arn)
-    except Exception as e:  # the alias or the machine does not exist: say so, as AWS would
+    except Exception as e:  # the alias or the machine does not exist: say so
         return f"cannot start through {alias_arn}: {e}"
     routes = alias.routing_configuration
     latest = machine.latest_version

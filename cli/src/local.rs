@@ -7,9 +7,10 @@
 //! writes `.baton/local.json` for the operator commands. SIGINT or SIGTERM stops all of it,
 //! the emulator included (SIGKILL if it ignores SIGTERM for 10 s).
 //!
-//! SIGHUP deploys the config file again, as `sam deploy` would: it is read and validated (an
-//! invalid file is refused and the running stack kept), its state machines are generated and
-//! updated on the emulator, and the functions restart on it, on the same HTTP port. Records in
+//! SIGHUP deploys the config file again: it is read and validated (an invalid file is refused
+//! and the running stack kept); then the running functions stop, its state machines are
+//! generated and updated on the emulator, and the functions start on it, on the same HTTP port
+//! (a failure there stops `baton local`). Records in
 //! flight finish on the config version they started on.
 //!
 //! Idle, nothing spins: the mappings sit in 20-second long polls, the sweeper sleeps.

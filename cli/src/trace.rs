@@ -166,7 +166,7 @@ pub struct RecordView {
     pub step_name: Option<String>,
     pub generation: u32,
     pub version: u64,
-    /// The config version this generation started on (`null`: started before versions).
+    /// The config version this generation runs (`null`: started before versions).
     pub config_version: Option<String>,
     #[serde(serialize_with = "crate::ops::ser_opt_time")]
     pub deadline: Option<OffsetDateTime>,

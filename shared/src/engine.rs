@@ -243,8 +243,9 @@ impl Engine {
         format!("{}{workflow}", self.state_machine_prefix)
     }
 
-    /// What executions of a workflow start on: its alias, which points at the state machine
-    /// version deployed with this config, or the state machine itself.
+    /// What executions of a workflow start on: its alias, which points at the most recently
+    /// deployed state machine version (during a deploy, not necessarily this engine's config:
+    /// the first step's report settles the record's version), or the state machine itself.
     pub fn start_arn(&self, workflow: &str) -> String {
         let arn = self.state_machine_arn(workflow);
         match &self.state_machine_alias {

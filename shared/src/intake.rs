@@ -2,9 +2,14 @@
 //!
 //! Per message, parse first, then act (parse-then-apply): the event is parsed, every workflow it
 //! starts and every step it supplies is resolved with its correlation key, and only then does
-//! anything change. So an event that is wrong for one workflow goes to the dead-letter queue
-//! whole, before it has half-started the others. Starting is idempotent (the record remembers
-//! its start events; execution names are deterministic), so redelivery is always safe.
+//! anything change. So an event that is wrong for one workflow (as the deployed config reads
+//! it) goes to the dead-letter queue whole, before it has half-started the others. Starting is
+//! idempotent (the record remembers its start events; execution names are deterministic), so
+//! redelivery is always safe.
+//!
+//! Step inputs are read in every registered config version: a record takes an event only as
+//! its own version reads it. Another version's reading that fails (no key at that version's
+//! pointer) supplies nothing there, and does not dead-letter the event.
 
 use std::sync::Arc;
 

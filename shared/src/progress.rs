@@ -22,7 +22,7 @@ use tracing::instrument;
 
 use crate::config::Workflow;
 use crate::engine::Engine;
-use crate::ids::{CorrelationKey, TaskToken};
+use crate::ids::{CorrelationKey, TaskToken, WorkflowName};
 use crate::lifecycle::{Finish, Input};
 use crate::metrics::Metric;
 use crate::sqs::{DeadLetters, SqsHandler, Verdict, process_batch};
@@ -72,10 +72,10 @@ pub enum FinishedOutcome {
 pub enum ReportError {
     #[error("not a progress report: {0}")]
     Malformed(#[source] serde_json::Error),
-    #[error("unknown workflow {0:?}: the config no longer defines it")]
+    #[error("unknown workflow {0:?}: the config version the report is read in does not define it")]
     UnknownWorkflow(String),
     #[error(
-        "workflow {workflow} has no step {step} named {name:?}: the config changed under a running execution"
+        "workflow {workflow} has no step {step} named {name:?} in the config version the report is read in"
     )]
     UnknownStep { workflow: String, step: u32, name: String },
     #[error("invalid field {field}: {problem}")]
@@ -99,14 +99,27 @@ impl ReportError {
 }
 
 /// The config version a report names: its execution runs that version's definition, so its
-/// step is read in that version (the engine finds it again in the record's).
+/// step is read in that version (the engine finds it again in the record's). A report that
+/// names none comes from an execution started before reports did: it is read in its record's
+/// own version, the one that execution was started for.
 pub async fn report_config(
     engine: &Engine,
     body: &str,
 ) -> Result<Arc<crate::config::Config>, crate::store::StoreError> {
-    let version = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("config_version").and_then(|v| v.as_str()).map(str::to_owned));
+    let doc = serde_json::from_str::<serde_json::Value>(body).unwrap_or_default();
+    let text = |field: &str| doc.get(field).and_then(|v| v.as_str()).map(str::to_owned);
+    let version = match text("config_version") {
+        Some(version) => Some(version),
+        None => match (text("workflow"), text("key")) {
+            (Some(workflow), Some(key)) => {
+                match (WorkflowName::parse(workflow), CorrelationKey::parse(key)) {
+                    (Ok(w), Ok(k)) => engine.store.load(&w, &k).await?.and_then(|r| r.config_version),
+                    _ => None,
+                }
+            }
+            _ => None,
+        },
+    };
     engine.config_of(version.as_deref()).await
 }
 

@@ -8,8 +8,9 @@
 //! - **safe**: records in flight finish on their version (steps appended, inserted, removed,
 //!   renamed or reordered; `requires`, `accepts_events`, timeouts, tasks changed), or nothing
 //!   live is touched;
-//! - **breaking even with pinning**: records in flight could never be reached again (a changed
-//!   key pointer, a removed workflow with live records);
+//! - **breaking even with pinning**: a changed key pointer, always (start events and restarts
+//!   would correlate to other keys); a removed workflow with live records (their callbacks
+//!   would be refused);
 //! - **needs a person**: live records from before versions (unpinned: they follow the deployed
 //!   config) are touched, or a removed workflow's live records were not counted.
 //!
@@ -170,7 +171,7 @@ pub fn plan(from: &Config, to: &Config, live: &Live) -> RolloutPlan {
                 let (class, why) = by_live(
                     &touches,
                     Class::Breaking,
-                    "the deployed functions would not know the workflow: its live records would get no more callbacks or events",
+                    "the deployed functions would not know the workflow: its live records' callbacks would get 404 unknown_workflow",
                 );
                 changes.push(change(old, "workflow_removed", "removed".into(), class, why, touches));
             }

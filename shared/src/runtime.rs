@@ -38,7 +38,7 @@ pub struct Settings {
     /// `BATON_STATE_MACHINE_PREFIX`: a workflow's state machine ARN is this plus its name.
     pub state_machine_prefix: String,
     /// `BATON_STATE_MACHINE_ALIAS`: executions start through this alias of each state machine
-    /// (SAM's `AutoPublishAlias`), which points at the version deployed with this config.
+    /// (SAM's `AutoPublishAlias`), which points at the most recently deployed version.
     pub state_machine_alias: Option<String>,
     /// `BATON_DLQ_URL`: the dead-letter queue for this function's poison messages.
     pub dlq_url: Option<String>,

@@ -694,3 +694,35 @@ fn r2_probe_a_callback_buffered_under_a_name_the_repinned_version_lacks_expires_
     assert!(applied_step(&s, "k", "cb-pay").is_none());
     assert!(ledgered(&s, "k", "cb-pay", "buffer_expired"), "{}", whereabouts(&s, "k", "cb-pay"));
 }
+
+// A report from an execution started before reports named their config version is read in its
+// record's own version (the one that execution was started for), not in the deployed one.
+#[test]
+fn a_report_without_a_config_version_is_read_in_its_records_version() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    // The execution's step_ready for payment (step 1 of version 1) waits in the queue, as one
+    // from before versions: without `config_version`.
+    let now = s.world.now();
+    let taken = lock(&s.sqs).receive(QueueId::Progress, 10, now, &mut |_| 0);
+    let ready = taken.iter().find(|m| m.body.contains("step_ready")).expect("the payment step_ready");
+    let mut legacy: serde_json::Value = serde_json::from_str(&ready.body).unwrap();
+    legacy.as_object_mut().unwrap().remove("config_version");
+    for m in &taken {
+        lock(&s.sqs).delete(QueueId::Progress, &m.id, m.receipt);
+    }
+    s.deploy(config_v2());
+    lock(&s.sqs).send(QueueId::Progress, legacy.to_string(), Default::default(), now);
+    settle(&s);
+    assert!(lock(&s.sqs).messages(QueueId::ProgressDlq).is_empty(), "not dead-lettered as unknown_step");
+    let r = record(&s, "k");
+    assert_eq!(
+        (r.state, r.config_version.as_deref()),
+        (State::Waiting { step: 1 }, Some(s.config.version.as_str()))
+    );
+    let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Succeeded);
+}

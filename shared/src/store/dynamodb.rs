@@ -324,8 +324,13 @@ fn receipt_sk(id: &EventId) -> String {
     format!("RECEIPT#{id}")
 }
 
-fn inbox_sk(step_name: &str, id: &EventId) -> String {
-    format!("INBOX#{step_name}#{id}")
+/// An inbox entry's sort key: by step name. Entries buffered before the inbox was kept by name
+/// (no `step_name`) keep their key by index; they are not drained, and expire into the ledger.
+fn inbox_sk(entry: &InboxEntry) -> String {
+    if entry.step_name.is_empty() {
+        return format!("INBOX#{:05}#{}", entry.step, entry.id);
+    }
+    format!("INBOX#{}#{}", entry.step_name, entry.id)
 }
 
 fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
@@ -539,7 +544,7 @@ fn parse_task(item: &Item) -> Result<Task, StoreError> {
         key: r.id("key")?,
         generation: r.n("generation")?,
         step: r.n("step")?,
-        step_name: r.s("step_name")?.to_owned(),
+        step_name: r.opt_s("step_name")?.unwrap_or_default().to_owned(),
         id: r.s("task_id")?.to_owned(),
         title: r.s("title")?.to_owned(),
         queue: r.s("queue")?.to_owned(),
@@ -578,7 +583,7 @@ fn parse_receipt(item: &Item) -> Result<Receipt, StoreError> {
 }
 
 fn inbox_item(e: &InboxEntry) -> Item {
-    let mut item = base_item(&e.workflow, &e.key, &inbox_sk(&e.step_name, &e.id));
+    let mut item = base_item(&e.workflow, &e.key, &inbox_sk(e));
     item.extend([
         ("step".into(), n(e.step)),
         ("step_name".into(), s(&e.step_name)),
@@ -816,7 +821,7 @@ impl WorkflowStore for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(&pk(&entry.workflow, &entry.key)))
-            .key("sk", s(&inbox_sk(&entry.step_name, &entry.id)))
+            .key("sk", s(&inbox_sk(entry)))
             // Rule: a buffered entry settles once; whoever loses sees how it was settled.
             .condition_expression("#status = :buffered")
             .update_expression("SET #status = :to REMOVE #due_kind, #due_at")
@@ -833,7 +838,7 @@ impl WorkflowStore for DynamoStore {
             Err(Some(old)) if !old.is_empty() => parse_inbox(&old).map(Claim::Exists),
             Err(_) => Err(StoreError::Corrupt {
                 pk: pk(&entry.workflow, &entry.key),
-                sk: inbox_sk(&entry.step_name, &entry.id),
+                sk: inbox_sk(entry),
                 problem: "the inbox entry to settle does not exist".into(),
             }),
         }
