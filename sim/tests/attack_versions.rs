@@ -14,6 +14,14 @@ use common::*;
 use serde_json::json;
 use time::Duration;
 
+/// The review of `key` approved by a callback `id` to the functions deployed now (answered
+/// 200), and its effects delivered.
+fn approve(s: &Stack, key: &str, id: &str) {
+    let a = callback(s, id, &review(key, json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle(s);
+}
+
 fn applied_step(s: &Stack, key: &str, id: &str) -> Option<Option<u32>> {
     record(s, key).applied.iter().find(|a| a.id.as_str() == id).map(|a| a.step)
 }
@@ -41,9 +49,7 @@ fn a_payment_buffered_before_the_start_and_a_deploy_is_never_applied_to_another_
     send(&s, &event("start-k", "order.placed", "k", json!({})));
     settle(&s);
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
-    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
+    approve(&s, "k", "cb-review");
     let r = record(&s, "k");
     // The payment callback named `payment`: applied, it belongs to payment (step 2 in version
     // 2), never to fraud-check (step 1).
@@ -77,9 +83,7 @@ fn a_payment_buffered_by_the_new_functions_reaches_a_record_the_old_ones_started
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(old.config.version.as_str()));
     settle(&s);
     assert_eq!(record(&s, "k").state, State::Waiting { step: 0 });
-    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
+    approve(&s, "k", "cb-review");
     let t = trace(&s, "k");
     let r = t.record.clone().unwrap();
     assert!(
@@ -110,9 +114,7 @@ fn a_callback_for_the_next_generation_buffered_before_a_deploy_reaches_its_named
     settle(&s);
     let r = record(&s, "k");
     assert_eq!((r.generation, r.config_version.as_deref()), (2, Some(s.live().config.version.as_str())));
-    let a = callback(&s, "cb-review-2", &review("k", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
+    approve(&s, "k", "cb-review-2");
     let r = record(&s, "k");
     assert_ne!(
         applied_step(&s, "k", "cb-pay-g2"),
@@ -287,9 +289,7 @@ fn a_ledgered_payment_replayed_after_a_restart_on_a_new_version_is_not_applied_t
     s.deploy(config_v2());
     send(&s, &event("start-k-2", "order.placed", "k", json!({})));
     settle(&s);
-    let a = callback(&s, "cb-review-2", &review("k", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
+    approve(&s, "k", "cb-review-2");
     assert_eq!(record(&s, "k").state, State::Waiting { step: v2_index("fraud-check") });
     // The operator replays the ledgered payment.
     let entry = trace(&s, "k").ledger.into_iter().find(|l| l.input_id == "cb-pay").unwrap();
@@ -350,9 +350,7 @@ fn probe_callbacks_and_reports_for_a_version_1_record_after_a_deploy() {
         "outcome": "succeeded", "data": {"score": 1}}),
     );
     assert_eq!((a.status.as_u16(), a.body["error"].as_str()), (404, Some("unknown_step")), "{}", a.body);
-    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
+    approve(&s, "k", "cb-review");
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
     let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p"})));
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
@@ -381,9 +379,7 @@ fn probe_old_and_new_functions_side_by_side() {
     // A version-2 record; the old callback function takes a fraud-check callback for it.
     send(&s, &event("start-j", "order.placed", "j", json!({})));
     settle(&s);
-    let a = callback(&s, "cb-review-j", &review("j", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
+    approve(&s, "j", "cb-review-j");
     let a = callback_with(
         &s,
         &old.callbacks,
@@ -430,9 +426,7 @@ fn domain_events_are_read_through_the_records_own_version() {
     // A record on the new version takes the new event, not the old one.
     send(&s, &event("start-new", "order.placed", "new", json!({})));
     settle(&s);
-    let a = callback(&s, "cb-review-new", &review("new", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
+    approve(&s, "new", "cb-review-new");
     send(&s, &event("settled-new", "payment.settled", "new", json!({"payment_ref": "s"})));
     settle(&s);
     assert!(
@@ -521,9 +515,7 @@ fn r2_an_event_for_the_version_the_pending_record_moves_to_waits_for_the_version
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
     s.world.advance(baton_sim::sqs::VISIBILITY);
     settle(&s);
-    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
+    approve(&s, "k", "cb-review");
     assert_eq!(applied_step(&s, "k", "cap-1"), Some(Some(1)), "{}", whereabouts(&s, "k", "cap-1"));
     assert_eq!(record(&s, "k").state, State::Succeeded);
 }
@@ -541,9 +533,7 @@ fn r2_an_event_only_the_old_version_takes_is_not_applied_once_the_record_runs_th
     assert_eq!(lock(&s.sqs).messages(QueueId::Intake).len(), 1, "retried, not decided while pending");
     deliver_with(&s, QueueId::Progress, &live.progress);
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
-    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
+    approve(&s, "k", "cb-review");
     s.world.advance(baton_sim::sqs::VISIBILITY);
     settle(&s);
     assert!(lock(&s.sqs).messages(QueueId::Intake).is_empty(), "done with, not retried forever");
@@ -642,9 +632,7 @@ fn r2_an_event_applied_in_generation_1_is_a_duplicate_in_generation_2_on_a_new_v
 }
 
 fn finish_until_payment_v2(s: &Stack) {
-    let a = callback(s, "cb-review-2", &review("k", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(s);
+    approve(s, "k", "cb-review-2");
     let body = json!({"workflow": "review", "key": "k", "step": "fraud-check", "outcome": "succeeded", "data": {"score": 1}});
     let a = callback(s, "cb-fraud-2", &body);
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
@@ -685,9 +673,7 @@ fn r2_probe_a_callback_buffered_under_a_name_the_repinned_version_lacks_expires_
     assert_eq!(a.status.as_u16(), 202, "{}", a.body);
     settle(&s);
     assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
-    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
+    approve(&s, "k", "cb-review");
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
     s.world.advance(Duration::days(2));
     drive(s.live().sweeper.run_once(s.world.now())).unwrap();
