@@ -69,8 +69,7 @@ pub fn all(
     let evidence = lock(&stack.evidence);
     let sqs = lock(&stack.sqs);
     let records = stack.memory.records();
-    let deployed = lock(&stack.deployed).clone();
-    let version_of = |v: Option<&String>| deployed.iter().find(|c| Some(&c.version) == v);
+    let version_of = |v: Option<&String>| stack.store.deployed(v);
 
     // The inbox handshake: an entry put while its step already waited is followed by its
     // invocation reading the record (and draining if the step still waits), or, if that
@@ -200,13 +199,8 @@ pub fn all(
     for p in &published {
         let t = &p.task;
         let at = (t.workflow.to_string(), t.key.to_string(), t.generation);
-        let Some(wf) = generation_version
-            .get(&at)
-            .and_then(|v| version_of(Some(v)))
-            .and_then(|c| c.workflow(t.workflow.as_str()))
-        else {
-            continue;
-        };
+        let Some(config) = generation_version.get(&at).and_then(|v| version_of(Some(v))) else { continue };
+        let Some(wf) = config.workflow(t.workflow.as_str()) else { continue };
         let spec = wf.steps.get(t.step as usize);
         let expected = spec.and_then(|s| {
             let title =
@@ -243,10 +237,8 @@ pub fn all(
         if left_at.is_some_and(|t| t <= settled_by) {
             continue;
         }
-        let Some(wf) = version_of(r.config_version.as_ref()).and_then(|c| c.workflow(r.workflow.as_str()))
-        else {
-            continue;
-        };
+        let Some(config) = version_of(r.config_version.as_ref()) else { continue };
+        let Some(wf) = config.workflow(r.workflow.as_str()) else { continue };
         let Some(spec) = wf.steps.get(step as usize) else { continue };
         if spec.task.is_none() {
             continue;

@@ -143,7 +143,7 @@ impl Shared {
     /// Puts `config`'s state machines in the model and builds the functions on it.
     fn deploy(&self, config: Arc<Config>) -> Deployment {
         let world = &self.world;
-        lock(&self.store.configs).push(config.clone());
+        lock(&self.store.deployed).push(config.clone());
         for (rel, text) in baton::asl::render_all(&config) {
             let name =
                 rel.trim_start_matches(&format!("{}/", baton::asl::OUT_DIR)).trim_end_matches(".asl.json");
@@ -187,8 +187,6 @@ impl Shared {
 /// schedule starts on; [`Stack::live`] is the one running now.
 pub struct Stack {
     pub live: Arc<Mutex<Arc<Deployment>>>,
-    /// Every config deployed, in order.
-    pub deployed: Mutex<Vec<Arc<Config>>>,
     shared: Shared,
     pub world: Arc<World>,
     pub config: Arc<Config>,
@@ -218,7 +216,7 @@ impl Stack {
             violations: violations.clone(),
             cursed,
             late_puts: Mutex::new(Default::default()),
-            configs: Mutex::new(Vec::new()),
+            deployed: Mutex::new(Vec::new()),
         });
         let sqs = Arc::new(Mutex::new(Sqs::default()));
         let sfn = Arc::new(Mutex::new(Model::default()));
@@ -238,7 +236,6 @@ impl Stack {
             sweeper: first.sweeper.clone(),
             engine: first.engine.clone(),
             live: Arc::new(Mutex::new(first)),
-            deployed: Mutex::new(vec![config.clone()]),
             shared,
             world,
             config,
@@ -265,7 +262,6 @@ impl Stack {
         let config = Arc::new(config);
         let deployment = Arc::new(self.shared.deploy(config.clone()));
         *lock(&self.live) = deployment;
-        lock(&self.deployed).push(config);
         lock(&self.world.counts).add("deploy");
         self.world.note(|| format!("deploy: config {version}"));
     }
@@ -539,13 +535,10 @@ fn stranded_inputs(stack: &Stack) -> Vec<String> {
             continue;
         }
         // The step's name in the record's own config version: the inbox is kept by name.
-        let deployed = lock(&stack.deployed).clone();
-        let Some(name) = deployed
-            .iter()
-            .find(|c| r.config_version.as_ref() == Some(&c.version))
-            .and_then(|c| c.workflow(r.workflow.as_str()))
-            .and_then(|w| w.steps.get(step as usize))
-            .map(|s| s.name.to_string())
+        let Some(name) = stack
+            .store
+            .deployed(r.config_version.as_ref())
+            .and_then(|c| Some(c.workflow(r.workflow.as_str())?.steps.get(step as usize)?.name.to_string()))
         else {
             continue;
         };

@@ -47,8 +47,8 @@ pub struct SimStore {
     /// Inbox entries put while their step already waited, with neither a read of the record by
     /// their actor nor a read of their inbox by anyone since.
     pub late_puts: Mutex<std::collections::BTreeSet<LatePut>>,
-    /// Every config deployed, to name a record's step in its own version.
-    pub configs: Mutex<Vec<Arc<baton::config::Config>>>,
+    /// Every config deployed, in order: what a record's config version names.
+    pub deployed: Mutex<Vec<Arc<baton::config::Config>>>,
 }
 
 /// An inbox entry that landed while its step already waited.
@@ -62,6 +62,13 @@ pub struct LatePut {
     pub step: u32,
     pub step_name: String,
     pub id: String,
+}
+
+impl SimStore {
+    /// The deployed config of `version` (a record's, a task's generation's).
+    pub fn deployed(&self, version: Option<&String>) -> Option<Arc<baton::config::Config>> {
+        lock(&self.deployed).iter().find(|c| version == Some(&c.version)).cloned()
+    }
 }
 
 fn unavailable(op: &'static str) -> StoreError {
@@ -194,12 +201,10 @@ impl WorkflowStore for SimStore {
         let record = self.inner.load(&entry.workflow, &entry.key).await?;
         // The step of the entry's name in the record's own version (the inbox is kept by name).
         let waiting = record.as_ref().and_then(|r| {
-            let configs = lock(&self.configs);
-            let wf = configs
-                .iter()
-                .find(|c| r.config_version.as_ref() == Some(&c.version))?
-                .workflow(r.workflow.as_str())?;
-            let step = wf.step_index(&entry.step_name)?;
+            let step = self
+                .deployed(r.config_version.as_ref())?
+                .workflow(r.workflow.as_str())?
+                .step_index(&entry.step_name)?;
             (r.state == State::Waiting { step } && Some(r.generation) == entry.generation).then_some(step)
         });
         if claim == Claim::Acquired
