@@ -69,19 +69,23 @@ impl Intake {
                 return verdict;
             }
         };
-        let mut others = match other_step_inputs(&self.engine, body).await {
-            Ok(inputs) => inputs,
+        let mut versions = match self.engine.config_versions().await {
+            Ok(versions) => versions,
             Err(e) => return Verdict::from_error(&e),
         };
+        let mut others = other_step_inputs(&versions, body);
         // Nothing takes it in the versions this function knows: a version deployed since may
         // (read again at most once a minute).
         if plan.inputs.is_empty() && others.is_empty() {
             match self.engine.refresh_versions(VERSIONS_MAX_AGE).await {
-                Ok(true) => match other_step_inputs(&self.engine, body).await {
-                    Ok(inputs) => others = inputs,
+                Ok(false) => {}
+                Ok(true) => match self.engine.config_versions().await {
+                    Ok(all) => {
+                        versions = all;
+                        others = other_step_inputs(&versions, body);
+                    }
                     Err(e) => return Verdict::from_error(&e),
                 },
-                Ok(false) => {}
                 Err(e) => return Verdict::from_error(&e),
             }
         }
@@ -95,10 +99,7 @@ impl Intake {
         // that version (or none yet, for this function's own). A record on a version this
         // function has not read yet (deployed after its cold start) gets the event as that
         // version reads it.
-        let mut read_in: Vec<String> = match self.engine.config_versions().await {
-            Ok(all) => all.iter().map(|c| c.version.clone()).collect(),
-            Err(e) => return Verdict::from_error(&e),
-        };
+        let mut read_in: Vec<String> = versions.iter().map(|c| c.version.clone()).collect();
         let own = plan.inputs.iter().map(|(w, k, i)| (*w, k, i));
         let other = others.iter().map(|(w, k, i)| (&**w, k, i));
         for (workflow, key, input) in own.chain(other) {
@@ -142,16 +143,17 @@ impl Intake {
     }
 }
 
-/// The step inputs `body` supplies as each other registered config version reads it (its
-/// `accepts_events`, its key pointer): for records on that version. An event that does not
-/// parse, or matches nothing there, supplies nothing there.
-pub async fn other_step_inputs(
-    engine: &Engine,
+/// The step inputs `body` supplies as each other config version of `versions` (the engine's
+/// own first, as [`Engine::config_versions`] lists them) reads it (its `accepts_events`, its
+/// key pointer): for records on that version. An event that does not parse, or matches nothing
+/// there, supplies nothing there.
+pub fn other_step_inputs(
+    versions: &[Arc<Config>],
     body: &str,
-) -> Result<Vec<(crate::engine::Definition, CorrelationKey, Input)>, crate::store::StoreError> {
+) -> Vec<(crate::engine::Definition, CorrelationKey, Input)> {
     let mut out = Vec::new();
-    for config in engine.config_versions().await?.into_iter().skip(1) {
-        let Ok(plan) = plan_event(&config, body) else { continue };
+    for config in versions.iter().skip(1) {
+        let Ok(plan) = plan_event(config, body) else { continue };
         for (workflow, key, input) in plan.inputs {
             if let (Input::StepInput { .. }, Some(definition)) =
                 (&input, crate::engine::Definition::of(config.clone(), workflow.name.as_str()))
@@ -160,7 +162,7 @@ pub async fn other_step_inputs(
             }
         }
     }
-    Ok(out)
+    out
 }
 
 /// Parses an event and resolves what it does under `config`, before anything is applied.

@@ -114,7 +114,7 @@ pub async fn plan_message(
     };
     // An event's step inputs as the other config versions read it, for records on them.
     let others = match origin {
-        Origin::Intake => crate::intake::other_step_inputs(engine, body).await?,
+        Origin::Intake => crate::intake::other_step_inputs(&engine.config_versions().await?, body),
         _ => Vec::new(),
     };
     let inputs: Vec<(&Workflow, CorrelationKey, Input)> = match origin {
