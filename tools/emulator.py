@@ -31,7 +31,7 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
 
 4. A record of the calls each function makes (`--record-calls PATH`), for the policy contract
    (tools/policy-check.py). A request tagged `x-baton-function` (the local runtime tags each
-   function's clients, shared/src/local/identity.rs) is written as one JSON line: the function,
+   function's clients, local/src/identity.rs) is written as one JSON line: the function,
    its stack, the IAM action, and the ARN of the resource it touches. A task token is traced to
    the state machine that issued it, which is what AWS authorizes SendTask* against. `POST
    /_baton/stacks` writes a stack's resolved names and ARNs to the same file.

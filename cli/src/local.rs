@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use baton::config::Config;
 use baton::engine::system_clock;
-use baton::local::runtime::{LocalBaton, LocalOptions};
-use baton::local::{Clients, Template};
 use baton::metrics::Metrics;
+use baton_local::runtime::{LocalBaton, LocalOptions};
+use baton_local::{Clients, Template};
 use tokio::process::{Child, Command};
 
 /// `baton local`'s options.
@@ -144,7 +144,7 @@ async fn serve(
     endpoint: &str,
     started: Instant,
 ) -> Result<()> {
-    let clients = Clients::new(&baton::local::emulator_sdk_config(endpoint).await);
+    let clients = Clients::new(&baton_local::emulator_sdk_config(endpoint).await);
     let secret = local_secret()?;
     let options = |config: Config, http_port: u16| LocalOptions {
         config,

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use aws_config::{Region, SdkConfig};
 use aws_credential_types::Credentials;
-use baton::local::info::{self, InfoError, LocalInfo};
+use baton_local::info::{self, InfoError, LocalInfo};
 use secrecy::SecretString;
 
 /// Where to find the stack: the flags every operator command shares.
@@ -357,7 +357,7 @@ fn load(explicit: Option<&Path>, default: &Path) -> Result<Option<(PathBuf, Loca
 
 #[cfg(test)]
 mod tests {
-    use baton::local::info::Queues;
+    use baton_local::info::Queues;
     use secrecy::ExposeSecret;
 
     use super::*;

@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use baton::local::info::LocalInfo;
 use baton::webhook::Secrets;
+use baton_local::info::LocalInfo;
 use baton_tests::http::send_callback;
 use serde_json::{Value, json};
 
@@ -136,7 +136,7 @@ async fn eventually_trace(local: &Local, key: &str, what: &str, check: impl Fn(&
 async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops_cleanly() {
     let mut local = Local::start();
     let info = local.info();
-    let sdk = baton::local::emulator_sdk_config(&info.aws_endpoint).await;
+    let sdk = baton_local::emulator_sdk_config(&info.aws_endpoint).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let secrets = Secrets::parse(&info.webhook_secret).unwrap();
     let callback = |id: &'static str, body: Value| {

@@ -15,7 +15,6 @@ pub mod event;
 pub mod ids;
 pub mod intake;
 pub mod lifecycle;
-pub mod local;
 pub mod metrics;
 pub mod mutants;
 pub mod orchestrator;

@@ -46,7 +46,7 @@ impl Emulator {
 
     /// SDK configuration for the emulator: fixed region and credentials, production's retries.
     pub async fn sdk_config(&self) -> SdkConfig {
-        baton::local::emulator_sdk_config(&self.endpoint).await
+        baton_local::emulator_sdk_config(&self.endpoint).await
     }
 
     /// Adds a fault rule to the emulator (`tools/emulator.py`, "Faults on request") and returns

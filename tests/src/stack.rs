@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use baton::local::{Clients, Provisioned, Template, provision};
+use baton_local::{Clients, Provisioned, Template, provision};
 
 use crate::{Emulator, unique_name};
 

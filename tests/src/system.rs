@@ -1,6 +1,6 @@
 //! A whole baton for an end-to-end test: template.yaml provisioned on the emulator under a
 //! stack name of its own, the real state machines generated from the test's config, and the
-//! real handlers behind local event source mappings ([`baton::local::runtime::LocalBaton`]).
+//! real handlers behind local event source mappings ([`baton_local::runtime::LocalBaton`]).
 //! Tests talk to it through SQS, Step Functions and the store, as users and operators do.
 
 use std::future::Future;
@@ -13,10 +13,10 @@ use baton::config::Config;
 use baton::engine::system_clock;
 use baton::ids::{CorrelationKey, WorkflowName};
 use baton::lifecycle::Record;
-use baton::local::runtime::{LocalBaton, LocalOptions};
 use baton::metrics::{Captured, Metrics};
 use baton::store::WorkflowStore;
 use baton::store::dynamodb::DynamoStore;
+use baton_local::runtime::{LocalBaton, LocalOptions};
 use serde_json::Value;
 
 use crate::stack::{clients, load_template};

@@ -237,8 +237,7 @@ async fn a_callback_racing_step_ready_resumes_exactly_once_in_each_of_50_rounds(
             found
         })
         .await;
-        let event =
-            baton::local::mapping::to_event(&[message], "arn:aws:sqs:us-east-1:123456789012:progress");
+        let event = baton_local::mapping::to_event(&[message], "arn:aws:sqs:us-east-1:123456789012:progress");
         let body = cb(&key, "manual-review", "succeeded", json!({"decision": "ok", "reviewer": "race"}));
         let id = format!("cb-{key}");
         let (ready, (status, answer)) =
@@ -456,9 +455,8 @@ async fn a_resume_whose_token_is_gone_is_classified_not_failed() {
         out.messages.filter(|m| !m.is_empty())
     })
     .await;
-    let handled = system
-        .deliver(&*progress, baton::local::mapping::to_event(&ready, "arn:aws:sqs:us-east-1:1:p"))
-        .await;
+    let handled =
+        system.deliver(&*progress, baton_local::mapping::to_event(&ready, "arn:aws:sqs:us-east-1:1:p")).await;
     assert!(handled.batch_item_failures.is_empty(), "{handled:?}");
     let waiting = state_is(&system, "k-gone", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
 
@@ -545,9 +543,8 @@ async fn a_callback_whose_token_is_gone_is_applied_and_the_gone_token_classified
         out.messages.filter(|m| !m.is_empty())
     })
     .await;
-    let handled = system
-        .deliver(&*progress, baton::local::mapping::to_event(&ready, "arn:aws:sqs:us-east-1:1:p"))
-        .await;
+    let handled =
+        system.deliver(&*progress, baton_local::mapping::to_event(&ready, "arn:aws:sqs:us-east-1:1:p")).await;
     assert!(handled.batch_item_failures.is_empty(), "{handled:?}");
     eventually("the execution timed out", WAIT, || async {
         system.executions("order-review").await.into_iter().find(|e| e.status().as_str() == "FAILED")

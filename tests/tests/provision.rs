@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::TimeToLiveStatus;
 use aws_sdk_sfn::types::ExecutionStatus;
 use aws_sdk_sqs::types::QueueAttributeName;
-use baton::local::{ProvisionError, Provisioned, provision};
+use baton_local::{ProvisionError, Provisioned, provision};
 use baton_tests::stack::{clients, provision_stack, provision_stack_at, workspace_dir};
 use baton_tests::{Emulator, unique_name};
 use serde_json::Value;

@@ -34,7 +34,7 @@ use aws_sdk_sfn::types::StateMachineType;
 use aws_sdk_sqs::types::QueueAttributeName;
 use sha2::{Digest, Sha256};
 
-use super::template::{
+use crate::template::{
     Intrinsic, PSEUDO_PARAMETERS, QueueSpec, StateMachineSpec, SubPart, TableSpec, Template, sub_parts,
 };
 
@@ -77,9 +77,9 @@ impl Clients {
     }
 
     /// The same clients, with every request tagged as made by `function` of `stack`
-    /// ([`super::identity`]).
+    /// ([`crate::identity`]).
     pub fn acting_as(&self, function: &str, stack: &str) -> Clients {
-        let id = super::identity::CallerIdentity { function: function.to_owned(), stack: stack.to_owned() };
+        let id = crate::identity::CallerIdentity { function: function.to_owned(), stack: stack.to_owned() };
         Clients {
             dynamodb: aws_sdk_dynamodb::Client::from_conf(
                 self.dynamodb.config().to_builder().interceptor(id.clone()).build(),
@@ -255,7 +255,7 @@ pub async fn provision(
 impl Provisioned {
     /// Every `Ref` and `Fn::GetAtt` this stack can resolve, with its value: what the policy
     /// contract needs to resolve the transformed template's roles for this stack
-    /// ([`super::identity`]). Parameters are included: none of the template's is a secret.
+    /// ([`crate::identity`]). Parameters are included: none of the template's is a secret.
     pub fn resolution(&self) -> serde_json::Value {
         let mut refs = serde_json::Map::new();
         let mut attrs = serde_json::Map::new();

@@ -16,23 +16,23 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::mapping::{self, Mapping};
-use super::provision::{Clients, ProvisionError, Provisioned, ensure_secret, provision};
-use super::template::Template;
-use crate::callback::Callbacks;
-use crate::config::Config;
-use crate::engine::{Clock, Engine};
-use crate::error::Classified;
-use crate::intake::Intake;
-use crate::metrics::Metrics;
-use crate::orchestrator::stepfunctions::StepFunctions;
-use crate::outbound::SqsTaskPublisher;
-use crate::progress::Progress;
-use crate::runtime::{Settings, SettingsError};
-use crate::sqs::error_chain;
-use crate::sqs::{DeadLetters, SqsDeadLetters, SqsHandler};
-use crate::store::dynamodb::DynamoStore;
-use crate::sweeper::Sweeper;
+use crate::mapping::{self, Mapping};
+use crate::provision::{Clients, ProvisionError, Provisioned, ensure_secret, provision};
+use crate::template::Template;
+use baton::callback::Callbacks;
+use baton::config::Config;
+use baton::engine::{Clock, Engine};
+use baton::error::Classified;
+use baton::intake::Intake;
+use baton::metrics::Metrics;
+use baton::orchestrator::stepfunctions::StepFunctions;
+use baton::outbound::SqsTaskPublisher;
+use baton::progress::Progress;
+use baton::runtime::{Settings, SettingsError};
+use baton::sqs::error_chain;
+use baton::sqs::{DeadLetters, SqsDeadLetters, SqsHandler};
+use baton::store::dynamodb::DynamoStore;
+use baton::sweeper::Sweeper;
 
 /// How to run baton locally.
 pub struct LocalOptions {
@@ -146,7 +146,7 @@ impl LocalBaton {
                 state_machine_alias: settings.state_machine_alias.clone(),
                 metrics: options.metrics.clone(),
                 clock: options.clock.clone(),
-                write_ids: crate::engine::random_write_ids(),
+                write_ids: baton::engine::random_write_ids(),
                 versions: Default::default(),
             })
         };
@@ -266,16 +266,16 @@ impl LocalBaton {
     }
 
     /// What `.baton/local.json` says about this running stack.
-    pub fn info(&self, aws_endpoint: &str, webhook_secret: &str) -> super::info::LocalInfo {
+    pub fn info(&self, aws_endpoint: &str, webhook_secret: &str) -> crate::info::LocalInfo {
         let queue = |id: &str| self.provisioned.queues.get(id).map(|q| q.url.clone()).unwrap_or_default();
         let prefix = self.engine().map(|e| e.state_machine_prefix.clone()).unwrap_or_default();
         let workflows = self.engine().map(|e| e.config.workflows.clone()).unwrap_or_default();
-        super::info::LocalInfo {
+        crate::info::LocalInfo {
             api_url: self.api_url.clone().unwrap_or_default(),
             aws_endpoint: aws_endpoint.to_owned(),
-            region: super::provision::REGION.to_owned(),
+            region: crate::provision::REGION.to_owned(),
             table: self.provisioned.tables.get("Table").cloned().unwrap_or_default(),
-            queues: super::info::Queues {
+            queues: crate::info::Queues {
                 intake: queue("IntakeQueue"),
                 intake_dlq: queue("IntakeDLQ"),
                 progress: queue("ProgressQueue"),
@@ -308,7 +308,7 @@ impl LocalBaton {
 pub const WEBHOOK_SECRET_PARAMETER: &str = "WebhookSecretArn";
 
 /// Hands the stack's resolved names and ARNs to the emulator for the policy contract
-/// ([`super::identity`]). Best effort: a plain moto_server has no such route, and a local run
+/// ([`crate::identity`]). Best effort: a plain moto_server has no such route, and a local run
 /// needs none of it.
 async fn register_stack(clients: &Clients, provisioned: &Provisioned) {
     let Some(endpoint) = &clients.endpoint else { return };

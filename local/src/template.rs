@@ -1,7 +1,7 @@
 //! What baton needs to know from `template.yaml`, read into types.
 //!
 //! template.yaml is the one list of baton's AWS resources: `sam deploy` creates them on AWS and
-//! [`super::provision()`] creates them on the local emulator, so the two cannot drift apart. moto's
+//! [`crate::provision()`] creates them on the local emulator, so the two cannot drift apart. moto's
 //! own CloudFormation is no substitute: it skips the HttpApi and TTL, ignores
 //! DefinitionSubstitutions, and registers state machines where executions cannot see them
 //! (EMULATOR.md, "CloudFormation and SAM").
@@ -208,7 +208,7 @@ pub enum TemplateError {
     ShortFormTag { tag: String, line: u64, column: u64 },
     #[error(
         "Resources.{logical_id}: resource type {resource_type} has no local counterpart; teach \
-         shared/src/local/template.rs to provision it, or add it to SKIPPED_TYPES with the reason"
+         local/src/template.rs to provision it, or add it to SKIPPED_TYPES with the reason"
     )]
     UnsupportedResource { logical_id: String, resource_type: String },
     #[error("{path}: unknown reference `{name}`: not a parameter, a pseudo parameter or a resource")]
@@ -260,7 +260,7 @@ impl Template {
             if resource.get("Condition").is_some() {
                 return Err(resource.field("Condition")?.invalid(
                     "conditions are not evaluated locally, so the resource would always exist; \
-                     drop the condition or teach shared/src/local/template.rs to evaluate it",
+                     drop the condition or teach local/src/template.rs to evaluate it",
                 ));
             }
             let props = resource.get("Properties").unwrap_or_else(|| resource.null_child("Properties"));
@@ -542,7 +542,7 @@ fn check_properties(props: &Node<'_>, handled: &[&str], ignored: &[&str]) -> Res
         }
         if !handled.contains(&key) && !ignored.contains(&key) {
             return Err(node.invalid(
-                "not supported locally; teach shared/src/local/template.rs to provision it, or list \
+                "not supported locally; teach local/src/template.rs to provision it, or list \
                  it there as ignored with the reason",
             ));
         }
@@ -982,7 +982,7 @@ fn event_source(spec: &mut FunctionSpec, event: &Node<'_>, names: &Names) -> Res
 mod tests {
     use super::*;
 
-    const TEMPLATE: &str = include_str!("../../../template.yaml");
+    const TEMPLATE: &str = include_str!("../../template.yaml");
 
     fn parsed() -> Template {
         match Template::parse(TEMPLATE) {

@@ -18,8 +18,8 @@ use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeN
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::runtime::{SDK_ATTEMPT_TIMEOUT, SDK_OPERATION_TIMEOUT};
-use crate::sqs::{SqsHandler, error_chain};
+use baton::runtime::{SDK_ATTEMPT_TIMEOUT, SDK_OPERATION_TIMEOUT};
+use baton::sqs::{SqsHandler, error_chain};
 
 /// One queue wired to one handler.
 #[derive(Clone, Debug)]
