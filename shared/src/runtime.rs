@@ -71,6 +71,17 @@ pub enum SettingsError {
     Config(#[source] ConfigErrors),
 }
 
+impl SettingsError {
+    /// The stable error type an init failure is reported with.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            SettingsError::Missing(_) => "setting_missing",
+            SettingsError::Invalid { .. } => "setting_invalid",
+            SettingsError::Config(_) => "config_invalid",
+        }
+    }
+}
+
 fn lookup(env: &dyn Fn(&str) -> Option<String>, name: &'static str) -> Option<String> {
     env(name).filter(|v| !v.trim().is_empty())
 }
@@ -249,15 +260,60 @@ pub fn sdk_loader() -> aws_config::ConfigLoader {
         )
 }
 
-/// Cold start shared by every function: logs, settings, config, clients, engine.
+/// The longest init waits for its warm-up call. Lambda gives init 10 seconds; a warm-up that
+/// cannot finish in this is abandoned (and the first request connects for itself).
+pub const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Cold start shared by every function: logs, settings, config, clients, engine. Only what the
+/// first request needs: the settings and config it is decided by, and the clients it calls.
 async fn cold_start() -> Result<(Settings, SdkConfig, Arc<Engine>), SettingsError> {
     init_tracing();
     let settings = Settings::from_env()?;
     let config = settings.config()?;
     let sdk = sdk_loader().load().await;
     let engine = Arc::new(engine(&sdk, &settings, config, Metrics::stdout()));
-    engine.register_config().await;
     Ok((settings, sdk, engine))
+}
+
+/// The warm-up: registers the embedded config (put-if-absent), which every function's first
+/// request may need, and leaves the DynamoDB connection it opened (TCP and TLS) in the client's
+/// pool for that request. A warm-up that fails or takes longer than [`WARM_UP_LIMIT`] is logged
+/// and init goes on: the registration is tried again before the first start.
+async fn warm_up(engine: &Engine) {
+    if tokio::time::timeout(WARM_UP_LIMIT, engine.register_config()).await.is_err() {
+        tracing::warn!(
+            limit_ms = WARM_UP_LIMIT.as_millis() as u64,
+            "warm-up timed out; init goes on without it"
+        );
+    }
+}
+
+/// A failed init, reported to Lambda's Runtime API (`/runtime/init/error`) as well as logged.
+/// Lambda then fails the request that waited for this environment with the error's type and
+/// message, so the cause (the variable's name) shows where the caller and the console see it,
+/// not only as a bare exit. Returns the error for `main` to exit with.
+async fn init_failed(e: SettingsError) -> lambda_runtime::Error {
+    let message = error_chain(&e);
+    tracing::error!(error_type = e.error_type(), error = %message, "init failed");
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
+        let body =
+            serde_json::json!({"errorType": e.error_type(), "errorMessage": message, "stackTrace": []});
+        let request = http::Request::post("/2018-06-01/runtime/init/error")
+            .header("lambda-runtime-function-error-type", "Runtime.InitError")
+            .header("content-type", "application/json")
+            .body(lambda_runtime_api_client::body::Body::from(body.to_string()));
+        let sent = match request {
+            Ok(request) => {
+                let client = lambda_runtime_api_client::PooledClient::builder().build();
+                client.call(request).await.map(drop).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(problem) = sent {
+            tracing::error!(error = %problem, "cannot report the init failure to the Runtime API");
+        }
+    }
+    Box::new(e)
 }
 
 /// Runs an SQS-driven Lambda function with the handler `make` builds.
@@ -266,12 +322,17 @@ where
     H: SqsHandler + 'static,
     F: FnOnce(Arc<Engine>, DeadLetters) -> H,
 {
-    let (settings, sdk, engine) = cold_start().await?;
-    let dead_letters = SqsDeadLetters::shared(
-        aws_sdk_sqs::Client::new(&sdk),
-        settings.dlq_url()?,
-        settings.max_receive_count,
-    );
+    let started = cold_start().await.and_then(|(settings, sdk, engine)| {
+        let dlq_url = settings.dlq_url()?.to_owned();
+        Ok((settings, sdk, engine, dlq_url))
+    });
+    let (settings, sdk, engine, dlq_url) = match started {
+        Ok(started) => started,
+        Err(e) => return Err(init_failed(e).await),
+    };
+    warm_up(&engine).await;
+    let dead_letters =
+        SqsDeadLetters::shared(aws_sdk_sqs::Client::new(&sdk), &dlq_url, settings.max_receive_count);
     let handler = Arc::new(make(engine, dead_letters));
     lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
@@ -282,8 +343,17 @@ where
 
 /// Runs the callback function behind API Gateway (HTTP API, payload 2.0).
 pub async fn serve_callback() -> Result<(), lambda_http::Error> {
-    let (settings, sdk, engine) = cold_start().await?;
-    let secrets = settings.secrets(&aws_sdk_secretsmanager::Client::new(&sdk), engine.now()).await?;
+    let (settings, sdk, engine) = match cold_start().await {
+        Ok(started) => started,
+        Err(e) => return Err(init_failed(e).await),
+    };
+    // The secrets are read while the DynamoDB connection warms: init waits for the slower one.
+    let secrets_client = aws_sdk_secretsmanager::Client::new(&sdk);
+    let (secrets, ()) = tokio::join!(settings.secrets(&secrets_client, engine.now()), warm_up(&engine));
+    let secrets = match secrets {
+        Ok(secrets) => secrets,
+        Err(e) => return Err(init_failed(e).await),
+    };
     let callbacks = Arc::new(Callbacks::new(engine, secrets));
     lambda_http::run(lambda_http::service_fn(move |request: lambda_http::Request| {
         let callbacks = callbacks.clone();
@@ -298,7 +368,11 @@ pub async fn serve_callback() -> Result<(), lambda_http::Error> {
 /// Runs the sweeper on its schedule. A failed sweep reports a `Diagnostic` with the stable
 /// `error_type`, so the Lambda error metric and logs name what failed.
 pub async fn serve_sweeper() -> Result<(), lambda_runtime::Error> {
-    let (_, _, engine) = cold_start().await?;
+    let engine = match cold_start().await {
+        Ok((_, _, engine)) => engine,
+        Err(e) => return Err(init_failed(e).await),
+    };
+    warm_up(&engine).await;
     let sweeper = Arc::new(Sweeper::new(engine.clone()));
     lambda_runtime::run(lambda_runtime::service_fn(
         move |_: lambda_runtime::LambdaEvent<serde_json::Value>| {
