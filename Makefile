@@ -5,6 +5,10 @@
 #               over simulated AWS under every fault; SIM_SEED=<n> make sim replays one, traced
 #   make run    all of baton on this machine: emulator, template.yaml's resources, the handlers,
 #               the HTTP API on 127.0.0.1; Ctrl-C stops everything it started
+#   make package  the four functions as Lambda zips (cargo-lambda, release profile), their sizes,
+#               and `sam validate --lint`; not part of `make test`
+#   make bench  the zips measured: size, init (median, p90) and first invoke under the Runtime API
+#               harness
 # Both install the pinned Python tools into .venv when missing, and start and stop what they need.
 
 SHELL := /bin/bash
@@ -13,7 +17,7 @@ PYTHON ?= python3
 VENV := .venv
 TOOLS_STAMP := $(VENV)/.installed-$(shell sha1sum requirements-dev.txt | cut -c1-12)
 
-.PHONY: test run sim measure-local fmt-check clippy unit lint-infra tools clean
+.PHONY: test run sim measure-local fmt-check clippy unit lint-infra tools clean package bench
 
 test: tools fmt-check clippy lint-infra unit
 
@@ -75,12 +79,12 @@ unit: tools $(SAM_TEMPLATE)
 	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS) \
 	  --without IntakeFunction:ResumeStepsPolicy --expect-denied "IntakeFunction states:SendTaskSuccess"
 
-# The simulation at full scale, release-built (sim/src/main.rs). Prints the schedules run, the
+# The simulation at full scale, optimized (profile `sim`; sim/src/main.rs). Prints the schedules run, the
 # faults injected by kind, the invariant checks made, and each violation with its seed.
 SIM_SCHEDULES ?= 100000
 sim:
-	cargo build --release --locked -p baton-sim
-	target/release/baton-sim --schedules $(SIM_SCHEDULES)
+	cargo build --profile sim --locked -p baton-sim
+	target/sim/baton-sim --schedules $(SIM_SCHEDULES)
 
 run: tools
 	cargo build --locked -p baton-cli
@@ -91,6 +95,40 @@ measure-local: tools
 	cargo build --locked -p baton-cli
 	BATON_PYTHON=$(VENV)/bin/python tools/measure-local.sh
 
+# The functions as they ship: cargo-lambda builds each binary as `bootstrap` with the release
+# profile (Cargo.toml: fat LTO, one codegen unit, opt-level "s", stripped, panics unwind so
+# they reach Lambda as errors) and zips it into target/lambda/<function>/bootstrap.zip.
+# x86_64 only here: this machine has no aarch64 standard library (template.yaml deploys arm64;
+# README "Packaging" has the one-line change for x86_64). cargo-lambda links with the zig that
+# its PyPI wheel brings, for Lambda's glibc.
+PACKAGE_VENV := .venv-package
+PACKAGE_STAMP := $(PACKAGE_VENV)/.installed-$(shell sha1sum requirements-package.txt | cut -c1-12)
+FUNCTIONS := baton-intake baton-progress baton-callback baton-sweeper
+LAMBDA_TARGET ?= x86_64-unknown-linux-gnu
+
+$(PACKAGE_STAMP): requirements-package.txt
+	$(PYTHON) -m venv $(PACKAGE_VENV)
+	$(PACKAGE_VENV)/bin/pip install --quiet -r requirements-package.txt
+	rm -f $(PACKAGE_VENV)/.installed-*
+	touch $@
+
+package: $(PACKAGE_STAMP)
+	PATH="$(abspath $(PACKAGE_VENV))/bin:$$PATH" cargo lambda build --locked --release \
+	  --target $(LAMBDA_TARGET) --output-format zip $(addprefix -p ,$(FUNCTIONS))
+	@for f in $(FUNCTIONS); do \
+	  printf '%-16s %8.2f MB zipped  (%s)\n' $$f \
+	    "$$(stat -c %s target/lambda/$$f/bootstrap.zip | awk '{print $$1/1000000}')" target/lambda/$$f/bootstrap.zip; \
+	done
+	SAM_CLI_TELEMETRY=0 $(PACKAGE_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
+
+# The zips from `make package`, started 20 times each under the Runtime API harness
+# (harness/src/bin/function-bench.rs) with the emulator up for the init warm-up.
+BENCH_SPAWNS ?= 20
+bench: package tools
+	cargo build --locked --profile sim -p baton-lambda-harness --bin function-bench
+	BATON_PYTHON=$(VENV)/bin/python tools/with-emulator.sh bash -c \
+	  'target/sim/function-bench target/lambda "$$BATON_TEST_ENDPOINT" $(BENCH_SPAWNS)'
+
 clean:
 	cargo clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(PACKAGE_VENV)

@@ -31,7 +31,9 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
 
 4. A record of the calls each function makes (`--record-calls PATH`), for the policy contract
    (tools/policy-check.py). A request tagged `x-baton-function` (the local runtime tags each
-   function's clients, local/src/identity.rs) is written as one JSON line: the function,
+   function's clients, local/src/identity.rs), or signed with an access key id
+   `baton.<Function>.<stack>` (a function's real binary under the Lambda Runtime API harness,
+   tests/src/functions.rs), is written as one JSON line: the function,
    its stack, the IAM action, and the ARN of the resource it touches. A task token is traced to
    the state machine that issued it, which is what AWS authorizes SendTask* against. `POST
    /_baton/stacks` writes a stack's resolved names and ARNs to the same file.
@@ -283,7 +285,7 @@ class Recorder:
                 return _json(start_response, 200, {"recorded": stack.get("stack")})
             except ValueError as e:
                 return _json(start_response, 400, {"error": f"not a stack: {e}"})
-        function = environ.get("HTTP_X_BATON_FUNCTION")
+        function, stack = _caller(environ)
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         if function and target:
             try:
@@ -292,12 +294,28 @@ class Recorder:
             except Exception as e:  # a call that cannot be read is recorded as such, not dropped
                 action, resources = target, [f"unreadable: {e!r}"]
             for resource in resources:
-                self.write({"kind": "call", "function": function, "stack": environ.get("HTTP_X_BATON_STACK", ""),
+                self.write({"kind": "call", "function": function, "stack": stack,
                             "action": action, "resource": resource})
         return self.app(environ, start_response)
 
 
 ACCOUNT = "123456789012"
+
+
+def _caller(environ):
+    """The function making a call, and its stack: from the local runtime's headers, or, for a
+    function's real binary (the Lambda Runtime API tests), from its access key id, which the
+    harness sets to `baton.<Function>.<stack>` (an SDK sends no custom header of its own)."""
+    function = environ.get("HTTP_X_BATON_FUNCTION")
+    if function:
+        return function, environ.get("HTTP_X_BATON_STACK", "")
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    marker = "Credential=baton."
+    if marker in auth:
+        parts = auth.split(marker, 1)[1].split("/", 1)[0].split(".")
+        if len(parts) == 2:
+            return parts[0], parts[1]
+    return None, ""
 
 
 def _region(environ):

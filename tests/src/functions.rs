@@ -34,7 +34,9 @@ pub async fn deployed() -> System {
 }
 
 /// The environment of `logical_id` on `system`'s stack: the template's variables, resolved, and
-/// credentials and an endpoint for the emulator.
+/// credentials and an endpoint for the emulator. The access key id names the function and its
+/// stack, so the emulator records the binary's calls for the policy contract as it does the
+/// in-process functions' (tools/emulator.py, `--record-calls`).
 pub fn environment(system: &System, logical_id: &str) -> BTreeMap<String, String> {
     let mut env = system
         .baton
@@ -45,7 +47,10 @@ pub fn environment(system: &System, logical_id: &str) -> BTreeMap<String, String
         .clone();
     env.extend([
         ("AWS_ENDPOINT_URL".to_owned(), Emulator::from_env().endpoint),
-        ("AWS_ACCESS_KEY_ID".to_owned(), "testing".to_owned()),
+        (
+            "AWS_ACCESS_KEY_ID".to_owned(),
+            format!("baton.{logical_id}.{}", system.baton.provisioned.stack_name),
+        ),
         ("AWS_SECRET_ACCESS_KEY".to_owned(), "testing".to_owned()),
         ("AWS_SESSION_TOKEN".to_owned(), "testing".to_owned()),
     ]);

@@ -1,0 +1,146 @@
+//! `make bench`: the four functions as they ship, measured under the Runtime API harness.
+//!
+//! For each function's Lambda zip (`make package`): its size, then SPAWNS cold starts of the
+//! `bootstrap` inside it, each timed from spawn to its first `next` (init, the warm-up
+//! included), and each followed by a first invoke that makes no AWS call, timed from the event
+//! being handed out to the answer arriving. Prints the median and p90, and one line against the
+//! published anchors.
+//!
+//! Usage: function-bench ZIP_DIR AWS_ENDPOINT [SPAWNS]
+//!   ZIP_DIR       where `make package` put the zips (target/lambda)
+//!   AWS_ENDPOINT  the emulator the warm-up calls (make bench starts one)
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lambda_harness::{Function, Outcome};
+use serde_json::{Value, json};
+
+/// The published figures this is compared with.
+const ANCHOR_ZIP_MB: f64 = 5.0;
+const ANCHOR_INIT_MS: f64 = 13.9;
+const FUNCTIONS: [&str; 4] = ["baton-intake", "baton-progress", "baton-callback", "baton-sweeper"];
+const WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(dir), Some(endpoint)) = (args.first(), args.get(1)) else {
+        eprintln!("usage: function-bench ZIP_DIR AWS_ENDPOINT [SPAWNS]");
+        std::process::exit(2);
+    };
+    let spawns: usize = args.get(2).map(|n| n.parse().expect("SPAWNS is a number")).unwrap_or(20);
+    let work = std::env::temp_dir().join(format!("baton-bench-{}", std::process::id()));
+    println!("{spawns} cold starts per function under the Runtime API harness; warm-up against {endpoint}");
+    println!(
+        "{:<16} {:>9} {:>10} {:>10} {:>14} {:>14}",
+        "function", "zip MB", "init p50", "init p90", "1st invoke p50", "1st invoke p90"
+    );
+    let mut worst = (0.0f64, 0.0f64);
+    for function in FUNCTIONS {
+        let zip = Path::new(dir).join(function).join("bootstrap.zip");
+        let zip_mb = std::fs::metadata(&zip)
+            .unwrap_or_else(|e| panic!("{}: {e} (run `make package` first)", zip.display()))
+            .len() as f64
+            / 1_000_000.0;
+        let bootstrap = unzip(&zip, &work.join(function));
+        let (mut inits, mut invokes) = (Vec::new(), Vec::new());
+        for _ in 0..spawns {
+            let (init, invoke) = cold_start(function, &bootstrap, endpoint).await;
+            inits.push(init);
+            invokes.push(invoke);
+        }
+        let (init50, init90) = (percentile(&mut inits, 50), percentile(&mut inits, 90));
+        let (inv50, inv90) = (percentile(&mut invokes, 50), percentile(&mut invokes, 90));
+        let note = if function == "baton-sweeper" { "  (a sweep: AWS calls)" } else { "" };
+        println!(
+            "{function:<16} {zip_mb:>9.2} {init50:>8.2}ms {init90:>8.2}ms {inv50:>12.2}ms {inv90:>12.2}ms{note}"
+        );
+        worst = (worst.0.max(zip_mb), worst.1.max(init50));
+    }
+    println!(
+        "anchors: largest zip {:.2} MB vs {ANCHOR_ZIP_MB} MB published for a Rust Lambda with the AWS SDK and LTO; \
+         slowest median init {:.2} ms here vs {ANCHOR_INIT_MS} ms cold init of a Rust hello world on Lambda",
+        worst.0, worst.1
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// One cold start of `bootstrap` and its first invoke: (init ms, first invoke ms).
+async fn cold_start(function: &str, bootstrap: &Path, endpoint: &str) -> (f64, f64) {
+    let mut f = Function::spawn(function, bootstrap, &environment(endpoint)).await.expect("spawns");
+    let init = f.ready(WAIT).await.unwrap_or_else(|e| panic!("{function}: {e}"));
+    let invocation =
+        f.invoke(&first_event(function), WAIT).await.unwrap_or_else(|e| panic!("{function}: {e}"));
+    if function != "baton-sweeper"
+        && let Outcome::Error(report) = &invocation.outcome
+    {
+        panic!("{function} failed its first invoke: {report:?}");
+    }
+    f.stop().await;
+    (init.as_secs_f64() * 1000.0, invocation.took.as_secs_f64() * 1000.0)
+}
+
+/// A first event each function answers without calling AWS: an empty SQS batch; a callback
+/// with a bad signature (401 before any read); the sweeper's schedule, which does query.
+fn first_event(function: &str) -> Value {
+    match function {
+        "baton-callback" => json!({
+            "version": "2.0", "routeKey": "POST /v1/callbacks", "rawPath": "/v1/callbacks", "rawQueryString": "",
+            "headers": {"content-type": "application/json", "webhook-id": "bench", "webhook-timestamp": "0",
+                        "webhook-signature": "v1,AAAA"},
+            "requestContext": {"accountId": "123456789012", "apiId": "bench", "domainName": "bench", "domainPrefix": "bench",
+                               "requestId": "bench", "routeKey": "POST /v1/callbacks", "stage": "$default",
+                               "time": "01/Dec/2026:00:00:00 +0000", "timeEpoch": 0,
+                               "http": {"method": "POST", "path": "/v1/callbacks", "protocol": "HTTP/1.1",
+                                        "sourceIp": "127.0.0.1", "userAgent": "bench"}},
+            "body": "{}", "isBase64Encoded": false
+        }),
+        "baton-sweeper" => {
+            json!({"version": "0", "id": "bench", "detail-type": "Scheduled Event", "source": "aws.events",
+                                  "account": "123456789012", "time": "2026-12-01T00:00:00Z", "region": "us-east-1",
+                                  "resources": [], "detail": {}})
+        }
+        _ => json!({"Records": []}),
+    }
+}
+
+/// What template.yaml gives the functions, for a stack `bench` on the emulator. The table is
+/// not created: the warm-up's PutItem gets ResourceNotFound, one full round trip all the same.
+fn environment(endpoint: &str) -> BTreeMap<String, String> {
+    [
+        ("BATON_TABLE", "baton-bench"),
+        ("BATON_STATE_MACHINE_PREFIX", "arn:aws:states:us-east-1:123456789012:stateMachine:bench-"),
+        ("BATON_STATE_MACHINE_ALIAS", "live"),
+        ("BATON_DLQ_URL", "http://127.0.0.1/123456789012/bench-dlq"),
+        ("BATON_OUTBOUND_QUEUE_URL", "http://127.0.0.1/123456789012/bench-outbound"),
+        ("BATON_WEBHOOK_SECRETS", "whsec_YmF0b24tYmVuY2gtc2VjcmV0"),
+        ("AWS_ENDPOINT_URL", endpoint),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_SESSION_TOKEN", "testing"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+fn unzip(zip: &Path, into: &Path) -> PathBuf {
+    std::fs::create_dir_all(into).expect("a work dir");
+    let status = std::process::Command::new("unzip")
+        .args(["-o", "-q"])
+        .arg(zip)
+        .arg("-d")
+        .arg(into)
+        .status()
+        .expect("unzip runs");
+    assert!(status.success(), "unzip {}", zip.display());
+    into.join("bootstrap")
+}
+
+fn percentile(values: &mut [f64], p: usize) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let rank = (values.len() * p).div_ceil(100).max(1) - 1;
+    values[rank.min(values.len() - 1)]
+}
