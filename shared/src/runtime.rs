@@ -216,12 +216,22 @@ pub fn init_tracing() {
 
 /// The engine over real AWS clients.
 pub fn engine(sdk: &SdkConfig, settings: &Settings, config: Config, metrics: Metrics) -> Engine {
+    engine_with(sdk, settings, config, metrics, aws_sdk_sfn::Client::new(sdk))
+}
+
+fn engine_with(
+    sdk: &SdkConfig,
+    settings: &Settings,
+    config: Config,
+    metrics: Metrics,
+    sfn: aws_sdk_sfn::Client,
+) -> Engine {
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let outbound = settings.outbound_queue_url.clone().unwrap_or_default();
     Engine {
         config: Arc::new(config),
         store: Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(sdk), settings.table.clone())),
-        orchestrator: Arc::new(StepFunctions::new(aws_sdk_sfn::Client::new(sdk))),
+        orchestrator: Arc::new(StepFunctions::new(sfn)),
         publisher: Arc::new(SqsTaskPublisher::new(sqs, outbound)),
         state_machine_prefix: settings.state_machine_prefix.clone(),
         state_machine_alias: settings.state_machine_alias.clone(),
@@ -264,23 +274,55 @@ pub fn sdk_loader() -> aws_config::ConfigLoader {
 /// cannot finish in this is abandoned (and the first request connects for itself).
 pub const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// A function started: its settings, the SDK configuration, the engine, and the engine's Step
+/// Functions client (a clone shares its connection pool), for the warm-up.
+struct Started {
+    settings: Settings,
+    sdk: SdkConfig,
+    engine: Arc<Engine>,
+    sfn: aws_sdk_sfn::Client,
+}
+
 /// Cold start shared by every function: logs, settings, config, clients, engine. Only what the
 /// first request needs: the settings and config it is decided by, and the clients it calls.
-async fn cold_start() -> Result<(Settings, SdkConfig, Arc<Engine>), SettingsError> {
+async fn cold_start() -> Result<Started, SettingsError> {
     init_tracing();
     let settings = Settings::from_env()?;
     let config = settings.config()?;
     let sdk = sdk_loader().load().await;
-    let engine = Arc::new(engine(&sdk, &settings, config, Metrics::stdout()));
-    Ok((settings, sdk, engine))
+    let sfn = aws_sdk_sfn::Client::new(&sdk);
+    let engine = Arc::new(engine_with(&sdk, &settings, config, Metrics::stdout(), sfn.clone()));
+    Ok(Started { settings, sdk, engine, sfn })
 }
 
-/// The warm-up: registers the embedded config (put-if-absent), which every function's first
-/// request may need, and leaves the DynamoDB connection it opened (TCP and TLS) in the client's
-/// pool for that request. A warm-up that fails or takes longer than [`WARM_UP_LIMIT`] is logged
-/// and init goes on: the registration is tried again before the first start.
-async fn warm_up(engine: &Engine) {
-    if tokio::time::timeout(WARM_UP_LIMIT, engine.register_config()).await.is_err() {
+/// The execution the warm-up describes. None has this name: baton names its executions
+/// `<workflow>-<key>-g<generation>[-<hash>]`.
+const WARM_UP_EXECUTION: &str = "baton-warm-up";
+
+/// The warm-up, before the first request: opens the connections (TCP and TLS) that request will
+/// use and leaves them in the clients' pools.
+/// - DynamoDB: registers the embedded config (put-if-absent), which the first start needs anyway.
+/// - Step Functions: describes an execution that does not exist, under a state machine the role
+///   may describe (`ExecutionDoesNotExist`, no effect).
+///
+/// Both run at once, bounded by [`WARM_UP_LIMIT`]; one that fails or times out is logged and
+/// init goes on (the registration is tried again before the first start). SQS is not warmed:
+/// no function may make an SQS call without an effect.
+async fn warm_up(started: &Started) {
+    let engine = &started.engine;
+    let describe = async {
+        let Some(workflow) = engine.config.workflows.first() else { return };
+        let machine = engine.state_machine_arn(workflow.name.as_str());
+        let execution =
+            format!("{}:{WARM_UP_EXECUTION}", machine.replacen(":stateMachine:", ":execution:", 1));
+        match started.sfn.describe_execution().execution_arn(execution).send().await {
+            Ok(_) => {}
+            Err(e) if e.as_service_error().is_some_and(|e| e.is_execution_does_not_exist()) => {}
+            Err(e) => tracing::warn!(error = %error_chain(&e), "Step Functions warm-up failed; init goes on"),
+        }
+    };
+    let both = async { tokio::join!(engine.register_config(), describe) };
+    if tokio::time::timeout(WARM_UP_LIMIT, both).await.is_err() {
         tracing::warn!(
             limit_ms = WARM_UP_LIMIT.as_millis() as u64,
             "warm-up timed out; init goes on without it"
@@ -322,18 +364,18 @@ where
     H: SqsHandler + 'static,
     F: FnOnce(Arc<Engine>, DeadLetters) -> H,
 {
-    let started = cold_start().await.and_then(|(settings, sdk, engine)| {
-        let dlq_url = settings.dlq_url()?.to_owned();
-        Ok((settings, sdk, engine, dlq_url))
+    let started = cold_start().await.and_then(|started| {
+        let dlq_url = started.settings.dlq_url()?.to_owned();
+        Ok((started, dlq_url))
     });
-    let (settings, sdk, engine, dlq_url) = match started {
+    let (started, dlq_url) = match started {
         Ok(started) => started,
         Err(e) => return Err(init_failed(e).await),
     };
-    warm_up(&engine).await;
-    let dead_letters =
-        SqsDeadLetters::shared(aws_sdk_sqs::Client::new(&sdk), &dlq_url, settings.max_receive_count);
-    let handler = Arc::new(make(engine, dead_letters));
+    warm_up(&started).await;
+    let sqs = aws_sdk_sqs::Client::new(&started.sdk);
+    let dead_letters = SqsDeadLetters::shared(sqs, &dlq_url, started.settings.max_receive_count);
+    let handler = Arc::new(make(started.engine, dead_letters));
     lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
         async move { Ok::<SqsBatchResponse, lambda_runtime::Error>(handler.handle(event.payload).await) }
@@ -343,18 +385,19 @@ where
 
 /// Runs the callback function behind API Gateway (HTTP API, payload 2.0).
 pub async fn serve_callback() -> Result<(), lambda_http::Error> {
-    let (settings, sdk, engine) = match cold_start().await {
+    let started = match cold_start().await {
         Ok(started) => started,
         Err(e) => return Err(init_failed(e).await),
     };
-    // The secrets are read while the DynamoDB connection warms: init waits for the slower one.
-    let secrets_client = aws_sdk_secretsmanager::Client::new(&sdk);
-    let (secrets, ()) = tokio::join!(settings.secrets(&secrets_client, engine.now()), warm_up(&engine));
+    // The secrets are read while the connections warm: init waits for the slower of the two.
+    let secrets_client = aws_sdk_secretsmanager::Client::new(&started.sdk);
+    let read = started.settings.secrets(&secrets_client, started.engine.now());
+    let (secrets, ()) = tokio::join!(read, warm_up(&started));
     let secrets = match secrets {
         Ok(secrets) => secrets,
         Err(e) => return Err(init_failed(e).await),
     };
-    let callbacks = Arc::new(Callbacks::new(engine, secrets));
+    let callbacks = Arc::new(Callbacks::new(started.engine, secrets));
     lambda_http::run(lambda_http::service_fn(move |request: lambda_http::Request| {
         let callbacks = callbacks.clone();
         async move {
@@ -368,11 +411,12 @@ pub async fn serve_callback() -> Result<(), lambda_http::Error> {
 /// Runs the sweeper on its schedule. A failed sweep reports a `Diagnostic` with the stable
 /// `error_type`, so the Lambda error metric and logs name what failed.
 pub async fn serve_sweeper() -> Result<(), lambda_runtime::Error> {
-    let engine = match cold_start().await {
-        Ok((_, _, engine)) => engine,
+    let started = match cold_start().await {
+        Ok(started) => started,
         Err(e) => return Err(init_failed(e).await),
     };
-    warm_up(&engine).await;
+    warm_up(&started).await;
+    let engine = started.engine;
     let sweeper = Arc::new(Sweeper::new(engine.clone()));
     lambda_runtime::run(lambda_runtime::service_fn(
         move |_: lambda_runtime::LambdaEvent<serde_json::Value>| {

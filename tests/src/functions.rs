@@ -325,5 +325,20 @@ pub async fn sweeper_scenario(binary: &str) {
     assert!(report["repaired"].is_u64() && report["expired"].is_u64(), "a sweep report: {report}");
     assert!(!json_stdout(&function).is_empty(), "JSON logs on stdout");
     function.stop().await;
+
+    // A warm-up that cannot reach AWS does not fail init: the function still asks for events,
+    // and says why it started cold.
+    let mut unreachable = environment(&system, "SweeperFunction");
+    unreachable.insert("AWS_ENDPOINT_URL".into(), "http://127.0.0.1:9".into());
+    let function = start(binary, "SweeperFunction", &unreachable).await;
+    let lines = json_stdout(&function);
+    assert!(
+        lines.iter().any(|l| l["level"] == "WARN"
+            && l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("warm-up") || m.contains("cannot register"))),
+        "the failed warm-up is logged: {lines:#?}"
+    );
+    function.stop().await;
     system.stop().await;
 }
