@@ -9,14 +9,16 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use secrecy::{ExposeSecret, SecretString};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
 
 use crate::config::{Config, ConfigErrors};
 use crate::engine::{Engine, random_write_ids, system_clock};
 use crate::metrics::Metrics;
 use crate::orchestrator::stepfunctions::StepFunctions;
 use crate::outbound::SqsTaskPublisher;
+use aws_lambda_events::event::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::LambdaEvent;
 
 use crate::callback::Callbacks;
 use crate::error::Classified;
@@ -200,18 +202,30 @@ impl Settings {
     }
 }
 
-/// JSON logs, filtered by `RUST_LOG` (default `info`), with the span fields (workflow, key,
-/// input id) on every line.
+/// JSON logs at the level `RUST_LOG` names (`error`, `warn`, `info`, `debug` or `trace`; default
+/// `info`, as template.yaml's `LogLevel`), with the span fields (workflow, key, input id) on every
+/// line. A level, not per-target directives: the functions need no more, and a directive filter
+/// links a regex engine into every function.
 pub fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let level = std::env::var("RUST_LOG").ok();
+    let filter = level.as_deref().map(str::parse::<LevelFilter>);
     let _ = tracing_subscriber::fmt()
         .json()
-        .with_env_filter(filter)
+        .with_max_level(match filter {
+            Some(Ok(level)) => level,
+            _ => LevelFilter::INFO,
+        })
         .with_current_span(true)
         .with_span_list(false)
         .with_target(false)
         .without_time()
         .try_init();
+    if let Some(Err(_)) = filter {
+        tracing::warn!(
+            rust_log = level.as_deref().unwrap_or_default(),
+            "RUST_LOG is not a level; logging at info"
+        );
+    }
 }
 
 /// The engine over real AWS clients.
@@ -383,8 +397,10 @@ where
     .await
 }
 
-/// Runs the callback function behind API Gateway (HTTP API, payload 2.0).
-pub async fn serve_callback() -> Result<(), lambda_http::Error> {
+/// Runs the callback function behind API Gateway (HTTP API, payload 2.0): the request event in,
+/// the proxy response out, read and written with aws_lambda_events' types directly (no
+/// lambda_http: the function needs one route of one payload version).
+pub async fn serve_callback() -> Result<(), lambda_runtime::Error> {
     let started = match cold_start().await {
         Ok(started) => started,
         Err(e) => return Err(init_failed(e).await),
@@ -398,14 +414,45 @@ pub async fn serve_callback() -> Result<(), lambda_http::Error> {
         Err(e) => return Err(init_failed(e).await),
     };
     let callbacks = Arc::new(Callbacks::new(started.engine, secrets));
-    lambda_http::run(lambda_http::service_fn(move |request: lambda_http::Request| {
+    lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<ApiGatewayV2httpRequest>| {
         let callbacks = callbacks.clone();
         async move {
-            let answer = callbacks.handle(request.headers(), request.body().as_ref()).await;
-            Ok::<_, lambda_http::Error>(answer.into_response())
+            let request = event.payload;
+            let answer = match http_api_body(&request) {
+                Ok(body) => callbacks.handle(&request.headers, &body).await.into_response(),
+                Err(answer) => *answer,
+            };
+            Ok::<_, lambda_runtime::Error>(proxy_response(answer))
         }
     }))
     .await
+}
+
+/// The request body's bytes: API Gateway base64-encodes a body it takes for binary. A body that
+/// does not decode gets 400 `invalid_body`.
+fn http_api_body(request: &ApiGatewayV2httpRequest) -> Result<Vec<u8>, Box<http::Response<String>>> {
+    use base64::Engine as _;
+    let body = request.body.as_deref().unwrap_or_default();
+    if !request.is_base64_encoded {
+        return Ok(body.as_bytes().to_vec());
+    }
+    base64::engine::general_purpose::STANDARD.decode(body).map_err(|e| {
+        let error = serde_json::json!({"error": "invalid_body", "message": format!("the base64 body does not decode: {e}")});
+        let mut response = http::Response::new(error.to_string());
+        *response.status_mut() = http::StatusCode::BAD_REQUEST;
+        response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        Box::new(response)
+    })
+}
+
+/// An HTTP response as the HTTP API's Lambda proxy integration (payload 2.0) takes it.
+fn proxy_response(response: http::Response<String>) -> ApiGatewayV2httpResponse {
+    let (parts, body) = response.into_parts();
+    let mut proxy = ApiGatewayV2httpResponse::default();
+    proxy.status_code = parts.status.as_u16().into();
+    proxy.headers = parts.headers;
+    proxy.body = Some(aws_lambda_events::encodings::Body::Text(body));
+    proxy
 }
 
 /// Runs the sweeper on its schedule. A failed sweep reports a `Diagnostic` with the stable
@@ -474,6 +521,28 @@ mod tests {
         };
         let err = Settings::from_lookup(&bad_ttl).unwrap_err();
         assert!(err.to_string().contains("BATON_WEBHOOK_SECRETS_TTL_SECONDS is invalid"), "{err}");
+    }
+
+    #[test]
+    fn an_http_api_request_body_is_read_as_api_gateway_sends_it() {
+        let request = |body: &str, base64: bool| -> ApiGatewayV2httpRequest {
+            serde_json::from_value(serde_json::json!({
+                "version": "2.0", "rawPath": "/v1/callbacks", "headers": {}, "body": body,
+                "isBase64Encoded": base64,
+                "requestContext": {"http": {"method": "POST", "path": "/v1/callbacks"}, "timeEpoch": 0}
+            }))
+            .unwrap()
+        };
+        assert_eq!(http_api_body(&request("{\"a\":1}", false)).unwrap(), b"{\"a\":1}");
+        assert_eq!(http_api_body(&request("eyJhIjoxfQ==", true)).unwrap(), b"{\"a\":1}");
+        let refused = proxy_response(*http_api_body(&request("not base64!", true)).unwrap_err());
+        assert_eq!(refused.status_code, 400);
+        assert_eq!(refused.headers["content-type"], "application/json");
+        let Some(aws_lambda_events::encodings::Body::Text(body)) = refused.body else {
+            panic!("a text body")
+        };
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"], "invalid_body");
     }
 
     #[tokio::test]
