@@ -291,6 +291,9 @@ pub const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(2)
 /// A function started: its settings, the SDK configuration, the engine, and the engine's Step
 /// Functions client (a clone shares its connection pool), for the warm-up.
 struct Started {
+    /// When init began, and how long it took to get here (settings, config, clients).
+    began: std::time::Instant,
+    setup: std::time::Duration,
     settings: Settings,
     sdk: SdkConfig,
     engine: Arc<Engine>,
@@ -300,13 +303,14 @@ struct Started {
 /// Cold start shared by every function: logs, settings, config, clients, engine. Only what the
 /// first request needs: the settings and config it is decided by, and the clients it calls.
 async fn cold_start() -> Result<Started, SettingsError> {
+    let began = std::time::Instant::now();
     init_tracing();
     let settings = Settings::from_env()?;
     let config = settings.config()?;
     let sdk = sdk_loader().load().await;
     let sfn = aws_sdk_sfn::Client::new(&sdk);
     let engine = Arc::new(engine_with(&sdk, &settings, config, Metrics::stdout(), sfn.clone()));
-    Ok(Started { settings, sdk, engine, sfn })
+    Ok(Started { began, setup: began.elapsed(), settings, sdk, engine, sfn })
 }
 
 /// The execution the warm-up describes. None has this name: baton names its executions
@@ -336,12 +340,20 @@ async fn warm_up(started: &Started) {
         }
     };
     let both = async { tokio::join!(engine.register_config(), describe) };
+    let warm_up_began = std::time::Instant::now();
     if tokio::time::timeout(WARM_UP_LIMIT, both).await.is_err() {
         tracing::warn!(
             limit_ms = WARM_UP_LIMIT.as_millis() as u64,
             "warm-up timed out; init goes on without it"
         );
     }
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+    tracing::info!(
+        setup_ms = ms(started.setup),
+        warm_up_ms = ms(warm_up_began.elapsed()),
+        init_ms = ms(started.began.elapsed()),
+        "init done"
+    );
 }
 
 /// A failed init, reported to Lambda's Runtime API (`/runtime/init/error`) as well as logged.

@@ -37,6 +37,16 @@ async fn main() {
         "{:<16} {:>9} {:>10} {:>10} {:>14} {:>14}",
         "function", "zip MB", "init p50", "init p90", "1st invoke p50", "1st invoke p90"
     );
+    // Calibration: a Rust hello world on lambda_runtime (hello-lambda, built beside this bench),
+    // started the same way. What it takes is the floor any Rust function starts from here.
+    let hello = std::env::current_exe().expect("the bench's path").with_file_name("hello-lambda");
+    let (mut inits, mut invokes) = (Vec::new(), Vec::new());
+    for _ in 0..spawns {
+        let (init, invoke) = cold_start("hello-lambda", &hello, endpoint).await;
+        inits.push(init);
+        invokes.push(invoke);
+    }
+    row("hello world", None, &mut inits, &mut invokes, "  (calibration: lambda_runtime alone)");
     let mut worst = (0.0f64, 0.0f64);
     for function in FUNCTIONS {
         let zip = Path::new(dir).join(function).join("bootstrap.zip");
@@ -51,12 +61,8 @@ async fn main() {
             inits.push(init);
             invokes.push(invoke);
         }
-        let (init50, init90) = (percentile(&mut inits, 50), percentile(&mut inits, 90));
-        let (inv50, inv90) = (percentile(&mut invokes, 50), percentile(&mut invokes, 90));
         let note = if function == "baton-sweeper" { "  (a sweep: AWS calls)" } else { "" };
-        println!(
-            "{function:<16} {zip_mb:>9.2} {init50:>8.2}ms {init90:>8.2}ms {inv50:>12.2}ms {inv90:>12.2}ms{note}"
-        );
+        let init50 = row(function, Some(zip_mb), &mut inits, &mut invokes, note);
         worst = (worst.0.max(zip_mb), worst.1.max(init50));
     }
     println!(
@@ -65,6 +71,15 @@ async fn main() {
         worst.0, worst.1
     );
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// Prints one function's line; returns its median init.
+fn row(name: &str, zip_mb: Option<f64>, inits: &mut [f64], invokes: &mut [f64], note: &str) -> f64 {
+    let (init50, init90) = (percentile(inits, 50), percentile(inits, 90));
+    let (inv50, inv90) = (percentile(invokes, 50), percentile(invokes, 90));
+    let zip = zip_mb.map(|mb| format!("{mb:.2}")).unwrap_or_else(|| "-".into());
+    println!("{name:<16} {zip:>9} {init50:>8.2}ms {init90:>8.2}ms {inv50:>12.2}ms {inv90:>12.2}ms{note}");
+    init50
 }
 
 /// One cold start of `bootstrap` and its first invoke: (init ms, first invoke ms).
@@ -123,6 +138,12 @@ fn environment(endpoint: &str) -> BTreeMap<String, String> {
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    // Where the TLS roots are read from, when the bench is told (see docs/PERFORMANCE.md).
+    .chain(
+        ["SSL_CERT_FILE", "SSL_CERT_DIR"]
+            .into_iter()
+            .filter_map(|k| Some((k.to_owned(), std::env::var(k).ok()?))),
+    )
     .collect()
 }
 
