@@ -125,9 +125,10 @@ package: $(PACKAGE_STAMP)
 # (harness/src/bin/function-bench.rs) with the emulator up for the init warm-up.
 BENCH_SPAWNS ?= 20
 bench: package tools
-	cargo build --locked --profile sim -p baton-lambda-harness --bins
+	cargo build --locked --profile sim -p baton-lambda-harness --bin function-bench
+	cargo build --locked --release -p baton-lambda-harness --bin hello-lambda
 	BATON_PYTHON=$(VENV)/bin/python tools/with-emulator.sh bash -c \
-	  'target/sim/function-bench target/lambda "$$BATON_TEST_ENDPOINT" $(BENCH_SPAWNS)'
+	  'target/sim/function-bench target/lambda "$$BATON_TEST_ENDPOINT" target/release/hello-lambda $(BENCH_SPAWNS)'
 
 clean:
 	cargo clean

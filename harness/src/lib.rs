@@ -82,7 +82,6 @@ struct Shared {
     first_next: Mutex<Option<Instant>>,
     polled: Notify,
     init_error: Mutex<Option<Report>>,
-    init_failed: Notify,
     function_arn: String,
     ids: AtomicU64,
 }
@@ -128,10 +127,13 @@ impl RuntimeApi {
         let body = Bytes::from(serde_json::to_vec(event).expect("an event serializes"));
         self.shared.queue.lock().expect("queue").push_back((id.clone(), body));
         self.shared.queued.notify_one();
-        let (outcome, at) = tokio::time::timeout(within, rx)
-            .await
-            .map_err(|_| HarnessError::NoAnswer { request_id: id.clone(), waited: within })?
-            .map_err(|_| HarnessError::NoAnswer { request_id: id.clone(), waited: within })?;
+        let Ok(Ok((outcome, at))) = tokio::time::timeout(within, rx).await else {
+            // Unanswered: forget the event, so a later invoke does not run behind it.
+            self.shared.queue.lock().expect("queue").retain(|(queued, _)| *queued != id);
+            self.shared.answers.lock().expect("answers").remove(&id);
+            self.shared.handed_out.lock().expect("handed out").remove(&id);
+            return Err(HarnessError::NoAnswer { request_id: id, waited: within });
+        };
         let handed_out = self.shared.handed_out.lock().expect("handed out").remove(&id).unwrap_or(at);
         Ok(Invocation { outcome, took: at.saturating_duration_since(handed_out) })
     }
@@ -165,7 +167,7 @@ pub enum HarnessError {
     InitFailed {
         status: Option<std::process::ExitStatus>,
         report: Option<Report>,
-        stderr: String,
+        output: String,
     },
     NotReady {
         waited: Duration,
@@ -179,8 +181,8 @@ impl std::fmt::Display for HarnessError {
             HarnessError::NoAnswer { request_id, waited } => {
                 write!(f, "no answer to invocation {request_id} within {waited:?}")
             }
-            HarnessError::InitFailed { status, report, stderr } => {
-                write!(f, "init failed (exit {status:?}, init/error {report:?}); stderr: {stderr}")
+            HarnessError::InitFailed { status, report, output } => {
+                write!(f, "init failed (exit {status:?}, init/error {report:?}); its output:\n{output}")
             }
             HarnessError::NotReady { waited } => write!(f, "no call to `next` within {waited:?}"),
         }
@@ -255,8 +257,32 @@ async fn invocation_error(
 
 async fn init_error(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
     *shared.init_error.lock().expect("init error") = Some(report(&headers, &body));
-    shared.init_failed.notify_waiters();
     (StatusCode::ACCEPTED, r#"{"status":"OK"}"#).into_response()
+}
+
+/// An HTTP API (payload 2.0) request event for `POST /v1/callbacks`, as API Gateway hands it to
+/// the callback function.
+pub fn http_api_event(headers: &[(&str, String)], body: &str) -> Value {
+    let headers: serde_json::Map<String, Value> =
+        headers.iter().map(|(k, v)| ((*k).to_owned(), Value::String(v.clone()))).collect();
+    let request_id =
+        format!("harness-{}", SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos());
+    serde_json::json!({
+        "version": "2.0",
+        "routeKey": "POST /v1/callbacks",
+        "rawPath": "/v1/callbacks",
+        "rawQueryString": "",
+        "headers": headers,
+        "requestContext": {
+            "accountId": ACCOUNT, "apiId": "harness", "domainName": "harness.execute-api.us-east-1.amazonaws.com",
+            "domainPrefix": "harness", "requestId": request_id, "routeKey": "POST /v1/callbacks",
+            "stage": "$default", "time": "01/Dec/2026:00:00:00 +0000", "timeEpoch": 1_795_996_800_000_i64,
+            "http": {"method": "POST", "path": "/v1/callbacks", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
+                     "userAgent": "baton-harness"}
+        },
+        "body": body,
+        "isBase64Encoded": false
+    })
 }
 
 /// A function's binary running under its own [`RuntimeApi`].
@@ -349,7 +375,8 @@ impl Function {
     }
 
     fn init_failed(&self, status: Option<std::process::ExitStatus>) -> HarnessError {
-        HarnessError::InitFailed { status, report: self.api.init_error(), stderr: self.stderr().join("\n") }
+        let output = [self.stdout(), self.stderr()].concat().join("\n");
+        HarnessError::InitFailed { status, report: self.api.init_error(), output }
     }
 
     /// Invokes the function once with `event`.
@@ -364,6 +391,21 @@ impl Function {
 
     pub fn stderr(&self) -> Vec<String> {
         self.stderr.lock().expect("stderr").clone()
+    }
+
+    /// Waits up to `within` for a stdout line that `wanted` accepts (stdout is read by a task of
+    /// its own, so a line the function wrote may not be collected yet); returns it.
+    pub async fn stdout_line(&self, within: Duration, wanted: impl Fn(&str) -> bool) -> Option<String> {
+        let until = Instant::now() + within;
+        loop {
+            if let Some(line) = self.stdout().into_iter().find(|l| wanted(l)) {
+                return Some(line);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Stops the function (Lambda's SIGKILL at the end of an environment's life).

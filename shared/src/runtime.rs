@@ -326,10 +326,12 @@ const WARM_UP_EXECUTION: &str = "baton-warm-up";
 /// Both run at once, bounded by [`WARM_UP_LIMIT`]; one that fails or times out is logged and
 /// init goes on (the registration is tried again before the first start). SQS is not warmed:
 /// no function may make an SQS call without an effect.
-async fn warm_up(started: &Started) {
+async fn warm_up(started: &Started) -> std::time::Duration {
     let engine = &started.engine;
     let describe = async {
-        let Some(workflow) = engine.config.workflows.first() else { return };
+        let Some(workflow) = engine.config.workflows.first() else {
+            return;
+        };
         let machine = engine.state_machine_arn(workflow.name.as_str());
         let execution =
             format!("{}:{WARM_UP_EXECUTION}", machine.replacen(":stateMachine:", ":execution:", 1));
@@ -340,17 +342,22 @@ async fn warm_up(started: &Started) {
         }
     };
     let both = async { tokio::join!(engine.register_config(), describe) };
-    let warm_up_began = std::time::Instant::now();
+    let began = std::time::Instant::now();
     if tokio::time::timeout(WARM_UP_LIMIT, both).await.is_err() {
         tracing::warn!(
             limit_ms = WARM_UP_LIMIT.as_millis() as u64,
             "warm-up timed out; init goes on without it"
         );
     }
+    began.elapsed()
+}
+
+/// The last line of a cold start, just before the first `next`: how long each part took.
+fn init_done(started: &Started, warm_up: std::time::Duration) {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
     tracing::info!(
         setup_ms = ms(started.setup),
-        warm_up_ms = ms(warm_up_began.elapsed()),
+        warm_up_ms = ms(warm_up),
         init_ms = ms(started.began.elapsed()),
         "init done"
     );
@@ -373,7 +380,12 @@ async fn init_failed(e: SettingsError) -> lambda_runtime::Error {
         let sent = match request {
             Ok(request) => {
                 let client = lambda_runtime_api_client::PooledClient::builder().build();
-                client.call(request).await.map(drop).map_err(|e| e.to_string())
+                match tokio::time::timeout(WARM_UP_LIMIT, client.call(request)).await {
+                    Ok(Ok(answer)) if answer.status().is_success() => Ok(()),
+                    Ok(Ok(answer)) => Err(format!("the Runtime API answered {}", answer.status())),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!("no answer within {WARM_UP_LIMIT:?}")),
+                }
             }
             Err(e) => Err(e.to_string()),
         };
@@ -398,7 +410,8 @@ where
         Ok(started) => started,
         Err(e) => return Err(init_failed(e).await),
     };
-    warm_up(&started).await;
+    let warmed = warm_up(&started).await;
+    init_done(&started, warmed);
     let sqs = aws_sdk_sqs::Client::new(&started.sdk);
     let dead_letters = SqsDeadLetters::shared(sqs, &dlq_url, started.settings.max_receive_count);
     let handler = Arc::new(make(started.engine, dead_letters));
@@ -420,11 +433,12 @@ pub async fn serve_callback() -> Result<(), lambda_runtime::Error> {
     // The secrets are read while the connections warm: init waits for the slower of the two.
     let secrets_client = aws_sdk_secretsmanager::Client::new(&started.sdk);
     let read = started.settings.secrets(&secrets_client, started.engine.now());
-    let (secrets, ()) = tokio::join!(read, warm_up(&started));
+    let (secrets, warmed) = tokio::join!(read, warm_up(&started));
     let secrets = match secrets {
         Ok(secrets) => secrets,
         Err(e) => return Err(init_failed(e).await),
     };
+    init_done(&started, warmed);
     let callbacks = Arc::new(Callbacks::new(started.engine, secrets));
     lambda_runtime::run(lambda_runtime::service_fn(move |event: LambdaEvent<ApiGatewayV2httpRequest>| {
         let callbacks = callbacks.clone();
@@ -449,10 +463,13 @@ fn http_api_body(request: &ApiGatewayV2httpRequest) -> Result<Vec<u8>, Box<http:
         return Ok(body.as_bytes().to_vec());
     }
     base64::engine::general_purpose::STANDARD.decode(body).map_err(|e| {
-        let error = serde_json::json!({"error": "invalid_body", "message": format!("the base64 body does not decode: {e}")});
+        let error = serde_json::json!({"error": "invalid_body", "field": "body",
+                                       "message": format!("the base64 body does not decode: {e}")});
         let mut response = http::Response::new(error.to_string());
         *response.status_mut() = http::StatusCode::BAD_REQUEST;
-        response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
         Box::new(response)
     })
 }
@@ -474,7 +491,8 @@ pub async fn serve_sweeper() -> Result<(), lambda_runtime::Error> {
         Ok(started) => started,
         Err(e) => return Err(init_failed(e).await),
     };
-    warm_up(&started).await;
+    let warmed = warm_up(&started).await;
+    init_done(&started, warmed);
     let engine = started.engine;
     let sweeper = Arc::new(Sweeper::new(engine.clone()));
     lambda_runtime::run(lambda_runtime::service_fn(

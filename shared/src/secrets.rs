@@ -32,6 +32,10 @@ use crate::webhook::{SecretError, Secrets};
 pub const DEFAULT_TTL: Duration = Duration::minutes(5);
 /// How long to wait before reading again after a failed read.
 pub const RETRY_AFTER_FAILURE: Duration = Duration::seconds(5);
+/// How long the cold start waits for its first read. Lambda gives init 10 seconds and the SDK's
+/// own bound (three attempts) is longer; a read still unanswered by then counts as unavailable
+/// (503 until a later read succeeds) rather than letting Lambda kill the init.
+pub const START_READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where the secret list is read from.
 #[async_trait::async_trait]
@@ -147,7 +151,14 @@ impl RotatingSecrets {
         ttl: Duration,
         now: OffsetDateTime,
     ) -> Result<Self, SecretsError> {
-        let secrets = match read(&*source).await {
+        let first = tokio::time::timeout(START_READ_LIMIT, read(&*source)).await.unwrap_or_else(|_| {
+            Err(SecretsError::Read {
+                retryable: true,
+                source: format!("no answer within {START_READ_LIMIT:?} at start-up").into(),
+                secret: source.describe(),
+            })
+        });
+        let secrets = match first {
             Ok(secrets) => Some(Arc::new(secrets)),
             Err(e) if e.retryable() => {
                 warn!(secret = %source.describe(), error = %crate::sqs::error_chain(&e),

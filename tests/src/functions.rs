@@ -81,7 +81,7 @@ fn response(invocation: &Invocation) -> &Value {
 
 /// Every stdout line is JSON (a log line or an EMF document): CloudWatch Logs gets structured
 /// lines only. Returns them, parsed.
-pub fn json_stdout(function: &Function) -> Vec<Value> {
+pub fn assert_json_stdout(function: &Function) -> Vec<Value> {
     function
         .stdout()
         .iter()
@@ -90,6 +90,21 @@ pub fn json_stdout(function: &Function) -> Vec<Value> {
             serde_json::from_str(line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))
         })
         .collect()
+}
+
+/// Waits up to [`WAIT`] for a JSON stdout line of `function` that `wanted` accepts, and returns
+/// it; panics with every line seen if none comes.
+pub async fn logged(function: &Function, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+    let parse = |line: &str| serde_json::from_str::<Value>(line).ok();
+    match function.stdout_line(WAIT, |line| parse(line).is_some_and(|v| wanted(&v))).await {
+        Some(line) => parse(&line).expect("JSON"),
+        None => panic!("no stdout line for {what} within {WAIT:?}; the lines: {:#?}", function.stdout()),
+    }
+}
+
+/// Waits for the log event `message` (`fields.message`) on `function`'s stdout.
+pub async fn log_event(function: &Function, message: &str) -> Value {
+    logged(function, message, |l| l["fields"]["message"] == message).await
 }
 
 /// The EMF documents among `lines`: the metric names they declare.
@@ -154,15 +169,15 @@ pub async fn intake_scenario(binary: &str) {
     let executions = system.executions("order-review").await;
     assert_eq!(executions.len(), 1, "one execution started: {executions:?}");
 
-    let lines = json_stdout(&function);
-    let metrics = emf_metrics(&lines);
     for metric in ["WorkflowsStarted", "PoisonMessages"] {
-        assert!(metrics.iter().any(|m| m == metric), "an EMF line for {metric}: {metrics:?}");
+        logged(&function, &format!("an EMF line for {metric}"), |l| {
+            emf_metrics(std::slice::from_ref(l)).iter().any(|m| m == metric)
+        })
+        .await;
     }
-    assert!(
-        lines.iter().any(|l| l["fields"]["message"] == "poison message moved to the dead-letter queue"),
-        "a JSON log line for the poison message: {lines:#?}"
-    );
+    let poison = log_event(&function, "poison message moved to the dead-letter queue").await;
+    assert_eq!(poison["fields"]["reason"], "not_json", "{poison}");
+    assert_json_stdout(&function);
     function.stop().await;
 
     // A function started without a variable it needs reports it to /init/error and exits.
@@ -208,32 +223,10 @@ pub async fn progress_scenario(binary: &str) {
     assert_eq!(tasks.len(), 1, "one task: {tasks:#?}");
     assert_eq!(tasks[0]["type"], "baton.task.created");
     assert_eq!(tasks[0]["id"], format!("order-review/{key}/g1/manual-review"));
-    assert!(!json_stdout(&function).is_empty(), "JSON logs on stdout");
+    log_event(&function, "task created and published").await;
+    assert_json_stdout(&function);
     function.stop().await;
     system.stop().await;
-}
-
-/// An HTTP API (payload 2.0) request to `POST /v1/callbacks`, as API Gateway hands it to the
-/// function.
-fn http_api_request(headers: &[(&str, String)], body: &str) -> Value {
-    let headers: serde_json::Map<String, Value> =
-        headers.iter().map(|(k, v)| ((*k).to_owned(), Value::String(v.clone()))).collect();
-    json!({
-        "version": "2.0",
-        "routeKey": "POST /v1/callbacks",
-        "rawPath": "/v1/callbacks",
-        "rawQueryString": "",
-        "headers": headers,
-        "requestContext": {
-            "accountId": "123456789012", "apiId": "harness", "domainName": "harness.execute-api.us-east-1.amazonaws.com",
-            "domainPrefix": "harness", "requestId": unique_name("req"), "routeKey": "POST /v1/callbacks",
-            "stage": "$default", "time": "01/Dec/2026:00:00:00 +0000", "timeEpoch": 1_795_996_800_000_i64,
-            "http": {"method": "POST", "path": "/v1/callbacks", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
-                     "userAgent": "baton-harness"}
-        },
-        "body": body,
-        "isBase64Encoded": false
-    })
 }
 
 /// Sends one signed callback to the function, as a sender would: a 503 is sent again with the
@@ -251,11 +244,13 @@ async fn signed_callback(function: &Function, id: &str, body: &Value) -> (u64, V
             ("webhook-signature", secrets.sign(id, now, text.as_bytes())),
         ];
         let (status, body, retry_after) =
-            proxy_response(&invoke(function, &http_api_request(&headers, &text)).await);
+            proxy_response(&invoke(function, &lambda_harness::http_api_event(&headers, &text)).await);
         if status != 503 {
             return (status, body);
         }
-        tokio::time::sleep(Duration::from_secs(retry_after.unwrap_or(1).min(5))).await;
+        let error = body["error"].as_str();
+        assert!(matches!(error, Some("unavailable" | "in_progress")), "a 503 says why: {body}");
+        tokio::time::sleep(Duration::from_secs(retry_after.unwrap_or(1).min(30))).await;
     }
     panic!("callback {id} still answered 503 after 5 tries");
 }
@@ -280,7 +275,9 @@ pub async fn callback_scenario(binary: &str) {
     let progress = system.baton.handlers.get("ProgressFunction").expect("progress").clone();
     let arn = system.baton.provisioned.queues.get("ProgressQueue").expect("the queue").arn.clone();
     let mut ready = Vec::new();
+    let began = std::time::Instant::now();
     while ready.is_empty() {
+        assert!(began.elapsed() < WAIT, "timed out waiting for step_ready on ProgressQueue");
         ready = system.drain_queue("ProgressQueue").await;
     }
     let answer = system.deliver(progress.as_ref(), baton_local::mapping::to_event(&ready, &arn)).await;
@@ -303,17 +300,37 @@ pub async fn callback_scenario(binary: &str) {
         ("webhook-timestamp", time::OffsetDateTime::now_utc().unix_timestamp().to_string()),
         ("webhook-signature", "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".to_owned()),
     ];
-    let (status, body, _) = proxy_response(&invoke(&function, &http_api_request(&forged, &text)).await);
+    let (status, body, _) =
+        proxy_response(&invoke(&function, &lambda_harness::http_api_event(&forged, &text)).await);
     assert_eq!((status, body["error"].as_str()), (401, Some("invalid_signature")), "{body}");
-    assert!(!json_stdout(&function).is_empty(), "JSON logs on stdout");
+    let refused = logged(&function, "the refused callback's log line", |l| {
+        l["fields"]["message"].as_str().is_some_and(|m| m.starts_with("callback refused"))
+    })
+    .await;
+    assert_eq!(refused["fields"]["reason"], "invalid_signature", "{refused}");
+    assert_json_stdout(&function);
     function.stop().await;
     system.stop().await;
 }
 
-/// sweeper's binary, handed the scheduled event EventBridge sends: it sweeps and answers with
-/// what it repaired and expired.
+/// sweeper's binary, handed the scheduled event EventBridge sends: it finds a record left
+/// pending by a crash before StartExecution, past its grace period, starts its execution, and
+/// answers with what it repaired.
 pub async fn sweeper_scenario(binary: &str) {
     let system = deployed().await;
+    let engine = system.engine();
+    let workflow = engine.config.workflow("order-review").expect("the workflow");
+    let key = baton::ids::CorrelationKey::parse(&unique_name("bin")).expect("a key");
+    let crash =
+        baton::lifecycle::Input::Start { event: baton::ids::EventId::parse("evt-crash").expect("an id") };
+    let crashed_at = engine.now() - baton::lifecycle::RESTART_PENDING_AFTER - time::Duration::minutes(1);
+    let decision =
+        baton::lifecycle::decide(&workflow.plan(), (&workflow.name, &key), None, &crash, crashed_at);
+    let write = decision.write.expect("a create");
+    let applied = baton::store::WorkflowStore::apply(&system.store, &write).await.expect("the pending write");
+    assert_eq!(applied, baton::store::Applied::Written);
+    assert!(system.executions("order-review").await.is_empty(), "crashed before StartExecution");
+
     let function = start(binary, "SweeperFunction", &environment(&system, "SweeperFunction")).await;
     let scheduled = json!({
         "version": "0", "id": unique_name("sched"), "detail-type": "Scheduled Event", "source": "aws.events",
@@ -322,8 +339,10 @@ pub async fn sweeper_scenario(binary: &str) {
     });
     let answer = invoke(&function, &scheduled).await;
     let report = response(&answer);
-    assert!(report["repaired"].is_u64() && report["expired"].is_u64(), "a sweep report: {report}");
-    assert!(!json_stdout(&function).is_empty(), "JSON logs on stdout");
+    assert_eq!((report["repaired"].as_u64(), report["expired"].as_u64()), (Some(1), Some(0)), "{report}");
+    log_event(&function, "sweep done").await;
+    assert_eq!(system.executions("order-review").await.len(), 1, "the owed start, made once");
+    assert_json_stdout(&function);
     function.stop().await;
 
     // A warm-up that cannot reach AWS does not fail init: the function still asks for events,
@@ -331,14 +350,14 @@ pub async fn sweeper_scenario(binary: &str) {
     let mut unreachable = environment(&system, "SweeperFunction");
     unreachable.insert("AWS_ENDPOINT_URL".into(), "http://127.0.0.1:9".into());
     let function = start(binary, "SweeperFunction", &unreachable).await;
-    let lines = json_stdout(&function);
-    assert!(
-        lines.iter().any(|l| l["level"] == "WARN"
+    logged(&function, "the failed warm-up", |l| {
+        l["level"] == "WARN"
             && l["fields"]["message"]
                 .as_str()
-                .is_some_and(|m| m.contains("warm-up") || m.contains("cannot register"))),
-        "the failed warm-up is logged: {lines:#?}"
-    );
+                .is_some_and(|m| m.contains("warm-up") || m.contains("cannot register"))
+    })
+    .await;
+    log_event(&function, "init done").await;
     function.stop().await;
     system.stop().await;
 }

@@ -6,13 +6,14 @@
 //! being handed out to the answer arriving. Prints the median and p90, and one line against the
 //! published anchors.
 //!
-//! Usage: function-bench ZIP_DIR AWS_ENDPOINT [SPAWNS]
+//! Usage: function-bench ZIP_DIR AWS_ENDPOINT HELLO [SPAWNS]
 //!   ZIP_DIR       where `make package` put the zips (target/lambda)
 //!   AWS_ENDPOINT  the emulator the warm-up calls (make bench starts one)
+//!   HELLO         the hello-lambda binary, built with the release profile like the functions
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lambda_harness::{Function, Outcome};
 use serde_json::{Value, json};
@@ -26,20 +27,20 @@ const WAIT: Duration = Duration::from_secs(30);
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (Some(dir), Some(endpoint)) = (args.first(), args.get(1)) else {
-        eprintln!("usage: function-bench ZIP_DIR AWS_ENDPOINT [SPAWNS]");
+    let (Some(dir), Some(endpoint), Some(hello)) = (args.first(), args.get(1), args.get(2)) else {
+        eprintln!("usage: function-bench ZIP_DIR AWS_ENDPOINT HELLO [SPAWNS]");
         std::process::exit(2);
     };
-    let spawns: usize = args.get(2).map(|n| n.parse().expect("SPAWNS is a number")).unwrap_or(20);
+    let spawns: usize = args.get(3).map(|n| n.parse().expect("SPAWNS is a number")).unwrap_or(20);
     let work = std::env::temp_dir().join(format!("baton-bench-{}", std::process::id()));
     println!("{spawns} cold starts per function under the Runtime API harness; warm-up against {endpoint}");
     println!(
         "{:<16} {:>9} {:>10} {:>10} {:>14} {:>14}",
         "function", "zip MB", "init p50", "init p90", "1st invoke p50", "1st invoke p90"
     );
-    // Calibration: a Rust hello world on lambda_runtime (hello-lambda, built beside this bench),
-    // started the same way. What it takes is the floor any Rust function starts from here.
-    let hello = std::env::current_exe().expect("the bench's path").with_file_name("hello-lambda");
+    // Calibration: a Rust hello world on lambda_runtime, built with the same profile and started
+    // the same way. What it takes is the floor any Rust function starts from here.
+    let hello = PathBuf::from(hello);
     let (mut inits, mut invokes) = (Vec::new(), Vec::new());
     for _ in 0..spawns {
         let (init, invoke) = cold_start("hello-lambda", &hello, endpoint).await;
@@ -98,20 +99,23 @@ async fn cold_start(function: &str, bootstrap: &Path, endpoint: &str) -> (f64, f
 }
 
 /// A first event each function answers without calling AWS: an empty SQS batch; a callback
-/// with a bad signature (401 before any read); the sweeper's schedule, which does query.
+/// with a current timestamp and a bad signature (the HMAC is computed and compared, then 401,
+/// before any read); the sweeper's schedule, which does query.
 fn first_event(function: &str) -> Value {
     match function {
-        "baton-callback" => json!({
-            "version": "2.0", "routeKey": "POST /v1/callbacks", "rawPath": "/v1/callbacks", "rawQueryString": "",
-            "headers": {"content-type": "application/json", "webhook-id": "bench", "webhook-timestamp": "0",
-                        "webhook-signature": "v1,AAAA"},
-            "requestContext": {"accountId": "123456789012", "apiId": "bench", "domainName": "bench", "domainPrefix": "bench",
-                               "requestId": "bench", "routeKey": "POST /v1/callbacks", "stage": "$default",
-                               "time": "01/Dec/2026:00:00:00 +0000", "timeEpoch": 0,
-                               "http": {"method": "POST", "path": "/v1/callbacks", "protocol": "HTTP/1.1",
-                                        "sourceIp": "127.0.0.1", "userAgent": "bench"}},
-            "body": "{}", "isBase64Encoded": false
-        }),
+        "baton-callback" => {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs().to_string();
+            let headers = [
+                ("content-type", "application/json".to_owned()),
+                ("webhook-id", "bench".to_owned()),
+                ("webhook-timestamp", now),
+                ("webhook-signature", "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".to_owned()),
+            ];
+            lambda_harness::http_api_event(
+                &headers,
+                r#"{"workflow": "order-review", "key": "k", "step": "s"}"#,
+            )
+        }
         "baton-sweeper" => {
             json!({"version": "0", "id": "bench", "detail-type": "Scheduled Event", "source": "aws.events",
                                   "account": "123456789012", "time": "2026-12-01T00:00:00Z", "region": "us-east-1",
