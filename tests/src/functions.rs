@@ -320,7 +320,7 @@ pub async fn sweeper_scenario(binary: &str) {
     let system = deployed().await;
     let engine = system.engine();
     let workflow = engine.config.workflow("order-review").expect("the workflow");
-    let key = baton::ids::CorrelationKey::parse(&unique_name("bin")).expect("a key");
+    let key = baton::ids::CorrelationKey::parse(unique_name("bin")).expect("a key");
     let crash =
         baton::lifecycle::Input::Start { event: baton::ids::EventId::parse("evt-crash").expect("an id") };
     let crashed_at = engine.now() - baton::lifecycle::RESTART_PENDING_AFTER - time::Duration::minutes(1);
