@@ -281,6 +281,29 @@ mod tests {
         assert!(signs_with(&back, B));
     }
 
+    /// A source that never answers (a hung connection).
+    struct Hung;
+
+    #[async_trait::async_trait]
+    impl SecretSource for Hung {
+        async fn fetch(&self) -> Result<SecretString, SecretsError> {
+            std::future::pending().await
+        }
+        fn describe(&self) -> String {
+            "hung".into()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_read_that_hangs_ends_at_the_start_limit_as_unavailable() {
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        let began = tokio::time::Instant::now();
+        let secrets = RotatingSecrets::load(Arc::new(Hung), Duration::minutes(5), t0).await.unwrap();
+        assert_eq!(began.elapsed(), START_READ_LIMIT, "init waits the limit, not the SDK's 25 s");
+        let err = secrets.current(t0).await.unwrap_err();
+        assert_eq!((err.error_type(), err.retryable()), ("secrets_unavailable", true));
+    }
+
     #[tokio::test]
     async fn a_start_without_secrets_answers_unavailable_until_a_read_succeeds_but_a_bad_secret_fails_it() {
         let source = Arc::new(Scripted { value: StdMutex::new(Err(true)), reads: StdMutex::new(0) });
