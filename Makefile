@@ -7,8 +7,9 @@
 #               the HTTP API on 127.0.0.1; Ctrl-C stops everything it started
 #   make package  the four functions as Lambda zips (cargo-lambda, release profile), their sizes,
 #               and `sam validate --lint`; not part of `make test`
-#   make bench  the zips measured: size, init (median, p90) and first invoke under the Runtime API
-#               harness
+#   make bench  the hot path (shared/benches/hot_path.rs: event parse, matching for 1 to 1,000
+#               workflows, decide, whole workflows on the in-memory store), then the zips: size,
+#               init (median, p90) and first invoke under the Runtime API harness
 # Both install the pinned Python tools into .venv when missing, and start and stop what they need.
 
 SHELL := /bin/bash
@@ -123,8 +124,10 @@ package: $(PACKAGE_STAMP)
 
 # The zips from `make package`, started 20 times each under the Runtime API harness
 # (harness/src/bin/function-bench.rs) with the emulator up for the init warm-up.
+# The hot path first: divan, release profile (what ships), per-item times and items/s.
 BENCH_SPAWNS ?= 20
 bench: package tools
+	cargo bench --locked -p baton-shared --bench hot_path
 	cargo build --locked --profile sim -p baton-lambda-harness --bin function-bench
 	cargo build --locked --release -p baton-lambda-harness --bin hello-lambda
 	BATON_PYTHON=$(VENV)/bin/python tools/with-emulator.sh bash -c \

@@ -33,6 +33,8 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub workflows: Vec<Workflow>,
+    /// Which start and `accepts_events` patterns an event of a given `type` can match.
+    pub routes: Routes,
     /// A stable hash of the canonical form: `v` and 12 hex digits of its SHA-256. Comments,
     /// formatting and the order of keys in mappings do not change it; any change of meaning
     /// does.
@@ -172,14 +174,78 @@ impl Workflow {
 
     /// The correlation key the event carries at this workflow's key pointer.
     pub fn correlation_key(&self, event: &Event) -> Result<CorrelationKey, KeyError> {
-        let text =
-            event.pointer_text(&self.key).ok_or_else(|| KeyError::Missing { pointer: self.key.clone() })?;
+        self.correlation_key_in(&event.normalised())
+    }
+
+    /// [`Workflow::correlation_key`] of an event already normalised ([`Event::normalised`]).
+    pub fn correlation_key_in(&self, normalised: &Value) -> Result<CorrelationKey, KeyError> {
+        let text = crate::event::text_at(normalised, &self.key)
+            .ok_or_else(|| KeyError::Missing { pointer: self.key.clone() })?;
         CorrelationKey::parse(text).map_err(|source| KeyError::Invalid { pointer: self.key.clone(), source })
     }
 
     /// The index of the step with this name.
     pub fn step_index(&self, name: &str) -> Option<u32> {
         self.steps.iter().position(|s| s.name.as_str() == name).and_then(|i| u32::try_from(i).ok())
+    }
+}
+
+/// One pattern an event may match: a workflow's start (`step: None`) or one step's
+/// `accepts_events`, by index into [`Config::workflows`] and its steps. Ordered as the config
+/// lists them: a workflow's start before its steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Route {
+    pub workflow: usize,
+    pub step: Option<usize>,
+}
+
+/// The patterns an event can match, found by its `type` instead of trying every pattern of
+/// every workflow: a pattern that pins `type` to exact strings (`type: ["order.placed"]`, as
+/// almost every start does) is listed under each of them; one that does not is tried for every
+/// event. An event's `type` is always a string, so a pattern listed under other types cannot
+/// match it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Routes {
+    by_type: std::collections::HashMap<String, Vec<Route>>,
+    any_type: Vec<Route>,
+}
+
+impl Routes {
+    fn new(workflows: &[Workflow]) -> Routes {
+        let mut routes = Routes::default();
+        for (w, workflow) in workflows.iter().enumerate() {
+            let steps = workflow.steps.iter().enumerate();
+            let patterns = std::iter::once((None, Some(&workflow.when)))
+                .chain(steps.map(|(i, step)| (Some(i), step.accepts_events.as_ref())));
+            for (step, pattern) in patterns {
+                let Some(pattern) = pattern else { continue };
+                let route = Route { workflow: w, step };
+                match pattern.required_strings("type") {
+                    Some(types) => {
+                        for t in types {
+                            let listed = routes.by_type.entry(t.to_owned()).or_default();
+                            if listed.last() != Some(&route) {
+                                listed.push(route);
+                            }
+                        }
+                    }
+                    None => routes.any_type.push(route),
+                }
+            }
+        }
+        routes
+    }
+
+    /// Every pattern an event of this `type` can match, in config order. The caller still
+    /// matches each one: this only leaves out those that cannot.
+    pub fn candidates(&self, event_type: &str) -> Vec<Route> {
+        let typed = self.by_type.get(event_type).map(Vec::as_slice).unwrap_or_default();
+        if self.any_type.is_empty() {
+            return typed.to_vec();
+        }
+        let mut all: Vec<Route> = typed.iter().chain(&self.any_type).copied().collect();
+        all.sort_unstable();
+        all
     }
 }
 
@@ -345,6 +411,7 @@ impl Validator {
         }
         let parsed: Vec<Option<Workflow>> = map.iter().map(|(name, def)| self.workflow(name, def)).collect();
         parsed.into_iter().collect::<Option<Vec<_>>>().map(|workflows| Config {
+            routes: Routes::new(&workflows),
             workflows,
             version: String::new(),
             canonical: String::new(),
@@ -667,5 +734,72 @@ workflows:
             t.render("order-review", "order-1", "manual-review", 2),
             "Review order-review/order-1 at manual-review (gen 2)"
         );
+    }
+
+    /// The index by `type` leaves out only patterns that cannot match: over starts and
+    /// `accepts_events` of every shape (typed, several types, no type, a `type` operator, `type`
+    /// inside `$or`, a numeric `type`), the routes that match each event are exactly the
+    /// patterns that match it when every one is tried.
+    #[test]
+    fn routes_by_type_find_exactly_the_patterns_a_full_scan_matches() {
+        let yaml = r#"
+workflows:
+  typed:
+    start: { when: { type: ["a.placed", "b.placed", "a.placed"] }, key: /subject }
+    steps:
+      - { name: s1, requires: [x], timeout: 1d, accepts_events: { type: ["a.paid"] } }
+      - { name: s2, requires: [x], timeout: 1d, accepts_events: { source: ["shop"] } }
+  untyped:
+    start: { when: { source: ["shop"] }, key: /subject }
+    steps:
+      - { name: s1, requires: [x], timeout: 1d, accepts_events: { type: [{ prefix: "a." }] } }
+  either:
+    start: { when: { "$or": [{ type: ["a.placed"] }, { source: ["other"] }] }, key: /subject }
+    steps:
+      - { name: s1, requires: [x], timeout: 1d, accepts_events: { type: [5] } }
+      - { name: s2, requires: [x], timeout: 1d, accepts_events: { type: ["b.placed"], source: ["shop"] } }
+"#;
+        let config = Config::parse(yaml).expect("valid");
+        let all: Vec<Route> = config
+            .workflows
+            .iter()
+            .enumerate()
+            .flat_map(|(w, wf)| {
+                std::iter::once(Route { workflow: w, step: None })
+                    .chain((0..wf.steps.len()).map(move |i| Route { workflow: w, step: Some(i) }))
+            })
+            .collect();
+        let pattern = |r: &Route| {
+            let wf = &config.workflows[r.workflow];
+            match r.step {
+                None => Some(&wf.when),
+                Some(i) => wf.steps[i].accepts_events.as_ref(),
+            }
+        };
+        let mut seen = 0;
+        for t in ["a.placed", "b.placed", "a.paid", "a.other", "c", "5"] {
+            for source in ["shop", "other", "elsewhere"] {
+                let event =
+                    serde_json::json!({"id": "e", "source": source, "type": t, "subject": "k", "data": {}});
+                let scanned: Vec<Route> =
+                    all.iter().filter(|r| pattern(r).is_some_and(|p| p.matches(&event))).copied().collect();
+                let candidates = config.routes.candidates(t);
+                let routed: Vec<Route> = candidates
+                    .iter()
+                    .filter(|r| pattern(r).is_some_and(|p| p.matches(&event)))
+                    .copied()
+                    .collect();
+                assert_eq!(routed, scanned, "type {t}, source {source}");
+                assert!(
+                    candidates.windows(2).all(|w| w[0] < w[1]),
+                    "config order, once each: {candidates:?}"
+                );
+                seen += scanned.len();
+            }
+        }
+        assert!(seen > 10, "the events match something: {seen}");
+        // Typed patterns are left out for other types: a `c` event is tried only against the
+        // patterns that do not pin `type` to strings.
+        assert_eq!(config.routes.candidates("c").len(), 5, "{:?}", config.routes.candidates("c"));
     }
 }

@@ -148,12 +148,18 @@ impl Event {
     /// `12.5`), a boolean as `true` or `false`. `None` when the pointer finds nothing, `null`, an
     /// object or an array, none of which can serve as a key.
     pub fn pointer_text(&self, pointer: &str) -> Option<String> {
-        match self.normalised().pointer(pointer)? {
-            Value::String(text) => Some(text.clone()),
-            Value::Number(number) => Some(number.to_string()),
-            Value::Bool(flag) => Some(flag.to_string()),
-            Value::Null | Value::Array(_) | Value::Object(_) => None,
-        }
+        text_at(&self.normalised(), pointer)
+    }
+}
+
+/// [`Event::pointer_text`] on an event already normalised, so that it is normalised once
+/// however many pointers are read.
+pub fn text_at(normalised: &Value, pointer: &str) -> Option<String> {
+    match normalised.pointer(pointer)? {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        Value::Bool(flag) => Some(flag.to_string()),
+        Value::Null | Value::Array(_) | Value::Object(_) => None,
     }
 }
 

@@ -171,34 +171,37 @@ pub fn plan_event<'c>(config: &'c Config, body: &str) -> Result<EventPlan<'c>, V
         Event::parse(body).map_err(|e| Verdict::Poison { reason: e.reason_code(), detail: e.to_string() })?;
     let normalised = event.normalised();
     let mut inputs = Vec::new();
-    for workflow in &config.workflows {
-        let key = |wf: &Workflow| {
-            wf.correlation_key(&event).map_err(|e| Verdict::Poison {
+    let mut hash = None;
+    for route in config.routes.candidates(&event.r#type) {
+        let workflow = &config.workflows[route.workflow];
+        let key = || {
+            workflow.correlation_key_in(&normalised).map_err(|e| Verdict::Poison {
                 reason: MISSING_CORRELATION_KEY,
-                detail: format!("event {} matches workflow {}, but {e}", event.id, wf.name),
+                detail: format!("event {} matches workflow {}, but {e}", event.id, workflow.name),
             })
         };
-        if workflow.when.matches(&normalised) {
-            inputs.push((workflow, key(workflow)?, Input::Start { event: event.id.clone() }));
-        }
-        for (i, step) in workflow.steps.iter().enumerate() {
-            if step.accepts_events.as_ref().is_some_and(|p| p.matches(&normalised)) {
-                let data = match &event.data {
-                    Value::Object(map) => map.clone(),
-                    Value::Null => Map::new(),
-                    other => Map::from_iter([("data".to_owned(), other.clone())]),
-                };
-                let input = Input::StepInput {
-                    id: event.id.clone(),
-                    hash: payload_hash(body.as_bytes()),
-                    source: Source::Event,
-                    step: u32::try_from(i).unwrap_or(u32::MAX),
-                    outcome: StepOutcome::Succeeded,
-                    data,
-                    generation: None,
-                };
-                inputs.push((workflow, key(workflow)?, input));
+        let Some(i) = route.step else {
+            if workflow.when.matches(&normalised) {
+                inputs.push((workflow, key()?, Input::Start { event: event.id.clone() }));
             }
+            continue;
+        };
+        if workflow.steps[i].accepts_events.as_ref().is_some_and(|p| p.matches(&normalised)) {
+            let data = match &event.data {
+                Value::Object(map) => map.clone(),
+                Value::Null => Map::new(),
+                other => Map::from_iter([("data".to_owned(), other.clone())]),
+            };
+            let input = Input::StepInput {
+                id: event.id.clone(),
+                hash: hash.get_or_insert_with(|| payload_hash(body.as_bytes())).clone(),
+                source: Source::Event,
+                step: u32::try_from(i).unwrap_or(u32::MAX),
+                outcome: StepOutcome::Succeeded,
+                data,
+                generation: None,
+            };
+            inputs.push((workflow, key()?, input));
         }
     }
     Ok(EventPlan { event, inputs })

@@ -119,6 +119,23 @@ impl Pattern {
     pub fn matches(&self, event: &Value) -> bool {
         self.root.matches(event.as_object())
     }
+
+    /// The exact strings the top-level `field` must equal for this pattern to match an event
+    /// whose `field` is a string: `Some` only when the pattern has `"field": [..]` made of
+    /// string values alone (an AND with the rest, outside any `$or`). `None`: the pattern does
+    /// not pin `field` to a list of strings, so it may match any value of it.
+    pub fn required_strings(&self, field: &str) -> Option<Vec<&str>> {
+        self.root.0.iter().find_map(|node| match node {
+            Node::Field { name, rule: Rule::AnyCondition(conditions) } if name == field => conditions
+                .iter()
+                .map(|c| match c {
+                    Condition::Equals(Scalar::String(text)) => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,318 @@
+//! The hot path, measured (`make bench`): what one core does per event, per decision and per
+//! whole workflow. Figures and their history: docs/PERFORMANCE.md.
+//!
+//! - `event_parse`: an SQS body to an [`Event`].
+//! - `match_routed` / `match_every_pattern`: one parsed event against the start and
+//!   `accepts_events` patterns of N workflows, through the index by `type` that intake uses, and
+//!   the way it was done before it (every pattern tried), side by side.
+//! - `plan_and_decide`: all intake does before its first write for one start event: parse,
+//!   match, correlation key ([`plan_event`]), then [`lifecycle::decide`].
+//! - `decide`: the pure transition function alone, for a callback that completes a step.
+//! - `two_step_workflow`: the engine end to end on the in-memory store, through the real
+//!   handlers: intake's start event, progress's two `step_ready` reports and its `finished`
+//!   report, and two signed callbacks through the callback handler (signature checked). Step
+//!   Functions and SQS answer at once, so the figure is baton's own CPU per workflow.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use baton::callback::Callbacks;
+use baton::config::Config;
+use baton::engine::{Engine, Versions, random_write_ids, system_clock};
+use baton::event::Event;
+use baton::ids::{CorrelationKey, TaskToken, WorkflowName};
+use baton::intake::{Intake, plan_event};
+use baton::lifecycle::{self, Input, Record, Source, State, StepOutcome};
+use baton::metrics::Metrics;
+use baton::orchestrator::{
+    ExecutionInfo, HistoryEvent, Orchestrator, OrchestratorError, StartExecution, Started,
+};
+use baton::outbound::{PublishError, TaskPublisher};
+use baton::progress::Progress;
+use baton::secrets::RotatingSecrets;
+use baton::sqs::{DeadLetterError, DeadLetterQueue, SqsHandler};
+use baton::store::Task;
+use baton::store::memory::MemoryStore;
+use baton::webhook::Secrets;
+use divan::{Bencher, black_box, counter::ItemsCount};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+fn main() {
+    divan::main();
+}
+
+const SAMPLE: &str = include_str!("../../infra/workflows.yaml");
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// `n` workflows shaped like the sample's: a start on its own `type` with a numeric condition,
+/// a review step, and a payment step that takes its own `type` of event.
+fn config_of(n: usize) -> Config {
+    let mut yaml = String::from("workflows:\n");
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  wf-{i}:\n    start:\n      when: {{ type: [\"order.placed.{i}\"], data: {{ total: [{{ numeric: [\">=\", 1000] }}] }} }}\n      key: /subject\n    steps:\n      - {{ name: review, requires: [decision], timeout: 2d }}\n      - {{ name: payment, requires: [payment_ref], timeout: 7d, accepts_events: {{ type: [\"payment.settled.{i}\"] }} }}\n"
+        ));
+    }
+    Config::parse(&yaml).expect("generated config is valid")
+}
+
+/// A start event for the middle workflow of `n`.
+fn start_body(n: usize, key: &str) -> String {
+    json!({
+        "specversion": "1.0", "id": format!("evt-{key}"), "source": "shop", "type": format!("order.placed.{}", n / 2),
+        "subject": key, "time": "2026-11-30T10:00:00Z", "data": {"total": 1500, "currency": "EUR"}
+    })
+    .to_string()
+}
+
+const SIZES: [usize; 4] = [1, 10, 100, 1000];
+
+#[divan::bench]
+fn event_parse(bencher: Bencher) {
+    let body = start_body(10, "order-1");
+    bencher.counter(ItemsCount::new(1usize)).bench(|| Event::parse(black_box(&body)).expect("parses"));
+}
+
+#[divan::bench(args = SIZES)]
+fn match_routed(bencher: Bencher, n: usize) {
+    let config = config_of(n);
+    let event = Event::parse(&start_body(n, "order-1")).expect("parses");
+    let normalised = event.normalised();
+    bencher.counter(ItemsCount::new(1usize)).bench(|| {
+        let mut matched = 0;
+        for route in config.routes.candidates(black_box(&event.r#type)) {
+            let wf = &config.workflows[route.workflow];
+            let pattern = match route.step {
+                None => Some(&wf.when),
+                Some(i) => wf.steps[i].accepts_events.as_ref(),
+            };
+            matched += usize::from(pattern.is_some_and(|p| p.matches(&normalised)));
+        }
+        assert_eq!(matched, 1);
+    });
+}
+
+#[divan::bench(args = SIZES)]
+fn match_every_pattern(bencher: Bencher, n: usize) {
+    let config = config_of(n);
+    let event = Event::parse(&start_body(n, "order-1")).expect("parses");
+    let normalised = event.normalised();
+    bencher.counter(ItemsCount::new(1usize)).bench(|| {
+        let mut matched = 0;
+        for wf in &config.workflows {
+            matched += usize::from(wf.when.matches(black_box(&normalised)));
+            for step in &wf.steps {
+                matched += usize::from(step.accepts_events.as_ref().is_some_and(|p| p.matches(&normalised)));
+            }
+        }
+        assert_eq!(matched, 1);
+    });
+}
+
+#[divan::bench(args = SIZES)]
+fn plan_and_decide(bencher: Bencher, n: usize) {
+    let config = config_of(n);
+    let body = start_body(n, "order-1");
+    let now = OffsetDateTime::now_utc();
+    bencher.counter(ItemsCount::new(1usize)).bench(|| {
+        let Ok(plan) = plan_event(&config, black_box(&body)) else { panic!("plans") };
+        let [(workflow, key, input)] = plan.inputs.as_slice() else { panic!("one input") };
+        let decision = lifecycle::decide(&workflow.plan(), (&workflow.name, key), None, input, now);
+        assert!(decision.write.is_some());
+    });
+}
+
+#[divan::bench]
+fn decide(bencher: Bencher) {
+    let config = Config::parse(SAMPLE).expect("sample");
+    let workflow = &config.workflows[0];
+    let plan = workflow.plan();
+    let key = CorrelationKey::parse("order-1".to_owned()).expect("key");
+    let now = OffsetDateTime::now_utc();
+    let waiting = waiting_record(&workflow.name, &key, now);
+    let input = Input::StepInput {
+        id: baton::ids::EventId::parse("cb-1".to_owned()).expect("id"),
+        hash: "h".into(),
+        source: Source::Callback,
+        step: 0,
+        outcome: StepOutcome::Succeeded,
+        data: serde_json::Map::from_iter([("decision".to_owned(), json!("approve"))]),
+        generation: None,
+    };
+    bencher.counter(ItemsCount::new(1usize)).bench(|| {
+        let decision =
+            lifecycle::decide(&plan, (&workflow.name, &key), Some(black_box(&waiting)), &input, now);
+        assert_eq!(decision.write.as_ref().map(|w| w.to.state), Some(State::Advancing { step: 0 }));
+    });
+}
+
+/// A record waiting on step 0, as progress leaves it.
+fn waiting_record(workflow: &WorkflowName, key: &CorrelationKey, now: OffsetDateTime) -> Record {
+    let start = Input::Start { event: baton::ids::EventId::parse("evt-1".to_owned()).expect("id") };
+    let plan = Config::parse(SAMPLE).expect("sample").workflows[0].plan();
+    let pending = lifecycle::decide(&plan, (workflow, key), None, &start, now).write.expect("starts").to;
+    let ready = Input::StepReady {
+        generation: 1,
+        step: 0,
+        token: TaskToken::parse("tok-1".to_owned()).expect("token"),
+        deadline: now + time::Duration::days(2),
+    };
+    lifecycle::decide(&plan, (workflow, key), Some(&pending), &ready, now).write.expect("waits").to
+}
+
+/// Step Functions and SQS as the happy path sees them: every call taken at once.
+struct Immediate;
+
+#[async_trait::async_trait]
+impl Orchestrator for Immediate {
+    async fn start_execution(&self, req: &StartExecution) -> Result<Started, OrchestratorError> {
+        Ok(Started { execution_arn: req.execution_name(), already_existed: false })
+    }
+    async fn send_task_success(&self, _: &TaskToken, _: &Value) -> Result<(), OrchestratorError> {
+        Ok(())
+    }
+    async fn send_task_failure(&self, _: &TaskToken, _: &str, _: &str) -> Result<(), OrchestratorError> {
+        unreachable!("not on the happy path")
+    }
+    async fn send_task_heartbeat(&self, _: &TaskToken) -> Result<(), OrchestratorError> {
+        unreachable!("not on the happy path")
+    }
+    async fn describe(&self, _: &str) -> Result<ExecutionInfo, OrchestratorError> {
+        unreachable!("not on the happy path")
+    }
+    async fn history(&self, _: &str) -> Result<Vec<HistoryEvent>, OrchestratorError> {
+        unreachable!("not on the happy path")
+    }
+    async fn stop_execution(&self, _: &str, _: &str, _: &str) -> Result<(), OrchestratorError> {
+        unreachable!("not on the happy path")
+    }
+}
+
+#[async_trait::async_trait]
+impl TaskPublisher for Immediate {
+    async fn publish(&self, _: &Task) -> Result<(), PublishError> {
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl DeadLetterQueue for Immediate {
+    async fn send(&self, _: &SqsMessage, reason: &str, detail: &str) -> Result<(), DeadLetterError> {
+        panic!("nothing on the happy path is dead-lettered: {reason}: {detail}")
+    }
+    fn max_receive_count(&self) -> u32 {
+        5
+    }
+}
+
+struct Stack {
+    store: Arc<MemoryStore>,
+    intake: Intake,
+    progress: Progress,
+    callbacks: Callbacks,
+    secrets: Secrets,
+    version: String,
+    next: AtomicU64,
+}
+
+impl Stack {
+    fn new() -> Stack {
+        let config = Config::parse(SAMPLE).expect("sample");
+        let version = config.version.clone();
+        let store = Arc::new(MemoryStore::new());
+        let engine = Arc::new(Engine {
+            config: Arc::new(config),
+            store: store.clone(),
+            orchestrator: Arc::new(Immediate),
+            publisher: Arc::new(Immediate),
+            state_machine_prefix: "arn:aws:states:us-east-1:123456789012:stateMachine:baton-".into(),
+            state_machine_alias: None,
+            metrics: Metrics::to(Box::new(std::io::sink())),
+            clock: system_clock(),
+            write_ids: random_write_ids(),
+            versions: Versions::default(),
+        });
+        let secrets = Secrets::parse(SECRET).expect("secret");
+        Stack {
+            store,
+            intake: Intake::new(engine.clone(), Arc::new(Immediate)),
+            progress: Progress::new(engine.clone(), Arc::new(Immediate)),
+            callbacks: Callbacks::new(
+                engine,
+                RotatingSecrets::fixed(Secrets::parse(SECRET).expect("secret")),
+            ),
+            secrets,
+            version,
+            next: AtomicU64::new(0),
+        }
+    }
+
+    async fn sqs(handler: &dyn SqsHandler, body: Value) {
+        let mut message = SqsMessage::default();
+        message.message_id = Some("m".into());
+        message.body = Some(body.to_string());
+        let mut event = SqsEvent::default();
+        event.records.push(message);
+        let answer = handler.handle(event).await;
+        assert!(answer.batch_item_failures.is_empty(), "no message comes back");
+    }
+
+    async fn callback(&self, id: &str, body: Value) {
+        let body = body.to_string();
+        let now = OffsetDateTime::now_utc().unix_timestamp();
+        let mut headers = http::HeaderMap::new();
+        headers.insert("webhook-id", id.parse().expect("header"));
+        headers.insert("webhook-timestamp", now.to_string().parse().expect("header"));
+        headers.insert(
+            "webhook-signature",
+            self.secrets.sign(id, now, body.as_bytes()).parse().expect("header"),
+        );
+        let answer = self.callbacks.handle(&headers, body.as_bytes()).await;
+        assert_eq!(answer.status, http::StatusCode::OK, "{:?}", answer.body);
+    }
+
+    fn step_ready(&self, key: &str, step: u32, name: &str) -> Value {
+        json!({
+            "kind": "step_ready", "workflow": "order-review", "key": key, "generation": 1, "step": step,
+            "step_name": name, "config_version": self.version, "token": format!("tok-{key}-{step}"),
+            "entered_at": OffsetDateTime::now_utc().format(&Rfc3339).expect("formats"), "timeout_seconds": 172_800
+        })
+    }
+
+    /// One two-step workflow of the sample config, start to `succeeded`.
+    async fn workflow(&self) -> String {
+        let key = format!("order-{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let start = json!({
+            "specversion": "1.0", "id": format!("evt-{key}"), "source": "shop", "type": "order.placed",
+            "subject": key, "data": {"total": 1500}
+        });
+        Self::sqs(&self.intake, start).await;
+        Self::sqs(&self.progress, self.step_ready(&key, 0, "manual-review")).await;
+        let decision = json!({"workflow": "order-review", "key": key, "step": "manual-review",
+            "outcome": "succeeded", "data": {"decision": "approve"}});
+        self.callback(&format!("cb-{key}-0"), decision).await;
+        Self::sqs(&self.progress, self.step_ready(&key, 1, "payment")).await;
+        let paid = json!({"workflow": "order-review", "key": key, "step": "payment",
+            "outcome": "succeeded", "data": {"payment_ref": "pay-1"}});
+        self.callback(&format!("cb-{key}-1"), paid).await;
+        let finished = json!({"kind": "finished", "workflow": "order-review", "key": key, "generation": 1,
+            "config_version": self.version, "outcome": "succeeded"});
+        Self::sqs(&self.progress, finished).await;
+        key
+    }
+}
+
+#[divan::bench]
+fn two_step_workflow(bencher: Bencher) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime");
+    let stack = Stack::new();
+    // The path measured is the whole one: the first workflow ends `succeeded`.
+    let key = runtime.block_on(stack.workflow());
+    let records = stack.store.records();
+    let record = records.iter().find(|r| r.key.as_str() == key).expect("the record");
+    assert_eq!(record.state, State::Succeeded, "{record:?}");
+    bencher.counter(ItemsCount::new(1usize)).bench(|| runtime.block_on(stack.workflow()));
+}
