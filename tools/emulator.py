@@ -45,6 +45,20 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    would start. The call is recorded (4) with the alias ARN, as AWS authorizes it. An alias
    pointing elsewhere is refused with an error that says so. Nothing else is changed.
 
+6. API calls counted (`--count-calls`), for `make cost`: every JSON-protocol request (DynamoDB,
+   SQS, Step Functions, Secrets Manager) by caller and operation. The caller is the function
+   (as in 4), `StepFunctions` for the state machines' own calls (moto's interpreter signs them
+   with the access key `ak`), or `other`. DynamoDB calls also keep what they are billed on:
+   the item before and after each write (read inside the DynamoDB lock, so nothing comes
+   between), whether its condition held, and the items each read returned. moto's own
+   `ConsumedCapacity` is a constant (1.0 or 0.5 whatever the size), so the units are computed
+   from these items by DynamoDB's rules (tests/src/cost.rs). A ReceiveMessage that returned
+   messages is also counted as `sqs:ReceiveMessage (with messages)`: one invocation of the
+   function behind the event source mapping.
+
+       GET    /_baton/calls   {"calls": [{"caller", "operation", "count"}], "dynamodb": [...]}
+       DELETE /_baton/calls   starts counting again from zero
+
 Usage: python tools/emulator.py [--port 0] [--ready-file PATH]
 Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGTERM.
 """
@@ -64,6 +78,7 @@ def main() -> None:
     parser.add_argument("--ready-file", help="also write the URL here once ready")
     parser.add_argument("--no-dynamodb-lock", action="store_true")
     parser.add_argument("--record-calls", metavar="PATH", help="append each function's calls here")
+    parser.add_argument("--count-calls", action="store_true", help="count API calls, read at /_baton/calls")
     args = parser.parse_args()
 
     from werkzeug.serving import make_server
@@ -83,6 +98,8 @@ def main() -> None:
 
     moto_api_backend.set_config({"stepfunctions": {"execute_state_machine": True}})
     app = DomainDispatcherApplication(create_backend_app)
+    if args.count_calls:
+        app = Counter(app)
     app = Faults(app if args.no_dynamodb_lock else serialize_dynamodb(app))
     app = AliasStarts(app)
     holder["app"] = Recorder(app, args.record_calls) if args.record_calls else app
@@ -213,6 +230,119 @@ class Faults:
             rule["id"] = len(self.rules) + 1
             self.rules.append(rule)
         return _json(start_response, 200, rule)
+
+
+class Counter:
+    """Counts API calls, and keeps the items DynamoDB bills on (see the module doc, 6).
+
+    It sits inside the DynamoDB lock: the reads of an item before and after a write are
+    requests of its own to moto, made while nothing else can write."""
+
+    PATH = "/_baton/calls"
+    WRITES = ("PutItem", "UpdateItem", "DeleteItem")
+
+    def __init__(self, app):
+        self.app = app
+        self.lock = threading.Lock()
+        self.counts = {}
+        self.dynamodb = []
+        self.key_names = {}
+
+    def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO") == self.PATH:
+            return self.admin(environ, start_response)
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if not target:
+            return self.app(environ, start_response)
+        service, _, operation = target.partition(".")
+        service = {"AmazonSQS": "sqs", "AWSStepFunctions": "states"}.get(service, service)
+        if service.startswith("DynamoDB_"):
+            service = "dynamodb"
+        caller = _caller(environ)[0]
+        if not caller:
+            caller = "StepFunctions" if "Credential=ak/" in environ.get("HTTP_AUTHORIZATION", "") else "other"
+        with self.lock:
+            key = (caller, f"{service}:{operation}")
+            self.counts[key] = self.counts.get(key, 0) + 1
+        if operation == "ReceiveMessage":
+            # A receive that returns messages is one invocation of the mapping's function.
+            status, headers, body = self.call(self.app, environ)
+            if json.loads(body or b"{}").get("Messages"):
+                with self.lock:
+                    key = (caller, "sqs:ReceiveMessage (with messages)")
+                    self.counts[key] = self.counts.get(key, 0) + 1
+            start_response(status, headers)
+            return [body]
+        if service != "dynamodb":
+            return self.app(environ, start_response)
+        request = json.loads(_read_body(environ) or b"{}")
+        table = request.get("TableName", "")
+        item_key = None
+        before = None
+        if operation in self.WRITES:
+            item_key = request.get("Key") or self.key_of(environ, table, request.get("Item", {}))
+            before = self.get_item(environ, table, item_key)
+        status, headers, body = self.call(self.app, environ)
+        event = {"caller": caller, "operation": operation, "table": table, "ok": status.startswith("200")}
+        if operation in self.WRITES:
+            event.update(before=before, after=self.get_item(environ, table, item_key))
+        elif event["ok"] and operation in ("GetItem", "Query", "Scan"):
+            answer = json.loads(body or b"{}")
+            event.update(items=[answer["Item"]] if "Item" in answer else answer.get("Items", []),
+                         consistent=bool(request.get("ConsistentRead")), index=request.get("IndexName"),
+                         select=request.get("Select"), scanned=answer.get("ScannedCount"))
+        with self.lock:
+            self.dynamodb.append(event)
+        start_response(status, headers)
+        return [body]
+
+    def key_of(self, environ, table, item):
+        """The primary key attributes of `item`, by the table's key schema (cached)."""
+        if table not in self.key_names:
+            status, _, body = self.call(self.app, self.sub_request(environ, "DescribeTable", {"TableName": table}))
+            schema = json.loads(body).get("Table", {}).get("KeySchema", []) if status.startswith("200") else []
+            self.key_names[table] = [k["AttributeName"] for k in schema]
+        return {name: item[name] for name in self.key_names[table] if name in item}
+
+    def get_item(self, environ, table, key):
+        if not key:
+            return None
+        status, _, body = self.call(
+            self.app, self.sub_request(environ, "GetItem", {"TableName": table, "Key": key, "ConsistentRead": True}))
+        return json.loads(body).get("Item") if status.startswith("200") else None
+
+    @staticmethod
+    def sub_request(environ, operation, doc):
+        import io
+
+        data = json.dumps(doc).encode()
+        sub = dict(environ)
+        sub.update({"wsgi.input": io.BytesIO(data), "CONTENT_LENGTH": str(len(data)),
+                    "HTTP_X_AMZ_TARGET": f"DynamoDB_20120810.{operation}"})
+        return sub
+
+    @staticmethod
+    def call(app, environ):
+        captured = []
+        result = app(environ, lambda status, headers, exc_info=None: captured.append((status, headers)))
+        try:
+            body = b"".join(result)
+        finally:
+            close = getattr(result, "close", None)
+            if close:
+                close()
+        status, headers = captured[0]
+        return status, headers, body
+
+    def admin(self, environ, start_response):
+        method = environ.get("REQUEST_METHOD")
+        with self.lock:
+            if method == "DELETE":
+                self.counts, self.dynamodb = {}, []
+            elif method != "GET":
+                return _json(start_response, 405, {"error": f"{method} is not supported"})
+            calls = [{"caller": c, "operation": o, "count": n} for (c, o), n in sorted(self.counts.items())]
+            return _json(start_response, 200, {"calls": calls, "dynamodb": list(self.dynamodb)})
 
 
 class AliasStarts:

@@ -29,6 +29,11 @@ pub async fn get(url: &str) -> Reply {
     request(hyper::Method::GET, url, &[], Vec::new()).await
 }
 
+/// DELETEs `url`.
+pub async fn delete(url: &str) -> Reply {
+    request(hyper::Method::DELETE, url, &[], Vec::new()).await
+}
+
 async fn request(method: hyper::Method, url: &str, headers: &[(&str, String)], body: Vec<u8>) -> Reply {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut request =

@@ -47,7 +47,8 @@ use crate::error::sdk_retryable;
 use crate::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
 use crate::lifecycle::{IgnoreReason, Kind, Record, State, Write};
 
-type Item = HashMap<String, AttributeValue>;
+/// A DynamoDB item, as the SDK holds it.
+pub type Item = HashMap<String, AttributeValue>;
 
 /// The global secondary index the sweeper and `baton status` query.
 pub const DUE_INDEX: &str = "by_due";

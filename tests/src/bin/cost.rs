@@ -1,0 +1,190 @@
+//! `make cost`: K two-step workflows of the sample config (`order-review`) on the local stack,
+//! with the emulator counting every API call (`tools/emulator.py --count-calls`); prints, per
+//! workflow, the calls by operation, Step Functions state transitions (from each execution's
+//! history), DynamoDB units, SQS requests, Lambda invocations and HTTP API requests, and the
+//! dollars per million workflows at on-demand prices (docs/COST.md).
+//!
+//! Each workflow: the start event; the review decision by callback; the payment by callback
+//! (even workflows) or by a `payment.settled` event (odd ones). One workflow runs first,
+//! uncounted, so that cold starts are not charged to the K. The sweeper's calls are left out
+//! of the per-workflow figures (they are per schedule, not per workflow) and measured apart:
+//! one idle sweep.
+
+use std::collections::BTreeMap;
+
+use baton::lifecycle::State;
+use baton_tests::cost::{self, Index, PerWorkflow, Units};
+use baton_tests::system::{System, start_system};
+use baton_tests::{Emulator, http};
+use serde_json::{Value, json};
+
+const SAMPLE: &str = include_str!("../../../infra/workflows.yaml");
+const RUNNER: &str = "other";
+const SWEEPER: &str = "SweeperFunction";
+
+#[tokio::main]
+async fn main() {
+    let workflows: u64 = std::env::args().nth(1).map_or(20, |k| k.parse().expect("K: a number of workflows"));
+    let emulator = Emulator::from_env();
+    let calls_url = format!("{}/_baton/calls", emulator.endpoint);
+    let system = start_system(SAMPLE).await;
+    let indexes = [Index { keys: vec!["due_kind".into(), "due_at".into()] }];
+    let prefix = format!("cost-{}", std::process::id());
+
+    run(&system, &format!("{prefix}-warm"), 0).await;
+    expect_ok(http::delete(&calls_url).await, "reset the counts");
+    let mut keys = Vec::new();
+    let mut load = Load::default();
+    for i in 0..workflows {
+        let key = format!("{prefix}-{i}");
+        load += run(&system, &key, i).await;
+        keys.push(key);
+    }
+    let doc = expect_ok(http::get(&calls_url).await, "read the counts");
+
+    let mut per = PerWorkflow { workflows, ..PerWorkflow::default() };
+    let k = workflows as f64;
+    let counted = cost::counts(&doc);
+    for ((caller, operation), n) in &counted {
+        if caller != RUNNER && caller != SWEEPER {
+            *per.calls.entry(operation.clone()).or_default() += *n as f64 / k;
+        }
+    }
+    let mut units = Units::default();
+    for call in doc["dynamodb"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let caller = call["caller"].as_str().unwrap_or_default();
+        if caller != RUNNER && caller != SWEEPER {
+            units += cost::units(call, &indexes);
+        }
+    }
+    per.dynamodb = Units {
+        table_writes: units.table_writes / k,
+        index_writes: units.index_writes / k,
+        reads: units.reads / k,
+    };
+    // The event source mappings' receives that returned messages (the local mappings poll
+    // untagged, as the runner does, but the runner receives nothing): one invocation each.
+    let receives = counted.get(&(RUNNER.to_owned(), "sqs:ReceiveMessage (with messages)".to_owned()));
+    let sqs_invocations = receives.copied().unwrap_or(0) as f64 / k;
+    let sent = |n: u64| n as f64 / k;
+    // SQS bills the functions' and state machines' sends, the producers' events, and for each
+    // invocation its receive and its delete; the local poller's empty long polls are not AWS's.
+    per.sqs_requests = per.calls.get("sqs:SendMessage").copied().unwrap_or(0.0)
+        + sent(load.events)
+        + 2.0 * sqs_invocations;
+    per.http_requests = sent(load.callbacks);
+    per.lambda_invocations = sqs_invocations + per.http_requests;
+    per.state_transitions = transitions(&system, &keys).await / k;
+
+    print(&per);
+    expect_ok(http::delete(&calls_url).await, "reset the counts");
+    system.sweep(time::OffsetDateTime::now_utc()).await;
+    let idle = expect_ok(http::get(&calls_url).await, "read the counts");
+    let mut sweep: BTreeMap<String, u64> = BTreeMap::new();
+    for ((caller, operation), n) in cost::counts(&idle) {
+        if caller == SWEEPER {
+            sweep.insert(operation, n);
+        }
+    }
+    println!("one idle sweep (per schedule run, not per workflow): {sweep:?}");
+    system.stop().await;
+}
+
+fn expect_ok(reply: http::Reply, what: &str) -> Value {
+    assert_eq!(reply.status, 200, "{what}: {:?} (is the emulator running with --count-calls?)", reply.body);
+    reply.body
+}
+
+/// What the runner sent: domain events to the intake queue, callbacks to the HTTP API.
+#[derive(Default)]
+struct Load {
+    events: u64,
+    callbacks: u64,
+}
+
+impl std::ops::AddAssign for Load {
+    fn add_assign(&mut self, other: Load) {
+        self.events += other.events;
+        self.callbacks += other.callbacks;
+    }
+}
+
+/// One workflow, start to `succeeded`, as a user's systems drive it.
+async fn run(system: &System, key: &str, i: u64) -> Load {
+    let event = |id: String, r#type: &str, data: Value| {
+        json!({"specversion": "1.0", "id": id, "source": "shop", "type": r#type, "subject": key, "data": data})
+            .to_string()
+    };
+    system.send_event(&event(format!("{key}-placed"), "order.placed", json!({"total": 1500}))).await;
+    wait_for(system, key, State::Waiting { step: 0 }).await;
+    let review = json!({"workflow": "order-review", "key": key, "step": "manual-review",
+        "outcome": "succeeded", "data": {"decision": "approve"}});
+    let (status, body) = system.callback(&format!("{key}-review"), &review).await;
+    assert_eq!(status, 200, "{body}");
+    wait_for(system, key, State::Waiting { step: 1 }).await;
+    if i % 2 == 0 {
+        let paid = json!({"workflow": "order-review", "key": key, "step": "payment",
+            "outcome": "succeeded", "data": {"payment_ref": "pay-1"}});
+        let (status, body) = system.callback(&format!("{key}-paid"), &paid).await;
+        assert_eq!(status, 200, "{body}");
+    } else {
+        system.send_event(&event(format!("{key}-settled"), "payment.settled", json!({"payment_ref": "pay-1"}))).await;
+    }
+    wait_for(system, key, State::Succeeded).await;
+    let paid_by_event = u64::from(i % 2 == 1);
+    Load { events: 1 + paid_by_event, callbacks: 2 - paid_by_event }
+}
+
+async fn wait_for(system: &System, key: &str, state: State) {
+    system
+        .until(&format!("{key} {state:?}"), || async {
+            system.record("order-review", key).await.filter(|r| r.state == state).map(|_| ())
+        })
+        .await;
+}
+
+/// The state transitions Step Functions bills these workflows' executions: one per state
+/// entered, read from each execution's history.
+async fn transitions(system: &System, keys: &[String]) -> f64 {
+    let mut total = 0;
+    for execution in system.executions("order-review").await {
+        if !keys.iter().any(|k| execution.name.contains(k.as_str())) {
+            continue;
+        }
+        let history = system
+            .sfn
+            .get_execution_history()
+            .execution_arn(&execution.execution_arn)
+            .max_results(1000)
+            .send()
+            .await
+            .expect("execution history");
+        total += history.events.iter().filter(|e| e.r#type.as_str().ends_with("StateEntered")).count();
+    }
+    total as f64
+}
+
+fn print(per: &PerWorkflow) {
+    println!("{} two-step workflows of order-review, per workflow:", per.workflows);
+    println!("  API calls by operation (the functions' and the state machines'):");
+    for (operation, n) in &per.calls {
+        println!("    {operation:<32} {n:>6.2}");
+    }
+    let d = &per.dynamodb;
+    println!("  Step Functions state transitions   {:>6.2}", per.state_transitions);
+    println!("  DynamoDB write units (table)       {:>6.2}", d.table_writes);
+    println!("  DynamoDB write units (index)       {:>6.2}", d.index_writes);
+    println!("  DynamoDB read units                {:>6.2}", d.reads);
+    println!("  SQS requests                       {:>6.2}", per.sqs_requests);
+    println!("  Lambda invocations                 {:>6.2}", per.lambda_invocations);
+    println!("  HTTP API requests                  {:>6.2}", per.http_requests);
+    let dollars = per.dollars_per_million();
+    let total: f64 = dollars.values().sum();
+    let sfn = dollars["Step Functions"];
+    println!("  dollars per million workflows (on-demand, us-east-1, docs/COST.md):");
+    for (service, d) in &dollars {
+        println!("    {service:<16} {d:>9.2}");
+    }
+    println!("    {:<16} {total:>9.2}", "total");
+    println!("  above Step Functions' own transitions: {:.1}%", 100.0 * (total - sfn) / sfn);
+}

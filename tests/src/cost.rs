@@ -1,0 +1,261 @@
+//! What a workflow costs: the calls the emulator counted (`tools/emulator.py --count-calls`),
+//! turned into billed units by AWS's rules, and into dollars at the published on-demand prices.
+//! `make cost` prints it (src/bin/cost.rs); docs/COST.md has the model and the sources.
+//!
+//! moto returns a constant `ConsumedCapacity` (1.0 for a write, 0.5 for a read, whatever the
+//! size), so DynamoDB's units are computed here from the items the emulator saw, with
+//! [`item_size`] (DynamoDB's published size rules, tested in the store):
+//! - a write consumes 1 write unit per 1 KB of the larger of the item before and after, at
+//!   least 1; a write whose condition failed still consumes them, for the item as it stands;
+//! - a global secondary index whose key attributes the item has is written too: an index entry
+//!   put, updated or deleted is one write of its size; moving it (its key changed) is two;
+//! - a read consumes 1 read unit per 4 KB of the items returned, summed over a Query (not per
+//!   item), at least 1; half that when eventually consistent (every index read is).
+
+use std::collections::{BTreeMap, HashMap};
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use baton::store::dynamodb::{Item, item_size};
+use serde_json::Value;
+
+/// Write units for one write of an item of `bytes`.
+pub fn write_units(bytes: usize) -> f64 {
+    bytes.div_ceil(1024).max(1) as f64
+}
+
+/// Read units for reading `bytes` in one request.
+pub fn read_units(bytes: usize, consistent: bool) -> f64 {
+    let units = bytes.div_ceil(4096).max(1) as f64;
+    if consistent { units } else { units / 2.0 }
+}
+
+/// An item in DynamoDB's JSON (`{"S": ".."}`, `{"N": ".."}`, ...) as the SDK holds it.
+pub fn item_from_json(item: &Value) -> Item {
+    item.as_object().map(|m| m.iter().map(|(k, v)| (k.clone(), attribute(v))).collect()).unwrap_or_default()
+}
+
+fn attribute(value: &Value) -> AttributeValue {
+    let Some((kind, v)) = value.as_object().and_then(|m| m.iter().next()) else {
+        return AttributeValue::Null(true);
+    };
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let texts = |v: &Value| v.as_array().map(|a| a.iter().map(text).collect()).unwrap_or_default();
+    let blob = |v: &Value| {
+        use base64::Engine;
+        Blob::new(base64::engine::general_purpose::STANDARD.decode(text(v)).unwrap_or_default())
+    };
+    match kind.as_str() {
+        "S" => AttributeValue::S(text(v)),
+        "N" => AttributeValue::N(text(v)),
+        "B" => AttributeValue::B(blob(v)),
+        "BOOL" => AttributeValue::Bool(v.as_bool().unwrap_or_default()),
+        "SS" => AttributeValue::Ss(texts(v)),
+        "NS" => AttributeValue::Ns(texts(v)),
+        "BS" => AttributeValue::Bs(v.as_array().map(|a| a.iter().map(blob).collect()).unwrap_or_default()),
+        "L" => AttributeValue::L(v.as_array().map(|a| a.iter().map(attribute).collect()).unwrap_or_default()),
+        "M" => AttributeValue::M(item_from_json(v)),
+        _ => AttributeValue::Null(true),
+    }
+}
+
+/// A global secondary index: its key attributes. (baton's `by_due` projects ALL, so an entry is
+/// the size of the item.)
+#[derive(Debug, Clone)]
+pub struct Index {
+    pub keys: Vec<String>,
+}
+
+/// DynamoDB units, split as they are billed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Units {
+    pub table_writes: f64,
+    pub index_writes: f64,
+    pub reads: f64,
+}
+
+impl std::ops::AddAssign for Units {
+    fn add_assign(&mut self, other: Units) {
+        self.table_writes += other.table_writes;
+        self.index_writes += other.index_writes;
+        self.reads += other.reads;
+    }
+}
+
+/// The units of one DynamoDB call the emulator kept (`GET /_baton/calls`, `dynamodb`).
+pub fn units(call: &Value, indexes: &[Index]) -> Units {
+    let image = |field: &str| call.get(field).filter(|v| v.is_object()).map(item_from_json);
+    let ok = call["ok"].as_bool().unwrap_or(false);
+    match call["operation"].as_str().unwrap_or_default() {
+        "PutItem" | "UpdateItem" | "DeleteItem" => {
+            let (before, after) = (image("before"), image("after"));
+            let size = |i: &Option<Item>| i.as_ref().map_or(0, item_size);
+            if !ok {
+                return Units { table_writes: write_units(size(&before)), ..Units::default() };
+            }
+            let index_writes = indexes
+                .iter()
+                .map(|index| {
+                    let key = |i: &Option<Item>| {
+                        i.as_ref().and_then(|i| index.keys.iter().map(|k| i.get(k).cloned()).collect::<Option<Vec<_>>>())
+                    };
+                    match (key(&before), key(&after)) {
+                        (Some(b), Some(a)) if a == b => write_units(size(&after)),
+                        (Some(_), Some(_)) => write_units(size(&before)) + write_units(size(&after)),
+                        (Some(_), None) => write_units(size(&before)),
+                        (None, Some(_)) => write_units(size(&after)),
+                        (None, None) => 0.0,
+                    }
+                })
+                .sum();
+            Units { table_writes: write_units(size(&before).max(size(&after))), index_writes, reads: 0.0 }
+        }
+        "GetItem" | "Query" | "Scan" if ok => {
+            let items = call["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let bytes = items.iter().map(|i| item_size(&item_from_json(i))).sum();
+            let consistent = call["consistent"].as_bool().unwrap_or(false) && call["index"].is_null();
+            Units { reads: read_units(bytes, consistent), ..Units::default() }
+        }
+        _ => Units::default(),
+    }
+}
+
+/// On-demand prices, us-east-1, in dollars per unit (docs/COST.md has each source and date).
+pub mod price {
+    /// Step Functions Standard, per state transition ($0.025 per 1,000).
+    pub const STATE_TRANSITION: f64 = 0.025 / 1_000.0;
+    /// Lambda, per request ($0.20 per million).
+    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+    /// Lambda, arm64, per GB-second, first tier.
+    pub const LAMBDA_ARM_GB_SECOND: f64 = 0.000_013_333_4;
+    /// DynamoDB on-demand, per write request unit ($0.625 per million).
+    pub const DYNAMODB_WRITE: f64 = 0.625 / 1e6;
+    /// DynamoDB on-demand, per read request unit ($0.125 per million).
+    pub const DYNAMODB_READ: f64 = 0.125 / 1e6;
+    /// SQS standard, per request (64 KB chunk), after the free tier ($0.40 per million).
+    pub const SQS_REQUEST: f64 = 0.40 / 1e6;
+    /// API Gateway HTTP API, per request, first 300 million ($1.00 per million).
+    pub const HTTP_API_REQUEST: f64 = 1.00 / 1e6;
+}
+
+/// Lambda memory (template.yaml `MemorySize`), GB.
+pub const LAMBDA_MEMORY_GB: f64 = 0.256;
+/// Billed duration assumed per invocation, seconds: baton's handlers spend their time waiting on
+/// one to four AWS calls; docs/COST.md says why 50 ms.
+pub const LAMBDA_SECONDS: f64 = 0.050;
+
+/// What K workflows used, per workflow, and what a million cost.
+#[derive(Debug, Clone, Default)]
+pub struct PerWorkflow {
+    pub workflows: u64,
+    /// API calls by operation (`service:Operation`), every caller but the runner and the sweeper.
+    pub calls: BTreeMap<String, f64>,
+    pub state_transitions: f64,
+    pub dynamodb: Units,
+    pub sqs_requests: f64,
+    pub lambda_invocations: f64,
+    pub http_requests: f64,
+}
+
+impl PerWorkflow {
+    /// Dollars per million workflows, by service.
+    pub fn dollars_per_million(&self) -> BTreeMap<&'static str, f64> {
+        let m = 1e6;
+        let d = &self.dynamodb;
+        BTreeMap::from([
+            ("Step Functions", m * self.state_transitions * price::STATE_TRANSITION),
+            (
+                "DynamoDB",
+                m * ((d.table_writes + d.index_writes) * price::DYNAMODB_WRITE + d.reads * price::DYNAMODB_READ),
+            ),
+            ("SQS", m * self.sqs_requests * price::SQS_REQUEST),
+            (
+                "Lambda",
+                m * self.lambda_invocations
+                    * (price::LAMBDA_REQUEST + LAMBDA_MEMORY_GB * LAMBDA_SECONDS * price::LAMBDA_ARM_GB_SECOND),
+            ),
+            ("HTTP API", m * self.http_requests * price::HTTP_API_REQUEST),
+        ])
+    }
+}
+
+/// Calls counted by (caller, operation), from `GET /_baton/calls`.
+pub fn counts(doc: &Value) -> HashMap<(String, String), u64> {
+    doc["calls"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            let text = |f: &str| c[f].as_str().unwrap_or_default().to_owned();
+            ((text("caller"), text("operation")), c["count"].as_u64().unwrap_or(0))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn item(bytes: usize) -> Value {
+        // "pk" (2) + "S" value: 2 + n bytes.
+        json!({"pk": {"S": "x".repeat(bytes - 2)}})
+    }
+
+    #[test]
+    fn writes_are_billed_per_kilobyte_of_the_larger_image_and_reads_per_four() {
+        assert_eq!(write_units(0), 1.0);
+        assert_eq!(write_units(1024), 1.0);
+        assert_eq!(write_units(1025), 2.0);
+        assert_eq!(read_units(4096, true), 1.0);
+        assert_eq!(read_units(4097, true), 2.0);
+        assert_eq!(read_units(10, false), 0.5);
+        let put = json!({"operation": "UpdateItem", "ok": true, "before": item(1500), "after": item(900)});
+        assert_eq!(units(&put, &[]).table_writes, 2.0, "the larger of before and after");
+        let failed = json!({"operation": "PutItem", "ok": false, "before": item(3000), "after": item(3000)});
+        assert_eq!(units(&failed, &[]), Units { table_writes: 3.0, ..Units::default() }, "a failed condition is billed");
+        let create = json!({"operation": "PutItem", "ok": true, "before": null, "after": item(100)});
+        assert_eq!(units(&create, &[]).table_writes, 1.0);
+    }
+
+    #[test]
+    fn an_index_entry_costs_a_write_to_put_update_or_delete_and_two_to_move() {
+        let index = [Index { keys: vec!["due_kind".into()] }];
+        let with = |kind: Option<&str>, n: usize| {
+            let mut v = item(n);
+            if let Some(kind) = kind {
+                v["due_kind"] = json!({"S": kind});
+            }
+            v
+        };
+        let write = |before: Value, after: Value| {
+            units(&json!({"operation": "PutItem", "ok": true, "before": before, "after": after}), &index).index_writes
+        };
+        assert_eq!(write(Value::Null, with(Some("a"), 100)), 1.0, "put");
+        assert_eq!(write(with(Some("a"), 100), with(Some("a"), 2000)), 2.0, "updated in place, 2 KB");
+        assert_eq!(write(with(Some("a"), 100), with(Some("b"), 100)), 2.0, "moved: delete and put");
+        assert_eq!(write(with(Some("a"), 100), with(None, 100)), 1.0, "deleted");
+        assert_eq!(write(with(None, 100), with(None, 100)), 0.0, "not in the index");
+    }
+
+    #[test]
+    fn query_reads_are_summed_before_rounding_and_index_reads_are_eventually_consistent() {
+        let five = json!({"operation": "Query", "ok": true, "consistent": true, "index": null,
+            "items": [item(1000), item(1000), item(1000), item(1000), item(1000)]});
+        assert_eq!(units(&five, &[]).reads, 2.0, "5,000 bytes is two 4 KB units, not five");
+        let on_index = json!({"operation": "Query", "ok": true, "consistent": false, "index": "by_due", "items": []});
+        assert_eq!(units(&on_index, &[]).reads, 0.5);
+        let missing = json!({"operation": "GetItem", "ok": true, "consistent": true, "items": []});
+        assert_eq!(units(&missing, &[]).reads, 1.0, "a read of nothing still costs a unit");
+    }
+
+    #[test]
+    fn dynamodb_json_reads_back_to_the_sizes_dynamodb_bills() {
+        let doc = json!({"pk": {"S": "abc"}, "n": {"N": "12345"}, "l": {"L": [{"S": "xy"}, {"NULL": true}]},
+            "m": {"M": {"b": {"BOOL": true}}}});
+        // pk 2+3; n 1+4; l 1+(3+(1+2)+(1+1)); m 1+(3+(1+1+1)).
+        assert_eq!(item_size(&item_from_json(&doc)), 5 + 5 + 9 + 7);
+    }
+}
