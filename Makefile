@@ -7,6 +7,8 @@
 #               the HTTP API on 127.0.0.1; Ctrl-C stops everything it started
 #   make package  the four functions as Lambda zips (cargo-lambda, release profile), their sizes,
 #               and `sam validate --lint`; not part of `make test`
+#   make cost   K two-step workflows on the local stack, every API call counted: calls, units and
+#               dollars per workflow (docs/COST.md)
 #   make bench  the hot path (shared/benches/hot_path.rs: event parse, matching for 1 to 1,000
 #               workflows, decide, whole workflows on the in-memory store), then the zips: size,
 #               init (median, p90) and first invoke under the Runtime API harness
@@ -18,7 +20,7 @@ PYTHON ?= python3
 VENV := .venv
 TOOLS_STAMP := $(VENV)/.installed-$(shell sha1sum requirements-dev.txt | cut -c1-12)
 
-.PHONY: test run sim measure-local fmt-check clippy unit lint-infra tools clean package bench
+.PHONY: test run sim measure-local fmt-check clippy unit lint-infra tools clean package bench cost
 
 test: tools fmt-check clippy lint-infra unit
 
@@ -132,6 +134,14 @@ bench: package tools
 	cargo build --locked --release -p baton-lambda-harness --bin hello-lambda
 	BATON_PYTHON=$(VENV)/bin/python tools/with-emulator.sh bash -c \
 	  'target/sim/function-bench target/lambda "$$BATON_TEST_ENDPOINT" target/release/hello-lambda $(BENCH_SPAWNS)'
+
+# What a workflow costs: COST_WORKFLOWS two-step workflows on the local stack with the emulator
+# counting every call (tests/src/bin/cost.rs; the model and prices: docs/COST.md).
+COST_WORKFLOWS ?= 20
+cost: tools
+	cargo build --locked -p baton-tests --bin baton-cost
+	BATON_PYTHON=$(VENV)/bin/python BATON_EMULATOR_ARGS=--count-calls \
+	  tools/with-emulator.sh target/debug/baton-cost $(COST_WORKFLOWS)
 
 clean:
 	cargo clean

@@ -97,7 +97,9 @@ pub fn units(call: &Value, indexes: &[Index]) -> Units {
                 .iter()
                 .map(|index| {
                     let key = |i: &Option<Item>| {
-                        i.as_ref().and_then(|i| index.keys.iter().map(|k| i.get(k).cloned()).collect::<Option<Vec<_>>>())
+                        i.as_ref().and_then(|i| {
+                            index.keys.iter().map(|k| i.get(k).cloned()).collect::<Option<Vec<_>>>()
+                        })
                     };
                     match (key(&before), key(&after)) {
                         (Some(b), Some(a)) if a == b => write_units(size(&after)),
@@ -166,13 +168,15 @@ impl PerWorkflow {
             ("Step Functions", m * self.state_transitions * price::STATE_TRANSITION),
             (
                 "DynamoDB",
-                m * ((d.table_writes + d.index_writes) * price::DYNAMODB_WRITE + d.reads * price::DYNAMODB_READ),
+                m * ((d.table_writes + d.index_writes) * price::DYNAMODB_WRITE
+                    + d.reads * price::DYNAMODB_READ),
             ),
             ("SQS", m * self.sqs_requests * price::SQS_REQUEST),
             (
                 "Lambda",
                 m * self.lambda_invocations
-                    * (price::LAMBDA_REQUEST + LAMBDA_MEMORY_GB * LAMBDA_SECONDS * price::LAMBDA_ARM_GB_SECOND),
+                    * (price::LAMBDA_REQUEST
+                        + LAMBDA_MEMORY_GB * LAMBDA_SECONDS * price::LAMBDA_ARM_GB_SECOND),
             ),
             ("HTTP API", m * self.http_requests * price::HTTP_API_REQUEST),
         ])
@@ -215,7 +219,11 @@ mod tests {
         let put = json!({"operation": "UpdateItem", "ok": true, "before": item(1500), "after": item(900)});
         assert_eq!(units(&put, &[]).table_writes, 2.0, "the larger of before and after");
         let failed = json!({"operation": "PutItem", "ok": false, "before": item(3000), "after": item(3000)});
-        assert_eq!(units(&failed, &[]), Units { table_writes: 3.0, ..Units::default() }, "a failed condition is billed");
+        assert_eq!(
+            units(&failed, &[]),
+            Units { table_writes: 3.0, ..Units::default() },
+            "a failed condition is billed"
+        );
         let create = json!({"operation": "PutItem", "ok": true, "before": null, "after": item(100)});
         assert_eq!(units(&create, &[]).table_writes, 1.0);
     }
@@ -231,7 +239,8 @@ mod tests {
             v
         };
         let write = |before: Value, after: Value| {
-            units(&json!({"operation": "PutItem", "ok": true, "before": before, "after": after}), &index).index_writes
+            units(&json!({"operation": "PutItem", "ok": true, "before": before, "after": after}), &index)
+                .index_writes
         };
         assert_eq!(write(Value::Null, with(Some("a"), 100)), 1.0, "put");
         assert_eq!(write(with(Some("a"), 100), with(Some("a"), 2000)), 2.0, "updated in place, 2 KB");
@@ -245,7 +254,8 @@ mod tests {
         let five = json!({"operation": "Query", "ok": true, "consistent": true, "index": null,
             "items": [item(1000), item(1000), item(1000), item(1000), item(1000)]});
         assert_eq!(units(&five, &[]).reads, 2.0, "5,000 bytes is two 4 KB units, not five");
-        let on_index = json!({"operation": "Query", "ok": true, "consistent": false, "index": "by_due", "items": []});
+        let on_index =
+            json!({"operation": "Query", "ok": true, "consistent": false, "index": "by_due", "items": []});
         assert_eq!(units(&on_index, &[]).reads, 0.5);
         let missing = json!({"operation": "GetItem", "ok": true, "consistent": true, "items": []});
         assert_eq!(units(&missing, &[]).reads, 1.0, "a read of nothing still costs a unit");

@@ -57,6 +57,13 @@ async fn main() {
             units += cost::units(call, &indexes);
         }
     }
+    // The record item at its largest (after the last step): what each record write is billed on.
+    let record_sizes =
+        doc["dynamodb"].as_array().map(Vec::as_slice).unwrap_or_default().iter().filter_map(|call| {
+            let after = call.get("after").filter(|a| a["sk"]["S"] == "RECORD")?;
+            Some(baton::store::dynamodb::item_size(&cost::item_from_json(after)))
+        });
+    let largest_record = record_sizes.max().unwrap_or(0);
     per.dynamodb = Units {
         table_writes: units.table_writes / k,
         index_writes: units.index_writes / k,
@@ -69,14 +76,17 @@ async fn main() {
     let sent = |n: u64| n as f64 / k;
     // SQS bills the functions' and state machines' sends, the producers' events, and for each
     // invocation its receive and its delete; the local poller's empty long polls are not AWS's.
-    per.sqs_requests = per.calls.get("sqs:SendMessage").copied().unwrap_or(0.0)
-        + sent(load.events)
-        + 2.0 * sqs_invocations;
+    per.sqs_requests =
+        per.calls.get("sqs:SendMessage").copied().unwrap_or(0.0) + sent(load.events) + 2.0 * sqs_invocations;
     per.http_requests = sent(load.callbacks);
     per.lambda_invocations = sqs_invocations + per.http_requests;
     per.state_transitions = transitions(&system, &keys).await / k;
 
     print(&per);
+    println!(
+        "  record item at its largest: {largest_record} bytes ({} write units per record write)",
+        cost::write_units(largest_record)
+    );
     expect_ok(http::delete(&calls_url).await, "reset the counts");
     system.sweep(time::OffsetDateTime::now_utc()).await;
     let idle = expect_ok(http::get(&calls_url).await, "read the counts");
@@ -128,7 +138,9 @@ async fn run(system: &System, key: &str, i: u64) -> Load {
         let (status, body) = system.callback(&format!("{key}-paid"), &paid).await;
         assert_eq!(status, 200, "{body}");
     } else {
-        system.send_event(&event(format!("{key}-settled"), "payment.settled", json!({"payment_ref": "pay-1"}))).await;
+        system
+            .send_event(&event(format!("{key}-settled"), "payment.settled", json!({"payment_ref": "pay-1"})))
+            .await;
     }
     wait_for(system, key, State::Succeeded).await;
     let paid_by_event = u64::from(i % 2 == 1);
