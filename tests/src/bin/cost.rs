@@ -132,7 +132,7 @@ async fn run(system: &System, key: &str, i: u64) -> Load {
     let (status, body) = system.callback(&format!("{key}-review"), &review).await;
     assert_eq!(status, 200, "{body}");
     wait_for(system, key, State::Waiting { step: 1 }).await;
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         let paid = json!({"workflow": "order-review", "key": key, "step": "payment",
             "outcome": "succeeded", "data": {"payment_ref": "pay-1"}});
         let (status, body) = system.callback(&format!("{key}-paid"), &paid).await;
