@@ -134,20 +134,7 @@ def serialize_dynamodb(app):
         if not environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB_"):
             return app(environ, start_response)
         with lock:
-            captured = []
-
-            def capture(status, headers, exc_info=None):
-                captured.append((status, headers, exc_info))
-                return lambda _data: None
-
-            result = app(environ, capture)
-            try:
-                body = b"".join(result)
-            finally:
-                close = getattr(result, "close", None)
-                if close:
-                    close()
-        status, headers, exc_info = captured[0]
+            status, headers, exc_info, body = _call(app, environ)
         start_response(status, headers, exc_info)
         return [body]
 
@@ -323,15 +310,7 @@ class Counter:
 
     @staticmethod
     def call(app, environ):
-        captured = []
-        result = app(environ, lambda status, headers, exc_info=None: captured.append((status, headers)))
-        try:
-            body = b"".join(result)
-        finally:
-            close = getattr(result, "close", None)
-            if close:
-                close()
-        status, headers = captured[0]
+        status, headers, _, body = _call(app, environ)
         return status, headers, body
 
     def admin(self, environ, start_response):
@@ -499,6 +478,25 @@ def _secret_arn(secret_id, region):
 
     secrets = secretsmanager_backends[ACCOUNT][region].secrets
     return secrets[secret_id].arn if secret_id in secrets else f"unknown-secret:{secret_id}"
+
+
+def _call(app, environ):
+    """Runs the wrapped app to the end: (status, headers, exc_info, body)."""
+    captured = []
+
+    def capture(status, headers, exc_info=None):
+        captured.append((status, headers, exc_info))
+        return lambda _data: None
+
+    result = app(environ, capture)
+    try:
+        body = b"".join(result)
+    finally:
+        close = getattr(result, "close", None)
+        if close:
+            close()
+    status, headers, exc_info = captured[0]
+    return status, headers, exc_info, body
 
 
 def _read_body(environ) -> bytes:
