@@ -84,12 +84,7 @@ fn match_routed(bencher: Bencher, n: usize) {
     bencher.counter(ItemsCount::new(1usize)).bench(|| {
         let mut matched = 0;
         for route in config.routes.candidates(black_box(&event.r#type)) {
-            let wf = &config.workflows[route.workflow];
-            let pattern = match route.step {
-                None => Some(&wf.when),
-                Some(i) => wf.steps[i].accepts_events.as_ref(),
-            };
-            matched += usize::from(pattern.is_some_and(|p| p.matches(&normalised)));
+            matched += usize::from(config.pattern(route).is_some_and(|p| p.matches(&normalised)));
         }
         assert_eq!(matched, 1);
     });

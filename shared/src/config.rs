@@ -135,6 +135,15 @@ impl Config {
     pub fn workflow(&self, name: &str) -> Option<&Workflow> {
         self.workflows.iter().find(|w| w.name.as_str() == name)
     }
+
+    /// The pattern a route names: a workflow's start, or a step's `accepts_events`.
+    pub fn pattern(&self, route: Route) -> Option<&Pattern> {
+        let workflow = self.workflows.get(route.workflow)?;
+        match route.step {
+            None => Some(&workflow.when),
+            Some(i) => workflow.steps.get(i)?.accepts_events.as_ref(),
+        }
+    }
 }
 
 /// `value` with every object's keys in sorted order, recursively.
@@ -769,13 +778,7 @@ workflows:
                     .chain((0..wf.steps.len()).map(move |i| Route { workflow: w, step: Some(i) }))
             })
             .collect();
-        let pattern = |r: &Route| {
-            let wf = &config.workflows[r.workflow];
-            match r.step {
-                None => Some(&wf.when),
-                Some(i) => wf.steps[i].accepts_events.as_ref(),
-            }
-        };
+        let pattern = |r: &Route| config.pattern(*r);
         let mut seen = 0;
         for t in ["a.placed", "b.placed", "a.paid", "a.other", "c", "5"] {
             for source in ["shop", "other", "elsewhere"] {

@@ -180,29 +180,28 @@ pub fn plan_event<'c>(config: &'c Config, body: &str) -> Result<EventPlan<'c>, V
                 detail: format!("event {} matches workflow {}, but {e}", event.id, workflow.name),
             })
         };
+        if !config.pattern(route).is_some_and(|p| p.matches(&normalised)) {
+            continue;
+        }
         let Some(i) = route.step else {
-            if workflow.when.matches(&normalised) {
-                inputs.push((workflow, key()?, Input::Start { event: event.id.clone() }));
-            }
+            inputs.push((workflow, key()?, Input::Start { event: event.id.clone() }));
             continue;
         };
-        if workflow.steps[i].accepts_events.as_ref().is_some_and(|p| p.matches(&normalised)) {
-            let data = match &event.data {
-                Value::Object(map) => map.clone(),
-                Value::Null => Map::new(),
-                other => Map::from_iter([("data".to_owned(), other.clone())]),
-            };
-            let input = Input::StepInput {
-                id: event.id.clone(),
-                hash: hash.get_or_insert_with(|| payload_hash(body.as_bytes())).clone(),
-                source: Source::Event,
-                step: u32::try_from(i).unwrap_or(u32::MAX),
-                outcome: StepOutcome::Succeeded,
-                data,
-                generation: None,
-            };
-            inputs.push((workflow, key()?, input));
-        }
+        let data = match &event.data {
+            Value::Object(map) => map.clone(),
+            Value::Null => Map::new(),
+            other => Map::from_iter([("data".to_owned(), other.clone())]),
+        };
+        let input = Input::StepInput {
+            id: event.id.clone(),
+            hash: hash.get_or_insert_with(|| payload_hash(body.as_bytes())).clone(),
+            source: Source::Event,
+            step: u32::try_from(i).unwrap_or(u32::MAX),
+            outcome: StepOutcome::Succeeded,
+            data,
+            generation: None,
+        };
+        inputs.push((workflow, key()?, input));
     }
     Ok(EventPlan { event, inputs })
 }
