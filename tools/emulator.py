@@ -276,7 +276,8 @@ class Counter:
         elif event["ok"] and operation in ("GetItem", "Query", "Scan"):
             answer = json.loads(body or b"{}")
             event.update(items=[answer["Item"]] if "Item" in answer else answer.get("Items", []),
-                         consistent=bool(request.get("ConsistentRead")), index=request.get("IndexName"),
+                         key=request.get("Key"), consistent=bool(request.get("ConsistentRead")),
+                         index=request.get("IndexName"),
                          select=request.get("Select"), scanned=answer.get("ScannedCount"))
         with self.lock:
             self.dynamodb.append(event)

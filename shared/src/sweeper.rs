@@ -21,6 +21,7 @@ use crate::engine::{Engine, EngineError, LEDGER_RETENTION};
 use crate::error::Classified;
 use crate::lifecycle::{
     IgnoreReason, Input, Kind, Outcome, RESEND_RESUME_AFTER, RESTART_PENDING_AFTER, State,
+    payload_fingerprint,
 };
 use crate::store::{Claim, InboxEntry, InboxStatus, LedgerEntry};
 
@@ -146,7 +147,10 @@ impl Sweeper {
             })
         });
         let reason = match twin {
-            Some(a) if entry.input.get("hash").and_then(Value::as_str) == Some(a.hash.as_str()) => {
+            Some(a)
+                if entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint)
+                    == Some(payload_fingerprint(&a.hash)) =>
+            {
                 self.engine.store.settle(entry, InboxStatus::Applied).await?;
                 info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "buffered copy of an applied input settled");
                 return Ok(false);

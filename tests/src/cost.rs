@@ -122,6 +122,19 @@ pub fn units(call: &Value, indexes: &[Index]) -> Units {
     }
 }
 
+/// What a DynamoDB call was about, for the breakdown: `Operation item`, the item named by its
+/// sort key up to the first `#` (`RECORD`, `TASK`, `RECEIPT`, `INBOX`, `LEDGER`), or the index.
+pub fn item_kind(call: &Value) -> String {
+    let operation = call["operation"].as_str().unwrap_or_default();
+    let sk = ["after", "before", "key"].iter().find_map(|f| call[*f]["sk"]["S"].as_str());
+    let item = match (call["index"].as_str(), sk) {
+        (Some(index), _) => format!("index {index}"),
+        (None, Some(sk)) => sk.split('#').next().unwrap_or(sk).to_owned(),
+        (None, None) => "partition".to_owned(),
+    };
+    format!("{operation} {item}")
+}
+
 /// On-demand prices, us-east-1, in dollars per unit (docs/COST.md has each source and date).
 pub mod price {
     /// Step Functions Standard, per state transition ($0.025 per 1,000).

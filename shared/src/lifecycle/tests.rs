@@ -212,6 +212,32 @@ fn given_an_applied_input_when_the_same_id_comes_with_another_payload_then_it_is
 }
 
 #[test]
+fn given_an_applied_input_the_record_keeps_its_hash_fingerprint_and_tells_repeats_from_conflicts_by_it() {
+    let p = plan(&[&["decision", "reviewer"]]);
+    let r = ready(&p, &started(&p), 0, "tok-0");
+    let with_hash = |hash: &str| {
+        let mut input = callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "approve"}));
+        if let Input::StepInput { hash: h, .. } = &mut input {
+            *h = hash.to_owned();
+        }
+        input
+    };
+    let full = crate::engine::payload_hash(b"approve");
+    let r1 = after(&run(&p, Some(&r), &with_hash(&full)));
+    assert_eq!(r1.applied[0].hash, full[..16], "64 bits are kept, not 256");
+    assert_eq!(run(&p, Some(&r1), &with_hash(&full)).outcome, Outcome::Duplicate);
+    let other = crate::engine::payload_hash(b"reject");
+    let d = run(&p, Some(&r1), &with_hash(&other));
+    assert_eq!(d.outcome, Outcome::Rejected(RejectReason::IdempotencyKeyReused));
+    // A record written before kept the whole hash: it compares the same way.
+    let mut before = r1.clone();
+    before.applied[0].hash = full.clone();
+    assert_eq!(run(&p, Some(&before), &with_hash(&full)).outcome, Outcome::Duplicate);
+    let d = run(&p, Some(&before), &with_hash(&other));
+    assert_eq!(d.outcome, Outcome::Rejected(RejectReason::IdempotencyKeyReused));
+}
+
+#[test]
 fn given_no_record_or_pending_when_a_callback_arrives_then_it_is_buffered() {
     let p = plan(&[&["decision"], &["payment_ref"]]);
     let early = callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "ok"}));

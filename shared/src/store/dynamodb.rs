@@ -38,6 +38,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use super::compact;
 use super::memory::{due_at, sort_trace};
 use super::{
     Applied, CONFIG_PK, Claim, Condition, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus,
@@ -441,16 +442,24 @@ impl<'a> Reader<'a> {
     fn id<T: std::str::FromStr<Err = crate::ids::IdError>>(&self, name: &str) -> Result<T, StoreError> {
         self.s(name)?.parse().map_err(|e| self.corrupt(format!("attribute {name}: {e}")))
     }
+
+    /// The (workflow, key) an item belongs to, from its `pk` (`WF#<workflow>#<key>`: neither
+    /// may contain `#`).
+    fn names(&self) -> Result<(WorkflowName, CorrelationKey), StoreError> {
+        let pk = self.s("pk")?;
+        let (workflow, key) = pk
+            .strip_prefix("WF#")
+            .and_then(|rest| rest.split_once('#'))
+            .ok_or_else(|| self.corrupt(format!("pk {pk:?} is not WF#<workflow>#<key>")))?;
+        let bad = |e: crate::ids::IdError| self.corrupt(format!("pk {pk:?}: {e}"));
+        Ok((workflow.parse().map_err(bad)?, key.parse().map_err(bad)?))
+    }
 }
 
-/// The attributes every item starts with: its keys, and the (workflow, key) it belongs to.
+/// The attributes every item starts with: its keys. The (workflow, key) it belongs to is read
+/// back from `pk` ([`Reader::names`]); items written before also carry them as attributes.
 fn base_item(workflow: &WorkflowName, key: &CorrelationKey, sk: &str) -> Item {
-    Item::from([
-        ("pk".into(), s(&pk(workflow, key))),
-        ("sk".into(), s(sk)),
-        ("workflow".into(), s(workflow.as_str())),
-        ("key".into(), s(key.as_str())),
-    ])
+    Item::from([("pk".into(), s(&pk(workflow, key))), ("sk".into(), s(sk))])
 }
 
 // ---- records ---------------------------------------------------------------------------------
@@ -462,9 +471,9 @@ fn record_item(r: &Record) -> Item {
         ("state".into(), s(r.state.kind().as_str())),
         ("version".into(), n(r.version)),
         ("inputs".into(), json(&r.inputs)),
-        ("applied".into(), json(&r.applied)),
+        ("applied".into(), s(&compact::encode_applied(&r.applied))),
         ("start_events".into(), json(&r.start_events)),
-        ("history".into(), json(&r.history)),
+        ("history".into(), s(&compact::encode_history(&r.history, &history_context(r)))),
         ("created_at".into(), s(&ts(r.created_at))),
         ("updated_at".into(), s(&ts(r.updated_at))),
         ("due_kind".into(), s(&format!("record#{}", r.state.kind()))),
@@ -491,15 +500,21 @@ fn record_item(r: &Record) -> Item {
     item
 }
 
+/// What the record's audit trail is written against ([`compact`]).
+fn history_context(r: &Record) -> compact::Context<'_> {
+    compact::Context { base: r.created_at, applied: &r.applied, start_events: &r.start_events }
+}
+
 fn parse_record(item: &Item) -> Result<Record, StoreError> {
     let r = Reader { item };
     let kind_text = r.s("state")?;
     let kind = Kind::parse(kind_text).ok_or_else(|| r.corrupt(format!("unknown state {kind_text:?}")))?;
     let state = State::from_parts(kind, r.opt_n("step")?)
         .ok_or_else(|| r.corrupt(format!("state {kind_text} with a missing or superfluous step")))?;
-    Ok(Record {
-        workflow: r.id("workflow")?,
-        key: r.id("key")?,
+    let (workflow, key) = r.names()?;
+    let mut record = Record {
+        workflow,
+        key,
         generation: r.n("generation")?,
         state,
         version: r.n("version")?,
@@ -510,15 +525,19 @@ fn parse_record(item: &Item) -> Result<Record, StoreError> {
             .map_err(|e| r.corrupt(format!("token: {e}")))?,
         deadline: r.opt_time("deadline")?,
         inputs: r.json("inputs")?,
-        applied: r.json("applied")?,
+        applied: compact::decode_applied(r.s("applied")?)
+            .map_err(|e| r.corrupt(format!("attribute applied: {e}")))?,
         owed: r.opt_s("owed")?.map(|_| r.json("owed")).transpose()?,
         start_events: r.json("start_events")?,
-        history: r.json("history")?,
+        history: Vec::new(),
         created_at: r.time("created_at")?,
         updated_at: r.time("updated_at")?,
         write_id: r.opt_s("write_id")?.map(str::to_owned),
         config_version: r.opt_s("config_version")?.map(str::to_owned),
-    })
+    };
+    record.history = compact::decode_history(r.s("history")?, &history_context(&record))
+        .map_err(|e| r.corrupt(format!("attribute history: {e}")))?;
+    Ok(record)
 }
 
 // ---- side items ------------------------------------------------------------------------------
@@ -540,9 +559,10 @@ fn task_item(t: &Task) -> Item {
 
 fn parse_task(item: &Item) -> Result<Task, StoreError> {
     let r = Reader { item };
+    let (workflow, key) = r.names()?;
     Ok(Task {
-        workflow: r.id("workflow")?,
-        key: r.id("key")?,
+        workflow,
+        key,
         generation: r.n("generation")?,
         step: r.n("step")?,
         step_name: r.opt_s("step_name")?.unwrap_or_default().to_owned(),
@@ -571,9 +591,10 @@ fn receipt_item(x: &Receipt) -> Item {
 
 fn parse_receipt(item: &Item) -> Result<Receipt, StoreError> {
     let r = Reader { item };
+    let (workflow, key) = r.names()?;
     Ok(Receipt {
-        workflow: r.id("workflow")?,
-        key: r.id("key")?,
+        workflow,
+        key,
         id: r.id("input_id")?,
         hash: r.s("hash")?.to_owned(),
         status: r.json("status")?,
@@ -619,9 +640,10 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
         "ignored" => InboxStatus::Ignored,
         other => return Err(r.corrupt(format!("unknown inbox status {other:?}"))),
     };
+    let (workflow, key) = r.names()?;
     Ok(InboxEntry {
-        workflow: r.id("workflow")?,
-        key: r.id("key")?,
+        workflow,
+        key,
         step: r.n("step")?,
         step_name: r.s("step_name")?.to_owned(),
         config_version: r.opt_s("config_version")?.map(str::to_owned),
@@ -666,9 +688,10 @@ fn parse_ledger(item: &Item) -> Result<LedgerEntry, StoreError> {
         .into_iter()
         .find(|x| x.as_str() == reason_text)
         .ok_or_else(|| r.corrupt(format!("unknown ledger reason {reason_text:?}")))?;
+    let (workflow, key) = r.names()?;
     Ok(LedgerEntry {
-        workflow: r.id("workflow")?,
-        key: r.id("key")?,
+        workflow,
+        key,
         input_id: r.s("input_id")?.to_owned(),
         reason,
         generation: r.opt_n("generation")?,
@@ -966,6 +989,65 @@ impl WorkflowStore for DynamoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The largest record item, by DynamoDB's size rules, over every write of a workflow of
+    /// `steps` steps run to success: each step waits about an hour for one callback with a small
+    /// payload; ids and the task token are UUID-sized (the emulator's tokens; AWS's are longer,
+    /// docs/COST.md).
+    fn largest_record(steps: usize) -> usize {
+        use crate::lifecycle::{Finish, Input, Plan, Source, StepOutcome, decide};
+        let uuid = |n: usize| format!("6f1c2a7e-90b4-4d1e-8a3c-{n:012}");
+        let plan = Plan {
+            steps: (0..steps).map(|_| vec!["decision".to_owned()]).collect(),
+            on_restart: crate::lifecycle::OnRestart::AfterTerminal,
+            version: Some("vfd00d5526fd9".into()),
+        };
+        let (workflow, key) =
+            (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse("order-1234567").unwrap());
+        let mut now = time::macros::datetime!(2026-12-01 09:00:00.123456 UTC);
+        let mut record: Option<Record> = None;
+        let mut largest = 0;
+        let mut apply = |input: Input, now: OffsetDateTime, record: &mut Option<Record>| {
+            let to =
+                decide(&plan, (&workflow, &key), record.as_ref(), &input, now).write.expect("a write").to;
+            largest = largest.max(record_size(&to));
+            *record = Some(to);
+        };
+        apply(Input::Start { event: EventId::parse(uuid(0)).unwrap() }, now, &mut record);
+        for step in 0..steps as u32 {
+            now += time::Duration::milliseconds(47);
+            let token = TaskToken::parse(uuid(100 + step as usize)).unwrap();
+            let deadline = now + time::Duration::days(2);
+            apply(Input::StepReady { generation: 1, step, token, deadline }, now, &mut record);
+            now += time::Duration::minutes(61);
+            let data = serde_json::json!({"decision": "approve"}).as_object().unwrap().clone();
+            let id = EventId::parse(uuid(200 + step as usize)).unwrap();
+            let hash = crate::engine::payload_hash(id.as_str().as_bytes());
+            let outcome = StepOutcome::Succeeded;
+            let generation = None;
+            apply(
+                Input::StepInput { id, hash, source: Source::Callback, step, outcome, data, generation },
+                now,
+                &mut record,
+            );
+        }
+        now += time::Duration::milliseconds(52);
+        apply(Input::Finished { generation: 1, finish: Finish::Succeeded }, now, &mut record);
+        assert_eq!(record.unwrap().state, State::Succeeded);
+        largest
+    }
+
+    #[test]
+    fn a_record_write_stays_within_one_write_unit_for_up_to_five_steps() {
+        for steps in 1..=5 {
+            let bytes = largest_record(steps);
+            eprintln!("{steps}: {bytes}");
+            assert!(
+                bytes <= 1024,
+                "{steps} steps: the record reaches {bytes} bytes, more than one write unit"
+            );
+        }
+    }
 
     #[test]
     fn timestamps_sort_as_strings_in_time_order() {

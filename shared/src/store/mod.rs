@@ -22,6 +22,7 @@ use crate::error::Classified;
 use crate::ids::{CorrelationKey, EventId, WorkflowName};
 use crate::lifecycle::{Cause, IgnoreReason, Kind, Record, Write, allowed_prior};
 
+mod compact;
 pub mod dynamodb;
 pub mod memory;
 

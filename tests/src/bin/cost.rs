@@ -51,10 +51,19 @@ async fn main() {
         }
     }
     let mut units = Units::default();
+    let mut by_item: BTreeMap<String, (f64, Units)> = BTreeMap::new();
     for call in doc["dynamodb"].as_array().map(Vec::as_slice).unwrap_or_default() {
         let caller = call["caller"].as_str().unwrap_or_default();
         if caller != RUNNER && caller != SWEEPER {
-            units += cost::units(call, &indexes);
+            let these = cost::units(call, &indexes);
+            units += these;
+            let entry = by_item.entry(cost::item_kind(call)).or_default();
+            entry.0 += 1.0 / k;
+            entry.1 += Units {
+                table_writes: these.table_writes / k,
+                index_writes: these.index_writes / k,
+                reads: these.reads / k,
+            };
         }
     }
     // The record item at its largest (after the last step): what each record write is billed on.
@@ -83,6 +92,13 @@ async fn main() {
     per.state_transitions = transitions(&system, &keys).await / k;
 
     print(&per);
+    println!("  DynamoDB by item and operation:   calls  table WCU  index WCU  RCU");
+    for (item, (calls, u)) in &by_item {
+        println!(
+            "    {item:<30} {calls:>6.2} {:>10.2} {:>10.2} {:>4.2}",
+            u.table_writes, u.index_writes, u.reads
+        );
+    }
     println!(
         "  record item at its largest: {largest_record} bytes ({} write units per record write)",
         cost::write_units(largest_record)
