@@ -8,6 +8,7 @@
 //! - `plan_and_decide`: all intake does before its first write for one start event: parse,
 //!   match, correlation key ([`plan_event`]), then [`lifecycle::decide`].
 //! - `decide`: the pure transition function alone, for a callback that completes a step.
+//! - `record_size_check`: the item-size check every record write makes, exact and bounded.
 //! - `two_step_workflow`: the engine end to end on the in-memory store, through the real
 //!   handlers: intake's start event, progress's two `step_ready` reports and its `finished`
 //!   report, and two signed callbacks through the callback handler (signature checked). Step
@@ -142,6 +143,20 @@ fn decide(bencher: Bencher) {
             lifecycle::decide(&plan, (&workflow.name, &key), Some(black_box(&waiting)), &input, now);
         assert_eq!(decision.write.as_ref().map(|w| w.to.state), Some(State::Advancing { step: 0 }));
     });
+}
+
+/// What each record write checks against DynamoDB's 400 KB item limit: the exact size (the
+/// whole item built, as it was checked before) and the bound checked first, side by side.
+#[divan::bench(args = ["exact", "bound"])]
+fn record_size_check(bencher: Bencher, how: &str) {
+    let config = Config::parse(SAMPLE).expect("sample");
+    let key = CorrelationKey::parse("order-1".to_owned()).expect("key");
+    let waiting = waiting_record(&config.workflows[0].name, &key, OffsetDateTime::now_utc());
+    let size: fn(&Record) -> usize = match how {
+        "exact" => baton::store::dynamodb::record_size,
+        _ => baton::store::dynamodb::record_size_bound,
+    };
+    bencher.counter(ItemsCount::new(1usize)).bench(|| size(black_box(&waiting)));
 }
 
 /// A record waiting on step 0, as progress leaves it.

@@ -120,7 +120,7 @@ pub fn encode_history(history: &[AuditEntry], context: &Context) -> String {
             if e.generation != before.generation {
                 exceptions.insert("generation".into(), json!(e.generation));
             }
-            if e.version != before.version + 1 {
+            if Some(e.version) != before.version.checked_add(1) {
                 exceptions.insert("version".into(), json!(e.version));
             }
             if !exceptions.is_empty() {
@@ -222,7 +222,10 @@ impl Predicted {
             Some(g) => u32::try_from(g).map_err(|_| "generation is out of range".to_owned())?,
             None => self.generation,
         };
-        let version = number("version")?.unwrap_or(self.version + 1);
+        let version = match number("version")? {
+            Some(v) => v,
+            None => self.version.checked_add(1).ok_or("version is missing and cannot be predicted")?,
+        };
         Ok(AuditEntry { at, generation, from, to, cause, cause_id, version })
     }
 }
@@ -393,8 +396,8 @@ mod tests {
             state,
             causes(),
             prop::option::of(ids()),
-            1u32..4,
-            0u64..12,
+            prop_oneof![1u32..4, Just(u32::MAX)],
+            prop_oneof![0u64..12, Just(u64::MAX)],
         )
             .prop_map(|(at, from, to, cause, id, generation, version)| {
                 entry(at, from, to, cause, id.as_deref(), generation, version)

@@ -46,7 +46,7 @@ use super::{
 };
 use crate::error::sdk_retryable;
 use crate::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
-use crate::lifecycle::{IgnoreReason, Kind, Record, State, Write};
+use crate::lifecycle::{IgnoreReason, Kind, Record, Resume, State, Write};
 
 /// A DynamoDB item, as the SDK holds it.
 pub type Item = HashMap<String, AttributeValue>;
@@ -308,6 +308,54 @@ fn number_size(n: &str) -> usize {
 /// The size of a record's item, as the table stores it.
 pub fn record_size(record: &Record) -> usize {
     item_size(&record_item(record))
+}
+
+/// At least [`record_size`], without building the item: what every write checks first, so that
+/// only a record that may come near the 400 KB limit pays for the exact size. Each part is
+/// bounded from above: a JSON string escapes a byte to six at most, a number prints in 40, an
+/// audit entry adds at most 200 bytes to its strings, an applied input 100, and the other attributes
+/// (names, timestamps, numbers) take under 1 KB together.
+pub fn record_size_bound(record: &Record) -> usize {
+    fn text(s: &str) -> usize {
+        2 + 6 * s.len()
+    }
+    fn json(v: &Value) -> usize {
+        match v {
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(_) => 40,
+            Value::String(s) => text(s),
+            Value::Array(a) => 2 + a.iter().map(|v| json(v) + 1).sum::<usize>(),
+            Value::Object(m) => 2 + m.iter().map(|(k, v)| text(k) + json(v) + 2).sum::<usize>(),
+        }
+    }
+    let inputs = 2 + record.inputs.iter().map(|(k, v)| text(k) + json(v) + 2).sum::<usize>();
+    let owed = match &record.owed {
+        None => 0,
+        Some(Resume::Success { output }) => 100 + json(output),
+        Some(Resume::Failure { error, cause }) => 100 + text(error) + text(cause),
+    };
+    let history: usize = record
+        .history
+        .iter()
+        .map(|e| {
+            200 + e.cause_id.as_deref().map_or(0, text) + e.from.as_deref().map_or(0, text) + text(&e.to)
+        })
+        .sum();
+    let applied: usize = record.applied.iter().map(|a| 100 + text(a.id.as_str()) + text(&a.hash)).sum();
+    let starts: usize = record.start_events.iter().map(|e| 1 + text(e.as_str())).sum();
+    let names = 2 * (record.workflow.as_str().len() + record.key.as_str().len());
+    let others = [
+        &record.token.as_ref().map(TaskToken::expose),
+        &record.write_id.as_deref(),
+        &record.config_version.as_deref(),
+    ];
+    1024 + names
+        + inputs
+        + owed
+        + history
+        + applied
+        + starts
+        + others.iter().map(|s| s.map_or(0, str::len)).sum::<usize>()
 }
 
 // ---- keys and attribute helpers -------------------------------------------------------------
@@ -995,6 +1043,11 @@ mod tests {
     /// payload; ids and the task token are UUID-sized (the emulator's tokens; AWS's are longer,
     /// docs/COST.md).
     fn largest_record(steps: usize) -> usize {
+        largest_record_of(steps).0
+    }
+
+    /// [`largest_record`], and the record at the end.
+    fn largest_record_of(steps: usize) -> (usize, Record) {
         use crate::lifecycle::{Finish, Input, Plan, Source, StepOutcome, decide};
         let uuid = |n: usize| format!("6f1c2a7e-90b4-4d1e-8a3c-{n:012}");
         let plan = Plan {
@@ -1033,8 +1086,42 @@ mod tests {
         }
         now += time::Duration::milliseconds(52);
         apply(Input::Finished { generation: 1, finish: Finish::Succeeded }, now, &mut record);
-        assert_eq!(record.unwrap().state, State::Succeeded);
-        largest
+        let record = record.expect("a record");
+        assert_eq!(record.state, State::Succeeded);
+        (largest, record)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_bound_a_write_checks_first_is_never_below_the_size(
+            strings in proptest::collection::vec("\\PC{0,30}|[\\x00-\\x1f\"\\\\]{0,30}", 1..40),
+            numbers in proptest::collection::vec(proptest::num::f64::ANY, 0..8),
+            jumps in proptest::collection::vec(-4_000_000_000_000i64..4_000_000_000_000, 1..20),
+        ) {
+            use crate::lifecycle::{AppliedInput, AuditEntry, Cause};
+            let mut record = largest_record_of(2).1;
+            let pick = |i: usize| strings[i % strings.len()].clone();
+            for (i, jump) in jumps.iter().enumerate() {
+                record.history.push(AuditEntry {
+                    at: record.created_at + time::Duration::microseconds(*jump),
+                    generation: u32::MAX - i as u32,
+                    from: Some(pick(i)),
+                    to: pick(i + 1),
+                    cause: Cause::Cancel,
+                    cause_id: Some(pick(i + 2)),
+                    version: u64::MAX - i as u64,
+                });
+                if let Ok(id) = EventId::parse(format!("x{}", pick(i))) {
+                    record.applied.push(AppliedInput { id, hash: pick(i + 3), step: Some(u32::MAX), generation: Some(u32::MAX) });
+                }
+            }
+            let values: Vec<Value> = numbers.iter().map(|n| serde_json::json!(n)).chain(strings.iter().map(|s| serde_json::json!({ s: [s, null, true] }))).collect();
+            record.inputs = values.iter().enumerate().map(|(i, v)| (pick(i), v.clone())).collect();
+            record.owed = Some(Resume::Success { output: Value::Array(values) });
+            proptest::prop_assert!(record_size_bound(&record) >= record_size(&record));
+            record.owed = Some(Resume::Failure { error: pick(0), cause: pick(1) });
+            proptest::prop_assert!(record_size_bound(&record) >= record_size(&record));
+        }
     }
 
     #[test]
