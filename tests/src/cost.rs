@@ -74,6 +74,17 @@ pub struct Units {
     pub reads: f64,
 }
 
+impl Units {
+    /// Per workflow, of `workflows`.
+    pub fn per(self, workflows: f64) -> Units {
+        Units {
+            table_writes: self.table_writes / workflows,
+            index_writes: self.index_writes / workflows,
+            reads: self.reads / workflows,
+        }
+    }
+}
+
 impl std::ops::AddAssign for Units {
     fn add_assign(&mut self, other: Units) {
         self.table_writes += other.table_writes;
@@ -120,6 +131,22 @@ pub fn units(call: &Value, indexes: &[Index]) -> Units {
         }
         _ => Units::default(),
     }
+}
+
+/// The longest task token Step Functions' API takes (`SendTaskSuccess`, `taskToken`: 1 to 1,024
+/// characters). The emulator's tokens are UUIDs (36); AWS's are longer, and a waiting or
+/// advancing record carries one.
+pub const AWS_TOKEN_CHARS: usize = 1024;
+
+/// `call` as it would be with every task token in its items `chars` long.
+pub fn with_token_chars(call: &Value, chars: usize) -> Value {
+    let mut call = call.clone();
+    for image in ["before", "after"] {
+        if let Some(token) = call[image].get_mut("token").and_then(|t| t.get_mut("S")) {
+            *token = Value::String("t".repeat(chars));
+        }
+    }
+    call
 }
 
 /// What a DynamoDB call was about, for the breakdown: `Operation item`, the item named by its
@@ -260,6 +287,17 @@ mod tests {
         assert_eq!(write(with(Some("a"), 100), with(Some("b"), 100)), 2.0, "moved: delete and put");
         assert_eq!(write(with(Some("a"), 100), with(None, 100)), 1.0, "deleted");
         assert_eq!(write(with(None, 100), with(None, 100)), 0.0, "not in the index");
+    }
+
+    #[test]
+    fn a_longer_token_is_billed_in_the_items_that_carry_one() {
+        let call = json!({"operation": "PutItem", "ok": true, "before": null,
+            "after": {"pk": {"S": "p"}, "token": {"S": "short"}}});
+        assert_eq!(units(&call, &[]).table_writes, 1.0);
+        assert_eq!(units(&with_token_chars(&call, AWS_TOKEN_CHARS), &[]).table_writes, 2.0);
+        let without =
+            json!({"operation": "PutItem", "ok": true, "before": null, "after": {"pk": {"S": "p"}}});
+        assert_eq!(with_token_chars(&without, AWS_TOKEN_CHARS), without);
     }
 
     #[test]

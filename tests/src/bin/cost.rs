@@ -51,19 +51,17 @@ async fn main() {
         }
     }
     let mut units = Units::default();
+    let mut with_aws_tokens = Units::default();
     let mut by_item: BTreeMap<String, (f64, Units)> = BTreeMap::new();
     for call in doc["dynamodb"].as_array().map(Vec::as_slice).unwrap_or_default() {
         let caller = call["caller"].as_str().unwrap_or_default();
         if caller != RUNNER && caller != SWEEPER {
             let these = cost::units(call, &indexes);
             units += these;
+            with_aws_tokens += cost::units(&cost::with_token_chars(call, cost::AWS_TOKEN_CHARS), &indexes);
             let entry = by_item.entry(cost::item_kind(call)).or_default();
             entry.0 += 1.0 / k;
-            entry.1 += Units {
-                table_writes: these.table_writes / k,
-                index_writes: these.index_writes / k,
-                reads: these.reads / k,
-            };
+            entry.1 += these.per(k);
         }
     }
     // The record item at its largest (after the last step): what each record write is billed on.
@@ -73,11 +71,7 @@ async fn main() {
             Some(baton::store::dynamodb::item_size(&cost::item_from_json(after)))
         });
     let largest_record = record_sizes.max().unwrap_or(0);
-    per.dynamodb = Units {
-        table_writes: units.table_writes / k,
-        index_writes: units.index_writes / k,
-        reads: units.reads / k,
-    };
+    per.dynamodb = units.per(k);
     // The event source mappings' receives that returned messages (the local mappings poll
     // untagged, as the runner does, but the runner receives nothing): one invocation each.
     let receives = counted.get(&(RUNNER.to_owned(), "sqs:ReceiveMessage (with messages)".to_owned()));
@@ -102,6 +96,16 @@ async fn main() {
     println!(
         "  record item at its largest: {largest_record} bytes ({} write units per record write)",
         cost::write_units(largest_record)
+    );
+    let aws = PerWorkflow { dynamodb: with_aws_tokens.per(k), ..per.clone() };
+    let total = |p: &PerWorkflow| p.dollars_per_million().values().sum::<f64>();
+    println!(
+        "  with AWS-length task tokens ({} characters, the API's limit): DynamoDB write units {:.2} (table) + {:.2} (index), total {:.2} dollars per million, {:.1}% above Step Functions",
+        cost::AWS_TOKEN_CHARS,
+        aws.dynamodb.table_writes,
+        aws.dynamodb.index_writes,
+        total(&aws),
+        100.0 * (total(&aws) / aws.dollars_per_million()["Step Functions"] - 1.0)
     );
     expect_ok(http::delete(&calls_url).await, "reset the counts");
     system.sweep(time::OffsetDateTime::now_utc()).await;
