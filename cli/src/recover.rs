@@ -19,6 +19,7 @@ use baton::lifecycle::{Input, Outcome};
 use baton::metrics::Metrics;
 use baton::replay::{self, Applied, Classification, Done, Line, Origin};
 use baton::runtime::Settings;
+use baton::store::dynamodb::ItemFormat;
 use serde::{Deserialize, Serialize};
 
 use crate::target::{self, Field, Target, TargetArgs};
@@ -122,6 +123,12 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
         webhook_secret_arn: None,
         webhook_secrets: None,
         webhook_secrets_ttl: baton::secrets::DEFAULT_TTL,
+        // Written as the functions write them (docs/RUNBOOK.md, "Upgrading across the compact
+        // record").
+        item_format: match std::env::var("BATON_ITEM_FORMAT") {
+            Ok(v) => ItemFormat::parse(v.trim()).map_err(|e| anyhow::anyhow!("BATON_ITEM_FORMAT: {e}"))?,
+            Err(_) => ItemFormat::default(),
+        },
     };
     // Metrics from an operator's terminal would be noise on stdout: they go nowhere.
     let engine = baton::runtime::engine(&sdk, &settings, config, Metrics::to(Box::new(std::io::sink())));

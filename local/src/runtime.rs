@@ -136,7 +136,10 @@ impl LocalBaton {
         let engine_for = |clients: &Clients, settings: &Settings| {
             Arc::new(Engine {
                 config: config.clone(),
-                store: Arc::new(DynamoStore::new(clients.dynamodb.clone(), settings.table.clone())),
+                store: Arc::new(
+                    DynamoStore::new(clients.dynamodb.clone(), settings.table.clone())
+                        .with_format(settings.item_format),
+                ),
                 orchestrator: Arc::new(StepFunctions::new(clients.sfn.clone())),
                 publisher: Arc::new(SqsTaskPublisher::new(
                     clients.sqs.clone(),

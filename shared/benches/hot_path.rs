@@ -152,9 +152,10 @@ fn record_size_check(bencher: Bencher, how: &str) {
     let config = Config::parse(SAMPLE).expect("sample");
     let key = CorrelationKey::parse("order-1".to_owned()).expect("key");
     let waiting = waiting_record(&config.workflows[0].name, &key, OffsetDateTime::now_utc());
+    use baton::store::dynamodb::{ItemFormat, record_size, record_size_bound};
     let size: fn(&Record) -> usize = match how {
-        "exact" => baton::store::dynamodb::record_size,
-        _ => baton::store::dynamodb::record_size_bound,
+        "exact" => |r| record_size(r, ItemFormat::Objects),
+        _ => record_size_bound,
     };
     bencher.counter(ItemsCount::new(1usize)).bench(|| size(black_box(&waiting)));
 }

@@ -872,15 +872,15 @@ impl Engine {
 /// way when long ids fill the rest (found by review: 200 transitions with 1 KB ids, then a large
 /// input, made a record no write could store, so its step could never advance).
 fn fit_item_limit(record: &mut Record) {
-    use crate::store::dynamodb::{MAX_ITEM_BYTES, record_size, record_size_bound};
+    use crate::store::dynamodb::{ItemFormat, MAX_ITEM_BYTES, record_size, record_size_bound};
     if record_size_bound(record) <= MAX_ITEM_BYTES {
         return;
     }
-    let mut size = record_size(record);
-    while size > MAX_ITEM_BYTES && record.history.len() > 1 {
+    // Measured as the larger format writes it, so that the record fits whichever is in use.
+    let size = |record: &Record| record_size(record, ItemFormat::Objects);
+    while size(record) > MAX_ITEM_BYTES && record.history.len() > 1 {
         let drop = (record.history.len() / 4).max(1);
         record.history.drain(..drop);
-        size = record_size(record);
     }
 }
 

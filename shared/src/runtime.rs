@@ -24,7 +24,7 @@ use crate::callback::Callbacks;
 use crate::error::Classified;
 use crate::secrets::{RotatingSecrets, SecretsManager};
 use crate::sqs::{DeadLetters, SqsDeadLetters, SqsHandler, error_chain};
-use crate::store::dynamodb::DynamoStore;
+use crate::store::dynamodb::{DynamoStore, ItemFormat};
 use crate::sweeper::Sweeper;
 use crate::webhook::Secrets;
 
@@ -60,6 +60,9 @@ pub struct Settings {
     /// `BATON_WEBHOOK_SECRETS_TTL_SECONDS`: how long read secrets are used before they are read
     /// again (default 300).
     pub webhook_secrets_ttl: time::Duration,
+    /// `BATON_ITEM_FORMAT`: `compact` (default) or `objects`, how table items are written
+    /// ([`ItemFormat`]; docs/RUNBOOK.md, "Upgrading across the compact record").
+    pub item_format: ItemFormat,
 }
 
 /// A setting that is missing or invalid.
@@ -145,6 +148,12 @@ impl Settings {
                 })?
             }
         };
+        const FORMAT: &str = "BATON_ITEM_FORMAT";
+        let item_format = match lookup(env, FORMAT) {
+            None => ItemFormat::default(),
+            Some(v) => ItemFormat::parse(v.trim())
+                .map_err(|problem| SettingsError::Invalid { name: FORMAT, problem })?,
+        };
         Ok(Settings {
             table: required(env, "BATON_TABLE")?,
             state_machine_prefix,
@@ -156,6 +165,7 @@ impl Settings {
             webhook_secret_arn: lookup(env, "BATON_WEBHOOK_SECRET_ARN"),
             webhook_secrets: lookup(env, "BATON_WEBHOOK_SECRETS").map(SecretString::from),
             webhook_secrets_ttl,
+            item_format,
         })
     }
 
@@ -244,7 +254,10 @@ fn engine_with(
     let outbound = settings.outbound_queue_url.clone().unwrap_or_default();
     Engine {
         config: Arc::new(config),
-        store: Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(sdk), settings.table.clone())),
+        store: Arc::new(
+            DynamoStore::new(aws_sdk_dynamodb::Client::new(sdk), settings.table.clone())
+                .with_format(settings.item_format),
+        ),
         orchestrator: Arc::new(StepFunctions::new(sfn)),
         publisher: Arc::new(SqsTaskPublisher::new(sqs, outbound)),
         state_machine_prefix: settings.state_machine_prefix.clone(),
@@ -551,6 +564,13 @@ mod tests {
         };
         let err = Settings::from_lookup(&bad_ttl).unwrap_err();
         assert!(err.to_string().contains("BATON_WEBHOOK_SECRETS_TTL_SECONDS is invalid"), "{err}");
+        assert_eq!(settings.item_format, ItemFormat::Compact, "compact unless told");
+        let format = |value: &'static str| {
+            move |name: &str| if name == "BATON_ITEM_FORMAT" { Some(value.to_owned()) } else { env(name) }
+        };
+        assert_eq!(Settings::from_lookup(&format("objects")).unwrap().item_format, ItemFormat::Objects);
+        let err = Settings::from_lookup(&format("json")).unwrap_err();
+        assert!(err.to_string().contains("BATON_ITEM_FORMAT is invalid"), "{err}");
     }
 
     #[test]

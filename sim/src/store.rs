@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use baton::ids::{CorrelationKey, WorkflowName};
 use baton::lifecycle::{IgnoreReason, Kind, Record, State, Write};
 use baton::outbound::{PublishError, TaskPublisher};
-use baton::store::dynamodb::{MAX_ITEM_BYTES, record_size};
+use baton::store::dynamodb::{ItemFormat, MAX_ITEM_BYTES, record_size};
 use baton::store::memory::MemoryStore;
 use baton::store::{
     Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, RegisteredConfig, StoreError, Task, Trace,
@@ -113,7 +113,7 @@ impl WorkflowStore for SimStore {
 
     async fn apply(&self, write: &Write) -> Result<Applied, StoreError> {
         let fault = self.enter("ddb.PutItem(record)", &write.to.key).await?;
-        let size = record_size(&write.to);
+        let size = record_size(&write.to, ItemFormat::Objects);
         if size > MAX_ITEM_BYTES {
             lock(&self.violations).push(format!(
                 "record {}/{} would be {size} bytes at version {}: over DynamoDB's 400 KB item limit, so it can never be written",

@@ -15,6 +15,8 @@
 //!   the first entry: no state, generation 1, version 0); and `to` what the cause usually leads
 //!   to from `from` (`step_ready` from `pending` to `waiting{0}`, from `advancing{n}` to
 //!   `waiting{n+1}`; `complete` or `fail_step` from `waiting{n}` to `advancing{n}`; and so on).
+//!   `ns` holds the nanoseconds below the microsecond: only entries of records written before
+//!   this form have any, and they keep them.
 //!
 //! Trailing `null`s and an empty `exceptions` are left off. A contiguous trail of one generation
 //! that followed the usual path has no exceptions at all; a restart carries `generation`, and
@@ -97,8 +99,15 @@ impl Context<'_> {
 }
 
 /// Microseconds: the precision timestamps are stored with ([`super::dynamodb::ts`]).
+/// Floored, as [`super::dynamodb::ts`] writes them (before 1970 too).
 fn micros(t: OffsetDateTime) -> i128 {
-    t.unix_timestamp_nanos() / 1000
+    t.unix_timestamp_nanos().div_euclid(1000)
+}
+
+/// What [`micros`] leaves out. New entries have none (the lifecycle keeps microseconds); entries
+/// of records written before kept nanoseconds, and keep them.
+fn sub_micros(t: OffsetDateTime) -> i128 {
+    t.unix_timestamp_nanos().rem_euclid(1000)
 }
 
 /// The audit trail, compact.
@@ -119,6 +128,9 @@ pub fn encode_history(history: &[AuditEntry], context: &Context) -> String {
             }
             if e.generation != before.generation {
                 exceptions.insert("generation".into(), json!(e.generation));
+            }
+            if sub_micros(e.at) != 0 {
+                exceptions.insert("ns".into(), json!(sub_micros(e.at) as u64));
             }
             if Some(e.version) != before.version.checked_add(1) {
                 exceptions.insert("version".into(), json!(e.version));
@@ -158,7 +170,7 @@ fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
     Some(match cause {
         Cause::Start | Cause::Restart => "pending".to_owned(),
         Cause::StepReady if from == Some("pending") => "waiting{0}".to_owned(),
-        Cause::StepReady => format!("waiting{{{}}}", step("advancing")? + 1),
+        Cause::StepReady => format!("waiting{{{}}}", step("advancing")?.checked_add(1)?),
         Cause::Merge => format!("waiting{{{}}}", step("waiting")?),
         Cause::Complete | Cause::FailStep => format!("advancing{{{}}}", step("waiting")?),
         Cause::ReportSucceeded => "succeeded".to_owned(),
@@ -188,8 +200,6 @@ impl Predicted {
     fn decode(&self, fields: Vec<Value>, context: &Context) -> Result<AuditEntry, String> {
         let mut fields = fields.into_iter();
         let delta = fields.next().and_then(|v| v.as_i64()).ok_or("the time is missing or not an integer")?;
-        let at = OffsetDateTime::from_unix_timestamp_nanos((self.at + i128::from(delta)) * 1000)
-            .map_err(|e| format!("the time: {e}"))?;
         let cause = fields.next().ok_or("the cause is missing")?;
         let cause = cause
             .as_u64()
@@ -213,6 +223,10 @@ impl Predicted {
         let number = |name: &str| -> Result<Option<u64>, String> {
             exceptions.get(name).map(|v| v.as_u64().ok_or(format!("{name} is not a number"))).transpose()
         };
+        let ns = number("ns")?.unwrap_or(0);
+        let at =
+            OffsetDateTime::from_unix_timestamp_nanos((self.at + i128::from(delta)) * 1000 + i128::from(ns))
+                .map_err(|e| format!("the time: {e}"))?;
         let from = text("from")?.unwrap_or_else(|| self.to.clone());
         let to = match text("to")? {
             Some(to) => to.ok_or("to is not a string")?,
@@ -342,6 +356,22 @@ mod tests {
     }
 
     #[test]
+    fn edges_read_back_too_a_base_before_1970_and_the_last_step_number() {
+        let base = OffsetDateTime::UNIX_EPOCH - time::Duration::nanoseconds(500);
+        let context = Context { base, applied: &[], start_events: &[] };
+        let trail = [AuditEntry {
+            at: OffsetDateTime::UNIX_EPOCH - time::Duration::nanoseconds(1_500),
+            generation: 1,
+            from: Some("advancing{4294967295}".into()),
+            to: "waiting{0}".into(),
+            cause: Cause::StepReady,
+            cause_id: None,
+            version: 1,
+        }];
+        round_trip(&trail, &context);
+    }
+
+    #[test]
     fn records_written_before_read_back_in_the_object_form() {
         let context = Context { base: CREATED, applied: &[], start_events: &[] };
         let trail = [entry(0, None, "pending", Cause::Start, Some("evt-1"), 1, 1)];
@@ -401,6 +431,11 @@ mod tests {
         )
             .prop_map(|(at, from, to, cause, id, generation, version)| {
                 entry(at, from, to, cause, id.as_deref(), generation, version)
+            })
+            .prop_flat_map(|e| {
+                // Records written before this form kept nanoseconds.
+                (Just(e), prop_oneof![Just(0i64), 1i64..1000])
+                    .prop_map(|(e, ns)| AuditEntry { at: e.at + time::Duration::nanoseconds(ns), ..e })
             })
     }
 

@@ -61,11 +61,55 @@ pub const TTL_ATTRIBUTE: &str = "expires_at";
 pub struct DynamoStore {
     client: Client,
     table: String,
+    format: ItemFormat,
+}
+
+/// How the store writes items. Both forms are always read; docs/RUNBOOK.md, "Upgrading across
+/// the compact record", says when to write which.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ItemFormat {
+    /// This version's: the record's audit trail and applied inputs compact ([`compact`]), and no
+    /// `workflow` and `key` attributes (`pk` has them). A record stays under 1 KB for longer.
+    #[default]
+    Compact,
+    /// As the versions before the compact record wrote items, so that they can read them: for
+    /// the first deploy of an upgrade (both versions' functions run while it rolls out), and
+    /// before rolling back to such a version.
+    Objects,
+}
+
+impl ItemFormat {
+    /// `compact` or `objects` (`BATON_ITEM_FORMAT`, the template's `ItemFormat` parameter).
+    pub fn parse(text: &str) -> Result<ItemFormat, String> {
+        match text {
+            "compact" => Ok(ItemFormat::Compact),
+            "objects" => Ok(ItemFormat::Objects),
+            other => Err(format!("{other:?} is not an item format: compact or objects")),
+        }
+    }
+
+    /// Adds what the previous versions read and this one does not need: the (workflow, key) an
+    /// item belongs to, as attributes.
+    fn stamp(self, item: &mut Item) {
+        if self != ItemFormat::Objects {
+            return;
+        }
+        let names = item.get("pk").and_then(|pk| pk.as_s().ok()?.strip_prefix("WF#")?.split_once('#'));
+        if let Some((workflow, key)) = names.map(|(w, k)| (s(w), s(k))) {
+            item.insert("workflow".into(), workflow);
+            item.insert("key".into(), key);
+        }
+    }
 }
 
 impl DynamoStore {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        DynamoStore { client, table: table.into() }
+        DynamoStore { client, table: table.into(), format: ItemFormat::default() }
+    }
+
+    /// The store writing items in `format`.
+    pub fn with_format(self, format: ItemFormat) -> Self {
+        DynamoStore { format, ..self }
     }
 
     pub fn table(&self) -> &str {
@@ -126,7 +170,8 @@ impl DynamoStore {
     }
 
     /// A put-if-absent of `item`, returning the stored item when it already exists.
-    async fn put_if_absent(&self, op: &'static str, item: Item) -> Result<Option<Item>, StoreError> {
+    async fn put_if_absent(&self, op: &'static str, mut item: Item) -> Result<Option<Item>, StoreError> {
+        self.format.stamp(&mut item);
         let result = self
             .client
             .put_item()
@@ -305,12 +350,12 @@ fn number_size(n: &str) -> usize {
     significant.div_ceil(2) + 1
 }
 
-/// The size of a record's item, as the table stores it.
-pub fn record_size(record: &Record) -> usize {
-    item_size(&record_item(record))
+/// The size of a record's item, as the table stores it in `format`.
+pub fn record_size(record: &Record, format: ItemFormat) -> usize {
+    item_size(&record_item(record, format))
 }
 
-/// At least [`record_size`], without building the item: what every write checks first, so that
+/// At least [`record_size`] in either format, without building the item: what every write checks first, so that
 /// only a record that may come near the 400 KB limit pays for the exact size. Each part is
 /// bounded from above: a JSON string escapes a byte to six at most, a number prints in 40, an
 /// audit entry adds at most 200 bytes to its strings, an applied input 100, and the other attributes
@@ -512,16 +557,24 @@ fn base_item(workflow: &WorkflowName, key: &CorrelationKey, sk: &str) -> Item {
 
 // ---- records ---------------------------------------------------------------------------------
 
-fn record_item(r: &Record) -> Item {
+fn record_item(r: &Record, format: ItemFormat) -> Item {
     let mut item = base_item(&r.workflow, &r.key, RECORD_SK);
+    format.stamp(&mut item);
+    let (applied, history) = match format {
+        ItemFormat::Compact => (
+            s(&compact::encode_applied(&r.applied)),
+            s(&compact::encode_history(&r.history, &history_context(r))),
+        ),
+        ItemFormat::Objects => (json(&r.applied), json(&r.history)),
+    };
     item.extend([
         ("generation".into(), n(r.generation)),
         ("state".into(), s(r.state.kind().as_str())),
         ("version".into(), n(r.version)),
         ("inputs".into(), json(&r.inputs)),
-        ("applied".into(), s(&compact::encode_applied(&r.applied))),
+        ("applied".into(), applied),
         ("start_events".into(), json(&r.start_events)),
-        ("history".into(), s(&compact::encode_history(&r.history, &history_context(r)))),
+        ("history".into(), history),
         ("created_at".into(), s(&ts(r.created_at))),
         ("updated_at".into(), s(&ts(r.updated_at))),
         ("due_kind".into(), s(&format!("record#{}", r.state.kind()))),
@@ -776,7 +829,7 @@ impl WorkflowStore for DynamoStore {
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(record_item(&write.to)))
+            .set_item(Some(record_item(&write.to, self.format)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         put = match condition_for(write)? {
             // Rule: a record is created once per (workflow, key).
@@ -1063,7 +1116,7 @@ mod tests {
         let mut apply = |input: Input, now: OffsetDateTime, record: &mut Option<Record>| {
             let to =
                 decide(&plan, (&workflow, &key), record.as_ref(), &input, now).write.expect("a write").to;
-            largest = largest.max(record_size(&to));
+            largest = largest.max(record_size(&to, ItemFormat::Compact));
             *record = Some(to);
         };
         apply(Input::Start { event: EventId::parse(uuid(0)).unwrap() }, now, &mut record);
@@ -1118,10 +1171,40 @@ mod tests {
             let values: Vec<Value> = numbers.iter().map(|n| serde_json::json!(n)).chain(strings.iter().map(|s| serde_json::json!({ s: [s, null, true] }))).collect();
             record.inputs = values.iter().enumerate().map(|(i, v)| (pick(i), v.clone())).collect();
             record.owed = Some(Resume::Success { output: Value::Array(values) });
-            proptest::prop_assert!(record_size_bound(&record) >= record_size(&record));
+            for format in [ItemFormat::Compact, ItemFormat::Objects] {
+                proptest::prop_assert!(record_size_bound(&record) >= record_size(&record, format));
+            }
             record.owed = Some(Resume::Failure { error: pick(0), cause: pick(1) });
-            proptest::prop_assert!(record_size_bound(&record) >= record_size(&record));
+            for format in [ItemFormat::Compact, ItemFormat::Objects] {
+                proptest::prop_assert!(record_size_bound(&record) >= record_size(&record, format));
+            }
         }
+    }
+
+    #[test]
+    fn items_written_as_objects_are_what_the_previous_versions_read_and_both_forms_read_back() {
+        use crate::lifecycle::{AppliedInput, AuditEntry};
+        let record = largest_record_of(2).1;
+        for format in [ItemFormat::Compact, ItemFormat::Objects] {
+            assert_eq!(parse_record(&record_item(&record, format)).unwrap(), record, "{format:?}");
+        }
+        // What parse_record read before the compact record (a4e9275), on every item.
+        let item = record_item(&record, ItemFormat::Objects);
+        let old = Reader { item: &item };
+        assert_eq!(old.id::<WorkflowName>("workflow").unwrap(), record.workflow);
+        assert_eq!(old.id::<CorrelationKey>("key").unwrap(), record.key);
+        assert_eq!(old.json::<Vec<AppliedInput>>("applied").unwrap(), record.applied);
+        assert_eq!(old.json::<Vec<AuditEntry>>("history").unwrap(), record.history);
+        let mut side = base_item(&record.workflow, &record.key, "LEDGER#x#y");
+        ItemFormat::Objects.stamp(&mut side);
+        assert_eq!(Reader { item: &side }.id::<CorrelationKey>("key").unwrap(), record.key);
+        let compact = record_item(&record, ItemFormat::Compact);
+        assert!(!compact.contains_key("workflow") && !compact.contains_key("key"));
+        assert_eq!(ItemFormat::parse("objects"), Ok(ItemFormat::Objects));
+        assert_eq!(
+            ItemFormat::parse("json").unwrap_err(),
+            "\"json\" is not an item format: compact or objects"
+        );
     }
 
     #[test]
