@@ -24,6 +24,7 @@ use anyhow::{Context, Result, bail};
 use baton::config::Config;
 use baton::engine::system_clock;
 use baton::metrics::Metrics;
+use baton_local::info::LocalInfo;
 use baton_local::runtime::{LocalBaton, LocalOptions};
 use baton_local::{Clients, Template};
 use tokio::process::{Child, Command};
@@ -35,6 +36,8 @@ pub struct LocalArgs {
     /// A running emulator to use instead of starting one.
     pub emulator: Option<String>,
     pub http_port: u16,
+    /// The read-only console's port (0: any free port).
+    pub console_port: u16,
     pub stack: String,
     pub state_dir: PathBuf,
 }
@@ -165,12 +168,15 @@ async fn serve(
     let mut baton = LocalBaton::start(&template, &clients, options(config, args.http_port))
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let info = baton.info(endpoint, &secret);
+    let mut info = baton.info(endpoint, &secret);
+    let (console_url, console) = start_console(args, &clients, &baton, &info).await?;
+    info.console_url = Some(console_url.clone());
     let info_path = args.state_dir.join("local.json");
     info.save(&info_path).context("cannot write .baton/local.json")?;
 
     println!("baton local ready in {:.1}s (config {version})", started.elapsed().as_secs_f64());
     println!("  callback API   {}/v1/callbacks", info.api_url);
+    println!("  console        {console_url} (read-only)");
     println!("  emulator       {}", info.aws_endpoint);
     println!("  stack details  {}", info_path.display());
     println!("Try it:");
@@ -201,13 +207,44 @@ async fn serve(
         baton = LocalBaton::start(&template, &clients, options(config, port))
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        baton.info(endpoint, &secret).save(&info_path).context("cannot write .baton/local.json")?;
+        let info = LocalInfo { console_url: Some(console_url.clone()), ..baton.info(endpoint, &secret) };
+        info.save(&info_path).context("cannot write .baton/local.json")?;
         println!("baton local reloaded (config {version})");
     }
     println!("stopping");
+    console.abort();
     baton.shutdown().await;
     let _ = std::fs::remove_file(&info_path);
     Ok(())
+}
+
+/// The read-only console, on the stack just started (`console.rs`).
+async fn start_console(
+    args: &LocalArgs,
+    clients: &Clients,
+    baton: &LocalBaton,
+    info: &LocalInfo,
+) -> Result<(String, tokio::task::JoinHandle<()>)> {
+    let engine = baton.engine().context("the local stack has no engine to plan replays with")?;
+    let console = crate::console::Console {
+        sources: crate::trace::Sources {
+            store: baton::store::dynamodb::DynamoStore::new(clients.dynamodb.clone(), info.table.clone()),
+            sfn: baton::orchestrator::StepFunctions::new(clients.sfn.clone()),
+            machines: crate::target::StateMachines::Listed {
+                path: args.state_dir.join("local.json").display().to_string(),
+                arns: info.state_machines.clone(),
+            },
+        },
+        dynamodb: clients.dynamodb.clone(),
+        sqs: clients.sqs.clone(),
+        engine,
+        config: args.config.clone(),
+        dlqs: vec![
+            ("intake", info.queues.intake_dlq.clone(), baton::replay::Origin::Intake),
+            ("progress", info.queues.progress_dlq.clone(), baton::replay::Origin::Progress),
+        ],
+    };
+    crate::console::serve(console, args.console_port).await
 }
 
 #[derive(PartialEq)]

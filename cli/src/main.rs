@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod console;
 mod inspect;
 mod local;
 mod ops;
@@ -17,6 +18,7 @@ mod status;
 mod synth;
 mod target;
 mod trace;
+mod web;
 
 #[derive(Parser)]
 #[command(name = "baton", version, about = "Event-driven workflow automation on AWS serverless")]
@@ -67,6 +69,9 @@ enum Command {
         /// The HTTP API's port on 127.0.0.1 (0: any free port).
         #[arg(long, default_value_t = 0)]
         port: u16,
+        /// The read-only console's port on 127.0.0.1 (0: any free port).
+        #[arg(long, default_value_t = 0)]
+        console_port: u16,
         /// The stack name resources are named after.
         #[arg(long, default_value = "baton-local")]
         stack: String,
@@ -105,12 +110,13 @@ fn main() -> ExitCode {
         Command::Validate { path } => inspect::validate(&path),
         Command::Match { config, event } => inspect::match_event(&config, &event),
         Command::Synth { config, check, root, template } => synth::synth(&config, &root, &template, check),
-        Command::Local { config, template, emulator, port, stack, state_dir } => {
+        Command::Local { config, template, emulator, port, console_port, stack, state_dir } => {
             block_on(local::run(local::LocalArgs {
                 config,
                 template,
                 emulator,
                 http_port: port,
+                console_port,
                 stack,
                 state_dir,
             }))

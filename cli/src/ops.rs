@@ -107,6 +107,11 @@ impl StepNames {
         }
     }
 
+    /// The state machine `workflow` runs, as the config generates it.
+    pub fn definition(&self, workflow: &str) -> Option<serde_json::Value> {
+        Some(baton::asl::definition(self.0.as_ref()?.workflow(workflow)?))
+    }
+
     /// The name of step `index` of `workflow`, if the config has it.
     pub fn name(&self, workflow: &str, index: u32) -> Option<String> {
         let wf = self.0.as_ref()?.workflow(workflow)?;

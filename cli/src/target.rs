@@ -381,6 +381,7 @@ mod tests {
             )]
             .into(),
             webhook_secret: "whsec_bG9jYWw=".into(),
+            console_url: None,
         }
     }
 

@@ -33,7 +33,7 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
 use crate::ops::{StepNames, human, table_time};
-use crate::target::{self, Field, TargetArgs};
+use crate::target::{self, Field, StateMachines, TargetArgs};
 
 /// The `--json` schema's name and version.
 pub const SCHEMA: &str = "baton.trace/v1";
@@ -45,8 +45,12 @@ pub struct TraceArgs {
     /// The correlation key.
     pub key: String,
     /// Print the `baton.trace/v1` JSON document instead of a table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "html")]
     pub json: bool,
+    /// Write the trace as one self-contained HTML page (a view of the `baton.trace/v1` document,
+    /// which it embeds) to FILE, or print it without one.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    pub html: Option<Option<PathBuf>>,
     /// The workflow config, for step names [default: infra/workflows.yaml when present].
     #[arg(long, env = "BATON_CONFIG")]
     pub config: Option<PathBuf>,
@@ -54,7 +58,7 @@ pub struct TraceArgs {
     pub target: TargetArgs,
 }
 
-/// Reads the table and Step Functions, then prints the trace.
+/// Reads the table and Step Functions, then prints (or writes) the trace.
 pub async fn run(args: TraceArgs) -> Result<()> {
     let workflow = WorkflowName::parse(args.workflow.as_str()).context("<workflow>")?;
     let key = CorrelationKey::parse(args.key.as_str()).context("<key>")?;
@@ -64,37 +68,69 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         bail!("the table and the state machines are both needed");
     };
     let sdk = target.aws().sdk_config().await?;
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone());
-    let trace = store.trace(&workflow, &key).await.with_context(|| {
-        format!("cannot read {workflow} / {key} from the table {table} at {}", target.location())
-    })?;
-    if is_empty(&trace) {
-        bail!("no such workflow record: {workflow} / {key} (table {table})");
-    }
-    let executions = match (&trace.record, trace.record.as_ref().map(|r| machines.arn(r.workflow.as_str()))) {
-        (Some(record), Some(Ok(machine))) => {
-            let sfn = StepFunctions::new(aws_sdk_sfn::Client::new(&sdk));
-            read_executions(&sfn, &machine, record)
-                .await
-                .with_context(|| format!("at {}", target.location()))?
-        }
-        // The record is worth seeing even when its state machine cannot be named.
-        (Some(_), Some(Err(e))) => {
-            eprintln!("warning: {e}; the Step Functions history is not shown");
-            Vec::new()
-        }
-        _ => Vec::new(),
+    let sources = Sources {
+        store: DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone()),
+        sfn: StepFunctions::new(aws_sdk_sfn::Client::new(&sdk)),
+        machines,
     };
-    // Step names as the record's own config version has them, which may not be the checkout's.
-    let names =
-        names.of_version(&store, trace.record.as_ref().and_then(|r| r.config_version.as_deref())).await;
-    let report = build(&trace, executions, &names, (&workflow, &key));
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", render(&report, OffsetDateTime::now_utc()));
+    let report = read(&sources, names, (&workflow, &key))
+        .await
+        .with_context(|| format!("at {}", target.location()))?
+        .with_context(|| format!("no such workflow record: {workflow} / {key} (table {table})"))?;
+    match (&args.html, args.json) {
+        (Some(file), _) => {
+            let page = crate::web::trace_page(&serde_json::to_value(&report)?, "");
+            match file {
+                Some(path) => {
+                    std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
+                    eprintln!("wrote {}", path.display());
+                }
+                None => print!("{page}"),
+            }
+        }
+        (None, true) => println!("{}", serde_json::to_string_pretty(&report)?),
+        (None, false) => print!("{}", render(&report, OffsetDateTime::now_utc())),
     }
     Ok(())
+}
+
+/// Where a trace is read from: the table, and Step Functions for each generation's execution.
+pub struct Sources {
+    pub store: DynamoStore,
+    pub sfn: StepFunctions,
+    pub machines: StateMachines,
+}
+
+/// Everything known about one workflow instance, read and joined; `None` when nothing at all is
+/// stored for it. `names` are the checkout's; the record's own config version is used when
+/// it is another.
+pub async fn read(
+    sources: &Sources,
+    names: StepNames,
+    (workflow, key): (&WorkflowName, &CorrelationKey),
+) -> Result<Option<Report>> {
+    let store = &sources.store;
+    let trace = store
+        .trace(workflow, key)
+        .await
+        .with_context(|| format!("cannot read {workflow} / {key} from the table {}", store.table()))?;
+    if is_empty(&trace) {
+        return Ok(None);
+    }
+    let executions =
+        match (&trace.record, trace.record.as_ref().map(|r| sources.machines.arn(r.workflow.as_str()))) {
+            (Some(record), Some(Ok(machine))) => read_executions(&sources.sfn, &machine, record).await?,
+            // The record is worth seeing even when its state machine cannot be named.
+            (Some(_), Some(Err(e))) => {
+                eprintln!("warning: {e}; the Step Functions history is not shown");
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+    // Step names as the record's own config version has them, which may not be the checkout's.
+    let names =
+        names.of_version(store, trace.record.as_ref().and_then(|r| r.config_version.as_deref())).await;
+    Ok(Some(build(&trace, executions, &names, (workflow, key))))
 }
 
 fn is_empty(trace: &Trace) -> bool {
@@ -151,6 +187,83 @@ pub struct Report {
     pub timeline: Vec<Entry>,
     /// Each started generation's execution, oldest first, with its whole history.
     pub executions: Vec<ExecutionView>,
+    /// The state machine the workflow runs, for drawing its steps (`--html`): generated from
+    /// the config version the record runs; `null` when that config is not at hand.
+    pub graph: Option<Graph>,
+}
+
+/// A state machine's states, in the order Step Functions' console draws them: from `start_at`
+/// along `next`, then the states only errors lead to.
+#[derive(Debug, Serialize)]
+pub struct Graph {
+    pub start_at: String,
+    pub states: Vec<GraphState>,
+}
+
+/// One state of a [`Graph`].
+#[derive(Debug, Serialize)]
+pub struct GraphState {
+    pub name: String,
+    /// Step Functions' state type: `Task`, `Fail`, ...
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The step's index, for a step's state (it waits for its task token).
+    pub step: Option<u32>,
+    pub next: Option<String>,
+    /// Where errors go: `{"errors": ["States.Timeout"], "next": "Report timed out"}`.
+    pub catches: Vec<Catch>,
+    pub end: bool,
+}
+
+/// One `Catch` of a state.
+#[derive(Debug, Serialize)]
+pub struct Catch {
+    pub errors: Vec<String>,
+    pub next: String,
+}
+
+impl Graph {
+    /// The graph of an ASL `definition` as `baton synth` generates it.
+    pub fn of(definition: &Value) -> Graph {
+        let start_at = definition["StartAt"].as_str().unwrap_or_default().to_owned();
+        let empty = Map::new();
+        let states = definition["States"].as_object().unwrap_or(&empty);
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        let mut order: Vec<&str> = Vec::new();
+        let mut at = Some(start_at.as_str());
+        while let Some(name) = at.filter(|n| states.contains_key(*n) && !order.contains(n)) {
+            order.push(name);
+            at = states[name]["Next"].as_str();
+        }
+        order.extend(states.keys().map(String::as_str).filter(|n| !order.contains(n)).collect::<Vec<_>>());
+        let states = order
+            .into_iter()
+            .map(|name| {
+                let state = &states[name];
+                let catches = state["Catch"].as_array().map(Vec::as_slice).unwrap_or_default();
+                GraphState {
+                    name: name.to_owned(),
+                    kind: text(&state["Type"]).unwrap_or_default(),
+                    step: state["Parameters"]["MessageBody"]["step"]
+                        .as_u64()
+                        .and_then(|s| u32::try_from(s).ok()),
+                    next: text(&state["Next"]),
+                    catches: catches
+                        .iter()
+                        .map(|c| Catch {
+                            errors: c["ErrorEquals"]
+                                .as_array()
+                                .map(|e| e.iter().filter_map(text).collect())
+                                .unwrap_or_default(),
+                            next: text(&c["Next"]).unwrap_or_default(),
+                        })
+                        .collect(),
+                    end: state["End"].as_bool().unwrap_or(false) || state["Type"] == "Fail",
+                }
+            })
+            .collect();
+        Graph { start_at, states }
+    }
 }
 
 /// The record as it stands.
@@ -344,6 +457,7 @@ pub fn build(
         record: trace.record.as_ref().map(|r| record_view(r, names)),
         timeline,
         executions: executions.into_iter().map(execution_view).collect(),
+        graph: names.definition(workflow.as_str()).map(|d| Graph::of(&d)),
     }
 }
 
@@ -819,6 +933,33 @@ mod tests {
         assert_eq!(json["executions"][0]["status"], "RUNNING");
         assert_eq!(json["executions"][0]["history"][1]["event_type"], "TaskStateEntered");
         assert!(!json.to_string().contains("secret-task-token"));
+        let graph = &json["graph"];
+        assert_eq!(graph["start_at"], "manual-review");
+        let names: Vec<&str> =
+            graph["states"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "manual-review",
+                "payment",
+                "Report succeeded",
+                "Report timed out",
+                "Report failed",
+                "Timed out",
+                "Failed"
+            ],
+            "the path first, then what errors lead to"
+        );
+        assert_eq!(
+            graph["states"][1],
+            json!({"name": "payment", "type": "Task", "step": 1, "next": "Report succeeded", "end": false,
+                   "catches": [{"errors": ["States.Timeout"], "next": "Report timed out"},
+                               {"errors": ["States.ALL"], "next": "Report failed"}]})
+        );
+        assert_eq!(
+            (graph["states"][6]["type"].as_str(), graph["states"][6]["end"].as_bool()),
+            (Some("Fail"), Some(true))
+        );
     }
 
     #[test]

@@ -4,108 +4,19 @@
 //!
 //! Needs the emulator: run through `make test` or `tools/with-emulator.sh cargo test -p baton-cli`.
 
-use std::path::PathBuf;
-use std::process::Output;
 use std::time::Duration;
 
 use baton::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
 use baton::lifecycle::{Input, State, decide};
 use baton::store::{Applied, WorkflowStore};
-use baton_tests::Emulator;
-use baton_tests::system::{System, TEST_SECRET, eventually, start_system};
-use serde_json::{Value, json};
+use baton_tests::system::{System, eventually};
+use serde_json::json;
 use time::OffsetDateTime;
 
 const WAIT: Duration = Duration::from_secs(90);
 
-const CONFIG: &str = baton_tests::ORDER_REVIEW;
-
-/// Variables that would point the binary elsewhere than the local.json under test.
-const TARGET_VARS: [&str; 8] = [
-    "AWS_ENDPOINT_URL",
-    "AWS_REGION",
-    "BATON_TABLE",
-    "BATON_INTAKE_QUEUE_URL",
-    "BATON_API_URL",
-    "BATON_WEBHOOK_SECRET",
-    "BATON_STATE_MACHINE_PREFIX",
-    "BATON_CONFIG",
-];
-
-/// A running baton, the local.json describing it, and the config the binary reads step names from.
-struct Stack {
-    system: System,
-    dir: tempfile::TempDir,
-    local: PathBuf,
-}
-
-async fn stack() -> Stack {
-    let system = start_system(CONFIG).await;
-    let info = system.baton.info(&Emulator::from_env().endpoint, TEST_SECRET);
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let local = dir.path().join("local.json");
-    info.save(&local).expect("write local.json");
-    std::fs::write(dir.path().join("workflows.yaml"), CONFIG).expect("write the config");
-    Stack { system, dir, local }
-}
-
-impl Stack {
-    /// Runs `baton <args> --local <local.json>` in the temp dir, with no target variables set.
-    async fn baton(&self, args: &[&str]) -> Run {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_baton"));
-        command.args(args).arg("--local").arg(&self.local).current_dir(self.dir.path());
-        for var in TARGET_VARS {
-            command.env_remove(var);
-        }
-        command.env("BATON_CONFIG", self.dir.path().join("workflows.yaml"));
-        Run(command.output().await.expect("the baton binary runs"))
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    async fn state_is(&self, key: &str, state: State) {
-        self.system
-            .until(&format!("{key} in {state}"), || async {
-                self.system.record("order-review", key).await.filter(|r| r.state == state).map(|_| ())
-            })
-            .await
-    }
-}
-
-struct Run(Output);
-
-impl Run {
-    fn stdout(&self) -> String {
-        String::from_utf8_lossy(&self.0.stdout).into_owned()
-    }
-
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.0.stderr).into_owned()
-    }
-
-    fn code(&self) -> Option<i32> {
-        self.0.status.code()
-    }
-
-    /// Asserts success and returns stdout.
-    fn ok(&self) -> String {
-        assert_eq!(self.code(), Some(0), "stdout:\n{}\nstderr:\n{}", self.stdout(), self.stderr());
-        self.stdout()
-    }
-
-    fn json(&self) -> Value {
-        let text = self.ok();
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
-    }
-}
-
-fn placed(key: &str) -> String {
-    json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop", "type": "order.placed",
-        "subject": key, "data": {"total": 2000}})
-    .to_string()
-}
+mod common;
+use common::{Run, TARGET_VARS, placed, stack};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_starts_a_workflow_refuses_an_invalid_event_and_status_counts_it() {

@@ -290,6 +290,7 @@ impl LocalBaton {
                 .map(|w| (w.name.to_string(), format!("{prefix}{}", w.name)))
                 .collect(),
             webhook_secret: webhook_secret.to_owned(),
+            console_url: None,
         }
     }
 

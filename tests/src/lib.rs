@@ -9,6 +9,7 @@
 //! (`baton::runtime::sdk_loader`): a test is a client like any other, and a slow or failed
 //! answer from the emulator is handled as production handles one from AWS.
 
+pub mod browser;
 pub mod cost;
 pub mod functions;
 pub mod http;

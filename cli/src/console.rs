@@ -1,0 +1,386 @@
+//! `baton local`'s console: a read-only view of the local stack, served on 127.0.0.1.
+//!
+//! - `/`: records by state, the waits past their deadline, and the records most recently
+//!   written, with a search by key;
+//! - `/records/<workflow>/<key>`: one record, the same page as `baton trace --html`;
+//! - `/dlq`: each dead-letter queue's replay plan, the dry run of `baton replay --dlq`.
+//!
+//! It changes nothing: every route is a GET, and no page has a button or a form that writes.
+//! Operators act with the CLI, which has the guards. (Planning a DLQ receives its messages and
+//! releases them at once, as the dry run does.) The list of recent records scans the table:
+//! fine for a local stack, and the reason this console is not deployed.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use aws_sdk_dynamodb::types::AttributeValue;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use baton::engine::Engine;
+use baton::ids::{CorrelationKey, WorkflowName};
+use baton::lifecycle::Kind;
+use baton::replay::{self, Classification, Line, Origin};
+use baton::store::WorkflowStore;
+use time::OffsetDateTime;
+
+use crate::ops::StepNames;
+use crate::status;
+use crate::trace::{self, Sources};
+use crate::web::{escape, page, trace_page};
+
+/// How many recent records the overview lists.
+pub const RECENT: usize = 50;
+
+/// What the console reads.
+pub struct Console {
+    pub sources: Sources,
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    /// The operator's engine, for the replay plans.
+    pub engine: Arc<Engine>,
+    /// The workflow config file, for step names.
+    pub config: PathBuf,
+    /// The dead-letter queues: (name, URL, what their messages are).
+    pub dlqs: Vec<(&'static str, String, Origin)>,
+}
+
+/// Serves the console on 127.0.0.1:`port` (0: any free port) until the task is aborted.
+/// Returns its URL.
+pub async fn serve(console: Console, port: u16) -> Result<(String, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .with_context(|| format!("cannot listen on 127.0.0.1:{port} for the console"))?;
+    let url = format!("http://{}/", listener.local_addr()?);
+    let app = Router::new()
+        .route("/", get(overview))
+        .route("/records/{workflow}/{key}", get(record))
+        .route("/dlq", get(dlqs))
+        .fallback(not_found)
+        .with_state(Arc::new(console));
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            eprintln!("the console stopped: {e}");
+        }
+    });
+    Ok((url, task))
+}
+
+const NAV: &str =
+    "<nav class=\"top\"><a href=\"/\">Overview</a><a href=\"/dlq\">Dead-letter queues</a></nav>\n";
+
+fn failed(what: &str, e: anyhow::Error) -> Response {
+    let body = format!("<p>{}: {}</p>", escape(what), escape(&format!("{e:#}")));
+    (StatusCode::BAD_GATEWAY, Html(page("baton console: error", NAV, &body))).into_response()
+}
+
+async fn not_found() -> Response {
+    let body = "<p>There is no such page. The console has an <a href=\"/\">overview</a>, a page per record and the <a href=\"/dlq\">dead-letter queues</a>.</p>";
+    (StatusCode::NOT_FOUND, Html(page("baton console: not found", NAV, body))).into_response()
+}
+
+/// A link to a record's page. Keys may hold `/`, `:`, `@`, `+` and `=`: percent-encoded.
+fn record_link(workflow: &str, key: &str) -> String {
+    let mut segment = String::new();
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            segment.push(char::from(b));
+        } else {
+            let _ = write!(segment, "%{b:02X}");
+        }
+    }
+    format!("<a href=\"/records/{}/{segment}\">{}</a>", escape(workflow), escape(key))
+}
+
+// ---- The overview -----------------------------------------------------------------------------
+
+#[derive(serde::Deserialize)]
+struct Search {
+    q: Option<String>,
+}
+
+/// A record as the overview lists it.
+struct Recent {
+    workflow: String,
+    key: String,
+    state: String,
+    generation: String,
+    updated_at: String,
+}
+
+async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Search>) -> Response {
+    let names = match StepNames::load(Some(&console.config)) {
+        Ok(names) => names,
+        Err(e) => return failed("cannot read the config", e),
+    };
+    let store = &console.sources.store;
+    let now = OffsetDateTime::now_utc();
+    let read = async {
+        let counts = store.count_by_state().await?;
+        let overdue = store.due(Kind::Waiting, now, status::OVERDUE_LIMIT).await?;
+        anyhow::Ok(status::build(store.table(), &counts, &overdue, &names, now))
+    };
+    let report = match read.await {
+        Ok(report) => report,
+        Err(e) => return failed("cannot read the table", e),
+    };
+    let query = search.q.unwrap_or_default();
+    let recent = match recent(&console.dynamodb, store.table(), query.trim()).await {
+        Ok(recent) => recent,
+        Err(e) => return failed("cannot list the records", e),
+    };
+
+    let mut body = String::new();
+    body.push_str(
+        "<h2>Records by state</h2>\n<table id=\"counts\"><tr><th>state</th><th>records</th></tr>\n",
+    );
+    for (state, count) in &report.counts {
+        let _ = writeln!(
+            body,
+            "<tr data-state=\"{state}\"><td><span class=\"badge k-{state}\">{state}</span></td><td class=\"count\">{count}</td></tr>"
+        );
+    }
+    let _ = writeln!(body, "<tr><th>total</th><th id=\"total\">{}</th></tr></table>", report.total);
+
+    body.push_str("<h2>Waiting past their deadline</h2>\n");
+    if report.overdue.is_empty() {
+        body.push_str(
+            "<p class=\"empty\" id=\"overdue-none\">None: every waiting step is within its deadline.</p>\n",
+        );
+    } else {
+        body.push_str("<table id=\"overdue\"><tr><th>workflow</th><th>key</th><th>step</th><th>deadline</th><th>overdue by</th></tr>\n");
+        for o in &report.overdue {
+            let step = o.step_name.clone().or(o.step.map(|s| s.to_string())).unwrap_or_default();
+            let deadline = o.deadline.map(crate::ops::rfc3339).unwrap_or_default();
+            let _ = writeln!(
+                body,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{deadline}</td><td>{}</td></tr>",
+                escape(&o.workflow),
+                record_link(&o.workflow, &o.key),
+                escape(&step),
+                crate::ops::human(time::Duration::seconds(o.overdue_seconds))
+            );
+        }
+        body.push_str("</table>\n");
+    }
+
+    let heading = if query.is_empty() {
+        "Recent records".to_owned()
+    } else {
+        format!("Records whose key contains “{}”", escape(&query))
+    };
+    let _ = writeln!(
+        body,
+        "<h2>{heading}</h2>\n<form class=\"search\" method=\"get\" action=\"/\" role=\"search\"><label>Search by key <input type=\"search\" name=\"q\" value=\"{}\" placeholder=\"order-1\"></label></form>",
+        escape(&query)
+    );
+    if recent.is_empty() {
+        body.push_str("<p class=\"empty\" id=\"recent-none\">No record.</p>\n");
+    } else {
+        let _ = writeln!(
+            body,
+            "<table id=\"recent\"><tr><th>workflow</th><th>key</th><th>state</th><th>generation</th><th>updated</th></tr>"
+        );
+        for r in &recent {
+            let kind = r.state.as_str();
+            let _ = writeln!(
+                body,
+                "<tr data-key=\"{}\"><td>{}</td><td>{}</td><td><span class=\"badge k-{kind}\">{kind}</span></td><td>{}</td><td>{}</td></tr>",
+                escape(&r.key),
+                escape(&r.workflow),
+                record_link(&r.workflow, &r.key),
+                escape(&r.generation),
+                escape(&r.updated_at)
+            );
+        }
+        body.push_str("</table>\n");
+    }
+    let _ = writeln!(
+        body,
+        "<p class=\"empty\">Read at {} from the table {}.</p>",
+        escape(&report.at),
+        escape(&report.table)
+    );
+    Html(page("baton console", NAV, &body)).into_response()
+}
+
+/// The records most recently written (whose key contains `query`, when given), newest first: a
+/// scan, which is what makes this console local only.
+async fn recent(dynamodb: &aws_sdk_dynamodb::Client, table: &str, query: &str) -> Result<Vec<Recent>> {
+    let mut found = Vec::new();
+    let mut start = None;
+    loop {
+        let mut scan = dynamodb
+            .scan()
+            .table_name(table)
+            .filter_expression(if query.is_empty() {
+                "sk = :record"
+            } else {
+                "sk = :record AND contains(pk, :q)"
+            })
+            .expression_attribute_values(":record", AttributeValue::S("RECORD".into()))
+            .set_exclusive_start_key(start);
+        if !query.is_empty() {
+            scan = scan.expression_attribute_values(":q", AttributeValue::S(query.to_owned()));
+        }
+        let out = scan.send().await.context("Scan")?;
+        for item in out.items() {
+            let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            let number = |name: &str| item.get(name).and_then(|v| v.as_n().ok()).cloned().unwrap_or_default();
+            let pk = text("pk");
+            let Some((workflow, key)) = pk.strip_prefix("WF#").and_then(|rest| rest.split_once('#')) else {
+                continue;
+            };
+            if !query.is_empty() && !key.contains(query) {
+                continue;
+            }
+            found.push(Recent {
+                workflow: workflow.to_owned(),
+                key: key.to_owned(),
+                state: text("state"),
+                generation: number("generation"),
+                updated_at: text("updated_at"),
+            });
+        }
+        start = out.last_evaluated_key;
+        if start.is_none() {
+            break;
+        }
+    }
+    found.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
+    found.truncate(RECENT);
+    Ok(found)
+}
+
+// ---- A record ---------------------------------------------------------------------------------
+
+async fn record(
+    State(console): State<Arc<Console>>,
+    Path((workflow, key)): Path<(String, String)>,
+) -> Response {
+    let (Ok(workflow), Ok(key)) =
+        (WorkflowName::parse(workflow.as_str()), CorrelationKey::parse(key.as_str()))
+    else {
+        return not_found().await;
+    };
+    let names = match StepNames::load(Some(&console.config)) {
+        Ok(names) => names,
+        Err(e) => return failed("cannot read the config", e),
+    };
+    match trace::read(&console.sources, names, (&workflow, &key)).await {
+        Ok(Some(report)) => match serde_json::to_value(&report) {
+            Ok(doc) => Html(trace_page(&doc, NAV)).into_response(),
+            Err(e) => failed("cannot write the trace", e.into()),
+        },
+        Ok(None) => {
+            let body = format!(
+                "<p id=\"no-record\">Nothing is stored for {} / {}.</p>",
+                escape(workflow.as_str()),
+                escape(key.as_str())
+            );
+            (StatusCode::NOT_FOUND, Html(page("baton console: no such record", NAV, &body))).into_response()
+        }
+        Err(e) => failed("cannot read the trace", e),
+    }
+}
+
+// ---- The dead-letter queues -------------------------------------------------------------------
+
+async fn dlqs(State(console): State<Arc<Console>>) -> Response {
+    let now = console.engine.now();
+    let mut body = String::from(
+        "<p>What <code>baton replay --dlq &lt;queue&gt;</code> would do with each message: the dry run. \
+         Act with the CLI (<code>--apply</code>), which guards each line by the record's version.</p>\n",
+    );
+    for (name, url, origin) in &console.dlqs {
+        let lines = match replay::plan_dlq(&console.engine, &console.sqs, url, *origin, now).await {
+            Ok(lines) => lines,
+            Err(e) => return failed(&format!("cannot plan the {name} dead-letter queue"), e.into()),
+        };
+        body.push_str(&plan_table(name, &lines));
+    }
+    Html(page("baton console: dead-letter queues", NAV, &body)).into_response()
+}
+
+/// One queue's plan: a row per message and record it concerns.
+fn plan_table(name: &str, lines: &[Line]) -> String {
+    let mut out = format!("<h2>{}</h2>\n", escape(name));
+    if lines.is_empty() {
+        let _ = writeln!(out, "<p class=\"empty\" data-queue=\"{name}\">Empty.</p>");
+        return out;
+    }
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for line in lines {
+        *counts.entry(line.classification.to_string()).or_default() += 1;
+    }
+    let summary: Vec<String> = counts.iter().map(|(c, n)| format!("{n} {c}")).collect();
+    let _ = writeln!(out, "<p>{} messages: {}.</p>", lines.len(), summary.join(", "));
+    let _ = writeln!(
+        out,
+        "<table class=\"plan\" data-queue=\"{name}\"><tr><th>message</th><th>class</th><th>record (state, version)</th><th>effect</th></tr>"
+    );
+    let row = |out: &mut String, id: &str, class: Classification, record: String, effect: &str| {
+        let _ = writeln!(
+            out,
+            "<tr data-class=\"{class}\"><td class=\"mono\">{}</td><td><span class=\"badge k-{}\">{class}</span></td><td>{record}</td><td>{}</td></tr>",
+            escape(id),
+            match class {
+                Classification::Safe => "succeeded",
+                Classification::Noop => "cancelled",
+                Classification::NeedsHuman => "failed",
+            },
+            escape(effect)
+        );
+    };
+    for line in lines {
+        if line.targets.is_empty() {
+            row(&mut out, &line.id, line.classification, "none".into(), line.note.as_deref().unwrap_or(""));
+        }
+        for t in &line.targets {
+            let record = match (&t.state, t.version) {
+                (Some(s), Some(v)) => format!("{} {} v{v}", record_link(&t.workflow, &t.key), escape(s)),
+                _ => format!("{} (no record)", record_link(&t.workflow, &t.key)),
+            };
+            row(&mut out, &line.id, t.classification, record, &t.effect);
+        }
+    }
+    out.push_str("</table>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_table_has_a_row_per_target_with_its_class_in_words() {
+        let line = Line {
+            id: "m-1".into(),
+            origin: Origin::Intake,
+            classification: Classification::NeedsHuman,
+            note: Some("not json".into()),
+            targets: Vec::new(),
+        };
+        let html = plan_table("intake", &[line]);
+        assert!(html.contains("data-class=\"needs-human\""), "{html}");
+        assert!(html.contains(">needs-human</span>") && html.contains("not json"), "{html}");
+        assert!(!html.contains("<form") && !html.contains("<button"), "nothing to click that acts");
+        assert!(plan_table("progress", &[]).contains("Empty."));
+    }
+
+    #[test]
+    fn the_pages_link_only_within_the_console() {
+        assert!(!NAV.contains("http"));
+        assert_eq!(record_link("order-review", "k-1"), "<a href=\"/records/order-review/k-1\">k-1</a>");
+        assert_eq!(
+            record_link("order-review", "a/b:c@d+e=f"),
+            "<a href=\"/records/order-review/a%2Fb%3Ac%40d%2Be%3Df\">a/b:c@d+e=f</a>",
+            "a key may hold what a path segment may not"
+        );
+    }
+}

@@ -1,0 +1,319 @@
+//! `baton trace --html` in a real browser: headless Chromium renders the page of a trace of every
+//! kind, each made by driving a whole baton on the emulator (this process) as its users would,
+//! and the DOM is held against the `baton.trace/v1` document `--json` prints for the same key.
+//! Screenshots go to `target/screens/` (`make test` prints their paths).
+//!
+//! Needs the emulator and Chromium: `make test`, or `tools/with-emulator.sh cargo test -p
+//! baton-cli --test browser` after `make tools`.
+
+use std::path::{Path, PathBuf};
+
+use baton::lifecycle::State;
+use baton_tests::browser::{Browser, only_text, screens_dir, select, text, text_in};
+use serde_json::{Value, json};
+
+mod common;
+use common::{CONFIG, Stack, placed, stack_with};
+
+/// order-review with a review that times out after 2 seconds. (Its own stack: the template
+/// declares a state machine for each workflow of the sample only.)
+fn quick_timeout() -> String {
+    CONFIG.replace("timeout: 1h\n      - name: payment", "timeout: 2s\n      - name: payment")
+}
+
+fn callback(key: &str, step: &str, outcome: &str, data: Value) -> Value {
+    json!({"workflow": "order-review", "key": key, "step": step, "outcome": outcome, "data": data})
+}
+
+async fn answered(stack: &Stack, id: &str, body: &Value, status: u16) {
+    let (got, answer) = stack.system.callback(id, body).await;
+    assert_eq!(got, status, "{id}: {answer}");
+}
+
+async fn state_of(stack: &Stack, workflow: &str, key: &str, state: State) {
+    stack
+        .system
+        .until(&format!("{workflow}/{key} {state}"), || async {
+            stack.system.record(workflow, key).await.filter(|r| r.state == state).map(|_| ())
+        })
+        .await;
+}
+
+/// What each kind of trace must show: the state label, and the step highlighted (`None`: none).
+struct Case {
+    name: &'static str,
+    workflow: &'static str,
+    key: &'static str,
+    state: &'static str,
+    current: Option<&'static str>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
+    let browser = Browser::find();
+    let stack = stack_with(CONFIG).await;
+    let system = &stack.system;
+    let approve = || json!({"decision": "approve"});
+
+    // succeeded: both steps done by callbacks.
+    system.send_event(&placed("ok-1")).await;
+    state_of(&stack, "order-review", "ok-1", State::Waiting { step: 0 }).await;
+    answered(&stack, "cb-ok-1-review", &callback("ok-1", "manual-review", "succeeded", approve()), 200).await;
+    state_of(&stack, "order-review", "ok-1", State::Waiting { step: 1 }).await;
+    let paid = callback("ok-1", "payment", "succeeded", json!({"payment_ref": "pay-1"}));
+    answered(&stack, "cb-ok-1-paid", &paid, 200).await;
+    state_of(&stack, "order-review", "ok-1", State::Succeeded).await;
+
+    // failed: the review fails the step.
+    system.send_event(&placed("bad-1")).await;
+    state_of(&stack, "order-review", "bad-1", State::Waiting { step: 0 }).await;
+    let mut rejected = callback("bad-1", "manual-review", "failed", json!({}));
+    rejected["error"] = json!("Rejected");
+    rejected["cause"] = json!("the reviewer refused the order");
+    answered(&stack, "cb-bad-1", &rejected, 200).await;
+    state_of(&stack, "order-review", "bad-1", State::Failed).await;
+
+    // timed_out: nobody answers within the review's 2 seconds.
+    assert_ne!(quick_timeout(), CONFIG, "the review's timeout is shortened");
+    let quick = stack_with(&quick_timeout()).await;
+    quick.system.send_event(&placed("slow-1")).await;
+    state_of(&quick, "order-review", "slow-1", State::TimedOut).await;
+
+    // cancelled: by an operator, while the review waits.
+    system.send_event(&placed("stop-1")).await;
+    state_of(&stack, "order-review", "stop-1", State::Waiting { step: 0 }).await;
+    stack.baton(&["cancel", "order-review", "stop-1", "--reason", "customer withdrew"]).await.ok();
+    state_of(&stack, "order-review", "stop-1", State::Cancelled).await;
+
+    // Only early callbacks, no record: nothing started this key yet.
+    answered(
+        &stack,
+        "cb-early-only",
+        &callback("early-only-1", "manual-review", "succeeded", approve()),
+        202,
+    )
+    .await;
+
+    // Several generations: one run to the end, then a second start.
+    system.send_event(&placed("again-1")).await;
+    state_of(&stack, "order-review", "again-1", State::Waiting { step: 0 }).await;
+    stack.baton(&["cancel", "order-review", "again-1", "--reason", "first run withdrawn"]).await.ok();
+    state_of(&stack, "order-review", "again-1", State::Cancelled).await;
+    let second = json!({"specversion": "1.0", "id": "placed-again-1-second", "source": "shop", "type": "order.placed",
+        "subject": "again-1", "data": {"total": 2000}});
+    system.send_event(&second.to_string()).await;
+    system
+        .until("again-1 in its second generation", || async {
+            system
+                .record("order-review", "again-1")
+                .await
+                .filter(|r| r.generation == 2 && r.state == State::Waiting { step: 0 })
+                .map(|_| ())
+        })
+        .await;
+
+    // Early callbacks, a duplicate and a late ignored callback: the review arrives before the
+    // order (buffered, then applied when the step waits), and again, byte for byte (answered
+    // from its receipt); the shop sends the order twice under two ids (the second is ignored,
+    // already running); the payment completes it; a late review correction is ignored.
+    let early = callback("story-1", "manual-review", "succeeded", approve());
+    answered(&stack, "cb-story-1-review", &early, 202).await;
+    let (_, again) = system.callback("cb-story-1-review", &early).await;
+    assert_eq!(
+        (again["status"].as_str(), again["duplicate"].as_bool()),
+        (Some("buffered"), Some(true)),
+        "{again}"
+    );
+    system.send_event(&placed("story-1")).await;
+    state_of(&stack, "order-review", "story-1", State::Waiting { step: 1 }).await;
+    let twice = json!({"specversion": "1.0", "id": "placed-story-1-resent", "source": "shop", "type": "order.placed",
+        "subject": "story-1", "data": {"total": 2000}});
+    system.send_event(&twice.to_string()).await;
+    let paid = callback("story-1", "payment", "succeeded", json!({"payment_ref": "pay-9"}));
+    answered(&stack, "cb-story-1-paid", &paid, 200).await;
+    state_of(&stack, "order-review", "story-1", State::Succeeded).await;
+    let late = callback("story-1", "manual-review", "succeeded", json!({"decision": "reject"}));
+    let (status, answer) = system.callback("cb-story-1-late", &late).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("ignored")), "{answer}");
+    system
+        .until("the second order.placed ledgered", || async {
+            let trace = stack.baton(&["trace", "order-review", "story-1", "--json"]).await.json();
+            let timeline = trace["timeline"].as_array().cloned().unwrap_or_default();
+            timeline.iter().any(|e| e["reason"] == "already_running").then_some(())
+        })
+        .await;
+
+    let cases = [
+        Case {
+            name: "succeeded",
+            workflow: "order-review",
+            key: "ok-1",
+            state: "succeeded",
+            current: Some("Report succeeded"),
+        },
+        Case {
+            name: "failed",
+            workflow: "order-review",
+            key: "bad-1",
+            state: "failed",
+            current: Some("Failed"),
+        },
+        Case {
+            name: "timed-out",
+            workflow: "order-review",
+            key: "slow-1",
+            state: "timed_out",
+            current: Some("Timed out"),
+        },
+        Case {
+            name: "cancelled",
+            workflow: "order-review",
+            key: "stop-1",
+            state: "cancelled",
+            current: Some("manual-review"),
+        },
+        Case {
+            name: "early-only",
+            workflow: "order-review",
+            key: "early-only-1",
+            state: "none",
+            current: None,
+        },
+        Case {
+            name: "generations",
+            workflow: "order-review",
+            key: "again-1",
+            state: "waiting{0}",
+            current: Some("manual-review"),
+        },
+        Case {
+            name: "early-duplicate-late",
+            workflow: "order-review",
+            key: "story-1",
+            state: "succeeded",
+            current: Some("Report succeeded"),
+        },
+    ];
+    let screens = screens_dir();
+    for case in &cases {
+        let stack = if case.name == "timed-out" { &quick } else { &stack };
+        let doc = stack.baton(&["trace", case.workflow, case.key, "--json"]).await.json();
+        let file = screens.join(format!("trace-{}.html", case.name));
+        let out =
+            stack.baton(&["trace", case.workflow, case.key, "--html", &file.display().to_string()]).await;
+        out.ok();
+        assert!(out.stderr().contains(&format!("wrote {}", file.display())), "{}", out.stderr());
+        check_trace_page(&browser, &file, &doc, case);
+        for width in [1280, 800] {
+            let png = screens.join(format!("trace-{}-{width}.png", case.name));
+            browser.screenshot(&url(&file), &png, width, 2200);
+            println!("screenshot: {}", png.display());
+        }
+    }
+
+    // The story's details: the early review's receipt, with the answer its sender got, and
+    // what it is tied to.
+    let doc = stack.baton(&["trace", "order-review", "story-1", "--json"]).await.json();
+    let timeline = doc["timeline"].as_array().unwrap();
+    let receipt =
+        timeline.iter().position(|e| e["kind"] == "receipt" && e["input_id"] == "cb-story-1-review").unwrap();
+    let file = screens.join("trace-early-duplicate-late.html");
+    let dom = browser.dom(&format!("{}#entry-{receipt}", url(&file)), 1280);
+    let details = only_text(&dom, "#details");
+    assert!(details.contains("The answer the sender got (HTTP 202)"), "{details}");
+    assert!(details.contains("\"status\": \"buffered\""), "{details}");
+    let related = select(&dom, "#details .related-list li").iter().map(text).collect::<Vec<_>>();
+    assert!(related.iter().any(|r| r.contains("input cb-story-1-review caused advancing{0}")), "{related:?}");
+    let inbox = timeline
+        .iter()
+        .position(|e| e["kind"] == "buffered" && e["input_id"] == "cb-story-1-review")
+        .unwrap();
+    let dom = browser.dom(&format!("{}#entry-{inbox}", url(&file)), 1280);
+    let related = select(&dom, "#details .related-list li").iter().map(text).collect::<Vec<_>>();
+    assert!(
+        related.iter().any(|r| r.contains("early input applied when its step began waiting")),
+        "{related:?}"
+    );
+    let marked = select(&dom, ".entry.related");
+    assert!(!marked.is_empty(), "the entries it is tied to are marked in the timeline");
+    quick.system.stop().await;
+    stack.system.stop().await;
+}
+
+fn url(file: &Path) -> String {
+    format!("file://{}", file.display())
+}
+
+/// The page shows the document: its state, every timeline entry in its lane, the step
+/// highlighted, labels beside colours, and nothing wider than an 800-pixel window.
+fn check_trace_page(browser: &Browser, file: &PathBuf, doc: &Value, case: &Case) {
+    let html = std::fs::read_to_string(file).unwrap();
+    assert!(!html.contains("src=\"http") && !html.contains("href=\"http"), "{}: fetches nothing", case.name);
+    for width in [1280, 800] {
+        let dom = browser.dom(&url(file), width);
+        let what = format!("{} at {width} px", case.name);
+        assert_eq!(select(&dom, "body[data-rendered=true]").len(), 1, "{what}: the script ran to the end");
+        let state = select(&dom, "#state [data-state]");
+        assert_eq!(state.len(), 1, "{what}");
+        assert_eq!(state[0].value().attr("data-state"), Some(case.state), "{what}");
+        if case.state != "none" {
+            assert!(
+                text(&state[0]).starts_with(case.state),
+                "{what}: the state in words: {}",
+                text(&state[0])
+            );
+            assert_eq!(only_text(&dom, "#generation"), doc["record"]["generation"].to_string(), "{what}");
+        }
+        let timeline = doc["timeline"].as_array().unwrap();
+        let entries = select(&dom, ".entry");
+        assert_eq!(entries.len(), timeline.len(), "{what}: one entry per timeline entry");
+        for (i, entry) in timeline.iter().enumerate() {
+            let shown = select(&dom, &format!(".entry[data-index=\"{i}\"]"));
+            assert_eq!(shown.len(), 1, "{what}: entry {i} ({entry})");
+            let lane = shown[0].value().attr("data-lane");
+            assert_eq!(lane, entry["source"].as_str(), "{what}: entry {i} in its source's lane");
+            assert_eq!(shown[0].value().attr("data-kind"), entry["kind"].as_str(), "{what}: entry {i}");
+        }
+        for lane in ["record", "execution", "task", "receipt", "inbox", "ledger"] {
+            let expected = timeline.iter().filter(|e| e["source"] == lane).count();
+            assert_eq!(
+                select(&dom, &format!(".entry[data-lane={lane}]")).len(),
+                expected,
+                "{what}: lane {lane}"
+            );
+            assert_eq!(
+                select(&dom, &format!(".lane-head[data-lane={lane}]")).len(),
+                1,
+                "{what}: lane {lane} named"
+            );
+        }
+        let current: Vec<String> = select(&dom, ".graph-state[data-status=current]")
+            .iter()
+            .map(|s| s.value().attr("data-name").unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(
+            current,
+            case.current.map(|c| vec![c.to_owned()]).unwrap_or_default(),
+            "{what}: the step highlighted"
+        );
+        let states = select(&dom, ".graph-state");
+        assert_eq!(
+            states.len(),
+            doc["graph"]["states"].as_array().map_or(0, Vec::len),
+            "{what}: every state drawn"
+        );
+        for s in &states {
+            let label = text_in(s, ".status-label");
+            assert!(
+                ["(current)", "(passed)", "(not reached)", "(ended here)"].contains(&label.as_str()),
+                "{what}: each state says where it stands in words, not colour alone: {label}"
+            );
+        }
+        let widest: u32 = select(&dom, "body")
+            .first()
+            .and_then(|b| b.value().attr("data-scroll-width"))
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(u32::MAX);
+        assert!(widest <= width, "{what}: the page is {widest} px wide in a {width} px window");
+    }
+}
