@@ -1,6 +1,7 @@
 # baton: two commands.
 #   make test   every check CI runs: fmt, clippy -D warnings, unit, property, contract and
-#               end-to-end tests against the local AWS emulator
+#               end-to-end tests against the local AWS emulator, and the pages in headless
+#               Chromium
 #   make sim    the deterministic simulation: 100,000 seeded schedules of the real use cases
 #               over simulated AWS under every fault; SIM_SEED=<n> make sim replays one, traced
 #   make run    all of baton on this machine: emulator, template.yaml's resources, the handlers,
@@ -12,7 +13,8 @@
 #   make bench  the hot path (shared/benches/hot_path.rs: event parse, matching for 1 to 1,000
 #               workflows, decide, whole workflows on the in-memory store), then the zips: size,
 #               init (median, p90) and first invoke under the Runtime API harness
-# Both install the pinned Python tools into .venv when missing, and start and stop what they need.
+# Both install the pinned Python tools into .venv when missing (and `make test` headless
+# Chromium, with apt), and start and stop what they need.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -20,11 +22,19 @@ PYTHON ?= python3
 VENV := .venv
 TOOLS_STAMP := $(VENV)/.installed-$(shell sha1sum requirements-dev.txt | cut -c1-12)
 
-.PHONY: test run sim measure-local fmt-check clippy unit lint-infra tools clean package bench cost
+.PHONY: test run sim measure-local fmt-check clippy unit lint-infra tools chromium clean package bench cost
 
 test: tools fmt-check clippy lint-infra unit
 
-tools: $(TOOLS_STAMP) node_modules/.installed
+tools: $(TOOLS_STAMP) node_modules/.installed chromium
+
+# Headless Chromium for the browser tests (cli/tests/browser.rs and local.rs): the Debian
+# package, installed with apt when there is none (BATON_CHROMIUM may name another binary).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [ -n "$${BATON_CHROMIUM:-}" ] || \
+	  { echo "installing chromium (apt-get) for the browser tests"; \
+	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --silent
@@ -66,7 +76,8 @@ lint-infra: tools $(SAM_TEMPLATE)
 # The whole workspace's tests, with the emulator on a free loopback port for the ones that
 # need it. tools/with-emulator.sh stops the emulator whatever the tests do. The differential
 # test and the simulation smoke run on their own with their output shown: the pairs compared;
-# the schedules run, faults injected and checks made, and each planted bug caught. (`--workspace`
+# the schedules run, faults injected and checks made, and each planted bug caught; and the
+# browser tests (headless Chromium), with the paths of their screenshots. (`--workspace`
 # with `--test`, not `-p`: the same features, so nothing is built twice.)
 # Then the policy contract (tools/policy-check.py): every call the functions made in those tests,
 # as the emulator recorded it, against their roles in the transformed template; and proof that
@@ -75,9 +86,10 @@ unit: tools $(SAM_TEMPLATE)
 	mkdir -p $(dir $(CALLS)) && rm -f $(CALLS)
 	BATON_PYTHON=$(VENV)/bin/python BATON_EMULATOR_ARGS="--record-calls $(abspath $(CALLS))" \
 	  tools/with-emulator.sh bash -c '\
-	  cargo test --workspace --locked -- --skip baton_and_moto_agree --skip simulation_smoke_ && \
+	  cargo test --workspace --locked -- --skip baton_and_moto_agree --skip simulation_smoke_ --skip browser_ && \
 	  cargo test --workspace --locked --test pattern_differential -- --nocapture && \
-	  cargo test --workspace --locked --test smoke -- --nocapture --test-threads 1'
+	  cargo test --workspace --locked --test smoke -- --nocapture --test-threads 1 && \
+	  cargo test --workspace --locked --test browser --test local -- browser_ --nocapture --test-threads 1'
 	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS)
 	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS) \
 	  --without IntakeFunction:ResumeStepsPolicy --expect-denied "IntakeFunction states:SendTaskSuccess"

@@ -228,3 +228,115 @@ async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops
     let reachable = std::net::TcpStream::connect(endpoint.trim_start_matches("http://")).is_ok();
     assert!(!reachable, "the emulator it started is stopped");
 }
+
+/// The console `baton local` serves, in headless Chromium: the overview's counts, waits and
+/// recent records with the search, a record's page (the trace view), and the dead-letter
+/// queues' replay plans, with nothing on any page that acts. Screenshots in target/screens/.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
+    use baton_tests::browser::{Browser, Html, only_text, screens_dir, select, text};
+    let browser = Browser::find();
+    let local = Local::start();
+    let info = local.info();
+    let console = info.console_url.clone().expect("local.json names the console");
+    assert!(console.starts_with("http://127.0.0.1:"), "{console}");
+    let line = local.wait_for_line("console", Duration::from_secs(5));
+    assert!(line.contains(&console) && line.contains("read-only"), "{line}");
+    let sdk = baton_local::emulator_sdk_config(&info.aws_endpoint).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let secrets = Secrets::parse(&info.webhook_secret).unwrap();
+
+    // One order waiting on its review, one key with only an early callback, and a poison event.
+    let placed = json!({"specversion": "1.0", "id": "evt-c1", "source": "shop", "type": "order.placed",
+        "subject": "order-c1", "data": {"total": 2500}});
+    sqs.send_message().queue_url(&info.queues.intake).message_body(placed.to_string()).send().await.unwrap();
+    let early = json!({"workflow": "order-review", "key": "order-c2", "step": "manual-review",
+        "outcome": "succeeded", "data": {"decision": "approve"}});
+    let (status, body) = send_callback(&info.api_url, &secrets, "cb-c2", &early).await;
+    assert_eq!(status, 202, "{body}");
+    sqs.send_message().queue_url(&info.queues.intake).message_body("not an event").send().await.unwrap();
+    // Settled: waiting, its task published, the execution parked on the token.
+    let settled = |t: &Value| {
+        let timeline = t["timeline"].as_array().cloned().unwrap_or_default();
+        t["record"]["state"] == "waiting{0}"
+            && timeline.iter().any(|e| e["kind"] == "task_created" && e["published"] == true)
+            && timeline.iter().any(|e| e["event_type"] == "TaskSubmitted")
+    };
+    let trace = eventually_trace(&local, "order-c1", "waiting on the review, settled", settled).await;
+
+    let screens = screens_dir();
+    let shot = |name: &str, url: &str, width: u32, height: u32| {
+        let png = screens.join(format!("{name}.png"));
+        browser.screenshot(url, &png, width, height);
+        println!("screenshot: {}", png.display());
+    };
+    let nothing_acts = |dom: &Html, page: &str| {
+        assert!(select(dom, "button").is_empty(), "{page}: no button");
+        for form in select(dom, "form") {
+            assert_eq!(form.value().attr("method"), Some("get"), "{page}: a form only searches");
+        }
+    };
+
+    // The overview.
+    let dom = browser.dom(&console, 1280);
+    assert_eq!(only_text(&dom, "#counts tr[data-state=waiting] .count"), "1");
+    assert_eq!(only_text(&dom, "#counts tr[data-state=succeeded] .count"), "0");
+    assert_eq!(only_text(&dom, "#total"), "1");
+    assert_eq!(select(&dom, "#overdue-none").len(), 1, "nothing waits past its deadline");
+    let recent: Vec<String> = select(&dom, "#recent tr[data-key]")
+        .iter()
+        .map(|r| r.value().attr("data-key").unwrap().to_owned())
+        .collect();
+    assert_eq!(recent, ["order-c1"], "records, not keys with only early callbacks");
+    assert!(only_text(&dom, "#recent tr[data-key=order-c1]").contains("waiting"));
+    nothing_acts(&dom, "overview");
+    shot("console-overview-1280", &console, 1280, 900);
+    shot("console-overview-800", &console, 800, 900);
+    let dom = browser.dom(&format!("{console}?q=c9"), 1280);
+    assert_eq!(select(&dom, "#recent-none").len(), 1, "a search that matches nothing says so");
+    let dom = browser.dom(&format!("{console}?q=c1"), 1280);
+    assert_eq!(select(&dom, "#recent tr[data-key]").len(), 1);
+
+    // A record's page is the trace view of that record.
+    let page = format!("{console}records/order-review/order-c1");
+    let dom = browser.dom(&page, 800);
+    let state = select(&dom, "#state [data-state]");
+    assert_eq!(state[0].value().attr("data-state"), Some("waiting{0}"));
+    assert_eq!(select(&dom, ".entry").len(), trace["timeline"].as_array().unwrap().len());
+    let current: Vec<&str> = select(&dom, ".graph-state[data-status=current]")
+        .iter()
+        .map(|s| s.value().attr("data-name").unwrap())
+        .collect();
+    assert_eq!(current, ["manual-review"]);
+    nothing_acts(&dom, "record");
+    shot("console-record-800", &page, 800, 1600);
+    let dom = browser.dom(&format!("{console}records/order-review/order-c2"), 1280);
+    assert_eq!(select(&dom, "#state [data-state=none]").len(), 1, "a key with only an early callback");
+    assert_eq!(select(&dom, ".entry[data-lane=inbox]").len(), 1);
+
+    // The dead-letter queues: the poison event, planned as the dry run plans it.
+    let dlq = format!("{console}dlq");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let dom = loop {
+        let dom = browser.dom(&dlq, 1280);
+        if !select(&dom, "table.plan[data-queue=intake] tr[data-class]").is_empty() {
+            break dom;
+        }
+        assert!(Instant::now() < deadline, "the poison event never showed on the intake DLQ's plan");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let rows = select(&dom, "table.plan[data-queue=intake] tr[data-class]");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].value().attr("data-class"), Some("needs-human"));
+    assert!(text(&rows[0]).contains("needs-human"), "the class in words: {}", text(&rows[0]));
+    assert_eq!(select(&dom, "p[data-queue=progress]").len(), 1, "the progress DLQ is empty");
+    nothing_acts(&dom, "dlq");
+    shot("console-dlq-1280", &dlq, 1280, 700);
+    // Planning left the message where it was, visible again.
+    let dom = browser.dom(&dlq, 1280);
+    assert_eq!(
+        select(&dom, "table.plan[data-queue=intake] tr[data-class]").len(),
+        1,
+        "nothing was taken off the queue"
+    );
+}

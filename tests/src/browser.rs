@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use scraper::{ElementRef, Html, Selector};
+use scraper::Selector;
+pub use scraper::{ElementRef, Html};
 
 /// Where the browser tests save their screenshots: `target/screens` in the workspace.
 pub fn screens_dir() -> PathBuf {
