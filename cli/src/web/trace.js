@@ -140,10 +140,10 @@ function graphView() {
   const box = (s) => {
     const label = status[s.name] === "current" && ended ? "ended here" : STATUS_LABEL[status[s.name]];
     const meta = s.step !== null ? "step " + s.step + " · waits for its task token" : s.type;
-    const catches = s.catches.map((c) => el("div", { class: "branch" }, "on " + c.errors.join(", ") + " → " + c.next));
+    const catches = s.catches.map((c) => c.errors.join(", ").replace(/States\./g, "") + " → " + c.next);
     return el("div", { class: "graph-state", "data-name": s.name, "data-status": status[s.name] },
       el("span", { class: "name" }, s.name), el("span", { class: "status-label" }, "(" + label + ")"),
-      el("div", { class: "meta" }, meta), catches);
+      el("div", { class: "meta" }, meta + (catches.length ? " · on " + catches.join(", ") : "")));
   };
   const nodes = [];
   graph.states.forEach((s, i) => {
@@ -157,22 +157,23 @@ function graphView() {
 
 // ---- The timeline -----------------------------------------------------------------------------
 
+// An entry in two lines: what happened, and one line of detail (the details panel has it all).
 function summary(e) {
   switch (e.kind) {
     case "transition":
-      return [(e.from || "(created)") + " → " + e.to, "by " + e.cause + (e.cause_id ? " (" + e.cause_id + ")" : ""), "g" + e.generation + " v" + e.version];
+      return [(e.from || "(created)") + " → " + e.to, "by " + e.cause + (e.cause_id ? " " + e.cause_id : "") + " · g" + e.generation];
     case "execution_event":
-      return [e.event_type, e.detail, "g" + e.generation + " #" + e.event_id];
+      return [e.event_type, e.detail + " · g" + e.generation];
     case "task_created":
-      return ["task for " + e.step_name, e.title, e.published ? "published" : "not published yet"];
+      return ["task for " + e.step_name, e.published ? "published" : "not published yet"];
     case "receipt":
       return ["receipt " + e.input_id, e.http_status ? "answered " + e.http_status + " " + (e.answer_status || "") : "status " + e.status];
     case "buffered":
-      return ["early input " + e.input_id, "for " + (e.step_name || "step " + e.step) + ": " + e.status];
+      return ["early input " + e.input_id, (e.step_name || "step " + e.step) + ": " + e.status];
     case "ignored":
       return ["ignored " + e.input_id, e.reason + (e.state ? " (record " + e.state + ")" : "")];
     default:
-      return [e.kind];
+      return [e.kind, ""];
   }
 }
 
@@ -185,11 +186,10 @@ function timelineView(related) {
     for (const lane of LANES) {
       const cell = el("div", { class: "lane-" + lane, role: "cell" });
       if (lane === e.source) {
-        const [kind, ...rest] = summary(e);
-        const links = related[i].length ? related[i].length + " related" : null;
-        cell.append(el("div", { class: "entry", id: "entry-" + i, tabindex: "0", "data-index": i, "data-lane": e.source, "data-kind": e.kind },
-          el("span", { class: "kind" }, kind), rest.filter(Boolean).map((t) => el("span", {}, t, " ")),
-          links && el("span", { class: "links" }, "↔ " + links)));
+        const [kind, detail] = summary(e);
+        const links = related[i].length ? " · ↔ " + related[i].length + " related" : "";
+        cell.append(el("div", { class: "entry", id: "entry-" + i, tabindex: "0", "data-index": i, "data-lane": e.source, "data-kind": e.kind, title: kind + "\n" + detail },
+          el("span", { class: "kind" }, kind), el("span", { class: "detail" }, detail + links)));
       }
       grid.append(cell);
     }
@@ -234,8 +234,10 @@ document.body.prepend(header());
 const main = document.querySelector("main");
 main.append(
   el("h2", {}, "Steps"), graphView(),
-  el("h2", {}, "Timeline (" + doc.timeline.length + " entries; click one for its details)"), timelineView(related),
-  el("h2", {}, "Details"), el("div", { id: "details", "aria-live": "polite" }, el("p", { class: "empty" }, "Click an entry of the timeline.")),
+  el("div", { class: "split" },
+    el("section", {}, el("h2", {}, "Timeline (" + doc.timeline.length + " entries; click one for its details)"), timelineView(related)),
+    el("aside", {}, el("h2", {}, "Details"),
+      el("div", { id: "details", "aria-live": "polite" }, el("p", { class: "empty" }, "Click an entry of the timeline.")))),
   el("h2", {}, "Executions"), executionsView(),
 );
 const select = () => {
