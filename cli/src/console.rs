@@ -7,8 +7,8 @@
 //!
 //! It changes nothing: every route is a GET, and no page has a button or a form that writes.
 //! Operators act with the CLI, which has the guards. (Planning a DLQ receives its messages and
-//! releases them at once, as the dry run does.) The list of recent records scans the table:
-//! fine for a local stack, and the reason this console is not deployed.
+//! releases them at once, as the dry run does.) Like every reader of the table, it never scans:
+//! the recent records come from the `by_due` index, a search by key is a read per workflow.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -16,15 +16,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use aws_sdk_dynamodb::types::AttributeValue;
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
+use baton::config::Config;
 use baton::engine::Engine;
 use baton::ids::{CorrelationKey, WorkflowName};
-use baton::lifecycle::Kind;
+use baton::lifecycle::{Kind, Record};
 use baton::replay::{self, Classification, Line, Origin};
 use baton::store::WorkflowStore;
 use time::OffsetDateTime;
@@ -40,7 +40,6 @@ pub const RECENT: usize = 50;
 /// What the console reads.
 pub struct Console {
     pub sources: Sources,
-    pub dynamodb: aws_sdk_dynamodb::Client,
     pub sqs: aws_sdk_sqs::Client,
     /// The operator's engine, for the replay plans.
     pub engine: Arc<Engine>,
@@ -104,15 +103,6 @@ struct Search {
     q: Option<String>,
 }
 
-/// A record as the overview lists it.
-struct Recent {
-    workflow: String,
-    key: String,
-    state: String,
-    generation: String,
-    updated_at: String,
-}
-
 async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Search>) -> Response {
     let names = match StepNames::load(Some(&console.config)) {
         Ok(names) => names,
@@ -129,8 +119,13 @@ async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Sear
         Ok(report) => report,
         Err(e) => return failed("cannot read the table", e),
     };
-    let query = search.q.unwrap_or_default();
-    let recent = match recent(&console.dynamodb, store.table(), query.trim()).await {
+    let query = search.q.unwrap_or_default().trim().to_owned();
+    let listed = if query.is_empty() {
+        store.recent_records(RECENT).await.map_err(anyhow::Error::from)
+    } else {
+        by_key(&console, &query).await
+    };
+    let recent = match listed {
         Ok(recent) => recent,
         Err(e) => return failed("cannot list the records", e),
     };
@@ -172,7 +167,7 @@ async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Sear
     let heading = if query.is_empty() {
         "Recent records".to_owned()
     } else {
-        format!("Records whose key contains “{}”", escape(&query))
+        format!("Records with the key “{}”", escape(&query))
     };
     let _ = writeln!(
         body,
@@ -187,15 +182,17 @@ async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Sear
             "<table id=\"recent\"><tr><th>workflow</th><th>key</th><th>state</th><th>generation</th><th>updated</th></tr>"
         );
         for r in &recent {
-            let kind = r.state.as_str();
+            let (workflow, key) = (r.workflow.as_str(), r.key.as_str());
+            let kind = r.state.kind().as_str();
             let _ = writeln!(
                 body,
-                "<tr data-key=\"{}\"><td>{}</td><td>{}</td><td><span class=\"badge k-{kind}\">{kind}</span></td><td>{}</td><td>{}</td></tr>",
-                escape(&r.key),
-                escape(&r.workflow),
-                record_link(&r.workflow, &r.key),
-                escape(&r.generation),
-                escape(&r.updated_at)
+                "<tr data-key=\"{}\"><td>{}</td><td>{}</td><td><span class=\"badge k-{kind}\">{}</span></td><td>{}</td><td>{}</td></tr>",
+                escape(key),
+                escape(workflow),
+                record_link(workflow, key),
+                escape(&r.state.to_string()),
+                r.generation,
+                crate::ops::rfc3339(r.updated_at)
             );
         }
         body.push_str("</table>\n");
@@ -209,51 +206,14 @@ async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Sear
     Html(page("baton console", NAV, &body)).into_response()
 }
 
-/// The records most recently written (whose key contains `query`, when given), newest first: a
-/// scan, which is what makes this console local only.
-async fn recent(dynamodb: &aws_sdk_dynamodb::Client, table: &str, query: &str) -> Result<Vec<Recent>> {
+/// The records of every workflow of the config with exactly this key.
+async fn by_key(console: &Console, key: &str) -> Result<Vec<Record>> {
+    let Ok(key) = CorrelationKey::parse(key) else { return Ok(Vec::new()) };
+    let config = Config::load(&console.config)?;
     let mut found = Vec::new();
-    let mut start = None;
-    loop {
-        let mut scan = dynamodb
-            .scan()
-            .table_name(table)
-            .filter_expression(if query.is_empty() {
-                "sk = :record"
-            } else {
-                "sk = :record AND contains(pk, :q)"
-            })
-            .expression_attribute_values(":record", AttributeValue::S("RECORD".into()))
-            .set_exclusive_start_key(start);
-        if !query.is_empty() {
-            scan = scan.expression_attribute_values(":q", AttributeValue::S(query.to_owned()));
-        }
-        let out = scan.send().await.context("Scan")?;
-        for item in out.items() {
-            let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-            let number = |name: &str| item.get(name).and_then(|v| v.as_n().ok()).cloned().unwrap_or_default();
-            let pk = text("pk");
-            let Some((workflow, key)) = pk.strip_prefix("WF#").and_then(|rest| rest.split_once('#')) else {
-                continue;
-            };
-            if !query.is_empty() && !key.contains(query) {
-                continue;
-            }
-            found.push(Recent {
-                workflow: workflow.to_owned(),
-                key: key.to_owned(),
-                state: text("state"),
-                generation: number("generation"),
-                updated_at: text("updated_at"),
-            });
-        }
-        start = out.last_evaluated_key;
-        if start.is_none() {
-            break;
-        }
+    for workflow in &config.workflows {
+        found.extend(console.sources.store.load(&workflow.name, &key).await?);
     }
-    found.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
-    found.truncate(RECENT);
     Ok(found)
 }
 

@@ -235,7 +235,6 @@ async fn start_console(
                 arns: info.state_machines.clone(),
             },
         },
-        dynamodb: clients.dynamodb.clone(),
         sqs: clients.sqs.clone(),
         engine,
         config: args.config.clone(),

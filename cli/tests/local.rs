@@ -292,9 +292,9 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
     nothing_acts(&dom, "overview");
     shot("console-overview-1280", &console, 1280, 900);
     shot("console-overview-800", &console, 800, 900);
-    let dom = browser.dom(&format!("{console}?q=c9"), 1280);
+    let dom = browser.dom(&format!("{console}?q=order-c9"), 1280);
     assert_eq!(select(&dom, "#recent-none").len(), 1, "a search that matches nothing says so");
-    let dom = browser.dom(&format!("{console}?q=c1"), 1280);
+    let dom = browser.dom(&format!("{console}?q=order-c1"), 1280);
     assert_eq!(select(&dom, "#recent tr[data-key]").len(), 1);
 
     // A record's page is the trace view of that record.

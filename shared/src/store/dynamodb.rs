@@ -218,11 +218,29 @@ impl DynamoStore {
         }
     }
 
+    /// The records most recently written in each state, newest first across states, at most
+    /// `limit`: what `baton local`'s console lists. A Query of the `by_due` index per state,
+    /// newest `due_at` first, never a Scan; a waiting record's `due_at` is its deadline, so among
+    /// waiting records those with the latest deadlines are the ones read.
+    pub async fn recent_records(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let far = OffsetDateTime::now_utc() + time::Duration::days(36_500);
+        let mut records = Vec::new();
+        for kind in Kind::ALL {
+            for item in self.query_due(&format!("record#{kind}"), far, limit, Order::NewestFirst).await? {
+                records.push(parse_record(&item)?);
+            }
+        }
+        records.sort_by_key(|r| std::cmp::Reverse(r.updated_at));
+        records.truncate(limit);
+        Ok(records)
+    }
+
     async fn query_due(
         &self,
         due_kind: &str,
         before: OffsetDateTime,
         limit: usize,
+        order: Order,
     ) -> Result<Vec<Item>, StoreError> {
         let mut items = Vec::new();
         let mut start: Option<Item> = None;
@@ -237,6 +255,7 @@ impl DynamoStore {
                 .expression_attribute_names("#at", "due_at")
                 .expression_attribute_values(":kind", s(due_kind))
                 .expression_attribute_values(":before", s(&ts(before)))
+                .scan_index_forward(order == Order::OldestFirst)
                 .limit(i32::try_from(limit.saturating_sub(items.len()).max(1)).unwrap_or(i32::MAX))
                 .set_exclusive_start_key(start)
                 .send()
@@ -250,6 +269,13 @@ impl DynamoStore {
             }
         }
     }
+}
+
+/// Which end of the `by_due` index a query reads from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    OldestFirst,
+    NewestFirst,
 }
 
 /// Sorts a conditional write's result: success, a failed condition (with the item as it
@@ -1043,7 +1069,11 @@ impl WorkflowStore for DynamoStore {
     }
 
     async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.query_due(&format!("record#{kind}"), before, limit).await?.iter().map(parse_record).collect()
+        self.query_due(&format!("record#{kind}"), before, limit, Order::OldestFirst)
+            .await?
+            .iter()
+            .map(parse_record)
+            .collect()
     }
 
     async fn expired_buffers(
@@ -1051,7 +1081,11 @@ impl WorkflowStore for DynamoStore {
         before: OffsetDateTime,
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        self.query_due("inbox#buffered", before, limit).await?.iter().map(parse_inbox).collect()
+        self.query_due("inbox#buffered", before, limit, Order::OldestFirst)
+            .await?
+            .iter()
+            .map(parse_inbox)
+            .collect()
     }
 
     async fn count_by_state(&self) -> Result<BTreeMap<Kind, u64>, StoreError> {
