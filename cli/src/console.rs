@@ -2,7 +2,8 @@
 //!
 //! - `/`: records by state, the waits past their deadline, and the records most recently
 //!   written, with a search by key;
-//! - `/records/<workflow>/<key>`: one record, the same page as `baton trace --html`;
+//! - `/record?workflow=<workflow>&key=<key>`: one record, the same page as `baton trace
+//!   --html` (a query, not a path: a key may be `.` or `..`, which no path segment can carry);
 //! - `/dlq`: each dead-letter queue's replay plan, the dry run of `baton replay --dlq`.
 //!
 //! It changes nothing: every route is a GET, and no page has a button or a form that writes.
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -58,9 +59,10 @@ pub async fn serve(console: Console, port: u16) -> Result<(String, tokio::task::
     let url = format!("http://{}/", listener.local_addr()?);
     let app = Router::new()
         .route("/", get(overview))
-        .route("/records/{workflow}/{key}", get(record))
+        .route("/record", get(record))
         .route("/dlq", get(dlqs))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(listener.local_addr()?.port(), same_host))
         .with_state(Arc::new(console));
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
@@ -83,17 +85,37 @@ async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, Html(page("baton console: not found", NAV, body))).into_response()
 }
 
-/// A link to a record's page. Keys may hold `/`, `:`, `@`, `+` and `=`: percent-encoded.
-fn record_link(workflow: &str, key: &str) -> String {
-    let mut segment = String::new();
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            segment.push(char::from(b));
-        } else {
-            let _ = write!(segment, "%{b:02X}");
-        }
+/// Answers only requests addressed to the console itself (`Host: 127.0.0.1:<port>` or
+/// `localhost:<port>`): a web page the operator visits cannot reach it through a name it
+/// rebinds to 127.0.0.1 (DNS rebinding).
+async fn same_host(
+    State(port): State<u16>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    if [format!("127.0.0.1:{port}"), format!("localhost:{port}")].iter().any(|h| h == host) {
+        return next.run(request).await;
     }
-    format!("<a href=\"/records/{}/{segment}\">{}</a>", escape(workflow), escape(key))
+    let body =
+        format!("<p>The console answers requests for 127.0.0.1:{port} only, not {}.</p>", escape(host));
+    (StatusCode::MISDIRECTED_REQUEST, Html(page("baton console: wrong host", "", &body))).into_response()
+}
+
+/// A link to a record's page: the workflow and key as query values, percent-encoded.
+fn record_link(workflow: &str, key: &str) -> String {
+    let encode = |text: &str| {
+        let mut out = String::new();
+        for b in text.bytes() {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                out.push(char::from(b));
+            } else {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+        out
+    };
+    format!("<a href=\"/record?workflow={}&amp;key={}\">{}</a>", encode(workflow), encode(key), escape(key))
 }
 
 // ---- The overview -----------------------------------------------------------------------------
@@ -219,10 +241,17 @@ async fn by_key(console: &Console, key: &str) -> Result<Vec<Record>> {
 
 // ---- A record ---------------------------------------------------------------------------------
 
+#[derive(serde::Deserialize)]
+struct RecordQuery {
+    workflow: String,
+    key: String,
+}
+
 async fn record(
     State(console): State<Arc<Console>>,
-    Path((workflow, key)): Path<(String, String)>,
+    query: Result<Query<RecordQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    let Ok(Query(RecordQuery { workflow, key })) = query else { return not_found().await };
     let (Ok(workflow), Ok(key)) =
         (WorkflowName::parse(workflow.as_str()), CorrelationKey::parse(key.as_str()))
     else {
@@ -336,10 +365,14 @@ mod tests {
     #[test]
     fn the_pages_link_only_within_the_console() {
         assert!(!NAV.contains("http"));
-        assert_eq!(record_link("order-review", "k-1"), "<a href=\"/records/order-review/k-1\">k-1</a>");
+        assert_eq!(
+            record_link("order-review", "k-1"),
+            "<a href=\"/record?workflow=order-review&amp;key=k-1\">k-1</a>"
+        );
+        assert!(record_link("order-review", "..").contains("key=..\""), "a key that is no path segment");
         assert_eq!(
             record_link("order-review", "a/b:c@d+e=f"),
-            "<a href=\"/records/order-review/a%2Fb%3Ac%40d%2Be%3Df\">a/b:c@d+e=f</a>",
+            "<a href=\"/record?workflow=order-review&amp;key=a%2Fb%3Ac%40d%2Be%3Df\">a/b:c@d+e=f</a>",
             "a key may hold what a path segment may not"
         );
     }

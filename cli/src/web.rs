@@ -64,6 +64,30 @@ mod tests {
         assert!(!page.contains("http://") && !page.contains("https://"), "nothing is fetched");
     }
 
+    /// Input ids are the senders' own: names of JavaScript's object properties among them.
+    #[test]
+    fn a_trace_whose_ids_name_object_properties_still_draws_in_a_browser() {
+        use baton_tests::browser::{Browser, select};
+        let entry = |source: &str, kind: &str, id: &str| {
+            json!({"at": "2026-12-01T00:00:00Z", "source": source, "kind": kind, "input_id": id,
+                   "status": "applied", "step": 0, "step_name": "constructor", "expires_at": "2026-12-02T00:00:00Z"})
+        };
+        let transition = json!({"at": "2026-12-01T00:00:01Z", "source": "record", "kind": "transition", "generation": 1,
+            "from": "waiting{0}", "to": "advancing{0}", "cause": "complete", "cause_id": "toString", "version": 3});
+        let doc = json!({"schema": "baton.trace/v1", "workflow": "w", "key": "k", "record": null, "executions": [],
+            "graph": {"start_at": "constructor", "states": [{"name": "constructor", "type": "Task", "step": 0,
+                "next": null, "end": true, "catches": []}]},
+            "timeline": [entry("inbox", "buffered", "constructor"), entry("receipt", "receipt", "__proto__"),
+                entry("receipt", "receipt", "toString"), transition]});
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("trace.html");
+        std::fs::write(&file, trace_page(&doc, "")).unwrap();
+        let dom = Browser::find().dom(&format!("file://{}", file.display()), 1000);
+        assert_eq!(select(&dom, "body[data-rendered=true]").len(), 1, "the script ran to the end");
+        assert_eq!(select(&dom, ".entry").len(), 4);
+        assert_eq!(select(&dom, ".graph-state[data-name=constructor]").len(), 1);
+    }
+
     #[test]
     fn console_text_is_escaped() {
         assert_eq!(escape(r#"<a href="x">&'"#), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");

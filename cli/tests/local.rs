@@ -298,7 +298,7 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
     assert_eq!(select(&dom, "#recent tr[data-key]").len(), 1);
 
     // A record's page is the trace view of that record.
-    let page = format!("{console}records/order-review/order-c1");
+    let page = format!("{console}record?workflow=order-review&key=order-c1");
     let dom = browser.dom(&page, 800);
     let state = select(&dom, "#state [data-state]");
     assert_eq!(state[0].value().attr("data-state"), Some("waiting{0}"));
@@ -310,9 +310,32 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
     assert_eq!(current, ["manual-review"]);
     nothing_acts(&dom, "record");
     shot("console-record-800", &page, 800, 1600);
-    let dom = browser.dom(&format!("{console}records/order-review/order-c2"), 1280);
+    let dom = browser.dom(&format!("{console}record?workflow=order-review&key=order-c2"), 1280);
     assert_eq!(select(&dom, "#state [data-state=none]").len(), 1, "a key with only an early callback");
     assert_eq!(select(&dom, ".entry[data-lane=inbox]").len(), 1);
+
+    // A key that no path segment could carry, and an id named like an object property.
+    let odd = json!({"workflow": "order-review", "key": "..", "step": "manual-review",
+        "outcome": "succeeded", "data": {"decision": "approve"}});
+    let (status, body) = send_callback(&info.api_url, &secrets, "constructor", &odd).await;
+    assert_eq!(status, 202, "{body}");
+    let dom = browser.dom(&format!("{console}record?workflow=order-review&key=.."), 1280);
+    assert_eq!(select(&dom, "body[data-rendered=true]").len(), 1, "the page of key \"..\" draws");
+    assert_eq!(select(&dom, ".entry[data-lane=inbox]").len(), 1);
+    // Only requests addressed to the console are answered (no DNS rebinding).
+    let port = console.trim_start_matches("http://127.0.0.1:").trim_end_matches('/');
+    let status_line = |host: &str| {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+        write!(stream, "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer.lines().next().unwrap_or_default().to_owned()
+    };
+    assert!(status_line(&format!("127.0.0.1:{port}")).contains(" 200 "));
+    assert!(status_line("rebound.example:80").contains(" 421 "), "another host is refused");
+    let bad = status_line(&format!("localhost:{port}"));
+    assert!(bad.contains(" 200 "), "{bad}");
 
     // The dead-letter queues: the poison event, planned as the dry run plans it.
     let dlq = format!("{console}dlq");

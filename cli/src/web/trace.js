@@ -45,13 +45,17 @@ function relations(timeline) {
     related[a].push({ to: b, why });
     related[b].push({ to: a, why });
   };
-  const byInput = {};
+  // A Map, not an object: an input id is the sender's, and may be "constructor" or "__proto__".
+  const byInput = new Map();
   timeline.forEach((e, i) => {
-    if (e.input_id && e.source !== "record") (byInput[e.input_id] = byInput[e.input_id] || []).push(i);
+    if (e.input_id && e.source !== "record") {
+      if (!byInput.has(e.input_id)) byInput.set(e.input_id, []);
+      byInput.get(e.input_id).push(i);
+    }
   });
   timeline.forEach((e, i) => {
     if (e.kind !== "transition") return;
-    for (const j of (e.cause_id && byInput[e.cause_id]) || []) link(i, j, "input " + e.cause_id + " caused " + e.to);
+    for (const j of (e.cause_id && byInput.get(e.cause_id)) || []) link(i, j, "input " + e.cause_id + " caused " + e.to);
     if (e.cause === "complete" || e.cause === "fail_step") {
       const j = timeline.findIndex((x, k) => k > i && x.kind === "execution_event" && x.generation === e.generation
         && /^Task(Succeeded|Failed)$/.test(x.event_type));
@@ -116,17 +120,17 @@ function statuses(graph) {
     if (ev.event_type.endsWith("StateEntered")) { entered.add(ev.detail); last = ev.detail; }
     if (ev.event_type.endsWith("StateExited")) exited.add(ev.detail);
   }
-  const status = {};
+  const status = new Map(); // by state name, which may be any step name
   for (const s of graph.states) {
     const byStep = r && s.step !== null && r.step !== null && s.step < r.step;
     const done = (exited.has(s.name) || byStep || (r && r.terminal && s.step !== null && entered.has(s.name)));
-    status[s.name] = done ? "passed" : entered.has(s.name) ? "passed" : "not-reached";
+    status.set(s.name, done || entered.has(s.name) ? "passed" : "not-reached");
   }
   let current = null;
   if (r && !r.terminal && r.step_name) current = r.step_name;
   else if (r && !r.terminal && r.step !== null) current = (graph.states.find((s) => s.step === r.step) || {}).name;
   else if (last) current = last;
-  if (current && status[current] !== undefined) status[current] = "current";
+  if (current && status.has(current)) status.set(current, "current");
   return status;
 }
 
@@ -138,10 +142,10 @@ function graphView() {
   const status = statuses(graph);
   const ended = doc.record && doc.record.terminal;
   const box = (s) => {
-    const label = status[s.name] === "current" && ended ? "ended here" : STATUS_LABEL[status[s.name]];
+    const label = status.get(s.name) === "current" && ended ? "ended here" : STATUS_LABEL[status.get(s.name)];
     const meta = s.step !== null ? "step " + s.step + " · waits for its task token" : s.type;
     const catches = s.catches.map((c) => c.errors.join(", ").replace(/States\./g, "") + " → " + c.next);
-    return el("div", { class: "graph-state", "data-name": s.name, "data-status": status[s.name] },
+    return el("div", { class: "graph-state", "data-name": s.name, "data-status": status.get(s.name) },
       el("span", { class: "name" }, s.name), el("span", { class: "status-label" }, "(" + label + ")"),
       el("div", { class: "meta" }, meta + (catches.length ? " · on " + catches.join(", ") : "")));
   };
