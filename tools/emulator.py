@@ -29,6 +29,12 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    (default: unbounded) and `share` is the fraction of matching requests it fires on (default
    1). The error body has the shape AWS's JSON protocol uses (`__type`, `message`).
 
+   The throttling switch: `"throttle": true` answers with the error the service throttles
+   with, as AWS sends it: DynamoDB `400 com.amazonaws.dynamodb.v20120810#
+   ProvisionedThroughputExceededException`, Step Functions `400 ThrottlingException` ("Rate
+   exceeded"), SQS `400 com.amazonaws.sqs#RequestThrottled`. With a `share` below 1 it throttles
+   that fraction of the operation's calls, as a busy partition or a token bucket does.
+
 4. A record of the calls each function makes (`--record-calls PATH`), for the policy contract
    (tools/policy-check.py). A request tagged `x-baton-function` (the local runtime tags each
    function's clients, local/src/identity.rs), or signed with an access key id
@@ -198,6 +204,8 @@ class Faults:
             return _json(start_response, 405, {"error": f"{method} is not supported"})
         try:
             spec = json.loads(_read_body(environ) or b"{}")
+            if spec.get("throttle"):
+                spec = {**_throttle_shape(str(spec["operation"])), **spec}
             rule = {
                 "operation": str(spec["operation"]),
                 "match": [str(m) for m in spec.get("match", [])],
@@ -410,6 +418,23 @@ class Recorder:
 
 
 ACCOUNT = "123456789012"
+
+
+# How each service answers when it throttles (X-Amz-Target prefix -> status, code, message).
+_THROTTLES = [
+    ("DynamoDB_", 400, "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+     "The level of configured provisioned throughput for the table was exceeded. Consider increasing "
+     "your provisioning level with the UpdateTable API."),
+    ("AWSStepFunctions.", 400, "ThrottlingException", "Rate exceeded"),
+    ("AmazonSQS.", 400, "com.amazonaws.sqs#RequestThrottled", "Request is throttled."),
+]
+
+
+def _throttle_shape(operation):
+    for prefix, status, code, message in _THROTTLES:
+        if operation.startswith(prefix):
+            return {"status": status, "code": code, "message": message}
+    raise ValueError(f"no throttling shape for {operation}")
 
 
 def _caller(environ):

@@ -185,7 +185,7 @@ impl LocalBaton {
                     function: function.logical_id.clone(),
                     source,
                 })?;
-                Ok(SqsDeadLetters::shared(own.sqs.clone(), url, settings.max_receive_count))
+                Ok(SqsDeadLetters::shared(own.sqs.clone(), url, &settings))
             };
             let function_id = function.logical_id.clone();
             let handler: Option<Arc<dyn SqsHandler>> = match function.binary.as_str() {

@@ -214,6 +214,9 @@ impl DeadLetterQueue for Immediate {
     async fn send(&self, _: &SqsMessage, reason: &str, detail: &str) -> Result<(), DeadLetterError> {
         panic!("nothing on the happy path is dead-lettered: {reason}: {detail}")
     }
+    async fn requeue(&self, _: &SqsMessage) -> Result<(), DeadLetterError> {
+        panic!("nothing on the happy path is throttled")
+    }
     fn max_receive_count(&self) -> u32 {
         5
     }

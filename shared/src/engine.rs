@@ -996,6 +996,16 @@ impl Classified for EngineError {
             EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.retryable(),
         }
     }
+
+    fn throttled(&self) -> bool {
+        match self {
+            EngineError::Store(e) => e.throttled(),
+            EngineError::Orchestrator(e) => e.throttled(),
+            EngineError::Publish(e) => e.throttled(),
+            EngineError::Contended { .. } | EngineError::Unsettled => false,
+            EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.throttled(),
+        }
+    }
 }
 
 #[cfg(test)]

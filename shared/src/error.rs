@@ -16,27 +16,45 @@ pub trait Classified {
     fn error_type(&self) -> &'static str;
     /// Would the same call, retried later unchanged, possibly succeed?
     fn retryable(&self) -> bool;
+    /// Was it AWS refusing for rate or quota (a throttle)? Such a failure passes with time and
+    /// says nothing about the input: it is never dead-lettered (docs/SCALE.md). Implies
+    /// `retryable`.
+    fn throttled(&self) -> bool {
+        false
+    }
+}
+
+/// The error codes AWS throttles with, across the services baton calls.
+pub const THROTTLE_CODES: &[&str] = &[
+    "ThrottlingException",
+    "Throttling",
+    "ThrottledException",
+    "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "RequestThrottled",
+    "KmsThrottlingException",
+];
+
+/// Is this SDK failure a throttle: one of [`THROTTLE_CODES`], or HTTP 429?
+pub fn sdk_throttled<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
+    match err {
+        SdkError::ServiceError(s) => {
+            s.err().code().is_some_and(|c| THROTTLE_CODES.contains(&c)) || s.raw().status().as_u16() == 429
+        }
+        SdkError::ResponseError(r) => r.raw().status().as_u16() == 429,
+        _ => false,
+    }
 }
 
 /// Is this SDK failure worth retrying: a timeout, a dispatch failure, a throttle or a 5xx?
 pub fn sdk_retryable<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> bool {
     match err {
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => true,
-        SdkError::ResponseError(r) => r.raw().status().as_u16() >= 500,
+        SdkError::ResponseError(r) => r.raw().status().as_u16() >= 500 || sdk_throttled(err),
         SdkError::ServiceError(s) => {
-            let throttled = matches!(
-                s.err().code(),
-                Some(
-                    "ThrottlingException"
-                        | "ProvisionedThroughputExceededException"
-                        | "RequestLimitExceeded"
-                        | "InternalServerError"
-                        | "ServiceUnavailable"
-                        | "Throttling"
-                        | "TooManyRequestsException"
-                )
-            );
-            throttled || s.raw().status().as_u16() >= 500
+            let unavailable = matches!(s.err().code(), Some("InternalServerError" | "ServiceUnavailable"));
+            sdk_throttled(err) || unavailable || s.raw().status().as_u16() >= 500
         }
         _ => false,
     }

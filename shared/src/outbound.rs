@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use time::format_description::well_known::Rfc3339;
 
-use crate::error::{Classified, sdk_retryable};
+use crate::error::{Classified, sdk_retryable, sdk_throttled};
 use crate::store::Task;
 
 /// The CloudEvents `type` of a published task.
@@ -65,7 +65,11 @@ impl TaskPublisher for SqsTaskPublisher {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| PublishError { retryable: sdk_retryable(&e), source: Box::new(e) })
+            .map_err(|e| PublishError {
+                retryable: sdk_retryable(&e),
+                throttled: sdk_throttled(&e),
+                source: Box::new(e),
+            })
     }
 }
 
@@ -74,6 +78,7 @@ impl TaskPublisher for SqsTaskPublisher {
 #[error("cannot publish the task to the outbound queue")]
 pub struct PublishError {
     retryable: bool,
+    throttled: bool,
     #[source]
     source: Box<dyn std::error::Error + Send + Sync>,
 }
@@ -81,20 +86,28 @@ pub struct PublishError {
 impl PublishError {
     /// A failed publish, for another [`TaskPublisher`] than SQS (the simulation's).
     pub fn new(retryable: bool, source: Box<dyn std::error::Error + Send + Sync>) -> Self {
-        PublishError { retryable, source }
+        PublishError { retryable, throttled: false, source }
     }
 }
 
 impl Classified for PublishError {
     fn error_type(&self) -> &'static str {
-        if self.retryable { "outbound_unavailable" } else { "outbound_rejected" }
+        match (self.throttled, self.retryable) {
+            (true, _) => "outbound_throttled",
+            (false, true) => "outbound_unavailable",
+            (false, false) => "outbound_rejected",
+        }
     }
 
     fn retryable(&self) -> bool {
         self.retryable
     }
+
+    fn throttled(&self) -> bool {
+        self.throttled
+    }
 }
 
 impl PublishError {
-    pub const ERROR_TYPES: &[&str] = &["outbound_unavailable", "outbound_rejected"];
+    pub const ERROR_TYPES: &[&str] = &["outbound_throttled", "outbound_unavailable", "outbound_rejected"];
 }

@@ -60,6 +60,12 @@ pub struct Settings {
     /// `BATON_WEBHOOK_SECRETS_TTL_SECONDS`: how long read secrets are used before they are read
     /// again (default 300).
     pub webhook_secrets_ttl: time::Duration,
+    /// `BATON_SOURCE_QUEUE_URL`: the queue an SQS-driven function reads, where a message
+    /// throttled on every receive is sent back instead of being dead-lettered.
+    pub source_queue_url: Option<String>,
+    /// `BATON_REQUEUE_DELAY_SECONDS`: how long a requeued copy stays invisible (default 60,
+    /// at most 900).
+    pub requeue_delay_seconds: i32,
     /// `BATON_ITEM_FORMAT`: `compact` (default) or `objects`, how table items are written
     /// ([`ItemFormat`]; docs/RUNBOOK.md, "Upgrading across the compact record").
     pub item_format: ItemFormat,
@@ -148,6 +154,16 @@ impl Settings {
                 })?
             }
         };
+        const DELAY: &str = "BATON_REQUEUE_DELAY_SECONDS";
+        let requeue_delay_seconds = match lookup(env, DELAY) {
+            None => crate::sqs::REQUEUE_DELAY_SECONDS,
+            Some(v) => v.trim().parse::<i32>().ok().filter(|n| (0..=900).contains(n)).ok_or_else(|| {
+                SettingsError::Invalid {
+                    name: DELAY,
+                    problem: format!("{v:?} is not a whole number of seconds from 0 to 900"),
+                }
+            })?,
+        };
         const FORMAT: &str = "BATON_ITEM_FORMAT";
         let item_format = match lookup(env, FORMAT) {
             None => ItemFormat::default(),
@@ -165,6 +181,8 @@ impl Settings {
             webhook_secret_arn: lookup(env, "BATON_WEBHOOK_SECRET_ARN"),
             webhook_secrets: lookup(env, "BATON_WEBHOOK_SECRETS").map(SecretString::from),
             webhook_secrets_ttl,
+            source_queue_url: lookup(env, "BATON_SOURCE_QUEUE_URL"),
+            requeue_delay_seconds,
             item_format,
         })
     }
@@ -426,7 +444,7 @@ where
     let warmed = warm_up(&started).await;
     init_done(&started, warmed);
     let sqs = aws_sdk_sqs::Client::new(&started.sdk);
-    let dead_letters = SqsDeadLetters::shared(sqs, &dlq_url, started.settings.max_receive_count);
+    let dead_letters = SqsDeadLetters::shared(sqs, &dlq_url, &started.settings);
     let handler = Arc::new(make(started.engine, dead_letters));
     lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<SqsEvent>| {
         let handler = handler.clone();

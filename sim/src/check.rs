@@ -503,6 +503,11 @@ pub fn all(
         if reasoned_twin {
             continue;
         }
+        // A throttle says nothing about the message: it is requeued, never dead-lettered.
+        let detail = m.attributes.get(baton::sqs::DETAIL_ATTRIBUTE).map(String::as_str).unwrap_or("");
+        c.check(!detail.split_whitespace().next().unwrap_or("").ends_with("_throttled"), || {
+            format!("a throttled message was dead-lettered: {} ({detail})", m.id)
+        });
         c.check(m.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE), || {
             format!(
                 "dead-lettered message {} has no reason: {}",

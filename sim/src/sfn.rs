@@ -352,6 +352,17 @@ impl SimStepFunctions {
         OrchestratorError::Unavailable { op, source: "injected: Step Functions unavailable".into() }
     }
 
+    /// The error a fault before the effect gives: throttled, or unavailable.
+    fn refused(op: &'static str, fault: Fault) -> Option<OrchestratorError> {
+        match fault {
+            Fault::Before => Some(Self::unavailable(op)),
+            Fault::Throttled => {
+                Some(OrchestratorError::Throttled { op, source: "injected: ThrottlingException".into() })
+            }
+            _ => None,
+        }
+    }
+
     async fn resume(
         &self,
         op: &'static str,
@@ -361,8 +372,8 @@ impl SimStepFunctions {
     ) -> Result<(), OrchestratorError> {
         self.world.point(op).await;
         let fault = self.world.fault(op);
-        if fault == Fault::Before {
-            return Err(Self::unavailable(op));
+        if let Some(e) = Self::refused(op, fault) {
+            return Err(e);
         }
         let now = self.world.now();
         let heartbeat = matches!(what, Resume::Heartbeat);
@@ -414,8 +425,8 @@ impl Orchestrator for SimStepFunctions {
         const OP: &str = "sfn.StartExecution";
         self.world.point(OP).await;
         let fault = self.world.fault(OP);
-        if fault == Fault::Before {
-            return Err(Self::unavailable(OP));
+        if let Some(e) = Self::refused(OP, fault) {
+            return Err(e);
         }
         let name = req.execution_name();
         let arn = execution_arn(&req.state_machine_arn, &name).expect("a valid state machine ARN");
@@ -477,8 +488,8 @@ impl Orchestrator for SimStepFunctions {
     async fn describe(&self, execution_arn: &str) -> Result<ExecutionInfo, OrchestratorError> {
         const OP: &str = "sfn.DescribeExecution";
         self.world.point(OP).await;
-        if self.world.fault(OP) == Fault::Before {
-            return Err(Self::unavailable(OP));
+        if let Some(e) = Self::refused(OP, self.world.fault(OP)) {
+            return Err(e);
         }
         let model = lock(&self.model);
         let e = model.executions.get(execution_arn).ok_or_else(|| OrchestratorError::ExecutionNotFound {
@@ -511,8 +522,8 @@ impl Orchestrator for SimStepFunctions {
         const OP: &str = "sfn.StopExecution";
         self.world.point(OP).await;
         let fault = self.world.fault(OP);
-        if fault == Fault::Before {
-            return Err(Self::unavailable(OP));
+        if let Some(e) = Self::refused(OP, fault) {
+            return Err(e);
         }
         let result = lock(&self.model).stop(execution_arn);
         match (fault, result) {

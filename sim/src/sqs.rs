@@ -239,6 +239,22 @@ pub async fn invoke(
     }
 }
 
+impl SimDeadLetters {
+    /// Marks the source message: baton's own send for it failed, so a move by the redrive
+    /// policy without a reason is expected (the checks allow it).
+    fn mark_send_failed(&self, message: &SqsMessage) {
+        let Some(id) = &message.message_id else { return };
+        let mut sqs = lock(&self.sqs);
+        for queue in [QueueId::Intake, QueueId::Progress] {
+            if let Some(m) =
+                sqs.queues.get_mut(&queue).and_then(|q| q.messages.iter_mut().find(|m| &m.id == id))
+            {
+                m.attributes.insert(SEND_FAILED_ATTRIBUTE.to_owned(), "true".to_owned());
+            }
+        }
+    }
+}
+
 /// A dead-letter queue as the handlers see it: the port, with a point and faults.
 pub struct SimDeadLetters {
     pub world: Arc<World>,
@@ -252,17 +268,8 @@ impl DeadLetterQueue for SimDeadLetters {
         self.world.point("sqs.SendMessage(dlq)").await;
         let fault = self.world.fault("sqs.SendMessage(dlq)");
         let unavailable = || DeadLetterError { retryable: true, source: "injected: SQS unavailable".into() };
-        if fault == Fault::Before {
-            if let Some(id) = &message.message_id {
-                let mut sqs = lock(&self.sqs);
-                for queue in [QueueId::Intake, QueueId::Progress] {
-                    if let Some(m) =
-                        sqs.queues.get_mut(&queue).and_then(|q| q.messages.iter_mut().find(|m| &m.id == id))
-                    {
-                        m.attributes.insert(SEND_FAILED_ATTRIBUTE.to_owned(), "true".to_owned());
-                    }
-                }
-            }
+        if matches!(fault, Fault::Before | Fault::Throttled) {
+            self.mark_send_failed(message);
             return Err(unavailable());
         }
         let mut attributes = BTreeMap::from([
@@ -278,6 +285,37 @@ impl DeadLetterQueue for SimDeadLetters {
             attributes,
             self.world.now(),
         );
+        match fault {
+            Fault::After => Err(unavailable()),
+            _ => Ok(()),
+        }
+    }
+
+    async fn requeue(&self, message: &SqsMessage) -> Result<(), DeadLetterError> {
+        let delay_seconds = baton::sqs::REQUEUE_DELAY_SECONDS;
+        self.world.point("sqs.SendMessage(requeue)").await;
+        let fault = self.world.fault("sqs.SendMessage(requeue)");
+        let unavailable = || DeadLetterError { retryable: true, source: "injected: SQS unavailable".into() };
+        if matches!(fault, Fault::Before | Fault::Throttled) {
+            // Left for redelivery, the redrive policy may move it without a reason.
+            self.mark_send_failed(message);
+            return Err(unavailable());
+        }
+        let source = match self.queue {
+            QueueId::IntakeDlq => QueueId::Intake,
+            QueueId::ProgressDlq => QueueId::Progress,
+            other => other,
+        };
+        // The copy becomes visible after the delay, as SQS's DelaySeconds makes it.
+        let now = self.world.now();
+        let mut sqs = lock(&self.sqs);
+        let id = sqs.send(source, message.body.clone().unwrap_or_default(), BTreeMap::new(), now);
+        if let Some(copy) =
+            sqs.queues.get_mut(&source).and_then(|q| q.messages.iter_mut().find(|m| m.id == id))
+        {
+            copy.visible_at = now + time::Duration::seconds(i64::from(delay_seconds));
+        }
+        drop(sqs);
         match fault {
             Fault::After => Err(unavailable()),
             _ => Ok(()),

@@ -75,6 +75,10 @@ fn unavailable(op: &'static str) -> StoreError {
     StoreError::Unavailable { op, source: "injected: DynamoDB unavailable".into() }
 }
 
+fn throttled(op: &'static str) -> StoreError {
+    StoreError::Throttled { op, source: "injected: ProvisionedThroughputExceededException".into() }
+}
+
 impl SimStore {
     /// The current actor reads what the other side of the inbox handshake writes (the record,
     /// or the inbox): its late puts for this key are answered.
@@ -90,6 +94,7 @@ impl SimStore {
         }
         match self.world.fault(op) {
             Fault::Before => Err(unavailable(op)),
+            Fault::Throttled => Err(throttled(op)),
             other => Ok(other),
         }
     }
@@ -299,7 +304,7 @@ impl WorkflowStore for SimStore {
 
     async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
         self.world.point("ddb.Query(due)").await;
-        if self.world.fault("ddb.Query(due)") == Fault::Before {
+        if matches!(self.world.fault("ddb.Query(due)"), Fault::Before | Fault::Throttled) {
             return Err(unavailable("Query"));
         }
         self.inner.due(kind, before, limit).await
@@ -311,7 +316,7 @@ impl WorkflowStore for SimStore {
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError> {
         self.world.point("ddb.Query(expired)").await;
-        if self.world.fault("ddb.Query(expired)") == Fault::Before {
+        if matches!(self.world.fault("ddb.Query(expired)"), Fault::Before | Fault::Throttled) {
             return Err(unavailable("Query"));
         }
         self.inner.expired_buffers(before, limit).await
@@ -341,7 +346,7 @@ impl TaskPublisher for SimPublisher {
         self.world.point("sqs.SendMessage(outbound)").await;
         let fault = self.world.fault("sqs.SendMessage(outbound)");
         let unavailable = || PublishError::new(true, "injected: SQS unavailable".into());
-        if fault == Fault::Before {
+        if matches!(fault, Fault::Before | Fault::Throttled) {
             return Err(unavailable());
         }
         lock(&self.log).push(Published { at: self.world.now(), task: task.clone() });

@@ -234,6 +234,7 @@ impl Plan {
             retried: level / 2.0,
             crash: level / 20.0,
             latency: level * 2.0,
+            throttled: level,
         };
         if rng.chance(0.25) {
             let days = Duration::days(rng.range(8, 45));

@@ -42,6 +42,9 @@ pub struct Rates {
     pub crash: f64,
     /// The call is slow: the clock moves on while it runs.
     pub latency: f64,
+    /// AWS throttles the call (rate or quota): an error before the effect that must never
+    /// dead-letter the input.
+    pub throttled: f64,
 }
 
 /// What happens to one port call.
@@ -51,6 +54,8 @@ pub enum Fault {
     Before,
     After,
     Retried,
+    /// Throttled: refused before the effect, for rate or quota.
+    Throttled,
 }
 
 /// Faults injected, by kind, and other counts a run reports.
@@ -210,6 +215,8 @@ impl World {
             Fault::After
         } else if rng.chance(rates.retried) {
             Fault::Retried
+        } else if rng.chance(rates.throttled) {
+            Fault::Throttled
         } else {
             Fault::None
         };
@@ -226,6 +233,7 @@ impl World {
             Fault::Before => lock(&self.counts).add("error_before_effect"),
             Fault::After => lock(&self.counts).add("error_after_effect"),
             Fault::Retried => lock(&self.counts).add("answer_lost_sdk_retried"),
+            Fault::Throttled => lock(&self.counts).add("throttled"),
         }
         if fault != Fault::None {
             self.note(|| format!("  fault {fault:?} on {op}"));

@@ -479,3 +479,28 @@ fn a_buffered_copy_of_an_applied_input_is_settled_applied_not_expired() {
     assert_eq!(t.inbox[0].status, InboxStatus::Applied);
     assert!(!t.ledger.iter().any(|l| l.input_id == "cb-x"), "ledgered as lost: {:?}", t.ledger);
 }
+
+#[test]
+fn a_message_throttled_on_every_receive_is_sent_back_to_its_queue_not_dead_lettered() {
+    let s = stack();
+    send(&s, &event("start-t", "order.placed", "t", json!({})));
+    // DynamoDB throttles the record's read on every receive up to the last; the message is not
+    // given up: a copy goes back to the intake queue, and starts the workflow once the rate
+    // allows.
+    for _ in 0..baton_sim::sqs::MAX_RECEIVE_COUNT {
+        s.world.script("ddb.GetItem(record)", Fault::Throttled);
+        deliver(&s, QueueId::Intake);
+        s.world.advance(baton_sim::sqs::VISIBILITY + Duration::seconds(1));
+    }
+    {
+        let sqs = lock(&s.sqs);
+        assert!(sqs.messages(QueueId::IntakeDlq).is_empty(), "a throttle was dead-lettered");
+        let queued = sqs.messages(QueueId::Intake);
+        assert_eq!(queued.len(), 1, "the copy is back in the work queue");
+        assert_eq!(queued[0].receive_count, 0, "and starts its receives again");
+    }
+    s.world.advance(Duration::seconds(i64::from(baton::sqs::REQUEUE_DELAY_SECONDS)));
+    deliver(&s, QueueId::Intake);
+    assert_eq!(record(&s, "t").state, State::Pending, "started once the throttle passed");
+    assert!(lock(&s.sqs).messages(QueueId::IntakeDlq).is_empty());
+}

@@ -222,7 +222,17 @@ pub enum OrchestratorError {
         source: BoxError,
     },
 
-    /// Throttled, a 5xx, a timeout or no connection. Retryable.
+    /// Throttled for rate, or over the account's quota of open executions
+    /// (`ExecutionLimitExceeded`, which clears as executions close). Retryable, and never a
+    /// reason to dead-letter the input.
+    #[error("{op}: Step Functions throttled the request; retry later")]
+    Throttled {
+        op: &'static str,
+        #[source]
+        source: BoxError,
+    },
+
+    /// A 5xx, a timeout or no connection. Retryable.
     #[error("{op}: Step Functions is unavailable; retry later")]
     Unavailable {
         op: &'static str,
@@ -257,6 +267,7 @@ pub const ERROR_TYPES: &[&str] = &[
     "execution_conflict",
     "execution_not_found",
     "state_machine_not_found",
+    "stepfunctions_throttled",
     "stepfunctions_unavailable",
     "stepfunctions_rejected",
     "stepfunctions_malformed_response",
@@ -269,6 +280,7 @@ impl Classified for OrchestratorError {
             Self::ExecutionConflict { .. } => "execution_conflict",
             Self::ExecutionNotFound { .. } => "execution_not_found",
             Self::StateMachineNotFound { .. } => "state_machine_not_found",
+            Self::Throttled { .. } => "stepfunctions_throttled",
             Self::Unavailable { .. } => "stepfunctions_unavailable",
             Self::Rejected { .. } => "stepfunctions_rejected",
             Self::MalformedResponse { .. } => "stepfunctions_malformed_response",
@@ -276,7 +288,11 @@ impl Classified for OrchestratorError {
     }
 
     fn retryable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. })
+        matches!(self, Self::Unavailable { .. } | Self::Throttled { .. })
+    }
+
+    fn throttled(&self) -> bool {
+        matches!(self, Self::Throttled { .. })
     }
 }
 

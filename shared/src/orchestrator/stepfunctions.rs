@@ -3,8 +3,9 @@
 //! This adapter translates, it does not decide: each call is one Step Functions request (two for
 //! a repeated start and for a stop), and each SDK failure is mapped once, here, onto
 //! [`OrchestratorError`] using the SDK's typed error enums. What is left over is classified by
-//! [`sdk_retryable`]: throttles, 5xx and timeouts are `Unavailable` (retry), anything else is
-//! `Rejected` (do not). The SDK error is kept as the `#[source]`, never flattened to a string.
+//! [`sdk_throttled`] and [`sdk_retryable`]: throttles are `Throttled`, 5xx and timeouts
+//! `Unavailable` (both retry), anything else is `Rejected` (do not). The SDK error is kept as the
+//! `#[source]`, never flattened to a string.
 //!
 //! Two behaviours here exist because of how Step Functions answers:
 //! - `StartExecution` says `ExecutionAlreadyExists` both when the input differs and when an
@@ -38,7 +39,7 @@ use super::{
     ExecutionInfo, ExecutionStatus, HistoryEvent, Orchestrator, OrchestratorError, StartExecution, Started,
     execution_arn,
 };
-use crate::error::sdk_retryable;
+use crate::error::{sdk_retryable, sdk_throttled};
 use crate::ids::TaskToken;
 
 /// Longest `cause` kept in a [`HistoryEvent::detail`].
@@ -142,7 +143,7 @@ impl Orchestrator for StepFunctions {
             }
             // The account's limit on open executions: it clears as executions close.
             Some(StartExecutionError::ExecutionLimitExceeded(_)) => {
-                Err(OrchestratorError::Unavailable { op: OP, source: Box::new(err) })
+                Err(OrchestratorError::Throttled { op: OP, source: Box::new(err) })
             }
             _ => Err(other(OP, err)),
         }
@@ -311,8 +312,11 @@ fn other<E>(op: &'static str, err: SdkError<E, HttpResponse>) -> OrchestratorErr
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    // KMS throttling comes back as a 400, which `sdk_retryable` would call permanent.
-    if sdk_retryable(&err) || err.code() == Some("KmsThrottlingException") {
+    // Throttles come back as 400s (KMS's too), which only their codes tell from a refusal.
+    if sdk_throttled(&err) {
+        return OrchestratorError::Throttled { op, source: Box::new(err) };
+    }
+    if sdk_retryable(&err) {
         return OrchestratorError::Unavailable { op, source: Box::new(err) };
     }
     let code = err.code().unwrap_or("Unknown").to_owned();

@@ -44,7 +44,7 @@ use super::{
     Applied, CONFIG_PK, Claim, Condition, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus,
     RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for,
 };
-use crate::error::sdk_retryable;
+use crate::error::{sdk_retryable, sdk_throttled};
 use crate::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
 use crate::lifecycle::{IgnoreReason, Kind, Record, Resume, State, Write};
 
@@ -329,7 +329,9 @@ where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     move |e| {
-        if sdk_retryable(&e) {
+        if sdk_throttled(&e) {
+            StoreError::Throttled { op, source: Box::new(e) }
+        } else if sdk_retryable(&e) {
             StoreError::Unavailable { op, source: Box::new(e) }
         } else {
             StoreError::Rejected { op, source: Box::new(e) }

@@ -328,7 +328,15 @@ pub enum StoreError {
     /// `decide` produced a write the transition table does not allow: a bug, never retried.
     #[error("refusing a write outside the transition table: {from:?} -> {to} by {cause:?}")]
     NotInTable { from: Option<String>, to: String, cause: Cause },
-    /// The backing store is throttling, timing out or failing: retry later.
+    /// The backing store throttled the request (rate or throughput): retry later; never a
+    /// reason to dead-letter the input.
+    #[error("the store throttled {op}")]
+    Throttled {
+        op: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The backing store is timing out or failing: retry later.
     #[error("the store is unavailable during {op}")]
     Unavailable {
         op: &'static str,
@@ -351,6 +359,7 @@ impl Classified for StoreError {
     fn error_type(&self) -> &'static str {
         match self {
             StoreError::NotInTable { .. } => "transition_not_in_table",
+            StoreError::Throttled { .. } => "store_throttled",
             StoreError::Unavailable { .. } => "store_unavailable",
             StoreError::Rejected { .. } => "store_rejected",
             StoreError::Corrupt { .. } => "store_corrupt",
@@ -358,14 +367,23 @@ impl Classified for StoreError {
     }
 
     fn retryable(&self) -> bool {
-        matches!(self, StoreError::Unavailable { .. })
+        matches!(self, StoreError::Unavailable { .. } | StoreError::Throttled { .. })
+    }
+
+    fn throttled(&self) -> bool {
+        matches!(self, StoreError::Throttled { .. })
     }
 }
 
 impl StoreError {
     /// Every `error_type` this module can produce (RUNBOOK.md documents each).
-    pub const ERROR_TYPES: &[&str] =
-        &["transition_not_in_table", "store_unavailable", "store_rejected", "store_corrupt"];
+    pub const ERROR_TYPES: &[&str] = &[
+        "transition_not_in_table",
+        "store_throttled",
+        "store_unavailable",
+        "store_rejected",
+        "store_corrupt",
+    ];
 }
 
 #[cfg(test)]

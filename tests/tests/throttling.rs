@@ -1,0 +1,122 @@
+//! AWS throttling baton, on the emulator with its throttling switch (`tools/emulator.py`,
+//! `"throttle": true`: the error each service throttles with, as AWS sends it): nothing is lost
+//! and nothing is dead-lettered. Each rule matches this test's own keys.
+
+use std::time::Duration;
+
+use baton::lifecycle::State;
+use baton_tests::Emulator;
+use baton_tests::logs::captured;
+use baton_tests::system::{System, start_system, start_system_env};
+use serde_json::{Value, json};
+
+const CONFIG: &str = baton_tests::ORDER_REVIEW;
+
+fn placed(key: &str) -> String {
+    json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop", "type": "order.placed",
+        "subject": key, "data": {"total": 5000}})
+    .to_string()
+}
+
+async fn state_is(system: &System, key: &str, state: State) {
+    system
+        .until(&format!("{key} {state}"), || async {
+            system.record("order-review", key).await.filter(|r| r.state == state).map(|_| ())
+        })
+        .await;
+}
+
+/// The bodies in this stack's dead-letter queue `queue`.
+async fn dead_letters(system: &System, queue: &str) -> Vec<String> {
+    system.drain_queue(queue).await.into_iter().filter_map(|m| m.body).collect()
+}
+
+/// Step Functions refuses every start of this execution for a while, over the account's quota of
+/// open executions (`ExecutionLimitExceeded`): the event fails on every receive, and on the last
+/// a copy goes back to the intake queue instead of the dead-letter queue; once the quota
+/// allows, the workflow starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_refused_over_quota_on_every_receive_goes_back_to_its_queue_and_starts_later() {
+    captured();
+    let emulator = Emulator::from_env();
+    let system = start_system_env(CONFIG, &[("BATON_REQUEUE_DELAY_SECONDS", "1")]).await;
+    let key = baton_tests::unique_name("quota");
+    let receives = u64::from(baton::sqs::DEFAULT_MAX_RECEIVE_COUNT);
+    let rule = emulator
+        .inject(json!({"operation": "AWSStepFunctions.StartExecution", "match": [key], "throttle": true,
+            "code": "ExecutionLimitExceeded", "message": "Execution limit exceeded", "times": receives}))
+        .await;
+    system.send_event(&placed(&key)).await;
+    state_is(&system, &key, State::Waiting { step: 0 }).await;
+    assert_eq!(emulator.fault_hits(rule).await, receives, "refused on each of the message's receives");
+    let requeued = baton_tests::logs::captured()
+        .lines()
+        .into_iter()
+        .filter(|l| l["fields"]["message"] == "throttled on every receive; sent back to its queue")
+        .filter(|l| l["fields"]["error_type"] == "stepfunctions_throttled")
+        .count();
+    assert!(requeued >= 1, "the requeue is logged, with the throttle's error type");
+    assert_eq!(system.executions("order-review").await.iter().filter(|e| e.name().contains(&key)).count(), 1);
+    assert_eq!(dead_letters(&system, "IntakeDLQ").await, Vec::<String>::new(), "nothing dead-lettered");
+    system.stop().await;
+}
+
+/// DynamoDB throttles half of the record writes of a burst of workflows (a hot partition):
+/// the SDK's backoff and SQS's redelivery carry every one through, none dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_with_half_its_record_writes_throttled_starts_every_workflow_once() {
+    let emulator = Emulator::from_env();
+    let system = start_system(CONFIG).await;
+    let prefix = baton_tests::unique_name("burst");
+    let rule = emulator
+        .inject(
+            json!({"operation": "DynamoDB_20120810.PutItem", "match": [prefix, "RECORD"], "throttle": true,
+            "share": 0.5}),
+        )
+        .await;
+    let keys: Vec<String> = (0..8).map(|i| format!("{prefix}-{i}")).collect();
+    for key in &keys {
+        system.send_event(&placed(key)).await;
+    }
+    for key in &keys {
+        state_is(&system, key, State::Waiting { step: 0 }).await;
+    }
+    assert!(emulator.fault_hits(rule).await > 0, "the writes were throttled");
+    let started = system.executions("order-review").await;
+    for key in &keys {
+        assert_eq!(
+            started.iter().filter(|e| e.name().contains(key.as_str())).count(),
+            1,
+            "{key} started once"
+        );
+    }
+    assert_eq!(dead_letters(&system, "IntakeDLQ").await, Vec::<String>::new(), "nothing dead-lettered");
+    system.stop().await;
+}
+
+/// A callback whose record DynamoDB throttles past the SDK's retries gets 503 with
+/// `Retry-After`, and its retry is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_callback_gets_503_with_retry_after_and_its_retry_is_applied() {
+    let emulator = Emulator::from_env();
+    let system = start_system(CONFIG).await;
+    let key = baton_tests::unique_name("cb-throttle");
+    system.send_event(&placed(&key)).await;
+    state_is(&system, &key, State::Waiting { step: 0 }).await;
+    let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
+    let rule = emulator
+        .inject(json!({"operation": "DynamoDB_20120810.GetItem", "match": [format!("WF#order-review#{key}")],
+            "throttle": true, "times": attempts}))
+        .await;
+    let review: Value = json!({"workflow": "order-review", "key": key, "step": "manual-review",
+        "outcome": "succeeded", "data": {"decision": "approve"}});
+    let first = system.callback_once("cb-throttled", &review).await;
+    assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts), "the SDK retried, with backoff");
+    assert_eq!(first.status, 503, "{}", first.body);
+    assert!(first.retry_after.is_some_and(|s| s >= 1), "with Retry-After: {:?}", first.retry_after);
+    tokio::time::sleep(Duration::from_secs(first.retry_after.unwrap_or(1))).await;
+    let (status, again) = system.callback("cb-throttled", &review).await;
+    assert_eq!((status, again["status"].as_str()), (200, Some("applied")), "{again}");
+    state_is(&system, &key, State::Waiting { step: 1 }).await;
+    system.stop().await;
+}
