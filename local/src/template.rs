@@ -26,7 +26,7 @@
 //! Errors name the YAML path, e.g. `Resources.IntakeQueue.Properties.RedrivePolicy.maxReceiveCount:
 //! expected a number`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -396,6 +396,7 @@ const TABLE_IGNORED: &[&str] = &[
     "DeletionProtectionEnabled",
     "TableClass",
     "ContributorInsightsSpecification",
+    "OnDemandThroughput",
     "Tags",
 ];
 const QUEUE_HANDLED: &[&str] = &[
@@ -430,6 +431,7 @@ const FUNCTION_IGNORED: &[&str] = &[
     "Tracing",
     "LoggingConfig",
     "AutoPublishAlias",
+    "ReservedConcurrentExecutions",
     "Tags",
 ];
 
@@ -595,7 +597,8 @@ impl Kind {
 
 /// Everything a reference may name.
 struct Names {
-    parameters: BTreeSet<String>,
+    /// Each parameter's default, when it has one.
+    parameters: BTreeMap<String, Option<String>>,
     kinds: BTreeMap<String, Kind>,
 }
 
@@ -608,7 +611,16 @@ impl Names {
         for (logical_id, resource) in resources.entries()? {
             kinds.insert(logical_id.to_owned(), Kind::of(logical_id, &resource)?);
         }
-        Ok(Names { parameters: parameters.keys().cloned().collect(), kinds })
+        Ok(Names { parameters: parameters.clone(), kinds })
+    }
+
+    /// A whole number, written out or as `Ref` to a parameter with a default (what a local
+    /// stack deploys with).
+    fn u32(&self, node: &Node<'_>) -> Result<u32, TemplateError> {
+        let Some(name) = node.get("Ref").map(|r| r.str()).transpose()? else { return node.u32() };
+        let default = self.parameters.get(name).ok_or_else(|| Names::unknown(node, name))?;
+        let default = default.as_deref().ok_or_else(|| node.invalid(format!("parameter {name} has no default")))?;
+        default.trim().parse().map_err(|_| node.invalid(format!("parameter {name}'s default is not a number")))
     }
 
     fn unknown(node: &Node<'_>, name: &str) -> TemplateError {
@@ -616,7 +628,7 @@ impl Names {
     }
 
     fn check_ref(&self, node: &Node<'_>, name: &str) -> Result<(), TemplateError> {
-        if PSEUDO_PARAMETERS.contains(&name) || self.parameters.contains(name) {
+        if PSEUDO_PARAMETERS.contains(&name) || self.parameters.contains_key(name) {
             return Ok(());
         }
         match self.kinds.get(name) {
@@ -937,7 +949,7 @@ fn event_source(spec: &mut FunctionSpec, event: &Node<'_>, names: &Names) -> Res
                 queue_logical_id: queue_arn(&props.field("Queue")?, names)?,
                 batch_size: props
                     .get("BatchSize")
-                    .map(|n| n.u32())
+                    .map(|n| names.u32(&n))
                     .transpose()?
                     .unwrap_or(DEFAULT_SQS_BATCH_SIZE),
                 report_batch_item_failures,
