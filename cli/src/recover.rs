@@ -125,6 +125,7 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
         webhook_secrets_ttl: baton::secrets::DEFAULT_TTL,
         source_queue_url: None,
         requeue_delay_seconds: baton::sqs::REQUEUE_DELAY_SECONDS,
+        due_shards: crate::ops::due_shards()?,
         // Written as the functions write them (docs/RUNBOOK.md, "Upgrading across the compact
         // record").
         item_format: match std::env::var("BATON_ITEM_FORMAT") {

@@ -92,7 +92,7 @@ pub async fn run(args: RolloutArgs) -> Result<u8> {
             .context("the live records are counted in the stack's table (or give --offline)")?;
         let Some(table) = target.table.clone() else { bail!("the table is needed (or --offline)") };
         let client = aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?);
-        Some((DynamoStore::new(client, table), target.location()))
+        Some((DynamoStore::new(client, table).with_due_shards(crate::ops::due_shards()?), target.location()))
     };
     let (from, from_name) = match &args.from {
         Some(spec) => from_spec(spec, &args.to)?,

@@ -46,7 +46,8 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let target = target::resolve(&args.target, &[Field::Table], true)?;
     let Some(table) = target.table.clone() else { bail!("the table is needed") };
     let store =
-        DynamoStore::new(aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?), table.clone());
+        DynamoStore::new(aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?), table.clone())
+            .with_due_shards(crate::ops::due_shards()?);
     let now = OffsetDateTime::now_utc();
     let counts = store
         .count_by_state()

@@ -138,7 +138,8 @@ impl LocalBaton {
                 config: config.clone(),
                 store: Arc::new(
                     DynamoStore::new(clients.dynamodb.clone(), settings.table.clone())
-                        .with_format(settings.item_format),
+                        .with_format(settings.item_format)
+                        .with_due_shards(settings.due_shards),
                 ),
                 orchestrator: Arc::new(StepFunctions::new(clients.sfn.clone())),
                 publisher: Arc::new(SqsTaskPublisher::new(

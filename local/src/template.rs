@@ -619,8 +619,12 @@ impl Names {
     fn u32(&self, node: &Node<'_>) -> Result<u32, TemplateError> {
         let Some(name) = node.get("Ref").map(|r| r.str()).transpose()? else { return node.u32() };
         let default = self.parameters.get(name).ok_or_else(|| Names::unknown(node, name))?;
-        let default = default.as_deref().ok_or_else(|| node.invalid(format!("parameter {name} has no default")))?;
-        default.trim().parse().map_err(|_| node.invalid(format!("parameter {name}'s default is not a number")))
+        let default =
+            default.as_deref().ok_or_else(|| node.invalid(format!("parameter {name} has no default")))?;
+        default
+            .trim()
+            .parse()
+            .map_err(|_| node.invalid(format!("parameter {name}'s default is not a number")))
     }
 
     fn unknown(node: &Node<'_>, name: &str) -> TemplateError {

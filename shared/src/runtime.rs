@@ -66,6 +66,9 @@ pub struct Settings {
     /// `BATON_REQUEUE_DELAY_SECONDS`: how long a requeued copy stays invisible (default 60,
     /// at most 900).
     pub requeue_delay_seconds: i32,
+    /// `BATON_DUE_SHARDS`: how many `by_due` index partitions each state is spread over
+    /// (default 8; only ever raise it).
+    pub due_shards: u32,
     /// `BATON_ITEM_FORMAT`: `compact` (default) or `objects`, how table items are written
     /// ([`ItemFormat`]; docs/RUNBOOK.md, "Upgrading across the compact record").
     pub item_format: ItemFormat,
@@ -164,6 +167,12 @@ impl Settings {
                 }
             })?,
         };
+        const SHARDS: &str = "BATON_DUE_SHARDS";
+        let due_shards = match lookup(env, SHARDS) {
+            None => crate::store::dynamodb::DEFAULT_DUE_SHARDS,
+            Some(v) => crate::store::dynamodb::parse_due_shards(&v)
+                .map_err(|problem| SettingsError::Invalid { name: SHARDS, problem })?,
+        };
         const FORMAT: &str = "BATON_ITEM_FORMAT";
         let item_format = match lookup(env, FORMAT) {
             None => ItemFormat::default(),
@@ -183,6 +192,7 @@ impl Settings {
             webhook_secrets_ttl,
             source_queue_url: lookup(env, "BATON_SOURCE_QUEUE_URL"),
             requeue_delay_seconds,
+            due_shards,
             item_format,
         })
     }
@@ -274,7 +284,8 @@ fn engine_with(
         config: Arc::new(config),
         store: Arc::new(
             DynamoStore::new(aws_sdk_dynamodb::Client::new(sdk), settings.table.clone())
-                .with_format(settings.item_format),
+                .with_format(settings.item_format)
+                .with_due_shards(settings.due_shards),
         ),
         orchestrator: Arc::new(StepFunctions::new(sfn)),
         publisher: Arc::new(SqsTaskPublisher::new(sqs, outbound)),

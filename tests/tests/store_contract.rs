@@ -490,3 +490,47 @@ async fn dynamodb_items_carry_the_ttl_attribute_and_the_table_has_ttl_enabled() 
         assert!(at > t0().unix_timestamp(), "expires in the future: {at}");
     }
 }
+
+/// DynamoDB-specific: each state's `by_due` entries are spread over shards (no hot partition),
+/// every read covers them all, and entries written before sharding (the unsharded
+/// `record#<state>`) are still found and counted until their next write moves them.
+#[tokio::test]
+async fn dynamodb_due_entries_are_sharded_and_read_from_every_shard_and_the_unsharded_partition() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use baton::store::dynamodb::{DEFAULT_DUE_SHARDS, due_shard};
+    let emulator = Emulator::from_env();
+    let store = dynamo_store(&emulator).await;
+    let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
+    let keys: Vec<String> = (0..24).map(|i| format!("shard-{i}")).collect();
+    for key in &keys {
+        waiting_record(&store, key).await;
+    }
+    let kind_of = |item: &std::collections::HashMap<String, AttributeValue>| {
+        item.get("due_kind").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
+    };
+    let items = client.scan().table_name(store.table()).send().await.unwrap().items.unwrap_or_default();
+    let shards: std::collections::BTreeSet<String> = items.iter().map(kind_of).collect();
+    assert!(shards.len() > 1, "the waiting records are spread over shards: {shards:?}");
+    for item in &items {
+        let pk = item["pk"].as_s().unwrap();
+        assert_eq!(kind_of(item), format!("record#waiting#{}", due_shard(pk, DEFAULT_DUE_SHARDS)));
+    }
+    // One record as a version before sharding wrote it.
+    let (w, k) = names("shard-0");
+    client
+        .update_item()
+        .table_name(store.table())
+        .key("pk", AttributeValue::S(format!("WF#{w}#{k}")))
+        .key("sk", AttributeValue::S("RECORD".into()))
+        .update_expression("SET due_kind = :legacy")
+        .expression_attribute_values(":legacy", AttributeValue::S("record#waiting".into()))
+        .send()
+        .await
+        .unwrap();
+    let far = t0() + Duration::days(365);
+    let due = store.due(Kind::Waiting, far, 100).await.unwrap();
+    assert_eq!(due.len(), keys.len(), "every shard, and the unsharded partition, is read");
+    assert!(due.windows(2).all(|w| w[0].deadline <= w[1].deadline), "merged oldest first");
+    assert_eq!(store.due(Kind::Waiting, far, 5).await.unwrap().len(), 5, "and cut to the limit");
+    assert_eq!(store.count_by_state().await.unwrap().get(&Kind::Waiting), Some(&(keys.len() as u64)));
+}

@@ -12,7 +12,11 @@
 //! | ledger entry | same | `LEDGER#<reason>#<input id>` |
 //!
 //! The `by_due` index (`due_kind`, `due_at`) is what the sweeper and `baton status` query:
-//! records under `record#<state>`, buffered inbox entries under `inbox#buffered`.
+//! records under `record#<state>#<shard>`, buffered inbox entries under `inbox#buffered#<shard>`,
+//! the shard a stable hash of `pk` modulo [`DynamoStore::with_due_shards`] (default
+//! [`DEFAULT_DUE_SHARDS`]), so that no one index partition takes every transition of a state.
+//! Every read queries all shards side by side, and the unsharded `record#<state>` and
+//! `inbox#buffered` that items written before sharding keep until their next write.
 //!
 //! Every conditional write asks for `ALL_OLD` on failure, so a lost race returns the winner's
 //! item with no second read. `ConditionalCheckFailedException` is interpreted in one place,
@@ -62,6 +66,36 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     format: ItemFormat,
+    due_shards: u32,
+}
+
+/// How many partitions of the `by_due` index each state is spread over, by default
+/// (`BATON_DUE_SHARDS`). docs/SCALE.md: one index partition takes about 1,000 writes a second.
+pub const DEFAULT_DUE_SHARDS: u32 = 8;
+
+/// The most shards a state may be spread over (each read queries them all).
+pub const MAX_DUE_SHARDS: u32 = 256;
+
+/// A shard count as `BATON_DUE_SHARDS` gives it: a whole number from 1 to [`MAX_DUE_SHARDS`].
+pub fn parse_due_shards(text: &str) -> Result<u32, String> {
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_DUE_SHARDS).contains(n))
+        .ok_or_else(|| format!("{text:?} is not a whole number from 1 to {MAX_DUE_SHARDS}"))
+}
+
+/// The `by_due` shard of the item partition `pk`: FNV-1a of its bytes, modulo `shards`. Stored
+/// in items: it must never change.
+pub fn due_shard(pk: &str, shards: u32) -> u32 {
+    let hash = pk.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    hash % shards.max(1)
+}
+
+/// The index partitions one `due_kind` prefix (`record#waiting`, `inbox#buffered`) is spread
+/// over: each shard, and the unsharded name items written before sharding keep.
+fn due_partitions(prefix: &str, shards: u32) -> Vec<String> {
+    std::iter::once(prefix.to_owned()).chain((0..shards.max(1)).map(|n| format!("{prefix}#{n}"))).collect()
 }
 
 /// How the store writes items. Both forms are always read; docs/RUNBOOK.md, "Upgrading across
@@ -104,7 +138,18 @@ impl ItemFormat {
 
 impl DynamoStore {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        DynamoStore { client, table: table.into(), format: ItemFormat::default() }
+        DynamoStore {
+            client,
+            table: table.into(),
+            format: ItemFormat::default(),
+            due_shards: DEFAULT_DUE_SHARDS,
+        }
+    }
+
+    /// The store spreading each state's `by_due` entries over `shards` index partitions. Only
+    /// ever raise it: entries on a shard at or above a lower count would not be read.
+    pub fn with_due_shards(self, shards: u32) -> Self {
+        DynamoStore { due_shards: shards.clamp(1, MAX_DUE_SHARDS), ..self }
     }
 
     /// The store writing items in `format`.
@@ -226,13 +271,67 @@ impl DynamoStore {
         let far = OffsetDateTime::now_utc() + time::Duration::days(36_500);
         let mut records = Vec::new();
         for kind in Kind::ALL {
-            for item in self.query_due(&format!("record#{kind}"), far, limit, Order::NewestFirst).await? {
+            for item in self.query_due_all(&format!("record#{kind}"), far, limit, Order::NewestFirst).await? {
                 records.push(parse_record(&item)?);
             }
         }
         records.sort_by_key(|r| std::cmp::Reverse(r.updated_at));
         records.truncate(limit);
         Ok(records)
+    }
+
+    /// [`Self::query_due`] on every partition of `prefix`, side by side, merged in `order` and
+    /// cut to `limit`.
+    async fn query_due_all(
+        &self,
+        prefix: &str,
+        before: OffsetDateTime,
+        limit: usize,
+        order: Order,
+    ) -> Result<Vec<Item>, StoreError> {
+        let partitions = due_partitions(prefix, self.due_shards);
+        let queries = partitions.iter().map(|p| self.query_due(p, before, limit, order));
+        let mut items: Vec<Item> =
+            futures::future::try_join_all(queries).await?.into_iter().flatten().collect();
+        let due_at = |i: &Item| i.get("due_at").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        items.sort_by_cached_key(due_at);
+        if order == Order::NewestFirst {
+            items.reverse();
+        }
+        items.truncate(limit);
+        Ok(items)
+    }
+
+    /// How many entries every partition of `prefix` holds, counted side by side.
+    async fn count_due_all(&self, prefix: &str) -> Result<u64, StoreError> {
+        let partitions = due_partitions(prefix, self.due_shards);
+        let counts = futures::future::try_join_all(partitions.iter().map(|p| self.count_due(p))).await?;
+        Ok(counts.into_iter().sum())
+    }
+
+    async fn count_due(&self, due_kind: &str) -> Result<u64, StoreError> {
+        let mut total = 0u64;
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(DUE_INDEX)
+                .key_condition_expression("#kind = :kind")
+                .expression_attribute_names("#kind", "due_kind")
+                .expression_attribute_values(":kind", s(due_kind))
+                .select(Select::Count)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(sdk("Query"))?;
+            total += u64::try_from(page.count).unwrap_or(0);
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                return Ok(total);
+            }
+        }
     }
 
     async fn query_due(
@@ -380,7 +479,7 @@ fn number_size(n: &str) -> usize {
 
 /// The size of a record's item, as the table stores it in `format`.
 pub fn record_size(record: &Record, format: ItemFormat) -> usize {
-    item_size(&record_item(record, format))
+    item_size(&record_item(record, format, MAX_DUE_SHARDS))
 }
 
 /// At least [`record_size`] in either format, without building the item: what every write checks first, so that
@@ -585,7 +684,7 @@ fn base_item(workflow: &WorkflowName, key: &CorrelationKey, sk: &str) -> Item {
 
 // ---- records ---------------------------------------------------------------------------------
 
-fn record_item(r: &Record, format: ItemFormat) -> Item {
+fn record_item(r: &Record, format: ItemFormat, shards: u32) -> Item {
     let mut item = base_item(&r.workflow, &r.key, RECORD_SK);
     format.stamp(&mut item);
     let (applied, history) = match format {
@@ -605,7 +704,10 @@ fn record_item(r: &Record, format: ItemFormat) -> Item {
         ("history".into(), history),
         ("created_at".into(), s(&ts(r.created_at))),
         ("updated_at".into(), s(&ts(r.updated_at))),
-        ("due_kind".into(), s(&format!("record#{}", r.state.kind()))),
+        (
+            "due_kind".into(),
+            s(&format!("record#{}#{}", r.state.kind(), due_shard(&pk(&r.workflow, &r.key), shards))),
+        ),
         ("due_at".into(), s(&ts(due_at(r)))),
     ]);
     if let Some(step) = r.state.step() {
@@ -733,7 +835,7 @@ fn parse_receipt(item: &Item) -> Result<Receipt, StoreError> {
     })
 }
 
-fn inbox_item(e: &InboxEntry) -> Item {
+fn inbox_item(e: &InboxEntry, shards: u32) -> Item {
     let mut item = base_item(&e.workflow, &e.key, &inbox_sk(e));
     item.extend([
         ("step".into(), n(e.step)),
@@ -754,7 +856,10 @@ fn inbox_item(e: &InboxEntry) -> Item {
         item.insert("config_version".into(), s(v));
     }
     if e.status == InboxStatus::Buffered {
-        item.insert("due_kind".into(), s("inbox#buffered"));
+        item.insert(
+            "due_kind".into(),
+            s(&format!("inbox#buffered#{}", due_shard(&pk(&e.workflow, &e.key), shards))),
+        );
         item.insert("due_at".into(), s(&ts(e.expires_at)));
     }
     item
@@ -857,7 +962,7 @@ impl WorkflowStore for DynamoStore {
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(record_item(&write.to, self.format)))
+            .set_item(Some(record_item(&write.to, self.format, self.due_shards)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         put = match condition_for(write)? {
             // Rule: a record is created once per (workflow, key).
@@ -949,7 +1054,7 @@ impl WorkflowStore for DynamoStore {
     }
 
     async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError> {
-        match self.put_if_absent("PutItem", inbox_item(entry)).await? {
+        match self.put_if_absent("PutItem", inbox_item(entry, self.due_shards)).await? {
             None => Ok(Claim::Acquired),
             Some(existing) => parse_inbox(&existing).map(Claim::Exists),
         }
@@ -1071,7 +1176,7 @@ impl WorkflowStore for DynamoStore {
     }
 
     async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.query_due(&format!("record#{kind}"), before, limit, Order::OldestFirst)
+        self.query_due_all(&format!("record#{kind}"), before, limit, Order::OldestFirst)
             .await?
             .iter()
             .map(parse_record)
@@ -1083,7 +1188,7 @@ impl WorkflowStore for DynamoStore {
         before: OffsetDateTime,
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        self.query_due("inbox#buffered", before, limit, Order::OldestFirst)
+        self.query_due_all("inbox#buffered", before, limit, Order::OldestFirst)
             .await?
             .iter()
             .map(parse_inbox)
@@ -1091,35 +1196,9 @@ impl WorkflowStore for DynamoStore {
     }
 
     async fn count_by_state(&self) -> Result<BTreeMap<Kind, u64>, StoreError> {
-        let mut counts = BTreeMap::new();
-        for kind in Kind::ALL {
-            let mut total = 0u64;
-            let mut start: Option<Item> = None;
-            loop {
-                let page = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(DUE_INDEX)
-                    .key_condition_expression("#kind = :kind")
-                    .expression_attribute_names("#kind", "due_kind")
-                    .expression_attribute_values(":kind", s(&format!("record#{kind}")))
-                    .select(Select::Count)
-                    .set_exclusive_start_key(start)
-                    .send()
-                    .await
-                    .map_err(sdk("Query"))?;
-                total += u64::try_from(page.count).unwrap_or(0);
-                start = page.last_evaluated_key;
-                if start.is_none() {
-                    break;
-                }
-            }
-            if total > 0 {
-                counts.insert(kind, total);
-            }
-        }
-        Ok(counts)
+        let prefixes = Kind::ALL.map(|kind| format!("record#{kind}"));
+        let counts = futures::future::try_join_all(prefixes.iter().map(|p| self.count_due_all(p))).await?;
+        Ok(Kind::ALL.into_iter().zip(counts).filter(|(_, n)| *n > 0).collect())
     }
 }
 
@@ -1222,10 +1301,14 @@ mod tests {
         use crate::lifecycle::{AppliedInput, AuditEntry};
         let record = largest_record_of(2).1;
         for format in [ItemFormat::Compact, ItemFormat::Objects] {
-            assert_eq!(parse_record(&record_item(&record, format)).unwrap(), record, "{format:?}");
+            assert_eq!(
+                parse_record(&record_item(&record, format, DEFAULT_DUE_SHARDS)).unwrap(),
+                record,
+                "{format:?}"
+            );
         }
         // What parse_record read before the compact record (a4e9275), on every item.
-        let item = record_item(&record, ItemFormat::Objects);
+        let item = record_item(&record, ItemFormat::Objects, DEFAULT_DUE_SHARDS);
         let old = Reader { item: &item };
         assert_eq!(old.id::<WorkflowName>("workflow").unwrap(), record.workflow);
         assert_eq!(old.id::<CorrelationKey>("key").unwrap(), record.key);
@@ -1234,7 +1317,7 @@ mod tests {
         let mut side = base_item(&record.workflow, &record.key, "LEDGER#x#y");
         ItemFormat::Objects.stamp(&mut side);
         assert_eq!(Reader { item: &side }.id::<CorrelationKey>("key").unwrap(), record.key);
-        let compact = record_item(&record, ItemFormat::Compact);
+        let compact = record_item(&record, ItemFormat::Compact, DEFAULT_DUE_SHARDS);
         assert!(!compact.contains_key("workflow") && !compact.contains_key("key"));
         assert_eq!(ItemFormat::parse("objects"), Ok(ItemFormat::Objects));
         assert_eq!(
@@ -1253,6 +1336,58 @@ mod tests {
                 "{steps} steps: the record reaches {bytes} bytes, more than one write unit"
             );
         }
+    }
+
+    /// Reads stay proportional to what is due, never to the table: no code that ships calls
+    /// Scan (tests may, to look at a table).
+    #[test]
+    fn nothing_that_ships_scans_the_table() {
+        fn sources(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    sources(&path, found);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    found.push(path);
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        for crate_dir in ["shared", "cli", "local", "harness"].into_iter().map(|c| root.join(c)) {
+            sources(&crate_dir.join("src"), &mut files);
+        }
+        for function in std::fs::read_dir(root.join("functions")).into_iter().flatten().flatten() {
+            sources(&function.path().join("src"), &mut files);
+        }
+        assert!(files.len() > 30, "the sources were found: {}", files.len());
+        let scanning: Vec<_> = files
+            .iter()
+            .filter(|f| std::fs::read_to_string(f).unwrap_or_default().contains(&[".sc", "an()"].concat()))
+            .collect();
+        assert!(scanning.is_empty(), "these call Scan: {scanning:?}");
+    }
+
+    #[test]
+    fn the_due_shard_of_a_key_never_changes_and_every_partition_is_read() {
+        // Stored in items: these values are a format, pinned (FNV-1a, 32 bits).
+        assert_eq!(due_shard("WF#order-review#k1", u32::MAX), 2_088_077_107);
+        assert_eq!(due_shard("WF#order-review#k1", 8), 3);
+        assert_eq!(due_shard("", 8), 2_166_136_261 % 8);
+        assert_eq!(due_shard("anything", 1), 0);
+        let spread: std::collections::BTreeSet<u32> =
+            (0..200).map(|i| due_shard(&format!("WF#order-review#order-{i}"), 8)).collect();
+        assert_eq!(spread.len(), 8, "200 keys reach every one of 8 shards");
+        assert_eq!(
+            due_partitions("record#waiting", 2),
+            ["record#waiting", "record#waiting#0", "record#waiting#1"]
+        );
+        assert_eq!(parse_due_shards(" 16 "), Ok(16));
+        assert!(
+            parse_due_shards("0").is_err()
+                && parse_due_shards("257").is_err()
+                && parse_due_shards("x").is_err()
+        );
     }
 
     #[test]
