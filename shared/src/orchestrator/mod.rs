@@ -520,7 +520,7 @@ mod tests {
     }
 
     #[test]
-    fn only_unavailability_is_retryable_and_every_type_is_listed() {
+    fn only_throttles_and_unavailability_are_retryable_and_every_type_is_listed() {
         let boxed = || -> BoxError { "cause".into() };
         let errors = [
             OrchestratorError::TokenGone {
@@ -540,6 +540,7 @@ mod tests {
                 state_machine_arn: "a".into(),
                 source: boxed(),
             },
+            OrchestratorError::Throttled { op: "start_execution", source: boxed() },
             OrchestratorError::Unavailable { op: "describe", source: boxed() },
             OrchestratorError::Rejected {
                 op: "describe",
@@ -552,7 +553,10 @@ mod tests {
         let types: Vec<&str> = errors.iter().map(Classified::error_type).collect();
         assert_eq!(types, ERROR_TYPES, "one example per error type, in ERROR_TYPES order");
         for e in &errors {
-            assert_eq!(e.retryable(), e.error_type() == "stepfunctions_unavailable", "{e}");
+            let (throttled, unavailable) =
+                (e.error_type() == "stepfunctions_throttled", e.error_type() == "stepfunctions_unavailable");
+            assert_eq!(e.retryable(), throttled || unavailable, "{e}");
+            assert_eq!(e.throttled(), throttled, "{e}");
             assert!(std::error::Error::source(e).is_some() || e.error_type() == "execution_conflict");
         }
     }
