@@ -8,6 +8,7 @@
 #               the HTTP API on 127.0.0.1; Ctrl-C stops everything it started
 #   make package  the four functions as Lambda zips (cargo-lambda, release profile), their sizes,
 #               and `sam validate --lint`; not part of `make test`
+#   make scale  a million workflows through the lifecycle and the sharded index (docs/SCALE.md)
 #   make cost   K two-step workflows on the local stack, every API call counted: calls, units and
 #               dollars per workflow (docs/COST.md)
 #   make bench  the hot path (shared/benches/hot_path.rs: event parse, matching for 1 to 1,000
@@ -22,7 +23,7 @@ PYTHON ?= python3
 VENV := .venv
 TOOLS_STAMP := $(VENV)/.installed-$(shell sha1sum requirements-dev.txt | cut -c1-12)
 
-.PHONY: test run sim measure-local fmt-check clippy unit lint-infra tools chromium clean package bench cost
+.PHONY: test run sim scale measure-local fmt-check clippy unit lint-infra tools chromium clean package bench cost
 
 test: tools fmt-check clippy lint-infra unit
 
@@ -93,6 +94,16 @@ unit: tools $(SAM_TEMPLATE)
 	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS)
 	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS) \
 	  --without IntakeFunction:ResumeStepsPolicy --expect-denied "IntakeFunction states:SendTaskSuccess"
+
+# The scale model (sim/src/scale.rs, docs/SCALE.md): a million workflows through the lifecycle,
+# the by_due index as DynamoDB lays it out, unsharded and sharded: peak writes per index
+# partition, and what one sweeper tick reads.
+scale:
+	cargo build --profile sim --locked -p baton-sim --bin baton-scale
+	target/sim/baton-scale $(SCALE_WORKFLOWS) $(SCALE_RATE)
+
+SCALE_WORKFLOWS ?= 1000000
+SCALE_RATE ?= 1000
 
 # The simulation at full scale, optimized (profile `sim`; sim/src/main.rs). Prints the schedules run, the
 # faults injected by kind, the invariant checks made, and each violation with its seed.

@@ -18,6 +18,7 @@
 
 pub mod check;
 pub mod rng;
+pub mod scale;
 pub mod sfn;
 pub mod sqs;
 pub mod store;
