@@ -309,18 +309,23 @@ impl DynamoStore {
         Ok(counts.into_iter().sum())
     }
 
+    /// A Query of the one `by_due` partition `due_kind` (`#kind`, `:kind`).
+    fn due_query(&self, due_kind: &str) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        self.client
+            .query()
+            .table_name(&self.table)
+            .index_name(DUE_INDEX)
+            .expression_attribute_names("#kind", "due_kind")
+            .expression_attribute_values(":kind", s(due_kind))
+    }
+
     async fn count_due(&self, due_kind: &str) -> Result<u64, StoreError> {
         let mut total = 0u64;
         let mut start: Option<Item> = None;
         loop {
             let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(DUE_INDEX)
+                .due_query(due_kind)
                 .key_condition_expression("#kind = :kind")
-                .expression_attribute_names("#kind", "due_kind")
-                .expression_attribute_values(":kind", s(due_kind))
                 .select(Select::Count)
                 .set_exclusive_start_key(start)
                 .send()
@@ -345,14 +350,9 @@ impl DynamoStore {
         let mut start: Option<Item> = None;
         loop {
             let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(DUE_INDEX)
+                .due_query(due_kind)
                 .key_condition_expression("#kind = :kind AND #at <= :before")
-                .expression_attribute_names("#kind", "due_kind")
                 .expression_attribute_names("#at", "due_at")
-                .expression_attribute_values(":kind", s(due_kind))
                 .expression_attribute_values(":before", s(&ts(before)))
                 .scan_index_forward(order == Order::OldestFirst)
                 .limit(i32::try_from(limit.saturating_sub(items.len()).max(1)).unwrap_or(i32::MAX))
