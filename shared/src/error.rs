@@ -34,6 +34,8 @@ pub const THROTTLE_CODES: &[&str] = &[
     "TooManyRequestsException",
     "RequestThrottled",
     "KmsThrottlingException",
+    // SQS on a queue encrypted with KMS (SendMessageError::KmsThrottled).
+    "KMS.ThrottlingException",
 ];
 
 /// Is this SDK failure a throttle: one of [`THROTTLE_CODES`], or HTTP 429?

@@ -111,3 +111,35 @@ impl Classified for PublishError {
 impl PublishError {
     pub const ERROR_TYPES: &[&str] = &["outbound_throttled", "outbound_unavailable", "outbound_rejected"];
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_sqs::operation::send_message::SendMessageError;
+    use aws_sdk_sqs::types::error::KmsThrottled;
+    use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+    use aws_smithy_runtime_api::client::result::SdkError;
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+    use aws_smithy_types::error::ErrorMetadata;
+
+    use super::*;
+    use crate::sqs::Verdict;
+
+    /// SendMessage refused because KMS throttled an encrypted queue's data key (found by review):
+    /// SQS's own code for it, `KMS.ThrottlingException`, HTTP 400.
+    #[test]
+    fn sqs_kms_throttling_is_a_throttle_and_never_poisons_the_message() {
+        let meta = ErrorMetadata::builder().code("KMS.ThrottlingException").message("Rate exceeded").build();
+        let err = SendMessageError::KmsThrottled(
+            KmsThrottled::builder().message("Rate exceeded").meta(meta).build(),
+        );
+        let e: SdkError<SendMessageError, HttpResponse> = SdkError::service_error(
+            err,
+            HttpResponse::new(StatusCode::try_from(400).unwrap(), SdkBody::from("")),
+        );
+        let publish =
+            PublishError { retryable: sdk_retryable(&e), throttled: sdk_throttled(&e), source: Box::new(e) };
+        assert_eq!(publish.error_type(), "outbound_throttled");
+        assert!(matches!(Verdict::from_error(&publish), Verdict::Retry { throttled: true, .. }));
+    }
+}

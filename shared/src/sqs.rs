@@ -78,6 +78,9 @@ pub trait DeadLetterQueue: Send + Sync {
 /// (`BATON_REQUEUE_DELAY_SECONDS`; SQS allows up to 900).
 pub const REQUEUE_DELAY_SECONDS: i32 = 60;
 
+/// How the detail of a throttled message dead-lettered because its requeue failed says so.
+pub const REQUEUE_FAILED: &str = "it could not be sent back to its queue";
+
 /// The message attribute counting how often a message was requeued after throttling.
 pub const REQUEUES_ATTRIBUTE: &str = "baton_requeues";
 
@@ -224,7 +227,9 @@ where
         let receives = message.attributes.get("ApproximateReceiveCount").and_then(|n| n.parse::<u32>().ok());
         let last = receives.is_some_and(|n| n >= dead_letters.max_receive_count());
         // A throttle on the last receive is no reason to give up on the message: a copy goes
-        // back to the queue, to be tried again once the rate allows (docs/SCALE.md).
+        // back to the queue, to be tried again once the rate allows (docs/SCALE.md). Only if
+        // that copy cannot be sent is it dead-lettered, saying both.
+        let mut requeue_failed = None;
         if let Verdict::Retry { error_type, detail, throttled: true } = &verdict
             && last
         {
@@ -232,20 +237,25 @@ where
                 Ok(()) => {
                     warn!(message_id = %id, error_type, error = %detail, requeues = requeues(&message) + 1,
                         "throttled on every receive; sent back to its queue");
+                    continue;
                 }
                 Err(e) => {
                     error!(message_id = %id, error_type, error = %error_chain(&e),
-                        "throttled on every receive and cannot be sent back to its queue; leaving it for redelivery");
-                    response.add_failure(id);
+                        "throttled on every receive and cannot be sent back to its queue; dead-lettering it");
+                    requeue_failed = Some(error_chain(&e));
                 }
             }
-            continue;
         }
         if let Verdict::Retry { error_type, detail, .. } = &verdict
             && last
         {
-            let detail =
-                format!("{error_type} on each of {} receives; the last: {detail}", receives.unwrap_or(0));
+            let receives = receives.unwrap_or(0);
+            let detail = match &requeue_failed {
+                None => format!("{error_type} on each of {receives} receives; the last: {detail}"),
+                Some(e) => format!(
+                    "{error_type} on each of {receives} receives, and {REQUEUE_FAILED} ({e}); the last: {detail}"
+                ),
+            };
             verdict = Verdict::Poison { reason: RETRIES_EXHAUSTED, detail };
         }
         match verdict {
@@ -331,8 +341,12 @@ mod tests {
 
         let port = Recorded { requeue_fails: true, ..Recorded::default() };
         let failed = run(&port, vec![message("last", 5)], true).await;
-        assert_eq!(failed, ["last"], "a copy that cannot be sent leaves the message for redelivery");
-        assert!(port.dead.lock().unwrap().is_empty());
+        assert!(failed.is_empty());
+        assert_eq!(
+            *port.dead.lock().unwrap(),
+            ["last:retries_exhausted"],
+            "a copy that cannot be sent: dead-lettered with its reason, not moved there without one"
+        );
 
         let port = Recorded::default();
         let failed = run(&port, vec![message("last", 5)], false).await;

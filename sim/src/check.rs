@@ -505,7 +505,8 @@ pub fn all(
         }
         // A throttle says nothing about the message: it is requeued, never dead-lettered.
         let detail = m.attributes.get(baton::sqs::DETAIL_ATTRIBUTE).map(String::as_str).unwrap_or("");
-        c.check(!detail.split_whitespace().next().unwrap_or("").ends_with("_throttled"), || {
+        let throttled = detail.split_whitespace().next().unwrap_or("").ends_with("_throttled");
+        c.check(!throttled || detail.contains(baton::sqs::REQUEUE_FAILED), || {
             format!("a throttled message was dead-lettered: {} ({detail})", m.id)
         });
         c.check(m.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE), || {

@@ -297,8 +297,6 @@ impl DeadLetterQueue for SimDeadLetters {
         let fault = self.world.fault("sqs.SendMessage(requeue)");
         let unavailable = || DeadLetterError { retryable: true, source: "injected: SQS unavailable".into() };
         if matches!(fault, Fault::Before | Fault::Throttled) {
-            // Left for redelivery, the redrive policy may move it without a reason.
-            self.mark_send_failed(message);
             return Err(unavailable());
         }
         let source = match self.queue {

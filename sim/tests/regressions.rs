@@ -504,3 +504,31 @@ fn a_message_throttled_on_every_receive_is_sent_back_to_its_queue_not_dead_lette
     assert_eq!(record(&s, "t").state, State::Pending, "started once the throttle passed");
     assert!(lock(&s.sqs).messages(QueueId::IntakeDlq).is_empty());
 }
+
+#[test]
+fn a_throttled_message_whose_requeue_answer_is_lost_is_dead_lettered_with_its_reason_and_its_copy_applies() {
+    let s = stack();
+    send(&s, &event("start-lost", "order.placed", "lost", json!({})));
+    // Throttled on every receive; on the last, the requeued copy lands but SendMessage's answer
+    // is lost (found by review): the original is dead-lettered saying both, never anonymously.
+    for i in 0..baton_sim::sqs::MAX_RECEIVE_COUNT {
+        s.world.script("ddb.GetItem(record)", Fault::Throttled);
+        if i + 1 == baton_sim::sqs::MAX_RECEIVE_COUNT {
+            s.world.script("sqs.SendMessage(requeue)", Fault::After);
+        }
+        deliver(&s, QueueId::Intake);
+        s.world.advance(baton_sim::sqs::VISIBILITY + Duration::seconds(1));
+    }
+    s.world.advance(Duration::seconds(i64::from(baton::sqs::REQUEUE_DELAY_SECONDS)));
+    deliver(&s, QueueId::Intake);
+    assert_eq!(record(&s, "lost").state, State::Pending, "the copy started the workflow");
+    let sqs = lock(&s.sqs);
+    let dead = sqs.messages(QueueId::IntakeDlq);
+    assert_eq!(dead.len(), 1);
+    let detail = dead[0].attributes.get(baton::sqs::DETAIL_ATTRIBUTE).cloned().unwrap_or_default();
+    assert_eq!(
+        dead[0].attributes.get(baton::sqs::REASON_ATTRIBUTE).map(String::as_str),
+        Some(baton::sqs::RETRIES_EXHAUSTED)
+    );
+    assert!(detail.contains(baton::sqs::REQUEUE_FAILED), "{detail}");
+}
