@@ -286,7 +286,13 @@ impl DeadLetterQueue for SimDeadLetters {
             self.world.now(),
         );
         match fault {
-            Fault::After => Err(unavailable()),
+            Fault::After => {
+                // The reasoned copy landed, but the function does not know: it fails the
+                // receive, and on the last one the redrive policy moves the original too, by
+                // when an operator's replay may have taken the copy.
+                self.mark_send_failed(message);
+                Err(unavailable())
+            }
             _ => Ok(()),
         }
     }
