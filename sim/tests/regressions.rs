@@ -446,11 +446,7 @@ fn a_message_failing_on_its_last_receive_is_dead_lettered_with_a_reason() {
     send(&s, &event("start-k", "order.placed", "k", json!({})));
     // The store fails on every receive; on the last one before the redrive policy would move
     // the message without a word, baton dead-letters it itself, saying why.
-    for _ in 0..baton_sim::sqs::MAX_RECEIVE_COUNT {
-        s.world.script("ddb.GetItem(record)", Fault::Before);
-        deliver(&s, QueueId::Intake);
-        s.world.advance(baton_sim::sqs::VISIBILITY + Duration::seconds(1));
-    }
+    every_receive(&s, Fault::Before, None);
     let sqs = lock(&s.sqs);
     assert!(sqs.messages(QueueId::Intake).is_empty(), "still in the work queue");
     let dead = sqs.messages(QueueId::IntakeDlq);
@@ -487,11 +483,7 @@ fn a_message_throttled_on_every_receive_is_sent_back_to_its_queue_not_dead_lette
     // DynamoDB throttles the record's read on every receive up to the last; the message is not
     // given up: a copy goes back to the intake queue, and starts the workflow once the rate
     // allows.
-    for _ in 0..baton_sim::sqs::MAX_RECEIVE_COUNT {
-        s.world.script("ddb.GetItem(record)", Fault::Throttled);
-        deliver(&s, QueueId::Intake);
-        s.world.advance(baton_sim::sqs::VISIBILITY + Duration::seconds(1));
-    }
+    every_receive(&s, Fault::Throttled, None);
     {
         let sqs = lock(&s.sqs);
         assert!(sqs.messages(QueueId::IntakeDlq).is_empty(), "a throttle was dead-lettered");
@@ -511,14 +503,7 @@ fn a_throttled_message_whose_requeue_answer_is_lost_is_dead_lettered_with_its_re
     send(&s, &event("start-lost", "order.placed", "lost", json!({})));
     // Throttled on every receive; on the last, the requeued copy lands but SendMessage's answer
     // is lost (found by review): the original is dead-lettered saying both, never anonymously.
-    for i in 0..baton_sim::sqs::MAX_RECEIVE_COUNT {
-        s.world.script("ddb.GetItem(record)", Fault::Throttled);
-        if i + 1 == baton_sim::sqs::MAX_RECEIVE_COUNT {
-            s.world.script("sqs.SendMessage(requeue)", Fault::After);
-        }
-        deliver(&s, QueueId::Intake);
-        s.world.advance(baton_sim::sqs::VISIBILITY + Duration::seconds(1));
-    }
+    every_receive(&s, Fault::Throttled, Some(("sqs.SendMessage(requeue)", Fault::After)));
     s.world.advance(Duration::seconds(i64::from(baton::sqs::REQUEUE_DELAY_SECONDS)));
     deliver(&s, QueueId::Intake);
     assert_eq!(record(&s, "lost").state, State::Pending, "the copy started the workflow");
@@ -531,4 +516,17 @@ fn a_throttled_message_whose_requeue_answer_is_lost_is_dead_lettered_with_its_re
         Some(baton::sqs::RETRIES_EXHAUSTED)
     );
     assert!(detail.contains(baton::sqs::REQUEUE_FAILED), "{detail}");
+}
+
+/// Delivers the intake queue once per receive up to the last, the record's read failing with
+/// `fault` each time; on the last receive, `last` strikes too.
+fn every_receive(s: &Stack, fault: Fault, last: Option<(&'static str, Fault)>) {
+    for i in 0..baton_sim::sqs::MAX_RECEIVE_COUNT {
+        s.world.script("ddb.GetItem(record)", fault);
+        if let Some((op, fault)) = last.filter(|_| i + 1 == baton_sim::sqs::MAX_RECEIVE_COUNT) {
+            s.world.script(op, fault);
+        }
+        deliver(s, QueueId::Intake);
+        s.world.advance(baton_sim::sqs::VISIBILITY + Duration::seconds(1));
+    }
 }
