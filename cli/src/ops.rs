@@ -54,12 +54,7 @@ pub fn human(d: Duration) -> String {
 /// How many `by_due` shards the stack's functions write (`BATON_DUE_SHARDS`, the template's
 /// `DueShards`; default 8): the operator commands read them all.
 pub fn due_shards() -> Result<u32> {
-    match std::env::var("BATON_DUE_SHARDS") {
-        Err(_) => Ok(baton::store::dynamodb::DEFAULT_DUE_SHARDS),
-        Ok(v) => {
-            baton::store::dynamodb::parse_due_shards(&v).map_err(|e| anyhow::anyhow!("BATON_DUE_SHARDS: {e}"))
-        }
-    }
+    Ok(baton::runtime::due_shards(&|name| std::env::var(name).ok())?)
 }
 
 /// Step names by workflow and index, from the config when one could be read.

@@ -19,7 +19,6 @@ use baton::lifecycle::{Input, Outcome};
 use baton::metrics::Metrics;
 use baton::replay::{self, Applied, Classification, Done, Line, Origin};
 use baton::runtime::Settings;
-use baton::store::dynamodb::ItemFormat;
 use serde::{Deserialize, Serialize};
 
 use crate::target::{self, Field, Target, TargetArgs};
@@ -128,10 +127,7 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
         due_shards: crate::ops::due_shards()?,
         // Written as the functions write them (docs/RUNBOOK.md, "Upgrading across the compact
         // record").
-        item_format: match std::env::var("BATON_ITEM_FORMAT") {
-            Ok(v) => ItemFormat::parse(v.trim()).map_err(|e| anyhow::anyhow!("BATON_ITEM_FORMAT: {e}"))?,
-            Err(_) => ItemFormat::default(),
-        },
+        item_format: baton::runtime::item_format(&|name| std::env::var(name).ok())?,
     };
     // Metrics from an operator's terminal would be noise on stdout: they go nowhere.
     let engine = baton::runtime::engine(&sdk, &settings, config, Metrics::to(Box::new(std::io::sink())));

@@ -24,7 +24,7 @@ use crate::callback::Callbacks;
 use crate::error::Classified;
 use crate::secrets::{RotatingSecrets, SecretsManager};
 use crate::sqs::{DeadLetters, SqsDeadLetters, SqsHandler, error_chain};
-use crate::store::dynamodb::{DynamoStore, ItemFormat};
+use crate::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore, ItemFormat, MAX_DUE_SHARDS};
 use crate::sweeper::Sweeper;
 use crate::webhook::Secrets;
 
@@ -104,6 +104,39 @@ fn required(env: &dyn Fn(&str) -> Option<String>, name: &'static str) -> Result<
     lookup(env, name).ok_or(SettingsError::Missing(name))
 }
 
+/// An optional setting: `default` when unset, else the value `parse`d; an invalid one names the
+/// variable and what is wrong with it.
+fn optional<T>(
+    env: &dyn Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: T,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, SettingsError> {
+    match lookup(env, name) {
+        None => Ok(default),
+        Some(v) => parse(v.trim()).map_err(|problem| SettingsError::Invalid { name, problem }),
+    }
+}
+
+/// A whole number that `fits`, or the problem: `"x" is not a whole number <what>`.
+fn whole<T: std::str::FromStr>(v: &str, fits: impl Fn(&T) -> bool, what: &str) -> Result<T, String> {
+    v.parse::<T>().ok().filter(|n| fits(n)).ok_or_else(|| format!("{v:?} is not a whole number {what}"))
+}
+
+/// `BATON_DUE_SHARDS` (default [`DEFAULT_DUE_SHARDS`], 1 to [`MAX_DUE_SHARDS`]): how many `by_due`
+/// partitions each state is spread over. The operator commands read it as the functions do.
+pub fn due_shards(env: &dyn Fn(&str) -> Option<String>) -> Result<u32, SettingsError> {
+    optional(env, "BATON_DUE_SHARDS", DEFAULT_DUE_SHARDS, |v| {
+        whole(v, |n: &u32| (1..=MAX_DUE_SHARDS).contains(n), &format!("from 1 to {MAX_DUE_SHARDS}"))
+    })
+}
+
+/// `BATON_ITEM_FORMAT` (default `compact`): how table items are written ([`ItemFormat`]). The
+/// operator commands read it as the functions do.
+pub fn item_format(env: &dyn Fn(&str) -> Option<String>) -> Result<ItemFormat, SettingsError> {
+    optional(env, "BATON_ITEM_FORMAT", ItemFormat::default(), ItemFormat::parse)
+}
+
 impl Settings {
     /// From the process environment (variables that are not UTF-8 count as unset).
     pub fn from_env() -> Result<Settings, SettingsError> {
@@ -134,51 +167,19 @@ impl Settings {
                 ),
             });
         }
-        const TTL: &str = "BATON_WEBHOOK_SECRETS_TTL_SECONDS";
-        let webhook_secrets_ttl = match lookup(env, TTL) {
-            None => crate::secrets::DEFAULT_TTL,
-            Some(v) => match v.trim().parse::<u32>() {
-                Ok(seconds) if seconds > 0 => time::Duration::seconds(seconds.into()),
-                _ => {
-                    return Err(SettingsError::Invalid {
-                        name: TTL,
-                        problem: format!("{v:?} is not a whole number of seconds above 0"),
-                    });
-                }
-            },
-        };
-        const RECEIVES: &str = "BATON_MAX_RECEIVE_COUNT";
-        let max_receive_count = match lookup(env, RECEIVES) {
-            None => crate::sqs::DEFAULT_MAX_RECEIVE_COUNT,
-            Some(v) => {
-                v.trim().parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| SettingsError::Invalid {
-                    name: RECEIVES,
-                    problem: format!("{v:?} is not a whole number above 0"),
-                })?
-            }
-        };
-        const DELAY: &str = "BATON_REQUEUE_DELAY_SECONDS";
-        let requeue_delay_seconds = match lookup(env, DELAY) {
-            None => crate::sqs::REQUEUE_DELAY_SECONDS,
-            Some(v) => v.trim().parse::<i32>().ok().filter(|n| (0..=900).contains(n)).ok_or_else(|| {
-                SettingsError::Invalid {
-                    name: DELAY,
-                    problem: format!("{v:?} is not a whole number of seconds from 0 to 900"),
-                }
-            })?,
-        };
-        const SHARDS: &str = "BATON_DUE_SHARDS";
-        let due_shards = match lookup(env, SHARDS) {
-            None => crate::store::dynamodb::DEFAULT_DUE_SHARDS,
-            Some(v) => crate::store::dynamodb::parse_due_shards(&v)
-                .map_err(|problem| SettingsError::Invalid { name: SHARDS, problem })?,
-        };
-        const FORMAT: &str = "BATON_ITEM_FORMAT";
-        let item_format = match lookup(env, FORMAT) {
-            None => ItemFormat::default(),
-            Some(v) => ItemFormat::parse(v.trim())
-                .map_err(|problem| SettingsError::Invalid { name: FORMAT, problem })?,
-        };
+        let webhook_secrets_ttl =
+            optional(env, "BATON_WEBHOOK_SECRETS_TTL_SECONDS", crate::secrets::DEFAULT_TTL, |v| {
+                whole(v, |n: &u32| *n > 0, "of seconds above 0").map(|n| time::Duration::seconds(n.into()))
+            })?;
+        let max_receive_count =
+            optional(env, "BATON_MAX_RECEIVE_COUNT", crate::sqs::DEFAULT_MAX_RECEIVE_COUNT, |v| {
+                whole(v, |n: &u32| *n > 0, "above 0")
+            })?;
+        let requeue_delay_seconds =
+            optional(env, "BATON_REQUEUE_DELAY_SECONDS", crate::sqs::REQUEUE_DELAY_SECONDS, |v| {
+                whole(v, |n: &i32| (0..=900).contains(n), "of seconds from 0 to 900")
+            })?;
+        let (due_shards, item_format) = (due_shards(env)?, item_format(env)?);
         Ok(Settings {
             table: required(env, "BATON_TABLE")?,
             state_machine_prefix,
@@ -600,6 +601,10 @@ mod tests {
         assert_eq!(Settings::from_lookup(&format("objects")).unwrap().item_format, ItemFormat::Objects);
         let err = Settings::from_lookup(&format("json")).unwrap_err();
         assert!(err.to_string().contains("BATON_ITEM_FORMAT is invalid"), "{err}");
+        let shards = |value: &'static str| due_shards(&move |_| Some(value.to_owned()));
+        assert_eq!(shards(" 16 ").unwrap(), 16);
+        assert!(shards("0").is_err() && shards("257").is_err() && shards("x").is_err());
+        assert_eq!(due_shards(&|_| None).unwrap(), DEFAULT_DUE_SHARDS);
     }
 
     #[test]

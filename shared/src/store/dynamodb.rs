@@ -76,15 +76,6 @@ pub const DEFAULT_DUE_SHARDS: u32 = 8;
 /// The most shards a state may be spread over (each read queries them all).
 pub const MAX_DUE_SHARDS: u32 = 256;
 
-/// A shard count as `BATON_DUE_SHARDS` gives it: a whole number from 1 to [`MAX_DUE_SHARDS`].
-pub fn parse_due_shards(text: &str) -> Result<u32, String> {
-    text.trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (1..=MAX_DUE_SHARDS).contains(n))
-        .ok_or_else(|| format!("{text:?} is not a whole number from 1 to {MAX_DUE_SHARDS}"))
-}
-
 /// The `by_due` shard of the item partition `pk`: FNV-1a of its bytes, modulo `shards`. Stored
 /// in items: it must never change.
 pub fn due_shard(pk: &str, shards: u32) -> u32 {
@@ -1381,12 +1372,6 @@ mod tests {
         assert_eq!(
             due_partitions("record#waiting", 2),
             ["record#waiting", "record#waiting#0", "record#waiting#1"]
-        );
-        assert_eq!(parse_due_shards(" 16 "), Ok(16));
-        assert!(
-            parse_due_shards("0").is_err()
-                && parse_due_shards("257").is_err()
-                && parse_due_shards("x").is_err()
         );
     }
 
