@@ -29,7 +29,7 @@ use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
 use crate::ids::EventId;
-use crate::lifecycle::{AppliedInput, AuditEntry, Cause};
+use crate::lifecycle::{AppliedInput, AuditEntry, Cause, Kind, State};
 
 /// A cause's stored number. Append only: a number, once written, keeps its cause. (The match
 /// makes a new cause fail to compile until it has one; [`CAUSES`] reads them back.)
@@ -98,8 +98,8 @@ impl Context<'_> {
     }
 }
 
-/// Microseconds: the precision timestamps are stored with ([`super::dynamodb::ts`]).
-/// Floored, as [`super::dynamodb::ts`] writes them (before 1970 too).
+/// Microseconds, the precision timestamps are stored with, floored as [`super::dynamodb::ts`]
+/// writes them (before 1970 too).
 fn micros(t: OffsetDateTime) -> i128 {
     t.unix_timestamp_nanos().div_euclid(1000)
 }
@@ -165,19 +165,21 @@ pub fn decode_history(text: &str, context: &Context) -> Result<Vec<AuditEntry>, 
 
 /// The state a cause usually leads to from `from`; `None` when there is no usual one.
 fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
-    let step =
-        |kind: &str| from?.strip_prefix(kind)?.strip_prefix('{')?.strip_suffix('}')?.parse::<u32>().ok();
-    Some(match cause {
-        Cause::Start | Cause::Restart => "pending".to_owned(),
-        Cause::StepReady if from == Some("pending") => "waiting{0}".to_owned(),
-        Cause::StepReady => format!("waiting{{{}}}", step("advancing")?.checked_add(1)?),
-        Cause::Merge => format!("waiting{{{}}}", step("waiting")?),
-        Cause::Complete | Cause::FailStep => format!("advancing{{{}}}", step("waiting")?),
-        Cause::ReportSucceeded => "succeeded".to_owned(),
-        Cause::ReportFailed => "failed".to_owned(),
-        Cause::ReportTimedOut => "timed_out".to_owned(),
-        Cause::Cancel => "cancelled".to_owned(),
-    })
+    let step = |kind: Kind| {
+        from?.strip_prefix(kind.as_str())?.strip_prefix('{')?.strip_suffix('}')?.parse::<u32>().ok()
+    };
+    let to = match cause {
+        Cause::Start | Cause::Restart => State::Pending,
+        Cause::StepReady if from == Some(Kind::Pending.as_str()) => State::Waiting { step: 0 },
+        Cause::StepReady => State::Waiting { step: step(Kind::Advancing)?.checked_add(1)? },
+        Cause::Merge => State::Waiting { step: step(Kind::Waiting)? },
+        Cause::Complete | Cause::FailStep => State::Advancing { step: step(Kind::Waiting)? },
+        Cause::ReportSucceeded => State::Succeeded,
+        Cause::ReportFailed => State::Failed,
+        Cause::ReportTimedOut => State::TimedOut,
+        Cause::Cancel => State::Cancelled,
+    };
+    Some(to.to_string())
 }
 
 /// What the entry before says about the next one.

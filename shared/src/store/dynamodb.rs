@@ -1201,12 +1201,8 @@ mod tests {
     /// `steps` steps run to success: each step waits about an hour for one callback with a small
     /// payload; ids and the task token are UUID-sized (the emulator's tokens; AWS's are longer,
     /// docs/COST.md).
-    fn largest_record(steps: usize) -> usize {
-        largest_record_of(steps).0
-    }
-
-    /// [`largest_record`], and the record at the end.
-    fn largest_record_of(steps: usize) -> (usize, Record) {
+    /// Returns it, and the record at the end.
+    fn largest_record(steps: usize) -> (usize, Record) {
         use crate::lifecycle::{Finish, Input, Plan, Source, StepOutcome, decide};
         let uuid = |n: usize| format!("6f1c2a7e-90b4-4d1e-8a3c-{n:012}");
         let plan = Plan {
@@ -1258,7 +1254,7 @@ mod tests {
             jumps in proptest::collection::vec(-4_000_000_000_000i64..4_000_000_000_000, 1..20),
         ) {
             use crate::lifecycle::{AppliedInput, AuditEntry, Cause};
-            let mut record = largest_record_of(2).1;
+            let mut record = largest_record(2).1;
             let pick = |i: usize| strings[i % strings.len()].clone();
             for (i, jump) in jumps.iter().enumerate() {
                 record.history.push(AuditEntry {
@@ -1290,7 +1286,7 @@ mod tests {
     #[test]
     fn items_written_as_objects_are_what_the_previous_versions_read_and_both_forms_read_back() {
         use crate::lifecycle::{AppliedInput, AuditEntry};
-        let record = largest_record_of(2).1;
+        let record = largest_record(2).1;
         for format in [ItemFormat::Compact, ItemFormat::Objects] {
             assert_eq!(
                 parse_record(&record_item(&record, format, DEFAULT_DUE_SHARDS)).unwrap(),
@@ -1320,8 +1316,7 @@ mod tests {
     #[test]
     fn a_record_write_stays_within_one_write_unit_for_up_to_five_steps() {
         for steps in 1..=5 {
-            let bytes = largest_record(steps);
-            eprintln!("{steps}: {bytes}");
+            let bytes = largest_record(steps).0;
             assert!(
                 bytes <= 1024,
                 "{steps} steps: the record reaches {bytes} bytes, more than one write unit"
