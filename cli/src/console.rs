@@ -22,10 +22,9 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use baton::config::Config;
 use baton::engine::Engine;
 use baton::ids::{CorrelationKey, WorkflowName};
-use baton::lifecycle::{Kind, Record};
+use baton::lifecycle::Record;
 use baton::replay::{self, Classification, Line, Origin};
 use baton::store::WorkflowStore;
 use time::OffsetDateTime;
@@ -131,13 +130,7 @@ async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Sear
         Err(e) => return failed("cannot read the config", e),
     };
     let store = &console.sources.store;
-    let now = OffsetDateTime::now_utc();
-    let read = async {
-        let counts = store.count_by_state().await?;
-        let overdue = store.due(Kind::Waiting, now, status::OVERDUE_LIMIT).await?;
-        anyhow::Ok(status::build(store.table(), &counts, &overdue, &names, now))
-    };
-    let report = match read.await {
+    let report = match status::read(store, &names, OffsetDateTime::now_utc()).await {
         Ok(report) => report,
         Err(e) => return failed("cannot read the table", e),
     };
@@ -145,7 +138,7 @@ async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Sear
     let listed = if query.is_empty() {
         store.recent_records(RECENT).await.map_err(anyhow::Error::from)
     } else {
-        by_key(&console, &query).await
+        by_key(&console, &names, &query).await
     };
     let recent = match listed {
         Ok(recent) => recent,
@@ -229,12 +222,11 @@ async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Sear
 }
 
 /// The records of every workflow of the config with exactly this key.
-async fn by_key(console: &Console, key: &str) -> Result<Vec<Record>> {
+async fn by_key(console: &Console, names: &StepNames, key: &str) -> Result<Vec<Record>> {
     let Ok(key) = CorrelationKey::parse(key) else { return Ok(Vec::new()) };
-    let config = Config::load(&console.config)?;
     let mut found = Vec::new();
-    for workflow in &config.workflows {
-        found.extend(console.sources.store.load(&workflow.name, &key).await?);
+    for workflow in names.workflows() {
+        found.extend(console.sources.store.load(workflow, &key).await?);
     }
     Ok(found)
 }

@@ -113,6 +113,11 @@ impl StepNames {
         }
     }
 
+    /// The workflows of the config (none without one).
+    pub fn workflows(&self) -> impl Iterator<Item = &baton::ids::WorkflowName> {
+        self.0.iter().flat_map(|c| c.workflows.iter().map(|w| &w.name))
+    }
+
     /// The state machine `workflow` runs, as the config generates it.
     pub fn definition(&self, workflow: &str) -> Option<serde_json::Value> {
         Some(baton::asl::definition(self.0.as_ref()?.workflow(workflow)?))

@@ -48,22 +48,30 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let store =
         DynamoStore::new(aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?), table.clone())
             .with_due_shards(crate::ops::due_shards()?);
-    let now = OffsetDateTime::now_utc();
-    let counts = store
-        .count_by_state()
+    let report = read(&store, &names, OffsetDateTime::now_utc())
         .await
-        .with_context(|| format!("cannot count the records in the table {table} at {}", target.location()))?;
-    let overdue = store
-        .due(Kind::Waiting, now, OVERDUE_LIMIT)
-        .await
-        .with_context(|| format!("cannot list the overdue records in {table} at {}", target.location()))?;
-    let report = build(&table, &counts, &overdue, &names, now);
+        .with_context(|| format!("at {}", target.location()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render(&report));
     }
     Ok(())
+}
+
+/// Reads the counts by state and the overdue records of `store` at `now` (`baton status`, and
+/// the local console's overview).
+pub async fn read(store: &DynamoStore, names: &StepNames, now: OffsetDateTime) -> Result<Report> {
+    let table = store.table();
+    let counts = store
+        .count_by_state()
+        .await
+        .with_context(|| format!("cannot count the records in the table {table}"))?;
+    let overdue = store
+        .due(Kind::Waiting, now, OVERDUE_LIMIT)
+        .await
+        .with_context(|| format!("cannot list the overdue records in {table}"))?;
+    Ok(build(table, &counts, &overdue, names, now))
 }
 
 /// The `baton.status/v1` document.
