@@ -1,5 +1,5 @@
 //! The scale model (`make scale`): a million workflows through the real lifecycle (`decide`),
-//! with the `by_due` index as the DynamoDB store lays it out (`store::dynamodb::due_shard`),
+//! with the `by_due` index as the DynamoDB store lays it out (`store::dynamodb::due_kind`),
 //! and DynamoDB's per-partition quota applied. It answers docs/SCALE.md's questions:
 //! - the peak write rate on each index partition, unsharded and sharded;
 //! - what one sweeper tick reads;
@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use baton::config::Config;
 use baton::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
-use baton::lifecycle::{self, Input, Kind, Record, Source, State, StepOutcome};
-use baton::store::dynamodb::due_shard;
+use baton::lifecycle::{self, Input, Kind, Record, Source, StepOutcome};
+use baton::store::dynamodb::due_kind;
 use time::{Duration, OffsetDateTime};
 
 use crate::rng::Rng;
@@ -87,7 +87,6 @@ pub fn run(scale: Scale) -> Report {
     for i in 0..scale.workflows {
         let key = CorrelationKey::parse(format!("order-{i}")).expect("key");
         let pk = format!("WF#{workflow}#{key}");
-        let shard = due_shard(&pk, scale.shards);
         let start = t0 + Duration::microseconds((i * 1_000_000 / scale.rate.max(1)) as i64);
         let stuck = rng.below(1_000_000) < scale.stuck_per_million;
         let mut inputs =
@@ -142,11 +141,8 @@ pub fn run(scale: Scale) -> Report {
             };
             let to = write.to;
             let kind = to.state.kind();
-            let due_at = match (to.state, to.deadline) {
-                (State::Waiting { .. }, Some(deadline)) => deadline,
-                _ => to.updated_at,
-            };
-            let partition = intern(format!("record#{kind}#{shard}"));
+            let due_at = baton::store::memory::due_at(&to);
+            let partition = intern(due_kind(&format!("record#{kind}"), &pk, scale.shards));
             // An index entry moved (its key changed) is a delete and a put; a new one, a put.
             let second = (at - t0).whole_seconds();
             if let Some((old, _)) = entry {

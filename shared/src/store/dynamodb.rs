@@ -83,6 +83,12 @@ pub fn due_shard(pk: &str, shards: u32) -> u32 {
     hash % shards.max(1)
 }
 
+/// The `due_kind` of an entry of `prefix` (`record#<state>`, `inbox#buffered`) in the partition
+/// `pk`: `<prefix>#<shard>`.
+pub fn due_kind(prefix: &str, pk: &str, shards: u32) -> String {
+    format!("{prefix}#{}", due_shard(pk, shards))
+}
+
 /// The index partitions one `due_kind` prefix (`record#waiting`, `inbox#buffered`) is spread
 /// over: each shard, and the unsharded name items written before sharding keep.
 fn due_partitions(prefix: &str, shards: u32) -> Vec<String> {
@@ -697,7 +703,7 @@ fn record_item(r: &Record, format: ItemFormat, shards: u32) -> Item {
         ("updated_at".into(), s(&ts(r.updated_at))),
         (
             "due_kind".into(),
-            s(&format!("record#{}#{}", r.state.kind(), due_shard(&pk(&r.workflow, &r.key), shards))),
+            s(&due_kind(&format!("record#{}", r.state.kind()), &pk(&r.workflow, &r.key), shards)),
         ),
         ("due_at".into(), s(&ts(due_at(r)))),
     ]);
@@ -847,10 +853,7 @@ fn inbox_item(e: &InboxEntry, shards: u32) -> Item {
         item.insert("config_version".into(), s(v));
     }
     if e.status == InboxStatus::Buffered {
-        item.insert(
-            "due_kind".into(),
-            s(&format!("inbox#buffered#{}", due_shard(&pk(&e.workflow, &e.key), shards))),
-        );
+        item.insert("due_kind".into(), s(&due_kind("inbox#buffered", &pk(&e.workflow, &e.key), shards)));
         item.insert("due_at".into(), s(&ts(e.expires_at)));
     }
     item

@@ -75,8 +75,9 @@ fn rk(workflow: &WorkflowName, key: &CorrelationKey) -> RecordKey {
     (workflow.clone(), key.clone())
 }
 
-/// When a record is due for the sweeper: its deadline while waiting, else its last update.
-pub(crate) fn due_at(record: &Record) -> OffsetDateTime {
+/// When a record is due for the sweeper: its deadline while waiting, else its last update. Its
+/// `due_at` in the `by_due` index.
+pub fn due_at(record: &Record) -> OffsetDateTime {
     match (record.state, record.deadline) {
         (State::Waiting { .. }, Some(deadline)) => deadline,
         _ => record.updated_at,
