@@ -108,23 +108,21 @@ function header() {
 
 // ---- The step graph ---------------------------------------------------------------------------
 
-// Where each state stands: from the latest execution's history (states entered and exited),
-// and the record's own step when the execution has not said (or cannot be read).
+// Where each state stands: from the latest execution's history (the states it entered), and
+// the record's own step when the execution has not said (or cannot be read).
 function statuses(graph) {
   const r = doc.record;
   const latest = doc.executions[doc.executions.length - 1];
   const entered = new Set();
-  const exited = new Set();
   let last = null;
   for (const ev of (latest && latest.history) || []) {
     if (ev.event_type.endsWith("StateEntered")) { entered.add(ev.detail); last = ev.detail; }
-    if (ev.event_type.endsWith("StateExited")) exited.add(ev.detail);
   }
   const status = new Map(); // by state name, which may be any step name
   for (const s of graph.states) {
+    // Entered by the execution, or a step before the record's own.
     const byStep = r && s.step !== null && r.step !== null && s.step < r.step;
-    const done = (exited.has(s.name) || byStep || (r && r.terminal && s.step !== null && entered.has(s.name)));
-    status.set(s.name, done || entered.has(s.name) ? "passed" : "not-reached");
+    status.set(s.name, entered.has(s.name) || byStep ? "passed" : "not-reached");
   }
   let current = null;
   if (r && !r.terminal && r.step_name) current = r.step_name;
