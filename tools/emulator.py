@@ -70,6 +70,7 @@ Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGT
 """
 
 import argparse
+import collections
 import json
 import os
 import signal
@@ -239,7 +240,7 @@ class Counter:
     def __init__(self, app):
         self.app = app
         self.lock = threading.Lock()
-        self.counts = {}
+        self.counts = collections.Counter()
         self.dynamodb = []
         self.key_names = {}
 
@@ -258,14 +259,14 @@ class Counter:
             caller = "StepFunctions" if "Credential=ak/" in environ.get("HTTP_AUTHORIZATION", "") else "other"
         with self.lock:
             key = (caller, f"{service}:{operation}")
-            self.counts[key] = self.counts.get(key, 0) + 1
+            self.counts[key] += 1
         if operation == "ReceiveMessage":
             # A receive that returns messages is one invocation of the mapping's function.
             status, headers, body = self.call(self.app, environ)
             if json.loads(body or b"{}").get("Messages"):
                 with self.lock:
                     key = (caller, "sqs:ReceiveMessage (with messages)")
-                    self.counts[key] = self.counts.get(key, 0) + 1
+                    self.counts[key] += 1
             start_response(status, headers)
             return [body]
         if service != "dynamodb":
@@ -326,7 +327,7 @@ class Counter:
         method = environ.get("REQUEST_METHOD")
         with self.lock:
             if method == "DELETE":
-                self.counts, self.dynamodb = {}, []
+                self.counts, self.dynamodb = collections.Counter(), []
             elif method != "GET":
                 return _json(start_response, 405, {"error": f"{method} is not supported"})
             calls = [{"caller": c, "operation": o, "count": n} for (c, o), n in sorted(self.counts.items())]
