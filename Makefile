@@ -23,14 +23,31 @@ PYTHON ?= python3
 VENV := .venv
 TOOLS_STAMP := $(VENV)/.installed-$(shell sha1sum requirements-dev.txt | cut -c1-12)
 
-.PHONY: test run sim scale measure-local fmt-check clippy unit lint-infra tools chromium clean package bench cost
+.PHONY: test disk run sim scale measure-local fmt-check clippy unit lint-infra tools chromium clean package bench cost
 
-test: tools fmt-check clippy lint-infra unit
+test: disk tools fmt-check clippy lint-infra unit
 
 # `make test` builds as CI does, from nothing: without cargo's incremental cache, which would add
-# about 1.5 GB to target/ and buys nothing on a clean checkout. Disk, not time, is what CI runs
-# short of (a clean run of `make test` leaves about N GB in target/).
+# about 1.5 GB to target/ and buys nothing on a clean checkout.
 test fmt-check clippy lint-infra unit: export CARGO_INCREMENTAL = 0
+
+# Disk is what a CI machine runs short of, and a build that runs out fails far from the cause (a
+# linker's bus error). So `make test` first checks that the filesystem of the target directory
+# has room for what a clean run leaves there (README "Disk and time"), less what is already
+# built, and otherwise stops and says how much is missing.
+TEST_DISK_MB ?= 3500
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+disk:
+	@mkdir -p $(TARGET_DIR); \
+	built=$$(du -sm $(TARGET_DIR) | cut -f1); \
+	free=$$(df -Pm $(TARGET_DIR) | awk 'NR == 2 {print $$4}'); \
+	need=$$(( $(TEST_DISK_MB) > built ? $(TEST_DISK_MB) - built : 0 )); \
+	if [ "$$free" -lt "$$need" ]; then \
+	  echo "make test: not enough disk for the build: $$need MB more needed in $(TARGET_DIR)" \
+	    "($(TEST_DISK_MB) MB for a clean run, $$built MB already there), $$free MB free." \
+	    "Free some space (cargo clean removes old builds), or set TEST_DISK_MB if you know better." >&2; \
+	  exit 1; \
+	fi
 
 tools: $(TOOLS_STAMP) node_modules/.installed chromium
 
