@@ -26,7 +26,7 @@ use baton::engine::Engine;
 use baton::ids::{CorrelationKey, WorkflowName};
 use baton::lifecycle::Record;
 use baton::replay::{self, Classification, Line, Origin};
-use baton::store::WorkflowStore;
+use baton::store::{COUNT_UP_TO, WorkflowStore};
 use time::OffsetDateTime;
 
 use crate::ops::StepNames;
@@ -130,7 +130,7 @@ async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Sear
         Err(e) => return failed("cannot read the config", e),
     };
     let store = &console.sources.store;
-    let report = match status::read(store, &names, OffsetDateTime::now_utc()).await {
+    let report = match status::read(store, &names, OffsetDateTime::now_utc(), COUNT_UP_TO).await {
         Ok(report) => report,
         Err(e) => return failed("cannot read the table", e),
     };
@@ -149,13 +149,14 @@ async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Sear
     body.push_str(
         "<h2>Records by state</h2>\n<table id=\"counts\"><tr><th>state</th><th>records</th></tr>\n",
     );
-    for (state, count) in &report.counts {
+    for state in report.counts.keys() {
         let _ = writeln!(
             body,
-            "<tr data-state=\"{state}\"><td><span class=\"badge k-{state}\">{state}</span></td><td class=\"count\">{count}</td></tr>"
+            "<tr data-state=\"{state}\"><td><span class=\"badge k-{state}\">{state}</span></td><td class=\"count\">{}</td></tr>",
+            report.count(state)
         );
     }
-    let _ = writeln!(body, "<tr><th>total</th><th id=\"total\">{}</th></tr></table>", report.total);
+    let _ = writeln!(body, "<tr><th>total</th><th id=\"total\">{}</th></tr></table>", report.total());
 
     body.push_str("<h2>Waiting past their deadline</h2>\n");
     if report.overdue.is_empty() {

@@ -1,11 +1,13 @@
 //! `baton status`: how many records are in each state, and which ones wait past their deadline.
+//! A state is counted up to a bound (`--count-up-to`, 1,000 by default), so what a status reads
+//! does not grow with the table: past the bound it says "more than".
 //!
 //! Every waiting step has a deadline, and Step Functions ends a step that misses it (DESIGN.md
 //! §4, invariant 7), which moves the record to `timed_out`. A record still `waiting` after its
 //! deadline therefore means that report was lost or is stuck: the first thing to look at, with
 //! `baton trace`. Both questions are answered from the table's due-time index (no Scan).
 //!
-//! `--json` is a contract like `baton trace --json`: `baton.status/v1` (README).
+//! `--json` is a contract like `baton trace --json`: `baton.status/v2` (README).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,8 +15,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use baton::lifecycle::{Kind, Record};
-use baton::store::WorkflowStore;
 use baton::store::dynamodb::DynamoStore;
+use baton::store::{COUNT_UP_TO, Count, WorkflowStore};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
@@ -23,16 +25,20 @@ use crate::ops::{StepNames, human, rfc3339, table_time};
 use crate::target::{self, Field, TargetArgs};
 
 /// The `--json` schema's name and version.
-pub const SCHEMA: &str = "baton.status/v1";
+pub const SCHEMA: &str = "baton.status/v2";
 /// At most this many overdue records are listed.
 pub const OVERDUE_LIMIT: usize = 100;
 
 /// `baton status`.
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// Print the `baton.status/v1` JSON document instead of a table.
+    /// Print the `baton.status/v2` JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Count each state up to this many records; a state with more shows as "more than". What
+    /// a status reads grows with this bound, not with the table (README, `baton status`).
+    #[arg(long, default_value_t = COUNT_UP_TO)]
+    pub count_up_to: u64,
     /// The workflow config, for step names [default: infra/workflows.yaml when present].
     #[arg(long, env = "BATON_CONFIG")]
     pub config: Option<PathBuf>,
@@ -48,7 +54,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let store =
         DynamoStore::new(aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?), table.clone())
             .with_due_shards(crate::ops::due_shards()?);
-    let report = read(&store, &names, OffsetDateTime::now_utc())
+    let report = read(&store, &names, OffsetDateTime::now_utc(), args.count_up_to)
         .await
         .with_context(|| format!("at {}", target.location()))?;
     if args.json {
@@ -59,30 +65,36 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     Ok(())
 }
 
-/// Reads the counts by state and the overdue records of `store` at `now` (`baton status`, and
-/// the local console's overview).
-pub async fn read(store: &DynamoStore, names: &StepNames, now: OffsetDateTime) -> Result<Report> {
+/// Reads the counts by state, each up to `up_to`, and the overdue records of `store` at `now`
+/// (`baton status`, and the local console's overview).
+pub async fn read(store: &DynamoStore, names: &StepNames, now: OffsetDateTime, up_to: u64) -> Result<Report> {
     let table = store.table();
     let counts = store
-        .count_by_state()
+        .count_by_state(up_to)
         .await
         .with_context(|| format!("cannot count the records in the table {table}"))?;
     let overdue = store
         .due(Kind::Waiting, now, OVERDUE_LIMIT)
         .await
         .with_context(|| format!("cannot list the overdue records in {table}"))?;
-    Ok(build(table, &counts, &overdue, names, now))
+    Ok(build(table, &counts, up_to, &overdue, names, now))
 }
 
-/// The `baton.status/v1` document.
+/// The `baton.status/v2` document.
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub schema: &'static str,
     /// When the counts were taken (RFC 3339, UTC).
     pub at: String,
     pub table: String,
-    /// Every state, zeros included, in lifecycle order.
+    /// Every state, zeros included, in lifecycle order: its exact count, or, for a state in
+    /// `more_than`, the bound it was counted up to.
     pub counts: Map<String, Value>,
+    /// The bound each state was counted up to.
+    pub counted_up_to: u64,
+    /// The states holding more records than `counted_up_to`, in lifecycle order.
+    pub more_than: Vec<String>,
+    /// The sum of `counts`: exact when `more_than` is empty, otherwise the table holds more.
     pub total: u64,
     /// Waiting records whose deadline has passed, most overdue first.
     pub overdue: Vec<Overdue>,
@@ -106,14 +118,20 @@ pub struct Overdue {
 /// Puts what was read into the report; `now` is when it was read.
 pub fn build(
     table: &str,
-    counts: &BTreeMap<Kind, u64>,
+    counts: &BTreeMap<Kind, Count>,
+    up_to: u64,
     overdue: &[Record],
     names: &StepNames,
     now: OffsetDateTime,
 ) -> Report {
     let mut by_state = Map::new();
+    let mut more_than = Vec::new();
     for kind in Kind::ALL {
-        by_state.insert(kind.as_str().to_owned(), json!(counts.get(&kind).copied().unwrap_or(0)));
+        let count = counts.get(&kind).copied().unwrap_or(Count::Exact(0));
+        by_state.insert(kind.as_str().to_owned(), json!(count.counted()));
+        if let Count::MoreThan(_) = count {
+            more_than.push(kind.as_str().to_owned());
+        }
     }
     let mut listed: Vec<Overdue> = overdue
         .iter()
@@ -136,9 +154,24 @@ pub fn build(
         at: rfc3339(now),
         table: table.to_owned(),
         counts: by_state,
-        total: counts.values().sum(),
+        counted_up_to: up_to,
+        more_than,
+        total: counts.values().map(|c| c.counted()).sum(),
         overdue_truncated: overdue.len() >= OVERDUE_LIMIT,
         overdue: listed,
+    }
+}
+
+impl Report {
+    /// One state's count as shown: the number, or "more than" the bound.
+    pub fn count(&self, state: &str) -> String {
+        let n = self.counts.get(state).and_then(Value::as_u64).unwrap_or(0);
+        if self.more_than.iter().any(|s| s == state) { format!("more than {n}") } else { n.to_string() }
+    }
+
+    /// The total as shown.
+    pub fn total(&self) -> String {
+        if self.more_than.is_empty() { self.total.to_string() } else { format!("more than {}", self.total) }
     }
 }
 
@@ -146,10 +179,10 @@ pub fn build(
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "records by state (table {})", report.table);
-    for (state, count) in &report.counts {
-        let _ = writeln!(out, "  {state:<10} {:>8}", count.as_u64().unwrap_or(0));
+    for state in report.counts.keys() {
+        let _ = writeln!(out, "  {state:<10} {:>13}", report.count(state));
     }
-    let _ = writeln!(out, "  {:<10} {:>8}", "total", report.total);
+    let _ = writeln!(out, "  {:<10} {:>13}", "total", report.total());
     let _ = writeln!(out);
     if report.overdue.is_empty() {
         let _ = writeln!(out, "waiting past their deadline: none");
@@ -222,14 +255,16 @@ mod tests {
     fn every_state_is_counted_and_the_most_overdue_comes_first() {
         // Given two waiting records past their deadlines, by 5 minutes and by 2 hours
         let now = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
-        let counts = BTreeMap::from([(Kind::Waiting, 3), (Kind::Succeeded, 7)]);
+        let counts = BTreeMap::from([(Kind::Waiting, Count::Exact(3)), (Kind::Succeeded, Count::Exact(7))]);
         let overdue =
             [waiting("a", 0, now - Duration::minutes(5)), waiting("b", 1, now - Duration::hours(2))];
         // When the report is built
-        let report = build("t", &counts, &overdue, &StepNames::default(), now);
+        let report = build("t", &counts, 1_000, &overdue, &StepNames::default(), now);
         // Then zeros are explicit, the total adds up, and the order is by lateness
         let json = serde_json::to_value(&report).unwrap();
-        assert_eq!(json["schema"], "baton.status/v1");
+        assert_eq!(json["schema"], "baton.status/v2");
+        assert_eq!(json["counted_up_to"], 1_000);
+        assert_eq!(json["more_than"], json!([]));
         assert_eq!(
             json["counts"],
             json!({"pending": 0, "waiting": 3, "advancing": 0, "succeeded": 7, "failed": 0, "timed_out": 0, "cancelled": 0})
@@ -241,15 +276,32 @@ mod tests {
         assert_eq!(json["overdue_truncated"], false);
 
         let text = render(&report);
-        assert!(text.contains("  waiting           3\n"), "{text}");
+        assert!(text.contains("  waiting                3\n"), "{text}");
+        assert!(text.contains("  total                 10\n"), "{text}");
         assert!(text.contains("waiting past their deadline (2):"), "{text}");
         let b = text.lines().find(|l| l.contains("  b  ")).unwrap();
         assert!(b.contains("step 1") && b.ends_with("2h 0m"), "{b}");
     }
 
     #[test]
+    fn a_state_past_the_bound_and_the_total_say_more_than() {
+        let counts =
+            BTreeMap::from([(Kind::Waiting, Count::Exact(3)), (Kind::Succeeded, Count::MoreThan(50))]);
+        let report = build("t", &counts, 50, &[], &StepNames::default(), OffsetDateTime::UNIX_EPOCH);
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["counts"]["succeeded"], 50, "the bound it was counted up to");
+        assert_eq!(json["more_than"], json!(["succeeded"]));
+        assert_eq!(json["total"], 53);
+        let text = render(&report);
+        assert!(text.contains("  succeeded   more than 50\n"), "{text}");
+        assert!(text.contains("  waiting                3\n"), "{text}");
+        assert!(text.contains("  total       more than 53\n"), "{text}");
+    }
+
+    #[test]
     fn nothing_overdue_says_so() {
-        let report = build("t", &BTreeMap::new(), &[], &StepNames::default(), OffsetDateTime::UNIX_EPOCH);
+        let report =
+            build("t", &BTreeMap::new(), 1_000, &[], &StepNames::default(), OffsetDateTime::UNIX_EPOCH);
         assert_eq!(report.total, 0);
         assert!(render(&report).contains("waiting past their deadline: none"));
     }

@@ -51,9 +51,10 @@ async fn send_starts_a_workflow_refuses_an_invalid_event_and_status_counts_it() 
     // When status is asked
     let status = stack.baton(&["status", "--json"]).await.json();
     // Then the waiting records are counted and the late one is listed with its step's name
-    assert_eq!(status["schema"], "baton.status/v1");
+    assert_eq!(status["schema"], "baton.status/v2");
     assert_eq!(status["counts"]["waiting"], 3, "{status}");
     assert_eq!(status["total"], 3, "{status}");
+    assert_eq!((status["counted_up_to"].as_u64(), &status["more_than"]), (Some(1_000), &json!([])));
     let overdue = status["overdue"].as_array().unwrap();
     assert_eq!(overdue.len(), 1, "{status}");
     assert_eq!(
@@ -64,7 +65,11 @@ async fn send_starts_a_workflow_refuses_an_invalid_event_and_status_counts_it() 
     assert_eq!(overdue[0]["deadline"].as_str(), Some(late.as_str()));
 
     let table = stack.baton(&["status"]).await.ok();
-    assert!(table.contains("  waiting           3"), "{table}");
+    assert!(table.contains("  waiting                3"), "{table}");
+    // And counted up to a bound below what a state holds, it says "more than"
+    let bounded = stack.baton(&["status", "--count-up-to", "2"]).await.ok();
+    assert!(bounded.contains("  waiting      more than 2"), "{bounded}");
+    assert!(bounded.contains("  total        more than 2"), "{bounded}");
     assert!(table.lines().any(|l| l.contains("order-review  k-late  manual-review")), "{table}");
     stack.system.stop().await;
 }

@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, HashMap};
 use baton::config::Config;
 use baton::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
 use baton::lifecycle::{self, Input, Kind, Record, Source, StepOutcome};
-use baton::store::dynamodb::due_kind;
+use baton::store::dynamodb::{due_kind, due_partitions};
+use baton::store::{BoundedCount, COUNT_UP_TO};
 use time::{Duration, OffsetDateTime};
 
 use crate::rng::Rng;
@@ -49,9 +50,12 @@ pub struct Report {
     pub due: u64,
     pub tick_queries: u64,
     pub tick_items: u64,
-    /// What counting the live states (pending, waiting, advancing) reads, and counting all.
+    /// What counting the live states (pending, waiting, advancing) to the end would read, and
+    /// counting all of them.
     pub live_entries: u64,
     pub all_entries: u64,
+    /// The index entries `baton status` reads, counting each state up to [`COUNT_UP_TO`].
+    pub status_entries: u64,
 }
 
 /// One index write: at second `at`, on `partition`.
@@ -77,8 +81,8 @@ pub fn run(scale: Scale) -> Report {
         })
     };
     let mut writes: Vec<IndexWrite> = Vec::with_capacity(scale.workflows as usize * 11);
-    // Each record's state and due time at the tick.
-    let mut last: Vec<(Kind, OffsetDateTime)> = Vec::with_capacity(scale.workflows as usize);
+    // Each record's state, due time and index partition at the tick.
+    let mut last: Vec<(Kind, OffsetDateTime, u32)> = Vec::with_capacity(scale.workflows as usize);
     let end = t0 + Duration::seconds((scale.workflows / scale.rate.max(1)) as i64);
     // The sweeper's tick looked at: ten minutes after the last start, when most workflows wait
     // on their review and the stuck ones are past the restart grace.
@@ -133,7 +137,7 @@ pub fn run(scale: Scale) -> Report {
         }
         let mut record: Option<Record> = None;
         let mut entry: Option<(u32, OffsetDateTime)> = None;
-        let mut at_tick: Option<(Kind, OffsetDateTime)> = None;
+        let mut at_tick: Option<(Kind, OffsetDateTime, u32)> = None;
         for (at, input) in inputs {
             let decision = lifecycle::decide(&plan, (&workflow, &key), record.as_ref(), &input, at);
             let Some(write) = decision.write else {
@@ -151,7 +155,7 @@ pub fn run(scale: Scale) -> Report {
             writes.push(IndexWrite { at: second, partition });
             entry = Some((partition, due_at));
             if at <= now {
-                at_tick = Some((kind, due_at));
+                at_tick = Some((kind, due_at, partition));
             }
             record = Some(to);
         }
@@ -184,11 +188,23 @@ pub fn run(scale: Scale) -> Report {
         Kind::Advancing => at <= now - lifecycle::RESEND_RESUME_AFTER,
         _ => false,
     };
-    report.due = last.iter().filter(|(k, at)| due(*k, *at)).count() as u64;
+    report.due = last.iter().filter(|(k, at, _)| due(*k, *at)).count() as u64;
     report.tick_queries = 3 * (u64::from(scale.shards) + 1);
     report.tick_items = report.due.min(baton::sweeper::BATCH as u64 * 2);
-    report.live_entries = last.iter().filter(|(k, _)| !k.is_terminal()).count() as u64;
+    report.live_entries = last.iter().filter(|(k, _, _)| !k.is_terminal()).count() as u64;
     report.all_entries = last.len() as u64;
+    // `baton status`: each state counted up to the bound, as the store counts it.
+    let mut per_partition: HashMap<&str, u64> = HashMap::new();
+    for (_, _, p) in &last {
+        *per_partition.entry(&partitions[*p as usize]).or_default() += 1;
+    }
+    for kind in Kind::ALL {
+        let sizes: Vec<u64> = due_partitions(&format!("record#{kind}"), scale.shards)
+            .iter()
+            .map(|p| per_partition.get(p.as_str()).copied().unwrap_or(0))
+            .collect();
+        report.status_entries += BoundedCount::over(&sizes, COUNT_UP_TO).1;
+    }
     report
 }
 
@@ -204,8 +220,9 @@ pub fn print(scale: &Scale, r: &Report) {
     println!("  records stored                     {:>12}", r.records);
     println!("  due for the sweeper                {:>12}", r.due);
     println!("  one sweeper tick: queries, items   {:>12}, {}", r.tick_queries, r.tick_items);
-    println!("  counting live states reads         {:>12} index entries", r.live_entries);
-    println!("  counting every state reads         {:>12} index entries", r.all_entries);
+    println!("  counting live states to the end    {:>12} index entries", r.live_entries);
+    println!("  counting every state to the end    {:>12} index entries", r.all_entries);
+    println!("  baton status (up to {COUNT_UP_TO} a state)   {:>12} index entries", r.status_entries);
 }
 
 #[cfg(test)]
@@ -229,5 +246,16 @@ mod tests {
         assert!(eight.due > 0 && eight.due < 100, "the stuck ones are due: {}", eight.due);
         assert_eq!(eight.tick_items, eight.due, "a tick reads what is due");
         assert_eq!(eight.tick_queries, 27, "3 kinds, 8 shards and the unsharded partition");
+        // Status reads about the bound for each state past it, whatever the records and shards.
+        let twice = run(Scale { workflows: 40_000, ..scale(8) });
+        assert_eq!(twice.all_entries, 2 * eight.all_entries);
+        for r in [&one, &eight, &twice] {
+            assert!(
+                r.status_entries <= Kind::ALL.len() as u64 * (COUNT_UP_TO + 9),
+                "status reads in proportion to its bound, not to the {} records: {}",
+                r.all_entries,
+                r.status_entries
+            );
+        }
     }
 }

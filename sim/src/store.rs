@@ -19,8 +19,8 @@ use baton::outbound::{PublishError, TaskPublisher};
 use baton::store::dynamodb::{ItemFormat, MAX_ITEM_BYTES, record_size};
 use baton::store::memory::MemoryStore;
 use baton::store::{
-    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, RegisteredConfig, StoreError, Task, Trace,
-    WorkflowStore,
+    Applied, Claim, Count, InboxEntry, InboxStatus, LedgerEntry, Receipt, RegisteredConfig, StoreError, Task,
+    Trace, WorkflowStore,
 };
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -322,8 +322,8 @@ impl WorkflowStore for SimStore {
         self.inner.expired_buffers(before, limit).await
     }
 
-    async fn count_by_state(&self) -> Result<BTreeMap<Kind, u64>, StoreError> {
-        self.inner.count_by_state().await
+    async fn count_by_state(&self, up_to: u64) -> Result<BTreeMap<Kind, Count>, StoreError> {
+        self.inner.count_by_state(up_to).await
     }
 }
 

@@ -14,8 +14,8 @@ use baton::lifecycle::{
 };
 use baton::store::memory::MemoryStore;
 use baton::store::{
-    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig, Task,
-    WorkflowStore,
+    Applied, COUNT_UP_TO, Claim, Count, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus,
+    RegisteredConfig, Task, WorkflowStore,
 };
 use baton_tests::{Emulator, dynamo_store};
 use serde_json::{Map, json};
@@ -365,10 +365,13 @@ async fn due_records_and_counts_by_state(store: Arc<dyn WorkflowStore>) {
         "not past its deadline"
     );
     assert_eq!(store.due(Kind::Waiting, t0() + Duration::days(2), 10).await.unwrap(), vec![waiting]);
-    let counts = store.count_by_state().await.unwrap();
-    assert_eq!(counts.get(&Kind::Pending), Some(&1));
-    assert_eq!(counts.get(&Kind::Waiting), Some(&1));
-    assert_eq!(counts.get(&Kind::Succeeded), None);
+    let counts = store.count_by_state(COUNT_UP_TO).await.unwrap();
+    assert_eq!(counts.get(&Kind::Pending), Some(&Count::Exact(1)));
+    assert_eq!(counts.get(&Kind::Waiting), Some(&Count::Exact(1)));
+    assert_eq!(counts.get(&Kind::Succeeded), None, "a state with none is left out");
+    let bounded = store.count_by_state(0).await.unwrap();
+    assert_eq!(bounded.get(&Kind::Waiting), Some(&Count::MoreThan(0)), "past the bound, it says so");
+    assert_eq!(store.count_by_state(1).await.unwrap(), counts, "at the bound, exact");
 }
 
 /// 50 writers decide from the same record at the same moment; exactly one may win, 100 times.
@@ -532,5 +535,10 @@ async fn dynamodb_due_entries_are_sharded_and_read_from_every_shard_and_the_unsh
     assert_eq!(due.len(), keys.len(), "every shard, and the unsharded partition, is read");
     assert!(due.windows(2).all(|w| w[0].deadline <= w[1].deadline), "merged oldest first");
     assert_eq!(store.due(Kind::Waiting, far, 5).await.unwrap().len(), 5, "and cut to the limit");
-    assert_eq!(store.count_by_state().await.unwrap().get(&Kind::Waiting), Some(&(keys.len() as u64)));
+    let waiting = |counts: std::collections::BTreeMap<Kind, Count>| counts[&Kind::Waiting];
+    let n = keys.len() as u64;
+    assert_eq!(waiting(store.count_by_state(n).await.unwrap()), Count::Exact(n), "every partition counted");
+    assert_eq!(waiting(store.count_by_state(n - 1).await.unwrap()), Count::MoreThan(n - 1));
+    // More than the bound in all, whether or not one partition alone holds more.
+    assert_eq!(waiting(store.count_by_state(2).await.unwrap()), Count::MoreThan(2));
 }

@@ -45,8 +45,8 @@ use time::format_description::well_known::Rfc3339;
 use super::compact;
 use super::memory::{due_at, sort_trace};
 use super::{
-    Applied, CONFIG_PK, Claim, Condition, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus,
-    RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for,
+    Applied, BoundedCount, CONFIG_PK, Claim, Condition, Count, InboxEntry, InboxStatus, LedgerEntry, Receipt,
+    ReceiptStatus, RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for,
 };
 use crate::error::{sdk_retryable, sdk_throttled};
 use crate::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
@@ -91,7 +91,7 @@ pub fn due_kind(prefix: &str, pk: &str, shards: u32) -> String {
 
 /// The index partitions one `due_kind` prefix (`record#waiting`, `inbox#buffered`) is spread
 /// over: each shard, and the unsharded name items written before sharding keep.
-fn due_partitions(prefix: &str, shards: u32) -> Vec<String> {
+pub fn due_partitions(prefix: &str, shards: u32) -> Vec<String> {
     std::iter::once(prefix.to_owned()).chain((0..shards.max(1)).map(|n| format!("{prefix}#{n}"))).collect()
 }
 
@@ -299,11 +299,23 @@ impl DynamoStore {
         Ok(items)
     }
 
-    /// How many entries every partition of `prefix` holds, counted side by side.
-    async fn count_due_all(&self, prefix: &str) -> Result<u64, StoreError> {
+    /// How many entries the partitions of `prefix` hold, up to `up_to` ([`BoundedCount`]): the
+    /// partitions of each round side by side.
+    async fn count_due_all(&self, prefix: &str, up_to: u64) -> Result<Count, StoreError> {
         let partitions = due_partitions(prefix, self.due_shards);
-        let counts = futures::future::try_join_all(partitions.iter().map(|p| self.count_due(p))).await?;
-        Ok(counts.into_iter().sum())
+        let mut count = BoundedCount::new(partitions.len(), up_to);
+        let mut starts: Vec<Option<Item>> = vec![None; partitions.len()];
+        while let Some(reads) = count.round() {
+            let answers = futures::future::try_join_all(
+                reads.iter().map(|(i, limit)| self.count_due(&partitions[*i], *limit, starts[*i].clone())),
+            )
+            .await?;
+            for ((i, _), (read, next)) in reads.into_iter().zip(answers) {
+                count.answered(i, read, next.is_some());
+                starts[i] = next;
+            }
+        }
+        Ok(count.count())
     }
 
     /// A Query of the one `by_due` partition `due_kind` (`#kind`, `:kind`).
@@ -316,22 +328,29 @@ impl DynamoStore {
             .expression_attribute_values(":kind", s(due_kind))
     }
 
-    async fn count_due(&self, due_kind: &str) -> Result<u64, StoreError> {
+    /// Counts up to `limit` entries of the partition `due_kind`, from `start`: how many, and
+    /// where to go on from when it stopped at `limit` (DynamoDB may say so when nothing is left).
+    async fn count_due(
+        &self,
+        due_kind: &str,
+        limit: u64,
+        mut start: Option<Item>,
+    ) -> Result<(u64, Option<Item>), StoreError> {
         let mut total = 0u64;
-        let mut start: Option<Item> = None;
         loop {
             let page = self
                 .due_query(due_kind)
                 .key_condition_expression("#kind = :kind")
                 .select(Select::Count)
+                .limit(i32::try_from(limit - total).unwrap_or(i32::MAX))
                 .set_exclusive_start_key(start)
                 .send()
                 .await
                 .map_err(sdk("Query"))?;
             total += u64::try_from(page.count).unwrap_or(0);
             start = page.last_evaluated_key;
-            if start.is_none() {
-                return Ok(total);
+            if start.is_none() || total >= limit {
+                return Ok((total, start));
             }
         }
     }
@@ -1189,10 +1208,11 @@ impl WorkflowStore for DynamoStore {
             .collect()
     }
 
-    async fn count_by_state(&self) -> Result<BTreeMap<Kind, u64>, StoreError> {
+    async fn count_by_state(&self, up_to: u64) -> Result<BTreeMap<Kind, Count>, StoreError> {
         let prefixes = Kind::ALL.map(|kind| format!("record#{kind}"));
-        let counts = futures::future::try_join_all(prefixes.iter().map(|p| self.count_due_all(p))).await?;
-        Ok(Kind::ALL.into_iter().zip(counts).filter(|(_, n)| *n > 0).collect())
+        let counts =
+            futures::future::try_join_all(prefixes.iter().map(|p| self.count_due_all(p, up_to))).await?;
+        Ok(Kind::ALL.into_iter().zip(counts).filter(|(_, n)| *n != Count::Exact(0)).collect())
     }
 }
 

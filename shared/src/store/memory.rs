@@ -13,7 +13,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::{
-    Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig,
+    Applied, Claim, Count, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig,
     StoreError, Task, Trace, WorkflowStore, condition_for,
 };
 use crate::ids::{CorrelationKey, WorkflowName};
@@ -262,12 +262,12 @@ impl WorkflowStore for MemoryStore {
         Ok(expired)
     }
 
-    async fn count_by_state(&self) -> Result<BTreeMap<Kind, u64>, StoreError> {
+    async fn count_by_state(&self, up_to: u64) -> Result<BTreeMap<Kind, Count>, StoreError> {
         let mut counts = BTreeMap::new();
         for r in self.lock().records.values() {
             *counts.entry(r.state.kind()).or_insert(0) += 1;
         }
-        Ok(counts)
+        Ok(counts.into_iter().map(|(kind, n)| (kind, Count::of(n, up_to))).collect())
     }
 }
 

@@ -318,8 +318,90 @@ pub trait WorkflowStore: Send + Sync {
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError>;
 
-    /// How many records are in each state.
-    async fn count_by_state(&self) -> Result<BTreeMap<Kind, u64>, StoreError>;
+    /// How many records are in each state, counted up to `up_to`: a state holding more says so
+    /// ([`Count::MoreThan`]) instead of reading every record it holds. States with none are left
+    /// out.
+    async fn count_by_state(&self, up_to: u64) -> Result<BTreeMap<Kind, Count>, StoreError>;
+}
+
+/// The bound `baton status` and the console count each state up to by default. What a count
+/// reads is then bounded by it (DynamoDB: up to this many index entries for each of a state's
+/// partitions, [`dynamodb::DynamoStore::with_due_shards`] + 1), not by how many records the
+/// table holds (docs/SCALE.md).
+pub const COUNT_UP_TO: u64 = 1_000;
+
+/// How many records one state holds ([`WorkflowStore::count_by_state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    Exact(u64),
+    /// More than this many: the bound the count stopped at.
+    MoreThan(u64),
+}
+
+impl Count {
+    /// `n` records counted against the bound `up_to`.
+    pub fn of(n: u64, up_to: u64) -> Self {
+        if n > up_to { Self::MoreThan(up_to) } else { Self::Exact(n) }
+    }
+
+    /// The number counted: the exact count, or the bound.
+    pub fn counted(self) -> u64 {
+        match self {
+            Self::Exact(n) | Self::MoreThan(n) => n,
+        }
+    }
+}
+
+/// Counting one state, spread over several index partitions, up to a bound, reading no more than
+/// it takes: each round asks every partition that may hold more for an equal share of what is
+/// left to read past the bound. Keys hash evenly over the shards, so a large state is decided in
+/// the first round, after about the bound and one more entries, however many shards it has.
+#[derive(Debug, Clone)]
+pub struct BoundedCount {
+    up_to: u64,
+    counted: Vec<u64>,
+    open: Vec<bool>,
+}
+
+impl BoundedCount {
+    pub fn new(partitions: usize, up_to: u64) -> Self {
+        Self { up_to, counted: vec![0; partitions], open: vec![true; partitions] }
+    }
+
+    /// The reads of the next round, (partition, at most how many entries), side by side; `None`
+    /// once the count is known.
+    pub fn round(&self) -> Option<Vec<(usize, u64)>> {
+        let total: u64 = self.counted.iter().sum();
+        let open: Vec<usize> = (0..self.open.len()).filter(|i| self.open[*i]).collect();
+        if total > self.up_to || open.is_empty() {
+            return None;
+        }
+        let share = (self.up_to - total).saturating_add(1).div_ceil(open.len() as u64);
+        Some(open.into_iter().map(|i| (i, share)).collect())
+    }
+
+    /// Partition `i` answered a read with `read` entries, and `more` when it may hold others.
+    pub fn answered(&mut self, i: usize, read: u64, more: bool) {
+        self.counted[i] += read;
+        self.open[i] = more;
+    }
+
+    /// The count of partitions holding `sizes` entries, and how many entries it read: what the
+    /// store's rounds of queries would find (the scale model, tests).
+    pub fn over(sizes: &[u64], up_to: u64) -> (Count, u64) {
+        let mut count = Self::new(sizes.len(), up_to);
+        while let Some(reads) = count.round() {
+            for (i, limit) in reads {
+                let n = limit.min(sizes[i] - count.counted[i]);
+                count.answered(i, n, count.counted[i] + n < sizes[i]);
+            }
+        }
+        (count.count(), count.counted.iter().sum())
+    }
+
+    pub fn count(&self) -> Count {
+        Count::of(self.counted.iter().sum(), self.up_to)
+    }
 }
 
 /// A store failure.
@@ -390,6 +472,21 @@ impl StoreError {
 mod tests {
     use super::*;
     use crate::lifecycle::{Input, OnRestart, Plan, decide};
+
+    #[test]
+    fn a_bounded_count_reads_about_the_bound_however_the_entries_spread() {
+        // One big partition among empty and small ones: decided past the bound.
+        let (count, read) = BoundedCount::over(&[0, 5, 1_000, 3], 10);
+        assert_eq!(count, Count::MoreThan(10));
+        assert!((11..=14).contains(&read), "the bound and one more, rounded up to a share each: {read}");
+        // Exactly at the bound, and one under: exact, every entry read.
+        assert_eq!(BoundedCount::over(&[2, 3, 4], 9), (Count::Exact(9), 9));
+        assert_eq!(BoundedCount::over(&[2, 3, 4], 8), (Count::MoreThan(8), 9));
+        assert_eq!(BoundedCount::over(&[], 8), (Count::Exact(0), 0));
+        assert_eq!(BoundedCount::over(&[7], 0), (Count::MoreThan(0), 1));
+        // Evenly spread, as hashed keys are: one round, the bound and one more.
+        assert_eq!(BoundedCount::over(&[400; 9], 1_000), (Count::MoreThan(1_000), 1_008));
+    }
 
     #[test]
     fn conditions_come_from_the_transition_table() {
