@@ -35,7 +35,7 @@ test fmt-check clippy lint-infra unit: export CARGO_INCREMENTAL = 0
 # linker's bus error). So `make test` first checks that the filesystem of the target directory
 # has room for what a clean run leaves there (README "Disk and time"), less what is already
 # built, and otherwise stops and says how much is missing.
-TEST_DISK_MB ?= 3500
+TEST_DISK_MB ?= 3200
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 disk:
 	@mkdir -p $(TARGET_DIR); \
