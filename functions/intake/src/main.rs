@@ -1,5 +1,9 @@
 //! The intake Lambda. The logic is `baton::intake`; `serve_sqs` wires it up once per cold start.
 
+// mimalloc, not the system allocator: about a fifth less CPU per input (docs/PERFORMANCE.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     baton::runtime::serve_sqs(baton::intake::Intake::new).await
