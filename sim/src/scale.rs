@@ -3,7 +3,8 @@
 //! and DynamoDB's per-partition quota applied. It answers docs/SCALE.md's questions:
 //! - the peak write rate on each index partition, unsharded and sharded;
 //! - what one sweeper tick reads;
-//! - that the sweeper reads in proportion to what is due, not to the records stored.
+//! - that the sweeper reads in proportion to what is due, not to the records stored;
+//! - what `baton status` reads, counting each state up to its bound.
 //!
 //! Each workflow is the sample's two steps: start, `step_ready`, the review's callback, the next
 //! `step_ready`, the payment, the final report. Starts arrive at a steady rate; the review and the
