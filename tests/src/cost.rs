@@ -180,8 +180,9 @@ pub mod price {
     pub const HTTP_API_REQUEST: f64 = 1.00 / 1e6;
 }
 
-/// Lambda memory (template.yaml `MemorySize`), GB.
-pub const LAMBDA_MEMORY_GB: f64 = 0.256;
+/// Lambda memory (template.yaml `MemorySize`: 256 MB), in the GB Lambda bills GB-seconds in
+/// (1,024 MB).
+pub const LAMBDA_MEMORY_GB: f64 = 256.0 / 1024.0;
 /// Billed duration assumed per invocation, seconds: baton's handlers spend their time waiting on
 /// one to four AWS calls; docs/COST.md says why 50 ms.
 pub const LAMBDA_SECONDS: f64 = 0.050;

@@ -142,7 +142,7 @@ fn environment(endpoint: &str) -> BTreeMap<String, String> {
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    // Where the TLS roots are read from, when the bench is told (see docs/PERFORMANCE.md).
+    // Where the TLS roots are read from, when the caller's environment names them.
     .chain(
         ["SSL_CERT_FILE", "SSL_CERT_DIR"]
             .into_iter()
