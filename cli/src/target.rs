@@ -194,8 +194,8 @@ pub struct Aws {
 }
 
 impl Aws {
-    /// The SDK configuration: static test credentials and no retries on an emulator, the default
-    /// chain otherwise.
+    /// The SDK configuration, with the functions' retries (standard mode): static test
+    /// credentials on an emulator, the default chain otherwise.
     pub async fn sdk_config(&self) -> Result<SdkConfig, TargetError> {
         let mut loader = baton::runtime::sdk_loader();
         if let Some(region) = &self.region {

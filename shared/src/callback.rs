@@ -572,6 +572,9 @@ fn stored_answer(first: &Value) -> Answer {
     Answer::new(status, body)
 }
 
+/// The body's fields: infra/openapi.yaml's `Callback` schema lists the same (a test checks).
+const FIELDS: [&str; 8] = ["workflow", "key", "step", "outcome", "data", "error", "cause", "generation"];
+
 /// Validates the JSON body, naming the first bad field.
 fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
     let value: Value = serde_json::from_slice(body)
@@ -579,7 +582,6 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
     let Value::Object(mut map) = value else {
         return Err(Answer::field("invalid_body", "", "the body must be a JSON object"));
     };
-    const FIELDS: [&str; 8] = ["workflow", "key", "step", "outcome", "data", "error", "cause", "generation"];
     if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(Answer::field(
             "invalid_body",
@@ -643,6 +645,28 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The published contract (infra/openapi.yaml, what API Gateway serves) says what the code
+    /// takes and answers: the body's fields, and the 503's `maybe_applied`.
+    #[test]
+    fn the_openapi_contract_lists_the_fields_the_code_takes_and_answers() {
+        let spec: Value = serde_saphyr::from_str(include_str!("../../infra/openapi.yaml")).unwrap();
+        let schemas = &spec["components"]["schemas"];
+        let mut documented: Vec<&str> =
+            schemas["Callback"]["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+        let mut taken = FIELDS.to_vec();
+        documented.sort_unstable();
+        taken.sort_unstable();
+        assert_eq!(documented, taken, "infra/openapi.yaml's Callback against parse_body's FIELDS");
+        assert_eq!(schemas["Callback"]["additionalProperties"], json!(false), "unknown fields are refused");
+        assert!(schemas["Error"]["properties"]["maybe_applied"].is_object(), "the 503's maybe_applied");
+        let unavailable =
+            spec["paths"]["/v1/callbacks"]["post"]["responses"]["503"]["description"].as_str().unwrap();
+        assert!(
+            unavailable.contains("maybe_applied") && unavailable.contains("in_progress"),
+            "{unavailable}"
+        );
+    }
 
     fn field_of(body: &str) -> (String, String) {
         let answer = parse_body(body.as_bytes()).err().expect("an error");
