@@ -1,8 +1,8 @@
 //! `baton rollout plan`: before a deploy, what the config change would do to the records in
 //! flight ([`baton::rollout`]).
 //!
-//! The deployed config is, by default, the newest version the stack's functions registered in
-//! the table at their cold start; `--from` takes a file or a git ref instead. The live records
+//! The deployed config is, by default, the version the stack's functions last started on (each
+//! cold start registers its version in the table, [`baton::rollout::deployed`]); `--from` takes a file or a git ref instead. The live records
 //! are counted from the table's `by_due` index (pending, waiting and advancing records; a
 //! Query per state, never a Scan). `--offline` counts nothing: every change whose effect
 //! depends on live records then needs a person.
@@ -42,7 +42,7 @@ pub enum RolloutCommand {
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
     /// The deployed config: a file, or a git ref (its copy of the --to path) [default: the
-    /// newest version the stack registered in its table].
+    /// version the stack's functions last started on, as registered in its table].
     #[arg(long, value_name = "PATH|GIT-REF")]
     pub from: Option<String>,
     /// The config about to be deployed.

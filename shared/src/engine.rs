@@ -377,9 +377,9 @@ impl Engine {
         Err(EngineError::Contended { attempts: MAX_ATTEMPTS })
     }
 
-    /// Registers the config this engine carries in the table, once per version (at a cold
+    /// Registers the config this engine carries in the table, once per process (at a cold
     /// start): the deployed versions stay readable, and `baton rollout plan` compares against
-    /// the newest. A failure is logged, never fatal here: no record is written on this version
+    /// the one started last. A failure is logged, never fatal here: no record is written on this version
     /// before it is registered ([`Engine::submit`] tries again first).
     pub async fn register_config(&self) {
         if let Err(e) = self.ensure_registered().await {
@@ -392,10 +392,12 @@ impl Engine {
         if self.versions.registered.load(Ordering::Acquire) {
             return Ok(());
         }
+        let now = self.now();
         let config = crate::store::RegisteredConfig {
             version: self.config.version.clone(),
             canonical: self.config.canonical.clone(),
-            registered_at: self.now(),
+            registered_at: now,
+            started_at: now,
         };
         self.store.register_config(&config).await?;
         self.versions.registered.store(true, Ordering::Release);

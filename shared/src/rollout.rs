@@ -131,10 +131,17 @@ pub async fn count_live(store: &dyn WorkflowStore, now: OffsetDateTime) -> Resul
     Ok(Live::count(&records))
 }
 
-/// The deployed config: the newest version the stack's functions registered in the table.
-/// `None` when none registered yet.
+/// The deployed config: the version the stack's functions last started on (a rollback to an
+/// older version makes it the deployed one again at its first cold start). `None` when none
+/// registered yet.
 pub async fn deployed(store: &dyn WorkflowStore) -> Result<Option<(Config, String)>, RolloutError> {
-    let Some(newest) = store.configs().await?.pop() else { return Ok(None) };
+    let configs = store.configs().await?;
+    let Some(newest) = configs
+        .into_iter()
+        .max_by(|a, b| (a.started_at, a.registered_at).cmp(&(b.started_at, b.registered_at)))
+    else {
+        return Ok(None);
+    };
     let config = Config::parse(&newest.canonical)
         .map_err(|source| RolloutError::Unreadable { version: newest.version.clone(), source })?;
     Ok(Some((config, newest.version)))
@@ -434,6 +441,32 @@ workflows:
 
     fn config(yaml: &str) -> Config {
         Config::parse(yaml).expect("valid")
+    }
+
+    #[tokio::test]
+    async fn the_deployed_config_is_the_one_started_last_so_a_rollback_is_seen() {
+        use crate::store::RegisteredConfig;
+        use crate::store::memory::MemoryStore;
+        let store = MemoryStore::new();
+        assert!(deployed(&store).await.unwrap().is_none(), "nothing registered yet");
+        let (v1, v2) = (config(V1), config(&V1.replace("timeout: 7d", "timeout: 9d")));
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        let start = |c: &Config, minutes: i64| {
+            let at = t0 + time::Duration::minutes(minutes);
+            RegisteredConfig {
+                version: c.version.clone(),
+                canonical: c.canonical.clone(),
+                registered_at: at,
+                started_at: at,
+            }
+        };
+        let version = |d: Option<(Config, String)>| d.map(|(_, v)| v);
+        store.register_config(&start(&v1, 0)).await.unwrap();
+        store.register_config(&start(&v2, 10)).await.unwrap();
+        assert_eq!(version(deployed(&store).await.unwrap()), Some(v2.version.clone()));
+        // Rolled back: v1's functions start again.
+        store.register_config(&start(&v1, 20)).await.unwrap();
+        assert_eq!(version(deployed(&store).await.unwrap()), Some(v1.version.clone()));
     }
 
     fn live(states: &[State]) -> Live {

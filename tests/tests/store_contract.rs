@@ -415,22 +415,43 @@ async fn exactly_one_of_fifty_concurrent_transitions_wins(store: Arc<dyn Workflo
 }
 
 async fn config_versions_are_registered_once_and_listed_oldest_first(store: Arc<dyn WorkflowStore>) {
-    let v1 = RegisteredConfig { version: "v1".into(), canonical: "{\"a\":1}".into(), registered_at: t0() };
+    let at = |s| t0() + Duration::seconds(s);
+    let v1 = RegisteredConfig {
+        version: "v1".into(),
+        canonical: "{\"a\":1}".into(),
+        registered_at: at(0),
+        started_at: at(0),
+    };
     store.register_config(&v1).await.unwrap();
     let again = RegisteredConfig {
         canonical: "changed".into(),
-        registered_at: t0() + Duration::seconds(5),
+        registered_at: at(5),
+        started_at: at(5),
         ..v1.clone()
     };
     store.register_config(&again).await.unwrap();
     let v2 = RegisteredConfig {
         version: "v2".into(),
         canonical: "{}".into(),
-        registered_at: t0() + Duration::seconds(9),
+        registered_at: at(9),
+        started_at: at(9),
     };
     store.register_config(&v2).await.unwrap();
     let all = store.configs().await.unwrap();
-    assert_eq!(all, vec![v1, v2], "the first registration of a version stands");
+    let v1_restarted = RegisteredConfig { started_at: at(5), ..v1.clone() };
+    assert_eq!(
+        all,
+        vec![v1_restarted, v2.clone()],
+        "the first registration of a version stands; its start time moves"
+    );
+    // A rollback: v1 starts again after v2.
+    store.register_config(&RegisteredConfig { started_at: at(20), ..v1.clone() }).await.unwrap();
+    let all = store.configs().await.unwrap();
+    assert_eq!(
+        all,
+        vec![RegisteredConfig { started_at: at(20), ..v1 }, v2],
+        "still listed by first registration"
+    );
 }
 
 // ---- one suite, two stores -------------------------------------------------------------------

@@ -1120,26 +1120,45 @@ impl WorkflowStore for DynamoStore {
     }
 
     async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError> {
-        let item: Item = [
-            ("pk".to_owned(), s(CONFIG_PK)),
-            ("sk".to_owned(), s(&format!("VERSION#{}", config.version))),
-            ("version".to_owned(), s(&config.version)),
-            ("canonical".to_owned(), s(&config.canonical)),
-            ("registered_at".to_owned(), s(&ts(config.registered_at))),
-        ]
-        .into_iter()
-        .collect();
-        self.put_if_absent("PutItem", item).await.map(|_| ())
+        // One write either way, as the put-if-absent it replaces: the first registration's
+        // canonical form and time stand, the start time moves.
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(CONFIG_PK))
+            .key("sk", s(&format!("VERSION#{}", config.version)))
+            .update_expression(
+                "SET #version = :version, #canonical = if_not_exists(#canonical, :canonical), \
+                 #registered = if_not_exists(#registered, :at), #started = :at",
+            )
+            .expression_attribute_names("#version", "version")
+            .expression_attribute_names("#canonical", "canonical")
+            .expression_attribute_names("#registered", "registered_at")
+            .expression_attribute_names("#started", "started_at")
+            .expression_attribute_values(":version", s(&config.version))
+            .expression_attribute_values(":canonical", s(&config.canonical))
+            .expression_attribute_values(":at", s(&ts(config.started_at)))
+            .send()
+            .await
+            .map_err(sdk("UpdateItem"))?;
+        Ok(())
     }
 
     async fn configs(&self) -> Result<Vec<RegisteredConfig>, StoreError> {
         let mut all = Vec::new();
         for item in self.query_partition(CONFIG_PK, Some("VERSION#")).await? {
             let r = Reader { item: &item };
+            let registered_at = r.time("registered_at")?;
             all.push(RegisteredConfig {
                 version: r.s("version")?.to_owned(),
                 canonical: r.s("canonical")?.to_owned(),
-                registered_at: r.time("registered_at")?,
+                registered_at,
+                // Registered by a version before the start time was kept.
+                started_at: if item.contains_key("started_at") {
+                    r.time("started_at")?
+                } else {
+                    registered_at
+                },
             });
         }
         all.sort_by(|a, b| (a.registered_at, &a.version).cmp(&(b.registered_at, &b.version)));

@@ -198,7 +198,11 @@ impl WorkflowStore for MemoryStore {
     }
 
     async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError> {
-        self.lock().configs.entry(config.version.clone()).or_insert_with(|| config.clone());
+        self.lock()
+            .configs
+            .entry(config.version.clone())
+            .and_modify(|c| c.started_at = config.started_at)
+            .or_insert_with(|| config.clone());
         Ok(())
     }
 

@@ -212,6 +212,10 @@ pub struct RegisteredConfig {
     /// When a function first registered it.
     #[serde(with = "time::serde::rfc3339")]
     pub registered_at: OffsetDateTime,
+    /// When a function last started on it (each cold start registers again): the deployed
+    /// version is the one started last, which after a rollback is an older one.
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
 }
 
 /// An input that was ignored, with its reason.
@@ -290,6 +294,8 @@ pub trait WorkflowStore: Send + Sync {
 
     /// Registers a config version, once: a second registration of the same version keeps the
     /// first (and its time).
+    /// Registers `config`: the first registration's `canonical` and `registered_at` stand; each
+    /// one moves `started_at`.
     async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError>;
 
     /// Every registered config version, oldest registration first.
