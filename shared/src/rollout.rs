@@ -28,9 +28,10 @@ use crate::config::{Config, Step, Workflow};
 use crate::lifecycle::{Kind, Record, State};
 use crate::store::{StoreError, WorkflowStore};
 
-/// How a change affects the records in flight.
+/// How a change affects the records in flight. In `--json` as in the text: `needs-human`, as
+/// the README and replay's classifications spell it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum Class {
     Safe,
     NeedsHuman,
