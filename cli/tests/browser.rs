@@ -118,10 +118,10 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     // already running); the payment completes it; a late review correction is ignored.
     let early = callback("story-1", "manual-review", "succeeded", approve());
     answered(&stack, "cb-story-1-review", &early, 202).await;
-    let (_, again) = system.callback("cb-story-1-review", &early).await;
+    let (status, again) = system.callback("cb-story-1-review", &early).await;
     assert_eq!(
-        (again["status"].as_str(), again["duplicate"].as_bool()),
-        (Some("buffered"), Some(true)),
+        (status, again["status"].as_str(), again["duplicate"].as_bool()),
+        (200, Some("buffered"), Some(true)),
         "{again}"
     );
     system.send_event(&placed("story-1")).await;
