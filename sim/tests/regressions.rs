@@ -530,3 +530,26 @@ fn every_receive(s: &Stack, fault: Fault, last: Option<(&'static str, Fault)>) {
         s.world.advance(baton_sim::sqs::VISIBILITY + Duration::seconds(1));
     }
 }
+
+/// Found by review (docs/SIMULATION_BUGS.md, #29): a failed callback asked for its retry sooner
+/// than its receipt's lease ended, so a sender retrying on time got only `in_progress`.
+#[test]
+fn a_failed_callbacks_retry_after_outlasts_its_receipt_lease_so_a_retry_on_time_is_applied() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    // The receipt is put, then reading the record fails: the receipt stays pending.
+    s.world.script("ddb.GetItem(record)", Fault::Before);
+    let body = review("k", json!({"decision": "ok"}));
+    let first = callback(&s, "cb-1", &body);
+    assert_eq!(first.status.as_u16(), 503, "{}", first.body);
+    let wait = Duration::seconds(i64::from(first.retry_after.expect("Retry-After")));
+    assert!(wait >= baton::callback::RECEIPT_LEASE, "Retry-After {wait} ends inside the lease");
+    s.world.advance(wait);
+    let retry = callback(&s, "cb-1", &body);
+    assert_eq!(
+        (retry.status.as_u16(), retry.body["status"].as_str()),
+        (200, Some("applied")),
+        "{}",
+        retry.body
+    );
+}

@@ -494,6 +494,34 @@ contract!(
     config_versions_are_registered_once_and_listed_oldest_first,
 );
 
+/// DynamoDB-specific (docs/SIMULATION_BUGS.md, #44): an inbox entry written before the inbox was
+/// kept by step name (no `step_name`, its key by index) is read, listed as expired, and settles.
+#[tokio::test]
+async fn dynamodb_an_inbox_entry_from_before_step_names_is_read_expired_and_settled() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let emulator = Emulator::from_env();
+    let store = dynamo_store(&emulator).await;
+    let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
+    let legacy = InboxEntry { step_name: String::new(), ..entry("cb-legacy", 1, 0) };
+    assert_eq!(store.buffer(&legacy).await.unwrap(), Claim::Acquired);
+    let (w, k) = names("k-inbox");
+    client
+        .update_item()
+        .table_name(store.table())
+        .key("pk", AttributeValue::S(format!("WF#{w}#{k}")))
+        .key("sk", AttributeValue::S("INBOX#00001#cb-legacy".into()))
+        .condition_expression("attribute_exists(pk)")
+        .update_expression("REMOVE step_name")
+        .send()
+        .await
+        .expect("the entry is where an old version kept it");
+    let expired = store.expired_buffers(t0() + Duration::days(365), 10).await.unwrap();
+    assert_eq!(expired, vec![legacy.clone()], "read back, by index, without a name");
+    assert_eq!(store.trace(&w, &k).await.unwrap().inbox, vec![legacy.clone()]);
+    assert_eq!(store.settle(&legacy, InboxStatus::Expired).await.unwrap(), Claim::Acquired);
+    assert!(store.expired_buffers(t0() + Duration::days(365), 10).await.unwrap().is_empty());
+}
+
 /// DynamoDB-specific: the TTL attribute is on the items and TTL is enabled on the table.
 #[tokio::test]
 async fn dynamodb_items_carry_the_ttl_attribute_and_the_table_has_ttl_enabled() {

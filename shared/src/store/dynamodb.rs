@@ -892,7 +892,8 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
         workflow,
         key,
         step: r.n("step")?,
-        step_name: r.s("step_name")?.to_owned(),
+        // Written before the inbox was kept by name: none (inbox_sk keeps their key by index).
+        step_name: r.opt_s("step_name")?.unwrap_or_default().to_owned(),
         config_version: r.opt_s("config_version")?.map(str::to_owned),
         id: r.id("input_id")?,
         generation: r.opt_n("generation")?,
