@@ -1040,6 +1040,29 @@ mod tests {
         assert_eq!(table.ttl_attribute.as_deref(), Some("expires_at"));
     }
 
+    /// What a person must see is kept and said: the table and the dead-letter queues survive a
+    /// stack deletion or replacement, and every alarm notifies the alarm topic when one is given.
+    #[test]
+    fn data_outlives_the_stack_and_every_alarm_notifies() {
+        let doc: Value = serde_saphyr::from_str(TEMPLATE).expect("template.yaml parses as YAML");
+        let resources = doc["Resources"].as_object().expect("Resources");
+        for name in ["Table", "IntakeDLQ", "ProgressDLQ"] {
+            let r = &resources[name];
+            assert_eq!(
+                (r["DeletionPolicy"].as_str(), r["UpdateReplacePolicy"].as_str()),
+                (Some("Retain"), Some("Retain")),
+                "{name} must be retained"
+            );
+        }
+        let alarms: Vec<(&String, &Value)> =
+            resources.iter().filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm").collect();
+        assert!(alarms.len() >= 4, "the DLQ, timed-out and failed alarms");
+        let notifies = serde_json::json!({"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]});
+        for (name, alarm) in alarms {
+            assert_eq!(alarm["Properties"]["AlarmActions"], notifies, "{name} notifies the alarm topic");
+        }
+    }
+
     #[test]
     fn work_queues_redrive_to_their_dead_letter_queues_after_five_receives() {
         let template = parsed();
