@@ -2,20 +2,15 @@
 //! git ref, the exit status that stops a pipeline, and the `baton.rollout/v1` document. Offline
 //! (no stack): changes that depend on live records need a person.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
+
+use common::baton_in as baton;
 
 const SAMPLE: &str = include_str!("../../infra/workflows.yaml");
 const CONFIG: &str = "infra/workflows.yaml";
-
-fn baton(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_baton"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("BATON_CONFIG")
-        .output()
-        .expect("the baton binary runs")
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -1,7 +1,11 @@
 //! `baton synth` and `baton synth --check`, on a copy of the repository's infra files.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+use common::baton_in as baton;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -14,15 +18,6 @@ fn scratch() -> tempfile::TempDir {
     std::fs::copy(root().join("infra/workflows.yaml"), dir.path().join("infra/workflows.yaml")).unwrap();
     std::fs::copy(root().join("template.yaml"), dir.path().join("template.yaml")).unwrap();
     dir
-}
-
-fn baton(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_baton"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("BATON_CONFIG")
-        .output()
-        .unwrap()
 }
 
 fn stderr(o: &Output) -> String {

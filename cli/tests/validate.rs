@@ -1,19 +1,16 @@
 //! `baton validate` and `baton match`, run as a user runs them: the real binary, real files.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn baton(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_baton"))
-        .args(args)
-        .current_dir(root())
-        .env_remove("BATON_CONFIG")
-        .output()
-        .expect("the baton binary runs")
+    common::baton_in(&root(), args)
 }
 
 fn text(bytes: &[u8]) -> String {

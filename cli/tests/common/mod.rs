@@ -3,8 +3,8 @@
 //! `make run` leaves things for an operator.
 #![allow(dead_code)] // each test file uses a part
 
-use std::path::PathBuf;
-use std::process::Output;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use baton::lifecycle::State;
 use baton_tests::Emulator;
@@ -12,6 +12,17 @@ use baton_tests::system::{System, TEST_SECRET, start_system};
 use serde_json::{Value, json};
 
 pub const CONFIG: &str = baton_tests::ORDER_REVIEW;
+
+/// The real `baton` binary, run in `dir` as a user runs it, without a config from the
+/// environment (the commands that need no stack).
+pub fn baton_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("BATON_CONFIG")
+        .output()
+        .expect("the baton binary runs")
+}
 
 /// Variables that would point the binary elsewhere than the local.json under test.
 pub const TARGET_VARS: [&str; 8] = [
