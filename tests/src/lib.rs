@@ -10,6 +10,7 @@
 //! answer from the emulator is handled as production handles one from AWS.
 
 pub mod browser;
+pub mod calls;
 pub mod cost;
 pub mod functions;
 pub mod http;

@@ -522,6 +522,38 @@ async fn dynamodb_an_inbox_entry_from_before_step_names_is_read_expired_and_sett
     assert!(store.expired_buffers(t0() + Duration::days(365), 10).await.unwrap().is_empty());
 }
 
+/// DynamoDB-specific: what the sweeper and `baton status` read, counted at the client. Each due
+/// kind is a Query of each `by_due` partition (the shards and the unsharded one), a bounded count
+/// stops at its bound, and nothing is a Scan, however many records the table holds.
+#[tokio::test]
+async fn dynamodb_due_reads_and_bounded_counts_are_index_queries_never_a_scan() {
+    use baton::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore};
+    let emulator = Emulator::from_env();
+    let table = dynamo_store(&emulator).await.table().to_owned();
+    let calls = baton_tests::calls::Calls::default();
+    let store = DynamoStore::new(calls.dynamodb(&emulator.sdk_config().await), table);
+    for i in 0..40 {
+        waiting_record(&store, &format!("read-{i}")).await;
+    }
+    calls.take();
+    let partitions = DEFAULT_DUE_SHARDS as usize + 1;
+    let query = "Query";
+
+    let far = t0() + Duration::days(365);
+    assert_eq!(store.due(Kind::Waiting, far, 5).await.unwrap().len(), 5);
+    assert!(store.due(Kind::Pending, far, 5).await.unwrap().is_empty());
+    assert!(store.expired_buffers(far, 5).await.unwrap().is_empty());
+    assert_eq!(calls.take(), vec![query; 3 * partitions], "one Query a partition for each due kind");
+
+    // Counted up to 4: each waiting shard is asked for its share of 5 (one entry), and the
+    // 40 records spread over 8 shards answer in that first round; every other state is empty.
+    let counts = store.count_by_state(4).await.unwrap();
+    assert_eq!(counts, std::collections::BTreeMap::from([(Kind::Waiting, Count::MoreThan(4))]));
+    let sent = calls.take();
+    assert!(sent.iter().all(|op| op == query), "{sent:?}");
+    assert_eq!(sent.len(), Kind::ALL.len() * partitions, "one round: a Query a partition");
+}
+
 /// DynamoDB-specific: the TTL attribute is on the items and TTL is enabled on the table.
 #[tokio::test]
 async fn dynamodb_items_carry_the_ttl_attribute_and_the_table_has_ttl_enabled() {
