@@ -249,6 +249,12 @@ pub fn all(
         });
     }
 
+    // Each step of a generation advances at most once, whatever was delivered twice, retried or
+    // replayed.
+    for violation in steps_advanced_twice(&writes) {
+        c.check(false, || violation);
+    }
+
     // Each owed resume: one payload per token, re-sent only after the grace period, accepted at
     // most once.
     let mut by_token: BTreeMap<&str, Vec<&crate::sfn::ResumeCall>> = BTreeMap::new();
@@ -519,6 +525,28 @@ pub fn all(
     }
 }
 
+/// Each step of a generation advances at most once: one landed write from waiting on it to
+/// advancing past it. The violations, if any.
+fn steps_advanced_twice(writes: &[crate::store::Landed]) -> Vec<String> {
+    let mut advanced: BTreeMap<(String, String, u32, u32), usize> = BTreeMap::new();
+    for w in writes {
+        if let (Some(State::Waiting { step: from }), State::Advancing { step }) = (w.from, w.to.state)
+            && from == step
+            && w.from_generation == Some(w.to.generation)
+        {
+            let at = (w.to.workflow.to_string(), w.to.key.to_string(), w.to.generation, step);
+            *advanced.entry(at).or_default() += 1;
+        }
+    }
+    advanced
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|((workflow, key, generation, step), n)| {
+            format!("{workflow}/{key} generation {generation}: step {step} advanced {n} times")
+        })
+        .collect()
+}
+
 /// Did any input with this id reach a record?
 fn evidence_reached(writes: &[crate::store::Landed], id: &str) -> bool {
     writes.iter().any(|w| w.to.history.last().is_some_and(|a| a.cause_id.as_deref() == Some(id)))
@@ -526,3 +554,27 @@ fn evidence_reached(writes: &[crate::store::Landed], id: &str) -> bool {
 
 /// Execution ARNs of the simulated stack: this, then `<machine>:<name>`.
 const PREFIX_EXEC: &str = "arn:aws:states:us-east-1:123456789012:execution:sim-";
+
+#[cfg(test)]
+mod tests {
+    use baton::ids::{CorrelationKey, EventId, WorkflowName};
+    use baton::lifecycle::{Input, OnRestart, Plan, decide};
+
+    use super::*;
+    use crate::store::Landed;
+
+    #[test]
+    fn a_step_advanced_twice_is_a_violation_and_once_is_not() {
+        let plan = Plan { steps: vec![vec![], vec![]], on_restart: OnRestart::AfterTerminal, version: None };
+        let (w, k) = (WorkflowName::parse("wf").unwrap(), CorrelationKey::parse("k").unwrap());
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        let start = Input::Start { event: EventId::parse("e").unwrap() };
+        let mut record = decide(&plan, (&w, &k), None, &start, now).write.unwrap().to;
+        record.state = State::Advancing { step: 0 };
+        let advance =
+            Landed { at: now, from: Some(State::Waiting { step: 0 }), from_generation: Some(1), to: record };
+        assert!(steps_advanced_twice(std::slice::from_ref(&advance)).is_empty());
+        let twice = steps_advanced_twice(&[advance.clone(), advance]);
+        assert_eq!(twice, vec!["wf/k generation 1: step 0 advanced 2 times".to_owned()]);
+    }
+}
