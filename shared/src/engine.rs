@@ -379,8 +379,8 @@ impl Engine {
 
     /// Registers the config this engine carries in the table, once per process (at a cold
     /// start): the deployed versions stay readable, and `baton rollout plan` compares against
-    /// the one started last. A failure is logged, never fatal here: no record is written on this version
-    /// before it is registered ([`Engine::submit`] tries again first).
+    /// the one started last. A failure is logged, never fatal here: no record is written on
+    /// this version before it is registered ([`Engine::submit`] tries again first).
     pub async fn register_config(&self) {
         if let Err(e) = self.ensure_registered().await {
             warn!(config_version = %self.config.version, error = %error_chain(&e), "cannot register the config; tried again before the first start");
