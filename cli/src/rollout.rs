@@ -2,10 +2,10 @@
 //! flight ([`baton::rollout`]).
 //!
 //! The deployed config is, by default, the version the stack's functions last started on (each
-//! cold start registers its version in the table, [`baton::rollout::deployed`]); `--from` takes a file or a git ref instead. The live records
-//! are counted from the table's `by_due` index (pending, waiting and advancing records; a
-//! Query per state, never a Scan). `--offline` counts nothing: every change whose effect
-//! depends on live records then needs a person.
+//! cold start registers its version in the table, [`baton::rollout::deployed`]); `--from` takes
+//! a file or a git ref instead. The live records are counted from the table's `by_due` index
+//! (pending, waiting and advancing records; a Query per state, never a Scan). `--offline`
+//! counts nothing: every change whose effect depends on live records then needs a person.
 //!
 //! Exit status: 0 when every change is safe, 1 when one is breaking (each is named), 3 when
 //! none is breaking but one needs a person. `--json` prints the `baton.rollout/v1` document.

@@ -137,10 +137,7 @@ pub async fn count_live(store: &dyn WorkflowStore, now: OffsetDateTime) -> Resul
 /// registered yet.
 pub async fn deployed(store: &dyn WorkflowStore) -> Result<Option<(Config, String)>, RolloutError> {
     let configs = store.configs().await?;
-    let Some(newest) = configs
-        .into_iter()
-        .max_by(|a, b| (a.started_at, a.registered_at).cmp(&(b.started_at, b.registered_at)))
-    else {
+    let Some(newest) = configs.into_iter().max_by_key(|c| (c.started_at, c.registered_at)) else {
         return Ok(None);
     };
     let config = Config::parse(&newest.canonical)

@@ -1154,12 +1154,8 @@ impl WorkflowStore for DynamoStore {
                 version: r.s("version")?.to_owned(),
                 canonical: r.s("canonical")?.to_owned(),
                 registered_at,
-                // Registered by a version before the start time was kept.
-                started_at: if item.contains_key("started_at") {
-                    r.time("started_at")?
-                } else {
-                    registered_at
-                },
+                // Registered by a version before the start time was kept: its registration.
+                started_at: r.opt_time("started_at")?.unwrap_or(registered_at),
             });
         }
         all.sort_by(|a, b| (a.registered_at, &a.version).cmp(&(b.registered_at, &b.version)));

@@ -292,8 +292,6 @@ pub trait WorkflowStore: Send + Sync {
     /// Records an ignored input. Idempotent per (input id, reason).
     async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError>;
 
-    /// Registers a config version, once: a second registration of the same version keeps the
-    /// first (and its time).
     /// Registers `config`: the first registration's `canonical` and `registered_at` stand; each
     /// one moves `started_at`.
     async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError>;
@@ -331,9 +329,8 @@ pub trait WorkflowStore: Send + Sync {
 }
 
 /// The bound `baton status` and the console count each state up to by default. What a count
-/// reads is then bounded by it (DynamoDB: up to this many index entries for each of a state's
-/// partitions, [`dynamodb::DynamoStore::with_due_shards`] + 1), not by how many records the
-/// table holds (docs/SCALE.md).
+/// reads is then bounded by it (DynamoDB: about this many index entries and one more a state,
+/// [`BoundedCount`]), not by how many records the table holds (docs/SCALE.md).
 pub const COUNT_UP_TO: u64 = 1_000;
 
 /// How many records one state holds ([`WorkflowStore::count_by_state`]).
