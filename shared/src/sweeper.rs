@@ -137,12 +137,19 @@ impl Sweeper {
         // A redelivery of the same input may have been applied straight to its step, leaving
         // this copy behind: it is applied, not expired. A copy with another payload is a
         // conflict the direct application never saw: refused, and ledgered as one (both found
-        // by the simulation).
+        // by the simulation). An entry of an earlier generation is matched by the step index it
+        // was buffered with, which its generation's version numbered, as it numbered the
+        // applied input's: the record's version now may number the step otherwise (a drain
+        // whose settle failed, then a restart on a new version; found by the simulation).
         let twin = record.as_ref().and_then(|r| {
+            let at = match entry.generation {
+                Some(g) if g != r.generation => Some(entry.step),
+                _ => step,
+            };
             r.applied.iter().find(|a| {
                 a.id == entry.id
-                    && step.is_some()
-                    && a.step == step
+                    && at.is_some()
+                    && a.step == at
                     && (entry.generation.is_none() || a.generation == entry.generation)
             })
         });

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use baton::ids::CorrelationKey;
-use baton::lifecycle::{Cause, Input, RESEND_RESUME_AFTER, State};
+use baton::lifecycle::{Cause, Input, RESEND_RESUME_AFTER, State, payload_fingerprint};
 use baton::orchestrator::ExecutionStatus;
 use baton::store::{InboxStatus, WorkflowStore};
 use serde_json::Value;
@@ -307,8 +307,11 @@ pub fn all(
             (202, "buffered") => {
                 c.check(f.inbox, || format!("{} was answered buffered, but no inbox entry holds it", a.id))
             }
-            (200, "ignored") => c.check(f.ledger, || {
-                format!("{} was answered ignored, but the ledger does not have it", a.id)
+            (200, "ignored") => c.check(f.ledger && !f.in_record && !f.inbox, || {
+                format!(
+                    "{} was answered ignored, but the ledger does not have it, or it changed the record or an inbox: {f:?}",
+                    a.id
+                )
             }),
             (409, _) => c.check(f.other_receipt, || {
                 format!("{} was answered 409 without an earlier receipt of another payload", a.id)
@@ -408,13 +411,15 @@ pub fn all(
         }
     }
 
-    // An input buffered for one generation is never applied to another.
+    // An input buffered for one generation is never applied to another, and ends with exactly
+    // one classification: an entry marked applied was applied to its step, one marked expired
+    // or ignored never was (an input both applied and ledgered expired was found by review).
     for t in traces.values() {
         let Some(record) = &t.record else { continue };
+        let mine = writes.iter().filter(|w| w.to.key == record.key && w.to.workflow == record.workflow);
         for entry in &t.inbox {
-            let applied_in: BTreeSet<u32> = writes
-                .iter()
-                .filter(|w| w.to.key == record.key && w.to.workflow == record.workflow)
+            let applied_in: BTreeSet<u32> = mine
+                .clone()
                 .filter(|w| matches!(w.to.history.last(), Some(a) if a.cause_id.as_deref() == Some(entry.id.as_str()) && matches!(a.cause, Cause::Merge | Cause::Complete | Cause::FailStep)))
                 .filter(|w| w.to.state.step() == Some(entry.step))
                 .map(|w| w.to.generation)
@@ -423,6 +428,38 @@ pub fn all(
                 format!(
                     "{}/{} input {} (step {}) was applied in generations {applied_in:?}",
                     record.workflow, record.key, entry.id, entry.step
+                )
+            });
+            // This very input (the same payload, not another one reusing its id) applied to
+            // its step: in which generations.
+            let hash = entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint);
+            let this_applied_in: BTreeSet<u32> = mine
+                .clone()
+                .flat_map(|w| w.to.applied.iter().map(move |a| (a.generation.unwrap_or(w.to.generation), a)))
+                .filter(|(_, a)| {
+                    a.id == entry.id
+                        && a.step == Some(entry.step)
+                        && Some(payload_fingerprint(&a.hash)) == hash
+                })
+                .map(|(g, _)| g)
+                .collect();
+            let consistent = match entry.status {
+                InboxStatus::Buffered => true,
+                InboxStatus::Applied => !this_applied_in.is_empty(),
+                InboxStatus::Expired | InboxStatus::Ignored => {
+                    entry.generation.is_some_and(|g| !this_applied_in.contains(&g))
+                        || (entry.generation.is_none() && this_applied_in.is_empty())
+                }
+            };
+            c.check(consistent, || {
+                format!(
+                    "{}/{} input {} (step {}, generation {:?}) is {} in the inbox, and was applied in generations {this_applied_in:?}",
+                    record.workflow,
+                    record.key,
+                    entry.id,
+                    entry.step,
+                    entry.generation,
+                    entry.status.as_str()
                 )
             });
         }

@@ -553,3 +553,37 @@ fn a_failed_callbacks_retry_after_outlasts_its_receipt_lease_so_a_retry_on_time_
         retry.body
     );
 }
+
+/// Found by the simulation (seed 946): a drain applied a buffered payment, its inbox settle
+/// failed, and the workflow ended; a deploy moved `payment` to another step index, and a restart
+/// ran on it. The sweeper looked for the applied twin at the new index, missed it, and ledgered
+/// the applied payment `buffer_expired`: an operator would replay an input already applied.
+#[test]
+fn a_drained_input_whose_settle_failed_is_settled_applied_after_a_restart_on_a_new_version() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
+    deliver(&s, QueueId::Intake);
+    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered);
+    // The review completes; the payment step's drain applies the payment, and the inbox write
+    // that marks it applied fails. The workflow succeeds.
+    s.world.script("ddb.UpdateItem(inbox)", Fault::Before);
+    let a = callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    settle(&s);
+    let r = record(&s, "k");
+    assert_eq!(r.state, State::Succeeded);
+    assert!(r.applied.iter().any(|a| a.id.as_str() == "pay-1"), "the drain applied the payment");
+    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered, "its settle failed");
+    // Version 2 (a step inserted before `payment`) is deployed; a new order opens generation 2.
+    s.deploy(baton_sim::config_v2());
+    send(&s, &event("start-k-2", "order.placed", "k", json!({})));
+    settle(&s);
+    assert_eq!(record(&s, "k").generation, 2);
+    s.world.advance(Duration::hours(2));
+    let report = drive(s.sweeper.run_once(s.world.now())).unwrap();
+    assert_eq!(report.expired, 0, "the applied payment was expired");
+    let t = trace(&s, "k");
+    assert_eq!(t.inbox[0].status, InboxStatus::Applied);
+    assert!(!t.ledger.iter().any(|l| l.input_id == "pay-1"), "ledgered as lost: {:?}", t.ledger);
+}
