@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use baton::store::dynamodb::DynamoStore;
 use baton::webhook::Secrets;
 use baton_local::info::LocalInfo;
 use baton_tests::http::send_callback;
@@ -263,6 +264,10 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
             && timeline.iter().any(|e| e["event_type"] == "TaskSubmitted")
     };
     let trace = eventually_trace(&local, "order-c1", "waiting on the review, settled", settled).await;
+    // And a review an hour past its deadline, written into the stack's table.
+    let config = baton::config::Config::load(&root().join(baton::config::DEFAULT_PATH)).unwrap();
+    let table = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), info.table.clone());
+    let deadline = baton_tests::overdue_record(&table, &config.workflows[0], "order-late").await;
 
     let screens = screens_dir();
     let shot = |name: &str, url: &str, width: u32, height: u32| {
@@ -279,15 +284,25 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
 
     // The overview.
     let dom = browser.dom(&console, 1280);
-    assert_eq!(only_text(&dom, "#counts tr[data-state=waiting] .count"), "1");
+    assert_eq!(only_text(&dom, "#counts tr[data-state=waiting] .count"), "2");
     assert_eq!(only_text(&dom, "#counts tr[data-state=succeeded] .count"), "0");
-    assert_eq!(only_text(&dom, "#total"), "1");
-    assert_eq!(select(&dom, "#overdue-none").len(), 1, "nothing waits past its deadline");
+    assert_eq!(only_text(&dom, "#total"), "2");
+    // Only the late review: the one within its deadline is not listed.
+    let overdue: Vec<String> = select(&dom, "#overdue td").iter().map(text).collect();
+    let deadline = deadline.format(&time::format_description::well_known::Rfc3339).unwrap();
+    assert_eq!(overdue[..4], ["order-review", "order-late", "manual-review", deadline.as_str()]);
+    assert!(overdue.len() == 5 && overdue[4].starts_with("1h "), "one row, overdue by an hour: {overdue:?}");
+    let link = select(&dom, "#overdue a");
+    assert_eq!(link[0].value().attr("href"), Some("/record?workflow=order-review&key=order-late"));
     let recent: Vec<String> = select(&dom, "#recent tr[data-key]")
         .iter()
         .map(|r| r.value().attr("data-key").unwrap().to_owned())
         .collect();
-    assert_eq!(recent, ["order-c1"], "records, not keys with only early callbacks");
+    assert_eq!(
+        recent,
+        ["order-late", "order-c1"],
+        "records, the latest first, not keys with only early callbacks"
+    );
     assert!(only_text(&dom, "#recent tr[data-key=order-c1]").contains("waiting"));
     nothing_acts(&dom, "overview");
     shot("console-overview-1280", &console, 1280, 900);

@@ -6,9 +6,7 @@
 
 use std::time::Duration;
 
-use baton::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
-use baton::lifecycle::{Input, State, decide};
-use baton::store::{Applied, WorkflowStore};
+use baton::lifecycle::State;
 use baton_tests::system::{System, eventually};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -74,22 +72,10 @@ async fn send_starts_a_workflow_refuses_an_invalid_event_and_status_counts_it() 
     stack.system.stop().await;
 }
 
-/// Writes a record waiting on step 0 whose deadline passed an hour ago, through the lifecycle
-/// and the store as the handlers would. Returns the deadline as `status --json` shows it.
+/// A record waiting on step 0 whose deadline passed an hour ago. Returns the deadline as `status
+/// --json` shows it.
 async fn overdue_record(system: &System, key: &str) -> String {
-    let (w, k) = (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse(key).unwrap());
-    let plan = system.config.workflows[0].plan();
-    // The store keeps microseconds.
-    let now = OffsetDateTime::now_utc();
-    let now = now.replace_nanosecond(now.nanosecond() / 1000 * 1000).unwrap();
-    let start = Input::Start { event: EventId::parse(format!("late-{key}")).unwrap() };
-    let pending = decide(&plan, (&w, &k), None, &start, now).write.expect("a start writes");
-    assert_eq!(system.store.apply(&pending).await.unwrap(), Applied::Written);
-    let deadline = now - time::Duration::hours(1);
-    let ready =
-        Input::StepReady { generation: 1, step: 0, token: TaskToken::parse("late-token").unwrap(), deadline };
-    let waiting = decide(&plan, (&w, &k), Some(&pending.to), &ready, now).write.expect("step_ready writes");
-    assert_eq!(system.store.apply(&waiting).await.unwrap(), Applied::Written);
+    let deadline = baton_tests::overdue_record(&system.store, &system.config.workflows[0], key).await;
     deadline.format(&time::format_description::well_known::Rfc3339).unwrap()
 }
 

@@ -101,6 +101,33 @@ pub async fn dynamo_store(emulator: &Emulator) -> baton::store::dynamodb::Dynamo
     store
 }
 
+/// Writes a record of `workflow` for `key`, waiting on its first step with a deadline that passed
+/// an hour ago, through the lifecycle and `store` as the handlers would (nothing times it out:
+/// it has no execution, and the sweeper leaves waits to Step Functions). Returns the deadline,
+/// to the microsecond the store keeps.
+pub async fn overdue_record(
+    store: &dyn baton::store::WorkflowStore,
+    workflow: &baton::config::Workflow,
+    key: &str,
+) -> time::OffsetDateTime {
+    use baton::ids::{CorrelationKey, EventId, TaskToken};
+    use baton::lifecycle::{Input, decide};
+    use baton::store::Applied;
+    let (w, k) = (&workflow.name, CorrelationKey::parse(key).expect("a valid key"));
+    let plan = workflow.plan();
+    let now = time::OffsetDateTime::now_utc();
+    let now = now.replace_nanosecond(now.nanosecond() / 1000 * 1000).expect("microseconds");
+    let start = Input::Start { event: EventId::parse(format!("late-{key}")).expect("an event id") };
+    let pending = decide(&plan, (w, &k), None, &start, now).write.expect("a start writes");
+    assert_eq!(store.apply(&pending).await.expect("the start's write"), Applied::Written);
+    let deadline = now - time::Duration::hours(1);
+    let token = TaskToken::parse(format!("late-token-{key}")).expect("a token");
+    let ready = Input::StepReady { generation: 1, step: 0, token, deadline };
+    let waiting = decide(&plan, (w, &k), Some(&pending.to), &ready, now).write.expect("step_ready writes");
+    assert_eq!(store.apply(&waiting).await.expect("step_ready's write"), Applied::Written);
+    deadline
+}
+
 /// The two-step order-review workflow most end-to-end tests run: a start pattern with a
 /// threshold, a manual review with a task, then a payment. Steps wait an hour.
 pub const ORDER_REVIEW: &str = r#"
