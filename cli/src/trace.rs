@@ -369,6 +369,10 @@ pub enum What {
         answer_status: Option<String>,
         /// The whole answer the sender got.
         answer: Option<Value>,
+        /// How many times the same input came again and got that answer, and when last.
+        repeats: u32,
+        #[serde(serialize_with = "crate::ops::ser_opt_time")]
+        last_repeat_at: Option<OffsetDateTime>,
     },
     /// An input arrived before its step waited and was buffered (source `inbox`).
     Buffered {
@@ -540,6 +544,8 @@ fn receipt(r: &Receipt) -> Entry {
             http_status: answer.and_then(|a| a["http_status"].as_u64()),
             answer_status: answer.and_then(|a| a["body"]["status"].as_str()).map(str::to_owned),
             answer: answer.map(|a| a.get("body").cloned().unwrap_or_else(|| a.clone())),
+            repeats: r.repeats,
+            last_repeat_at: r.last_repeat_at,
         },
     }
 }
@@ -673,7 +679,7 @@ fn describe(what: &What) -> String {
             let published = if *published { "published" } else { "NOT published" };
             format!("task created for {step_name} (g{generation}) on queue {queue}, {published}  [{task_id}]")
         }
-        What::Receipt { input_id, status, http_status, answer_status, answer } => {
+        What::Receipt { input_id, status, http_status, answer_status, answer, repeats, last_repeat_at } => {
             let mut text = format!("input {input_id}: {status}");
             if let Some(code) = http_status {
                 let _ = write!(text, ", HTTP {code}");
@@ -686,6 +692,10 @@ fn describe(what: &What) -> String {
             }
             if answer.as_ref().and_then(|a| a["duplicate"].as_bool()) == Some(true) {
                 text.push_str(" (duplicate)");
+            }
+            if let Some(last) = last_repeat_at {
+                let times = if *repeats == 1 { "once" } else { &format!("{repeats} times") };
+                let _ = write!(text, "; sent again {times}, last at {}", crate::ops::rfc3339(*last));
             }
             text
         }
@@ -798,6 +808,8 @@ mod tests {
                 ),
                 created_at: t(9),
                 expires_at: t(99_999),
+                repeats: 2,
+                last_repeat_at: Some(t(12)),
             }],
             inbox: vec![InboxEntry {
                 workflow: w.clone(),
@@ -926,6 +938,10 @@ mod tests {
             (receipt["kind"].as_str(), receipt["http_status"].as_u64(), receipt["answer_status"].as_str()),
             (Some("receipt"), Some(200), Some("applied"))
         );
+        assert_eq!(
+            (receipt["repeats"].as_u64(), &receipt["last_repeat_at"]),
+            (Some(2), &json!(rfc3339(t(12))))
+        );
         let inbox = json["timeline"].as_array().unwrap().iter().find(|e| e["source"] == "inbox").unwrap();
         assert_eq!(
             (inbox["kind"].as_str(), inbox["step_name"].as_str()),
@@ -985,7 +1001,14 @@ mod tests {
             format!("{}  record     (new) -> pending  start [evt-1]  g1 v1", table_time(t(0)))
         );
         assert!(lines[8].ends_with("waiting{0} -> advancing{0}  complete [cb-1]  g1 v3"), "{}", lines[8]);
-        assert!(lines[7].contains("receipt    input cb-1: done, HTTP 200 applied"), "{}", lines[7]);
+        assert!(
+            lines[7].contains(&format!(
+                "receipt    input cb-1: done, HTTP 200 applied; sent again 2 times, last at {}",
+                rfc3339(t(12))
+            )),
+            "{}",
+            lines[7]
+        );
         assert!(
             lines[1].contains("inbox      input cb-early buffered for payment: now buffered"),
             "{}",

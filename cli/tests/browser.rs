@@ -219,6 +219,11 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
         timeline.iter().position(|e| e["kind"] == "receipt" && e["input_id"] == "cb-story-1-review").unwrap();
     let file = screens.join("trace-early-duplicate-late.html");
     let dom = browser.dom(&format!("{}#entry-{receipt}", url(&file)), 1280);
+    // The same callback sent again, answered from the receipt, is counted there.
+    assert_eq!(timeline[receipt]["repeats"], 1, "{}", timeline[receipt]);
+    assert!(timeline[receipt]["last_repeat_at"].is_string(), "{}", timeline[receipt]);
+    let shown = only_text(&dom, &format!(".entry[data-index=\"{receipt}\"]"));
+    assert!(shown.contains("answered 202 buffered, sent again once"), "{shown}");
     let details = only_text(&dom, "#details");
     assert!(details.contains("The answer the sender got (HTTP 202)"), "{details}");
     assert!(details.contains("\"status\": \"buffered\""), "{details}");

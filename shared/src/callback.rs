@@ -190,6 +190,8 @@ impl Callbacks {
             answer: None,
             created_at: now,
             expires_at: now + RECEIPT_TTL,
+            repeats: 0,
+            last_repeat_at: None,
         };
         // Whether this attempt is the first with this id: only then can a failure before any
         // write say that nothing was applied.
@@ -201,6 +203,11 @@ impl Callbacks {
             Ok(Claim::Exists(stored)) => {
                 if let (ReceiptStatus::Done, Some(first)) = (stored.status, &stored.answer) {
                     info!("duplicate callback: answering as the first time");
+                    // Counted on the receipt, so the trace shows the repeat. The answer is true
+                    // whether or not the count lands: a failure only leaves the count short.
+                    if let Err(e) = self.engine.store.note_repeat(&stored, now).await {
+                        warn!(error = %error_chain(&e), "cannot count the repeat on its receipt; answered all the same");
+                    }
                     return stored_answer(first);
                 }
                 // A twin still running (a sender's retry, or a duplicate send, while the first

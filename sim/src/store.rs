@@ -198,6 +198,12 @@ impl WorkflowStore for SimStore {
         if fault == Fault::After { Err(unavailable("UpdateItem")) } else { Ok(()) }
     }
 
+    async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError> {
+        let fault = self.enter("ddb.UpdateItem(repeat)", &receipt.key).await?;
+        self.inner.note_repeat(receipt, at).await?;
+        if fault == Fault::After { Err(unavailable("UpdateItem")) } else { Ok(()) }
+    }
+
     async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError> {
         let fault = self.enter("ddb.PutItem(inbox)", &entry.key).await?;
         let claim = self.inner.buffer(entry).await?;

@@ -222,6 +222,8 @@ fn receipt(id: &str, hash: &str) -> Receipt {
         answer: None,
         created_at: t0(),
         expires_at: t0() + Duration::days(7),
+        repeats: 0,
+        last_repeat_at: None,
     }
 }
 
@@ -244,9 +246,27 @@ async fn a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one(
             assert_eq!(stored.status, ReceiptStatus::Done);
             assert_eq!(stored.answer, Some(json!({"status": "applied"})), "the first answer stands");
             assert_eq!(stored.expires_at, first.expires_at, "TTL attribute kept");
+            assert_eq!((stored.repeats, stored.last_repeat_at), (0, None), "no repeat yet");
         }
         Claim::Acquired => panic!("receipt vanished"),
     }
+}
+
+async fn a_repeat_is_counted_on_its_receipt_and_never_creates_one(store: Arc<dyn WorkflowStore>) {
+    let first = receipt("msg_2", "hash-a");
+    assert_eq!(store.put_receipt(&first).await.unwrap(), Claim::Acquired);
+    store.complete_receipt(&first, &json!({"status": "applied"})).await.unwrap();
+    store.note_repeat(&first, t0() + Duration::seconds(5)).await.unwrap();
+    store.note_repeat(&first, t0() + Duration::seconds(9)).await.unwrap();
+    let trace = store.trace(&first.workflow, &first.key).await.unwrap();
+    let stored = trace.receipts.iter().find(|r| r.id == first.id).expect("the receipt");
+    assert_eq!((stored.repeats, stored.last_repeat_at), (2, Some(t0() + Duration::seconds(9))));
+    assert_eq!(stored.answer, Some(json!({"status": "applied"})), "the answer is untouched");
+    // A receipt that is gone (expired) is not created again by a late repeat.
+    let gone = receipt("msg_never", "hash-a");
+    store.note_repeat(&gone, t0()).await.unwrap();
+    let trace = store.trace(&first.workflow, &first.key).await.unwrap();
+    assert!(trace.receipts.iter().all(|r| r.id != gone.id), "{:?}", trace.receipts);
 }
 
 fn entry(id: &str, step: u32, arrived: i64) -> InboxEntry {
@@ -487,6 +507,7 @@ contract!(
     restart_opens_a_new_generation_from_a_terminal_record,
     task_creation_is_idempotent,
     a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one,
+    a_repeat_is_counted_on_its_receipt_and_never_creates_one,
     the_inbox_keeps_arrival_order_and_settles_once,
     ledger_entries_are_idempotent_and_traced,
     due_records_and_counts_by_state,

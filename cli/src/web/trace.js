@@ -169,7 +169,8 @@ function summary(e) {
     case "task_created":
       return ["task for " + e.step_name, e.published ? "published" : "not published yet"];
     case "receipt":
-      return ["receipt " + e.input_id, e.http_status ? "answered " + e.http_status + " " + (e.answer_status || "") : "status " + e.status];
+      return ["receipt " + e.input_id, (e.http_status ? "answered " + e.http_status + " " + (e.answer_status || "") : "status " + e.status) +
+        (e.repeats ? ", sent again " + (e.repeats === 1 ? "once" : e.repeats + " times") : "")];
     case "buffered":
       return ["early input " + e.input_id, (e.step_name || "step " + e.step) + ": " + e.status];
     case "ignored":

@@ -833,6 +833,12 @@ fn receipt_item(x: &Receipt) -> Item {
     if let Some(answer) = &x.answer {
         item.insert("answer".into(), json(answer));
     }
+    if x.repeats > 0 {
+        item.insert("repeats".into(), n(x.repeats));
+    }
+    if let Some(at) = x.last_repeat_at {
+        item.insert("last_repeat_at".into(), s(&ts(at)));
+    }
     item
 }
 
@@ -848,6 +854,8 @@ fn parse_receipt(item: &Item) -> Result<Receipt, StoreError> {
         answer: r.opt_s("answer")?.map(|_| r.json("answer")).transpose()?,
         created_at: r.time("created_at")?,
         expires_at: r.epoch(TTL_ATTRIBUTE)?,
+        repeats: r.opt_n("repeats")?.unwrap_or(0),
+        last_repeat_at: r.opt_time("last_repeat_at")?,
     })
 }
 
@@ -1061,6 +1069,27 @@ impl WorkflowStore for DynamoStore {
             .expression_attribute_values(":pending", json(&ReceiptStatus::Pending))
             .expression_attribute_values(":done", json(&ReceiptStatus::Done))
             .expression_attribute_values(":answer", json(answer))
+            .send()
+            .await;
+        conditional("UpdateItem", result)?.ok();
+        Ok(())
+    }
+
+    async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(&pk(&receipt.workflow, &receipt.key)))
+            .key("sk", s(&receipt_sk(&receipt.id)))
+            // Rule: only a receipt still there is counted; the update never creates a stray item.
+            .condition_expression("attribute_exists(pk)")
+            .update_expression("SET #repeats = if_not_exists(#repeats, :zero) + :one, #last = :at")
+            .expression_attribute_names("#repeats", "repeats")
+            .expression_attribute_names("#last", "last_repeat_at")
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":at", s(&ts(at)))
             .send()
             .await;
         conditional("UpdateItem", result)?.ok();

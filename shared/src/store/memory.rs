@@ -146,6 +146,16 @@ impl WorkflowStore for MemoryStore {
         Ok(())
     }
 
+    async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let k = (rk(&receipt.workflow, &receipt.key), receipt.id.to_string());
+        if let Some(r) = inner.receipts.get_mut(&k) {
+            r.repeats += 1;
+            r.last_repeat_at = Some(at);
+        }
+        Ok(())
+    }
+
     async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError> {
         let mut inner = self.lock();
         let k = (rk(&entry.workflow, &entry.key), entry.step_name.clone(), entry.id.to_string());

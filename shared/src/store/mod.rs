@@ -148,6 +148,13 @@ pub struct Receipt {
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
+    /// How many times the same input came again once done and was answered from this receipt
+    /// (a sender's retry, a duplicate send), and when last: what lets an operator see a
+    /// duplicate in the trace, not only in the logs.
+    #[serde(default)]
+    pub repeats: u32,
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub last_repeat_at: Option<OffsetDateTime>,
 }
 
 /// Where a buffered input stands.
@@ -272,6 +279,11 @@ pub trait WorkflowStore: Send + Sync {
 
     /// Moves a receipt from pending to done with its answer. Idempotent.
     async fn complete_receipt(&self, receipt: &Receipt, answer: &Value) -> Result<(), StoreError>;
+
+    /// Counts one more repeat of the receipt's input at `at` (`repeats`, `last_repeat_at`). A
+    /// receipt gone (expired) is not created again. Not idempotent: a retried call may count
+    /// one repeat twice, which only overstates a count an operator reads.
+    async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError>;
 
     /// Buffers an input for its step, unless an entry with its (step, id) exists.
     async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError>;
