@@ -348,6 +348,60 @@ async fn a_buffered_callback_whose_step_never_waits_expires_into_the_ledger() {
     system.stop().await;
 }
 
+/// An early `in_progress` callback whose step began waiting while the drain could not read the
+/// inbox (every attempt failed, and the report is not redelivered before the buffer expires).
+/// The sweeper finds the step waiting: it drains the input (the data merged, the heartbeat
+/// sent) instead of ledgering it expired. This is also the evidence, for the policy contract,
+/// that the sweeper's role needs the inbox Query and SendTaskHeartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_buffer_whose_step_waits_is_drained_by_the_sweeper_not_expired() {
+    captured();
+    let emulator = baton_tests::Emulator::from_env();
+    // The review has a heartbeat, so the emulator takes one (it refuses a heartbeat for a task
+    // without HeartbeatSeconds).
+    let config = CONFIG.replacen("timeout: 1h", "timeout: 1h\n        heartbeat: 30m", 1);
+    let system = start_system_with(&config, &["ProgressFunction"]).await;
+    let progress = system.baton.handlers.get("ProgressFunction").expect("progress").clone();
+    let key = "k-stranded";
+    system.send_event(&placed(key)).await;
+    state_is(&system, key, "pending", |r| r.state == State::Pending).await;
+    let beat = cb(key, "manual-review", "in_progress", json!({"reviewer": "ann"}));
+    let (status, body) = system.callback("cb-stranded-beat", &beat).await;
+    assert_eq!((status, body["status"].as_str()), (202, Some("buffered")), "{body}");
+
+    let url = system.queue_url("ProgressQueue");
+    let ready = eventually("step_ready", WAIT, || async {
+        let out = system.sqs.receive_message().queue_url(&url).wait_time_seconds(1).send().await.unwrap();
+        out.messages.filter(|m| !m.is_empty())
+    })
+    .await;
+    let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
+    let rule = emulator
+        .inject(json!({"operation": "DynamoDB_20120810.Query", "match": [key, "INBOX#"],
+            "times": attempts, "status": 500, "code": "InternalServerError"}))
+        .await;
+    let handled = progress.handle(baton_local::mapping::to_event(&ready, "arn:aws:sqs:us-east-1:1:p")).await;
+    assert_eq!(handled.batch_item_failures.len(), 1, "the drain failed: {handled:?}");
+    assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts));
+    let waiting = system.record("order-review", key).await.expect("the record");
+    assert_eq!(waiting.state, State::Waiting { step: 0 }, "the step waits, its inbox undrained");
+    assert!(waiting.inputs.is_empty(), "{:?}", waiting.inputs);
+
+    // Past the buffer's expiry (the step's timeout, 1h, plus the margin).
+    let after = system.engine().now() + time::Duration::hours(2) + time::Duration::minutes(1);
+    assert_eq!(system.sweep(after).await.expired, 0, "drained, not expired");
+    let (w, k) = names(key);
+    let inbox = system.store.inbox(&w, &k, "manual-review").await.unwrap();
+    assert_eq!(inbox.iter().map(|e| e.status).collect::<Vec<_>>(), [InboxStatus::Applied]);
+    let record = system.record("order-review", key).await.expect("the record");
+    assert_eq!(record.inputs.get("reviewer"), Some(&json!("ann")), "the data merged");
+    assert_eq!(record.state, State::Waiting { step: 0 });
+    assert!(ledger_reasons(&system, key).await.is_empty(), "nothing ledgered");
+    let beats = baton_tests::logs::lines_about(key, "resume delivered");
+    assert!(beats.iter().any(|l| l["fields"]["resume"] == "heartbeat"), "the heartbeat went out: {beats:?}");
+    system.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_the_documented_errors() {
     captured();

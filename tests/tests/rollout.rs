@@ -149,8 +149,27 @@ async fn records_in_flight_finish_on_their_version_and_new_starts_follow_the_dep
         assert_eq!((status, body["error"].as_str()), (404, Some("unknown_step")), "{key}: {body}");
         advance(&system, key, "manual-review", json!({"decision": "approve"}), Some(1)).await;
     }
-    for key in ["k-a", "k-b", "k-c"] {
+    // k-c's payment is applied, and every attempt of its resume fails: the resume is owed on
+    // version 1. The sweeper, started on version 2, reads version 1 from the table and re-sends
+    // it (what its role must allow: a Query of the registered configs).
+    let emulator = baton_tests::Emulator::from_env();
+    let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
+    let rule = emulator
+        .inject(json!({"operation": "AWSStepFunctions.SendTaskSuccess", "match": ["pay-k-c"],
+            "times": attempts, "status": 500, "code": "InternalServerError"}))
+        .await;
+    let (status, body) = complete(&system, "k-c", "payment", json!({"payment_ref": "pay-k-c"})).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("advancing{1}")), "{body}");
+    assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts), "every attempt of the resume failed");
+    let owed = system.record("order-review", "k-c").await.expect("k-c");
+    assert_eq!(owed.state, State::Advancing { step: 1 }, "the resume is owed");
+    let at = owed.updated_at + baton::lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
+    assert_eq!(system.sweep(at).await.repaired, 1, "the sweeper re-sent the owed resume");
+    record_is(&system, "k-c", "succeeded", |r| r.state == State::Succeeded).await;
+    for key in ["k-a", "k-b"] {
         advance(&system, key, "payment", json!({"payment_ref": format!("pay-{key}")}), None).await;
+    }
+    for key in ["k-a", "k-b", "k-c"] {
         let record = system.record("order-review", key).await.unwrap();
         assert_eq!(record.config_version.as_deref(), Some(v1.version.as_str()), "{key} stays on version 1");
         assert_eq!(system.resumes("order-review", key).await, 2, "{key}: exactly one resume per step");
