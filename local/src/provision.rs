@@ -138,6 +138,8 @@ pub enum ProvisionError {
     MissingParameter { name: String },
     #[error("parameter {name} is not declared in the template")]
     UnknownParameter { name: String },
+    #[error("parameter {name}: {value:?} does not match its AllowedPattern {pattern}")]
+    ParameterPattern { name: String, value: String, pattern: String },
     #[error("cannot resolve `{reference}`: {problem}")]
     Unresolved { reference: String, problem: String },
     /// An [`ProvisionError::Unresolved`] (the source), and where it was met.
@@ -430,6 +432,18 @@ fn parameter_values(
             .get(name)
             .or(default.as_ref())
             .ok_or_else(|| ProvisionError::MissingParameter { name: name.clone() })?;
+        // As CloudFormation does: the whole value must match (the template's patterns are
+        // anchored). A pattern this engine cannot read is the template's bug, and says so.
+        if let Some(pattern) = template.parameter_patterns.get(name) {
+            let matches = regex_lite::Regex::new(pattern).map(|r| r.is_match(value));
+            if !matches.map_err(|e| ProvisionError::Unresolved {
+                reference: format!("{name}'s AllowedPattern"),
+                problem: e.to_string(),
+            })? {
+                let (name, value, pattern) = (name.clone(), value.clone(), pattern.clone());
+                return Err(ProvisionError::ParameterPattern { name, value, pattern });
+            }
+        }
         values.insert(name.clone(), value.clone());
     }
     Ok(values)
@@ -1016,6 +1030,26 @@ mod tests {
         let cycle = [("A", Some("B")), ("B", Some("A"))];
         let err = dependency_order("queues", &cycle, |i| i.0, |i| i.1.into_iter().collect()).unwrap_err();
         assert!(matches!(err, ProvisionError::Cycle { ref ids, .. } if ids == &["A", "B"]), "{err:?}");
+    }
+
+    #[test]
+    fn a_parameter_is_checked_against_its_allowed_pattern_as_cloudformation_does() {
+        // Given template.yaml, whose WebhookSecretArn must be a secret's complete ARN
+        let template = Template::parse(include_str!("../../template.yaml")).expect("template.yaml");
+        let given = |arn: &str| BTreeMap::from([("WebhookSecretArn".to_owned(), arn.to_owned())]);
+        // Then the ARN create-secret prints is taken
+        let full = "arn:aws:secretsmanager:us-east-1:123456789012:secret:baton/webhook-secrets-AbC123";
+        assert_eq!(parameter_values(&template, &given(full)).expect("a full ARN")["WebhookSecretArn"], full);
+        // And a partial one (no suffix: the grant would match nothing) or a blank one is refused,
+        // naming the parameter
+        for bad in ["arn:aws:secretsmanager:us-east-1:123456789012:secret:baton/webhook-secrets", ""] {
+            let err = parameter_values(&template, &given(bad)).unwrap_err();
+            assert!(
+                matches!(&err, ProvisionError::ParameterPattern { name, .. } if name == "WebhookSecretArn"),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains("WebhookSecretArn"), "{err}");
+        }
     }
 
     #[test]

@@ -79,6 +79,9 @@ pub struct Template {
     pub functions: Vec<FunctionSpec>,
     /// Parameter name to its `Default`, if it has one.
     pub parameters: BTreeMap<String, Option<String>>,
+    /// Parameter name to its `AllowedPattern`, for the parameters that have one: a local stack
+    /// refuses a value CloudFormation would refuse.
+    pub parameter_patterns: BTreeMap<String, String>,
     /// `Globals.Function.Environment.Variables`; already merged into each [`FunctionSpec::env`].
     pub globals_env: BTreeMap<String, Intrinsic>,
     /// Resources of a [`SKIPPED_TYPES`] type: logical id to type.
@@ -234,7 +237,7 @@ impl Template {
         let root = Node::root(&doc);
         root.entries()?;
 
-        let parameters = parameters(&root)?;
+        let (parameters, parameter_patterns) = parameters(&root)?;
         let resources = root.field("Resources")?;
         let names = Names::collect(&resources, &parameters)?;
 
@@ -253,6 +256,7 @@ impl Template {
             state_machines: Vec::new(),
             functions: Vec::new(),
             parameters,
+            parameter_patterns,
             globals_env,
             skipped: BTreeMap::new(),
         };
@@ -735,16 +739,22 @@ fn queue_arn(node: &Node<'_>, names: &Names) -> Result<String, TemplateError> {
 
 // ---- sections and resources ----------------------------------------------------------------------
 
-fn parameters(root: &Node<'_>) -> Result<BTreeMap<String, Option<String>>, TemplateError> {
-    let mut parameters = BTreeMap::new();
+/// Each parameter's `Default` and `AllowedPattern`, by name.
+type Parameters = (BTreeMap<String, Option<String>>, BTreeMap<String, String>);
+
+fn parameters(root: &Node<'_>) -> Result<Parameters, TemplateError> {
+    let (mut defaults, mut patterns) = (BTreeMap::new(), BTreeMap::new());
     if let Some(section) = root.get("Parameters") {
         for (name, parameter) in section.entries()? {
             parameter.entries()?;
             let default = parameter.get("Default").map(|d| d.scalar()).transpose()?;
-            parameters.insert(name.to_owned(), default);
+            defaults.insert(name.to_owned(), default);
+            if let Some(pattern) = parameter.get("AllowedPattern") {
+                patterns.insert(name.to_owned(), pattern.scalar()?);
+            }
         }
     }
-    Ok(parameters)
+    Ok((defaults, patterns))
 }
 
 fn parse_key_schema(
