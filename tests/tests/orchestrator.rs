@@ -353,6 +353,28 @@ async fn moto_accepts_a_second_resume_while_the_execution_runs() -> Result<()> {
     Ok(())
 }
 
+// 3c. Documents a moto deviation: a heartbeat for a task without HeartbeatSeconds is refused as
+// an invalid token (moto keeps no heartbeat clock for it). AWS accepts it. baton treats the
+// answer as a gone token (logged, nothing owed), so locally an `in_progress` callback for a step
+// without `heartbeat` logs "token gone" while the step still waits.
+#[tokio::test]
+async fn moto_refuses_a_heartbeat_for_a_task_without_heartbeat_seconds() -> Result<()> {
+    // Given an execution waiting on a task that has no HeartbeatSeconds
+    let fx = Fixture::new(Machine::default()).await?;
+    let arn = fx.start(json!({"order": 1})).await?;
+    let task = fx.next_task().await?;
+
+    // When it is sent a heartbeat
+    let beat = fx.orch.send_task_heartbeat(&task.token).await;
+
+    // Then moto refuses it as a gone token (deviation: AWS accepts it), and the task still waits
+    assert!(is_token_gone(&beat), "moto's behaviour changed; update docs/EMULATOR_DEVIATIONS.md: {beat:?}");
+    assert_eq!(fx.orch.describe(&arn).await?.status, ExecutionStatus::Running);
+    fx.orch.send_task_success(&task.token, &json!({"n": 1})).await?;
+    assert_eq!(fx.closed(&arn).await?.status, ExecutionStatus::Succeeded);
+    Ok(())
+}
+
 // 4. A failure report fails the execution with the caller's error.
 #[tokio::test]
 async fn failure_fails_the_execution_with_that_error() -> Result<()> {
