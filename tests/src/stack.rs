@@ -55,11 +55,11 @@ pub async fn provision_stack_at(
 }
 
 /// The parameters the template needs without a default. The callback's secret is read by the
-/// function, not by provisioning: any ARN will do here.
+/// function, not by provisioning: any complete ARN will do (its AllowedPattern is checked).
 pub fn parameters() -> BTreeMap<String, String> {
     BTreeMap::from([(
         "WebhookSecretArn".to_owned(),
-        "arn:aws:secretsmanager:us-east-1:123456789012:secret:unused".to_owned(),
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:unused-AbC123".to_owned(),
     )])
 }
 
