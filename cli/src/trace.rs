@@ -810,6 +810,7 @@ mod tests {
                 expires_at: t(99_999),
                 repeats: 2,
                 last_repeat_at: Some(t(12)),
+                lease: None,
             }],
             inbox: vec![InboxEntry {
                 workflow: w.clone(),
@@ -823,6 +824,7 @@ mod tests {
                 input: json!({}),
                 status: InboxStatus::Buffered,
                 expires_at: t(7200),
+                expiry_hold: None,
             }],
             ledger: vec![LedgerEntry {
                 workflow: w,

@@ -34,7 +34,7 @@ use crate::ids::{CorrelationKey, EventId};
 use crate::lifecycle::{Effect, Input, Outcome, RejectReason, Source, StepOutcome};
 use crate::secrets::RotatingSecrets;
 use crate::sqs::error_chain;
-use crate::store::{Claim, Receipt, ReceiptStatus};
+use crate::store::{Claim, Hold, Receipt, ReceiptStatus};
 use crate::webhook::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// The largest body accepted. Inputs live in the workflow record, whose DynamoDB item is
@@ -192,6 +192,7 @@ impl Callbacks {
             expires_at: now + RECEIPT_TTL,
             repeats: 0,
             last_repeat_at: None,
+            lease: None,
         };
         // Whether this attempt is the first with this id: only then can a failure before any
         // write say that nothing was applied.
@@ -214,10 +215,25 @@ impl Callbacks {
                 // attempt works): applying again now would race it and could answer otherwise.
                 // Wait until it has finished or, past the function's timeout, surely died (found
                 // by the simulation).
-                let held = RECEIPT_LEASE - (now - stored.created_at);
+                let held = RECEIPT_LEASE - (now - stored.held_since());
                 if held > Duration::ZERO {
                     info!("receipt pending and recent: another attempt may still be at work");
                     return in_progress(held);
+                }
+                // Taken over, by one attempt: two retries that both find it stale would each
+                // apply again and could answer otherwise (found by the simulation, seed 10262).
+                let hold = Hold { by: (self.engine.write_ids)(), at: now };
+                match self.engine.store.take_over_receipt(&stored, &hold).await {
+                    Ok(Claim::Acquired) => {}
+                    Ok(Claim::Exists(r)) if r.lease.as_ref().is_some_and(|l| l.by == hold.by) => {}
+                    Ok(Claim::Exists(r)) => {
+                        if let (ReceiptStatus::Done, Some(first)) = (r.status, &r.answer) {
+                            return stored_answer(first);
+                        }
+                        info!("receipt pending and just taken over by another attempt");
+                        return in_progress(RECEIPT_LEASE);
+                    }
+                    Err(e) => return self.failed_holding(&e, MaybeApplied::Yes, now),
                 }
                 // An earlier attempt did not finish: it may have taken effect and lost its answer.
                 // The answer it earned is in the store; only if it left nothing is it applied now.
@@ -356,8 +372,10 @@ impl Callbacks {
         // drain it: finish the handshake here.
         if let Some(entry) = trace.inbox.iter().find(|e| &e.id == id) {
             // Its step, by name, in the record's own config version.
-            if entry.status == crate::store::InboxStatus::Buffered
-                && let Some(r) = &trace.record
+            if matches!(
+                entry.status,
+                crate::store::InboxStatus::Buffered | crate::store::InboxStatus::Draining
+            ) && let Some(r) = &trace.record
                 && entry.generation.is_none_or(|g| g == r.generation)
                 && let Some(pinned) =
                     self.engine.definition(workflow.name.as_str(), r.config_version.as_deref()).await?
@@ -378,6 +396,11 @@ impl Callbacks {
         // (A ledgered conflict is another payload's, refused: not this one's answer.)
         let refused = crate::lifecycle::IgnoreReason::IdempotencyKeyReused;
         if let Some(entry) = trace.ledger.iter().find(|l| l.input_id == id.as_str() && l.reason != refused) {
+            // Refused as too large, it was answered 413, not ignored (found by the simulation,
+            // seed 3195).
+            if entry.reason == crate::lifecycle::IgnoreReason::InputsTooLarge {
+                return Ok(Some(inputs_too_large()));
+            }
             let mut b = body("ignored", entry.state.clone());
             b["reason"] = json!(entry.reason.as_str());
             return Ok(Some(Answer::new(StatusCode::OK, b)));
@@ -514,16 +537,7 @@ fn answer(
             Answer::new(StatusCode::OK, body)
         }
         Outcome::Rejected(RejectReason::IdempotencyKeyReused) => return Err(reused(id)),
-        Outcome::Rejected(RejectReason::InputsTooLarge) => {
-            return Err(Answer::error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "inputs_too_large",
-                format!(
-                    "with this callback's data, the step's inputs would pass {} bytes; send less data",
-                    crate::lifecycle::MAX_STEP_INPUT_BYTES
-                ),
-            ));
-        }
+        Outcome::Rejected(RejectReason::InputsTooLarge) => return Err(inputs_too_large()),
         Outcome::Rejected(RejectReason::UnknownStep) => {
             return Err(Answer::error(
                 StatusCode::NOT_FOUND,
@@ -532,6 +546,19 @@ fn answer(
             ));
         }
     })
+}
+
+/// 413: merged with what its step already has, the callback's data would make the step's inputs
+/// too large. Ledgered (`inputs_too_large`), and answered the same to every retry.
+fn inputs_too_large() -> Answer {
+    Answer::error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "inputs_too_large",
+        format!(
+            "with this callback's data, the step's inputs would pass {} bytes; send less data",
+            crate::lifecycle::MAX_STEP_INPUT_BYTES
+        ),
+    )
 }
 
 fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {

@@ -37,7 +37,9 @@ use crate::metrics::{Metric, Metrics};
 use crate::orchestrator::{Orchestrator, OrchestratorError, StartExecution, execution_arn, execution_name};
 use crate::outbound::{PublishError, TaskPublisher};
 use crate::sqs::error_chain;
-use crate::store::{Applied, Claim, InboxEntry, InboxStatus, LedgerEntry, StoreError, Task, WorkflowStore};
+use crate::store::{
+    Applied, Claim, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, StoreError, Task, WorkflowStore,
+};
 
 /// How many times a write that lost a race is decided again before giving up.
 pub const MAX_ATTEMPTS: u32 = 8;
@@ -746,6 +748,7 @@ impl Engine {
             input: serde_json::to_value(input).unwrap_or(Value::Null),
             status: InboxStatus::Buffered,
             expires_at: now + ttl,
+            expiry_hold: None,
         };
         let stored = self
             .store
@@ -765,7 +768,10 @@ impl Engine {
             // The same input again: still buffered, it goes on to the handshake below; already
             // expired or drained, that is its outcome (ledgered then), not "buffered".
             match existing.status {
-                InboxStatus::Buffered => info!(step, "input already buffered"),
+                // Still open (a drain or the sweeper may hold it): the handshake below.
+                InboxStatus::Buffered | InboxStatus::Draining | InboxStatus::Expiring => {
+                    info!(step, "input already buffered")
+                }
                 InboxStatus::Expired => {
                     return Ok(Some(Outcome::Ignored(lifecycle::IgnoreReason::BufferExpired)));
                 }
@@ -800,8 +806,20 @@ impl Engine {
         let mut first_error = None;
         let Some(spec) = workflow.steps.get(step as usize) else { return Ok(()) };
         for entry in self.store.inbox(&workflow.name, key, spec.name.as_str()).await? {
-            if entry.status != InboxStatus::Buffered || entry.generation.is_some_and(|g| g != generation) {
+            let open = matches!(entry.status, InboxStatus::Buffered | InboxStatus::Draining);
+            if !open || entry.generation.is_some_and(|g| g != generation) {
                 continue;
+            }
+            // Taken first: the sweeper may be expiring it (then it is left to the sweeper, which
+            // sees this step waiting and gives it back, or expires it for good: InboxClaim).
+            match self.store.claim(&entry, &InboxClaim::Drain).await {
+                Ok(answer) if InboxClaim::Drain.held(&answer) => {}
+                Ok(_) => continue,
+                Err(e) => {
+                    warn!(id = %entry.id, error_type = e.error_type(), "buffered input not applied yet; retried with the drain");
+                    first_error.get_or_insert(e.into());
+                    continue;
+                }
             }
             if let Err(e) = self.drain_one(workflow, key, step, &entry, now).await {
                 warn!(id = %entry.id, error_type = e.error_type(), "buffered input not applied yet; retried with the drain");
@@ -823,7 +841,7 @@ impl Engine {
             Ok(input) => input,
             Err(e) => {
                 warn!(id = %entry.id, error = %e, "buffered entry is unreadable; expiring it");
-                self.store.settle(entry, InboxStatus::Expired).await?;
+                self.store.settle(entry, InboxStatus::Draining, InboxStatus::Expired).await?;
                 return Ok(());
             }
         };
@@ -851,7 +869,12 @@ impl Engine {
         // retried drain ledgers it (settled now, the refusal would leave no trace; found by the
         // simulation, seed 17459).
         let reached_record = matches!(outcome, Outcome::Applied | Outcome::Duplicate);
-        if outcome == Outcome::Buffered || (failed.is_some() && !reached_record) {
+        if outcome == Outcome::Buffered {
+            // Given back, to wait (or expire) as before this drain took it.
+            self.store.claim(entry, &InboxClaim::Undrain).await?;
+            return failed.map_or(Ok(()), Err);
+        }
+        if failed.is_some() && !reached_record {
             return failed.map_or(Ok(()), Err);
         }
         // Applied (or found applied); or ignored or refused, with the ledger saying why: the
@@ -864,7 +887,7 @@ impl Engine {
             info!(id = %entry.id, ?outcome, "buffered input drained and ignored; ledgered");
             InboxStatus::Ignored
         };
-        self.store.settle(entry, settled).await?;
+        self.store.settle(entry, InboxStatus::Draining, settled).await?;
         failed.map_or(Ok(()), Err)
     }
 }

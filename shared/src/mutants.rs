@@ -21,15 +21,19 @@ pub enum Mutation {
     ReceiptBeforeEffect,
     /// A live record is decided on the deployed config instead of the version it started on.
     Unpinned,
+    /// The sweeper reads the record before it claims an expired entry's expiry (and so may ledger
+    /// an input expired that a drain applies meanwhile).
+    ExpireWithoutClaim,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 5] = [
+    pub const ALL: [Mutation; 6] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
         Mutation::ReceiptBeforeEffect,
         Mutation::Unpinned,
+        Mutation::ExpireWithoutClaim,
     ];
 }
 

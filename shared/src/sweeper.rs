@@ -17,13 +17,15 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use tracing::{info, warn};
 
-use crate::engine::{Engine, EngineError, LEDGER_RETENTION};
+use crate::engine::{Definition, Engine, EngineError, LEDGER_RETENTION};
 use crate::error::Classified;
 use crate::lifecycle::{
     IgnoreReason, Input, Kind, Outcome, RESEND_RESUME_AFTER, RESTART_PENDING_AFTER, State,
     payload_fingerprint,
 };
-use crate::store::{Claim, InboxEntry, InboxStatus, LedgerEntry};
+
+use crate::lifecycle::Record;
+use crate::store::{Claim, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry};
 
 /// How many items one run handles per kind; the next run takes the rest.
 pub const BATCH: usize = 100;
@@ -101,8 +103,10 @@ impl Sweeper {
                 Vec::new()
             }
         };
+        // This sweep's hold on the expiries it takes (InboxClaim::Expire).
+        let hold = Hold { by: (self.engine.write_ids)(), at: now };
         for entry in expired {
-            match self.expire(&entry, now).await {
+            match self.expire(&entry, &hold, now).await {
                 Ok(true) => report.expired += 1,
                 Ok(false) => {}
                 Err(e) => failed(e, "expiring a buffered input"),
@@ -116,20 +120,55 @@ impl Sweeper {
 
     /// Ledgers one expired buffered input and settles it, or drains it if its step waits after
     /// all; `false` when it was not expired here.
-    async fn expire(&self, entry: &InboxEntry, now: OffsetDateTime) -> Result<bool, EngineError> {
-        let record = self.engine.store.load(&entry.workflow, &entry.key).await?;
-        // The entry's step (by name) in the record's own config version.
-        let pinned = match &record {
-            Some(r) => self.engine.definition(entry.workflow.as_str(), r.config_version.as_deref()).await?,
-            None => None,
+    ///
+    /// The entry is claimed before the record is read ([`InboxClaim`]): a drain that listed it
+    /// before the claim did so after its step waited, so the read sees the step waiting (or the
+    /// input applied) and the entry is given back and drained; a drain that lists it after the
+    /// claim leaves it. Read first, a step that began waiting in between had its drain apply
+    /// the input while this sweep ledgered it expired (found by review; `sim/tests/attack.rs`).
+    async fn expire(
+        &self,
+        entry: &InboxEntry,
+        hold: &Hold,
+        now: OffsetDateTime,
+    ) -> Result<bool, EngineError> {
+        let expire = InboxClaim::Expire(hold.clone());
+        let claimed = if crate::mutants::active(crate::mutants::Mutation::ExpireWithoutClaim) {
+            Claim::Acquired
+        } else {
+            self.engine.store.claim(entry, &expire).await?
         };
-        let step = pinned.as_ref().and_then(|w| w.step_index(&entry.step_name));
-        // Its step waits in its generation: a drain is owed, or under way. Drained now, never
-        // expired from under it (an input both applied and ledgered expired; found by review).
+        if !expire.held(&claimed) {
+            return match claimed {
+                // A drain took it and never finished (it died, or its step stopped waiting):
+                // finished here, as the drain's retry would.
+                Claim::Exists(drained) if drained.status == InboxStatus::Draining => {
+                    self.finish_drain(&drained, now).await
+                }
+                // Settled, or another sweep holds its expiry.
+                _ => Ok(false),
+            };
+        }
+        // Taken over from a sweep that died holding it: if that sweep had ledgered it, only
+        // the settle is left (read again now, the record might show its step waiting, and the
+        // input would end both ledgered and applied).
+        if entry.status == InboxStatus::Expiring {
+            for reason in [IgnoreReason::BufferExpired, IgnoreReason::IdempotencyKeyReused] {
+                if self.engine.store.ledgered(&entry.workflow, &entry.key, entry.id.as_str(), reason).await? {
+                    self.engine.store.settle(entry, InboxStatus::Expiring, InboxStatus::Expired).await?;
+                    return Ok(true);
+                }
+            }
+        }
+        let (record, pinned, step) = self.locate(entry).await?;
+        // Its step waits in its generation: a drain is owed, or under way. Given back and
+        // drained, never expired from under it (an input both applied and ledgered expired;
+        // found by review).
         if let (Some(r), Some(workflow), Some(step)) = (&record, &pinned, step)
             && r.state == (State::Waiting { step })
             && entry.generation.is_none_or(|g| g == r.generation)
         {
+            self.engine.store.claim(entry, &InboxClaim::Release(hold.clone())).await?;
             self.engine.drain(workflow, &entry.key, r.generation, step, now).await?;
             info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "expired buffer's step waits: drained");
             return Ok(false);
@@ -137,37 +176,20 @@ impl Sweeper {
         // A redelivery of the same input may have been applied straight to its step, leaving
         // this copy behind: it is applied, not expired. A copy with another payload is a
         // conflict the direct application never saw: refused, and ledgered as one (both found
-        // by the simulation). An entry of an earlier generation is matched by the step index it
-        // was buffered with, which its generation's version numbered, as it numbered the
-        // applied input's: the record's version now may number the step otherwise (a drain
-        // whose settle failed, then a restart on a new version; found by the simulation).
-        let twin = record.as_ref().and_then(|r| {
-            let at = match entry.generation {
-                Some(g) if g != r.generation => Some(entry.step),
-                _ => step,
-            };
-            r.applied.iter().find(|a| {
-                a.id == entry.id
-                    && at.is_some()
-                    && a.step == at
-                    && (entry.generation.is_none() || a.generation == entry.generation)
-            })
-        });
-        let reason = match twin {
-            Some(a)
-                if entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint)
-                    == Some(payload_fingerprint(&a.hash)) =>
-            {
-                self.engine.store.settle(entry, InboxStatus::Applied).await?;
+        // by the simulation).
+        let reason = match twin(entry, record.as_ref(), step) {
+            Some(Twin::Same) => {
+                self.engine.store.settle(entry, InboxStatus::Expiring, InboxStatus::Applied).await?;
                 info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "buffered copy of an applied input settled");
                 return Ok(false);
             }
-            Some(_) => IgnoreReason::IdempotencyKeyReused,
+            Some(Twin::Other) => IgnoreReason::IdempotencyKeyReused,
             None => IgnoreReason::BufferExpired,
         };
         // Ledgered first (idempotent per input and reason), then settled: a sweep that fails
-        // in between leaves the entry buffered, and the next sweep finishes both. Settled first,
-        // a failed ledger write would leave an expired input with no trace (found by review).
+        // in between leaves the entry expiring, and the sweep that takes it over settles it.
+        // Settled first, a failed ledger write would leave an expired input with no trace
+        // (found by review).
         let ledger = LedgerEntry {
             workflow: entry.workflow.clone(),
             key: entry.key.clone(),
@@ -181,12 +203,14 @@ impl Sweeper {
             expires_at: now + LEDGER_RETENTION,
         };
         self.engine.store.put_ledger(&ledger).await?;
-        if let Claim::Exists(other) = self.engine.store.settle(entry, InboxStatus::Expired).await? {
-            // Another sweep (or this one's lost answer) expired it; or a drain settled it
-            // between the read above and this write, and the ledger entry stands beside it.
+        if let Claim::Exists(other) =
+            self.engine.store.settle(entry, InboxStatus::Expiring, InboxStatus::Expired).await?
+        {
+            // This sweep's own settle, whose answer was lost (or a sweep that took the expiry
+            // over past the lease settled it first).
             if other.status != InboxStatus::Expired {
                 warn!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, status = other.status.as_str(),
-                    "buffered input settled by a drain while it expired");
+                    "buffered input settled otherwise while this sweep expired it");
             }
             return Ok(false);
         }
@@ -194,4 +218,71 @@ impl Sweeper {
             "buffered input expired unapplied; ledgered");
         Ok(true)
     }
+
+    /// The entry's record (strongly consistent), its workflow in the record's own config version,
+    /// and the entry's step, by name, in that version.
+    async fn locate(
+        &self,
+        entry: &InboxEntry,
+    ) -> Result<(Option<Record>, Option<Definition>, Option<u32>), EngineError> {
+        let record = self.engine.store.load(&entry.workflow, &entry.key).await?;
+        let pinned = match &record {
+            Some(r) => self.engine.definition(entry.workflow.as_str(), r.config_version.as_deref()).await?,
+            None => None,
+        };
+        let step = pinned.as_ref().and_then(|w| w.step_index(&entry.step_name));
+        Ok((record, pinned, step))
+    }
+
+    /// Finishes a drain that took `entry` and never settled it: drained again (the lifecycle
+    /// decides, as for the first try: applied, a duplicate, ignored and ledgered, or given back
+    /// to wait), or given back when its step cannot be found, so that a later sweep expires it.
+    async fn finish_drain(&self, entry: &InboxEntry, now: OffsetDateTime) -> Result<bool, EngineError> {
+        let (record, pinned, step) = self.locate(entry).await?;
+        match (&record, pinned, step) {
+            (Some(r), Some(workflow), Some(step)) if entry.generation.is_none_or(|g| g == r.generation) => {
+                self.engine.drain(&workflow, &entry.key, r.generation, step, now).await?;
+                info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "unfinished drain of an expired buffer finished");
+            }
+            // Its generation has ended: applied before it did, or given back to expire.
+            _ if twin(entry, record.as_ref(), step) == Some(Twin::Same) => {
+                self.engine.store.settle(entry, InboxStatus::Draining, InboxStatus::Applied).await?;
+            }
+            _ => {
+                self.engine.store.claim(entry, &InboxClaim::Undrain).await?;
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// An input of the record's `applied` list with the entry's id, for the entry's step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Twin {
+    /// The same payload: this entry's input was applied.
+    Same,
+    /// Another payload under the same id: a conflict.
+    Other,
+}
+
+/// Whether `record` has applied an input with `entry`'s id to the entry's step (`step`: its index
+/// in the record's version). An entry of an earlier generation is matched by the index it was
+/// buffered with, which its generation's version numbered, as it numbered the applied input's:
+/// the record's version now may number the step otherwise (a drain whose settle failed, then a
+/// restart on a new version; found by the simulation).
+fn twin(entry: &InboxEntry, record: Option<&Record>, step: Option<u32>) -> Option<Twin> {
+    let r = record?;
+    let at = match entry.generation {
+        Some(g) if g != r.generation => Some(entry.step),
+        _ => step,
+    };
+    let applied = r.applied.iter().find(|a| {
+        a.id == entry.id
+            && at.is_some()
+            && a.step == at
+            && (entry.generation.is_none() || a.generation == entry.generation)
+    })?;
+    let same = entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint)
+        == Some(payload_fingerprint(&applied.hash));
+    Some(if same { Twin::Same } else { Twin::Other })
 }

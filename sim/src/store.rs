@@ -19,8 +19,8 @@ use baton::outbound::{PublishError, TaskPublisher};
 use baton::store::dynamodb::{ItemFormat, MAX_ITEM_BYTES, record_size};
 use baton::store::memory::MemoryStore;
 use baton::store::{
-    Applied, Claim, Count, InboxEntry, InboxStatus, LedgerEntry, Receipt, RegisteredConfig, StoreError, Task,
-    Trace, WorkflowStore,
+    Applied, Claim, Count, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, Receipt, RegisteredConfig,
+    StoreError, Task, Trace, WorkflowStore,
 };
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -49,6 +49,20 @@ pub struct SimStore {
     pub late_puts: Mutex<std::collections::BTreeSet<LatePut>>,
     /// Every config deployed, in order: what a record's config version names.
     pub deployed: Mutex<Vec<Arc<baton::config::Config>>>,
+    /// Every inbox settle and ledger line that landed, in order.
+    pub settles: Mutex<Vec<Settled>>,
+}
+
+/// An inbox entry settled for good, or an input ledgered, and where that fell among the landed
+/// record writes: when the fate of a buffered input was decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub key: String,
+    /// The inbox entry's step name (`None`: a ledger line, which names no step).
+    pub step_name: Option<String>,
+    pub id: String,
+    /// How many record writes had landed before it.
+    pub after_writes: usize,
 }
 
 /// An inbox entry that landed while its step already waited.
@@ -198,6 +212,19 @@ impl WorkflowStore for SimStore {
         if fault == Fault::After { Err(unavailable("UpdateItem")) } else { Ok(()) }
     }
 
+    async fn take_over_receipt(&self, stored: &Receipt, hold: &Hold) -> Result<Claim<Receipt>, StoreError> {
+        let fault = self.enter("ddb.UpdateItem(receipt lease)", &stored.key).await?;
+        let answer = self.inner.take_over_receipt(stored, hold).await?;
+        match (fault, answer) {
+            (Fault::After, _) => Err(unavailable("UpdateItem")),
+            // The SDK's retry of a takeover that landed finds the receipt held by this attempt.
+            (Fault::Retried, Claim::Acquired) => {
+                Ok(Claim::Exists(Receipt { lease: Some(hold.clone()), ..stored.clone() }))
+            }
+            (_, answer) => Ok(answer),
+        }
+    }
+
     async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError> {
         let fault = self.enter("ddb.UpdateItem(repeat)", &receipt.key).await?;
         self.inner.note_repeat(receipt, at).await?;
@@ -256,9 +283,25 @@ impl WorkflowStore for SimStore {
         }
     }
 
-    async fn settle(&self, entry: &InboxEntry, to: InboxStatus) -> Result<Claim<InboxEntry>, StoreError> {
+    async fn settle(
+        &self,
+        entry: &InboxEntry,
+        from: InboxStatus,
+        to: InboxStatus,
+    ) -> Result<Claim<InboxEntry>, StoreError> {
         let fault = self.enter("ddb.UpdateItem(inbox)", &entry.key).await?;
-        let claim = self.inner.settle(entry, to).await?;
+        let claim = self.inner.settle(entry, from, to).await?;
+        if claim == Claim::Acquired {
+            // Where the settle falls among the landed record writes, for the checks.
+            let at = lock(&self.writes).len();
+            let settled = Settled {
+                key: entry.key.to_string(),
+                step_name: Some(entry.step_name.clone()),
+                id: entry.id.to_string(),
+                after_writes: at,
+            };
+            lock(&self.settles).push(settled);
+        }
         match (fault, claim) {
             (Fault::After, _) => Err(unavailable("UpdateItem")),
             (Fault::Retried, Claim::Acquired) => {
@@ -268,9 +311,28 @@ impl WorkflowStore for SimStore {
         }
     }
 
+    async fn claim(&self, entry: &InboxEntry, claim: &InboxClaim) -> Result<Claim<InboxEntry>, StoreError> {
+        let fault = self.enter("ddb.UpdateItem(inbox claim)", &entry.key).await?;
+        let answer = self.inner.claim(entry, claim).await?;
+        match (fault, answer) {
+            (Fault::After, _) => Err(unavailable("UpdateItem")),
+            // The SDK's retry of a claim that landed finds the entry as the claim left it.
+            (Fault::Retried, Claim::Acquired) => Ok(Claim::Exists(claim.apply(entry))),
+            (_, answer) => Ok(answer),
+        }
+    }
+
     async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
         let fault = self.enter("ddb.PutItem(ledger)", &entry.key).await?;
         self.inner.put_ledger(entry).await?;
+        let at = lock(&self.writes).len();
+        let ledgered = Settled {
+            key: entry.key.to_string(),
+            step_name: None,
+            id: entry.input_id.clone(),
+            after_writes: at,
+        };
+        lock(&self.settles).push(ledgered);
         if fault == Fault::After { Err(unavailable("PutItem")) } else { Ok(()) }
     }
 

@@ -97,6 +97,44 @@ fn an_input_expired_by_the_sweeper_is_not_applied_by_a_drain_that_listed_it_befo
 }
 
 // ---------------------------------------------------------------------------------------------
+// Invariant 6: the step starts waiting while the sweeper expires its input. The sweeper read
+// the record before (its step did not wait), and ledgers the input expired after the step's
+// drain applied it: one input, two classifications (README's known limit until this test).
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_step_that_starts_waiting_inside_the_sweeps_expiry_leaves_its_input_one_classification() {
+    let s = traced();
+    // A payment callback arrives before the order: buffered for step 1.
+    let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p"})));
+    assert_eq!(a.status.as_u16(), 202, "{}", a.body);
+    let expiry = trace(&s, "k").inbox[0].expires_at;
+    // The order comes just before the buffer expires; its review completes, and payment's
+    // step_ready waits in the progress queue.
+    s.world.set_now(expiry - Duration::seconds(60));
+    waiting_on_review(&s, "k");
+    callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    // Past the expiry, the sweeper reads the record (advancing past the review: payment does
+    // not wait) and is slow before it ledgers the input.
+    s.world.set_now(expiry + Duration::seconds(1));
+    let mut sweep = std::pin::pin!(s.sweeper.run_once(s.world.now()));
+    run_until(&s.world, &mut sweep, "ddb.PutItem(ledger)");
+    // Meanwhile payment waits, and its drain applies the buffered input.
+    deliver(&s, QueueId::Progress);
+    let _ = drive(sweep);
+    settle(&s);
+    let t = trace(&s, "k");
+    let applied = t.record.as_ref().unwrap().applied.iter().any(|a| a.id.as_str() == "cb-pay");
+    let expired = ledgered(&s, "k", "cb-pay", "buffer_expired");
+    assert!(
+        applied != expired,
+        "cb-pay: applied {applied}, ledgered buffer_expired {expired} (inbox {:?}, record {})",
+        t.inbox.iter().map(|e| e.status).collect::<Vec<_>>(),
+        t.record.as_ref().unwrap().state
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Invariant 4: the sweeper settles an expired buffer, then ledgers it; a failure in between
 // leaves it expired without its ledger entry, for good.
 // ---------------------------------------------------------------------------------------------
@@ -119,10 +157,15 @@ fn a_sweep_that_fails_between_settling_and_ledgering_an_expired_buffer_is_finish
     // The settle lands; the ledger write fails (or the sweeper dies right after the settle).
     s.world.script("ddb.PutItem(ledger)", Fault::Before);
     assert!(drive(s.sweeper.run_once(s.world.now())).is_err());
-    // The next sweeps run without faults.
+    // The next sweeps run without faults: the failed sweep still holds the expiry until its
+    // lease runs out (a sweep that reads the record again could decide otherwise: InboxClaim),
+    // and the first sweep after that finishes it.
     for _ in 0..3 {
         let _ = drive(s.sweeper.run_once(s.world.now()));
     }
+    assert!(!has_expired_ledger(&s), "taken over inside the holder's lease");
+    s.world.advance(baton::store::EXPIRY_LEASE);
+    let _ = drive(s.sweeper.run_once(s.world.now()));
     assert!(
         has_expired_ledger(&s),
         "the expired input has no ledger entry: inbox {:?}, ledger {:?}",

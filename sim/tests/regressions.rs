@@ -432,12 +432,13 @@ fn a_drained_input_refused_as_a_conflict_stays_buffered_until_its_ledger_entry_i
     // Now the drain: the buffered copy conflicts; its ledger write fails once.
     s.world.script("ddb.PutItem(ledger)", Fault::Before);
     assert!(drive(s.engine.drain(wf, &key, 1, 1, s.world.now())).is_err());
-    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered, "settled with its refusal unrecorded");
+    let status = trace(&s, "k").inbox[0].status;
+    assert!(!status.is_final(), "settled with its refusal unrecorded: {status:?}");
     // The retried drain ledgers the refusal.
     drive(s.engine.drain(wf, &key, 1, 1, s.world.now())).unwrap();
     let t = trace(&s, "k");
     assert!(t.ledger.iter().any(|l| l.input_id == "pay-1" && l.reason.as_str() == "idempotency_key_reused"));
-    assert_ne!(t.inbox[0].status, InboxStatus::Buffered);
+    assert!(t.inbox[0].status.is_final(), "{:?}", t.inbox[0].status);
 }
 
 #[test]
@@ -574,7 +575,8 @@ fn a_drained_input_whose_settle_failed_is_settled_applied_after_a_restart_on_a_n
     let r = record(&s, "k");
     assert_eq!(r.state, State::Succeeded);
     assert!(r.applied.iter().any(|a| a.id.as_str() == "pay-1"), "the drain applied the payment");
-    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered, "its settle failed");
+    let status = trace(&s, "k").inbox[0].status;
+    assert!(!status.is_final(), "its settle failed: {status:?}");
     // Version 2 (a step inserted before `payment`) is deployed; a new order opens generation 2.
     s.deploy(baton_sim::config_v2());
     send(&s, &event("start-k-2", "order.placed", "k", json!({})));
@@ -586,4 +588,35 @@ fn a_drained_input_whose_settle_failed_is_settled_applied_after_a_restart_on_a_n
     let t = trace(&s, "k");
     assert_eq!(t.inbox[0].status, InboxStatus::Applied);
     assert!(!t.ledger.iter().any(|l| l.input_id == "pay-1"), "ledgered as lost: {:?}", t.ledger);
+}
+
+/// Found by the simulation (seed 10262): a callback's first attempt stopped after its receipt,
+/// before applying anything; past the receipt's lease, two retries of the same webhook-id came
+/// at once. Both re-ran the apply, read the record at different moments, and answered the
+/// sender differently (ignored `step_already_passed`, then ignored `terminal`). Now one retry
+/// takes the stale receipt over and the other is told the attempt is in progress.
+#[test]
+fn two_retries_of_a_stale_receipt_apply_once_and_give_one_answer() {
+    let s = traced();
+    waiting_on_review(&s, "k");
+    let body = review("k", json!({"decision": "ok"}));
+    // The first attempt writes its receipt, then cannot read the record: nothing applied.
+    s.world.script("ddb.GetItem(record)", Fault::Before);
+    let first = callback(&s, "cb-1", &body);
+    assert_eq!(first.status.as_u16(), 503, "{}", first.body);
+    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    // Retry A takes the receipt over and is slow before it applies.
+    let (headers, text) = signed(&s, "cb-1", &body);
+    let mut a = std::pin::pin!(s.callbacks.handle(&headers, text.as_bytes()));
+    run_until(&s.world, &mut a, "ddb.UpdateItem(receipt lease)");
+    run_until(&s.world, &mut a, "ddb.Query(trace)");
+    // Retry B finds it held afresh: in progress, not a second application.
+    let b = callback(&s, "cb-1", &body);
+    assert_eq!((b.status.as_u16(), b.body["error"].as_str()), (503, Some("in_progress")), "{}", b.body);
+    let a = drive(a);
+    assert_eq!((a.status.as_u16(), a.body["status"].as_str()), (200, Some("applied")), "{}", a.body);
+    // And every later retry gets A's answer.
+    let again = callback(&s, "cb-1", &body);
+    assert_eq!(again.body["state"], a.body["state"], "{}", again.body);
+    assert_eq!(again.body["duplicate"], json!(true));
 }

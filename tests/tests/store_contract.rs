@@ -14,8 +14,8 @@ use baton::lifecycle::{
 };
 use baton::store::memory::MemoryStore;
 use baton::store::{
-    Applied, COUNT_UP_TO, Claim, Count, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus,
-    RegisteredConfig, Task, WorkflowStore,
+    Applied, COUNT_UP_TO, Claim, Count, EXPIRY_LEASE, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry,
+    Receipt, ReceiptStatus, RegisteredConfig, Task, WorkflowStore,
 };
 use baton_tests::{Emulator, dynamo_store};
 use serde_json::{Map, json};
@@ -224,6 +224,7 @@ fn receipt(id: &str, hash: &str) -> Receipt {
         expires_at: t0() + Duration::days(7),
         repeats: 0,
         last_repeat_at: None,
+        lease: None,
     }
 }
 
@@ -249,6 +250,31 @@ async fn a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one(
             assert_eq!((stored.repeats, stored.last_repeat_at), (0, None), "no repeat yet");
         }
         Claim::Acquired => panic!("receipt vanished"),
+    }
+}
+
+async fn a_stale_pending_receipt_is_taken_over_by_one_attempt(store: Arc<dyn WorkflowStore>) {
+    let first = receipt("msg_3", "hash-a");
+    assert_eq!(store.put_receipt(&first).await.unwrap(), Claim::Acquired);
+    let hold = |by: &str| Hold { by: by.into(), at: t0() + Duration::seconds(60) };
+    // Two retries read it as created; one takes it over, the other finds it held afresh.
+    assert_eq!(store.take_over_receipt(&first, &hold("retry-a")).await.unwrap(), Claim::Acquired);
+    match store.take_over_receipt(&first, &hold("retry-b")).await.unwrap() {
+        Claim::Exists(r) => {
+            assert_eq!(r.lease, Some(hold("retry-a")));
+            assert_eq!(r.held_since(), t0() + Duration::seconds(60));
+        }
+        Claim::Acquired => panic!("two attempts took one receipt over"),
+    }
+    // A later retry that read it held by A takes it over from A.
+    let held = Receipt { lease: Some(hold("retry-a")), ..first.clone() };
+    assert_eq!(store.take_over_receipt(&held, &hold("retry-c")).await.unwrap(), Claim::Acquired);
+    // Done, it is never taken over.
+    store.complete_receipt(&first, &json!({"status": "applied"})).await.unwrap();
+    let done = Receipt { lease: Some(hold("retry-c")), ..first.clone() };
+    match store.take_over_receipt(&done, &hold("retry-d")).await.unwrap() {
+        Claim::Exists(r) => assert_eq!(r.answer, Some(json!({"status": "applied"}))),
+        Claim::Acquired => panic!("a done receipt was taken over"),
     }
 }
 
@@ -283,6 +309,7 @@ fn entry(id: &str, step: u32, arrived: i64) -> InboxEntry {
         input: json!({"id": id}),
         status: InboxStatus::Buffered,
         expires_at: t0() + Duration::seconds(100 + arrived),
+        expiry_hold: None,
     }
 }
 
@@ -302,8 +329,11 @@ async fn the_inbox_keeps_arrival_order_and_settles_once(store: Arc<dyn WorkflowS
     let ids: Vec<&str> = inbox.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, ["mm-first", "zz-second", "aa-third"]);
 
-    assert_eq!(store.settle(&inbox[0], InboxStatus::Applied).await.unwrap(), Claim::Acquired);
-    match store.settle(&inbox[0], InboxStatus::Expired).await.unwrap() {
+    assert_eq!(
+        store.settle(&inbox[0], InboxStatus::Buffered, InboxStatus::Applied).await.unwrap(),
+        Claim::Acquired
+    );
+    match store.settle(&inbox[0], InboxStatus::Buffered, InboxStatus::Expired).await.unwrap() {
         Claim::Exists(e) => assert_eq!(e.status, InboxStatus::Applied, "the loser sees how it was settled"),
         Claim::Acquired => panic!("an entry settles once"),
     }
@@ -312,6 +342,83 @@ async fn the_inbox_keeps_arrival_order_and_settles_once(store: Arc<dyn WorkflowS
     let ids: Vec<&str> = expired.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, ["other-step", "zz-second", "aa-third"]);
     assert_eq!(store.expired_buffers(t0() + Duration::seconds(103), 1).await.unwrap().len(), 1, "limit");
+}
+
+/// The claims that keep a drain and the sweeper from both deciding one entry (InboxClaim).
+async fn a_drain_and_the_sweeper_never_hold_an_entry_at_once(store: Arc<dyn WorkflowStore>) {
+    let hold = |by: &str, at: i64| Hold { by: by.into(), at: t0() + Duration::seconds(at) };
+    let (drained, expired) = (entry("cb-drained", 0, 0), entry("cb-expired", 0, 1));
+    for e in [&drained, &expired] {
+        assert_eq!(store.buffer(e).await.unwrap(), Claim::Acquired);
+    }
+    let status_of = |id: &'static str| {
+        let store = store.clone();
+        async move {
+            let (w, k) = names("k-inbox");
+            let inbox = store.inbox(&w, &k, "step-0").await.unwrap();
+            inbox.into_iter().find(|e| e.id.as_str() == id).expect("the entry")
+        }
+    };
+    // Drains share their claim; the sweeper cannot take an entry a drain holds.
+    let drain = InboxClaim::Drain;
+    assert!(drain.held(&store.claim(&drained, &drain).await.unwrap()));
+    assert_eq!(store.claim(&drained, &drain).await.unwrap(), Claim::Acquired, "a second drain shares it");
+    let sweep_a = InboxClaim::Expire(hold("sweep-a", 200));
+    let answer = store.claim(&drained, &sweep_a).await.unwrap();
+    assert!(!sweep_a.held(&answer), "{answer:?}");
+    assert!(matches!(answer, Claim::Exists(e) if e.status == InboxStatus::Draining));
+
+    // One sweep holds an expiry; a drain cannot take it, nor another sweep inside the lease.
+    assert_eq!(store.claim(&expired, &sweep_a).await.unwrap(), Claim::Acquired);
+    assert!(sweep_a.held(&store.claim(&expired, &sweep_a).await.unwrap()), "its holder takes it again");
+    assert!(!drain.held(&store.claim(&expired, &drain).await.unwrap()), "a drain leaves it");
+    let inside = InboxClaim::Expire(hold("sweep-b", 200 + EXPIRY_LEASE.whole_seconds() - 1));
+    assert!(!inside.held(&store.claim(&expired, &inside).await.unwrap()), "taken over inside the lease");
+    let stored = status_of("cb-expired").await;
+    assert_eq!((stored.status, stored.expiry_hold), (InboxStatus::Expiring, Some(hold("sweep-a", 200))));
+    // Only the holder gives it back.
+    let not_mine = InboxClaim::Release(hold("sweep-b", 300));
+    assert!(!not_mine.held(&store.claim(&expired, &not_mine).await.unwrap()));
+    // Past the lease, another sweep takes it over.
+    let after = InboxClaim::Expire(hold("sweep-b", 200 + EXPIRY_LEASE.whole_seconds()));
+    assert_eq!(store.claim(&expired, &after).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        status_of("cb-expired").await.expiry_hold,
+        Some(hold("sweep-b", 200 + EXPIRY_LEASE.whole_seconds()))
+    );
+    let release = InboxClaim::Release(hold("sweep-b", 0));
+    assert_eq!(store.claim(&expired, &release).await.unwrap(), Claim::Acquired);
+    let back = status_of("cb-expired").await;
+    assert_eq!((back.status, back.expiry_hold), (InboxStatus::Buffered, None), "given back, unheld");
+
+    // Both are still due for the sweeper while open; only the holder's status settles.
+    let due: Vec<String> = store
+        .expired_buffers(t0() + Duration::seconds(500), 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id.to_string())
+        .collect();
+    assert_eq!(due, ["cb-drained", "cb-expired"]);
+    assert_eq!(store.claim(&drained, &InboxClaim::Undrain).await.unwrap(), Claim::Acquired);
+    assert_eq!(status_of("cb-drained").await.status, InboxStatus::Buffered);
+    assert_eq!(store.claim(&drained, &drain).await.unwrap(), Claim::Acquired);
+    let answer = store.settle(&drained, InboxStatus::Expiring, InboxStatus::Expired).await.unwrap();
+    assert!(
+        matches!(answer, Claim::Exists(e) if e.status == InboxStatus::Draining),
+        "only its holder settles it"
+    );
+    assert_eq!(
+        store.settle(&drained, InboxStatus::Draining, InboxStatus::Applied).await.unwrap(),
+        Claim::Acquired
+    );
+    assert!(!drain.held(&store.claim(&drained, &drain).await.unwrap()), "a settled entry is never claimed");
+    let due = store.expired_buffers(t0() + Duration::seconds(500), 10).await.unwrap();
+    assert_eq!(
+        due.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["cb-expired"],
+        "settled leaves the index"
+    );
 }
 
 async fn ledger_entries_are_idempotent_and_traced(store: Arc<dyn WorkflowStore>) {
@@ -508,7 +615,9 @@ contract!(
     task_creation_is_idempotent,
     a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one,
     a_repeat_is_counted_on_its_receipt_and_never_creates_one,
+    a_stale_pending_receipt_is_taken_over_by_one_attempt,
     the_inbox_keeps_arrival_order_and_settles_once,
+    a_drain_and_the_sweeper_never_hold_an_entry_at_once,
     ledger_entries_are_idempotent_and_traced,
     due_records_and_counts_by_state,
     exactly_one_of_fifty_concurrent_transitions_wins,
@@ -539,7 +648,10 @@ async fn dynamodb_an_inbox_entry_from_before_step_names_is_read_expired_and_sett
     let expired = store.expired_buffers(t0() + Duration::days(365), 10).await.unwrap();
     assert_eq!(expired, vec![legacy.clone()], "read back, by index, without a name");
     assert_eq!(store.trace(&w, &k).await.unwrap().inbox, vec![legacy.clone()]);
-    assert_eq!(store.settle(&legacy, InboxStatus::Expired).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.settle(&legacy, InboxStatus::Buffered, InboxStatus::Expired).await.unwrap(),
+        Claim::Acquired
+    );
     assert!(store.expired_buffers(t0() + Duration::days(365), 10).await.unwrap().is_empty());
 }
 

@@ -45,8 +45,9 @@ use time::format_description::well_known::Rfc3339;
 use super::compact;
 use super::memory::{due_at, sort_trace};
 use super::{
-    Applied, BoundedCount, CONFIG_PK, Claim, Condition, Count, InboxEntry, InboxStatus, LedgerEntry, Receipt,
-    ReceiptStatus, RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for,
+    Applied, BoundedCount, CONFIG_PK, Claim, Condition, Count, Hold, InboxClaim, InboxEntry, InboxStatus,
+    LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig, StoreError, Task, Trace, WorkflowStore,
+    condition_for,
 };
 use crate::error::{sdk_retryable, sdk_throttled};
 use crate::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
@@ -134,6 +135,45 @@ impl ItemFormat {
 }
 
 impl DynamoStore {
+    /// One conditional UpdateItem of an inbox entry: `update` when `condition` holds, otherwise
+    /// the entry as it stands. `names` and `values` are the placeholders beyond `#status` and
+    /// `:to`.
+    async fn move_entry(
+        &self,
+        entry: &InboxEntry,
+        (condition, update): (&str, &str),
+        to: InboxStatus,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+    ) -> Result<Claim<InboxEntry>, StoreError> {
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(&pk(&entry.workflow, &entry.key)))
+            .key("sk", s(&inbox_sk(entry)))
+            .condition_expression(condition)
+            .update_expression(update)
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":to", s(to.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        for (placeholder, name) in names {
+            request = request.expression_attribute_names(*placeholder, *name);
+        }
+        for (placeholder, value) in values {
+            request = request.expression_attribute_values(placeholder, value);
+        }
+        match conditional("UpdateItem", request.send().await)? {
+            Ok(_) => Ok(Claim::Acquired),
+            Err(Some(old)) if !old.is_empty() => parse_inbox(&old).map(Claim::Exists),
+            Err(_) => Err(StoreError::Corrupt {
+                pk: pk(&entry.workflow, &entry.key),
+                sk: inbox_sk(entry),
+                problem: "the inbox entry to move does not exist".into(),
+            }),
+        }
+    }
+
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         DynamoStore {
             client,
@@ -839,6 +879,10 @@ fn receipt_item(x: &Receipt) -> Item {
     if let Some(at) = x.last_repeat_at {
         item.insert("last_repeat_at".into(), s(&ts(at)));
     }
+    if let Some(lease) = &x.lease {
+        item.insert("lease_by".into(), s(&lease.by));
+        item.insert("lease_at".into(), s(&ts(lease.at)));
+    }
     item
 }
 
@@ -856,6 +900,15 @@ fn parse_receipt(item: &Item) -> Result<Receipt, StoreError> {
         expires_at: r.epoch(TTL_ATTRIBUTE)?,
         repeats: r.opt_n("repeats")?.unwrap_or(0),
         last_repeat_at: r.opt_time("last_repeat_at")?,
+        lease: hold(&r, "lease_by", "lease_at")?,
+    })
+}
+
+/// A [`Hold`] kept as two attributes, when both are there.
+fn hold(r: &Reader<'_>, by: &str, at: &str) -> Result<Option<Hold>, StoreError> {
+    Ok(match (r.opt_s(by)?, r.opt_time(at)?) {
+        (Some(by), Some(at)) => Some(Hold { by: by.to_owned(), at }),
+        _ => None,
     })
 }
 
@@ -879,7 +932,11 @@ fn inbox_item(e: &InboxEntry, shards: u32) -> Item {
     if let Some(v) = &e.config_version {
         item.insert("config_version".into(), s(v));
     }
-    if e.status == InboxStatus::Buffered {
+    if let Some(hold) = &e.expiry_hold {
+        item.insert("expiry_by".into(), s(&hold.by));
+        item.insert("expiry_at".into(), s(&ts(hold.at)));
+    }
+    if !e.status.is_final() {
         item.insert("due_kind".into(), s(&due_kind("inbox#buffered", &pk(&e.workflow, &e.key), shards)));
         item.insert("due_at".into(), s(&ts(e.expires_at)));
     }
@@ -890,6 +947,8 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
     let r = Reader { item };
     let status = match r.s("status")? {
         "buffered" => InboxStatus::Buffered,
+        "draining" => InboxStatus::Draining,
+        "expiring" => InboxStatus::Expiring,
         "applied" => InboxStatus::Applied,
         "expired" => InboxStatus::Expired,
         "ignored" => InboxStatus::Ignored,
@@ -913,6 +972,7 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
             // Written before `buffer_until` existed: the TTL was the buffer's expiry.
             None => r.epoch(TTL_ATTRIBUTE)?,
         },
+        expiry_hold: hold(&r, "expiry_by", "expiry_at")?,
     })
 }
 
@@ -1075,6 +1135,42 @@ impl WorkflowStore for DynamoStore {
         Ok(())
     }
 
+    async fn take_over_receipt(&self, stored: &Receipt, hold: &Hold) -> Result<Claim<Receipt>, StoreError> {
+        // Rule: a stale pending receipt is taken over by one attempt: the one whose write finds
+        // it held as it read it.
+        let held_as_read = match &stored.lease {
+            Some(_) => "#lease_by = :seen",
+            None => "attribute_not_exists(#lease_by)",
+        };
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(&pk(&stored.workflow, &stored.key)))
+            .key("sk", s(&receipt_sk(&stored.id)))
+            .condition_expression(format!("#status = :pending AND {held_as_read}"))
+            .update_expression("SET #lease_by = :by, #lease_at = :at")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#lease_by", "lease_by")
+            .expression_attribute_names("#lease_at", "lease_at")
+            .expression_attribute_values(":pending", json(&ReceiptStatus::Pending))
+            .expression_attribute_values(":by", s(&hold.by))
+            .expression_attribute_values(":at", s(&ts(hold.at)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if let Some(lease) = &stored.lease {
+            request = request.expression_attribute_values(":seen", s(&lease.by));
+        }
+        match conditional("UpdateItem", request.send().await)? {
+            Ok(_) => Ok(Claim::Acquired),
+            Err(Some(old)) if !old.is_empty() => parse_receipt(&old).map(Claim::Exists),
+            Err(_) => Err(StoreError::Corrupt {
+                pk: pk(&stored.workflow, &stored.key),
+                sk: receipt_sk(&stored.id),
+                problem: "the receipt to take over does not exist".into(),
+            }),
+        }
+    }
+
     async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError> {
         let result = self
             .client
@@ -1116,33 +1212,59 @@ impl WorkflowStore for DynamoStore {
         Ok(entries)
     }
 
-    async fn settle(&self, entry: &InboxEntry, to: InboxStatus) -> Result<Claim<InboxEntry>, StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(&pk(&entry.workflow, &entry.key)))
-            .key("sk", s(&inbox_sk(entry)))
-            // Rule: a buffered entry settles once; whoever loses sees how it was settled.
-            .condition_expression("#status = :buffered")
-            .update_expression("SET #status = :to REMOVE #due_kind, #due_at")
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_names("#due_kind", "due_kind")
-            .expression_attribute_names("#due_at", "due_at")
-            .expression_attribute_values(":buffered", s(InboxStatus::Buffered.as_str()))
-            .expression_attribute_values(":to", s(to.as_str()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match conditional("UpdateItem", result)? {
-            Ok(_) => Ok(Claim::Acquired),
-            Err(Some(old)) if !old.is_empty() => parse_inbox(&old).map(Claim::Exists),
-            Err(_) => Err(StoreError::Corrupt {
-                pk: pk(&entry.workflow, &entry.key),
-                sk: inbox_sk(entry),
-                problem: "the inbox entry to settle does not exist".into(),
-            }),
-        }
+    async fn settle(
+        &self,
+        entry: &InboxEntry,
+        from: InboxStatus,
+        to: InboxStatus,
+    ) -> Result<Claim<InboxEntry>, StoreError> {
+        // Rule: an entry settles once, for good, by whoever holds it (a drain, the sweeper), and
+        // leaves the due index; whoever loses sees how it was settled.
+        let expressions = ("#status = :from", "SET #status = :to REMOVE #due_kind, #due_at");
+        let names = [("#due_kind", "due_kind"), ("#due_at", "due_at")];
+        self.move_entry(entry, expressions, to, &names, vec![(":from", s(from.as_str()))]).await
+    }
+
+    async fn claim(&self, entry: &InboxEntry, claim: &InboxClaim) -> Result<Claim<InboxEntry>, StoreError> {
+        use InboxStatus::{Buffered, Draining, Expiring};
+        let status = |x: InboxStatus| s(x.as_str());
+        // Each condition is the rule InboxClaim::allows states; the entry stays in the due index,
+        // so a claimer that dies is finished by a later sweep.
+        let hold = [("#hold_by", "expiry_by"), ("#hold_at", "expiry_at")];
+        let (expressions, names, values): ((&str, &str), &[(&str, &str)], _) = match claim {
+            // Rule: drains share an entry, and never take one a sweep is expiring.
+            InboxClaim::Drain => (
+                ("#status IN (:buffered, :draining)", "SET #status = :to"),
+                &[],
+                vec![(":buffered", status(Buffered)), (":draining", status(Draining))],
+            ),
+            // Rule: only a drained entry is given back by a drain.
+            InboxClaim::Undrain => {
+                (("#status = :draining", "SET #status = :to"), &[], vec![(":draining", status(Draining))])
+            }
+            // Rule: one sweep expires an entry; another takes it over only past the holder's lease.
+            InboxClaim::Expire(h) => (
+                (
+                    "#status = :buffered OR (#status = :expiring AND (attribute_not_exists(#hold_by) OR #hold_by = :by OR #hold_at <= :stale))",
+                    "SET #status = :to, #hold_by = :by, #hold_at = :at",
+                ),
+                &hold,
+                vec![
+                    (":buffered", status(Buffered)),
+                    (":expiring", status(Expiring)),
+                    (":by", s(&h.by)),
+                    (":at", s(&ts(h.at))),
+                    (":stale", s(&ts(h.at - super::EXPIRY_LEASE))),
+                ],
+            ),
+            // Rule: only its holder gives an expiry back.
+            InboxClaim::Release(h) => (
+                ("#status = :expiring AND #hold_by = :by", "SET #status = :to REMOVE #hold_by, #hold_at"),
+                &hold,
+                vec![(":expiring", status(Expiring)), (":by", s(&h.by))],
+            ),
+        };
+        self.move_entry(entry, expressions, claim.to(), names, values).await
     }
 
     async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {

@@ -13,8 +13,8 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::{
-    Applied, Claim, Count, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig,
-    StoreError, Task, Trace, WorkflowStore, condition_for,
+    Applied, Claim, Count, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus,
+    RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for,
 };
 use crate::ids::{CorrelationKey, WorkflowName};
 use crate::lifecycle::{IgnoreReason, Kind, Record, State};
@@ -40,6 +40,29 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// Moves an inbox entry to `to(entry)` if `allowed(entry)`; `Exists` with it otherwise.
+    fn move_entry(
+        &self,
+        entry: &InboxEntry,
+        allowed: impl Fn(&InboxEntry) -> bool,
+        to: impl Fn(&InboxEntry) -> InboxEntry,
+    ) -> Result<Claim<InboxEntry>, StoreError> {
+        let mut inner = self.lock();
+        let k = (rk(&entry.workflow, &entry.key), entry.step_name.clone(), entry.id.to_string());
+        match inner.inbox.get_mut(&k) {
+            Some(e) if allowed(e) => {
+                *e = to(e);
+                Ok(Claim::Acquired)
+            }
+            Some(e) => Ok(Claim::Exists(e.clone())),
+            None => Err(StoreError::Corrupt {
+                pk: format!("{}/{}", entry.workflow, entry.key),
+                sk: format!("inbox/{}/{}", entry.step_name, entry.id),
+                problem: "the inbox entry to move does not exist".into(),
+            }),
+        }
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -146,6 +169,23 @@ impl WorkflowStore for MemoryStore {
         Ok(())
     }
 
+    async fn take_over_receipt(&self, stored: &Receipt, hold: &Hold) -> Result<Claim<Receipt>, StoreError> {
+        let mut inner = self.lock();
+        let k = (rk(&stored.workflow, &stored.key), stored.id.to_string());
+        match inner.receipts.get_mut(&k) {
+            Some(r) if r.status == ReceiptStatus::Pending && r.lease == stored.lease => {
+                r.lease = Some(hold.clone());
+                Ok(Claim::Acquired)
+            }
+            Some(r) => Ok(Claim::Exists(r.clone())),
+            None => Err(StoreError::Corrupt {
+                pk: format!("{}/{}", stored.workflow, stored.key),
+                sk: format!("receipt/{}", stored.id),
+                problem: "the receipt to take over does not exist".into(),
+            }),
+        }
+    }
+
     async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError> {
         let mut inner = self.lock();
         let k = (rk(&receipt.workflow, &receipt.key), receipt.id.to_string());
@@ -184,21 +224,17 @@ impl WorkflowStore for MemoryStore {
         Ok(entries)
     }
 
-    async fn settle(&self, entry: &InboxEntry, to: InboxStatus) -> Result<Claim<InboxEntry>, StoreError> {
-        let mut inner = self.lock();
-        let k = (rk(&entry.workflow, &entry.key), entry.step_name.clone(), entry.id.to_string());
-        match inner.inbox.get_mut(&k) {
-            Some(e) if e.status == InboxStatus::Buffered => {
-                e.status = to;
-                Ok(Claim::Acquired)
-            }
-            Some(e) => Ok(Claim::Exists(e.clone())),
-            None => Err(StoreError::Corrupt {
-                pk: format!("{}/{}", entry.workflow, entry.key),
-                sk: format!("inbox/{}/{}", entry.step_name, entry.id),
-                problem: "the inbox entry to settle does not exist".into(),
-            }),
-        }
+    async fn settle(
+        &self,
+        entry: &InboxEntry,
+        from: InboxStatus,
+        to: InboxStatus,
+    ) -> Result<Claim<InboxEntry>, StoreError> {
+        self.move_entry(entry, |e| e.status == from, |e| InboxEntry { status: to, ..e.clone() })
+    }
+
+    async fn claim(&self, entry: &InboxEntry, claim: &InboxClaim) -> Result<Claim<InboxEntry>, StoreError> {
+        self.move_entry(entry, |e| claim.allows(e), |e| claim.apply(e))
     }
 
     async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
@@ -268,7 +304,7 @@ impl WorkflowStore for MemoryStore {
             .lock()
             .inbox
             .values()
-            .filter(|e| e.status == InboxStatus::Buffered && e.expires_at <= before)
+            .filter(|e| !e.status.is_final() && e.expires_at <= before)
             .cloned()
             .collect();
         expired.sort_by_key(|e| e.expires_at);

@@ -155,13 +155,29 @@ pub struct Receipt {
     pub repeats: u32,
     #[serde(default, with = "time::serde::rfc3339::option")]
     pub last_repeat_at: Option<OffsetDateTime>,
+    /// The attempt that took a pending receipt over after an earlier one stopped without
+    /// finishing (`None`: the attempt that created it, at `created_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Hold>,
 }
 
-/// Where a buffered input stands.
+impl Receipt {
+    /// Since when its current attempt has held it.
+    pub fn held_since(&self) -> OffsetDateTime {
+        self.lease.as_ref().map_or(self.created_at, |l| l.at)
+    }
+}
+
+/// Where a buffered input stands. `buffered`, `draining` and `expiring` are open (the entry is
+/// still due for the sweeper); `applied`, `expired` and `ignored` are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InboxStatus {
     Buffered,
+    /// A drain has taken it to apply it ([`InboxClaim::Drain`]).
+    Draining,
+    /// The sweeper has taken it, past its expiry, to expire it ([`InboxClaim::Expire`]).
+    Expiring,
     Applied,
     Expired,
     /// Drained, but the lifecycle ignored or refused it; its ledger entry says why.
@@ -172,9 +188,105 @@ impl InboxStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             InboxStatus::Buffered => "buffered",
+            InboxStatus::Draining => "draining",
+            InboxStatus::Expiring => "expiring",
             InboxStatus::Applied => "applied",
             InboxStatus::Expired => "expired",
             InboxStatus::Ignored => "ignored",
+        }
+    }
+
+    /// Settled for good: applied, expired or ignored.
+    pub fn is_final(self) -> bool {
+        matches!(self, InboxStatus::Applied | InboxStatus::Expired | InboxStatus::Ignored)
+    }
+}
+
+/// Who may decide a buffered entry's fate. A drain and the sweeper each take the entry before
+/// they act on it, so one input never ends both applied and ledgered expired:
+///
+/// ```text
+///  drain:    record waits (its own write, or a read) ─► list inbox ─► claim Drain  ─► apply ─► settle
+///  sweeper:  claim Expire ─► consistent read of record ─► waits? Release, drain : ledger ─► settle
+/// ```
+///
+/// A drain that listed the entry before the sweeper's claim did so after its step waited, so
+/// the sweeper's read sees the step waiting (or past it, the input applied) and gives the entry
+/// back; a drain that lists it after sees `expiring` and leaves it. Drains share their claim
+/// (applying through the record is idempotent). The expiry is one sweep's at a time: two sweeps
+/// that read the record at different moments could decide differently, so another sweep takes
+/// it over only once the holder's lease has run out ([`EXPIRY_LEASE`], past any sweep's run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InboxClaim {
+    /// `buffered | draining` → `draining`.
+    Drain,
+    /// `draining` → `buffered`: the drain found its step no longer waiting.
+    Undrain,
+    /// `buffered`, or `expiring` held by this sweep or past its lease → `expiring`, held.
+    Expire(Hold),
+    /// `expiring` held by this sweep → `buffered`: the step waits after all.
+    Release(Hold),
+}
+
+/// How long a sweep holds an entry's expiry before another may take it over: well past the
+/// sweeper function's 60-second timeout, so the holder is gone by then.
+pub const EXPIRY_LEASE: time::Duration = time::Duration::minutes(5);
+
+/// Who holds something for a while, and since when: a sweep an entry's expiry
+/// ([`InboxClaim::Expire`]), a callback attempt a pending receipt ([`WorkflowStore::take_over_receipt`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    /// The holder's own id (a write id).
+    pub by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+impl InboxClaim {
+    /// The status it moves the entry to.
+    pub fn to(&self) -> InboxStatus {
+        match self {
+            InboxClaim::Drain => InboxStatus::Draining,
+            InboxClaim::Undrain | InboxClaim::Release(_) => InboxStatus::Buffered,
+            InboxClaim::Expire(_) => InboxStatus::Expiring,
+        }
+    }
+
+    /// Whether the claim may be taken on `entry` as it stands: the rule each store's condition
+    /// enforces.
+    pub fn allows(&self, entry: &InboxEntry) -> bool {
+        use InboxStatus::*;
+        let held_by = |hold: &Hold| entry.expiry_hold.as_ref().is_some_and(|h| h.by == hold.by);
+        match (self, entry.status) {
+            (InboxClaim::Drain, Buffered | Draining) | (InboxClaim::Undrain, Draining) => true,
+            (InboxClaim::Expire(_), Buffered) => true,
+            (InboxClaim::Expire(hold), Expiring) => {
+                held_by(hold) || entry.expiry_hold.as_ref().is_none_or(|h| h.at + EXPIRY_LEASE <= hold.at)
+            }
+            (InboxClaim::Release(hold), Expiring) => held_by(hold),
+            _ => false,
+        }
+    }
+
+    /// `entry` as the claim leaves it.
+    pub fn apply(&self, entry: &InboxEntry) -> InboxEntry {
+        let expiry_hold = match self {
+            InboxClaim::Expire(hold) => Some(hold.clone()),
+            InboxClaim::Release(_) => None,
+            InboxClaim::Drain | InboxClaim::Undrain => entry.expiry_hold.clone(),
+        };
+        InboxEntry { status: self.to(), expiry_hold, ..entry.clone() }
+    }
+
+    /// Whether the store's answer leaves the entry claimed as asked: moved now, or found so (a
+    /// drain sharing the claim, or this call's own write whose answer was lost and retried).
+    pub fn held(&self, answer: &Claim<InboxEntry>) -> bool {
+        match (answer, self) {
+            (Claim::Acquired, _) => true,
+            (Claim::Exists(e), InboxClaim::Expire(hold)) => {
+                e.status == InboxStatus::Expiring && e.expiry_hold.as_ref().is_some_and(|h| h.by == hold.by)
+            }
+            (Claim::Exists(e), claim) => e.status == claim.to(),
         }
     }
 }
@@ -204,6 +316,9 @@ pub struct InboxEntry {
     pub status: InboxStatus,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
+    /// The sweep holding (or that held) its expiry ([`InboxClaim::Expire`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry_hold: Option<Hold>,
 }
 
 /// The partition of the registered config versions.
@@ -280,6 +395,12 @@ pub trait WorkflowStore: Send + Sync {
     /// Moves a receipt from pending to done with its answer. Idempotent.
     async fn complete_receipt(&self, receipt: &Receipt, answer: &Value) -> Result<(), StoreError>;
 
+    /// Takes a pending receipt over for the attempt `hold`, if it is still pending and held as
+    /// `stored` (as read) shows it: of two retries that find the same stale receipt, one goes on
+    /// and the other sees the fresh lease. `Exists` with the receipt as it stands otherwise (held
+    /// by `hold` all the same when this call's own write landed and its answer was lost).
+    async fn take_over_receipt(&self, stored: &Receipt, hold: &Hold) -> Result<Claim<Receipt>, StoreError>;
+
     /// Counts one more repeat of the receipt's input at `at` (`repeats`, `last_repeat_at`). A
     /// receipt gone (expired) is not created again. Not idempotent: a retried call may count
     /// one repeat twice, which only overstates a count an operator reads.
@@ -297,9 +418,20 @@ pub trait WorkflowStore: Send + Sync {
         step_name: &str,
     ) -> Result<Vec<InboxEntry>, StoreError>;
 
-    /// Moves a buffered entry to `to` (applied, expired or ignored). Exactly one caller wins; the loser
-    /// gets the entry as it stands.
-    async fn settle(&self, entry: &InboxEntry, to: InboxStatus) -> Result<Claim<InboxEntry>, StoreError>;
+    /// Moves an entry from the open status its caller holds (`from`: draining for a drain,
+    /// expiring for the sweeper) to `to` (applied, expired or ignored), for good. Exactly one
+    /// caller wins; the loser gets the entry as it stands.
+    async fn settle(
+        &self,
+        entry: &InboxEntry,
+        from: InboxStatus,
+        to: InboxStatus,
+    ) -> Result<Claim<InboxEntry>, StoreError>;
+
+    /// Takes `claim` on an entry ([`InboxClaim`]) when [`InboxClaim::allows`] it, keeping it due
+    /// for the sweeper; `Exists` with the entry as it stands otherwise ([`InboxClaim::held`]
+    /// tells whether it is claimed as asked all the same).
+    async fn claim(&self, entry: &InboxEntry, claim: &InboxClaim) -> Result<Claim<InboxEntry>, StoreError>;
 
     /// Records an ignored input. Idempotent per (input id, reason).
     async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError>;
@@ -327,7 +459,8 @@ pub trait WorkflowStore: Send + Sync {
     /// `limit`. Due time: the deadline while waiting, otherwise the last update.
     async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError>;
 
-    /// Buffered inbox entries that expired at or before `before`, at most `limit`.
+    /// Open inbox entries (buffered, draining or expiring) that expired at or before `before`, at
+    /// most `limit`.
     async fn expired_buffers(
         &self,
         before: OffsetDateTime,

@@ -72,6 +72,12 @@ pub fn callback(s: &Stack, id: &str, body: &Value) -> Answer {
 
 /// A signed callback to a chosen deployment's callback function.
 pub fn callback_with(s: &Stack, callbacks: &baton::callback::Callbacks, id: &str, body: &Value) -> Answer {
+    let (headers, text) = signed(s, id, body);
+    drive(callbacks.handle(&headers, text.as_bytes()))
+}
+
+/// The Standard Webhooks headers and body of a callback, signed now.
+pub fn signed(s: &Stack, id: &str, body: &Value) -> (http::HeaderMap, String) {
     let text = body.to_string();
     let now = s.world.now().unix_timestamp();
     let secrets = baton::webhook::Secrets::parse(SECRET).unwrap();
@@ -79,7 +85,7 @@ pub fn callback_with(s: &Stack, callbacks: &baton::callback::Callbacks, id: &str
     headers.insert("webhook-id", id.parse().unwrap());
     headers.insert("webhook-timestamp", now.to_string().parse().unwrap());
     headers.insert("webhook-signature", secrets.sign(id, now, text.as_bytes()).parse().unwrap());
-    drive(callbacks.handle(&headers, text.as_bytes()))
+    (headers, text)
 }
 
 pub fn review(key: &str, data: Value) -> Value {
@@ -174,6 +180,7 @@ pub fn buffer_review_copy(s: &Stack, id: &str, hash: String, data: Value) {
         input: serde_json::to_value(&copy).unwrap(),
         status: baton::store::InboxStatus::Buffered,
         expires_at: now + time::Duration::hours(1),
+        expiry_hold: None,
     };
     drive(s.memory.buffer(&entry)).unwrap();
 }
