@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use baton::ids::CorrelationKey;
-use baton::lifecycle::{Cause, Input, RESEND_RESUME_AFTER, State, payload_fingerprint};
+use baton::lifecycle::{Cause, IgnoreReason, Input, RESEND_RESUME_AFTER, State, payload_fingerprint};
 use baton::orchestrator::ExecutionStatus;
 use baton::store::{InboxStatus, WorkflowStore};
 use serde_json::Value;
@@ -69,6 +69,7 @@ pub fn all(
     let evidence = lock(&stack.evidence);
     let sqs = lock(&stack.sqs);
     let records = stack.memory.records();
+    let settles = lock(&stack.store.settles).clone();
     let version_of = |v: Option<&String>| stack.store.deployed(v);
 
     // The inbox handshake: an entry put while its step already waited is followed by its
@@ -112,6 +113,23 @@ pub fn all(
                 )
             });
         }
+    }
+
+    // A start event seen again never opens another generation: each generation was opened (a
+    // landed start or restart write) by an event of its own.
+    let mut opened_by: BTreeMap<(String, String, String), BTreeSet<u32>> = BTreeMap::new();
+    for w in &writes {
+        if let Some(a) = w.to.history.last().filter(|a| matches!(a.cause, Cause::Start | Cause::Restart))
+            && let Some(id) = &a.cause_id
+        {
+            let at = (w.to.workflow.to_string(), w.to.key.to_string(), id.clone());
+            opened_by.entry(at).or_default().insert(w.to.generation);
+        }
+    }
+    for ((workflow, key, id), generations) in &opened_by {
+        c.check(generations.len() == 1, || {
+            format!("{workflow}/{key}: start event {id} opened generations {generations:?}")
+        });
     }
 
     // At most one execution per (workflow, key, generation), and no generation without a start
@@ -323,9 +341,12 @@ pub fn all(
                 }),
             _ => {}
         }
-        // A final answer about the input: not a refusal of the request itself (signature, size,
-        // shape), which says nothing about what was applied.
-        if *status < 500 && ![400, 401, 404, 413].contains(status) {
+        // A final answer about the input: not a refusal of the request itself (signature, body
+        // size, shape), which says nothing about what was applied. A merge refused as too large
+        // (413 `inputs_too_large`) is about the input, kept on its receipt.
+        let about_the_request =
+            [400, 401, 404].contains(status) || (*status == 413 && body["error"] != "inputs_too_large");
+        if *status < 500 && !about_the_request {
             finals.entry((a.id.as_str(), a.hash.as_str())).or_default().push(body);
         }
     }
@@ -388,6 +409,41 @@ pub fn all(
             },
         );
     }
+    // An input for a step is classified for that step, by name (indices are resolved in the
+    // config version each was written under): an event that two steps accept is applied,
+    // buffered or ledgered for each, never dropped for one as a duplicate of the other.
+    let step_name = |version: Option<&String>, workflow: &str, index: u64| -> Option<String> {
+        let config = version_of(version)?;
+        Some(config.workflow(workflow)?.steps.get(usize::try_from(index).ok()?)?.name.to_string())
+    };
+    let classified_for_step = |workflow: &str, key: &str, id: &str, name: &str| -> bool {
+        let Some(t) = traces.get(&(workflow.to_owned(), key.to_owned())) else { return false };
+        let settled =
+            t.inbox.iter().any(|e| e.id.as_str() == id && e.step_name == name && e.status.is_final());
+        // A ledger line is kept per (reason, input id), as the product keys it: the copies for
+        // two steps ignored for one reason share it.
+        let ledgered = t.ledger.iter().any(|l| l.input_id == id);
+        let applied = writes
+            .iter()
+            .filter(|w| w.to.workflow.as_str() == workflow && w.to.key.as_str() == key)
+            .any(|w| {
+                w.to.applied.iter().any(|a| {
+                    let g = a.generation.unwrap_or(w.to.generation);
+                    let version = generation_version.get(&(workflow.to_owned(), key.to_owned(), g));
+                    a.id.as_str() == id
+                        && a.step.is_some_and(|s| {
+                            step_name(version, workflow, u64::from(s)).as_deref() == Some(name)
+                        })
+                })
+            });
+        // Applied under its id in a generation before the record's last: a copy delivered in a
+        // later run is a duplicate of that event (steps may be numbered otherwise there), never
+        // applied to the new run.
+        let earlier_run = t.record.as_ref().is_some_and(|r| {
+            r.applied.iter().any(|a| a.id.as_str() == id && a.generation.is_some_and(|g| g < r.generation))
+        });
+        settled || ledgered || applied || earlier_run
+    };
     for e in &plan.events {
         let Ok(parsed) = baton::intake::plan_event(&stack.config, &e.body) else { continue };
         for (wf, key, input) in &parsed.inputs {
@@ -398,7 +454,13 @@ pub fn all(
             let in_dlq = dead
                 .iter()
                 .any(|m| m.body == e.body && m.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE));
-            c.check(classified(wf.name.as_str(), key.as_str(), &id) || in_dlq, || {
+            let for_its_step = match input {
+                Input::StepInput { step, .. } => wf.steps.get(*step as usize).is_none_or(|s| {
+                    classified_for_step(wf.name.as_str(), key.as_str(), &id, s.name.as_str())
+                }),
+                _ => true,
+            };
+            c.check((classified(wf.name.as_str(), key.as_str(), &id) && for_its_step) || in_dlq, || {
                 let step = match input {
                     Input::StepInput { step, .. } => format!("step {step}"),
                     _ => "start".into(),
@@ -431,26 +493,61 @@ pub fn all(
                 )
             });
             // This very input (the same payload, not another one reusing its id) applied to
-            // its step: in which generations.
+            // its step: in which generations, first by which landed write (its index).
             let hash = entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint);
-            let this_applied_in: BTreeSet<u32> = mine
-                .clone()
-                .flat_map(|w| w.to.applied.iter().map(move |a| (a.generation.unwrap_or(w.to.generation), a)))
-                .filter(|(_, a)| {
-                    a.id == entry.id
+            let mut first_applied: BTreeMap<u32, usize> = BTreeMap::new();
+            for (i, w) in writes.iter().enumerate() {
+                if w.to.key != record.key || w.to.workflow != record.workflow {
+                    continue;
+                }
+                for a in &w.to.applied {
+                    if a.id == entry.id
                         && a.step == Some(entry.step)
                         && Some(payload_fingerprint(&a.hash)) == hash
-                })
-                .map(|(g, _)| g)
-                .collect();
+                    {
+                        first_applied.entry(a.generation.unwrap_or(w.to.generation)).or_insert(i);
+                    }
+                }
+            }
+            let this_applied_in: BTreeSet<u32> = first_applied.keys().copied().collect();
+            // Settled expired or ignored, it was never applied before its fate was decided (its
+            // ledger line, or its settle): a delivery of the same id after that (a redelivered
+            // event finding its step waiting) is applied on its own merits; the trace shows both.
+            let settled_at = settles
+                .iter()
+                .filter(|s| s.key == record.key.as_str() && s.id == entry.id.as_str())
+                .filter(|s| s.step_name.as_ref().is_none_or(|n| *n == entry.step_name))
+                .map(|s| s.after_writes)
+                .min()
+                .unwrap_or(usize::MAX);
+            let applied_before_settle = |g: Option<u32>| {
+                first_applied.iter().any(|(ag, i)| g.is_none_or(|g| g == *ag) && *i < settled_at)
+            };
             let consistent = match entry.status {
                 InboxStatus::Buffered => true,
-                InboxStatus::Applied => !this_applied_in.is_empty(),
-                InboxStatus::Expired | InboxStatus::Ignored => {
-                    entry.generation.is_some_and(|g| !this_applied_in.contains(&g))
-                        || (entry.generation.is_none() && this_applied_in.is_empty())
+                // Held by a drain or a sweep that never finished: nothing finished it after the
+                // faults stopped, the sweeps ran and every deadline passed.
+                InboxStatus::Draining | InboxStatus::Expiring => cursed == Some(record.key.as_str()),
+                // Applied in the generation it waited for, not merely somewhere.
+                InboxStatus::Applied => {
+                    entry.generation.map_or(!this_applied_in.is_empty(), |g| this_applied_in.contains(&g))
                 }
+                InboxStatus::Expired | InboxStatus::Ignored => !applied_before_settle(entry.generation),
             };
+            // Applied, it has no ledger line saying it expired (a step that began waiting
+            // inside the sweep's expiry, found by review).
+            let ledgered_expired = t.ledger.iter().any(|l| {
+                l.input_id == entry.id.as_str()
+                    && l.reason == IgnoreReason::BufferExpired
+                    && l.generation == entry.generation
+                    && l.detail.get("step") == entry.input.get("step")
+            });
+            c.check(!(entry.status == InboxStatus::Applied && ledgered_expired), || {
+                format!(
+                    "{}/{} input {} (step {}, generation {:?}) is applied, and ledgered buffer_expired",
+                    record.workflow, record.key, entry.id, entry.step, entry.generation
+                )
+            });
             c.check(consistent, || {
                 format!(
                     "{}/{} input {} (step {}, generation {:?}) is {} in the inbox, and was applied in generations {this_applied_in:?}",

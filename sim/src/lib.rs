@@ -86,7 +86,12 @@ workflows:
 /// (records of version 2 wait there, and time out: no sender knows it), and `manual-review`'s
 /// task template changed. Records started before the deploy must finish on [`CONFIG`].
 pub fn config_v2() -> Config {
-    let yaml = CONFIG.replace("title: \"Review {key}\"", "title: \"Second look at {key}\"").replace(
+    config_v2_of(CONFIG)
+}
+
+/// [`config_v2`]'s change, made to `yaml` (a variant of [`CONFIG`]).
+fn config_v2_of(yaml: &str) -> Config {
+    let yaml = yaml.replace("title: \"Review {key}\"", "title: \"Second look at {key}\"").replace(
         "      - name: payment\n",
         "      - name: fraud-check\n        requires: [score]\n        timeout: 10m\n      - name: payment\n",
     );
@@ -207,7 +212,12 @@ pub struct Stack {
 
 impl Stack {
     pub fn new(world: Arc<World>, cursed: Option<(String, OffsetDateTime)>) -> Stack {
-        let config = Arc::new(Config::parse(CONFIG).expect("the simulation's config is valid"));
+        Stack::with_config(world, cursed, CONFIG)
+    }
+
+    /// A stack that deploys `yaml` (a variant of [`CONFIG`]) first.
+    fn with_config(world: Arc<World>, cursed: Option<(String, OffsetDateTime)>, yaml: &str) -> Stack {
+        let config = Arc::new(Config::parse(yaml).expect("the simulation's config is valid"));
         let memory = Arc::new(MemoryStore::new());
         let violations = Arc::new(Mutex::new(Vec::new()));
         let store = Arc::new(SimStore {
@@ -218,6 +228,7 @@ impl Stack {
             cursed,
             late_puts: Mutex::new(Default::default()),
             deployed: Mutex::new(Vec::new()),
+            settles: Mutex::new(Vec::new()),
         });
         let sqs = Arc::new(Mutex::new(Sqs::default()));
         let sfn = Arc::new(Mutex::new(Model::default()));
@@ -317,7 +328,27 @@ pub fn run(options: Options) -> Outcome {
     let world = World::new(options.seed, start, options.trace);
     let plan = workload::Plan::generate(&world);
     *lock(&world.rates) = plan.rates;
-    let stack = Stack::new(world.clone(), plan.cursed.clone().map(|k| (k, start + plan.cursed_from)));
+    // Half the schedules deploy version 2 at some time in the faulty phase; some run with early
+    // inputs kept only seconds, so that buffers expire while their steps begin to wait (the
+    // sweep's expiry racing a drain). Drawn from a generator of their own, so the rest of a
+    // seed's schedule stays what it was.
+    let mut dice = rng::Rng::new(options.seed ^ 0x5eed_d091);
+    let mut deploy_at = dice
+        .chance(0.5)
+        .then(|| start + Duration::seconds(dice.below(plan.horizon.whole_seconds() as u64) as i64));
+    let yaml = match dice.chance(0.3).then(|| ["5s", "20s", "1m"][dice.below(3) as usize]) {
+        Some(ttl) => {
+            world.note(|| format!("early inputs to manual-review are kept {ttl}"));
+            CONFIG.replacen(
+                "        heartbeat: 10m\n",
+                &format!("        heartbeat: 10m\n        buffer_ttl: {ttl}\n"),
+                1,
+            )
+        }
+        None => CONFIG.to_owned(),
+    };
+    let stack =
+        Stack::with_config(world.clone(), plan.cursed.clone().map(|k| (k, start + plan.cursed_from)), &yaml);
     if let Some(k) = &plan.cursed {
         world.note(|| {
             format!("key {k} is cursed: every store call for it fails from {}", start + plan.cursed_from)
@@ -325,12 +356,6 @@ pub fn run(options: Options) -> Outcome {
     }
     let mut exec = Executor::default();
     workload::spawn_all(&stack, &plan);
-    // Half the schedules deploy version 2 at some time in the faulty phase. Drawn from a
-    // generator of its own, so the rest of a seed's schedule stays what it was.
-    let mut dice = rng::Rng::new(options.seed ^ 0x5eed_d091);
-    let mut deploy_at = dice
-        .chance(0.5)
-        .then(|| start + Duration::seconds(dice.below(plan.horizon.whole_seconds() as u64) as i64));
 
     // The faulty phase: everything the plan holds, interleaved and failing. Time passes in small
     // steps, in rare large jumps, and whenever nothing can move until something wakes.
@@ -341,7 +366,7 @@ pub fn run(options: Options) -> Outcome {
         steps += 1;
         if deploy_at.is_some_and(|t| world.now() >= t) {
             deploy_at = None;
-            stack.deploy(config_v2());
+            stack.deploy(config_v2_of(&yaml));
         }
         let roll = world.below(1000);
         let moved = match roll {
@@ -427,9 +452,14 @@ pub fn run(options: Options) -> Outcome {
     let calm_from = world.now();
     let calm_until = calm_from + Duration::hours(4);
     // The DLQ alarm has fired for whatever the faults dead-lettered: the operator replays (a
-    // drain or a task still owed by a dead-lettered message is delivered again, guarded).
+    // drain or a task still owed by a dead-lettered message is delivered again, guarded). It
+    // fires again for messages that reach a DLQ later (a last receive that died or failed its
+    // own dead-letter send is moved by SQS's redrive only at the next receive), and the operator
+    // replays again.
     let replay_at = calm_from + Duration::seconds(60);
-    workload::spawn_alarm_replay(&stack, replay_at);
+    for at in [replay_at, replay_at + Duration::minutes(15), replay_at + Duration::hours(1)] {
+        workload::spawn_alarm_replay(&stack, at);
+    }
     let settled_by = replay_at + crate::sqs::VISIBILITY + Duration::seconds(60);
     let mut stranded: Option<Vec<String>> = None;
     let mut long_jump = plan.long_jump.clone();
@@ -439,7 +469,11 @@ pub fn run(options: Options) -> Outcome {
     let mut before_jump: Option<(usize, usize, usize)> = None;
     while steps < MAX_STEPS {
         steps += 1;
-        if stranded.is_none() && world.now() >= settled_by {
+        // An entry a sweep died holding waits out the sweep's lease before another takes it
+        // over (InboxClaim), then one sweep period.
+        if stranded.is_none()
+            && world.now() >= settled_by + baton::store::EXPIRY_LEASE + Duration::seconds(60)
+        {
             stranded = Some(stranded_inputs(&stack));
         }
         stack.invoke(QueueId::Intake);
@@ -551,10 +585,15 @@ fn stranded_inputs(stack: &Stack) -> Vec<String> {
         ))
         .unwrap_or_default();
         for e in inbox {
-            if e.status == baton::store::InboxStatus::Buffered
-                && e.generation.is_none_or(|g| g == r.generation)
-            {
-                found.push(format!("{}/{} input {} is still buffered while its step {step} waits (generation {}): a lost wake-up", r.workflow, r.key, e.id, r.generation));
+            if !e.status.is_final() && e.generation.is_none_or(|g| g == r.generation) {
+                found.push(format!(
+                    "{}/{} input {} is still {} while its step {step} waits (generation {}): a lost wake-up",
+                    r.workflow,
+                    r.key,
+                    e.id,
+                    e.status.as_str(),
+                    r.generation
+                ));
             }
         }
     }
