@@ -620,3 +620,38 @@ fn two_retries_of_a_stale_receipt_apply_once_and_give_one_answer() {
     assert_eq!(again.body["state"], a.body["state"], "{}", again.body);
     assert_eq!(again.body["duplicate"], json!(true));
 }
+
+/// Found by the simulation (seed 3195): a callback refused as too large (413) whose receipt
+/// answer did not land was retried past the receipt's lease; the retry read the ledger line of
+/// the refusal and answered 200 `ignored`, reason `inputs_too_large`, and stored that. The same
+/// request is now refused the same way every time.
+#[test]
+fn a_retry_of_a_callback_refused_as_too_large_is_refused_the_same_way() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    for n in 0..2 {
+        let a = callback(
+            &s,
+            &format!("cb-big-{n}"),
+            &review("k", json!({format!("part{n}"): "x".repeat(60 * 1024)})),
+        );
+        assert_eq!(a.status.as_u16(), 200, "{}", a.body);
+    }
+    let big = review("k", json!({"part2": "x".repeat(60 * 1024)}));
+    // The refusal is ledgered; the receipt's answer does not land.
+    s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
+    let first = callback(&s, "cb-big-2", &big);
+    assert_eq!(
+        (first.status.as_u16(), first.body["error"].as_str()),
+        (413, Some("inputs_too_large")),
+        "{}",
+        first.body
+    );
+    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    let retry = callback(&s, "cb-big-2", &big);
+    let mut same = retry.body.clone();
+    assert_eq!(same.as_object_mut().and_then(|b| b.remove("duplicate")), Some(json!(true)), "{}", retry.body);
+    assert_eq!((retry.status.as_u16(), &same), (413, &first.body), "the retry is refused as the first was");
+    let again = callback(&s, "cb-big-2", &big);
+    assert_eq!(again.status.as_u16(), 413, "{}", again.body);
+}
