@@ -1,6 +1,6 @@
 //! `baton`: the operator CLI. Each subcommand lives in its own module; this file only parses the
 //! command line and maps failures to exit codes (0 ok, 1 the input is invalid, 2 usage;
-//! `rollout plan` also 1 for a breaking change and 3 for one that needs a person).
+//! `rollout plan`: 1 for a breaking change, 3 for one that needs a person, 2 for no verdict).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -129,14 +129,19 @@ fn main() -> ExitCode {
         Command::Redrive(args) => block_on(recover::redrive(args)),
         Command::Cancel(args) => block_on(recover::cancel(args)),
         Command::Rollout(args) => {
-            // Its own exit status: 1 breaking, 3 needs a person.
-            match tokio::runtime::Runtime::new()
+            // Its own exit status: 1 breaking, 3 needs a person; 2 when no verdict could be
+            // reached (the table unreadable, say), so that a pipeline never reads a failure as
+            // a breaking change.
+            return match tokio::runtime::Runtime::new()
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| rt.block_on(rollout::run(args)))
             {
-                Ok(status) => return ExitCode::from(status),
-                Err(e) => Err(e),
-            }
+                Ok(status) => ExitCode::from(status),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(2)
+                }
+            };
         }
     };
     match result {

@@ -58,7 +58,7 @@ pub fn due_shards() -> Result<u32> {
 }
 
 /// Step names by workflow and index, from the config when one could be read.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct StepNames(Option<Config>);
 
 impl StepNames {

@@ -92,6 +92,9 @@ struct SavedPlan {
 
 const PLAN_SCHEMA: &str = "baton.replay-plan/v1";
 
+/// The alias `template.yaml` publishes each state machine under (`AutoPublishAlias`).
+const STATE_MACHINE_ALIAS: &str = "live";
+
 /// The engine and SQS client the recovery commands act through.
 struct Tools {
     engine: Arc<Engine>,
@@ -113,8 +116,12 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
     let settings = Settings {
         table: target.table.clone().unwrap_or_default(),
         state_machine_prefix: prefix,
-        // Executions an operator's replay starts go through the alias the functions use.
-        state_machine_alias: std::env::var("BATON_STATE_MACHINE_ALIAS").ok().filter(|a| !a.is_empty()),
+        // Executions an operator's replay starts go through the alias the functions use: the
+        // template's `live`, unless BATON_STATE_MACHINE_ALIAS names another (empty: none).
+        state_machine_alias: match std::env::var("BATON_STATE_MACHINE_ALIAS") {
+            Ok(alias) => Some(alias).filter(|a| !a.is_empty()),
+            Err(_) => Some(STATE_MACHINE_ALIAS.to_owned()),
+        },
         dlq_url: None,
         max_receive_count: baton::sqs::DEFAULT_MAX_RECEIVE_COUNT,
         outbound_queue_url: target.queues.get(Field::OutboundQueueUrl.env()).cloned(),

@@ -8,7 +8,8 @@
 //! counts nothing: every change whose effect depends on live records then needs a person.
 //!
 //! Exit status: 0 when every change is safe, 1 when one is breaking (each is named), 3 when
-//! none is breaking but one needs a person. `--json` prints the `baton.rollout/v1` document.
+//! none is breaking but one needs a person, 2 when no plan could be made (usage, an unreadable
+//! config or table). `--json` prints the `baton.rollout/v1` document.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -77,7 +77,16 @@ pub async fn read(store: &DynamoStore, names: &StepNames, now: OffsetDateTime, u
         .due(Kind::Waiting, now, OVERDUE_LIMIT)
         .await
         .with_context(|| format!("cannot list the overdue records in {table}"))?;
-    Ok(build(table, &counts, up_to, &overdue, names, now))
+    // Each record's steps are named as its own config version names them, not as the
+    // operator's checkout does (after an inserted step, its indices mean other steps).
+    let mut versions = BTreeMap::new();
+    for version in overdue.iter().filter_map(|r| r.config_version.clone()) {
+        if let std::collections::btree_map::Entry::Vacant(vacant) = versions.entry(version) {
+            let named = names.clone().of_version(store, Some(vacant.key())).await;
+            vacant.insert(named);
+        }
+    }
+    Ok(build(table, &counts, up_to, &overdue, (names, &versions), now))
 }
 
 /// The `baton.status/v2` document.
@@ -116,12 +125,13 @@ pub struct Overdue {
 }
 
 /// Puts what was read into the report; `now` is when it was read.
+/// `names`: the checkout's step names, and those of each config version the records are on.
 pub fn build(
     table: &str,
     counts: &BTreeMap<Kind, Count>,
     up_to: u64,
     overdue: &[Record],
-    names: &StepNames,
+    (names, versions): (&StepNames, &BTreeMap<String, StepNames>),
     now: OffsetDateTime,
 ) -> Report {
     let mut by_state = Map::new();
@@ -142,7 +152,10 @@ pub fn build(
                 key: r.key.to_string(),
                 generation: r.generation,
                 step,
-                step_name: step.and_then(|s| names.name(r.workflow.as_str(), s)),
+                step_name: step.and_then(|s| {
+                    let own = r.config_version.as_ref().and_then(|v| versions.get(v)).unwrap_or(names);
+                    own.name(r.workflow.as_str(), s)
+                }),
                 deadline: r.deadline,
                 overdue_seconds: r.deadline.map(|d| (now - d).whole_seconds()).unwrap_or(0),
             }
@@ -252,6 +265,28 @@ mod tests {
     }
 
     #[test]
+    fn an_overdue_step_is_named_as_its_records_own_version_names_it() {
+        // Given a checkout whose version inserted a step before payment, and a record of the
+        // version before, overdue at its second step (payment, there)
+        let v1 = "workflows:\n  order-review:\n    start: { when: { type: [\"o\"] }, key: /subject }\n    steps:\n      - name: manual-review\n        timeout: 1h\n      - name: payment\n        timeout: 1h\n";
+        let v2 = v1.replace(
+            "      - name: payment",
+            "      - name: fraud-check\n        timeout: 1h\n      - name: payment",
+        );
+        let (v1, v2) =
+            (baton::config::Config::parse(v1).unwrap(), baton::config::Config::parse(&v2).unwrap());
+        let now = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
+        let mut record = waiting("a", 1, now - Duration::minutes(5));
+        record.config_version = Some(v1.version.clone());
+        let versions = BTreeMap::from([(v1.version.clone(), StepNames::from_config(v1))]);
+        // When the report is built with the checkout's names (version 2)
+        let report =
+            build("t", &BTreeMap::new(), 1_000, &[record], (&StepNames::from_config(v2), &versions), now);
+        // Then the step is the record's payment, not the checkout's fraud-check
+        assert_eq!(report.overdue[0].step_name.as_deref(), Some("payment"));
+    }
+
+    #[test]
     fn every_state_is_counted_and_the_most_overdue_comes_first() {
         // Given two waiting records past their deadlines, by 5 minutes and by 2 hours
         let now = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
@@ -259,7 +294,7 @@ mod tests {
         let overdue =
             [waiting("a", 0, now - Duration::minutes(5)), waiting("b", 1, now - Duration::hours(2))];
         // When the report is built
-        let report = build("t", &counts, 1_000, &overdue, &StepNames::default(), now);
+        let report = build("t", &counts, 1_000, &overdue, (&StepNames::default(), &BTreeMap::new()), now);
         // Then zeros are explicit, the total adds up, and the order is by lateness
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["schema"], "baton.status/v2");
@@ -287,7 +322,14 @@ mod tests {
     fn a_state_past_the_bound_and_the_total_say_more_than() {
         let counts =
             BTreeMap::from([(Kind::Waiting, Count::Exact(3)), (Kind::Succeeded, Count::MoreThan(50))]);
-        let report = build("t", &counts, 50, &[], &StepNames::default(), OffsetDateTime::UNIX_EPOCH);
+        let report = build(
+            "t",
+            &counts,
+            50,
+            &[],
+            (&StepNames::default(), &BTreeMap::new()),
+            OffsetDateTime::UNIX_EPOCH,
+        );
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["counts"]["succeeded"], 50, "the bound it was counted up to");
         assert_eq!(json["more_than"], json!(["succeeded"]));
@@ -300,8 +342,14 @@ mod tests {
 
     #[test]
     fn nothing_overdue_says_so() {
-        let report =
-            build("t", &BTreeMap::new(), 1_000, &[], &StepNames::default(), OffsetDateTime::UNIX_EPOCH);
+        let report = build(
+            "t",
+            &BTreeMap::new(),
+            1_000,
+            &[],
+            (&StepNames::default(), &BTreeMap::new()),
+            OffsetDateTime::UNIX_EPOCH,
+        );
         assert_eq!(report.total, 0);
         assert!(render(&report).contains("waiting past their deadline: none"));
     }

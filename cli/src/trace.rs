@@ -825,6 +825,7 @@ mod tests {
                 status: InboxStatus::Buffered,
                 expires_at: t(7200),
                 expiry_hold: None,
+                drain_target: None,
             }],
             ledger: vec![LedgerEntry {
                 workflow: w,

@@ -32,12 +32,18 @@ struct Local {
 
 impl Local {
     fn start() -> Local {
+        Local::start_with(&[])
+    }
+
+    /// `baton local` with these extra arguments (`--config PATH`, say).
+    fn start_with(extra: &[&str]) -> Local {
         let dir = tempfile::tempdir().unwrap();
         let python = std::env::var("BATON_PYTHON")
             .unwrap_or_else(|_| root().join(".venv/bin/python").display().to_string());
         let mut child = Command::new(bin())
             .args(["local", "--stack", &baton_tests::unique_name("loc"), "--state-dir"])
             .arg(dir.path())
+            .args(extra)
             .current_dir(root())
             .env("BATON_PYTHON", python)
             .env_remove("BATON_CONFIG")
@@ -89,6 +95,30 @@ impl Local {
         serde_json::from_slice(&out.stdout).expect("trace JSON")
     }
 
+    /// `baton rollout plan --to <to>` against this stack: (exit status, stdout).
+    fn rollout_plan(&self, to: &Path) -> (i32, String) {
+        let out = Command::new(bin())
+            .args(["rollout", "plan", "--to"])
+            .arg(to)
+            .arg("--local")
+            .arg(&self.info_path)
+            .current_dir(root())
+            .env_remove("AWS_ENDPOINT_URL")
+            .env_remove("BATON_TABLE")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let code = out.status.code().unwrap_or(-1);
+        assert!(code != 2, "rollout plan failed: {}{stdout}", String::from_utf8_lossy(&out.stderr));
+        (code, stdout)
+    }
+
+    /// SIGHUP: `baton local` deploys its config file again; waits until it says so.
+    fn reload(&self) -> String {
+        let _ = Command::new("kill").args(["-HUP", &self.child.id().to_string()]).status();
+        self.wait_for_line("baton local reloaded", Duration::from_secs(90))
+    }
+
     /// SIGINT, as Ctrl-C sends it; returns whether it exited within `limit`.
     fn interrupt(&mut self, limit: Duration) -> bool {
         let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
@@ -128,7 +158,13 @@ async fn eventually_trace(local: &Local, key: &str, what: &str, check: impl Fn(&
         if check(&t) {
             return t;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}; last trace: {t:#}");
+        if Instant::now() >= deadline {
+            let logged: Vec<String> = local.lines.try_iter().filter(|l| !l.contains("\"DEBUG\"")).collect();
+            panic!(
+                "timed out waiting for {what}; baton local logged:\n{}\nlast trace: {t:#}",
+                logged.join("\n")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -228,6 +264,157 @@ async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops
     assert!(!local.info_path.exists(), "local.json is removed on the way out");
     let reachable = std::net::TcpStream::connect(endpoint.trim_start_matches("http://")).is_ok();
     assert!(!reachable, "the emulator it started is stopped");
+}
+
+/// A workflow change rolled out on a running `baton local`, as an operator does it: the
+/// records in flight are counted and the change classified by `baton rollout plan` beforehand
+/// (the real binary, against the stack's table), then the config file is deployed again
+/// (SIGHUP). The records in flight finish on version 1 with one resume per step; a new start
+/// runs version 2; `baton trace` names each record's version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_change_is_planned_against_the_live_records_then_deployed_and_the_records_in_flight_finish_on_their_version()
+ {
+    let v1 = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        requires: [decision]
+        timeout: 1h
+      - name: payment
+        requires: [payment_ref]
+        timeout: 1h
+"#;
+    let v2 = v1.replace("name: manual-review", "name: risk-review").replace(
+        "      - name: payment",
+        "      - name: fraud-check\n        requires: [score]\n        timeout: 1h\n      - name: payment",
+    );
+    let appended = format!("{v1}      - name: archive\n        requires: [archived]\n        timeout: 1h\n");
+    let rekeyed = v1.replace("key: /subject", "key: /data/order");
+    let removed = v1.replace("order-review:", "other-review:");
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let deployed = file("workflows.yaml", v1);
+    let (v1_version, v2_version) = (
+        baton::config::Config::parse(v1).unwrap().version,
+        baton::config::Config::parse(&v2).unwrap().version,
+    );
+    let local = Local::start_with(&["--config", deployed.to_str().unwrap()]);
+    let info = local.info();
+    let sdk = baton_local::emulator_sdk_config(&info.aws_endpoint).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let secrets = Secrets::parse(&info.webhook_secret).unwrap();
+    let callback = |key: &str, step: &str, data: Value| {
+        let (url, secrets) = (info.api_url.clone(), &secrets);
+        let id = format!("cb-{key}-{step}");
+        let body = json!({"workflow": "order-review", "key": key, "step": step, "outcome": "succeeded", "data": data});
+        async move { send_callback(&url, secrets, &id, &body).await }
+    };
+    let start = |key: &str| {
+        let body = json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop",
+            "type": "order.placed", "subject": key, "data": {}})
+        .to_string();
+        let (sqs, url) = (sqs.clone(), info.queues.intake.clone());
+        async move { sqs.send_message().queue_url(url).message_body(body).send().await.unwrap() }
+    };
+    let state_is = |key: &'static str, state: &'static str| {
+        let local = &local;
+        async move {
+            eventually_trace(local, key, state, |t| {
+                t["record"]["state"] == state
+                    && (state == "succeeded" || !t["record"]["token_fingerprint"].is_null())
+            })
+            .await
+        }
+    };
+
+    // Version 1: two orders wait on the review, one was reviewed and waits on payment.
+    for key in ["k-a", "k-b", "k-c"] {
+        start(key).await;
+    }
+    for key in ["k-a", "k-b"] {
+        state_is(key, "waiting{0}").await;
+    }
+    state_is("k-c", "waiting{0}").await;
+    let (status, body) = callback("k-c", "manual-review", json!({"decision": "approve"})).await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{body}");
+    state_is("k-c", "waiting{1}").await;
+
+    // The plans, before any deploy, counted from the stack's table.
+    let (code, out) = local.rollout_plan(&file("v2.yaml", &v2));
+    println!("{out}");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("step_renamed") && out.contains("step_inserted"), "{out}");
+    assert!(out.contains(&format!("live: 2 record(s) waiting{{0}} on {v1_version}")), "{out}");
+    assert!(out.contains(&format!("live: 1 record(s) waiting{{1}} on {v1_version}")), "{out}");
+    assert!(out.ends_with("verdict: safe (exit 0)\n"), "{out}");
+    let (code, out) = local.rollout_plan(&file("appended.yaml", &appended));
+    println!("{out}");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("step_appended"), "{out}");
+    let (code, out) = local.rollout_plan(&file("removed.yaml", &removed));
+    println!("{out}");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("breaking") && out.contains("workflow_removed"), "{out}");
+    assert!(out.contains(&format!("live: 2 record(s) waiting{{0}} on {v1_version}")), "{out}");
+    let (code, out) = local.rollout_plan(&file("rekeyed.yaml", &rekeyed));
+    println!("{out}");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("breaking") && out.contains("key_changed"), "{out}");
+
+    // The deploy: the file changes, SIGHUP.
+    std::fs::write(&deployed, &v2).unwrap();
+    let reloaded = local.reload();
+    assert!(reloaded.contains(&v2_version), "{reloaded}");
+
+    // The records in flight finish on version 1: the review under its old name, then payment,
+    // with no fraud check.
+    for key in ["k-a", "k-b"] {
+        let (status, body) = callback(key, "manual-review", json!({"decision": "approve"})).await;
+        assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{key}: {body}");
+        state_is(key, "waiting{1}").await;
+    }
+    for key in ["k-a", "k-b", "k-c"] {
+        let (status, body) = callback(key, "payment", json!({"payment_ref": format!("pay-{key}")})).await;
+        assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{key}: {body}");
+    }
+    for key in ["k-a", "k-b", "k-c"] {
+        let t = state_is(key, "succeeded").await;
+        assert_eq!(t["record"]["config_version"], v1_version.as_str(), "{key} finished on version 1");
+        assert_eq!(
+            transitions(&t),
+            ["pending", "waiting{0}", "advancing{0}", "waiting{1}", "advancing{1}", "succeeded"]
+        );
+        let resumes = t["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["source"] == "execution" && e["event_type"] == "TaskSucceeded")
+            .filter(|e| e["detail"].as_str().is_some_and(|d| d.ends_with(".waitForTaskToken")))
+            .count();
+        assert_eq!(resumes, 2, "{key}: exactly one resume per step");
+    }
+
+    // A new start follows version 2, and its trace says so.
+    start("k-new").await;
+    let t = state_is("k-new", "waiting{0}").await;
+    assert_eq!(t["record"]["config_version"], v2_version.as_str());
+    for (step, data, next) in [
+        ("risk-review", json!({"decision": "approve"}), "waiting{1}"),
+        ("fraud-check", json!({"score": 3}), "waiting{2}"),
+        ("payment", json!({"payment_ref": "pay-new"}), "succeeded"),
+    ] {
+        let (status, body) = callback("k-new", step, data).await;
+        assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{step}: {body}");
+        state_is("k-new", next).await;
+    }
 }
 
 /// The console `baton local` serves, in headless Chromium: the overview's counts, waits and

@@ -88,12 +88,13 @@ fn a_removed_workflow_offline_needs_a_person_exits_3_and_the_json_says_why() {
 
 #[test]
 fn offline_without_from_and_an_unknown_ref_are_refused_with_the_reason() {
+    // No verdict: exit 2, never the 1 of a breaking change a pipeline stops on for its own reason.
     let dir = repo();
     let out = baton(dir.path(), &["rollout", "plan", "--offline"]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--offline needs --from"), "{}", text(&out.stderr));
     let out = baton(dir.path(), &["rollout", "plan", "--from", "no-such-ref", "--offline"]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("--from no-such-ref is neither a file nor a git ref"), "{stderr}");
 }

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, MessageSystemAttributeName,
+};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -54,20 +56,33 @@ pub async fn run(
         if *stop.borrow() {
             return;
         }
-        let receive = sqs
-            .receive_message()
-            .queue_url(&mapping.queue_url)
-            .max_number_of_messages(mapping.batch_size.clamp(1, 10))
-            .wait_time_seconds(wait)
-            .set_visibility_timeout(mapping.visibility_timeout)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .message_attribute_names("All")
-            .customize()
-            .config_override(long_poll.clone())
-            .send();
+        let mut receive = Box::pin(
+            sqs.receive_message()
+                .queue_url(&mapping.queue_url)
+                .max_number_of_messages(mapping.batch_size.clamp(1, 10))
+                .wait_time_seconds(wait)
+                .set_visibility_timeout(mapping.visibility_timeout)
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .message_attribute_names("All")
+                .customize()
+                .config_override(long_poll.clone())
+                .send(),
+        );
         let received = tokio::select! {
-            r = receive => r,
-            _ = stop.changed() => return,
+            r = &mut receive => r,
+            _ = stop.changed() => {
+                // The long poll stays open on the queue's side until its wait ends, and may still
+                // take messages: they are handed back, visible at once to whoever polls next,
+                // not left invisible for the visibility timeout (`baton local`'s reload lost a
+                // report for three minutes that way).
+                let (sqs, url) = (sqs.clone(), mapping.queue_url.clone());
+                tokio::spawn(async move {
+                    if let Ok(out) = receive.await {
+                        release(&sqs, &url, &out.messages.unwrap_or_default()).await;
+                    }
+                });
+                return;
+            }
         };
         let messages = match received {
             Ok(out) => out.messages.unwrap_or_default(),
@@ -103,6 +118,33 @@ pub async fn run(
                 sqs.delete_message_batch().queue_url(&mapping.queue_url).set_entries(Some(done)).send().await
         {
             warn!(queue = %mapping.queue_url, error = %error_chain(&e), "cannot delete handled messages; they will be redelivered");
+        }
+    }
+}
+
+/// Makes received messages visible again at once, unhandled.
+async fn release(sqs: &aws_sdk_sqs::Client, queue_url: &str, messages: &[aws_sdk_sqs::types::Message]) {
+    let entries: Vec<ChangeMessageVisibilityBatchRequestEntry> = messages
+        .iter()
+        .filter_map(|m| {
+            ChangeMessageVisibilityBatchRequestEntry::builder()
+                .id(m.message_id.clone()?)
+                .receipt_handle(m.receipt_handle.clone()?)
+                .visibility_timeout(0)
+                .build()
+                .ok()
+        })
+        .collect();
+    if entries.is_empty() {
+        return;
+    }
+    let released = entries.len();
+    match sqs.change_message_visibility_batch().queue_url(queue_url).set_entries(Some(entries)).send().await {
+        Ok(_) => {
+            info!(queue = %queue_url, released, "stopping: messages received on the way out handed back")
+        }
+        Err(e) => {
+            warn!(queue = %queue_url, error = %error_chain(&e), "stopping: cannot hand back received messages; they reappear after the visibility timeout")
         }
     }
 }

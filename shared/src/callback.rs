@@ -237,7 +237,7 @@ impl Callbacks {
                 }
                 // An earlier attempt did not finish: it may have taken effect and lost its answer.
                 // The answer it earned is in the store; only if it left nothing is it applied now.
-                match self.earlier(workflow, &callback, &id).await {
+                match self.earlier(workflow, &callback, &id, stored.created_at).await {
                     Ok(Some(answer)) => {
                         info!("receipt pending: an earlier attempt took effect; answering as it earned");
                         // A progress report's heartbeat is what the earlier attempt may have
@@ -354,12 +354,20 @@ impl Callbacks {
     /// What an earlier attempt of this callback did, from the store: applied (the record's
     /// history names it as a transition's cause), buffered (an inbox entry holds it) or ignored
     /// (the ledger has it). `None`: it left nothing, so it never took effect.
+    ///
+    /// Only what was written since its receipt (`since`, the receipt's creation, less a lease
+    /// for clocks): the same id may have left traces under an earlier receipt, long reaped (an
+    /// input expired, applied, or refused then), which say nothing of what this receipt's
+    /// attempt did, and answered as if they did, a retry got another answer than the first
+    /// attempt's (found by review: `sim/tests/attack3.rs`).
     async fn earlier(
         &self,
         workflow: &crate::config::Workflow,
         callback: &Callback,
         id: &EventId,
+        since: OffsetDateTime,
     ) -> Result<Option<Answer>, EngineError> {
+        let since = since - RECEIPT_LEASE;
         let trace = self.engine.store.trace(&workflow.name, &callback.key).await?;
         let names = (workflow.name.as_str(), &callback.key, callback.step.as_str());
         let body = |status: &str, state: Option<String>| {
@@ -370,7 +378,7 @@ impl Callbacks {
         // from the inbox since), and "buffered" is what it answered. If that attempt failed
         // before its handshake read, the input may sit beside its waiting step with nobody to
         // drain it: finish the handshake here.
-        if let Some(entry) = trace.inbox.iter().find(|e| &e.id == id) {
+        if let Some(entry) = trace.inbox.iter().find(|e| &e.id == id && e.arrived_at >= since) {
             // Its step, by name, in the record's own config version.
             if matches!(
                 entry.status,
@@ -386,16 +394,16 @@ impl Callbacks {
             }
             return Ok(Some(Answer::new(StatusCode::ACCEPTED, body("buffered", None))));
         }
-        if let Some(entry) = trace
-            .record
-            .as_ref()
-            .and_then(|r| r.history.iter().rev().find(|a| a.cause_id.as_deref() == Some(id.as_str())))
-        {
+        if let Some(entry) = trace.record.as_ref().and_then(|r| {
+            r.history.iter().rev().find(|a| a.cause_id.as_deref() == Some(id.as_str()) && a.at >= since)
+        }) {
             return Ok(Some(Answer::new(StatusCode::OK, body("applied", Some(entry.to.clone())))));
         }
         // (A ledgered conflict is another payload's, refused: not this one's answer.)
         let refused = crate::lifecycle::IgnoreReason::IdempotencyKeyReused;
-        if let Some(entry) = trace.ledger.iter().find(|l| l.input_id == id.as_str() && l.reason != refused) {
+        if let Some(entry) =
+            trace.ledger.iter().find(|l| l.input_id == id.as_str() && l.reason != refused && l.at >= since)
+        {
             // Refused as too large, it was answered 413, not ignored (found by the simulation,
             // seed 3195).
             if entry.reason == crate::lifecycle::IgnoreReason::InputsTooLarge {

@@ -38,7 +38,8 @@ use crate::orchestrator::{Orchestrator, OrchestratorError, StartExecution, execu
 use crate::outbound::{PublishError, TaskPublisher};
 use crate::sqs::error_chain;
 use crate::store::{
-    Applied, Claim, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, StoreError, Task, WorkflowStore,
+    Applied, Claim, DrainTarget, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, StoreError, Task,
+    WorkflowStore,
 };
 
 /// How many times a write that lost a race is decided again before giving up.
@@ -143,6 +144,10 @@ pub struct Engine {
 pub struct Versions {
     read: std::sync::Mutex<std::collections::HashMap<String, Arc<Config>>>,
     registered: std::sync::atomic::AtomicBool,
+    /// A function started on this engine's config ([`Engine::register_config`]): registering it
+    /// marks it started, so `baton rollout plan` takes it for the deployed one. An operator's
+    /// engine never does.
+    started: std::sync::atomic::AtomicBool,
     /// When every registered version was last read (first: once per engine).
     listed: std::sync::Mutex<Option<OffsetDateTime>>,
 }
@@ -384,6 +389,7 @@ impl Engine {
     /// the one started last. A failure is logged, never fatal here: no record is written on
     /// this version before it is registered ([`Engine::submit`] tries again first).
     pub async fn register_config(&self) {
+        self.versions.started.store(true, std::sync::atomic::Ordering::Release);
         if let Err(e) = self.ensure_registered().await {
             warn!(config_version = %self.config.version, error = %error_chain(&e), "cannot register the config; tried again before the first start");
         }
@@ -401,7 +407,7 @@ impl Engine {
             registered_at: now,
             started_at: now,
         };
-        self.store.register_config(&config).await?;
+        self.store.register_config(&config, self.versions.started.load(Ordering::Acquire)).await?;
         self.versions.registered.store(true, Ordering::Release);
         info!(config_version = %config.version, "config registered");
         Ok(())
@@ -749,6 +755,7 @@ impl Engine {
             status: InboxStatus::Buffered,
             expires_at: now + ttl,
             expiry_hold: None,
+            drain_target: None,
         };
         let stored = self
             .store
@@ -812,8 +819,9 @@ impl Engine {
             }
             // Taken first: the sweeper may be expiring it (then it is left to the sweeper, which
             // sees this step waiting and gives it back, or expires it for good: InboxClaim).
-            match self.store.claim(&entry, &InboxClaim::Drain).await {
-                Ok(answer) if InboxClaim::Drain.held(&answer) => {}
+            let claim = InboxClaim::Drain(DrainTarget { generation, step });
+            match self.store.claim(&entry, &claim).await {
+                Ok(answer) if claim.held(&answer) => {}
                 Ok(_) => continue,
                 Err(e) => {
                     warn!(id = %entry.id, error_type = e.error_type(), "buffered input not applied yet; retried with the drain");

@@ -459,11 +459,11 @@ workflows:
             }
         };
         let version = |d: Option<(Config, String)>| d.map(|(_, v)| v);
-        store.register_config(&start(&v1, 0)).await.unwrap();
-        store.register_config(&start(&v2, 10)).await.unwrap();
+        store.register_config(&start(&v1, 0), true).await.unwrap();
+        store.register_config(&start(&v2, 10), true).await.unwrap();
         assert_eq!(version(deployed(&store).await.unwrap()), Some(v2.version.clone()));
         // Rolled back: v1's functions start again.
-        store.register_config(&start(&v1, 20)).await.unwrap();
+        store.register_config(&start(&v1, 20), true).await.unwrap();
         assert_eq!(version(deployed(&store).await.unwrap()), Some(v1.version.clone()));
     }
 

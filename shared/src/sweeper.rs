@@ -239,6 +239,23 @@ impl Sweeper {
     /// to wait), or given back when its step cannot be found, so that a later sweep expires it.
     async fn finish_drain(&self, entry: &InboxEntry, now: OffsetDateTime) -> Result<bool, EngineError> {
         let (record, pinned, step) = self.locate(entry).await?;
+        // Applied where the drain was applying it: the drain died (or failed) only after the
+        // record had it. Settled applied, never decided again: since then the generation may
+        // have ended (its drain would now say stale_generation) or a deploy renumbered the step
+        // (found by review: `sim/tests/attack3.rs`).
+        let hash = entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint);
+        if let (Some(r), Some(target)) = (&record, entry.drain_target)
+            && r.applied.iter().any(|a| {
+                a.id == entry.id
+                    && a.generation.unwrap_or(r.generation) == target.generation
+                    && a.step == Some(target.step)
+                    && hash == Some(payload_fingerprint(&a.hash))
+            })
+        {
+            self.engine.store.settle(entry, InboxStatus::Draining, InboxStatus::Applied).await?;
+            info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "unfinished drain of an expired buffer: it had applied the input; settled");
+            return Ok(false);
+        }
         match (&record, pinned, step) {
             (Some(r), Some(workflow), Some(step)) if entry.generation.is_none_or(|g| g == r.generation) => {
                 self.engine.drain(&workflow, &entry.key, r.generation, step, now).await?;

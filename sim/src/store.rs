@@ -336,8 +336,8 @@ impl WorkflowStore for SimStore {
         if fault == Fault::After { Err(unavailable("PutItem")) } else { Ok(()) }
     }
 
-    async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError> {
-        self.inner.register_config(config).await
+    async fn register_config(&self, config: &RegisteredConfig, started: bool) -> Result<(), StoreError> {
+        self.inner.register_config(config, started).await
     }
 
     async fn configs(&self) -> Result<Vec<RegisteredConfig>, StoreError> {

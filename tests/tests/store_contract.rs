@@ -14,8 +14,8 @@ use baton::lifecycle::{
 };
 use baton::store::memory::MemoryStore;
 use baton::store::{
-    Applied, COUNT_UP_TO, Claim, Count, EXPIRY_LEASE, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry,
-    Receipt, ReceiptStatus, RegisteredConfig, Task, WorkflowStore,
+    Applied, COUNT_UP_TO, Claim, Count, DrainTarget, EXPIRY_LEASE, Hold, InboxClaim, InboxEntry, InboxStatus,
+    LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig, Task, WorkflowStore,
 };
 use baton_tests::{Emulator, dynamo_store};
 use serde_json::{Map, json};
@@ -310,6 +310,7 @@ fn entry(id: &str, step: u32, arrived: i64) -> InboxEntry {
         status: InboxStatus::Buffered,
         expires_at: t0() + Duration::seconds(100 + arrived),
         expiry_hold: None,
+        drain_target: None,
     }
 }
 
@@ -360,9 +361,10 @@ async fn a_drain_and_the_sweeper_never_hold_an_entry_at_once(store: Arc<dyn Work
         }
     };
     // Drains share their claim; the sweeper cannot take an entry a drain holds.
-    let drain = InboxClaim::Drain;
+    let drain = InboxClaim::Drain(DrainTarget { generation: 1, step: 0 });
     assert!(drain.held(&store.claim(&drained, &drain).await.unwrap()));
     assert_eq!(store.claim(&drained, &drain).await.unwrap(), Claim::Acquired, "a second drain shares it");
+    assert_eq!(status_of("cb-drained").await.drain_target, Some(DrainTarget { generation: 1, step: 0 }));
     let sweep_a = InboxClaim::Expire(hold("sweep-a", 200));
     let answer = store.claim(&drained, &sweep_a).await.unwrap();
     assert!(!sweep_a.held(&answer), "{answer:?}");
@@ -401,7 +403,8 @@ async fn a_drain_and_the_sweeper_never_hold_an_entry_at_once(store: Arc<dyn Work
         .collect();
     assert_eq!(due, ["cb-drained", "cb-expired"]);
     assert_eq!(store.claim(&drained, &InboxClaim::Undrain).await.unwrap(), Claim::Acquired);
-    assert_eq!(status_of("cb-drained").await.status, InboxStatus::Buffered);
+    let back = status_of("cb-drained").await;
+    assert_eq!((back.status, back.drain_target), (InboxStatus::Buffered, None));
     assert_eq!(store.claim(&drained, &drain).await.unwrap(), Claim::Acquired);
     let answer = store.settle(&drained, InboxStatus::Expiring, InboxStatus::Expired).await.unwrap();
     assert!(
@@ -549,34 +552,42 @@ async fn config_versions_are_registered_once_and_listed_oldest_first(store: Arc<
         registered_at: at(0),
         started_at: at(0),
     };
-    store.register_config(&v1).await.unwrap();
+    store.register_config(&v1, true).await.unwrap();
     let again = RegisteredConfig {
         canonical: "changed".into(),
         registered_at: at(5),
         started_at: at(5),
         ..v1.clone()
     };
-    store.register_config(&again).await.unwrap();
+    store.register_config(&again, true).await.unwrap();
     let v2 = RegisteredConfig {
         version: "v2".into(),
         canonical: "{}".into(),
         registered_at: at(9),
         started_at: at(9),
     };
-    store.register_config(&v2).await.unwrap();
+    store.register_config(&v2, true).await.unwrap();
     let all = store.configs().await.unwrap();
     let v1_restarted = RegisteredConfig { started_at: at(5), ..v1.clone() };
     assert_eq!(
         all,
-        vec![v1_restarted, v2.clone()],
+        vec![v1_restarted.clone(), v2.clone()],
         "the first registration of a version stands; its start time moves"
     );
+    // An operator's write on v1 (a replay from a v1 checkout) registers it, but started nothing.
+    store.register_config(&RegisteredConfig { started_at: at(15), ..v1.clone() }, false).await.unwrap();
+    assert_eq!(store.configs().await.unwrap(), vec![v1_restarted, v2.clone()], "no start moved");
+    // A version never registered is, with the time it was first seen.
+    let v3 =
+        RegisteredConfig { version: "v3".into(), registered_at: at(16), started_at: at(16), ..v2.clone() };
+    store.register_config(&v3, false).await.unwrap();
+    assert_eq!(store.configs().await.unwrap().last(), Some(&v3));
     // A rollback: v1 starts again after v2.
-    store.register_config(&RegisteredConfig { started_at: at(20), ..v1.clone() }).await.unwrap();
+    store.register_config(&RegisteredConfig { started_at: at(20), ..v1.clone() }, true).await.unwrap();
     let all = store.configs().await.unwrap();
     assert_eq!(
         all,
-        vec![RegisteredConfig { started_at: at(20), ..v1 }, v2],
+        vec![RegisteredConfig { started_at: at(20), ..v1 }, v2, v3],
         "still listed by first registration"
     );
 }

@@ -45,9 +45,9 @@ use time::format_description::well_known::Rfc3339;
 use super::compact;
 use super::memory::{due_at, sort_trace};
 use super::{
-    Applied, BoundedCount, CONFIG_PK, Claim, Condition, Count, Hold, InboxClaim, InboxEntry, InboxStatus,
-    LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig, StoreError, Task, Trace, WorkflowStore,
-    condition_for,
+    Applied, BoundedCount, CONFIG_PK, Claim, Condition, Count, DrainTarget, Hold, InboxClaim, InboxEntry,
+    InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig, StoreError, Task, Trace,
+    WorkflowStore, condition_for,
 };
 use crate::error::{sdk_retryable, sdk_throttled};
 use crate::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
@@ -936,6 +936,10 @@ fn inbox_item(e: &InboxEntry, shards: u32) -> Item {
         item.insert("expiry_by".into(), s(&hold.by));
         item.insert("expiry_at".into(), s(&ts(hold.at)));
     }
+    if let Some(target) = e.drain_target {
+        item.insert("drain_generation".into(), n(target.generation));
+        item.insert("drain_step".into(), n(target.step));
+    }
     if !e.status.is_final() {
         item.insert("due_kind".into(), s(&due_kind("inbox#buffered", &pk(&e.workflow, &e.key), shards)));
         item.insert("due_at".into(), s(&ts(e.expires_at)));
@@ -973,6 +977,10 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
             None => r.epoch(TTL_ATTRIBUTE)?,
         },
         expiry_hold: hold(&r, "expiry_by", "expiry_at")?,
+        drain_target: match (r.opt_n("drain_generation")?, r.opt_n("drain_step")?) {
+            (Some(generation), Some(step)) => Some(DrainTarget { generation, step }),
+            _ => None,
+        },
     })
 }
 
@@ -1231,17 +1239,28 @@ impl WorkflowStore for DynamoStore {
         // Each condition is the rule InboxClaim::allows states; the entry stays in the due index,
         // so a claimer that dies is finished by a later sweep.
         let hold = [("#hold_by", "expiry_by"), ("#hold_at", "expiry_at")];
+        let target_names = [("#drain_generation", "drain_generation"), ("#drain_step", "drain_step")];
         let (expressions, names, values): ((&str, &str), &[(&str, &str)], _) = match claim {
             // Rule: drains share an entry, and never take one a sweep is expiring.
-            InboxClaim::Drain => (
-                ("#status IN (:buffered, :draining)", "SET #status = :to"),
-                &[],
-                vec![(":buffered", status(Buffered)), (":draining", status(Draining))],
+            InboxClaim::Drain(target) => (
+                (
+                    "#status IN (:buffered, :draining)",
+                    "SET #status = :to, #drain_generation = :generation, #drain_step = :step",
+                ),
+                &target_names,
+                vec![
+                    (":buffered", status(Buffered)),
+                    (":draining", status(Draining)),
+                    (":generation", n(target.generation)),
+                    (":step", n(target.step)),
+                ],
             ),
             // Rule: only a drained entry is given back by a drain.
-            InboxClaim::Undrain => {
-                (("#status = :draining", "SET #status = :to"), &[], vec![(":draining", status(Draining))])
-            }
+            InboxClaim::Undrain => (
+                ("#status = :draining", "SET #status = :to REMOVE #drain_generation, #drain_step"),
+                &target_names,
+                vec![(":draining", status(Draining))],
+            ),
             // Rule: one sweep expires an entry; another takes it over only past the holder's lease.
             InboxClaim::Expire(h) => (
                 (
@@ -1271,18 +1290,19 @@ impl WorkflowStore for DynamoStore {
         self.put_if_absent("PutItem", ledger_item(entry)).await.map(|_| ())
     }
 
-    async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError> {
+    async fn register_config(&self, config: &RegisteredConfig, started: bool) -> Result<(), StoreError> {
         // One write either way, as the put-if-absent it replaces: the first registration's
-        // canonical form and time stand, the start time moves.
+        // canonical form and time stand; a function's start moves the start time.
+        let started = if started { ":at" } else { "if_not_exists(#started, :at)" };
         self.client
             .update_item()
             .table_name(&self.table)
             .key("pk", s(CONFIG_PK))
             .key("sk", s(&format!("VERSION#{}", config.version)))
-            .update_expression(
+            .update_expression(format!(
                 "SET #version = :version, #canonical = if_not_exists(#canonical, :canonical), \
-                 #registered = if_not_exists(#registered, :at), #started = :at",
-            )
+                 #registered = if_not_exists(#registered, :at), #started = {started}"
+            ))
             .expression_attribute_names("#version", "version")
             .expression_attribute_names("#canonical", "canonical")
             .expression_attribute_names("#registered", "registered_at")

@@ -243,11 +243,15 @@ impl WorkflowStore for MemoryStore {
         Ok(())
     }
 
-    async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError> {
+    async fn register_config(&self, config: &RegisteredConfig, started: bool) -> Result<(), StoreError> {
         self.lock()
             .configs
             .entry(config.version.clone())
-            .and_modify(|c| c.started_at = config.started_at)
+            .and_modify(|c| {
+                if started {
+                    c.started_at = config.started_at;
+                }
+            })
             .or_insert_with(|| config.clone());
         Ok(())
     }

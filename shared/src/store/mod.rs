@@ -218,14 +218,24 @@ impl InboxStatus {
 /// it over only once the holder's lease has run out ([`EXPIRY_LEASE`], past any sweep's run).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InboxClaim {
-    /// `buffered | draining` → `draining`.
-    Drain,
+    /// `buffered | draining` → `draining`, into that (generation, step).
+    Drain(DrainTarget),
     /// `draining` → `buffered`: the drain found its step no longer waiting.
     Undrain,
     /// `buffered`, or `expiring` held by this sweep or past its lease → `expiring`, held.
     Expire(Hold),
     /// `expiring` held by this sweep → `buffered`: the step waits after all.
     Release(Hold),
+}
+
+/// Where a drain applies an entry: the generation and the step's index in the record's own
+/// config version. Kept on the entry while it drains, so that a drain that applied it and died
+/// before settling it is recognised exactly (its applied input is at that index of that
+/// generation, whatever the entry's own version numbers the step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainTarget {
+    pub generation: u32,
+    pub step: u32,
 }
 
 /// How long a sweep holds an entry's expiry before another may take it over: well past the
@@ -246,7 +256,7 @@ impl InboxClaim {
     /// The status it moves the entry to.
     pub fn to(&self) -> InboxStatus {
         match self {
-            InboxClaim::Drain => InboxStatus::Draining,
+            InboxClaim::Drain(_) => InboxStatus::Draining,
             InboxClaim::Undrain | InboxClaim::Release(_) => InboxStatus::Buffered,
             InboxClaim::Expire(_) => InboxStatus::Expiring,
         }
@@ -258,7 +268,7 @@ impl InboxClaim {
         use InboxStatus::*;
         let held_by = |hold: &Hold| entry.expiry_hold.as_ref().is_some_and(|h| h.by == hold.by);
         match (self, entry.status) {
-            (InboxClaim::Drain, Buffered | Draining) | (InboxClaim::Undrain, Draining) => true,
+            (InboxClaim::Drain(_), Buffered | Draining) | (InboxClaim::Undrain, Draining) => true,
             (InboxClaim::Expire(_), Buffered) => true,
             (InboxClaim::Expire(hold), Expiring) => {
                 held_by(hold) || entry.expiry_hold.as_ref().is_none_or(|h| h.at + EXPIRY_LEASE <= hold.at)
@@ -270,12 +280,13 @@ impl InboxClaim {
 
     /// `entry` as the claim leaves it.
     pub fn apply(&self, entry: &InboxEntry) -> InboxEntry {
-        let expiry_hold = match self {
-            InboxClaim::Expire(hold) => Some(hold.clone()),
-            InboxClaim::Release(_) => None,
-            InboxClaim::Drain | InboxClaim::Undrain => entry.expiry_hold.clone(),
+        let (expiry_hold, drain_target) = match self {
+            InboxClaim::Expire(hold) => (Some(hold.clone()), entry.drain_target),
+            InboxClaim::Release(_) => (None, entry.drain_target),
+            InboxClaim::Drain(target) => (entry.expiry_hold.clone(), Some(*target)),
+            InboxClaim::Undrain => (entry.expiry_hold.clone(), None),
         };
-        InboxEntry { status: self.to(), expiry_hold, ..entry.clone() }
+        InboxEntry { status: self.to(), expiry_hold, drain_target, ..entry.clone() }
     }
 
     /// Whether the store's answer leaves the entry claimed as asked: moved now, or found so (a
@@ -319,6 +330,9 @@ pub struct InboxEntry {
     /// The sweep holding (or that held) its expiry ([`InboxClaim::Expire`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expiry_hold: Option<Hold>,
+    /// Where the drain holding it applies it ([`InboxClaim::Drain`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_target: Option<DrainTarget>,
 }
 
 /// The partition of the registered config versions.
@@ -436,9 +450,11 @@ pub trait WorkflowStore: Send + Sync {
     /// Records an ignored input. Idempotent per (input id, reason).
     async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError>;
 
-    /// Registers `config`: the first registration's `canonical` and `registered_at` stand; each
-    /// one moves `started_at`.
-    async fn register_config(&self, config: &RegisteredConfig) -> Result<(), StoreError>;
+    /// Registers `config`: the first registration's `canonical` and `registered_at` stand.
+    /// `started`: a function started on it (a cold start), which moves `started_at`; otherwise
+    /// (an operator's write, say) `started_at` is set only if the version was never registered,
+    /// so the deployed version is not taken for one an operator's checkout carries.
+    async fn register_config(&self, config: &RegisteredConfig, started: bool) -> Result<(), StoreError>;
 
     /// Every registered config version, oldest registration first.
     async fn configs(&self) -> Result<Vec<RegisteredConfig>, StoreError>;

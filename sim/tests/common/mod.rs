@@ -181,6 +181,7 @@ pub fn buffer_review_copy(s: &Stack, id: &str, hash: String, data: Value) {
         status: baton::store::InboxStatus::Buffered,
         expires_at: now + time::Duration::hours(1),
         expiry_hold: None,
+        drain_target: None,
     };
     drive(s.memory.buffer(&entry)).unwrap();
 }
