@@ -83,7 +83,8 @@ clippy:
 # cfn-lint cannot follow the local AWS::Include of the OpenAPI file, so it lints the template as
 # CloudFormation sees it after the include (tools/expand-includes.py), and then the
 # CloudFormation the SAM transform makes of it (tools/sam-transform.py, samtranslator): the
-# roles, event source mappings and API resources AWS would actually create.
+# roles, event source mappings and API resources AWS would actually create. Last, the policy
+# contract's own verdicts on small templates (tools/policy_check_test.py).
 SAM_TEMPLATE := target/sam/template.json
 CALLS := target/policy/calls.jsonl
 
@@ -96,6 +97,7 @@ lint-infra: tools $(SAM_TEMPLATE)
 	$(VENV)/bin/cfn-lint $(SAM_TEMPLATE)
 	$(VENV)/bin/openapi-spec-validator infra/openapi.yaml
 	node_modules/.bin/asl-validator $(addprefix --json-path ,$(wildcard infra/statemachines/*.asl.json))
+	$(VENV)/bin/python -m unittest --quiet tools/policy_check_test.py
 
 # The whole workspace's tests, with the emulator on a free loopback port for the ones that
 # need it. tools/with-emulator.sh stops the emulator whatever the tests do. The differential
@@ -104,8 +106,9 @@ lint-infra: tools $(SAM_TEMPLATE)
 # browser tests (headless Chromium), with the paths of their screenshots. (`--workspace`
 # with `--test`, not `-p`: the same features, so nothing is built twice.)
 # Then the policy contract (tools/policy-check.py): every call the functions made in those tests,
-# as the emulator recorded it, against their roles in the transformed template; and proof that
-# it catches a missing grant (intake without the policy that lets it resume a step).
+# as the emulator recorded it (the emulators the `baton local` subprocesses of cli/tests/local.rs
+# start take BATON_EMULATOR_ARGS too), against their roles in the transformed template; and
+# proof that it catches a missing grant (intake without the policy that lets it resume a step).
 unit: tools $(SAM_TEMPLATE)
 	mkdir -p $(dir $(CALLS)) && rm -f $(CALLS)
 	BATON_PYTHON=$(VENV)/bin/python BATON_EMULATOR_ARGS="--record-calls $(abspath $(CALLS))" \

@@ -48,8 +48,11 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    an execution through an alias ARN (StateMachineDoesNotExist). A StartExecution on
    `...:stateMachine:<name>:<alias>` is started on the machine itself when the alias points at
    its latest version, whose definition is the machine's current one: the same execution AWS
-   would start. The call is recorded (4) with the alias ARN, as AWS authorizes it. An alias
-   pointing elsewhere is refused with an error that says so. Nothing else is changed.
+   would start. An alias pointing elsewhere is refused with an error that says so. Nothing
+   else is changed. The call is recorded (4) against the state machine's unqualified ARN, with
+   the alias as its `qualifier`: AWS authorizes a call made through an alias or a version
+   against the state machine's own ARN ("Authorization for versions and aliases", Step
+   Functions Developer Guide), so a grant on the alias ARN alone would be denied.
 
 6. API calls counted (`--count-calls`), for `make cost`: every JSON-protocol request (DynamoDB,
    SQS, Step Functions, Secrets Manager) by caller and operation. The caller is the function
@@ -407,14 +410,19 @@ class Recorder:
         function, stack = _caller(environ)
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         if function and target:
+            body = {}
             try:
                 body = json.loads(_read_body(environ) or b"{}")
                 action, resources = _action_and_resources(target, body, _region(environ))
             except Exception as e:  # a call that cannot be read is recorded as such, not dropped
                 action, resources = target, [f"unreadable: {e!r}"]
+            qualifier = _qualifier(target, body)
             for resource in resources:
-                self.write({"kind": "call", "function": function, "stack": stack,
-                            "action": action, "resource": resource})
+                call = {"kind": "call", "function": function, "stack": stack,
+                        "action": action, "resource": resource}
+                if qualifier:
+                    call["qualifier"] = qualifier
+                self.write(call)
         return self.app(environ, start_response)
 
 
@@ -476,15 +484,23 @@ def _action_and_resources(target, body, region):
         name = body["QueueUrl"].rstrip("/").rsplit("/", 1)[1]
         return f"sqs:{operation}", [f"arn:aws:sqs:{region}:{ACCOUNT}:{name}"]
     if service == "AWSStepFunctions":
-        for key in ("stateMachineArn", "executionArn"):
-            if key in body:
-                return f"states:{operation}", [body[key]]
+        if "stateMachineArn" in body:
+            # Through an alias or a version, authorized against the machine itself (module doc, 5).
+            return f"states:{operation}", [":".join(body["stateMachineArn"].split(":")[:7])]
+        if "executionArn" in body:
+            return f"states:{operation}", [body["executionArn"]]
         if "taskToken" in body:
             return f"states:{operation}", [_token_owner(body["taskToken"], region)]
         return f"states:{operation}", ["*"]
     if service == "secretsmanager":
         return f"secretsmanager:{operation}", [_secret_arn(body["SecretId"], region)]
     return target, ["*"]
+
+
+def _qualifier(target, body):
+    """The alias or version a Step Functions call names after the state machine, or None."""
+    parts = str(body.get("stateMachineArn", "")).split(":") if target.startswith("AWSStepFunctions.") else []
+    return parts[7] if len(parts) == 8 else None
 
 
 def _token_owner(token, region):

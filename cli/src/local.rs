@@ -54,9 +54,13 @@ impl Emulator {
         let _ = std::fs::remove_file(&ready);
         let log = std::fs::File::create(state_dir.join("emulator.log"))
             .context("cannot create .baton/emulator.log")?;
+        // BATON_EMULATOR_ARGS, as tools/with-emulator.sh takes them: `make test` has every
+        // emulator record the functions' calls for the policy contract, this one's too.
+        let extra = std::env::var("BATON_EMULATOR_ARGS").unwrap_or_default();
         let child = Command::new(&python)
             .args(["tools/emulator.py", "--port", "0", "--ready-file"])
             .arg(&ready)
+            .args(extra.split_whitespace())
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)
