@@ -232,7 +232,7 @@ async fn start_console(
     let engine = baton.engine().context("the local stack has no engine to plan replays with")?;
     let console = crate::console::Console {
         sources: crate::trace::Sources {
-            store: baton::store::dynamodb::DynamoStore::new(clients.dynamodb.clone(), info.table.clone()),
+            store: crate::ops::store(clients.dynamodb.clone(), &info.table).await?,
             sfn: baton::orchestrator::StepFunctions::new(clients.sfn.clone()),
             machines: crate::target::StateMachines::Listed {
                 path: args.state_dir.join("local.json").display().to_string(),

@@ -1,5 +1,5 @@
 //! What the operator commands (`send`, `callback`, `trace`, `status`) share: how times and
-//! durations read, and step names from the workflow config.
+//! durations read, step names from the workflow config, and the table read across its shards.
 //!
 //! Records and inbox entries store a step's index, not its name, because the index is what the
 //! lifecycle reasons about. Operators think in names, so the commands look them up in the config
@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use baton::config::{self, Config};
+use baton::store::dynamodb::DynamoStore;
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 use time::{Duration, OffsetDateTime, UtcOffset};
@@ -51,10 +52,24 @@ pub fn human(d: Duration) -> String {
     }
 }
 
-/// How many `by_due` shards the stack's functions write (`BATON_DUE_SHARDS`, the template's
-/// `DueShards`; default 8): the operator commands read them all.
-pub fn due_shards() -> Result<u32> {
-    Ok(baton::runtime::due_shards(&|name| std::env::var(name).ok())?)
+/// How many `by_due` shards to read: `BATON_DUE_SHARDS` when set, else the most any of the
+/// stack's functions registered in its table (the template's `DueShards`), else the default 8.
+/// The operator commands read them all.
+pub async fn due_shards(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<u32> {
+    if std::env::var_os("BATON_DUE_SHARDS").is_some_and(|v| !v.is_empty()) {
+        return Ok(baton::runtime::due_shards(&|name| std::env::var(name).ok())?);
+    }
+    let registered = DynamoStore::new(client.clone(), table)
+        .registered_due_shards()
+        .await
+        .with_context(|| format!("cannot read the shard count the functions registered in {table}"))?;
+    Ok(registered.unwrap_or(baton::store::dynamodb::DEFAULT_DUE_SHARDS))
+}
+
+/// The stack's table, read across every `by_due` shard its functions write ([`due_shards`]).
+pub async fn store(client: aws_sdk_dynamodb::Client, table: &str) -> Result<DynamoStore> {
+    let shards = due_shards(&client, table).await?;
+    Ok(DynamoStore::new(client, table).with_due_shards(shards))
 }
 
 /// Step names by workflow and index, from the config when one could be read.

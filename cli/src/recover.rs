@@ -131,7 +131,11 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
         webhook_secrets_ttl: baton::secrets::DEFAULT_TTL,
         source_queue_url: None,
         requeue_delay_seconds: baton::sqs::REQUEUE_DELAY_SECONDS,
-        due_shards: crate::ops::due_shards()?,
+        due_shards: crate::ops::due_shards(
+            &aws_sdk_dynamodb::Client::new(&sdk),
+            target.table.as_deref().unwrap_or_default(),
+        )
+        .await?,
         // Written as the functions write them (docs/RUNBOOK.md, "Upgrading across the compact
         // record").
         item_format: baton::runtime::item_format(&|name| std::env::var(name).ok())?,

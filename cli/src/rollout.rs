@@ -16,8 +16,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use baton::config::Config;
-use baton::rollout::{self, Class, Live, RolloutPlan};
-use baton::store::dynamodb::DynamoStore;
+use baton::rollout::{self, Class, Live, LiveVersion, RolloutPlan};
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -68,6 +67,9 @@ pub struct Report {
     pub to: String,
     /// Whether live records were counted.
     pub counted: bool,
+    /// Every live record per (workflow, config version), whatever the changes touch; null when
+    /// not counted. A version with none here can be retired (docs/RUNBOOK.md).
+    pub live: Option<Vec<LiveVersion>>,
     #[serde(flatten)]
     pub plan: RolloutPlan,
 }
@@ -93,7 +95,7 @@ pub async fn run(args: RolloutArgs) -> Result<u8> {
             .context("the live records are counted in the stack's table (or give --offline)")?;
         let Some(table) = target.table.clone() else { bail!("the table is needed (or --offline)") };
         let client = aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?);
-        Some((DynamoStore::new(client, table).with_due_shards(crate::ops::due_shards()?), target.location()))
+        Some((crate::ops::store(client, &table).await?, target.location()))
     };
     let (from, from_name) = match &args.from {
         Some(spec) => from_spec(spec, &args.to)?,
@@ -122,6 +124,7 @@ pub async fn run(args: RolloutArgs) -> Result<u8> {
         from: from_name,
         to: args.to.display().to_string(),
         counted: store.is_some(),
+        live: live.by_version(),
         plan,
     };
     if args.json {
@@ -169,6 +172,9 @@ pub fn render(r: &Report) -> String {
         r.to,
         if r.counted { "" } else { "; live records not counted" }
     );
+    for v in r.live.iter().flatten() {
+        let _ = writeln!(out, "live records: {} on {}: {}", v.workflow, v.version, v.records);
+    }
     if r.plan.changes.is_empty() {
         let _ = writeln!(out, "no change");
     }

@@ -52,8 +52,7 @@ pub async fn run(args: StatusArgs) -> Result<()> {
     let target = target::resolve(&args.target, &[Field::Table], true)?;
     let Some(table) = target.table.clone() else { bail!("the table is needed") };
     let store =
-        DynamoStore::new(aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?), table.clone())
-            .with_due_shards(crate::ops::due_shards()?);
+        crate::ops::store(aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?), &table).await?;
     let report = read(&store, &names, OffsetDateTime::now_utc(), args.count_up_to)
         .await
         .with_context(|| format!("at {}", target.location()))?;

@@ -69,8 +69,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     };
     let sdk = target.aws().sdk_config().await?;
     let sources = Sources {
-        store: DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone())
-            .with_due_shards(crate::ops::due_shards()?),
+        store: crate::ops::store(aws_sdk_dynamodb::Client::new(&sdk), &table).await?,
         sfn: StepFunctions::new(aws_sdk_sfn::Client::new(&sdk)),
         machines,
     };

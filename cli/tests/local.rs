@@ -213,6 +213,21 @@ async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops
     assert_eq!(t["record"]["generation"], 1);
     assert_eq!(transitions(&t), ["pending", "waiting{0}"], "one start for two deliveries");
     assert_eq!(t["executions"].as_array().unwrap().len(), 1);
+    // The record's `by_due` entry is on its key's shard, as `make run` writes it (docs/DATA_MODEL.md).
+    let pk = format!("WF#order-review#{key}");
+    let item = aws_sdk_dynamodb::Client::new(&sdk)
+        .get_item()
+        .table_name(&info.table)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk.clone()))
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("RECORD".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("the record item");
+    let shard = baton::store::dynamodb::due_shard(&pk, baton::store::dynamodb::DEFAULT_DUE_SHARDS);
+    assert_eq!(item["due_kind"].as_s().unwrap(), &format!("record#waiting#{shard}"));
 
     // An early callback: the payment step is not waiting yet.
     let (status, body) = callback(
@@ -364,6 +379,7 @@ workflows:
     assert!(out.contains("step_renamed") && out.contains("step_inserted"), "{out}");
     assert!(out.contains(&format!("live: 2 record(s) waiting{{0}} on {v1_version}")), "{out}");
     assert!(out.contains(&format!("live: 1 record(s) waiting{{1}} on {v1_version}")), "{out}");
+    assert!(out.contains(&format!("live records: order-review on {v1_version}: 3\n")), "{out}");
     assert!(out.ends_with("verdict: safe (exit 0)\n"), "{out}");
     let (code, out) = local.rollout_plan(&file("appended.yaml", &appended));
     println!("{out}");

@@ -101,6 +101,21 @@ impl Live {
         Live { counts: Some(counts) }
     }
 
+    /// Every live record counted, per (workflow, config version): what retiring a version waits
+    /// for (docs/RUNBOOK.md). `None` if not counted.
+    pub fn by_version(&self) -> Option<Vec<LiveVersion>> {
+        let counts = self.counts.as_ref()?;
+        let mut out: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for ((workflow, version, _), (_, n)) in counts {
+            *out.entry((workflow.clone(), version.clone())).or_default() += n;
+        }
+        Some(
+            out.into_iter()
+                .map(|((workflow, version), records)| LiveVersion { workflow, version, records })
+                .collect(),
+        )
+    }
+
     /// The live records of `workflow` whose state passes `filter`; `None` if not counted.
     fn touching(&self, workflow: &str, filter: impl Fn(State) -> bool) -> Option<Vec<Touch>> {
         let counts = self.counts.as_ref()?;
@@ -116,6 +131,14 @@ impl Live {
                 .collect(),
         )
     }
+}
+
+/// The live records of a workflow on one config version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LiveVersion {
+    pub workflow: String,
+    pub version: String,
+    pub records: u64,
 }
 
 /// Live records counted per state at most (a Query of the `by_due` index per live state).
@@ -550,6 +573,69 @@ workflows:
         assert!(p.changes[0].detail.contains("manual-review renamed risk-review"), "{}", p.changes[0].detail);
         assert!(p.changes[0].why.contains("old name"), "{}", p.changes[0].why);
         assert_eq!(p.changes[1].touches.iter().map(|t| t.records).sum::<u64>(), 2);
+        assert_eq!(p.verdict, Class::Safe);
+    }
+
+    #[test]
+    fn live_records_are_summed_per_workflow_and_version_whatever_their_state() {
+        let mut records =
+            records(&[State::Waiting { step: 0 }, State::Advancing { step: 1 }, State::Pending]);
+        records[2].config_version = None;
+        records.extend(self::records(&[State::Succeeded]));
+        let by_version = Live::count(&records).by_version().expect("counted");
+        let row = |v: &str, n| LiveVersion { workflow: "order-review".into(), version: v.into(), records: n };
+        assert_eq!(by_version, [row(UNVERSIONED, 1), row("v1", 2)], "terminal records are not live");
+        assert_eq!(Live::unknown().by_version(), None);
+    }
+
+    #[test]
+    fn reordered_steps_are_safe_with_pinning_and_count_the_live_records() {
+        let to = r#"
+workflows:
+  order-review:
+    start: { when: { type: ["order.placed"] }, key: /subject }
+    steps:
+      - name: payment
+        requires: [payment_ref]
+        timeout: 7d
+      - name: manual-review
+        requires: [decision]
+        timeout: 2d
+"#;
+        let p = plan(
+            &config(V1),
+            &config(to),
+            &live(&[State::Waiting { step: 1 }, State::Advancing { step: 0 }]),
+        );
+        assert_eq!(kinds(&p), [("steps_reordered", Class::Safe)]);
+        assert!(
+            p.changes[0].detail.contains("manual-review, payment -> payment, manual-review"),
+            "{}",
+            p.changes[0].detail
+        );
+        assert_eq!(p.changes[0].touches.iter().map(|t| t.records).sum::<u64>(), 2);
+        let mut old = records(&[State::Waiting { step: 0 }]);
+        old[0].config_version = None;
+        let p = plan(&config(V1), &config(to), &Live::count(&old));
+        assert_eq!(
+            kinds(&p),
+            [("steps_reordered", Class::NeedsHuman)],
+            "unpinned records follow the new order"
+        );
+    }
+
+    #[test]
+    fn a_changed_start_pattern_or_restart_policy_decides_new_starts_only() {
+        let to = V1
+            .replace(
+                r#"when: { type: ["order.placed"] }"#,
+                r#"when: { type: ["order.placed", "order.created"] }"#,
+            )
+            .replace("    steps:", "    on_restart: never\n    steps:");
+        let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 0 }, State::Succeeded]));
+        assert_eq!(kinds(&p), [("start_pattern_changed", Class::Safe), ("on_restart_changed", Class::Safe)]);
+        assert!(p.changes.iter().all(|c| c.touches.is_empty()), "new starts only: no live record is touched");
+        assert!(p.changes[1].detail.contains("AfterTerminal -> Never"), "{}", p.changes[1].detail);
         assert_eq!(p.verdict, Class::Safe);
     }
 

@@ -767,3 +767,40 @@ async fn dynamodb_due_entries_are_sharded_and_read_from_every_shard_and_the_unsh
     // More than the bound in all, whether or not one partition alone holds more.
     assert_eq!(waiting(store.count_by_state(2).await.unwrap()), Count::MoreThan(2));
 }
+
+/// DynamoDB-specific: the functions register the shard count they write `by_due` with beside
+/// their config version, and a reader that knows nothing (an operator command without
+/// `BATON_DUE_SHARDS`) reads that many: a record on a shard above the default is counted.
+#[tokio::test]
+async fn dynamodb_a_reader_finds_every_shard_the_functions_registered() {
+    use baton::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore, due_shard};
+    let emulator = Emulator::from_env();
+    let table = dynamo_store(&emulator).await.table().to_owned();
+    let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
+    let reader = DynamoStore::new(client.clone(), table.clone());
+    assert_eq!(reader.registered_due_shards().await.unwrap(), None, "nothing registered yet");
+    let registered = |version: &str| RegisteredConfig {
+        version: version.into(),
+        canonical: "{}".into(),
+        registered_at: t0(),
+        started_at: t0(),
+    };
+    let wide = DynamoStore::new(client.clone(), table.clone()).with_due_shards(32);
+    wide.register_config(&registered("v1"), true).await.unwrap();
+    // A later deploy with the default count does not shrink what readers must cover.
+    reader.register_config(&registered("v1"), true).await.unwrap();
+    reader.register_config(&registered("v2"), true).await.unwrap();
+    assert_eq!(reader.registered_due_shards().await.unwrap(), Some(32));
+
+    let key = (0..).map(|i| format!("wide-{i}")).find(|k| {
+        let (w, k) = names(k);
+        due_shard(&format!("WF#{w}#{k}"), 32) >= DEFAULT_DUE_SHARDS
+    });
+    let key = key.expect("a key on a high shard");
+    waiting_record(&wide, &key).await;
+    let far = t0() + Duration::days(365);
+    assert!(reader.due(Kind::Waiting, far, 10).await.unwrap().is_empty(), "8 shards miss it");
+    let found =
+        DynamoStore::new(client, table).with_due_shards(32).due(Kind::Waiting, far, 10).await.unwrap();
+    assert_eq!(found.len(), 1, "the registered count finds it");
+}

@@ -198,6 +198,19 @@ impl DynamoStore {
         &self.table
     }
 
+    /// The most `by_due` shards any function has written with, as they registered it beside
+    /// their config version ([`WorkflowStore::register_config`]); None before any registration.
+    /// An operator command reads every one of them, whatever its own environment says.
+    pub async fn registered_due_shards(&self) -> Result<Option<u32>, StoreError> {
+        let items = self.query_partition(CONFIG_PK, Some("VERSION#")).await?;
+        Ok(items
+            .iter()
+            .filter_map(|item| item.get("due_shards")?.as_ns().ok())
+            .flatten()
+            .filter_map(|n| n.parse::<u32>().ok())
+            .max())
+    }
+
     /// Creates the table as template.yaml declares it (keys, the `by_due` index, TTL). For tests
     /// and the local runtime; production tables come from the SAM template.
     pub async fn create_table(&self) -> Result<(), StoreError> {
@@ -1292,7 +1305,9 @@ impl WorkflowStore for DynamoStore {
 
     async fn register_config(&self, config: &RegisteredConfig, started: bool) -> Result<(), StoreError> {
         // One write either way, as the put-if-absent it replaces: the first registration's
-        // canonical form and time stand; a function's start moves the start time.
+        // canonical form and time stand; a function's start moves the start time. The shard
+        // count it writes `by_due` with joins the set of those ever used, which the operator
+        // commands read (`registered_due_shards`).
         let started = if started { ":at" } else { "if_not_exists(#started, :at)" };
         self.client
             .update_item()
@@ -1301,8 +1316,10 @@ impl WorkflowStore for DynamoStore {
             .key("sk", s(&format!("VERSION#{}", config.version)))
             .update_expression(format!(
                 "SET #version = :version, #canonical = if_not_exists(#canonical, :canonical), \
-                 #registered = if_not_exists(#registered, :at), #started = {started}"
+                 #registered = if_not_exists(#registered, :at), #started = {started} ADD #shards :shards"
             ))
+            .expression_attribute_names("#shards", "due_shards")
+            .expression_attribute_values(":shards", AttributeValue::Ns(vec![self.due_shards.to_string()]))
             .expression_attribute_names("#version", "version")
             .expression_attribute_names("#canonical", "canonical")
             .expression_attribute_names("#registered", "registered_at")
