@@ -69,7 +69,7 @@ impl Emulator {
                 format!("cannot start the emulator with {python}; run `make tools` (or set BATON_PYTHON)")
             })?;
         let mut emulator = Emulator { child };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(url) = std::fs::read_to_string(&ready) {
                 return Ok((emulator, url.trim().to_owned()));
@@ -79,7 +79,7 @@ impl Emulator {
             }
             if Instant::now() > deadline {
                 emulator.stop().await;
-                bail!("the emulator was not ready after 30 s; see .baton/emulator.log");
+                bail!("the emulator was not ready after 60 s; see .baton/emulator.log");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

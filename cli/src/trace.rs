@@ -70,7 +70,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     let sdk = target.aws().sdk_config().await?;
     let sources = Sources {
         store: crate::ops::store(aws_sdk_dynamodb::Client::new(&sdk), &table).await?,
-        sfn: StepFunctions::new(aws_sdk_sfn::Client::new(&sdk)),
+        sfn: StepFunctions::new(baton::orchestrator::stepfunctions::client(&sdk)),
         machines,
     };
     let report = read(&sources, names, (&workflow, &key))

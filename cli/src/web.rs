@@ -22,11 +22,16 @@ pub fn trace_page(doc: &Value, nav: &str) -> String {
         .replace("/*TRACE*/", &json)
 }
 
+/// The one script of a console page: it records how wide the page came out, as the trace
+/// page's does, for the browser tests (nothing on the page acts).
+const WIDTH_SCRIPT: &str =
+    "document.body.setAttribute(\"data-scroll-width\", String(document.documentElement.scrollWidth));";
+
 /// A page of the console: `title`, then `body` (HTML, escaped by the caller).
 pub fn page(title: &str, nav: &str, body: &str) -> String {
     let title = escape(title);
     format!(
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{title}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n{nav}<header class=\"top\"><h1>{title}</h1></header>\n<main>\n{body}</main>\n</body>\n</html>\n"
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{title}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n{nav}<header class=\"top\"><h1>{title}</h1></header>\n<main>\n{body}</main>\n<script>{WIDTH_SCRIPT}</script>\n</body>\n</html>\n"
     )
 }
 

@@ -46,6 +46,8 @@ struct Case {
     key: &'static str,
     state: &'static str,
     current: Option<&'static str>,
+    /// The states the execution went through before the current one, marked passed.
+    passed: &'static [&'static str],
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,6 +152,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             key: "ok-1",
             state: "succeeded",
             current: Some("Report succeeded"),
+            passed: &["manual-review", "payment"],
         },
         Case {
             name: "failed",
@@ -157,6 +160,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             key: "bad-1",
             state: "failed",
             current: Some("Failed"),
+            passed: &["manual-review", "Report failed"],
         },
         Case {
             name: "timed-out",
@@ -164,6 +168,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             key: "slow-1",
             state: "timed_out",
             current: Some("Timed out"),
+            passed: &["manual-review", "Report timed out"],
         },
         Case {
             name: "cancelled",
@@ -171,6 +176,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             key: "stop-1",
             state: "cancelled",
             current: Some("manual-review"),
+            passed: &[],
         },
         Case {
             name: "early-only",
@@ -178,6 +184,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             key: "early-only-1",
             state: "none",
             current: None,
+            passed: &[],
         },
         Case {
             name: "generations",
@@ -185,6 +192,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             key: "again-1",
             state: "waiting{0}",
             current: Some("manual-review"),
+            passed: &[],
         },
         Case {
             name: "early-duplicate-late",
@@ -192,12 +200,25 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             key: "story-1",
             state: "succeeded",
             current: Some("Report succeeded"),
+            passed: &["manual-review", "payment"],
         },
     ];
     let screens = screens_dir();
     for case in &cases {
         let stack = if case.name == "timed-out" { &quick } else { &stack };
-        let doc = stack.baton(&["trace", case.workflow, case.key, "--json"]).await.json();
+        // A state machine reports the end, then ends: the page is drawn once the execution has.
+        let doc = stack
+            .system
+            .until(&format!("{}'s execution to close", case.key), || async {
+                let doc = stack.baton(&["trace", case.workflow, case.key, "--json"]).await.json();
+                let terminal = doc["record"]["terminal"] == true;
+                let running = doc["executions"]
+                    .as_array()
+                    .and_then(|e| e.last())
+                    .is_some_and(|e| e["status"] == "RUNNING");
+                (!terminal || !running).then_some(doc)
+            })
+            .await;
         let file = screens.join(format!("trace-{}.html", case.name));
         let out =
             stack.baton(&["trace", case.workflow, case.key, "--html", &file.display().to_string()]).await;
@@ -206,7 +227,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
         check_trace_page(&browser, &file, &doc, case);
         for width in [1280, 800] {
             let png = screens.join(format!("trace-{}-{width}.png", case.name));
-            browser.screenshot(&url(&file), &png, width, 2200);
+            browser.screenshot(&url(&file), &png, width, 2600);
             println!("screenshot: {}", png.display());
         }
     }
@@ -241,6 +262,24 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     );
     let marked = select(&dom, ".entry.related");
     assert!(!marked.is_empty(), "the entries it is tied to are marked in the timeline");
+    // The transition that completed the review, and the execution event where its resume moved
+    // the execution on.
+    let completed = timeline
+        .iter()
+        .position(|e| e["kind"] == "transition" && e["cause"] == "complete" && e["to"] == "advancing{0}")
+        .unwrap();
+    let dom = browser.dom(&format!("{}#entry-{completed}", url(&file)), 1280);
+    let related = select(&dom, "#details .related-list li").iter().map(text).collect::<Vec<_>>();
+    assert!(related.iter().any(|r| r.contains("the resume moved the execution on")), "{related:?}");
+    let resumed = timeline
+        .iter()
+        .enumerate()
+        .skip(completed)
+        .find(|(_, e)| e["kind"] == "execution_event" && e["event_type"] == "TaskSucceeded")
+        .map(|(i, _)| i)
+        .unwrap();
+    let tied = select(&dom, &format!(".entry.related[data-index=\"{resumed}\"]"));
+    assert_eq!(tied.len(), 1, "the execution's TaskSucceeded is marked as tied to it");
     quick.system.stop().await;
     stack.system.stop().await;
 }
@@ -301,6 +340,11 @@ fn check_trace_page(browser: &Browser, file: &PathBuf, doc: &Value, case: &Case)
             case.current.map(|c| vec![c.to_owned()]).unwrap_or_default(),
             "{what}: the step highlighted"
         );
+        let passed: Vec<String> = select(&dom, ".graph-state[data-status=passed]")
+            .iter()
+            .map(|s| s.value().attr("data-name").unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(passed, case.passed, "{what}: the states passed are marked so");
         let states = select(&dom, ".graph-state");
         assert_eq!(
             states.len(),

@@ -62,7 +62,7 @@ impl Local {
         });
         let info_path = dir.path().join("local.json");
         let local = Local { child, lines, info_path, _dir: dir };
-        local.wait_for_line("baton local ready", Duration::from_secs(60));
+        local.wait_for_line("baton local ready", Duration::from_secs(120));
         local
     }
 
@@ -252,7 +252,16 @@ async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops
     )
     .await;
     assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{body}");
-    let t = eventually_trace(&local, key, "succeeded", |t| t["record"]["state"] == "succeeded").await;
+    // Succeeded, its execution closed after its last report, and the early input's entry
+    // settled after it was applied.
+    let t = eventually_trace(&local, key, "succeeded", |t| {
+        t["record"]["state"] == "succeeded"
+            && t["executions"][0]["status"] == "SUCCEEDED"
+            && t["timeline"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|e| e["kind"] == "buffered" && e["status"] == "applied"))
+    })
+    .await;
     assert_eq!(
         transitions(&t),
         ["pending", "waiting{0}", "advancing{0}", "waiting{1}", "advancing{1}", "succeeded"],
@@ -285,7 +294,7 @@ async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops
 
     // Ctrl-C stops baton and the emulator it started.
     let endpoint = info.aws_endpoint.clone();
-    assert!(local.interrupt(Duration::from_secs(20)), "baton local did not stop on SIGINT");
+    assert!(local.interrupt(Duration::from_secs(60)), "baton local did not stop on SIGINT");
     assert!(!local.info_path.exists(), "local.json is removed on the way out");
     let reachable = std::net::TcpStream::connect(endpoint.trim_start_matches("http://")).is_ok();
     assert!(!reachable, "the emulator it started is stopped");
@@ -488,6 +497,16 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
         browser.screenshot(url, &png, width, height);
         println!("screenshot: {}", png.display());
     };
+    // Read at 800 px: nothing wider than the window (the page records its own scroll width).
+    let fits = |url: &str, page: &str| {
+        let dom = browser.dom(url, 800);
+        let widest: u32 = select(&dom, "body[data-scroll-width]")
+            .first()
+            .and_then(|b| b.value().attr("data-scroll-width"))
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(u32::MAX);
+        assert!(widest <= 800, "{page}: {widest} px wide in an 800 px window");
+    };
     let nothing_acts = |dom: &Html, page: &str| {
         assert!(select(dom, "button").is_empty(), "{page}: no button");
         for form in select(dom, "form") {
@@ -518,6 +537,7 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
     );
     assert!(only_text(&dom, "#recent tr[data-key=order-c1]").contains("waiting"));
     nothing_acts(&dom, "overview");
+    fits(&console, "overview");
     shot("console-overview-1280", &console, 1280, 900);
     shot("console-overview-800", &console, 800, 900);
     let dom = browser.dom(&format!("{console}?q=order-c9"), 1280);
@@ -537,6 +557,7 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
         .collect();
     assert_eq!(current, ["manual-review"]);
     nothing_acts(&dom, "record");
+    fits(&page, "record");
     shot("console-record-800", &page, 800, 1600);
     let dom = browser.dom(&format!("{console}record?workflow=order-review&key=order-c2"), 1280);
     assert_eq!(select(&dom, "#state [data-state=none]").len(), 1, "a key with only an early callback");
@@ -582,7 +603,9 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
     assert!(text(&rows[0]).contains("needs-human"), "the class in words: {}", text(&rows[0]));
     assert_eq!(select(&dom, "p[data-queue=progress]").len(), 1, "the progress DLQ is empty");
     nothing_acts(&dom, "dlq");
+    fits(&dlq, "dlq");
     shot("console-dlq-1280", &dlq, 1280, 700);
+    shot("console-dlq-800", &dlq, 800, 700);
     // Planning left the message where it was, visible again.
     let dom = browser.dom(&dlq, 1280);
     assert_eq!(

@@ -269,7 +269,7 @@ pub fn init_tracing() {
 
 /// The engine over real AWS clients.
 pub fn engine(sdk: &SdkConfig, settings: &Settings, config: Config, metrics: Metrics) -> Engine {
-    engine_with(sdk, settings, config, metrics, aws_sdk_sfn::Client::new(sdk))
+    engine_with(sdk, settings, config, metrics, crate::orchestrator::stepfunctions::client(sdk))
 }
 
 fn engine_with(
@@ -351,7 +351,7 @@ async fn cold_start() -> Result<Started, SettingsError> {
     let settings = Settings::from_env()?;
     let config = settings.config()?;
     let sdk = sdk_loader().load().await;
-    let sfn = aws_sdk_sfn::Client::new(&sdk);
+    let sfn = crate::orchestrator::stepfunctions::client(&sdk);
     let engine = Arc::new(engine_with(&sdk, &settings, config, Metrics::stdout(), sfn.clone()));
     Ok(Started { began, setup: began.elapsed(), settings, sdk, engine, sfn })
 }

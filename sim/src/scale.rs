@@ -6,6 +6,9 @@
 //! - that the sweeper reads in proportion to what is due, not to the records stored;
 //! - what `baton status` reads, counting each state up to its bound.
 //!
+//! - what Step Functions' token buckets (StartExecution, SendTask*) do to the same stream of
+//!   calls: how many wait, for how long, and that every one is served, none lost.
+//!
 //! Each workflow is the sample's two steps: start, `step_ready`, the review's callback, the next
 //! `step_ready`, the payment, the final report. Starts arrive at a steady rate; the review and the
 //! payment come a uniformly random while later. A share of workflows is left stuck `pending`
@@ -24,6 +27,132 @@ use crate::rng::Rng;
 
 /// One index partition takes this many writes a second (DynamoDB, docs/SCALE.md).
 pub const PARTITION_WRITES_PER_SECOND: u64 = 1_000;
+
+/// A Step Functions token bucket: it holds `capacity` calls and refills `refill` a second
+/// (docs/SCALE.md, us-east-1's defaults). A call over it is throttled: baton retries it, then
+/// leaves it in SQS or with its sender, so it waits rather than being lost.
+#[derive(Debug, Clone, Copy)]
+pub struct Bucket {
+    pub name: &'static str,
+    pub capacity: u64,
+    pub refill: u64,
+}
+
+/// StartExecution: 1,300, refilled 300 a second.
+pub const START_EXECUTION: Bucket = Bucket { name: "StartExecution", capacity: 1_300, refill: 300 };
+/// SendTaskSuccess (and SendTaskFailure, SendTaskHeartbeat, each its own): 3,000, 500 a second.
+pub const SEND_TASK_SUCCESS: Bucket = Bucket { name: "SendTaskSuccess", capacity: 3_000, refill: 500 };
+
+/// What a bucket did to the calls made of it, second by second: the calls it could not take in
+/// the second they were made waited, oldest first, for the seconds it refilled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Throttled {
+    pub calls: u64,
+    /// Calls not taken in the second they were made (each throttled at least once).
+    pub waited: u64,
+    pub max_backlog: u64,
+    /// The longest any call waited, in seconds.
+    pub longest_wait: i64,
+    /// The second (from the first call) by which every call was taken.
+    pub all_served_by: i64,
+}
+
+impl Bucket {
+    /// Runs `demand` (calls per second, by second) through the bucket, full at the start.
+    pub fn serve(&self, demand: &BTreeMap<i64, u64>) -> Throttled {
+        let mut out = Throttled::default();
+        let Some((&first, _)) = demand.first_key_value() else { return out };
+        let mut tokens = self.capacity;
+        let mut backlog: std::collections::VecDeque<(i64, u64)> = Default::default();
+        let mut second = first;
+        loop {
+            if let Some(&n) = demand.get(&second) {
+                out.calls += n;
+                backlog.push_back((second, n));
+            }
+            let mut waiting: u64 = backlog.iter().map(|(_, n)| n).sum();
+            while tokens > 0 && waiting > 0 {
+                let Some((made, n)) = backlog.front_mut() else { break };
+                let taken = (*n).min(tokens);
+                tokens -= taken;
+                waiting -= taken;
+                *n -= taken;
+                if *made < second {
+                    out.waited += taken;
+                    out.longest_wait = out.longest_wait.max(second - *made);
+                }
+                if *n == 0 {
+                    backlog.pop_front();
+                }
+            }
+            out.max_backlog = out.max_backlog.max(waiting);
+            if backlog.is_empty() && demand.range(second + 1..).next().is_none() {
+                out.all_served_by = second - first;
+                return out;
+            }
+            tokens = (tokens + self.refill).min(self.capacity);
+            second += 1;
+        }
+    }
+}
+
+/// Calls through a bucket one at a time, in the order they are made (the intake queue's
+/// order): each is taken at once if the bucket has a token, else it waits in SQS, oldest first,
+/// for the second the bucket refills. Gives the second each call was taken.
+struct Admission {
+    bucket: Bucket,
+    second: i64,
+    tokens: u64,
+    /// The seconds the calls still waiting at the latest call were taken, oldest first.
+    pending: std::collections::VecDeque<i64>,
+    first: Option<i64>,
+    out: Throttled,
+}
+
+impl Admission {
+    fn new(bucket: Bucket) -> Self {
+        Admission {
+            bucket,
+            second: i64::MIN,
+            tokens: bucket.capacity,
+            pending: Default::default(),
+            first: None,
+            out: Throttled::default(),
+        }
+    }
+
+    /// A call made in second `made` (not before the previous call's); the second it is taken.
+    fn admit(&mut self, made: i64) -> i64 {
+        self.first.get_or_insert(made);
+        if made > self.second {
+            let refills = if self.second == i64::MIN { 0 } else { (made - self.second) as u64 };
+            self.tokens = self
+                .tokens
+                .saturating_add(refills.saturating_mul(self.bucket.refill))
+                .min(self.bucket.capacity);
+            self.second = made;
+        }
+        while self.tokens == 0 {
+            self.second += 1;
+            self.tokens = self.bucket.refill.min(self.bucket.capacity);
+        }
+        self.tokens -= 1;
+        self.out.calls += 1;
+        if self.second > made {
+            self.out.waited += 1;
+            self.out.longest_wait = self.out.longest_wait.max(self.second - made);
+        }
+        while self.pending.front().is_some_and(|&taken| taken <= made) {
+            self.pending.pop_front();
+        }
+        self.pending.push_back(self.second);
+        // Waiting now: this call, if it waits, and every earlier one still waiting.
+        let waiting = if self.second > made { self.pending.len() as u64 } else { 0 };
+        self.out.max_backlog = self.out.max_backlog.max(waiting);
+        self.out.all_served_by = self.second - self.first.unwrap_or(made);
+        self.second
+    }
+}
 
 /// What to drive.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +186,9 @@ pub struct Report {
     pub all_entries: u64,
     /// The index entries `baton status` reads, counting each state up to [`COUNT_UP_TO`].
     pub status_entries: u64,
+    /// Step Functions' buckets, applied to the starts and to the resumes.
+    pub start_executions: Throttled,
+    pub resumes: Throttled,
 }
 
 /// One index write: at second `at`, on `partition`.
@@ -82,6 +214,10 @@ pub fn run(scale: Scale) -> Report {
         })
     };
     let mut writes: Vec<IndexWrite> = Vec::with_capacity(scale.workflows as usize * 11);
+    // Step Functions' buckets: the starts, in the order the events arrive; each step's resume
+    // (its callback), per second.
+    let mut starts = Admission::new(START_EXECUTION);
+    let mut resumes = BTreeMap::<i64, u64>::new();
     // Each record's state, due time and index partition at the tick.
     let mut last: Vec<(Kind, OffsetDateTime, u32)> = Vec::with_capacity(scale.workflows as usize);
     let end = t0 + Duration::seconds((scale.workflows / scale.rate.max(1)) as i64);
@@ -92,10 +228,15 @@ pub fn run(scale: Scale) -> Report {
     for i in 0..scale.workflows {
         let key = CorrelationKey::parse(format!("order-{i}")).expect("key");
         let pk = format!("WF#{workflow}#{key}");
-        let start = t0 + Duration::microseconds((i * 1_000_000 / scale.rate.max(1)) as i64);
+        let arrived = t0 + Duration::microseconds((i * 1_000_000 / scale.rate.max(1)) as i64);
+        // The record is written when the event arrives; its execution starts when
+        // StartExecution's bucket lets it (until then the event waits in the intake queue), and
+        // the rest of the workflow follows from there.
+        let taken = starts.admit((arrived - t0).whole_seconds());
+        let start = arrived.max(t0 + Duration::seconds(taken));
         let stuck = rng.below(1_000_000) < scale.stuck_per_million;
         let mut inputs =
-            vec![(start, Input::Start { event: EventId::parse(format!("evt-{i}")).expect("id") })];
+            vec![(arrived, Input::Start { event: EventId::parse(format!("evt-{i}")).expect("id") })];
         if !stuck {
             let review = start + Duration::seconds(rng.range(60, 3_600));
             let paid = review + Duration::seconds(rng.range(60, 7_200));
@@ -140,6 +281,10 @@ pub fn run(scale: Scale) -> Report {
         let mut entry: Option<(u32, OffsetDateTime)> = None;
         let mut at_tick: Option<(Kind, OffsetDateTime, u32)> = None;
         for (at, input) in inputs {
+            let second = (at - t0).whole_seconds();
+            if let Input::StepInput { .. } = &input {
+                *resumes.entry(second).or_default() += 1;
+            }
             let decision = lifecycle::decide(&plan, (&workflow, &key), record.as_ref(), &input, at);
             let Some(write) = decision.write else {
                 panic!("{input:?} did not write on {:?}", record.map(|r| r.state))
@@ -149,7 +294,6 @@ pub fn run(scale: Scale) -> Report {
             let due_at = baton::store::memory::due_at(&to);
             let partition = intern(due_kind(&format!("record#{kind}"), &pk, scale.shards));
             // An index entry moved (its key changed) is a delete and a put; a new one, a put.
-            let second = (at - t0).whole_seconds();
             if let Some((old, _)) = entry {
                 writes.push(IndexWrite { at: second, partition: old });
             }
@@ -163,8 +307,13 @@ pub fn run(scale: Scale) -> Report {
         last.extend(at_tick);
     }
 
-    let mut report =
-        Report { index_writes: writes.len() as u64, records: scale.workflows, ..Report::default() };
+    let mut report = Report {
+        index_writes: writes.len() as u64,
+        records: scale.workflows,
+        start_executions: starts.out.clone(),
+        resumes: SEND_TASK_SUCCESS.serve(&resumes),
+        ..Report::default()
+    };
     let mut per_second: HashMap<(u32, i64), u64> = HashMap::new();
     for w in &writes {
         *per_second.entry((w.partition, w.at)).or_default() += 1;
@@ -212,8 +361,8 @@ pub fn run(scale: Scale) -> Report {
 /// The report, as `make scale` prints it.
 pub fn print(scale: &Scale, r: &Report) {
     println!(
-        "{} workflows at {} starts/s, by_due over {} shard(s) per state ({} stuck pending):",
-        scale.workflows, scale.rate, scale.shards, r.due
+        "{} workflows at {} starts/s, by_due over {} shard(s) per state, {} per million never reported:",
+        scale.workflows, scale.rate, scale.shards, scale.stuck_per_million
     );
     println!("  index writes                       {:>12}", r.index_writes);
     println!("  busiest partition-second           {:>12}  ({})", r.peak.1, r.peak.0);
@@ -224,11 +373,69 @@ pub fn print(scale: &Scale, r: &Report) {
     println!("  counting live states to the end    {:>12} index entries", r.live_entries);
     println!("  counting every state to the end    {:>12} index entries", r.all_entries);
     println!("  baton status (up to {COUNT_UP_TO} a state)   {:>12} index entries", r.status_entries);
+    for (bucket, t) in [(START_EXECUTION, &r.start_executions), (SEND_TASK_SUCCESS, &r.resumes)] {
+        println!(
+            "  Step Functions {:<15} (bucket {}, {}/s): {} calls, {} waited (most waiting at once {}, longest wait {} s), all served {} s after the first",
+            bucket.name,
+            bucket.capacity,
+            bucket.refill,
+            t.calls,
+            t.waited,
+            t.max_backlog,
+            t.longest_wait,
+            t.all_served_by
+        );
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bucket_takes_a_burst_up_to_its_size_then_its_refill_and_serves_every_call_in_order() {
+        let bucket = Bucket { name: "b", capacity: 10, refill: 4 };
+        let demand = BTreeMap::from([(0, 25), (5, 2)]);
+        let t = bucket.serve(&demand);
+        // Second 0 takes 10; 15 wait: 4 in each of seconds 1-3, the last 3 in second 4 (which
+        // refills to 4); second 5 has 1 token left over plus 4.
+        assert_eq!(t.calls, 27);
+        assert_eq!(t.waited, 15);
+        assert_eq!(t.max_backlog, 15);
+        assert_eq!(t.longest_wait, 4);
+        assert_eq!(t.all_served_by, 5);
+        let calm = bucket.serve(&BTreeMap::from([(0, 4), (1, 4), (2, 4)]));
+        assert_eq!((calm.waited, calm.longest_wait), (0, 0), "within the refill nothing waits");
+    }
+
+    #[test]
+    fn calls_admitted_one_by_one_are_taken_in_order_as_the_bucket_refills() {
+        let mut admission = Admission::new(Bucket { name: "b", capacity: 2, refill: 1 });
+        let taken: Vec<i64> = [0, 0, 0, 0, 5].into_iter().map(|made| admission.admit(made)).collect();
+        assert_eq!(taken, [0, 0, 1, 2, 5], "two at once, then one a second; the bucket refilled by 5");
+        let out = admission.out;
+        assert_eq!(
+            (out.calls, out.waited, out.longest_wait, out.max_backlog, out.all_served_by),
+            (5, 2, 2, 2, 5)
+        );
+    }
+
+    #[test]
+    fn the_sustained_rate_passes_step_functions_and_four_times_it_waits_in_sqs() {
+        let at = |rate| run(Scale { workflows: 30_000, rate, shards: 8, stuck_per_million: 0, seed: 3 });
+        let sustained = at(250);
+        assert_eq!(sustained.start_executions.waited, 0, "{:?}", sustained.start_executions);
+        assert_eq!(sustained.resumes.waited, 0, "{:?}", sustained.resumes);
+        let over = at(1_000);
+        assert_eq!(over.start_executions.calls, 30_000);
+        assert!(
+            over.start_executions.waited > 0,
+            "over StartExecution's refill, starts wait: {:?}",
+            over.start_executions
+        );
+        // Every call is served in the end: 30,000 starts at 300 a second after the burst of 1,300.
+        assert!(over.start_executions.all_served_by >= (30_000 - 1_300) / 300);
+    }
 
     #[test]
     fn sharding_spreads_a_states_writes_and_the_sweeper_reads_only_what_is_due() {

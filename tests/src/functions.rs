@@ -24,8 +24,8 @@ use crate::system::{System, TEST_SECRET, start_system_with};
 use crate::{Emulator, unique_name};
 
 /// How long a binary may take to start, and to answer one invocation, on a loaded machine.
-const READY: Duration = Duration::from_secs(60);
-const ANSWER: Duration = Duration::from_secs(60);
+const READY: Duration = Duration::from_secs(90);
+const ANSWER: Duration = Duration::from_secs(90);
 const WAIT: Duration = Duration::from_secs(90);
 
 /// A stack for the config the binaries embed, with the intake and progress handlers paused.
@@ -199,9 +199,9 @@ pub async fn intake_scenario(binary: &str) {
 async fn started(system: &System, key: &str) {
     system.send_event(&placed(key)).await;
     let intake = system.baton.handlers.get("IntakeFunction").expect("intake").clone();
-    let messages = system.drain_queue("IntakeQueue").await;
-    let arn = system.baton.provisioned.queues.get("IntakeQueue").expect("the queue").arn.clone();
-    let answer = system.deliver(intake.as_ref(), baton_local::mapping::to_event(&messages, &arn)).await;
+    let event: aws_lambda_events::event::sqs::SqsEvent =
+        serde_json::from_value(sqs_event(system, "IntakeQueue", 1).await).expect("an SQS event");
+    let answer = system.deliver(intake.as_ref(), event).await;
     assert!(answer.batch_item_failures.is_empty(), "the start applies: {answer:?}");
 }
 

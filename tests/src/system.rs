@@ -114,7 +114,24 @@ async fn launch(
     let baton = LocalBaton::start(&load_template(), &clients, options)
         .await
         .unwrap_or_else(|e| panic!("baton: {e:?}"));
+    if let Some(api_url) = &baton.api_url {
+        callbacks_answer(api_url).await;
+    }
     (baton, dir)
+}
+
+/// Waits, up to [`WAIT`], until the callback API answers as it does once started: the callback
+/// function reads its webhook secrets from Secrets Manager as it starts, and answers 503 until
+/// that read succeeds (it is tried again within seconds). An unsigned request is then refused
+/// 401, so tests that send one attempt and check its answer see what they test, not a start.
+async fn callbacks_answer(api_url: &str) {
+    let url = format!("{api_url}/v1/callbacks");
+    let reply = eventually("the callback API to answer", WAIT, || async {
+        let reply = crate::http::post(&url, &[], b"{}".to_vec()).await;
+        (reply.status != 503).then_some(reply)
+    })
+    .await;
+    assert_eq!(reply.status, 401, "an unsigned callback is refused: {}", reply.body);
 }
 impl System {
     pub fn queue_url(&self, logical_id: &str) -> String {
@@ -189,6 +206,17 @@ impl System {
             .await
             .expect("list executions")
             .executions
+    }
+
+    /// Waits, up to [`WAIT`], until the workflow's newest execution has ended `status`
+    /// (`SUCCEEDED`, `FAILED`, ...): a state machine sends its final report to baton, then ends,
+    /// so a terminal record can be seen a moment before its execution closes.
+    pub async fn execution_ended(&self, workflow: &str, status: &str) {
+        eventually(&format!("the {workflow} execution {status}"), WAIT, || async {
+            let executions = self.executions(workflow).await;
+            (executions.first()?.status().as_str() == status).then_some(())
+        })
+        .await
     }
 
     /// Every message on a queue right now (received and kept invisible for a minute).

@@ -24,8 +24,9 @@ use baton::orchestrator::{
 use baton_tests::{Emulator, unique_name};
 use serde_json::{Value, json};
 
-/// How long a test waits for anything the emulator does asynchronously.
-const PATIENCE: Duration = Duration::from_secs(10);
+/// How long a test waits for anything the emulator does asynchronously: generous, as a loaded
+/// machine needs, since only a failing test waits this long.
+const PATIENCE: Duration = Duration::from_secs(90);
 const POLL: Duration = Duration::from_millis(100);
 
 /// The shape of a test's state machine.
@@ -403,30 +404,31 @@ async fn failure_fails_the_execution_with_that_error() -> Result<()> {
 // 5. Heartbeats keep a task alive past HeartbeatSeconds; when they stop, the task times out.
 #[tokio::test]
 async fn heartbeats_keep_a_task_alive_until_they_stop() -> Result<()> {
-    // Given a task with HeartbeatSeconds 2 and a much longer TimeoutSeconds, whose message has
-    // been received
-    let fx = Fixture::new(Machine { timeout_seconds: 60, heartbeat_seconds: Some(2), ..Machine::default() })
-        .await?;
+    // Given a task with HeartbeatSeconds 10 and a much longer TimeoutSeconds, whose message has
+    // been received (10 s: each beat has seconds to spare on a loaded machine)
+    let fx =
+        Fixture::new(Machine { timeout_seconds: 300, heartbeat_seconds: Some(10), ..Machine::default() })
+            .await?;
     let arn = fx.start(json!({"order": 5})).await?;
     let task = fx.next_task().await?;
 
     // The first heartbeat may still race moto registering the token just after it sent the
-    // message (EMULATOR.md): retry InvalidToken for a moment, a bounded number of times.
-    let mut attempts = 0;
+    // message (EMULATOR.md): retry InvalidToken while the execution runs, for a bounded time.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         match fx.orch.send_task_heartbeat(&task.token).await {
             Ok(()) => break,
-            Err(OrchestratorError::TokenGone { .. }) if attempts < 20 => {
-                attempts += 1;
+            Err(OrchestratorError::TokenGone { .. }) if tokio::time::Instant::now() < deadline => {
+                assert_eq!(fx.orch.describe(&arn).await?.status, ExecutionStatus::Running);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(e) => return Err(e.into()),
         }
     }
 
-    // When heartbeats follow every ~1 s for ~3 s, longer than HeartbeatSeconds
-    for _ in 0..3 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    // When heartbeats follow every ~2 s for ~14 s, longer than HeartbeatSeconds
+    for _ in 0..7 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
         fx.orch.send_task_heartbeat(&task.token).await?;
     }
 
@@ -479,8 +481,8 @@ async fn a_task_timeout_surfaces_as_states_timeout() -> Result<()> {
 // 6b. The execution's own deadline is a different status: TIMED_OUT.
 #[tokio::test]
 async fn an_execution_timeout_surfaces_as_timed_out() -> Result<()> {
-    // Given a state machine whose own TimeoutSeconds is 1, waiting on a task with a longer one
-    let fx = Fixture::new(Machine { execution_timeout_seconds: Some(1), ..Machine::default() }).await?;
+    // Given a state machine whose own TimeoutSeconds is 5, waiting on a task with a longer one
+    let fx = Fixture::new(Machine { execution_timeout_seconds: Some(5), ..Machine::default() }).await?;
     let arn = fx.start(json!({"order": 60})).await?;
     let task = fx.next_task().await?;
 

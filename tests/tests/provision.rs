@@ -3,13 +3,13 @@
 //! what is there.
 
 use std::path::Path;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::types::TimeToLiveStatus;
 use aws_sdk_sfn::types::ExecutionStatus;
 use aws_sdk_sqs::types::QueueAttributeName;
 use baton_local::{ProvisionError, Provisioned, provision};
 use baton_tests::stack::{clients, provision_stack, provision_stack_at, workspace_dir};
+use baton_tests::system::{WAIT, eventually};
 use baton_tests::{Emulator, unique_name};
 use serde_json::Value;
 
@@ -220,28 +220,20 @@ async fn executions_see_the_substituted_state_machine_and_a_changed_definition_i
         clients.sfn.start_execution().state_machine_arn(&machine.arn).input("{}").send().await.unwrap();
 
     // Then it runs the substituted definition: its message arrives on the stack's progress queue
-    let mut body = None;
-    for _ in 0..50 {
+    let body = eventually("a message on the progress queue", WAIT, || async {
         let received = clients.sqs.receive_message().queue_url(progress).send().await.unwrap();
-        if let Some(message) = received.messages().first() {
-            body = message.body().map(str::to_owned);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let body: Value = serde_json::from_str(&body.expect("a message on the progress queue")).unwrap();
+        received.messages().first().and_then(|m| m.body().map(str::to_owned))
+    })
+    .await;
+    let body: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["marker"], "first");
-    let mut status = None;
-    for _ in 0..50 {
+    let status = eventually("the execution to close", WAIT, || async {
         let described =
             clients.sfn.describe_execution().execution_arn(execution.execution_arn()).send().await.unwrap();
-        status = Some(described.status().clone());
-        if status != Some(ExecutionStatus::Running) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(status, Some(ExecutionStatus::Succeeded));
+        Some(described.status().clone()).filter(|s| *s != ExecutionStatus::Running)
+    })
+    .await;
+    assert_eq!(status, ExecutionStatus::Succeeded);
 
     // And when the definition file changes and the stack is provisioned again
     write_definition(&root, &reporting_definition("second"));

@@ -32,9 +32,9 @@ async fn dead_letters(system: &System, queue: &str) -> Vec<String> {
 }
 
 /// Step Functions refuses every start of this execution for a while, over the account's quota of
-/// open executions (`ExecutionLimitExceeded`): the event fails on every receive, and on the last
-/// a copy goes back to the intake queue instead of the dead-letter queue; once the quota
-/// allows, the workflow starts.
+/// open executions (`ExecutionLimitExceeded`): each receive retries the start with the SDK's
+/// jittered backoff, as a throttle, then fails; on the last receive a copy goes back to the
+/// intake queue instead of the dead-letter queue; once the quota allows, the workflow starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_refused_over_quota_on_every_receive_goes_back_to_its_queue_and_starts_later() {
     captured();
@@ -42,13 +42,18 @@ async fn a_start_refused_over_quota_on_every_receive_goes_back_to_its_queue_and_
     let system = start_system_env(CONFIG, &[("BATON_REQUEUE_DELAY_SECONDS", "1")]).await;
     let key = baton_tests::unique_name("quota");
     let receives = u64::from(baton::sqs::DEFAULT_MAX_RECEIVE_COUNT);
+    let refusals = receives * u64::from(baton::runtime::SDK_MAX_ATTEMPTS);
     let rule = emulator
         .inject(json!({"operation": "AWSStepFunctions.StartExecution", "match": [key], "throttle": true,
-            "code": "ExecutionLimitExceeded", "message": "Execution limit exceeded", "times": receives}))
+            "code": "ExecutionLimitExceeded", "message": "Execution limit exceeded", "times": refusals}))
         .await;
     system.send_event(&placed(&key)).await;
     state_is(&system, &key, State::Waiting { step: 0 }).await;
-    assert_eq!(emulator.fault_hits(rule).await, receives, "refused on each of the message's receives");
+    assert_eq!(
+        emulator.fault_hits(rule).await,
+        refusals,
+        "refused on every attempt of each of the message's receives: the SDK retried it as a throttle"
+    );
     let requeued = baton_tests::logs::captured()
         .lines()
         .into_iter()
@@ -61,27 +66,38 @@ async fn a_start_refused_over_quota_on_every_receive_goes_back_to_its_queue_and_
     system.stop().await;
 }
 
-/// DynamoDB throttles half of the record writes of a burst of workflows (a hot partition):
-/// the SDK's backoff and SQS's redelivery carry every one through, none dead-lettered.
+/// DynamoDB throttles half of the record writes of a burst of workflows, as a hot partition
+/// does (`ProvisionedThroughputExceededException`) and as the account's request limit does
+/// (`RequestLimitExceeded`): the SDK's backoff and SQS's redelivery carry every one through,
+/// none dead-lettered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_with_half_its_record_writes_throttled_starts_every_workflow_once() {
     let emulator = Emulator::from_env();
     let system = start_system(CONFIG).await;
     let prefix = baton_tests::unique_name("burst");
-    let rule = emulator
+    let hot = emulator
         .inject(
-            json!({"operation": "DynamoDB_20120810.PutItem", "match": [prefix, "RECORD"], "throttle": true,
-            "share": 0.5}),
+            json!({"operation": "DynamoDB_20120810.PutItem", "match": [format!("{prefix}-hot"), "RECORD"],
+            "throttle": true, "share": 0.5}),
         )
         .await;
-    let keys: Vec<String> = (0..8).map(|i| format!("{prefix}-{i}")).collect();
+    let limited = emulator
+        .inject(
+            json!({"operation": "DynamoDB_20120810.PutItem", "match": [format!("{prefix}-limit"), "RECORD"],
+            "throttle": true, "share": 0.5, "code": "com.amazonaws.dynamodb.v20120810#RequestLimitExceeded",
+            "message": "Throughput exceeds the current throughput limit for your account."}),
+        )
+        .await;
+    let keys: Vec<String> =
+        (0..8).map(|i| format!("{prefix}-{}-{i}", if i % 2 == 0 { "hot" } else { "limit" })).collect();
     for key in &keys {
         system.send_event(&placed(key)).await;
     }
     for key in &keys {
         state_is(&system, key, State::Waiting { step: 0 }).await;
     }
-    assert!(emulator.fault_hits(rule).await > 0, "the writes were throttled");
+    assert!(emulator.fault_hits(hot).await > 0, "the writes were throttled");
+    assert!(emulator.fault_hits(limited).await > 0, "the writes were over the account's limit");
     let started = system.executions("order-review").await;
     for key in &keys {
         assert_eq!(
@@ -118,5 +134,58 @@ async fn a_throttled_callback_gets_503_with_retry_after_and_its_retry_is_applied
     let (status, again) = system.callback("cb-throttled", &review).await;
     assert_eq!((status, again["status"].as_str()), (200, Some("applied")), "{again}");
     state_is(&system, &key, State::Waiting { step: 1 }).await;
+    system.stop().await;
+}
+
+/// Step Functions throttles the resumes (`ThrottlingException`, its SendTask* token bucket: the
+/// limit that binds first, docs/SCALE.md). A resume throttled on all but its last attempt is
+/// carried by the SDK's backoff; one throttled past every attempt is owed by the record (the
+/// callback's write landed, so it is answered `applied`) and the sweeper delivers it; an event
+/// whose resume is throttled comes back through its queue. Nothing is lost, nothing
+/// dead-lettered, and each step is resumed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once() {
+    captured();
+    let emulator = Emulator::from_env();
+    let config = CONFIG.replace(
+        "requires: [payment_ref]\n",
+        "requires: [payment_ref]\n        accepts_events: { type: [\"payment.settled\"] }\n",
+    );
+    let system = start_system(&config).await;
+    let key = baton_tests::unique_name("resume-throttle");
+    let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
+    system.send_event(&placed(&key)).await;
+    state_is(&system, &key, State::Waiting { step: 0 }).await;
+
+    // Throttled on all but the last attempt: the SDK carries it.
+    let decision = format!("approve-{key}");
+    let rule = emulator
+        .inject(
+            json!({"operation": "AWSStepFunctions.SendTaskSuccess", "match": [decision], "throttle": true,
+            "times": attempts - 1}),
+        )
+        .await;
+    let review = json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": "succeeded",
+        "data": {"decision": decision}});
+    let (status, body) = system.callback("cb-resume-throttled", &review).await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{body}");
+    assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts - 1), "the SDK retried the throttle");
+    state_is(&system, &key, State::Waiting { step: 1 }).await;
+
+    // The payment event's resume, throttled on every attempt of its first delivery.
+    let payment = format!("pay-{key}");
+    let rule = emulator
+        .inject(json!({"operation": "AWSStepFunctions.SendTaskSuccess", "match": [payment], "throttle": true,
+            "times": attempts}))
+        .await;
+    let settled = json!({"specversion": "1.0", "id": format!("settled-{key}"), "source": "bank",
+        "type": "payment.settled", "subject": key, "data": {"payment_ref": payment}})
+    .to_string();
+    system.send_event(&settled).await;
+    state_is(&system, &key, State::Succeeded).await;
+    assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts), "throttled on every attempt once");
+    assert_eq!(system.resumes("order-review", &key).await, 2, "one resume per step");
+    assert_eq!(dead_letters(&system, "IntakeDLQ").await, Vec::<String>::new(), "nothing dead-lettered");
+    assert_eq!(dead_letters(&system, "ProgressDLQ").await, Vec::<String>::new(), "nothing dead-lettered");
     system.stop().await;
 }

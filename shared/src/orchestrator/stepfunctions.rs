@@ -45,6 +45,39 @@ use crate::ids::TaskToken;
 /// Longest `cause` kept in a [`HistoryEvent::detail`].
 const MAX_DETAIL_CAUSE: usize = 200;
 
+/// The Step Functions client baton calls with: the SDK's configuration (its standard retries,
+/// [`crate::runtime::sdk_loader`]), and `ExecutionLimitExceeded` retried as a throttle. The SDK
+/// retries the service's `ThrottlingException` with jittered backoff on its own, but not a start
+/// refused over the account's quota of open executions, which clears as executions close: that
+/// one gets the same bounded, jittered retries before it surfaces (as
+/// [`OrchestratorError::Throttled`], which brings the message back through its queue).
+pub fn client(sdk: &aws_config::SdkConfig) -> Client {
+    let config = aws_sdk_sfn::config::Builder::from(sdk).retry_classifier(OverQuotaIsAThrottle).build();
+    Client::from_conf(config)
+}
+
+/// Classifies `StartExecution`'s `ExecutionLimitExceeded` as a throttling error ([`client`]).
+#[derive(Debug)]
+struct OverQuotaIsAThrottle;
+
+impl aws_smithy_runtime_api::client::retries::classifiers::ClassifyRetry for OverQuotaIsAThrottle {
+    fn classify_retry(
+        &self,
+        ctx: &aws_smithy_runtime_api::client::interceptors::context::InterceptorContext,
+    ) -> aws_smithy_runtime_api::client::retries::classifiers::RetryAction {
+        use aws_smithy_runtime_api::client::orchestrator::OrchestratorError as Failure;
+        use aws_smithy_runtime_api::client::retries::classifiers::RetryAction;
+        let over_quota = matches!(ctx.output_or_error(), Some(Err(e)) if Failure::as_operation_error(e)
+            .and_then(|e| e.downcast_ref::<StartExecutionError>())
+            .is_some_and(|e| matches!(e, StartExecutionError::ExecutionLimitExceeded(_))));
+        if over_quota { RetryAction::throttling_error() } else { RetryAction::NoActionIndicated }
+    }
+
+    fn name(&self) -> &'static str {
+        "ExecutionLimitExceeded is a throttle"
+    }
+}
+
 /// Step Functions, through one SDK client built once at start-up.
 #[derive(Debug, Clone)]
 pub struct StepFunctions {
