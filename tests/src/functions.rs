@@ -224,6 +224,15 @@ pub async fn progress_scenario(binary: &str) {
     assert_eq!(tasks[0]["type"], "baton.task.created");
     assert_eq!(tasks[0]["id"], format!("order-review/{key}/g1/manual-review"));
     log_event(&function, "task created and published").await;
+
+    // The same step_ready again, as SQS redelivers it: a duplicate, counted, no second task.
+    let again = invoke(&function, &event).await;
+    assert_eq!(response(&again), &json!({"batchItemFailures": []}), "stderr: {:?}", function.stderr());
+    logged(&function, "an EMF line for DuplicateInputs", |l| {
+        emf_metrics(std::slice::from_ref(l)).iter().any(|m| m == "DuplicateInputs")
+    })
+    .await;
+    assert!(system.drain_queue("OutboundQueue").await.is_empty(), "the task is not published again");
     assert_json_stdout(&function);
     function.stop().await;
     system.stop().await;
@@ -286,12 +295,33 @@ pub async fn callback_scenario(binary: &str) {
     let function = start(binary, "CallbackFunction", &environment(&system, "CallbackFunction")).await;
     let callback = json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": "succeeded",
                           "data": {"decision": "approve"}});
-    let (status, body) = signed_callback(&function, &unique_name("cb"), &callback).await;
+    let id = unique_name("cb");
+    let (status, body) = signed_callback(&function, &id, &callback).await;
     assert_eq!(
         (status, body["status"].as_str(), body["state"].as_str()),
         (200, Some("applied"), Some("advancing{0}")),
         "{body}"
     );
+    // Its effects on the emulator: the record advanced with the input, and the execution was
+    // resumed once (progress is paused, so the record stays advancing).
+    let record = system.record("order-review", &key).await.expect("the record");
+    assert_eq!(record.state, State::Advancing { step: 0 });
+    assert_eq!(record.inputs["decision"], "approve");
+    system
+        .until("the execution resumed", || async {
+            (system.resumes("order-review", &key).await == 1).then_some(())
+        })
+        .await;
+
+    // A callback for a key nothing has started yet: buffered (202), counted.
+    let early = json!({"workflow": "order-review", "key": unique_name("early"), "step": "manual-review",
+                       "outcome": "succeeded", "data": {"decision": "approve"}});
+    let (status, body) = signed_callback(&function, &unique_name("cb"), &early).await;
+    assert_eq!((status, body["status"].as_str()), (202, Some("buffered")), "{body}");
+    logged(&function, "an EMF line for InputsBuffered", |l| {
+        emf_metrics(std::slice::from_ref(l)).iter().any(|m| m == "InputsBuffered")
+    })
+    .await;
 
     let text = callback.to_string();
     let forged = [
