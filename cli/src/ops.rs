@@ -52,24 +52,47 @@ pub fn human(d: Duration) -> String {
     }
 }
 
-/// How many `by_due` shards to read: `BATON_DUE_SHARDS` when set, else the most any of the
-/// stack's functions registered in its table (the template's `DueShards`), else the default 8.
-/// The operator commands read them all.
+/// How many `by_due` shards to read: the most any of the stack's functions registered in its
+/// table (the template's `DueShards`), or `BATON_DUE_SHARDS` if that is more (a stack whose
+/// functions predate the registration), else the default 8. The operator commands read them all.
 pub async fn due_shards(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<u32> {
-    if std::env::var_os("BATON_DUE_SHARDS").is_some_and(|v| !v.is_empty()) {
-        return Ok(baton::runtime::due_shards(&|name| std::env::var(name).ok())?);
-    }
-    let registered = DynamoStore::new(client.clone(), table)
-        .registered_due_shards()
-        .await
-        .with_context(|| format!("cannot read the shard count the functions registered in {table}"))?;
-    Ok(registered.unwrap_or(baton::store::dynamodb::DEFAULT_DUE_SHARDS))
+    let registered = registered_due_shards(client, table).await?;
+    Ok(match (registered, env_due_shards()?) {
+        (Some(n), Some(asked)) => n.max(asked),
+        (Some(n), None) | (None, Some(n)) => n,
+        (None, None) => baton::store::dynamodb::DEFAULT_DUE_SHARDS,
+    })
+}
+
+/// How many shards an operator's writes (replay, redrive, cancel) spread `by_due` entries over:
+/// the functions' own count, as they registered it, so that their sweeper reads every record an
+/// operator writes; `BATON_DUE_SHARDS`, else the default, only where no function registered one.
+pub async fn write_due_shards(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<u32> {
+    Ok(match registered_due_shards(client, table).await? {
+        Some(n) => n,
+        None => env_due_shards()?.unwrap_or(baton::store::dynamodb::DEFAULT_DUE_SHARDS),
+    })
 }
 
 /// The stack's table, read across every `by_due` shard its functions write ([`due_shards`]).
 pub async fn store(client: aws_sdk_dynamodb::Client, table: &str) -> Result<DynamoStore> {
     let shards = due_shards(&client, table).await?;
     Ok(DynamoStore::new(client, table).with_due_shards(shards))
+}
+
+async fn registered_due_shards(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Option<u32>> {
+    DynamoStore::new(client.clone(), table)
+        .registered_due_shards()
+        .await
+        .with_context(|| format!("cannot read the shard count the functions registered in {table}"))
+}
+
+/// `BATON_DUE_SHARDS`, when set (and not empty).
+fn env_due_shards() -> Result<Option<u32>> {
+    if std::env::var_os("BATON_DUE_SHARDS").is_none_or(|v| v.is_empty()) {
+        return Ok(None);
+    }
+    Ok(Some(baton::runtime::due_shards(&|name| std::env::var(name).ok())?))
 }
 
 /// Step names by workflow and index, from the config when one could be read.

@@ -131,7 +131,8 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
         webhook_secrets_ttl: baton::secrets::DEFAULT_TTL,
         source_queue_url: None,
         requeue_delay_seconds: baton::sqs::REQUEUE_DELAY_SECONDS,
-        due_shards: crate::ops::due_shards(
+        // Writes spread as the functions' do, so that their sweeper reads what a replay writes.
+        due_shards: crate::ops::write_due_shards(
             &aws_sdk_dynamodb::Client::new(&sdk),
             target.table.as_deref().unwrap_or_default(),
         )

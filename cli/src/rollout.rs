@@ -68,7 +68,8 @@ pub struct Report {
     /// Whether live records were counted.
     pub counted: bool,
     /// Every live record per (workflow, config version), whatever the changes touch; null when
-    /// not counted. A version with none here can be retired (docs/RUNBOOK.md).
+    /// not counted. A version with none here runs nothing: its state machine version can be
+    /// deleted, its registered config item never (docs/RUNBOOK.md).
     pub live: Option<Vec<LiveVersion>>,
     #[serde(flatten)]
     pub plan: RolloutPlan,

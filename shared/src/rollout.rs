@@ -101,8 +101,8 @@ impl Live {
         Live { counts: Some(counts) }
     }
 
-    /// Every live record counted, per (workflow, config version): what retiring a version waits
-    /// for (docs/RUNBOOK.md). `None` if not counted.
+    /// Every live record counted, per (workflow, config version): what deleting a version's
+    /// state machine version waits for (docs/RUNBOOK.md). `None` if not counted.
     pub fn by_version(&self) -> Option<Vec<LiveVersion>> {
         let counts = self.counts.as_ref()?;
         let mut out: BTreeMap<(String, String), u64> = BTreeMap::new();

@@ -43,8 +43,8 @@ pub const START_EXECUTION: Bucket = Bucket { name: "StartExecution", capacity: 1
 /// SendTaskSuccess (and SendTaskFailure, SendTaskHeartbeat, each its own): 3,000, 500 a second.
 pub const SEND_TASK_SUCCESS: Bucket = Bucket { name: "SendTaskSuccess", capacity: 3_000, refill: 500 };
 
-/// What a bucket did to the calls made of it, second by second: the calls it could not take in
-/// the second they were made waited, oldest first, for the seconds it refilled.
+/// What a bucket did to the calls made of it ([`Admission`]): the calls it could not take in the
+/// second they were made waited, oldest first, for the seconds it refilled.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Throttled {
     pub calls: u64,
@@ -55,45 +55,6 @@ pub struct Throttled {
     pub longest_wait: i64,
     /// The second (from the first call) by which every call was taken.
     pub all_served_by: i64,
-}
-
-impl Bucket {
-    /// Runs `demand` (calls per second, by second) through the bucket, full at the start.
-    pub fn serve(&self, demand: &BTreeMap<i64, u64>) -> Throttled {
-        let mut out = Throttled::default();
-        let Some((&first, _)) = demand.first_key_value() else { return out };
-        let mut tokens = self.capacity;
-        let mut backlog: std::collections::VecDeque<(i64, u64)> = Default::default();
-        let mut second = first;
-        loop {
-            if let Some(&n) = demand.get(&second) {
-                out.calls += n;
-                backlog.push_back((second, n));
-            }
-            let mut waiting: u64 = backlog.iter().map(|(_, n)| n).sum();
-            while tokens > 0 && waiting > 0 {
-                let Some((made, n)) = backlog.front_mut() else { break };
-                let taken = (*n).min(tokens);
-                tokens -= taken;
-                waiting -= taken;
-                *n -= taken;
-                if *made < second {
-                    out.waited += taken;
-                    out.longest_wait = out.longest_wait.max(second - *made);
-                }
-                if *n == 0 {
-                    backlog.pop_front();
-                }
-            }
-            out.max_backlog = out.max_backlog.max(waiting);
-            if backlog.is_empty() && demand.range(second + 1..).next().is_none() {
-                out.all_served_by = second - first;
-                return out;
-            }
-            tokens = (tokens + self.refill).min(self.capacity);
-            second += 1;
-        }
-    }
 }
 
 /// Calls through a bucket one at a time, in the order they are made (the intake queue's
@@ -215,9 +176,9 @@ pub fn run(scale: Scale) -> Report {
     };
     let mut writes: Vec<IndexWrite> = Vec::with_capacity(scale.workflows as usize * 11);
     // Step Functions' buckets: the starts, in the order the events arrive; each step's resume
-    // (its callback), per second.
+    // (its callback), in the order they are made, once all are known.
     let mut starts = Admission::new(START_EXECUTION);
-    let mut resumes = BTreeMap::<i64, u64>::new();
+    let mut resumes: Vec<i64> = Vec::with_capacity(scale.workflows as usize * 2);
     // Each record's state, due time and index partition at the tick.
     let mut last: Vec<(Kind, OffsetDateTime, u32)> = Vec::with_capacity(scale.workflows as usize);
     let end = t0 + Duration::seconds((scale.workflows / scale.rate.max(1)) as i64);
@@ -283,7 +244,7 @@ pub fn run(scale: Scale) -> Report {
         for (at, input) in inputs {
             let second = (at - t0).whole_seconds();
             if let Input::StepInput { .. } = &input {
-                *resumes.entry(second).or_default() += 1;
+                resumes.push(second);
             }
             let decision = lifecycle::decide(&plan, (&workflow, &key), record.as_ref(), &input, at);
             let Some(write) = decision.write else {
@@ -311,7 +272,14 @@ pub fn run(scale: Scale) -> Report {
         index_writes: writes.len() as u64,
         records: scale.workflows,
         start_executions: starts.out.clone(),
-        resumes: SEND_TASK_SUCCESS.serve(&resumes),
+        resumes: {
+            resumes.sort_unstable();
+            let mut admission = Admission::new(SEND_TASK_SUCCESS);
+            for made in resumes {
+                admission.admit(made);
+            }
+            admission.out
+        },
         ..Report::default()
     };
     let mut per_second: HashMap<(u32, i64), u64> = HashMap::new();
@@ -394,9 +362,11 @@ mod tests {
 
     #[test]
     fn a_bucket_takes_a_burst_up_to_its_size_then_its_refill_and_serves_every_call_in_order() {
-        let bucket = Bucket { name: "b", capacity: 10, refill: 4 };
-        let demand = BTreeMap::from([(0, 25), (5, 2)]);
-        let t = bucket.serve(&demand);
+        let mut admission = Admission::new(Bucket { name: "b", capacity: 10, refill: 4 });
+        for made in std::iter::repeat_n(0, 25).chain([5, 5]) {
+            admission.admit(made);
+        }
+        let t = admission.out;
         // Second 0 takes 10; 15 wait: 4 in each of seconds 1-3, the last 3 in second 4 (which
         // refills to 4); second 5 has 1 token left over plus 4.
         assert_eq!(t.calls, 27);
@@ -404,8 +374,11 @@ mod tests {
         assert_eq!(t.max_backlog, 15);
         assert_eq!(t.longest_wait, 4);
         assert_eq!(t.all_served_by, 5);
-        let calm = bucket.serve(&BTreeMap::from([(0, 4), (1, 4), (2, 4)]));
-        assert_eq!((calm.waited, calm.longest_wait), (0, 0), "within the refill nothing waits");
+        let mut calm = Admission::new(Bucket { name: "b", capacity: 10, refill: 4 });
+        for made in [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2] {
+            calm.admit(made);
+        }
+        assert_eq!((calm.out.waited, calm.out.longest_wait), (0, 0), "within the refill nothing waits");
     }
 
     #[test]

@@ -232,7 +232,8 @@ pub async fn progress_scenario(binary: &str) {
         emf_metrics(std::slice::from_ref(l)).iter().any(|m| m == "DuplicateInputs")
     })
     .await;
-    assert!(system.drain_queue("OutboundQueue").await.is_empty(), "the task is not published again");
+    // Counted visible or not: the task received above may be visible again by now.
+    assert_eq!(system.queue_depth("OutboundQueue").await, 1, "the task is not published again");
     assert_json_stdout(&function);
     function.stop().await;
     system.stop().await;

@@ -125,11 +125,13 @@ async fn an_ineligible_event_creates_nothing_and_is_counted_with_its_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_that_misses_its_deadline_ends_the_workflow_timed_out_with_the_metric() {
-    let config = CONFIG.replace("timeout: 1h\n      - name: payment", "timeout: 2s\n      - name: payment");
+    // Ten seconds: long enough for the step to begin waiting first on a loaded machine (a
+    // timeout before that ends a pending record timed out too, legally, but that is not this test).
+    let config = CONFIG.replace("timeout: 1h\n      - name: payment", "timeout: 10s\n      - name: payment");
     let system = start_system(&config).await;
     system.send_event(&order_placed("evt-slow", "order-slow", 2000)).await;
-    // The step waits for 2 s at most: too short a window to be sure of seeing it from outside
-    // on a loaded machine, so the record's own trail says it waited.
+    // The window the step waits in is short to catch from outside on a loaded machine, so the
+    // record's own trail says it waited.
     let record = eventually("the timeout", WAIT, || async {
         system.record("order-review", "order-slow").await.filter(|r| r.state == State::TimedOut)
     })

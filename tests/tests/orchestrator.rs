@@ -76,7 +76,7 @@ struct Task {
 impl Fixture {
     async fn new(machine: Machine) -> Result<Fixture> {
         let config = Emulator::from_env().sdk_config().await;
-        let sfn = aws_sdk_sfn::Client::new(&config);
+        let sfn = baton::orchestrator::stepfunctions::client(&config);
         let sqs = aws_sdk_sqs::Client::new(&config);
         let queue_url = sqs
             .create_queue()

@@ -96,7 +96,7 @@ impl Side {
 
     async fn emulator(config: &Config) -> Result<Side> {
         let sdk = Emulator::from_env().sdk_config().await;
-        let sfn = aws_sdk_sfn::Client::new(&sdk);
+        let sfn = baton::orchestrator::stepfunctions::client(&sdk);
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let queue_url = sqs
             .create_queue()

@@ -791,6 +791,11 @@ async fn dynamodb_a_reader_finds_every_shard_the_functions_registered() {
     reader.register_config(&registered("v1"), true).await.unwrap();
     reader.register_config(&registered("v2"), true).await.unwrap();
     assert_eq!(reader.registered_due_shards().await.unwrap(), Some(32));
+    // An operator's command registers its checkout's version without starting on it: the count
+    // it was told to read is not one any function writes with, and is not recorded.
+    let operator = DynamoStore::new(client.clone(), table.clone()).with_due_shards(64);
+    operator.register_config(&registered("v3"), false).await.unwrap();
+    assert_eq!(reader.registered_due_shards().await.unwrap(), Some(32));
 
     let key = (0..).map(|i| format!("wide-{i}")).find(|k| {
         let (w, k) = names(k);

@@ -66,6 +66,29 @@ async fn a_start_refused_over_quota_on_every_receive_goes_back_to_its_queue_and_
     system.stop().await;
 }
 
+/// A start refused over the open executions quota on all but the last of the SDK's attempts is
+/// carried by the SDK's own backoff (baton's Step Functions client retries
+/// `ExecutionLimitExceeded` as a throttle): the first delivery starts the workflow, and no effect
+/// failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_refused_over_quota_is_retried_by_the_sdk_before_the_queue() {
+    captured();
+    let emulator = Emulator::from_env();
+    let system = start_system(CONFIG).await;
+    let key = baton_tests::unique_name("quota-sdk");
+    let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
+    let rule = emulator
+        .inject(json!({"operation": "AWSStepFunctions.StartExecution", "match": [key], "throttle": true,
+            "code": "ExecutionLimitExceeded", "message": "Execution limit exceeded", "times": attempts - 1}))
+        .await;
+    system.send_event(&placed(&key)).await;
+    state_is(&system, &key, State::Waiting { step: 0 }).await;
+    assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts - 1), "refused, then retried by the SDK");
+    let failed = baton_tests::logs::lines_about(&key, "an effect failed");
+    assert!(failed.is_empty(), "the SDK's retries carried it, not a redelivery: {failed:?}");
+    system.stop().await;
+}
+
 /// DynamoDB throttles half of the record writes of a burst of workflows, as a hot partition
 /// does (`ProvisionedThroughputExceededException`) and as the account's request limit does
 /// (`RequestLimitExceeded`): the SDK's backoff and SQS's redelivery carry every one through,
@@ -139,10 +162,10 @@ async fn a_throttled_callback_gets_503_with_retry_after_and_its_retry_is_applied
 
 /// Step Functions throttles the resumes (`ThrottlingException`, its SendTask* token bucket: the
 /// limit that binds first, docs/SCALE.md). A resume throttled on all but its last attempt is
-/// carried by the SDK's backoff; one throttled past every attempt is owed by the record (the
-/// callback's write landed, so it is answered `applied`) and the sweeper delivers it; an event
-/// whose resume is throttled comes back through its queue. Nothing is lost, nothing
-/// dead-lettered, and each step is resumed once.
+/// carried by the SDK's backoff; an event whose resume is throttled on every attempt comes back
+/// through its queue; a callback's resume throttled on every attempt is owed by the record (the
+/// write landed, so the sender is told `applied`) and the sweeper delivers it. Nothing is lost,
+/// nothing dead-lettered, and each step is resumed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once() {
     captured();
@@ -185,6 +208,37 @@ async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once(
     state_is(&system, &key, State::Succeeded).await;
     assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts), "throttled on every attempt once");
     assert_eq!(system.resumes("order-review", &key).await, 2, "one resume per step");
+
+    // Another order's review whose resume is throttled on every attempt: the write landed, so the
+    // sender is told `applied`; the record owes the resume, and the sweeper delivers it, once.
+    let other = baton_tests::unique_name("resume-owed");
+    system.send_event(&placed(&other)).await;
+    state_is(&system, &other, State::Waiting { step: 0 }).await;
+    let decision = format!("approve-{other}");
+    let rule = emulator
+        .inject(
+            json!({"operation": "AWSStepFunctions.SendTaskSuccess", "match": [decision], "throttle": true,
+            "times": attempts}),
+        )
+        .await;
+    let review = json!({"workflow": "order-review", "key": other, "step": "manual-review", "outcome": "succeeded",
+        "data": {"decision": decision}});
+    let first = system.callback_once("cb-resume-owed", &review).await;
+    assert_eq!(
+        (first.status, first.body["status"].as_str(), first.body["state"].as_str()),
+        (200, Some("applied"), Some("advancing{0}")),
+        "{}",
+        first.body
+    );
+    assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts), "every attempt throttled");
+    let owed = system.record("order-review", &other).await.expect("the record");
+    assert_eq!(owed.state, State::Advancing { step: 0 }, "the resume is owed");
+    let report = system
+        .sweep(owed.updated_at + baton::lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1))
+        .await;
+    assert_eq!(report.repaired, 1, "{report:?}");
+    state_is(&system, &other, State::Waiting { step: 1 }).await;
+    assert_eq!(system.resumes("order-review", &other).await, 1, "resumed once");
     assert_eq!(dead_letters(&system, "IntakeDLQ").await, Vec::<String>::new(), "nothing dead-lettered");
     assert_eq!(dead_letters(&system, "ProgressDLQ").await, Vec::<String>::new(), "nothing dead-lettered");
     system.stop().await;

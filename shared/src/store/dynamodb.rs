@@ -1305,31 +1305,34 @@ impl WorkflowStore for DynamoStore {
 
     async fn register_config(&self, config: &RegisteredConfig, started: bool) -> Result<(), StoreError> {
         // One write either way, as the put-if-absent it replaces: the first registration's
-        // canonical form and time stand; a function's start moves the start time. The shard
-        // count it writes `by_due` with joins the set of those ever used, which the operator
-        // commands read (`registered_due_shards`).
-        let started = if started { ":at" } else { "if_not_exists(#started, :at)" };
-        self.client
+        // canonical form and time stand; a function's start moves the start time, and adds the
+        // shard count it writes `by_due` with to the set of those the functions ever used, which
+        // the operator commands read (`registered_due_shards`). An operator's registration
+        // (`started` false) adds no count: only what the functions write may widen the reads.
+        let mut update = self
+            .client
             .update_item()
             .table_name(&self.table)
             .key("pk", s(CONFIG_PK))
             .key("sk", s(&format!("VERSION#{}", config.version)))
-            .update_expression(format!(
-                "SET #version = :version, #canonical = if_not_exists(#canonical, :canonical), \
-                 #registered = if_not_exists(#registered, :at), #started = {started} ADD #shards :shards"
-            ))
-            .expression_attribute_names("#shards", "due_shards")
-            .expression_attribute_values(":shards", AttributeValue::Ns(vec![self.due_shards.to_string()]))
             .expression_attribute_names("#version", "version")
             .expression_attribute_names("#canonical", "canonical")
             .expression_attribute_names("#registered", "registered_at")
             .expression_attribute_names("#started", "started_at")
             .expression_attribute_values(":version", s(&config.version))
             .expression_attribute_values(":canonical", s(&config.canonical))
-            .expression_attribute_values(":at", s(&ts(config.started_at)))
-            .send()
-            .await
-            .map_err(sdk("UpdateItem"))?;
+            .expression_attribute_values(":at", s(&ts(config.started_at)));
+        let set = "SET #version = :version, #canonical = if_not_exists(#canonical, :canonical), \
+                   #registered = if_not_exists(#registered, :at)";
+        update = if started {
+            update
+                .update_expression(format!("{set}, #started = :at ADD #shards :shards"))
+                .expression_attribute_names("#shards", "due_shards")
+                .expression_attribute_values(":shards", AttributeValue::Ns(vec![self.due_shards.to_string()]))
+        } else {
+            update.update_expression(format!("{set}, #started = if_not_exists(#started, :at)"))
+        };
+        update.send().await.map_err(sdk("UpdateItem"))?;
         Ok(())
     }
 
