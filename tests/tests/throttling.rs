@@ -31,6 +31,23 @@ async fn dead_letters(system: &System, queue: &str) -> Vec<String> {
     system.drain_queue(queue).await.into_iter().filter_map(|m| m.body).collect()
 }
 
+/// A reviewer's callback approving `key`'s manual review with `decision`.
+fn approval(key: &str, decision: &str) -> Value {
+    json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": "succeeded",
+        "data": {"decision": decision}})
+}
+
+/// Step Functions throttles the next `times` resumes (SendTaskSuccess) whose request carries
+/// `matching`. Returns the rule, to count its hits.
+async fn throttle_resumes(emulator: &Emulator, matching: &str, times: u32) -> u64 {
+    emulator
+        .inject(
+            json!({"operation": "AWSStepFunctions.SendTaskSuccess", "match": [matching], "throttle": true,
+            "times": times}),
+        )
+        .await
+}
+
 /// Step Functions refuses every start of this execution for a while, over the account's quota of
 /// open executions (`ExecutionLimitExceeded`): each receive retries the start with the SDK's
 /// jittered backoff, as a throttle, then fails; on the last receive a copy goes back to the
@@ -147,8 +164,7 @@ async fn a_throttled_callback_gets_503_with_retry_after_and_its_retry_is_applied
         .inject(json!({"operation": "DynamoDB_20120810.GetItem", "match": [format!("WF#order-review#{key}")],
             "throttle": true, "times": attempts}))
         .await;
-    let review: Value = json!({"workflow": "order-review", "key": key, "step": "manual-review",
-        "outcome": "succeeded", "data": {"decision": "approve"}});
+    let review = approval(&key, "approve");
     let first = system.callback_once("cb-throttled", &review).await;
     assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts), "the SDK retried, with backoff");
     assert_eq!(first.status, 503, "{}", first.body);
@@ -182,14 +198,8 @@ async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once(
 
     // Throttled on all but the last attempt: the SDK carries it.
     let decision = format!("approve-{key}");
-    let rule = emulator
-        .inject(
-            json!({"operation": "AWSStepFunctions.SendTaskSuccess", "match": [decision], "throttle": true,
-            "times": attempts - 1}),
-        )
-        .await;
-    let review = json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": "succeeded",
-        "data": {"decision": decision}});
+    let rule = throttle_resumes(&emulator, &decision, attempts - 1).await;
+    let review = approval(&key, &decision);
     let (status, body) = system.callback("cb-resume-throttled", &review).await;
     assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{body}");
     assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts - 1), "the SDK retried the throttle");
@@ -197,10 +207,7 @@ async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once(
 
     // The payment event's resume, throttled on every attempt of its first delivery.
     let payment = format!("pay-{key}");
-    let rule = emulator
-        .inject(json!({"operation": "AWSStepFunctions.SendTaskSuccess", "match": [payment], "throttle": true,
-            "times": attempts}))
-        .await;
+    let rule = throttle_resumes(&emulator, &payment, attempts).await;
     let settled = json!({"specversion": "1.0", "id": format!("settled-{key}"), "source": "bank",
         "type": "payment.settled", "subject": key, "data": {"payment_ref": payment}})
     .to_string();
@@ -215,14 +222,8 @@ async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once(
     system.send_event(&placed(&other)).await;
     state_is(&system, &other, State::Waiting { step: 0 }).await;
     let decision = format!("approve-{other}");
-    let rule = emulator
-        .inject(
-            json!({"operation": "AWSStepFunctions.SendTaskSuccess", "match": [decision], "throttle": true,
-            "times": attempts}),
-        )
-        .await;
-    let review = json!({"workflow": "order-review", "key": other, "step": "manual-review", "outcome": "succeeded",
-        "data": {"decision": decision}});
+    let rule = throttle_resumes(&emulator, &decision, attempts).await;
+    let review = approval(&other, &decision);
     let first = system.callback_once("cb-resume-owed", &review).await;
     assert_eq!(
         (first.status, first.body["status"].as_str(), first.body["state"].as_str()),
