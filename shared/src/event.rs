@@ -124,7 +124,7 @@ impl Event {
     /// extension never overrides one of the fields before it; [`Event::parse`] cannot produce
     /// such a clash, but a hand-built `Event` could.
     pub fn normalised(&self) -> Value {
-        let mut out = Map::new();
+        let mut out = Map::with_capacity(6 + self.extensions.len());
         out.insert("id".into(), self.id.as_str().into());
         out.insert("source".into(), self.source.clone().into());
         out.insert("type".into(), self.r#type.clone().into());

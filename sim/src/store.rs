@@ -206,7 +206,7 @@ impl WorkflowStore for SimStore {
         }
     }
 
-    async fn complete_receipt(&self, receipt: &Receipt, answer: &Value) -> Result<(), StoreError> {
+    async fn complete_receipt(&self, receipt: &Receipt, answer: Value) -> Result<(), StoreError> {
         let fault = self.enter("ddb.UpdateItem(receipt)", &receipt.key).await?;
         self.inner.complete_receipt(receipt, answer).await?;
         if fault == Fault::After { Err(unavailable("UpdateItem")) } else { Ok(()) }

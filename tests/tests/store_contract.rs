@@ -240,8 +240,8 @@ async fn a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one(
         }
         Claim::Acquired => panic!("a second receipt for the same id must not be created"),
     }
-    store.complete_receipt(&first, &json!({"status": "applied"})).await.unwrap();
-    store.complete_receipt(&first, &json!({"status": "something else"})).await.unwrap();
+    store.complete_receipt(&first, json!({"status": "applied"})).await.unwrap();
+    store.complete_receipt(&first, json!({"status": "something else"})).await.unwrap();
     match store.put_receipt(&first).await.unwrap() {
         Claim::Exists(stored) => {
             assert_eq!(stored.status, ReceiptStatus::Done);
@@ -270,7 +270,7 @@ async fn a_stale_pending_receipt_is_taken_over_by_one_attempt(store: Arc<dyn Wor
     let held = Receipt { lease: Some(hold("retry-a")), ..first.clone() };
     assert_eq!(store.take_over_receipt(&held, &hold("retry-c")).await.unwrap(), Claim::Acquired);
     // Done, it is never taken over.
-    store.complete_receipt(&first, &json!({"status": "applied"})).await.unwrap();
+    store.complete_receipt(&first, json!({"status": "applied"})).await.unwrap();
     let done = Receipt { lease: Some(hold("retry-c")), ..first.clone() };
     match store.take_over_receipt(&done, &hold("retry-d")).await.unwrap() {
         Claim::Exists(r) => assert_eq!(r.answer, Some(json!({"status": "applied"}))),
@@ -281,7 +281,7 @@ async fn a_stale_pending_receipt_is_taken_over_by_one_attempt(store: Arc<dyn Wor
 async fn a_repeat_is_counted_on_its_receipt_and_never_creates_one(store: Arc<dyn WorkflowStore>) {
     let first = receipt("msg_2", "hash-a");
     assert_eq!(store.put_receipt(&first).await.unwrap(), Claim::Acquired);
-    store.complete_receipt(&first, &json!({"status": "applied"})).await.unwrap();
+    store.complete_receipt(&first, json!({"status": "applied"})).await.unwrap();
     store.note_repeat(&first, t0() + Duration::seconds(5)).await.unwrap();
     store.note_repeat(&first, t0() + Duration::seconds(9)).await.unwrap();
     let trace = store.trace(&first.workflow, &first.key).await.unwrap();

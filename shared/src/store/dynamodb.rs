@@ -1135,7 +1135,7 @@ impl WorkflowStore for DynamoStore {
         }
     }
 
-    async fn complete_receipt(&self, receipt: &Receipt, answer: &Value) -> Result<(), StoreError> {
+    async fn complete_receipt(&self, receipt: &Receipt, answer: Value) -> Result<(), StoreError> {
         let result = self
             .client
             .update_item()
@@ -1149,7 +1149,7 @@ impl WorkflowStore for DynamoStore {
             .expression_attribute_names("#answer", "answer")
             .expression_attribute_values(":pending", json(&ReceiptStatus::Pending))
             .expression_attribute_values(":done", json(&ReceiptStatus::Done))
-            .expression_attribute_values(":answer", json(answer))
+            .expression_attribute_values(":answer", json(&answer))
             .send()
             .await;
         conditional("UpdateItem", result)?.ok();

@@ -157,14 +157,14 @@ impl WorkflowStore for MemoryStore {
         Ok(Claim::Acquired)
     }
 
-    async fn complete_receipt(&self, receipt: &Receipt, answer: &Value) -> Result<(), StoreError> {
+    async fn complete_receipt(&self, receipt: &Receipt, answer: Value) -> Result<(), StoreError> {
         let mut inner = self.lock();
         let k = (rk(&receipt.workflow, &receipt.key), receipt.id.to_string());
         if let Some(r) = inner.receipts.get_mut(&k)
             && r.status == ReceiptStatus::Pending
         {
             r.status = ReceiptStatus::Done;
-            r.answer = Some(answer.clone());
+            r.answer = Some(answer);
         }
         Ok(())
     }

@@ -407,7 +407,7 @@ pub trait WorkflowStore: Send + Sync {
     async fn put_receipt(&self, receipt: &Receipt) -> Result<Claim<Receipt>, StoreError>;
 
     /// Moves a receipt from pending to done with its answer. Idempotent.
-    async fn complete_receipt(&self, receipt: &Receipt, answer: &Value) -> Result<(), StoreError>;
+    async fn complete_receipt(&self, receipt: &Receipt, answer: Value) -> Result<(), StoreError>;
 
     /// Takes a pending receipt over for the attempt `hold`, if it is still pending and held as
     /// `stored` (as read) shows it: of two retries that find the same stale receipt, one goes on
