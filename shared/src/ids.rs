@@ -6,8 +6,9 @@
 //! accept without escaping, and what an operator can type on a command line.
 
 use std::fmt;
+use std::sync::Arc;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Why a string was refused as an identifier.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -23,16 +24,18 @@ pub enum IdError {
 macro_rules! id_newtype {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $max:expr, $allowed:literal, $check:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-        #[serde(transparent)]
-        pub struct $name(String);
+        ///
+        /// Shared, not copied: a clone (and records, keys and ids are cloned on every write) is
+        /// a reference count.
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Parses and checks the identifier.
             pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
                 let value = value.into();
                 check(&value, $kind, $max, $allowed, $check)?;
-                Ok(Self(value))
+                Ok(Self(value.into()))
             }
 
             pub fn as_str(&self) -> &str {
@@ -56,6 +59,12 @@ macro_rules! id_newtype {
             type Err = IdError;
             fn from_str(s: &str) -> Result<Self, IdError> {
                 Self::parse(s)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
             }
         }
 
@@ -119,9 +128,21 @@ id_newtype!(
 
 /// A Step Functions task token. Secret-ish and long: it is never logged in full, only as
 /// [`TaskToken::fingerprint`].
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct TaskToken(String);
+#[derive(Clone, PartialEq, Eq)]
+pub struct TaskToken(Arc<str>);
+
+impl Serialize for TaskToken {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// Read back as stored, without the checks of [`TaskToken::parse`] (as the derived form was).
+impl<'de> Deserialize<'de> for TaskToken {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Self(String::deserialize(d)?.into()))
+    }
+}
 
 impl TaskToken {
     /// Step Functions documents tokens of up to 1024 characters.
@@ -130,7 +151,7 @@ impl TaskToken {
     pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
         let value = value.into();
         check(&value, "task token", Self::MAX_LEN, "printable characters", printable)?;
-        Ok(Self(value))
+        Ok(Self(value.into()))
     }
 
     /// The full token, for the one place that needs it: the call to Step Functions.
