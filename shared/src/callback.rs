@@ -599,8 +599,6 @@ fn reused(id: &EventId) -> Answer {
     )
 }
 
-/// A repeated `webhook-id`: 200 with the first answer's body, marked as a duplicate
-/// (DESIGN.md §3), whatever status the first answer had.
 /// The answer as its receipt keeps it. The body is cloned, not serialized again through
 /// `json!` (which turned it into a new value field by field: 5 % of a workflow's CPU in the
 /// bench).
@@ -611,6 +609,8 @@ fn to_store(answer: &Answer) -> Value {
     Value::Object(stored)
 }
 
+/// A repeated `webhook-id`: 200 with the first answer's body, marked as a duplicate
+/// (DESIGN.md §3), whatever status the first answer had.
 fn stored_answer(first: &Value) -> Answer {
     let mut body = first["body"].clone();
     body["duplicate"] = json!(true);

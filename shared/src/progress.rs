@@ -106,22 +106,11 @@ pub async fn report_config(
     engine: &Engine,
     body: &str,
 ) -> Result<Arc<crate::config::Config>, crate::store::StoreError> {
-    /// The three fields read here, and nothing else of the body built (it is parsed whole
-    /// again as a [`Report`]). A body that is not an object reads as none of them.
-    #[derive(Default, serde::Deserialize)]
-    struct Names {
-        config_version: Option<serde_json::Value>,
-        workflow: Option<serde_json::Value>,
-        key: Option<serde_json::Value>,
-    }
-    let names = serde_json::from_str::<Names>(body).unwrap_or_default();
-    let text = |field: Option<serde_json::Value>| match field {
-        Some(serde_json::Value::String(text)) => Some(text),
-        _ => None,
-    };
-    let version = match text(names.config_version) {
+    let doc = serde_json::from_str::<serde_json::Value>(body).unwrap_or_default();
+    let text = |field: &str| doc.get(field).and_then(|v| v.as_str()).map(str::to_owned);
+    let version = match text("config_version") {
         Some(version) => Some(version),
-        None => match (text(names.workflow), text(names.key)) {
+        None => match (text("workflow"), text("key")) {
             (Some(workflow), Some(key)) => {
                 match (WorkflowName::parse(workflow), CorrelationKey::parse(key)) {
                     (Ok(w), Ok(k)) => engine.store.load(&w, &k).await?.and_then(|r| r.config_version),
