@@ -146,3 +146,18 @@ workflows:
         requires: [payment_ref]
         timeout: 1h
 "#;
+
+/// An `order.placed` event that starts [`ORDER_REVIEW`] for `key` (its total is over the
+/// threshold), as an SQS body.
+pub fn order_placed(key: &str) -> String {
+    serde_json::json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop",
+        "type": "order.placed", "subject": key, "data": {"total": 5000}})
+    .to_string()
+}
+
+/// A reviewer's callback completing [`ORDER_REVIEW`]'s `manual-review` step for `key` with
+/// `decision`.
+pub fn approval(key: &str, decision: &str) -> serde_json::Value {
+    serde_json::json!({"workflow": "order-review", "key": key, "step": "manual-review",
+        "outcome": "succeeded", "data": {"decision": decision}})
+}

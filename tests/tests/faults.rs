@@ -5,24 +5,17 @@
 //! Each fault rule matches this test's own key, so tests sharing the emulator are untouched.
 
 use baton::lifecycle::{self, State};
-use baton_tests::Emulator;
 use baton_tests::logs::{captured, resumes_sent_for_inputs};
 use baton_tests::system::{System, WAIT, eventually, start_system};
+use baton_tests::{Emulator, approval, order_placed};
 use serde_json::{Value, json};
 
 const CONFIG: &str = baton_tests::ORDER_REVIEW;
 
-fn placed(key: &str) -> String {
-    json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop", "type": "order.placed",
-        "subject": key, "data": {"total": 5000}})
-    .to_string()
-}
-
 /// The callback that completes the first step; `decision` carries the key, so a fault rule can
 /// match this callback's SendTaskSuccess by its output.
 fn review(key: &str) -> Value {
-    json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": "succeeded",
-        "data": {"decision": format!("approve-{key}")}})
+    approval(key, &format!("approve-{key}"))
 }
 
 async fn waiting(system: &System, key: &str, step: u32) -> lifecycle::Record {
@@ -42,7 +35,7 @@ async fn a_resume_that_fails_after_the_write_is_answered_applied_and_delivered_b
     let emulator = Emulator::from_env();
     let system = start_system(CONFIG).await;
     let key = "k-owed";
-    system.send_event(&placed(key)).await;
+    system.send_event(&order_placed(key)).await;
     waiting(&system, key, 0).await;
 
     let rule = emulator
@@ -93,7 +86,7 @@ async fn a_record_write_whose_answer_is_lost_counts_as_written_and_resumes_at_on
     let emulator = Emulator::from_env();
     let system = start_system(CONFIG).await;
     let key = "k-lost";
-    system.send_event(&placed(key)).await;
+    system.send_event(&order_placed(key)).await;
     waiting(&system, key, 0).await;
 
     let rule = emulator
@@ -127,7 +120,7 @@ async fn a_write_of_unknown_outcome_gets_a_503_that_says_so_and_the_retry_answer
     let emulator = Emulator::from_env();
     let system = start_system(CONFIG).await;
     let key = "k-unknown";
-    system.send_event(&placed(key)).await;
+    system.send_event(&order_placed(key)).await;
     waiting(&system, key, 0).await;
 
     let rule = emulator
@@ -165,7 +158,7 @@ async fn a_failure_before_any_write_gets_a_503_that_says_nothing_was_applied() {
     let emulator = Emulator::from_env();
     let system = start_system(CONFIG).await;
     let key = "k-nothing";
-    system.send_event(&placed(key)).await;
+    system.send_event(&order_placed(key)).await;
     let before = waiting(&system, key, 0).await;
 
     // The record's load (a consistent GetItem of this key) fails on every attempt.

@@ -5,18 +5,12 @@
 use std::time::Duration;
 
 use baton::lifecycle::State;
-use baton_tests::Emulator;
 use baton_tests::logs::captured;
 use baton_tests::system::{System, start_system, start_system_env};
-use serde_json::{Value, json};
+use baton_tests::{Emulator, approval, order_placed};
+use serde_json::json;
 
 const CONFIG: &str = baton_tests::ORDER_REVIEW;
-
-fn placed(key: &str) -> String {
-    json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop", "type": "order.placed",
-        "subject": key, "data": {"total": 5000}})
-    .to_string()
-}
 
 async fn state_is(system: &System, key: &str, state: State) {
     system
@@ -29,12 +23,6 @@ async fn state_is(system: &System, key: &str, state: State) {
 /// The bodies in this stack's dead-letter queue `queue`.
 async fn dead_letters(system: &System, queue: &str) -> Vec<String> {
     system.drain_queue(queue).await.into_iter().filter_map(|m| m.body).collect()
-}
-
-/// A reviewer's callback approving `key`'s manual review with `decision`.
-fn approval(key: &str, decision: &str) -> Value {
-    json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": "succeeded",
-        "data": {"decision": decision}})
 }
 
 /// Step Functions throttles the next `times` resumes (SendTaskSuccess) whose request carries
@@ -64,7 +52,7 @@ async fn a_start_refused_over_quota_on_every_receive_goes_back_to_its_queue_and_
         .inject(json!({"operation": "AWSStepFunctions.StartExecution", "match": [key], "throttle": true,
             "code": "ExecutionLimitExceeded", "message": "Execution limit exceeded", "times": refusals}))
         .await;
-    system.send_event(&placed(&key)).await;
+    system.send_event(&order_placed(&key)).await;
     state_is(&system, &key, State::Waiting { step: 0 }).await;
     assert_eq!(
         emulator.fault_hits(rule).await,
@@ -98,7 +86,7 @@ async fn a_start_refused_over_quota_is_retried_by_the_sdk_before_the_queue() {
         .inject(json!({"operation": "AWSStepFunctions.StartExecution", "match": [key], "throttle": true,
             "code": "ExecutionLimitExceeded", "message": "Execution limit exceeded", "times": attempts - 1}))
         .await;
-    system.send_event(&placed(&key)).await;
+    system.send_event(&order_placed(&key)).await;
     state_is(&system, &key, State::Waiting { step: 0 }).await;
     assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts - 1), "refused, then retried by the SDK");
     let failed = baton_tests::logs::lines_about(&key, "an effect failed");
@@ -131,7 +119,7 @@ async fn a_burst_with_half_its_record_writes_throttled_starts_every_workflow_onc
     let keys: Vec<String> =
         (0..8).map(|i| format!("{prefix}-{}-{i}", if i % 2 == 0 { "hot" } else { "limit" })).collect();
     for key in &keys {
-        system.send_event(&placed(key)).await;
+        system.send_event(&order_placed(key)).await;
     }
     for key in &keys {
         state_is(&system, key, State::Waiting { step: 0 }).await;
@@ -157,7 +145,7 @@ async fn a_throttled_callback_gets_503_with_retry_after_and_its_retry_is_applied
     let emulator = Emulator::from_env();
     let system = start_system(CONFIG).await;
     let key = baton_tests::unique_name("cb-throttle");
-    system.send_event(&placed(&key)).await;
+    system.send_event(&order_placed(&key)).await;
     state_is(&system, &key, State::Waiting { step: 0 }).await;
     let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
     let rule = emulator
@@ -193,7 +181,7 @@ async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once(
     let system = start_system(&config).await;
     let key = baton_tests::unique_name("resume-throttle");
     let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
-    system.send_event(&placed(&key)).await;
+    system.send_event(&order_placed(&key)).await;
     state_is(&system, &key, State::Waiting { step: 0 }).await;
 
     // Throttled on all but the last attempt: the SDK carries it.
@@ -219,7 +207,7 @@ async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once(
     // Another order's review whose resume is throttled on every attempt: the write landed, so the
     // sender is told `applied`; the record owes the resume, and the sweeper delivers it, once.
     let other = baton_tests::unique_name("resume-owed");
-    system.send_event(&placed(&other)).await;
+    system.send_event(&order_placed(&other)).await;
     state_is(&system, &other, State::Waiting { step: 0 }).await;
     let decision = format!("approve-{other}");
     let rule = throttle_resumes(&emulator, &decision, attempts).await;
