@@ -391,7 +391,7 @@ pub async fn cancel(args: CancelArgs) -> Result<()> {
     let now = t.engine.now();
     let submitted =
         t.engine.submit(workflow, &key, &Input::Cancel { reason: args.reason.clone() }, now).await?;
-    let state = submitted.record.as_ref().map(|r| r.state.to_string()).unwrap_or_default();
+    let state = submitted.record().map(|r| r.state.to_string()).unwrap_or_default();
     match submitted.outcome() {
         Outcome::Applied => println!("cancelled {} {}; the execution was stopped", args.workflow, args.key),
         Outcome::Duplicate => println!("{} {} was already cancelled", args.workflow, args.key),

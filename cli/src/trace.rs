@@ -504,10 +504,10 @@ fn transition(a: &AuditEntry) -> Entry {
         source: Source::Record,
         what: What::Transition {
             generation: a.generation,
-            from: a.from.clone(),
-            to: a.to.clone(),
+            from: a.from.as_deref().map(str::to_owned),
+            to: a.to.to_string(),
             cause: a.cause.as_str(),
-            cause_id: a.cause_id.clone(),
+            cause_id: a.cause_id.as_deref().map(str::to_owned),
             version: a.version,
         },
     }
@@ -747,10 +747,10 @@ mod tests {
         AuditEntry {
             at: t(at),
             generation: 1,
-            from: from.map(str::to_owned),
-            to: to.to_owned(),
+            from: from.map(Into::into),
+            to: to.into(),
             cause,
-            cause_id: id.map(str::to_owned),
+            cause_id: id.map(Into::into),
             version,
         }
     }

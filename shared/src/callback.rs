@@ -397,7 +397,7 @@ impl Callbacks {
         if let Some(entry) = trace.record.as_ref().and_then(|r| {
             r.history.iter().rev().find(|a| a.cause_id.as_deref() == Some(id.as_str()) && a.at >= since)
         }) {
-            return Ok(Some(Answer::new(StatusCode::OK, body("applied", Some(entry.to.clone())))));
+            return Ok(Some(Answer::new(StatusCode::OK, body("applied", Some(entry.to.to_string())))));
         }
         // (A ledgered conflict is another payload's, refused: not this one's answer.)
         let refused = crate::lifecycle::IgnoreReason::IdempotencyKeyReused;
@@ -510,14 +510,14 @@ fn answer(
     id: &EventId,
     submitted: &Submitted,
 ) -> Result<Answer, Answer> {
-    let record = submitted.record.as_ref();
+    let record = submitted.record();
     let state = match submitted.outcome() {
         Outcome::Duplicate => record.and_then(|r| {
             r.history
                 .iter()
                 .rev()
                 .find(|a| a.generation == r.generation && a.cause_id.as_deref() == Some(id.as_str()))
-                .map(|a| a.to.clone())
+                .map(|a| a.to.to_string())
                 .or_else(|| Some(r.state.to_string()))
         }),
         _ => record.map(|r| r.state.to_string()),

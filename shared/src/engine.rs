@@ -59,13 +59,19 @@ pub enum Exact {
 #[derive(Debug, Clone)]
 pub struct Submitted {
     pub decision: Decision,
-    /// The record after the decision (the written one, or the one decided on).
-    pub record: Option<Record>,
+    /// The record decided on (the written one is the decision's write).
+    prior: Option<Record>,
 }
 
 impl Submitted {
     pub fn outcome(&self) -> Outcome {
         self.decision.outcome
+    }
+
+    /// The record after the decision: the written one, or the one decided on. Not a copy: a
+    /// record is cloned only where it must be.
+    pub fn record(&self) -> Option<&Record> {
+        self.decision.write.as_ref().map(|w| &w.to).or(self.prior.as_ref())
     }
 }
 
@@ -361,11 +367,10 @@ impl Engine {
                     "transition"
                 );
             }
-            let after = decision.write.as_ref().map(|w| w.to.clone()).or(record);
             self.observe(workflow, input, &decision, now);
-            let mut submitted = Submitted { decision, record: after };
+            let mut submitted = Submitted { decision, prior: record };
             return match self
-                .carry_out(workflow, key, input, &submitted.decision, submitted.record.as_ref(), now)
+                .carry_out(workflow, key, input, &submitted.decision, submitted.record(), now)
                 .await
             {
                 Ok(found) => {

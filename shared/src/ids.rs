@@ -41,6 +41,11 @@ macro_rules! id_newtype {
             pub fn as_str(&self) -> &str {
                 &self.0
             }
+
+            /// The text itself, shared: a reference count, not a copy.
+            pub fn shared(&self) -> Arc<str> {
+                Arc::clone(&self.0)
+            }
         }
 
         impl fmt::Display for $name {

@@ -29,6 +29,7 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -413,12 +414,13 @@ pub struct AuditEntry {
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
     pub generation: u32,
-    /// The state before (`None`: the record was created).
-    pub from: Option<String>,
-    pub to: String,
+    /// The state before (`None`: the record was created). Text behind an `Arc`, like the
+    /// fields below: a record, and its whole trail, is cloned on every write.
+    pub from: Option<Arc<str>>,
+    pub to: Arc<str>,
     pub cause: Cause,
     /// The id of the input that caused it, when it has one.
-    pub cause_id: Option<String>,
+    pub cause_id: Option<Arc<str>>,
     /// The record's version after the transition.
     pub version: u64,
 }
@@ -682,8 +684,8 @@ impl Decision {
         to.history.push(AuditEntry {
             at: at.replace_nanosecond(at.nanosecond() / 1000 * 1000).unwrap_or(at),
             generation: to.generation,
-            from: prior.map(|r| r.state.to_string()),
-            to: to.state.to_string(),
+            from: prior.map(|r| r.state.to_string().into()),
+            to: to.state.to_string().into(),
             cause,
             cause_id: None,
             version: to.version,
@@ -725,7 +727,7 @@ pub fn decide(
     if let (Some(write), Some(id)) = (decision.write.as_mut(), input.id())
         && let Some(entry) = write.to.history.last_mut()
     {
-        entry.cause_id = Some(id.to_string());
+        entry.cause_id = Some(id.shared());
     }
     decision
 }

@@ -122,7 +122,7 @@ pub fn all(
         if let Some(a) = w.to.history.last().filter(|a| matches!(a.cause, Cause::Start | Cause::Restart))
             && let Some(id) = &a.cause_id
         {
-            let at = (w.to.workflow.to_string(), w.to.key.to_string(), id.clone());
+            let at = (w.to.workflow.to_string(), w.to.key.to_string(), id.to_string());
             opened_by.entry(at).or_default().insert(w.to.generation);
         }
     }

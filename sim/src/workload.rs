@@ -508,7 +508,7 @@ async fn cancel(parts: Parts, at: OffsetDateTime, key: String) {
         let input = Input::Cancel { reason: "operator".into() };
         match live.engine.submit(workflow, &k, &input, world.now()).await {
             Ok(done) => {
-                if let Some(r) = done.record.filter(|r| r.state == State::Cancelled) {
+                if let Some(r) = done.record().filter(|r| r.state == State::Cancelled) {
                     let name = baton::orchestrator::execution_name(&workflow.name, &k, r.generation);
                     let arn = format!(
                         "{}:{name}",

@@ -136,7 +136,7 @@ async fn a_step_that_misses_its_deadline_ends_the_workflow_timed_out_with_the_me
         system.record("order-review", "order-slow").await.filter(|r| r.state == State::TimedOut)
     })
     .await;
-    let states: Vec<&str> = record.history.iter().map(|h| h.to.as_str()).collect();
+    let states: Vec<&str> = record.history.iter().map(|h| &*h.to).collect();
     assert_eq!(states, ["pending", "waiting{0}", "timed_out"], "the step waited, then timed out");
     assert!(record.token.is_none());
     eventually("the timed-out metric", WAIT, || async {

@@ -166,7 +166,7 @@ async fn cancel_while_a_step_waits_stops_the_execution_and_a_later_callback_is_l
         .submit(wf, &key, &Input::Cancel { reason: "customer withdrew".into() }, engine.now())
         .await
         .unwrap();
-    assert_eq!(cancelled.record.as_ref().unwrap().state, State::Cancelled);
+    assert_eq!(cancelled.record().unwrap().state, State::Cancelled);
     let execution = eventually("the execution stopped", WAIT, || async {
         system
             .executions("order-review")

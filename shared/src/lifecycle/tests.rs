@@ -148,11 +148,8 @@ fn given_two_required_inputs_when_they_arrive_separately_then_the_step_advances_
 
     let second = run(&p, Some(&r1), &callback("cb-2", 0, StepOutcome::Succeeded, json!({"reviewer": "ann"})));
     let r2 = after(&second);
-    let audit: Vec<(Option<&str>, &str, Cause, Option<&str>)> = r2
-        .history
-        .iter()
-        .map(|a| (a.from.as_deref(), a.to.as_str(), a.cause, a.cause_id.as_deref()))
-        .collect();
+    let audit: Vec<(Option<&str>, &str, Cause, Option<&str>)> =
+        r2.history.iter().map(|a| (a.from.as_deref(), &*a.to, a.cause, a.cause_id.as_deref())).collect();
     assert_eq!(
         audit,
         [
@@ -593,10 +590,10 @@ impl World {
             // Every transition leaves its audit entry in the same write.
             let audit = w.to.history.last().expect("an audit entry");
             assert_eq!(
-                (audit.from.clone(), audit.to.clone(), audit.cause, audit.version),
-                (w.from.map(|s| s.to_string()), w.to.state.to_string(), w.cause, w.to.version)
+                (audit.from.as_deref(), &*audit.to, audit.cause, audit.version),
+                (w.from.map(|s| s.to_string()).as_deref(), &*w.to.state.to_string(), w.cause, w.to.version)
             );
-            assert_eq!(audit.cause_id, input.id().map(ToString::to_string));
+            assert_eq!(audit.cause_id.as_deref(), input.id().map(|id| id.as_str()));
             // (5) a terminal record changes only by opening a new generation.
             if let Some(p) = prior.filter(|p| p.state.is_terminal()) {
                 assert_eq!(w.cause, Cause::Restart);

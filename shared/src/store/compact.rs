@@ -24,6 +24,8 @@
 //!
 //! An applied input is `[id, hash, step, generation]`, trailing `null`s left off.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
@@ -81,13 +83,13 @@ impl Context<'_> {
         }
     }
 
-    fn resolve(&self, id: Value) -> Result<Option<String>, String> {
+    fn resolve(&self, id: Value) -> Result<Option<Arc<str>>, String> {
         let known = |found: Option<&EventId>| {
-            found.map(|e| Some(e.to_string())).ok_or_else(|| format!("cause_id {id} refers to no input"))
+            found.map(|e| Some(e.shared())).ok_or_else(|| format!("cause_id {id} refers to no input"))
         };
         match &id {
             Value::Null => Ok(None),
-            Value::String(id) => Ok(Some(id.clone())),
+            Value::String(id) => Ok(Some(id.as_str().into())),
             Value::Number(n) => match n.as_i64() {
                 Some(i) if i >= 0 => known(self.applied.get(i as usize).map(|a| &a.id)),
                 Some(j) => known(usize::try_from(-1 - j).ok().and_then(|j| self.start_events.get(j))),
@@ -123,7 +125,7 @@ pub fn encode_history(history: &[AuditEntry], context: &Context) -> String {
             if e.from != before.to {
                 exceptions.insert("from".into(), json!(e.from));
             }
-            if predicted_to(e.from.as_deref(), e.cause).as_deref() != Some(e.to.as_str()) {
+            if predicted_to(e.from.as_deref(), e.cause).as_deref() != Some(&*e.to) {
                 exceptions.insert("to".into(), json!(e.to));
             }
             if e.generation != before.generation {
@@ -164,7 +166,7 @@ pub fn decode_history(text: &str, context: &Context) -> Result<Vec<AuditEntry>, 
 }
 
 /// The state a cause usually leads to from `from`; `None` when there is no usual one.
-fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
+fn predicted_to(from: Option<&str>, cause: Cause) -> Option<Arc<str>> {
     let step = |kind: Kind| {
         from?.strip_prefix(kind.as_str())?.strip_prefix('{')?.strip_suffix('}')?.parse::<u32>().ok()
     };
@@ -179,13 +181,13 @@ fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
         Cause::ReportTimedOut => State::TimedOut,
         Cause::Cancel => State::Cancelled,
     };
-    Some(to.to_string())
+    Some(to.to_string().into())
 }
 
 /// What the entry before says about the next one.
 struct Predicted {
     at: i128,
-    to: Option<String>,
+    to: Option<Arc<str>>,
     generation: u32,
     version: u64,
 }
@@ -214,11 +216,11 @@ impl Predicted {
             Some(Value::Object(map)) => map,
             Some(_) => return Err("the exceptions are not an object".into()),
         };
-        let text = |name: &str| -> Result<Option<Option<String>>, String> {
+        let text = |name: &str| -> Result<Option<Option<Arc<str>>>, String> {
             match exceptions.get(name) {
                 None => Ok(None),
                 Some(Value::Null) => Ok(Some(None)),
-                Some(Value::String(s)) => Ok(Some(Some(s.clone()))),
+                Some(Value::String(s)) => Ok(Some(Some(s.as_str().into()))),
                 Some(_) => Err(format!("{name} is not a string")),
             }
         };
@@ -302,10 +304,10 @@ mod tests {
         AuditEntry {
             at: CREATED + time::Duration::microseconds(at_us),
             generation,
-            from: from.map(str::to_owned),
-            to: to.to_owned(),
+            from: from.map(Into::into),
+            to: to.into(),
             cause,
-            cause_id: id.map(str::to_owned),
+            cause_id: id.map(Into::into),
             version,
         }
     }

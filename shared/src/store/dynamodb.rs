@@ -1490,10 +1490,10 @@ mod tests {
                 record.history.push(AuditEntry {
                     at: record.created_at + time::Duration::microseconds(*jump),
                     generation: u32::MAX - i as u32,
-                    from: Some(pick(i)),
-                    to: pick(i + 1),
+                    from: Some(pick(i).into()),
+                    to: pick(i + 1).into(),
                     cause: Cause::Cancel,
-                    cause_id: Some(pick(i + 2)),
+                    cause_id: Some(pick(i + 2).into()),
                     version: u64::MAX - i as u64,
                 });
                 if let Ok(id) = EventId::parse(format!("x{}", pick(i))) {
