@@ -590,8 +590,8 @@ impl World {
             // Every transition leaves its audit entry in the same write.
             let audit = w.to.history.last().expect("an audit entry");
             assert_eq!(
-                (audit.from.as_deref(), &*audit.to, audit.cause, audit.version),
-                (w.from.map(|s| s.to_string()).as_deref(), &*w.to.state.to_string(), w.cause, w.to.version)
+                (audit.from.as_deref().map(str::to_owned), audit.to.to_string(), audit.cause, audit.version),
+                (w.from.map(|s| s.to_string()), w.to.state.to_string(), w.cause, w.to.version)
             );
             assert_eq!(audit.cause_id.as_deref(), input.id().map(|id| id.as_str()));
             // (5) a terminal record changes only by opening a new generation.
