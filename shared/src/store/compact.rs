@@ -166,7 +166,7 @@ pub fn decode_history(text: &str, context: &Context) -> Result<Vec<AuditEntry>, 
 }
 
 /// The state a cause usually leads to from `from`; `None` when there is no usual one.
-fn predicted_to(from: Option<&str>, cause: Cause) -> Option<Arc<str>> {
+fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
     let step = |kind: Kind| {
         from?.strip_prefix(kind.as_str())?.strip_prefix('{')?.strip_suffix('}')?.parse::<u32>().ok()
     };
@@ -181,7 +181,7 @@ fn predicted_to(from: Option<&str>, cause: Cause) -> Option<Arc<str>> {
         Cause::ReportTimedOut => State::TimedOut,
         Cause::Cancel => State::Cancelled,
     };
-    Some(to.to_string().into())
+    Some(to.to_string())
 }
 
 /// What the entry before says about the next one.
@@ -234,7 +234,9 @@ impl Predicted {
         let from = text("from")?.unwrap_or_else(|| self.to.clone());
         let to = match text("to")? {
             Some(to) => to.ok_or("to is not a string")?,
-            None => predicted_to(from.as_deref(), cause).ok_or("to is missing and cannot be predicted")?,
+            None => {
+                predicted_to(from.as_deref(), cause).ok_or("to is missing and cannot be predicted")?.into()
+            }
         };
         let generation = match number("generation")? {
             Some(g) => u32::try_from(g).map_err(|_| "generation is out of range".to_owned())?,
