@@ -134,19 +134,63 @@ pub fn units(call: &Value, indexes: &[Index]) -> Units {
 }
 
 /// The longest task token Step Functions' API takes (`SendTaskSuccess`, `taskToken`: 1 to 1,024
-/// characters). The emulator's tokens are UUIDs (36); AWS's are longer, and a waiting or
-/// advancing record carries one.
+/// characters). The emulator's tokens are UUIDs (36); AWS's are longer.
 pub const AWS_TOKEN_CHARS: usize = 1024;
 
-/// `call` as it would be with every task token in its items `chars` long.
-pub fn with_token_chars(call: &Value, chars: usize) -> Value {
+/// `call` as it would be with AWS-length task tokens ([`AWS_TOKEN_CHARS`] characters of base64,
+/// as AWS's look), and the calls the store would add for them. Such a token is longer than
+/// `TOKEN_INLINE_MAX`, so the store keeps it out of the record (shared/src/store/dynamodb.rs):
+/// - the record carries `token_ref` (32 characters) in place of the token;
+/// - a record write with a new token puts the token item first (a handler loads the record
+///   before it writes, and the load reads the token item, so a write that keeps the token does
+///   not put it again);
+/// - a read that returns a record with a token (a GetItem, or a write that lost and returned the
+///   record as it stands) also reads its token item, consistently.
+pub fn with_aws_tokens(call: &Value) -> Vec<Value> {
     let mut call = call.clone();
-    for image in ["before", "after"] {
-        if let Some(token) = call[image].get_mut("token").and_then(|t| t.get_mut("S")) {
-            *token = Value::String("t".repeat(chars));
+    let tokens: Vec<Option<Value>> = ["before", "after"]
+        .iter()
+        .map(|image| {
+            let image = call.get_mut(*image).and_then(Value::as_object_mut)?;
+            let token = image.remove("token")?;
+            image.insert("token_ref".into(), serde_json::json!({"S": "0".repeat(32)}));
+            Some(token)
+        })
+        .collect();
+    let mut items: Vec<Value> = call["items"].as_array().cloned().unwrap_or_default();
+    let mut reads = 0;
+    for item in items.iter_mut().filter_map(Value::as_object_mut) {
+        if item.remove("token").is_some() {
+            item.insert("token_ref".into(), serde_json::json!({"S": "0".repeat(32)}));
+            reads += 1;
         }
     }
-    call
+    if !items.is_empty() {
+        call["items"] = Value::Array(items);
+    }
+    let pk =
+        ["after", "before", "key"].iter().find_map(|f| call[*f].get("pk").cloned()).unwrap_or(Value::Null);
+    let token_item = serde_json::json!({
+        "pk": pk,
+        "sk": {"S": format!("TOKEN#{}", "0".repeat(32))},
+        "token": {"B": "A".repeat(AWS_TOKEN_CHARS)},
+        "expires_at": {"N": "1831234567"},
+    });
+    let ok = call["ok"].as_bool().unwrap_or(false);
+    let (before, after) = (&tokens[0], &tokens[1]);
+    let mut calls = vec![call];
+    if ok && after.is_some() && before != after {
+        calls.push(
+            serde_json::json!({"operation": "PutItem", "ok": true, "before": null, "after": token_item}),
+        );
+    }
+    if !ok && before.is_some() {
+        reads += 1;
+    }
+    for _ in 0..reads {
+        calls.push(serde_json::json!({"operation": "GetItem", "ok": true, "consistent": true, "items": [token_item]}));
+    }
+    calls
 }
 
 /// What a DynamoDB call was about, for the breakdown: `Operation item`, the item named by its
@@ -314,14 +358,63 @@ mod tests {
     }
 
     #[test]
-    fn a_longer_token_is_billed_in_the_items_that_carry_one() {
-        let call = json!({"operation": "PutItem", "ok": true, "before": null,
-            "after": {"pk": {"S": "p"}, "token": {"S": "short"}}});
-        assert_eq!(units(&call, &[]).table_writes, 1.0);
-        assert_eq!(units(&with_token_chars(&call, AWS_TOKEN_CHARS), &[]).table_writes, 2.0);
-        let without =
-            json!({"operation": "PutItem", "ok": true, "before": null, "after": {"pk": {"S": "p"}}});
-        assert_eq!(with_token_chars(&without, AWS_TOKEN_CHARS), without);
+    fn an_aws_length_token_is_modelled_as_the_store_keeps_it() {
+        let sum = |calls: Vec<Value>| {
+            let mut total = Units::default();
+            for call in &calls {
+                total += units(call, &[]);
+            }
+            (calls.len(), total)
+        };
+        let record = |token: Option<&str>| {
+            let mut item = json!({"pk": {"S": "WF#order-review#k"}, "sk": {"S": "RECORD"}, "body": {"S": "x".repeat(600)}});
+            if let Some(token) = token {
+                item["token"] = json!({"S": token});
+            }
+            item
+        };
+        // A new token: the token item is put (one unit: 768 bytes and its keys), then the record,
+        // which stays one unit with the token's reference in place of the token.
+        let step_ready =
+            json!({"operation": "PutItem", "ok": true, "before": record(None), "after": record(Some("t1"))});
+        assert_eq!(sum(with_aws_tokens(&step_ready)), (2, Units { table_writes: 2.0, ..Units::default() }));
+        // The same token kept (a merge, a resume owed): the record alone.
+        let merge = json!({"operation": "PutItem", "ok": true, "before": record(Some("t1")), "after": record(Some("t1"))});
+        assert_eq!(sum(with_aws_tokens(&merge)), (1, Units { table_writes: 1.0, ..Units::default() }));
+        // A read of a record with a token reads the token item too; one without does not.
+        let load =
+            json!({"operation": "GetItem", "ok": true, "consistent": true, "items": [record(Some("t1"))]});
+        assert_eq!(sum(with_aws_tokens(&load)), (2, Units { reads: 2.0, ..Units::default() }));
+        let plain = json!({"operation": "GetItem", "ok": true, "consistent": true, "items": [record(None)]});
+        assert_eq!(with_aws_tokens(&plain), vec![plain]);
+        // A lost write returns the record as it stands, and its token is read.
+        let lost = json!({"operation": "PutItem", "ok": false, "before": record(Some("t1")), "after": record(Some("t2"))});
+        assert_eq!(sum(with_aws_tokens(&lost)).0, 2);
+    }
+
+    #[test]
+    fn the_modelled_token_item_is_the_size_of_the_one_the_store_writes() {
+        use base64::Engine;
+        use baton::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
+        use baton::lifecycle::{Input, OnRestart, Plan, decide};
+        let (w, k) = (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse("k").unwrap());
+        let plan = Plan {
+            steps: vec![vec!["decision".into()]],
+            on_restart: OnRestart::AfterTerminal,
+            version: None,
+        };
+        let now = time::OffsetDateTime::now_utc();
+        let start = decide(&plan, (&w, &k), None, &Input::Start { event: EventId::parse("e").unwrap() }, now);
+        let token = base64::engine::general_purpose::STANDARD.encode([7u8; 768]);
+        let token = TaskToken::parse(token).unwrap();
+        let ready = Input::StepReady { generation: 1, step: 0, token: token.clone(), deadline: now };
+        let pending = start.write.unwrap().to;
+        let waiting = decide(&plan, (&w, &k), Some(&pending), &ready, now).write.unwrap().to;
+        let stored = baton::store::dynamodb::token_item(&waiting, &token);
+        let step_ready = json!({"operation": "PutItem", "ok": true, "before": null,
+            "after": {"pk": {"S": "WF#order-review#k"}, "token": {"S": "t"}}});
+        let modelled = item_from_json(&with_aws_tokens(&step_ready)[1]["after"]);
+        assert_eq!(item_size(&modelled), item_size(&stored));
     }
 
     #[test]

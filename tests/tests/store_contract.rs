@@ -68,6 +68,18 @@ async fn must_write(store: &dyn WorkflowStore, write: &Write) -> Record {
 
 /// A record waiting on step 0 with a token, written through the store.
 async fn waiting_record(store: &dyn WorkflowStore, key: &str) -> Record {
+    waiting_with_token(store, key, "token-0").await
+}
+
+/// A task token as long as the API allows (1,024 characters), canonical base64 as AWS's look.
+fn aws_length_token(seed: u8) -> String {
+    use base64::Engine;
+    let bytes: Vec<u8> = (0..768u32).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// A record waiting on step 0 with `token`, written through the store.
+async fn waiting_with_token(store: &dyn WorkflowStore, key: &str, token: &str) -> Record {
     let pending = must_write(
         store,
         &write_of(decide_at(key, None, &Input::Start { event: EventId::parse("evt-1").unwrap() }, t0())),
@@ -76,7 +88,7 @@ async fn waiting_record(store: &dyn WorkflowStore, key: &str) -> Record {
     let ready = Input::StepReady {
         generation: 1,
         step: 0,
-        token: TaskToken::parse("token-0").unwrap(),
+        token: TaskToken::parse(token).unwrap(),
         deadline: t0() + Duration::days(2),
     };
     must_write(store, &write_of(decide_at(key, Some(&pending), &ready, t0() + Duration::seconds(1)))).await
@@ -592,6 +604,43 @@ async fn config_versions_are_registered_once_and_listed_oldest_first(store: Arc<
     );
 }
 
+/// A token as long as AWS's, in base64 or not, reads back from every read of the record: a load,
+/// the record a lost write returns, the trace, the due records; through a resume owed and a
+/// cancel, which keeps it.
+async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowStore>) {
+    let not_base64 = format!("{}!", "t".repeat(1023));
+    for (key, token) in [("k-token-b64", aws_length_token(7)), ("k-token-text", not_base64)] {
+        let (w, k) = names(key);
+        let waiting = waiting_with_token(&*store, key, &token).await;
+        assert_eq!(waiting.token.as_ref().map(TaskToken::expose), Some(token.as_str()));
+        assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&waiting), "{key}: load");
+        assert_eq!(store.trace(&w, &k).await.unwrap().record.as_ref(), Some(&waiting), "{key}: trace");
+        let due = store.due(Kind::Waiting, t0() + Duration::days(3), 100).await.unwrap();
+        assert!(due.contains(&waiting), "{key}: due");
+
+        let now = t0() + Duration::seconds(2);
+        let advance = write_of(decide_at(
+            key,
+            Some(&waiting),
+            &step_input(&format!("{key}-a"), 0, json!({"decision": "ok"})),
+            now,
+        ));
+        let advancing = must_write(&*store, &advance).await;
+        assert_eq!(advancing.state, State::Advancing { step: 0 });
+        assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&advancing), "{key}: the resume owed");
+        let stale = write_of(decide_at(key, Some(&waiting), &Input::Cancel { reason: "late".into() }, now));
+        match store.apply(&stale).await.unwrap() {
+            Applied::Lost { current: Some(current) } => assert_eq!(*current, advancing, "{key}: ALL_OLD"),
+            other => panic!("{key}: expected Lost with the winner, got {other:?}"),
+        }
+        let cancel = write_of(decide_at(key, Some(&advancing), &Input::Cancel { reason: "x".into() }, now));
+        let cancelled = must_write(&*store, &cancel).await;
+        assert_eq!(cancelled.state, State::Cancelled);
+        assert_eq!(cancelled.token.as_ref().map(TaskToken::expose), Some(token.as_str()), "{key}: kept");
+        assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&cancelled), "{key}: cancelled");
+    }
+}
+
 // ---- one suite, two stores -------------------------------------------------------------------
 
 macro_rules! contract {
@@ -633,7 +682,114 @@ contract!(
     due_records_and_counts_by_state,
     exactly_one_of_fifty_concurrent_transitions_wins,
     config_versions_are_registered_once_and_listed_oldest_first,
+    a_long_task_token_reads_back_from_every_read,
 );
+
+/// DynamoDB-specific: a token longer than `TOKEN_INLINE_MAX` lives in a token item of its own,
+/// put before the record that refers to it, and the record stays within one write unit. An
+/// instance that has read or written the token item does not put it again; one that has not puts
+/// it first (idempotent). A record whose token item is gone reads without its token. The objects
+/// form keeps every token inline.
+#[tokio::test]
+async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use baton::store::dynamodb::{DynamoStore, ItemFormat, item_size, token_ref};
+    let emulator = Emulator::from_env();
+    let table = dynamo_store(&emulator).await.table().to_owned();
+    let config = emulator.sdk_config().await;
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let calls = baton_tests::calls::Calls::default();
+    let store = DynamoStore::new(calls.dynamodb(&config), table.clone());
+    let token = aws_length_token(3);
+    let waiting = waiting_with_token(&store, "k-own", &token).await;
+    assert_eq!(calls.take(), ["PutItem", "PutItem", "PutItem"], "the start, the token item, the record");
+    let (w, k) = names("k-own");
+    let pk = AttributeValue::S(format!("WF#{w}#{k}"));
+    let get = |key: &str, sk: String| {
+        let (client, table) = (client.clone(), table.clone());
+        let pk = AttributeValue::S(format!("WF#order-review#{key}"));
+        async move {
+            client
+                .get_item()
+                .table_name(table)
+                .key("pk", pk)
+                .key("sk", AttributeValue::S(sk))
+                .send()
+                .await
+                .unwrap()
+                .item
+        }
+    };
+    let record = get("k-own", "RECORD".into()).await.expect("the record");
+    let reference = token_ref(waiting.token.as_ref().unwrap());
+    assert_eq!(record.get("token_ref").and_then(|v| v.as_s().ok()), Some(&reference));
+    assert!(!record.contains_key("token"), "the token is not in the record");
+    assert!(item_size(&record) <= 1024, "the record is one write unit: {} bytes", item_size(&record));
+    let token_item = get("k-own", format!("TOKEN#{reference}")).await.expect("the token item");
+    assert!(
+        matches!(token_item.get("token"), Some(AttributeValue::B(b)) if b.as_ref().len() == 768),
+        "kept as bytes"
+    );
+    assert!(item_size(&token_item) <= 1024, "the token item is one write unit: {}", item_size(&token_item));
+    assert!(token_item.contains_key("expires_at"), "it expires, long after any execution ends");
+
+    // Another instance, which loads first (as every handler does), reads the token item and does
+    // not put it again; one that writes without having read it puts it first.
+    let loader = DynamoStore::new(calls.dynamodb(&config), table.clone());
+    let loaded = loader.load(&w, &k).await.unwrap().unwrap();
+    assert_eq!(loaded, waiting);
+    assert_eq!(calls.take(), ["GetItem", "GetItem"], "the record, then its token");
+    let now = t0() + Duration::seconds(2);
+    let merge =
+        write_of(decide_at("k-own", Some(&loaded), &step_input("own-a", 0, json!({"note": "a"})), now));
+    must_write(&loader, &merge).await;
+    assert_eq!(calls.take(), ["PutItem"], "the record only");
+    let fresh = DynamoStore::new(calls.dynamodb(&config), table.clone());
+    let advance = write_of(decide_at(
+        "k-own",
+        Some(&merge.to),
+        &step_input("own-b", 0, json!({"decision": "ok"})),
+        now,
+    ));
+    let advancing = must_write(&fresh, &advance).await;
+    assert_eq!(calls.take(), ["PutItem", "PutItem"], "the token item again, then the record");
+    assert_eq!(fresh.load(&w, &k).await.unwrap().as_ref(), Some(&advancing));
+
+    // Once its token item is gone (its TTL is longer than an execution can run), a record
+    // reads without its token, live or ended.
+    client
+        .delete_item()
+        .table_name(&table)
+        .key("pk", pk.clone())
+        .key("sk", AttributeValue::S(format!("TOKEN#{reference}")))
+        .send()
+        .await
+        .unwrap();
+    let read = DynamoStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
+    assert_eq!(read, baton::lifecycle::Record { token: None, ..advancing.clone() });
+    let cancel = write_of(decide_at("k-own", Some(&advancing), &Input::Cancel { reason: "x".into() }, now));
+    let ended = DynamoStore::new(client.clone(), table.clone());
+    must_write(&ended, &cancel).await;
+    client
+        .delete_item()
+        .table_name(&table)
+        .key("pk", pk.clone())
+        .key("sk", AttributeValue::S(format!("TOKEN#{reference}")))
+        .send()
+        .await
+        .unwrap();
+    let read = DynamoStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
+    assert_eq!((read.state, read.token), (State::Cancelled, None));
+
+    // The objects form (for versions before token items) keeps the token inline.
+    let objects = DynamoStore::new(client.clone(), table.clone()).with_format(ItemFormat::Objects);
+    let inline = waiting_with_token(&objects, "k-inline", &token).await;
+    let (w, k) = names("k-inline");
+    let record = get("k-inline", "RECORD".into()).await.expect("the record");
+    assert_eq!(record.get("token").and_then(|v| v.as_s().ok()), Some(&token));
+    assert!(!record.contains_key("token_ref"));
+    assert_eq!(objects.load(&w, &k).await.unwrap().as_ref(), Some(&inline));
+}
 
 /// DynamoDB-specific (docs/SIMULATION_BUGS.md, #44): an inbox entry written before the inbox was
 /// kept by step name (no `step_name`, its key by index) is read, listed as expired, and settles.

@@ -10,6 +10,7 @@
 //! | receipt | same | `RECEIPT#<input id>` |
 //! | inbox entry | same | `INBOX#<step:05>#<input id>` |
 //! | ledger entry | same | `LEDGER#<reason>#<input id>` |
+//! | task token (longer than [`TOKEN_INLINE_MAX`]) | same | `TOKEN#<token_ref>` |
 //!
 //! The `by_due` index (`due_kind`, `due_at`) is what the sweeper and `baton status` query:
 //! records under `record#<state>#<shard>`, buffered inbox entries under `inbox#buffered#<shard>`,
@@ -22,13 +23,15 @@
 //! item with no second read. `ConditionalCheckFailedException` is interpreted in one place,
 //! [`conditional`]. No transactions: each operation is one single-item request.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
     Projection, ProjectionType, ReturnValuesOnConditionCheckFailure, ScalarAttributeType, Select,
@@ -36,6 +39,8 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -68,7 +73,25 @@ pub struct DynamoStore {
     table: String,
     format: ItemFormat,
     due_shards: u32,
+    /// Token items this instance has written or read (`pk` and `token_ref`): a write of a record
+    /// that refers to one of them need not put it again. Anything else is put first, which is
+    /// idempotent, so forgetting only costs a write.
+    known_tokens: Arc<Mutex<HashSet<String>>>,
 }
+
+/// Task tokens longer than this many characters are kept out of the record, in a token item of
+/// their own (`TOKEN#<token_ref>`), and the record keeps `token_ref`. AWS's tokens run to
+/// hundreds of characters (the API takes up to 1,024): inline, a waiting or advancing record
+/// would pass one write unit, and its `by_due` entry with it. The emulator's (UUIDs) stay inline.
+pub const TOKEN_INLINE_MAX: usize = 128;
+
+/// How long a token item is kept (TTL) after the write that put it: longer than a Standard
+/// execution can run (one year), so the token is dead before its item goes. A record still
+/// referring to it then reads without a token ([`parse_record`]).
+pub const TOKEN_KEPT: time::Duration = time::Duration::days(400);
+
+/// How many token items [`DynamoStore`] remembers before it starts over.
+const KNOWN_TOKENS: usize = 4096;
 
 /// How many partitions of the `by_due` index each state is spread over, by default
 /// (`BATON_DUE_SHARDS`). docs/SCALE.md: one index partition takes about 1,000 writes a second.
@@ -180,6 +203,7 @@ impl DynamoStore {
             table: table.into(),
             format: ItemFormat::default(),
             due_shards: DEFAULT_DUE_SHARDS,
+            known_tokens: Arc::default(),
         }
     }
 
@@ -264,6 +288,80 @@ impl DynamoStore {
         Ok(())
     }
 
+    /// Whether this instance knows the token item `id` (`pk#token_ref`) exists; `remember`
+    /// records that it does.
+    fn token_known(&self, id: &str, remember: bool) -> bool {
+        let mut known = self.known_tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !remember {
+            return known.contains(id);
+        }
+        if known.len() >= KNOWN_TOKENS {
+            known.clear();
+        }
+        !known.insert(id.to_owned())
+    }
+
+    /// Puts the token item a write of `record` refers to, unless this instance knows it exists.
+    /// Before the record write, so that a stored record never refers to a missing token item; a
+    /// record write that then loses or fails leaves the token item unreferenced, until its TTL.
+    async fn put_token(&self, record: &Record) -> Result<(), StoreError> {
+        let Some(token) = record.token.as_ref().filter(|t| token_out_of_line(self.format, t)) else {
+            return Ok(());
+        };
+        let item = token_item(record, token);
+        let id = format!("{}#{}", pk(&record.workflow, &record.key), token_ref(token));
+        if self.token_known(&id, false) {
+            return Ok(());
+        }
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(sdk("PutItem"))?;
+        self.token_known(&id, true);
+        Ok(())
+    }
+
+    /// The record `item` holds, with its task token read from the token item when it is kept
+    /// out of line (one consistent GetItem).
+    async fn record_from(&self, item: &Item) -> Result<Record, StoreError> {
+        let Some(reference) = item.get("token_ref").and_then(|v| v.as_s().ok()) else {
+            return parse_record(item, None);
+        };
+        let pk = Reader { item }.s("pk")?;
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(pk))
+            .key("sk", s(&token_sk(reference)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk("GetItem"))?;
+        match &out.item {
+            Some(_) => {
+                self.token_known(&format!("{pk}#{reference}"), true);
+            }
+            None => tracing::warn!(pk, token_item = %token_sk(reference),
+                "token_item_missing: the record's task token expired with its item; it reads without one"),
+        }
+        parse_record(item, out.item.as_ref())
+    }
+
+    /// [`Self::record_from`] for each of `items`, in order, a few at a time.
+    async fn records_from(&self, items: &[Item]) -> Result<Vec<Record>, StoreError> {
+        let mut records = Vec::with_capacity(items.len());
+        for chunk in items.chunks(16) {
+            records.extend(
+                futures::future::try_join_all(chunk.iter().map(|item| self.record_from(item))).await?,
+            );
+        }
+        Ok(records)
+    }
+
     /// A put-if-absent of `item`, returning the stored item when it already exists.
     async fn put_if_absent(&self, op: &'static str, mut item: Item) -> Result<Option<Item>, StoreError> {
         self.format.stamp(&mut item);
@@ -321,9 +419,8 @@ impl DynamoStore {
         let far = OffsetDateTime::now_utc() + time::Duration::days(36_500);
         let mut records = Vec::new();
         for kind in Kind::ALL {
-            for item in self.query_due_all(&format!("record#{kind}"), far, limit, Order::NewestFirst).await? {
-                records.push(parse_record(&item)?);
-            }
+            let items = self.query_due_all(&format!("record#{kind}"), far, limit, Order::NewestFirst).await?;
+            records.extend(self.records_from(&items).await?);
         }
         records.sort_by_key(|r| std::cmp::Reverse(r.updated_at));
         records.truncate(limit);
@@ -782,8 +879,14 @@ fn record_item(r: &Record, format: ItemFormat, shards: u32) -> Item {
     if let Some(step) = r.state.step() {
         item.insert("step".into(), n(step));
     }
-    if let Some(token) = &r.token {
-        item.insert("token".into(), s(token.expose()));
+    match &r.token {
+        Some(token) if token_out_of_line(format, token) => {
+            item.insert("token_ref".into(), s(&token_ref(token)));
+        }
+        Some(token) => {
+            item.insert("token".into(), s(token.expose()));
+        }
+        None => {}
     }
     if let Some(deadline) = r.deadline {
         item.insert("deadline".into(), s(&ts(deadline)));
@@ -805,7 +908,11 @@ fn history_context(r: &Record) -> compact::Context<'_> {
     compact::Context { base: r.created_at, applied: &r.applied, start_events: &r.start_events }
 }
 
-fn parse_record(item: &Item) -> Result<Record, StoreError> {
+/// The record `item` holds. A token kept out of line is read from `token_item`, the item its
+/// `token_ref` names. Without it (it expired: [`TOKEN_KEPT`]), the record reads as having no
+/// token, as the token itself is long dead: nothing is resumed with it, and an input to a record
+/// still waiting is ignored into the ledger.
+fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreError> {
     let r = Reader { item };
     let kind_text = r.s("state")?;
     let kind = Kind::parse(kind_text).ok_or_else(|| r.corrupt(format!("unknown state {kind_text:?}")))?;
@@ -818,11 +925,13 @@ fn parse_record(item: &Item) -> Result<Record, StoreError> {
         generation: r.n("generation")?,
         state,
         version: r.n("version")?,
-        token: r
-            .opt_s("token")?
-            .map(TaskToken::parse)
-            .transpose()
-            .map_err(|e| r.corrupt(format!("token: {e}")))?,
+        token: match (r.opt_s("token")?, r.opt_s("token_ref")?, token_item) {
+            (Some(token), _, _) => {
+                Some(TaskToken::parse(token).map_err(|e| r.corrupt(format!("token: {e}")))?)
+            }
+            (None, Some(_), Some(token_item)) => Some(parse_token(token_item)?),
+            (None, _, _) => None,
+        },
         deadline: r.opt_time("deadline")?,
         inputs: r.json("inputs")?,
         applied: compact::decode_applied(r.s("applied")?)
@@ -841,6 +950,47 @@ fn parse_record(item: &Item) -> Result<Record, StoreError> {
 }
 
 // ---- side items ------------------------------------------------------------------------------
+
+/// Whether a record written in `format` keeps `token` in a token item ([`TOKEN_INLINE_MAX`]).
+/// The objects form keeps every token inline: the versions before token items read only that.
+fn token_out_of_line(format: ItemFormat, token: &TaskToken) -> bool {
+    format == ItemFormat::Compact && token.expose().len() > TOKEN_INLINE_MAX
+}
+
+/// What a record keeps in place of a token kept out of line: 128 bits of its SHA-256, in hex.
+pub fn token_ref(token: &TaskToken) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(token.expose().as_bytes())[..16])
+}
+
+fn token_sk(reference: &str) -> String {
+    format!("TOKEN#{reference}")
+}
+
+/// The item that keeps `token` for `record`. A token that is canonical base64 (AWS's look it:
+/// three bytes in four characters) is kept as those bytes, so that a 1,024-character token and
+/// its keys fit one write unit; any other token as text.
+pub fn token_item(record: &Record, token: &TaskToken) -> Item {
+    let mut item = base_item(&record.workflow, &record.key, &token_sk(&token_ref(token)));
+    let text = token.expose();
+    let value = match BASE64.decode(text) {
+        Ok(bytes) if BASE64.encode(&bytes) == text => AttributeValue::B(Blob::new(bytes)),
+        _ => s(text),
+    };
+    item.insert("token".into(), value);
+    item.insert(TTL_ATTRIBUTE.into(), epoch(record.updated_at + TOKEN_KEPT));
+    item
+}
+
+fn parse_token(item: &Item) -> Result<TaskToken, StoreError> {
+    let r = Reader { item };
+    let text = match item.get("token") {
+        Some(AttributeValue::B(bytes)) => BASE64.encode(bytes.as_ref()),
+        Some(AttributeValue::S(text)) => text.clone(),
+        _ => return Err(r.corrupt("a token item without its token".into())),
+    };
+    TaskToken::parse(text).map_err(|e| r.corrupt(format!("token: {e}")))
+}
 
 fn task_item(t: &Task) -> Item {
     let mut item = base_item(&t.workflow, &t.key, &task_sk(t.generation, t.step));
@@ -1057,10 +1207,14 @@ impl WorkflowStore for DynamoStore {
             .send()
             .await
             .map_err(sdk("GetItem"))?;
-        out.item.as_ref().map(parse_record).transpose()
+        match &out.item {
+            Some(item) => self.record_from(item).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     async fn apply(&self, write: &Write) -> Result<Applied, StoreError> {
+        self.put_token(&write.to).await?;
         let mut put = self
             .client
             .put_item()
@@ -1091,8 +1245,11 @@ impl WorkflowStore for DynamoStore {
         match conditional("PutItem", put.send().await)? {
             Ok(_) => Ok(Applied::Written),
             Err(old) => {
-                let current = old.filter(|i| !i.is_empty()).as_ref().map(parse_record).transpose()?;
-                Ok(Applied::Lost { current: current.map(Box::new) })
+                let current = match old.filter(|i| !i.is_empty()) {
+                    Some(item) => Some(Box::new(self.record_from(&item).await?)),
+                    None => None,
+                };
+                Ok(Applied::Lost { current })
             }
         }
     }
@@ -1376,10 +1533,15 @@ impl WorkflowStore for DynamoStore {
 
     async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError> {
         let mut trace = Trace::default();
+        let (mut record, mut tokens) = (None, HashMap::new());
         for item in self.query_partition(&pk(workflow, key), None).await? {
             let sk = Reader { item: &item }.s("sk")?;
             match sk.split('#').next() {
-                Some(RECORD_SK) => trace.record = Some(parse_record(&item)?),
+                Some(RECORD_SK) => record = Some(item),
+                // Read for the record's token only: a token is never shown.
+                Some("TOKEN") => {
+                    tokens.insert(sk.to_owned(), item);
+                }
                 Some("TASK") => trace.tasks.push(parse_task(&item)?),
                 Some("RECEIPT") => trace.receipts.push(parse_receipt(&item)?),
                 Some("INBOX") => trace.inbox.push(parse_inbox(&item)?),
@@ -1391,16 +1553,17 @@ impl WorkflowStore for DynamoStore {
                 }
             }
         }
+        if let Some(item) = &record {
+            let reference = item.get("token_ref").and_then(|v| v.as_s().ok());
+            trace.record = Some(parse_record(item, reference.and_then(|r| tokens.get(&token_sk(r))))?);
+        }
         sort_trace(&mut trace);
         Ok(trace)
     }
 
     async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.query_due_all(&format!("record#{kind}"), before, limit, Order::OldestFirst)
-            .await?
-            .iter()
-            .map(parse_record)
-            .collect()
+        let items = self.query_due_all(&format!("record#{kind}"), before, limit, Order::OldestFirst).await?;
+        self.records_from(&items).await
     }
 
     async fn expired_buffers(
@@ -1433,6 +1596,11 @@ mod tests {
     /// docs/COST.md).
     /// Returns it, and the record at the end.
     fn largest_record(steps: usize) -> (usize, Record) {
+        largest_record_with(steps, |step| format!("6f1c2a7e-90b4-4d1e-8a3c-{:012}", 100 + step))
+    }
+
+    /// [`largest_record`] with each step's task token made by `token`.
+    fn largest_record_with(steps: usize, token: impl Fn(u32) -> String) -> (usize, Record) {
         use crate::lifecycle::{Finish, Input, Plan, Source, StepOutcome, decide};
         let uuid = |n: usize| format!("6f1c2a7e-90b4-4d1e-8a3c-{n:012}");
         let plan = Plan {
@@ -1454,7 +1622,7 @@ mod tests {
         apply(Input::Start { event: EventId::parse(uuid(0)).unwrap() }, now, &mut record);
         for step in 0..steps as u32 {
             now += time::Duration::milliseconds(47);
-            let token = TaskToken::parse(uuid(100 + step as usize)).unwrap();
+            let token = TaskToken::parse(token(step)).unwrap();
             let deadline = now + time::Duration::days(2);
             apply(Input::StepReady { generation: 1, step, token, deadline }, now, &mut record);
             now += time::Duration::minutes(61);
@@ -1519,7 +1687,7 @@ mod tests {
         let record = largest_record(2).1;
         for format in [ItemFormat::Compact, ItemFormat::Objects] {
             assert_eq!(
-                parse_record(&record_item(&record, format, DEFAULT_DUE_SHARDS)).unwrap(),
+                parse_record(&record_item(&record, format, DEFAULT_DUE_SHARDS), None).unwrap(),
                 record,
                 "{format:?}"
             );
@@ -1552,6 +1720,34 @@ mod tests {
                 "{steps} steps: the record reaches {bytes} bytes, more than one write unit"
             );
         }
+    }
+
+    /// With tokens as long as AWS's (the API's 1,024 characters), the token is kept in its own
+    /// item: the record's writes stay within one write unit, and so does the token item's one
+    /// write a step when the token is base64 (as AWS's are); a token of any other characters is
+    /// kept as text and reads back the same.
+    #[test]
+    fn with_aws_length_tokens_a_record_write_and_a_token_write_stay_within_one_write_unit() {
+        let aws_token =
+            |step: u32| BASE64.encode((0..768u32).map(|i| (i * 7 + step) as u8).collect::<Vec<u8>>());
+        for steps in 1..=5 {
+            let (bytes, record) = largest_record_with(steps, aws_token);
+            assert!(bytes <= 1024, "{steps} steps: the record reaches {bytes} bytes");
+            let token = TaskToken::parse(aws_token(0)).unwrap();
+            assert_eq!(token.expose().len(), TaskToken::MAX_LEN);
+            let item = token_item(&record, &token);
+            assert!(item_size(&item) <= 1024, "the token item: {} bytes", item_size(&item));
+            assert_eq!(parse_token(&item).unwrap(), token);
+        }
+        let (_, record) = largest_record(1);
+        let text = TaskToken::parse(format!("{}~", "a".repeat(1000))).unwrap();
+        let item = token_item(&record, &text);
+        assert!(matches!(item.get("token"), Some(AttributeValue::S(_))), "not base64: kept as text");
+        assert_eq!(parse_token(&item).unwrap(), text);
+        // A UUID-sized token (the emulator's) stays in the record, as before token items.
+        let short =
+            record_item(&largest_record_with(1, |_| "6f1c2a7e-90b4".into()).1, ItemFormat::Compact, 8);
+        assert!(!short.contains_key("token_ref"));
     }
 
     /// Reads stay proportional to what is due, never to the table: no code that ships calls

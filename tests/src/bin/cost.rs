@@ -52,13 +52,20 @@ async fn main() {
     }
     let mut units = Units::default();
     let mut with_aws_tokens = Units::default();
+    let mut largest_aws_record = 0;
     let mut by_item: BTreeMap<String, (f64, Units)> = BTreeMap::new();
     for call in doc["dynamodb"].as_array().map(Vec::as_slice).unwrap_or_default() {
         let caller = call["caller"].as_str().unwrap_or_default();
         if caller != RUNNER && caller != SWEEPER {
             let these = cost::units(call, &indexes);
             units += these;
-            with_aws_tokens += cost::units(&cost::with_token_chars(call, cost::AWS_TOKEN_CHARS), &indexes);
+            for modelled in cost::with_aws_tokens(call) {
+                with_aws_tokens += cost::units(&modelled, &indexes);
+                if let Some(after) = modelled.get("after").filter(|a| a["sk"]["S"] == "RECORD") {
+                    let size = baton::store::dynamodb::item_size(&cost::item_from_json(after));
+                    largest_aws_record = largest_aws_record.max(size);
+                }
+            }
             let entry = by_item.entry(cost::item_kind(call)).or_default();
             entry.0 += 1.0 / k;
             entry.1 += these.per(k);
@@ -99,10 +106,12 @@ async fn main() {
     );
     let aws = PerWorkflow { dynamodb: with_aws_tokens.per(k), ..per.clone() };
     println!(
-        "  with AWS-length task tokens ({} characters, the API's limit): DynamoDB write units {:.2} (table) + {:.2} (index), total {:.2} dollars per million, {:.1}% above Step Functions",
+        "  with AWS-length task tokens ({} characters, the API's limit; kept out of the record): record at its largest {} bytes, DynamoDB write units {:.2} (table) + {:.2} (index), read units {:.2}, total {:.2} dollars per million, {:.1}% above Step Functions",
         cost::AWS_TOKEN_CHARS,
+        largest_aws_record,
         aws.dynamodb.table_writes,
         aws.dynamodb.index_writes,
+        aws.dynamodb.reads,
         aws.dollars_per_million().values().sum::<f64>(),
         100.0 * aws.above_step_functions()
     );
