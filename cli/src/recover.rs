@@ -140,6 +140,9 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
         // Written as the functions write them (docs/RUNBOOK.md, "Upgrading across the compact
         // record").
         item_format: baton::runtime::item_format(&|name| std::env::var(name).ok())?,
+        // A replay's or cancel's record keeps a long (AWS) token in its own item, as the
+        // functions' do by default; either way, every version from token items reads both.
+        token_inline_max: baton::store::dynamodb::TOKEN_INLINE_MAX,
     };
     // Metrics from an operator's terminal would be noise on stdout: they go nowhere.
     let engine = baton::runtime::engine(&sdk, &settings, config, Metrics::to(Box::new(std::io::sink())));

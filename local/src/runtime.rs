@@ -139,7 +139,8 @@ impl LocalBaton {
                 store: Arc::new(
                     DynamoStore::new(clients.dynamodb.clone(), settings.table.clone())
                         .with_format(settings.item_format)
-                        .with_due_shards(settings.due_shards),
+                        .with_due_shards(settings.due_shards)
+                        .with_token_inline_max(settings.token_inline_max),
                 ),
                 orchestrator: Arc::new(StepFunctions::new(clients.sfn.clone())),
                 publisher: Arc::new(SqsTaskPublisher::new(

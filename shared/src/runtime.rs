@@ -22,9 +22,10 @@ use lambda_runtime::LambdaEvent;
 
 use crate::callback::Callbacks;
 use crate::error::Classified;
+use crate::ids::TaskToken;
 use crate::secrets::{RotatingSecrets, SecretsManager};
 use crate::sqs::{DeadLetters, SqsDeadLetters, SqsHandler, error_chain};
-use crate::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore, ItemFormat, MAX_DUE_SHARDS};
+use crate::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore, ItemFormat, MAX_DUE_SHARDS, TOKEN_INLINE_MAX};
 use crate::sweeper::Sweeper;
 use crate::webhook::Secrets;
 
@@ -72,6 +73,9 @@ pub struct Settings {
     /// `BATON_ITEM_FORMAT`: `compact` (default) or `objects`, how table items are written
     /// ([`ItemFormat`]; docs/RUNBOOK.md, "Upgrading across the compact record").
     pub item_format: ItemFormat,
+    /// `BATON_TOKEN_INLINE_MAX`: task tokens longer than this many characters are kept in an
+    /// item of their own (default [`TOKEN_INLINE_MAX`], 128; 0 to 1,024).
+    pub token_inline_max: usize,
 }
 
 /// A setting that is missing or invalid.
@@ -180,6 +184,9 @@ impl Settings {
                 whole(v, |n: &i32| (0..=900).contains(n), "of seconds from 0 to 900")
             })?;
         let (due_shards, item_format) = (due_shards(env)?, item_format(env)?);
+        let token_inline_max = optional(env, "BATON_TOKEN_INLINE_MAX", TOKEN_INLINE_MAX, |v| {
+            whole(v, |n: &usize| *n <= TaskToken::MAX_LEN, "of characters from 0 to 1024")
+        })?;
         Ok(Settings {
             table: required(env, "BATON_TABLE")?,
             state_machine_prefix,
@@ -195,6 +202,7 @@ impl Settings {
             requeue_delay_seconds,
             due_shards,
             item_format,
+            token_inline_max,
         })
     }
 
@@ -286,7 +294,8 @@ fn engine_with(
         store: Arc::new(
             DynamoStore::new(aws_sdk_dynamodb::Client::new(sdk), settings.table.clone())
                 .with_format(settings.item_format)
-                .with_due_shards(settings.due_shards),
+                .with_due_shards(settings.due_shards)
+                .with_token_inline_max(settings.token_inline_max),
         ),
         orchestrator: Arc::new(StepFunctions::new(sfn)),
         publisher: Arc::new(SqsTaskPublisher::new(sqs, outbound)),
@@ -605,6 +614,15 @@ mod tests {
         assert_eq!(shards(" 16 ").unwrap(), 16);
         assert!(shards("0").is_err() && shards("257").is_err() && shards("x").is_err());
         assert_eq!(due_shards(&|_| None).unwrap(), DEFAULT_DUE_SHARDS);
+        assert_eq!(settings.token_inline_max, TOKEN_INLINE_MAX, "128 unless told");
+        let inline = |value: &'static str| {
+            move |name: &str| {
+                if name == "BATON_TOKEN_INLINE_MAX" { Some(value.to_owned()) } else { env(name) }
+            }
+        };
+        assert_eq!(Settings::from_lookup(&inline("0")).unwrap().token_inline_max, 0);
+        let err = Settings::from_lookup(&inline("1025")).unwrap_err();
+        assert!(err.to_string().contains("BATON_TOKEN_INLINE_MAX is invalid"), "{err}");
     }
 
     #[test]

@@ -73,6 +73,8 @@ pub struct DynamoStore {
     table: String,
     format: ItemFormat,
     due_shards: u32,
+    /// Tokens longer than this are kept in a token item ([`TOKEN_INLINE_MAX`] unless told).
+    token_inline_max: usize,
     /// Token items this instance has written or read (`pk` and `token_ref`): a write of a record
     /// that refers to one of them need not put it again. Anything else is put first, which is
     /// idempotent, so forgetting only costs a write.
@@ -203,6 +205,7 @@ impl DynamoStore {
             table: table.into(),
             format: ItemFormat::default(),
             due_shards: DEFAULT_DUE_SHARDS,
+            token_inline_max: TOKEN_INLINE_MAX,
             known_tokens: Arc::default(),
         }
     }
@@ -216,6 +219,16 @@ impl DynamoStore {
     /// The store writing items in `format`.
     pub fn with_format(self, format: ItemFormat) -> Self {
         DynamoStore { format, ..self }
+    }
+
+    fn layout(&self) -> Layout {
+        Layout { format: self.format, shards: self.due_shards, token_inline_max: self.token_inline_max }
+    }
+
+    /// The store keeping tokens longer than `chars` in token items (`BATON_TOKEN_INLINE_MAX`;
+    /// 0 keeps every token there, as the end-to-end tests do with the emulator's short ones).
+    pub fn with_token_inline_max(self, chars: usize) -> Self {
+        DynamoStore { token_inline_max: chars, ..self }
     }
 
     pub fn table(&self) -> &str {
@@ -305,7 +318,7 @@ impl DynamoStore {
     /// Before the record write, so that a stored record never refers to a missing token item; a
     /// record write that then loses or fails leaves the token item unreferenced, until its TTL.
     async fn put_token(&self, record: &Record) -> Result<(), StoreError> {
-        let Some(token) = record.token.as_ref().filter(|t| token_out_of_line(self.format, t)) else {
+        let Some(token) = record.token.as_ref().filter(|t| self.layout().token_out_of_line(t)) else {
             return Ok(());
         };
         let item = token_item(record, token);
@@ -645,7 +658,7 @@ fn number_size(n: &str) -> usize {
 
 /// The size of a record's item, as the table stores it in `format`.
 pub fn record_size(record: &Record, format: ItemFormat) -> usize {
-    item_size(&record_item(record, format, MAX_DUE_SHARDS))
+    item_size(&record_item(record, Layout { shards: MAX_DUE_SHARDS, ..Layout::of(format) }))
 }
 
 /// At least [`record_size`] in either format, without building the item: what every write checks first, so that
@@ -850,7 +863,8 @@ fn base_item(workflow: &WorkflowName, key: &CorrelationKey, sk: &str) -> Item {
 
 // ---- records ---------------------------------------------------------------------------------
 
-fn record_item(r: &Record, format: ItemFormat, shards: u32) -> Item {
+fn record_item(r: &Record, layout: Layout) -> Item {
+    let Layout { format, shards, .. } = layout;
     let mut item = base_item(&r.workflow, &r.key, RECORD_SK);
     format.stamp(&mut item);
     let (applied, history) = match format {
@@ -880,7 +894,7 @@ fn record_item(r: &Record, format: ItemFormat, shards: u32) -> Item {
         item.insert("step".into(), n(step));
     }
     match &r.token {
-        Some(token) if token_out_of_line(format, token) => {
+        Some(token) if layout.token_out_of_line(token) => {
             item.insert("token_ref".into(), s(&token_ref(token)));
         }
         Some(token) => {
@@ -951,10 +965,25 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
 
 // ---- side items ------------------------------------------------------------------------------
 
-/// Whether a record written in `format` keeps `token` in a token item ([`TOKEN_INLINE_MAX`]).
-/// The objects form keeps every token inline: the versions before token items read only that.
-fn token_out_of_line(format: ItemFormat, token: &TaskToken) -> bool {
-    format == ItemFormat::Compact && token.expose().len() > TOKEN_INLINE_MAX
+/// How a store lays a record's item out: its form, its `by_due` shards, and which tokens it
+/// keeps in token items.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    format: ItemFormat,
+    shards: u32,
+    token_inline_max: usize,
+}
+
+impl Layout {
+    fn of(format: ItemFormat) -> Layout {
+        Layout { format, shards: DEFAULT_DUE_SHARDS, token_inline_max: TOKEN_INLINE_MAX }
+    }
+
+    /// Whether a record keeps `token` in a token item. The objects form keeps every token
+    /// inline: the versions before token items read only that.
+    fn token_out_of_line(self, token: &TaskToken) -> bool {
+        self.format == ItemFormat::Compact && token.expose().len() > self.token_inline_max
+    }
 }
 
 /// What a record keeps in place of a token kept out of line: 128 bits of its SHA-256, in hex.
@@ -1219,7 +1248,7 @@ impl WorkflowStore for DynamoStore {
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(record_item(&write.to, self.format, self.due_shards)))
+            .set_item(Some(record_item(&write.to, self.layout())))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         put = match condition_for(write)? {
             // Rule: a record is created once per (workflow, key).
@@ -1687,13 +1716,13 @@ mod tests {
         let record = largest_record(2).1;
         for format in [ItemFormat::Compact, ItemFormat::Objects] {
             assert_eq!(
-                parse_record(&record_item(&record, format, DEFAULT_DUE_SHARDS), None).unwrap(),
+                parse_record(&record_item(&record, Layout::of(format)), None).unwrap(),
                 record,
                 "{format:?}"
             );
         }
         // What parse_record read before the compact record (a4e9275), on every item.
-        let item = record_item(&record, ItemFormat::Objects, DEFAULT_DUE_SHARDS);
+        let item = record_item(&record, Layout::of(ItemFormat::Objects));
         let old = Reader { item: &item };
         assert_eq!(old.id::<WorkflowName>("workflow").unwrap(), record.workflow);
         assert_eq!(old.id::<CorrelationKey>("key").unwrap(), record.key);
@@ -1702,7 +1731,7 @@ mod tests {
         let mut side = base_item(&record.workflow, &record.key, "LEDGER#x#y");
         ItemFormat::Objects.stamp(&mut side);
         assert_eq!(Reader { item: &side }.id::<CorrelationKey>("key").unwrap(), record.key);
-        let compact = record_item(&record, ItemFormat::Compact, DEFAULT_DUE_SHARDS);
+        let compact = record_item(&record, Layout::of(ItemFormat::Compact));
         assert!(!compact.contains_key("workflow") && !compact.contains_key("key"));
         assert_eq!(ItemFormat::parse("objects"), Ok(ItemFormat::Objects));
         assert_eq!(
@@ -1745,8 +1774,10 @@ mod tests {
         assert!(matches!(item.get("token"), Some(AttributeValue::S(_))), "not base64: kept as text");
         assert_eq!(parse_token(&item).unwrap(), text);
         // A UUID-sized token (the emulator's) stays in the record, as before token items.
-        let short =
-            record_item(&largest_record_with(1, |_| "6f1c2a7e-90b4".into()).1, ItemFormat::Compact, 8);
+        let short = record_item(
+            &largest_record_with(1, |_| "6f1c2a7e-90b4".into()).1,
+            Layout::of(ItemFormat::Compact),
+        );
         assert!(!short.contains_key("token_ref"));
     }
 
