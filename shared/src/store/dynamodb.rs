@@ -301,17 +301,18 @@ impl DynamoStore {
         Ok(())
     }
 
-    /// Whether this instance knows the token item `id` (`pk#token_ref`) exists; `remember`
-    /// records that it does.
-    fn token_known(&self, id: &str, remember: bool) -> bool {
-        let mut known = self.known_tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !remember {
-            return known.contains(id);
-        }
+    /// The token items this instance knows exist, by `pk#token_ref`.
+    fn known_tokens(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.known_tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes that the token item `id` (`pk#token_ref`) exists.
+    fn remember_token(&self, id: String) {
+        let mut known = self.known_tokens();
         if known.len() >= KNOWN_TOKENS {
             known.clear();
         }
-        !known.insert(id.to_owned())
+        known.insert(id);
     }
 
     /// Puts the token item a write of `record` refers to, unless this instance knows it exists.
@@ -321,19 +322,18 @@ impl DynamoStore {
         let Some(token) = record.token.as_ref().filter(|t| self.layout().token_out_of_line(t)) else {
             return Ok(());
         };
-        let item = token_item(record, token);
         let id = format!("{}#{}", pk(&record.workflow, &record.key), token_ref(token));
-        if self.token_known(&id, false) {
+        if self.known_tokens().contains(&id) {
             return Ok(());
         }
         self.client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item))
+            .set_item(Some(token_item(record, token)))
             .send()
             .await
             .map_err(sdk("PutItem"))?;
-        self.token_known(&id, true);
+        self.remember_token(id);
         Ok(())
     }
 
@@ -355,9 +355,7 @@ impl DynamoStore {
             .await
             .map_err(sdk("GetItem"))?;
         match &out.item {
-            Some(_) => {
-                self.token_known(&format!("{pk}#{reference}"), true);
-            }
+            Some(_) => self.remember_token(format!("{pk}#{reference}")),
             None => tracing::warn!(pk, token_item = %token_sk(reference),
                 "token_item_missing: the record's task token expired with its item; it reads without one"),
         }
