@@ -965,3 +965,184 @@ async fn dynamodb_a_reader_finds_every_shard_the_functions_registered() {
         DynamoStore::new(client, table).with_due_shards(32).due(Kind::Waiting, far, 10).await.unwrap();
     assert_eq!(found.len(), 1, "the registered count finds it");
 }
+
+/// A token of one of the shapes that matter: the emulator's (a UUID), just over the default
+/// limit, AWS's (1,024 characters of base64), 1,024 not base64, short base64, multi-byte text
+/// (the limit counts bytes), and one shared by every partition.
+fn any_token(rng: &mut fastrand::Rng, serial: u64) -> TaskToken {
+    use base64::Engine;
+    let base64 = |seed: u64, bytes: u64| {
+        let bytes: Vec<u8> =
+            (0..bytes).map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7919) % 251) as u8).collect();
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    };
+    TaskToken::parse(match rng.u8(0..7) {
+        0 => format!("6f1c2a7e-90b4-4d1e-8a3c-{serial:012}"),
+        1 => format!("{}-{serial:08}", "x".repeat(121)),
+        2 => base64(serial, 768),
+        3 => format!("{}!{serial:08}", "t".repeat(1015)),
+        4 => base64(serial, 30),
+        5 => base64(424_242, 768),
+        _ => format!("{}{serial:06}", "é".repeat(70)),
+    })
+    .unwrap()
+}
+
+/// An input for `record`'s state, so that a walk goes through every state: the step's report
+/// (and its redelivery, same token), inputs, a step's completion, the next step, the end, a
+/// cancel (which keeps the token), and a restart after it.
+fn any_input(rng: &mut fastrand::Rng, key: &str, record: Option<&Record>, serial: u64) -> Input {
+    let Some(r) = record else {
+        return Input::Start { event: EventId::parse(format!("start-{key}-{serial}")).unwrap() };
+    };
+    let deadline = t0() + Duration::days(2);
+    let ready = |step, token| Input::StepReady { generation: r.generation, step, token, deadline };
+    match r.state {
+        State::Pending => ready(0, any_token(rng, serial)),
+        State::Waiting { step } => match rng.u8(0..6) {
+            0 => Input::Cancel { reason: "walk".into() },
+            1 => step_input(&format!("note-{key}-{serial}"), step, json!({"note": serial})),
+            2 => ready(step, r.token.clone().unwrap_or_else(|| any_token(rng, serial))),
+            _ if step == 0 => step_input(&format!("d-{key}-{serial}"), 0, json!({"decision": "ok"})),
+            _ => step_input(&format!("p-{key}-{serial}"), 1, json!({"payment_ref": "x"})),
+        },
+        State::Advancing { step } => match (rng.u8(0..4), step) {
+            (0, _) => Input::Cancel { reason: "walk".into() },
+            (_, 0) => ready(1, any_token(rng, serial)),
+            _ => Input::Finished { generation: r.generation, finish: Finish::Succeeded },
+        },
+        _ if rng.bool() => Input::Cancel { reason: "again".into() },
+        _ => Input::Start { event: EventId::parse(format!("start-{key}-{serial}")).unwrap() },
+    }
+}
+
+/// The table never holds a record of `key` that refers to a token item it does not hold, or to
+/// one holding another token.
+async fn token_ref_resolves(client: &aws_sdk_dynamodb::Client, table: &str, key: &str, at: &str) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let get = |sk: String| {
+        client
+            .get_item()
+            .table_name(table)
+            .key("pk", AttributeValue::S(format!("WF#order-review#{key}")))
+            .key("sk", AttributeValue::S(sk))
+            .consistent_read(true)
+            .send()
+    };
+    let record = get("RECORD".into()).await.unwrap().item.unwrap();
+    let Some(reference) = record.get("token_ref").and_then(|v| v.as_s().ok()) else { return };
+    let item = get(format!("TOKEN#{reference}")).await.unwrap().item;
+    let item =
+        item.unwrap_or_else(|| panic!("{at}: the record refers to TOKEN#{reference}, which is not there"));
+    let token = match item.get("token") {
+        Some(AttributeValue::B(b)) => {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(b.as_ref())
+        }
+        other => other.and_then(|v| v.as_s().ok()).cloned().expect("a token"),
+    };
+    assert_eq!(&baton::store::dynamodb::token_ref(&TaskToken::parse(token).unwrap()), reference, "{at}");
+}
+
+/// One key's walk for [`dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_races`].
+async fn walk(
+    stores: Vec<baton::store::dynamodb::DynamoStore>,
+    memory: Arc<MemoryStore>,
+    client: aws_sdk_dynamodb::Client,
+    key: String,
+    seed: u64,
+) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let (w, k) = names(&key);
+    let mut expected: Option<Record> = None;
+    let mut now = t0();
+    for serial in 0..40 {
+        let at = format!("{key} step {serial} (seed {seed})");
+        now += Duration::seconds(61);
+        let (a, b) = (&stores[rng.usize(..stores.len())], &stores[rng.usize(..stores.len())]);
+        let current = a.load(&w, &k).await.unwrap();
+        assert_eq!(current, expected, "{at}: load");
+        let input = any_input(&mut rng, &key, current.as_ref(), serial);
+        let Some(first) = decide_at(&key, current.as_ref(), &input, now).write else { continue };
+        // A racing writer decided on the same record, written at once or after.
+        let other = any_input(&mut rng, &key, current.as_ref(), serial + 10_000);
+        let second = decide_at(&key, current.as_ref(), &other, now).write;
+        let (ra, rb) = match &second {
+            Some(second) if rng.bool() => {
+                let (x, y) = tokio::join!(a.apply(&first), b.apply(second));
+                (x.unwrap(), Some(y.unwrap()))
+            }
+            Some(second) => (a.apply(&first).await.unwrap(), Some(b.apply(second).await.unwrap())),
+            None => (a.apply(&first).await.unwrap(), None),
+        };
+        let (winner, loser) = match (&ra, &rb) {
+            (Applied::Written, Some(Applied::Written)) => panic!("{at}: both writes won"),
+            (Applied::Written, _) => (&first, second.as_ref().map(|s| (s, rb.as_ref().unwrap()))),
+            (_, Some(Applied::Written)) => (second.as_ref().unwrap(), Some((&first, &ra))),
+            _ => panic!("{at}: no write won: {ra:?} {rb:?}"),
+        };
+        assert_eq!(memory.apply(winner).await.unwrap(), Applied::Written, "{at}: memory");
+        if let Some((write, lost)) = loser {
+            let Applied::Lost { current } = lost else { panic!("{at}: {lost:?}") };
+            assert_eq!(current.as_deref(), Some(&winner.to), "{at}: the lost write's record");
+            assert_eq!(
+                memory.apply(write).await.unwrap(),
+                Applied::Lost { current: Some(Box::new(winner.to.clone())) },
+                "{at}: memory"
+            );
+        }
+        expected = Some(winner.to.clone());
+        token_ref_resolves(&client, a.table(), &key, &at).await;
+        let trace = stores[rng.usize(..stores.len())].trace(&w, &k).await.unwrap();
+        assert_eq!(trace.record, expected, "{at}: trace");
+        if let Some(token) = winner.to.token.as_ref().filter(|t| t.expose().len() > 40) {
+            assert!(!format!("{trace:?}").contains(token.expose()), "{at}: the token shows in a trace");
+        }
+    }
+}
+
+/// DynamoDB-specific: token items under a random walk (an attack on them found it sound).
+/// Twelve keys at once through their whole lifecycle, each step written by one of seven store
+/// instances of different layouts (clones that share what they know, separate ones; limits 0,
+/// 128 and 1,024; the objects form), with a racing write decided on the same record, at once or
+/// after. After each step every read returns the winner (load, the lost write's record, trace),
+/// as MemoryStore does for the same writes, and the table never holds a record whose token item
+/// is missing; at the end, the due records of every state, from every instance, are
+/// MemoryStore's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_races() {
+    use baton::store::dynamodb::{DynamoStore, ItemFormat};
+    let emulator = Emulator::from_env();
+    let base = dynamo_store(&emulator).await;
+    let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
+    let separate = || DynamoStore::new(client.clone(), base.table());
+    let stores = vec![
+        base.clone(),
+        base.clone().with_token_inline_max(0),
+        base.clone().with_format(ItemFormat::Objects),
+        base.clone().with_token_inline_max(1024),
+        separate().with_token_inline_max(0),
+        separate(),
+        separate().with_format(ItemFormat::Objects).with_token_inline_max(0),
+    ];
+    let memory = Arc::new(MemoryStore::new());
+    let mut walks = tokio::task::JoinSet::new();
+    for i in 0..12 {
+        let seed = 0x9e37 + i * 7717;
+        walks.spawn(walk(stores.clone(), memory.clone(), client.clone(), format!("walk-{i}"), seed));
+    }
+    while let Some(walked) = walks.join_next().await {
+        walked.unwrap();
+    }
+    let far = t0() + Duration::days(3650);
+    for kind in Kind::ALL {
+        let by_key = |mut records: Vec<Record>| {
+            records.sort_by(|x, y| x.key.as_str().cmp(y.key.as_str()));
+            records
+        };
+        let want = by_key(memory.due(kind, far, 1000).await.unwrap());
+        for store in &stores {
+            assert_eq!(by_key(store.due(kind, far, 1000).await.unwrap()), want, "due {kind:?}");
+        }
+    }
+}

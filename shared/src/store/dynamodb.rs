@@ -81,8 +81,9 @@ pub struct DynamoStore {
     known_tokens: Arc<Mutex<HashSet<String>>>,
 }
 
-/// Task tokens longer than this many characters are kept out of the record, in a token item of
-/// their own (`TOKEN#<token_ref>`), and the record keeps `token_ref`. AWS's tokens run to
+/// Task tokens longer than this many bytes (characters, for Step Functions' ASCII tokens) are
+/// kept out of the record, in a token item of their own (`TOKEN#<token_ref>`), and the record
+/// keeps `token_ref`. AWS's tokens run to
 /// hundreds of characters (the API takes up to 1,024): inline, a waiting or advancing record
 /// would pass one write unit, and its `by_due` entry with it. The emulator's (UUIDs) stay inline.
 pub const TOKEN_INLINE_MAX: usize = 128;
@@ -654,7 +655,9 @@ fn number_size(n: &str) -> usize {
     significant.div_ceil(2) + 1
 }
 
-/// The size of a record's item, as the table stores it in `format`.
+/// The size of a record's item, as the table stores it in `format` with the default
+/// [`TOKEN_INLINE_MAX`] (a store told a higher limit keeps longer tokens inline; the objects
+/// form, which keeps every token inline, is the largest either way).
 pub fn record_size(record: &Record, format: ItemFormat) -> usize {
     item_size(&record_item(record, Layout { shards: MAX_DUE_SHARDS, ..Layout::of(format) }))
 }
