@@ -757,27 +757,17 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
 
     // Once its token item is gone (its TTL is longer than an execution can run), a record
     // reads without its token, live or ended.
-    client
-        .delete_item()
-        .table_name(&table)
-        .key("pk", pk.clone())
-        .key("sk", AttributeValue::S(format!("TOKEN#{reference}")))
-        .send()
-        .await
-        .unwrap();
+    let expire = || async {
+        let sk = AttributeValue::S(format!("TOKEN#{reference}"));
+        client.delete_item().table_name(&table).key("pk", pk.clone()).key("sk", sk).send().await.unwrap();
+    };
+    expire().await;
     let read = DynamoStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
     assert_eq!(read, baton::lifecycle::Record { token: None, ..advancing.clone() });
     let cancel = write_of(decide_at("k-own", Some(&advancing), &Input::Cancel { reason: "x".into() }, now));
     let ended = DynamoStore::new(client.clone(), table.clone());
     must_write(&ended, &cancel).await;
-    client
-        .delete_item()
-        .table_name(&table)
-        .key("pk", pk.clone())
-        .key("sk", AttributeValue::S(format!("TOKEN#{reference}")))
-        .send()
-        .await
-        .unwrap();
+    expire().await;
     let read = DynamoStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
     assert_eq!((read.state, read.token), (State::Cancelled, None));
 

@@ -10,38 +10,15 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use baton::lifecycle::{self, Input, State};
 use baton::store::dynamodb::{DynamoStore, token_ref};
 use baton::store::{Applied, WorkflowStore};
-use baton_tests::Emulator;
 use baton_tests::logs::captured;
 use baton_tests::system::{System, start_system_env};
+use baton_tests::{Emulator, ORDER_REVIEW, order_placed};
 use serde_json::{Value, json};
-
-const CONFIG: &str = r#"
-workflows:
-  order-review:
-    start:
-      when: { type: ["order.placed"] }
-      key: /subject
-    steps:
-      - name: manual-review
-        task: { title: "Review order {key}", queue: risk-review }
-        requires: [decision]
-        timeout: 1h
-      - name: payment
-        requires: [payment_ref]
-        accepts_events: { type: ["payment.settled"] }
-        timeout: 1h
-"#;
 
 const EVERY_TOKEN_IN_ITS_ITEM: [(&str, &str); 1] = [("BATON_TOKEN_INLINE_MAX", "0")];
 
-fn placed(key: &str) -> String {
-    json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop", "type": "order.placed", "subject": key})
-        .to_string()
-}
-
-fn review(key: &str) -> Value {
-    json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": "succeeded",
-        "data": {"decision": "approve"}})
+fn callback(key: &str, step: &str, data: Value) -> Value {
+    json!({"workflow": "order-review", "key": key, "step": step, "outcome": "succeeded", "data": data})
 }
 
 async fn state_is(system: &System, key: &str, state: State) -> lifecycle::Record {
@@ -79,8 +56,8 @@ async fn items(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_every_token_in_its_own_item_a_workflow_runs_and_resumes_once_a_step() {
     captured();
-    let system = start_system_env(CONFIG, &EVERY_TOKEN_IN_ITS_ITEM).await;
-    system.send_event(&placed("k-items")).await;
+    let system = start_system_env(ORDER_REVIEW, &EVERY_TOKEN_IN_ITS_ITEM).await;
+    system.send_event(&order_placed("k-items")).await;
     let waiting = state_is(&system, "k-items", State::Waiting { step: 0 }).await;
     let token = waiting.token.clone().expect("a waiting record has its token");
     let records = items(&system, "k-items", "RECORD").await;
@@ -91,16 +68,16 @@ async fn with_every_token_in_its_own_item_a_workflow_runs_and_resumes_once_a_ste
     assert_eq!(tokens.len(), 1, "the first step's token item");
     assert_eq!(tokens[0].get("token").and_then(|v| v.as_s().ok()), Some(&token.expose().to_owned()));
 
-    let (status, first) = system.callback("cb-review", &review("k-items")).await;
+    let review = callback("k-items", "manual-review", json!({"decision": "approve"}));
+    let (status, first) = system.callback("cb-review", &review).await;
     assert_eq!((status, first["state"].as_str()), (200, Some("advancing{0}")), "{first}");
-    let (status, mut again) = system.callback("cb-review", &review("k-items")).await;
+    let (status, mut again) = system.callback("cb-review", &review).await;
     assert_eq!((status, &again["duplicate"]), (200, &json!(true)), "{again}");
     again["duplicate"] = json!(false);
     assert_eq!(again, first, "a repeated callback gets the first answer");
     state_is(&system, "k-items", State::Waiting { step: 1 }).await;
-    let settled = json!({"specversion": "1.0", "id": "pay-1", "source": "psp", "type": "payment.settled",
-        "subject": "k-items", "data": {"payment_ref": "pay-77"}});
-    system.send_event(&settled.to_string()).await;
+    let paid = callback("k-items", "payment", json!({"payment_ref": "pay-77"}));
+    assert_eq!(system.callback("cb-paid", &paid).await.0, 200);
     state_is(&system, "k-items", State::Succeeded).await;
     system.execution_ended("order-review", "SUCCEEDED").await;
     assert_eq!(system.resumes("order-review", "k-items").await, 2, "one resume a step");
@@ -114,8 +91,8 @@ async fn with_every_token_in_its_own_item_a_workflow_runs_and_resumes_once_a_ste
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweeper_resends_an_owed_resume_with_the_token_from_its_item() {
     captured();
-    let system = start_system_env(CONFIG, &EVERY_TOKEN_IN_ITS_ITEM).await;
-    system.send_event(&placed("k-owed")).await;
+    let system = start_system_env(ORDER_REVIEW, &EVERY_TOKEN_IN_ITS_ITEM).await;
+    system.send_event(&order_placed("k-owed")).await;
     let waiting = state_is(&system, "k-owed", State::Waiting { step: 0 }).await;
 
     let engine = system.engine();
