@@ -272,9 +272,13 @@ impl PerWorkflow {
     /// Dollars per million above Step Functions' own transitions, as a share of them (0.323 is
     /// 32.3 %).
     pub fn above_step_functions(&self) -> f64 {
-        let dollars = self.dollars_per_million();
-        let sfn = dollars["Step Functions"];
-        (dollars.values().sum::<f64>() - sfn) / sfn
+        let sfn = self.dollars_per_million()["Step Functions"];
+        (self.total_per_million() - sfn) / sfn
+    }
+
+    /// Dollars per million workflows, every service.
+    pub fn total_per_million(&self) -> f64 {
+        self.dollars_per_million().values().sum()
     }
 
     /// The same workflow counted as issue 15 counted its "about 25 %": the table's write units

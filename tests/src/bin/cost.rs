@@ -112,13 +112,13 @@ async fn main() {
         aws.dynamodb.table_writes,
         aws.dynamodb.index_writes,
         aws.dynamodb.reads,
-        aws.dollars_per_million().values().sum::<f64>(),
+        aws.total_per_million(),
         100.0 * aws.above_step_functions()
     );
     let issue = per.as_issue_15_counted(sends);
     println!(
         "  counted as issue 15 counted its 25 % (table write units, reads, SQS sends, Lambda, HTTP API; not the index, nor the receives and deletes): {:.2} dollars per million, {:.1}% above Step Functions",
-        issue.dollars_per_million().values().sum::<f64>(),
+        issue.total_per_million(),
         100.0 * issue.above_step_functions()
     );
     expect_ok(http::delete(&calls_url).await, "reset the counts");
@@ -224,12 +224,10 @@ fn print(per: &PerWorkflow) {
     println!("  SQS requests                       {:>6.2}", per.sqs_requests);
     println!("  Lambda invocations                 {:>6.2}", per.lambda_invocations);
     println!("  HTTP API requests                  {:>6.2}", per.http_requests);
-    let dollars = per.dollars_per_million();
-    let total: f64 = dollars.values().sum();
     println!("  dollars per million workflows (on-demand, us-east-1, docs/COST.md):");
-    for (service, d) in &dollars {
+    for (service, d) in &per.dollars_per_million() {
         println!("    {service:<16} {d:>9.2}");
     }
-    println!("    {:<16} {total:>9.2}", "total");
+    println!("    {:<16} {:>9.2}", "total", per.total_per_million());
     println!("  above Step Functions' own transitions: {:.1}%", 100.0 * per.above_step_functions());
 }
