@@ -147,37 +147,29 @@ pub const AWS_TOKEN_CHARS: usize = 1024;
 /// - a read that returns a record with a token (a GetItem, or a write that lost and returned the
 ///   record as it stands) also reads its token item, consistently.
 pub fn with_aws_tokens(call: &Value) -> Vec<Value> {
+    let reference = "0".repeat(32);
+    // An item's token, taken out and replaced by its reference, as the store writes the record.
+    let refer = |item: Option<&mut Value>| {
+        let item = item.and_then(Value::as_object_mut)?;
+        let token = item.remove("token")?;
+        item.insert("token_ref".into(), serde_json::json!({"S": reference}));
+        Some(token)
+    };
     let mut call = call.clone();
-    let tokens: Vec<Option<Value>> = ["before", "after"]
-        .iter()
-        .map(|image| {
-            let image = call.get_mut(*image).and_then(Value::as_object_mut)?;
-            let token = image.remove("token")?;
-            image.insert("token_ref".into(), serde_json::json!({"S": "0".repeat(32)}));
-            Some(token)
-        })
-        .collect();
-    let mut items: Vec<Value> = call["items"].as_array().cloned().unwrap_or_default();
-    let mut reads = 0;
-    for item in items.iter_mut().filter_map(Value::as_object_mut) {
-        if item.remove("token").is_some() {
-            item.insert("token_ref".into(), serde_json::json!({"S": "0".repeat(32)}));
-            reads += 1;
-        }
-    }
-    if !items.is_empty() {
-        call["items"] = Value::Array(items);
-    }
+    let (before, after) = (refer(call.get_mut("before")), refer(call.get_mut("after")));
+    let mut reads = call
+        .get_mut("items")
+        .and_then(Value::as_array_mut)
+        .map_or(0, |items| items.iter_mut().filter_map(|item| refer(Some(item))).count());
     let pk =
         ["after", "before", "key"].iter().find_map(|f| call[*f].get("pk").cloned()).unwrap_or(Value::Null);
     let token_item = serde_json::json!({
         "pk": pk,
-        "sk": {"S": format!("TOKEN#{}", "0".repeat(32))},
+        "sk": {"S": format!("TOKEN#{reference}")},
         "token": {"B": "A".repeat(AWS_TOKEN_CHARS)},
         "expires_at": {"N": "1831234567"},
     });
     let ok = call["ok"].as_bool().unwrap_or(false);
-    let (before, after) = (&tokens[0], &tokens[1]);
     let mut calls = vec![call];
     if after.is_some() && before != after {
         calls.push(

@@ -307,7 +307,12 @@ impl DynamoStore {
         self.known_tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Notes that the token item `id` (`pk#token_ref`) exists.
+    /// What [`Self::known_tokens`] calls the token item `reference` in the partition `pk`.
+    fn known_token(pk: &str, reference: &str) -> String {
+        format!("{pk}#{reference}")
+    }
+
+    /// Notes that the token item `id` ([`Self::known_token`]) exists.
     fn remember_token(&self, id: String) {
         let mut known = self.known_tokens();
         if known.len() >= KNOWN_TOKENS {
@@ -323,7 +328,7 @@ impl DynamoStore {
         let Some(token) = record.token.as_ref().filter(|t| self.layout().token_out_of_line(t)) else {
             return Ok(());
         };
-        let id = format!("{}#{}", pk(&record.workflow, &record.key), token_ref(token));
+        let id = Self::known_token(&pk(&record.workflow, &record.key), &token_ref(token));
         if self.known_tokens().contains(&id) {
             return Ok(());
         }
@@ -356,7 +361,7 @@ impl DynamoStore {
             .await
             .map_err(sdk("GetItem"))?;
         match &out.item {
-            Some(_) => self.remember_token(format!("{pk}#{reference}")),
+            Some(_) => self.remember_token(Self::known_token(pk, reference)),
             None => tracing::warn!(pk, token_item = %token_sk(reference),
                 "token_item_missing: the record's task token expired with its item; it reads without one"),
         }
@@ -1012,7 +1017,8 @@ pub fn token_item(record: &Record, token: &TaskToken) -> Item {
     item
 }
 
-fn parse_token(item: &Item) -> Result<TaskToken, StoreError> {
+/// The token a token item ([`token_item`]) keeps.
+pub fn parse_token(item: &Item) -> Result<TaskToken, StoreError> {
     let r = Reader { item };
     let text = match item.get("token") {
         Some(AttributeValue::B(bytes)) => BASE64.encode(bytes.as_ref()),
