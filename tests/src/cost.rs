@@ -232,7 +232,14 @@ pub struct PerWorkflow {
     pub state_transitions: f64,
     pub dynamodb: Units,
     pub sqs_requests: f64,
+    /// Messages the event source mappings delivered to a function. `sqs_requests` and
+    /// `lambda_invocations` hold a receive, a delete and an invocation for each: batches of one,
+    /// as in a sequential run (see [`Self::in_batches_of`]).
+    pub queue_messages: f64,
     pub lambda_invocations: f64,
+    /// Messages and callbacks the functions handled, each billed [`LAMBDA_SECONDS`] of
+    /// duration: a handler takes a batch's messages one after another (`sqs::process_batch`).
+    pub handled: f64,
     pub http_requests: f64,
 }
 
@@ -251,9 +258,8 @@ impl PerWorkflow {
             ("SQS", m * self.sqs_requests * price::SQS_REQUEST),
             (
                 "Lambda",
-                m * self.lambda_invocations
-                    * (price::LAMBDA_REQUEST
-                        + LAMBDA_MEMORY_GB * LAMBDA_SECONDS * price::LAMBDA_ARM_GB_SECOND),
+                m * (self.lambda_invocations * price::LAMBDA_REQUEST
+                    + self.handled * LAMBDA_MEMORY_GB * LAMBDA_SECONDS * price::LAMBDA_ARM_GB_SECOND),
             ),
             ("HTTP API", m * self.http_requests * price::HTTP_API_REQUEST),
         ])
@@ -282,6 +288,18 @@ impl PerWorkflow {
         PerWorkflow {
             dynamodb: Units { index_writes: 0.0, ..self.dynamodb },
             sqs_requests: sends,
+            ..self.clone()
+        }
+    }
+
+    /// The same workflow on busy queues, where each of an event source mapping's batches holds
+    /// `batch` messages (`self` counts batches of one): a receive, a delete and an invocation per
+    /// batch instead of per message. What a function does per message, and its duration, stay.
+    pub fn in_batches_of(&self, batch: f64) -> PerWorkflow {
+        let saved = self.queue_messages * (1.0 - 1.0 / batch);
+        PerWorkflow {
+            sqs_requests: self.sqs_requests - 2.0 * saved,
+            lambda_invocations: self.lambda_invocations - saved,
             ..self.clone()
         }
     }
@@ -438,7 +456,9 @@ mod tests {
             state_transitions: 3.0,
             dynamodb: Units { table_writes: 19.0, index_writes: 18.0, reads: 8.0 },
             sqs_requests: 14.5,
+            queue_messages: 4.5,
             lambda_invocations: 6.0,
+            handled: 6.0,
             http_requests: 1.5,
             ..PerWorkflow::default()
         };
@@ -451,6 +471,31 @@ mod tests {
         );
         assert_eq!(counted.dynamodb.index_writes, 0.0);
         assert_eq!(counted.dynamodb.table_writes, 19.0);
+    }
+
+    #[test]
+    fn full_batches_save_the_receives_deletes_and_invocations_but_not_the_duration() {
+        // 5.5 messages sent, 4.5 of them delivered to a function; 1.5 callbacks.
+        let one_by_one = PerWorkflow {
+            state_transitions: 3.0,
+            sqs_requests: 5.5 + 2.0 * 4.5,
+            queue_messages: 4.5,
+            lambda_invocations: 4.5 + 1.5,
+            handled: 4.5 + 1.5,
+            http_requests: 1.5,
+            ..PerWorkflow::default()
+        };
+        let same = one_by_one.in_batches_of(1.0);
+        assert_eq!((same.sqs_requests, same.lambda_invocations), (14.5, 6.0));
+        let full = one_by_one.in_batches_of(10.0);
+        assert!((full.sqs_requests - (5.5 + 2.0 * 0.45)).abs() < 1e-9, "{}", full.sqs_requests);
+        assert!((full.lambda_invocations - (0.45 + 1.5)).abs() < 1e-9, "{}", full.lambda_invocations);
+        let dollars = full.dollars_per_million();
+        // $0.20 a million requests; 6 handlings of 50 ms at 0.25 GB, $0.0000133334 a GB-second.
+        let lambda = 1.95 * 0.20 + 6.0 * 0.25 * 0.05 * 13.3334;
+        assert!((dollars["Lambda"] - lambda).abs() < 1e-6, "{} != {lambda}", dollars["Lambda"]);
+        assert!((dollars["SQS"] - 6.4 * 0.40).abs() < 1e-9, "{}", dollars["SQS"]);
+        assert_eq!(dollars["HTTP API"], one_by_one.dollars_per_million()["HTTP API"]);
     }
 
     #[test]

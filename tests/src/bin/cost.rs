@@ -21,6 +21,9 @@ use serde_json::{Value, json};
 const SAMPLE: &str = include_str!("../../../infra/workflows.yaml");
 const RUNNER: &str = "other";
 const SWEEPER: &str = "SweeperFunction";
+/// Messages in a full batch: template.yaml's `QueueBatchSize` default, Lambda's own default for
+/// SQS, and the most it takes without a batching window.
+const FULL_BATCH: f64 = 10.0;
 
 #[tokio::main]
 async fn main() {
@@ -88,8 +91,10 @@ async fn main() {
     // invocation its receive and its delete; the local poller's empty long polls are not AWS's.
     let sends = per.calls.get("sqs:SendMessage").copied().unwrap_or(0.0) + sent(load.events);
     per.sqs_requests = sends + 2.0 * sqs_invocations;
+    per.queue_messages = sqs_invocations;
     per.http_requests = sent(load.callbacks);
     per.lambda_invocations = sqs_invocations + per.http_requests;
+    per.handled = per.lambda_invocations;
     per.state_transitions = transitions(&system, &keys).await / k;
 
     print(&per);
@@ -120,6 +125,14 @@ async fn main() {
         "  counted as issue 15 counted its 25 % (table write units, reads, SQS sends, Lambda, HTTP API; not the index, nor the receives and deletes): {:.2} dollars per million, {:.1}% above Step Functions",
         issue.total_per_million(),
         100.0 * issue.above_step_functions()
+    );
+    let busy = per.in_batches_of(FULL_BATCH);
+    println!(
+        "  on busy queues, every batch full ({FULL_BATCH} messages, QueueBatchSize's default; a receive, a delete and an invocation per batch): SQS requests {:.2}, Lambda invocations {:.2}, total {:.2} dollars per million, {:.1}% above Step Functions",
+        busy.sqs_requests,
+        busy.lambda_invocations,
+        busy.total_per_million(),
+        100.0 * busy.above_step_functions()
     );
     expect_ok(http::delete(&calls_url).await, "reset the counts");
     system.sweep(time::OffsetDateTime::now_utc()).await;
