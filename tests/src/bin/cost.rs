@@ -120,11 +120,13 @@ async fn main() {
         aws.total_per_million(),
         100.0 * aws.above_step_functions()
     );
-    let issue = per.as_issue_15_counted(sends);
+    let (issue, aws_issue) = (per.as_issue_15_counted(sends), aws.as_issue_15_counted(sends));
     println!(
-        "  counted as issue 15 counted its 25 % (table write units, reads, SQS sends, Lambda, HTTP API; not the index, nor the receives and deletes): {:.2} dollars per million, {:.1}% above Step Functions",
+        "  counted as issue 15 counted its 25 % (table write units, reads, SQS sends, Lambda, HTTP API; not the index, nor the receives and deletes): {:.2} dollars per million, {:.1}% above Step Functions; with AWS-length task tokens {:.2}, {:.1}%",
         issue.total_per_million(),
-        100.0 * issue.above_step_functions()
+        100.0 * issue.above_step_functions(),
+        aws_issue.total_per_million(),
+        100.0 * aws_issue.above_step_functions()
     );
     let busy = per.in_batches_of(FULL_BATCH);
     println!(
