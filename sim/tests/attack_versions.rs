@@ -197,7 +197,7 @@ fn a_payment_event_reaches_a_version_1_record_after_a_rename_the_plan_calls_safe
     settle(&s);
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
     let renamed = baton::config::Config::parse(&CONFIG.replace("name: payment", "name: settlement")).unwrap();
-    let live = baton::rollout::Live::count(std::iter::once(&record(&s, "k")));
+    let live = baton::rollout::Live::count(&[baton::store::RecordHead::of(&record(&s, "k"))]);
     let plan = baton::rollout::plan(&s.config, &renamed, &live);
     assert_eq!(plan.verdict, baton::rollout::Class::Safe, "{:#?}", plan.changes);
     s.deploy(renamed);
@@ -262,7 +262,7 @@ fn a_record_from_before_versions_makes_the_plan_ask_for_a_person() {
     };
     assert!(matches!(drive(s.memory.apply(&write)).unwrap(), baton::store::Applied::Written));
     // It follows the deployed config, unpinned: the plan says so instead of `safe`.
-    let live = baton::rollout::Live::count(std::iter::once(&record(&s, "k")));
+    let live = baton::rollout::Live::count(&[baton::store::RecordHead::of(&record(&s, "k"))]);
     let plan = baton::rollout::plan(&s.config, &config_v2(), &live);
     assert_eq!(plan.verdict, baton::rollout::Class::NeedsHuman, "{:#?}", plan.changes);
     let inserted = plan.changes.iter().find(|c| c.kind == "step_inserted").expect("the inserted step");

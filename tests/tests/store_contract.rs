@@ -15,7 +15,7 @@ use baton::lifecycle::{
 use baton::store::memory::MemoryStore;
 use baton::store::{
     Applied, COUNT_UP_TO, Claim, Count, DrainTarget, EXPIRY_LEASE, Hold, InboxClaim, InboxEntry, InboxStatus,
-    LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig, Task, WorkflowStore,
+    LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, Task, WorkflowStore,
 };
 use baton_tests::{Emulator, dynamo_store};
 use serde_json::{Map, json};
@@ -617,6 +617,8 @@ async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowSto
         assert_eq!(store.trace(&w, &k).await.unwrap().record.as_ref(), Some(&waiting), "{key}: trace");
         let due = store.due(Kind::Waiting, t0() + Duration::days(3), 100).await.unwrap();
         assert!(due.contains(&waiting), "{key}: due");
+        let heads = store.due_heads(Kind::Waiting, t0() + Duration::days(3), 100).await.unwrap();
+        assert_eq!(heads, due.iter().map(RecordHead::of).collect::<Vec<_>>(), "{key}: due_heads");
 
         let now = t0() + Duration::seconds(2);
         let advance = write_of(decide_at(
@@ -842,6 +844,31 @@ async fn dynamodb_due_reads_and_bounded_counts_are_index_queries_never_a_scan() 
     let sent = calls.take();
     assert!(sent.iter().all(|op| op == query), "{sent:?}");
     assert_eq!(sent.len(), Kind::ALL.len() * partitions, "one round: a Query a partition");
+}
+
+/// DynamoDB-specific: counting the live records (`baton rollout plan`) reads the index and
+/// nothing else; a task token kept in its own item is not read, where the sweeper's `due`, which
+/// resumes with it, reads each one.
+#[tokio::test]
+async fn dynamodb_counting_live_records_reads_no_token_item() {
+    use baton::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore};
+    let emulator = Emulator::from_env();
+    let table = dynamo_store(&emulator).await.table().to_owned();
+    let calls = baton_tests::calls::Calls::default();
+    let store = DynamoStore::new(calls.dynamodb(&emulator.sdk_config().await), table);
+    for i in 0..3 {
+        waiting_with_token(&store, &format!("live-{i}"), &aws_length_token(i)).await;
+    }
+    calls.take();
+    let live = baton::rollout::count_live(&store, t0()).await.unwrap();
+    let partitions = DEFAULT_DUE_SHARDS as usize + 1;
+    assert_eq!(calls.take(), vec!["Query"; 3 * partitions], "one Query a partition for each live state");
+    assert_eq!(live.by_version().expect("counted").iter().map(|v| v.records).sum::<u64>(), 3);
+
+    let far = t0() + Duration::days(3650);
+    assert_eq!(store.due(Kind::Waiting, far, 10).await.unwrap().len(), 3);
+    let sent = calls.take();
+    assert_eq!(sent.iter().filter(|op| *op == "GetItem").count(), 3, "a token item each: {sent:?}");
 }
 
 /// DynamoDB-specific: the TTL attribute is on the items and TTL is enabled on the table.
@@ -1127,6 +1154,9 @@ async fn dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_
         let want = by_key(memory.due(kind, far, 1000).await.unwrap());
         for store in &stores {
             assert_eq!(by_key(store.due(kind, far, 1000).await.unwrap()), want, "due {kind:?}");
+            let mut heads = store.due_heads(kind, far, 1000).await.unwrap();
+            heads.sort_by(|x, y| x.key.as_str().cmp(y.key.as_str()));
+            assert_eq!(heads, want.iter().map(RecordHead::of).collect::<Vec<_>>(), "due_heads {kind:?}");
         }
     }
 }

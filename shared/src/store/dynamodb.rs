@@ -51,7 +51,7 @@ use super::compact;
 use super::memory::{due_at, sort_trace};
 use super::{
     Applied, BoundedCount, CONFIG_PK, Claim, Condition, Count, DrainTarget, Hold, InboxClaim, InboxEntry,
-    InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RegisteredConfig, StoreError, Task, Trace,
+    InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, StoreError, Task, Trace,
     WorkflowStore, condition_for,
 };
 use crate::error::{sdk_retryable, sdk_throttled};
@@ -934,16 +934,12 @@ fn history_context(r: &Record) -> compact::Context<'_> {
 /// still waiting is ignored into the ledger.
 fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreError> {
     let r = Reader { item };
-    let kind_text = r.s("state")?;
-    let kind = Kind::parse(kind_text).ok_or_else(|| r.corrupt(format!("unknown state {kind_text:?}")))?;
-    let state = State::from_parts(kind, r.opt_n("step")?)
-        .ok_or_else(|| r.corrupt(format!("state {kind_text} with a missing or superfluous step")))?;
     let (workflow, key) = r.names()?;
     let mut record = Record {
         workflow,
         key,
         generation: r.n("generation")?,
-        state,
+        state: parse_state(&r)?,
         version: r.n("version")?,
         token: match (r.opt_s("token")?, r.opt_s("token_ref")?, token_item) {
             (Some(token), _, _) => {
@@ -967,6 +963,25 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
     record.history = compact::decode_history(r.s("history")?, &history_context(&record))
         .map_err(|e| r.corrupt(format!("attribute history: {e}")))?;
     Ok(record)
+}
+
+/// The head of the record `item` holds, in either item format, without decoding the rest.
+fn parse_head(item: &Item) -> Result<RecordHead, StoreError> {
+    let r = Reader { item };
+    let (workflow, key) = r.names()?;
+    Ok(RecordHead {
+        workflow,
+        key,
+        state: parse_state(&r)?,
+        config_version: r.opt_s("config_version")?.map(str::to_owned),
+    })
+}
+
+fn parse_state(r: &Reader) -> Result<State, StoreError> {
+    let kind_text = r.s("state")?;
+    let kind = Kind::parse(kind_text).ok_or_else(|| r.corrupt(format!("unknown state {kind_text:?}")))?;
+    State::from_parts(kind, r.opt_n("step")?)
+        .ok_or_else(|| r.corrupt(format!("state {kind_text} with a missing or superfluous step")))
 }
 
 // ---- side items ------------------------------------------------------------------------------
@@ -1600,6 +1615,16 @@ impl WorkflowStore for DynamoStore {
     async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
         let items = self.query_due_all(&format!("record#{kind}"), before, limit, Order::OldestFirst).await?;
         self.records_from(&items).await
+    }
+
+    async fn due_heads(
+        &self,
+        kind: Kind,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<RecordHead>, StoreError> {
+        let items = self.query_due_all(&format!("record#{kind}"), before, limit, Order::OldestFirst).await?;
+        items.iter().map(parse_head).collect()
     }
 
     async fn expired_buffers(

@@ -387,6 +387,28 @@ pub struct Trace {
     pub ledger: Vec<LedgerEntry>,
 }
 
+/// What a record runs and where it stands: what counting live records needs (`baton rollout
+/// plan`), without the rest of the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordHead {
+    pub workflow: WorkflowName,
+    pub key: CorrelationKey,
+    pub state: crate::lifecycle::State,
+    /// The config version its generation runs; `None` on records from before versions.
+    pub config_version: Option<String>,
+}
+
+impl RecordHead {
+    pub fn of(r: &Record) -> RecordHead {
+        RecordHead {
+            workflow: r.workflow.clone(),
+            key: r.key.clone(),
+            state: r.state,
+            config_version: r.config_version.clone(),
+        }
+    }
+}
+
 /// The storage port. Every method is one request (or a paginated query) to the backing store.
 #[async_trait::async_trait]
 pub trait WorkflowStore: Send + Sync {
@@ -474,6 +496,17 @@ pub trait WorkflowStore: Send + Sync {
     /// Records in state `kind` whose due time is at or before `before`, oldest first, at most
     /// `limit`. Due time: the deadline while waiting, otherwise the last update.
     async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError>;
+
+    /// The heads of the records [`Self::due`] lists, in its order: the same index reads, and
+    /// nothing else (a task token kept in its own item is not read).
+    async fn due_heads(
+        &self,
+        kind: Kind,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<RecordHead>, StoreError> {
+        Ok(self.due(kind, before, limit).await?.iter().map(RecordHead::of).collect())
+    }
 
     /// Open inbox entries (buffered, draining or expiring) that expired at or before `before`, at
     /// most `limit`.
