@@ -814,21 +814,26 @@ async fn dynamodb_an_inbox_entry_from_before_step_names_is_read_expired_and_sett
     assert!(store.expired_buffers(t0() + Duration::days(365), 10).await.unwrap().is_empty());
 }
 
+/// A DynamoDB store on a table of its own whose client counts the calls it sends.
+async fn counted_store() -> (baton_tests::calls::Calls, baton::store::dynamodb::DynamoStore) {
+    let emulator = Emulator::from_env();
+    let table = dynamo_store(&emulator).await.table().to_owned();
+    let calls = baton_tests::calls::Calls::default();
+    let store = baton::store::dynamodb::DynamoStore::new(calls.dynamodb(&emulator.sdk_config().await), table);
+    (calls, store)
+}
+
 /// DynamoDB-specific: what the sweeper and `baton status` read, counted at the client. Each due
 /// kind is a Query of each `by_due` partition (the shards and the unsharded one), a bounded count
 /// stops at its bound, and nothing is a Scan, however many records the table holds.
 #[tokio::test]
 async fn dynamodb_due_reads_and_bounded_counts_are_index_queries_never_a_scan() {
-    use baton::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore};
-    let emulator = Emulator::from_env();
-    let table = dynamo_store(&emulator).await.table().to_owned();
-    let calls = baton_tests::calls::Calls::default();
-    let store = DynamoStore::new(calls.dynamodb(&emulator.sdk_config().await), table);
+    let (calls, store) = counted_store().await;
     for i in 0..40 {
         waiting_record(&store, &format!("read-{i}")).await;
     }
     calls.take();
-    let partitions = DEFAULT_DUE_SHARDS as usize + 1;
+    let partitions = baton::store::dynamodb::DEFAULT_DUE_SHARDS as usize + 1;
     let query = "Query";
 
     let far = t0() + Duration::days(365);
@@ -851,17 +856,13 @@ async fn dynamodb_due_reads_and_bounded_counts_are_index_queries_never_a_scan() 
 /// resumes with it, reads each one.
 #[tokio::test]
 async fn dynamodb_counting_live_records_reads_no_token_item() {
-    use baton::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore};
-    let emulator = Emulator::from_env();
-    let table = dynamo_store(&emulator).await.table().to_owned();
-    let calls = baton_tests::calls::Calls::default();
-    let store = DynamoStore::new(calls.dynamodb(&emulator.sdk_config().await), table);
+    let (calls, store) = counted_store().await;
     for i in 0..3 {
         waiting_with_token(&store, &format!("live-{i}"), &aws_length_token(i)).await;
     }
     calls.take();
     let live = baton::rollout::count_live(&store, t0()).await.unwrap();
-    let partitions = DEFAULT_DUE_SHARDS as usize + 1;
+    let partitions = baton::store::dynamodb::DEFAULT_DUE_SHARDS as usize + 1;
     assert_eq!(calls.take(), vec!["Query"; 3 * partitions], "one Query a partition for each live state");
     assert_eq!(live.by_version().expect("counted").iter().map(|v| v.records).sum::<u64>(), 3);
 
