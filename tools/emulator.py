@@ -290,6 +290,7 @@ class Counter:
             event.update(items=[answer["Item"]] if "Item" in answer else answer.get("Items", []),
                          key=request.get("Key"), consistent=bool(request.get("ConsistentRead")),
                          index=request.get("IndexName"),
+                         prefix=request.get("ExpressionAttributeValues", {}).get(":prefix", {}).get("S"),
                          select=request.get("Select"), scanned=answer.get("ScannedCount"))
         with self.lock:
             self.dynamodb.append(event)

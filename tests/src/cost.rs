@@ -140,19 +140,23 @@ pub const AWS_TOKEN_CHARS: usize = 1024;
 /// `call` as it would be with AWS-length task tokens ([`AWS_TOKEN_CHARS`] characters of base64,
 /// as AWS's look), and the calls the store would add for them. Such a token is longer than
 /// `TOKEN_INLINE_MAX`, so the store keeps it out of the record (shared/src/store/dynamodb.rs):
-/// - the record carries `token_ref` (32 characters) in place of the token;
+/// - the record carries `token_sk` (the token item's sort key, 58 characters) in place of the
+///   token;
 /// - a record write with a new token puts the token item first, whether the write then wins or
 ///   loses (a handler loads the record before it writes, and the load reads the token item, so
 ///   a write that keeps the token does not put it again);
-/// - a read that returns a record with a token (a GetItem, or a write that lost and returned the
-///   record as it stands) also reads its token item, consistently.
+/// - a load (a Query of the record and the item after it) returns the token item with the
+///   record, in the same Query; any other read that returns a record with a token (a write that
+///   lost and returned the record as it stands, a GetItem) reads its token item apart,
+///   consistently.
 pub fn with_aws_tokens(call: &Value) -> Vec<Value> {
-    let reference = "0".repeat(32);
-    // An item's token, taken out and replaced by its reference, as the store writes the record.
+    let sk = format!("RECORD#T#{}#{}", "f".repeat(16), "0".repeat(32));
+    // An item's token, taken out and replaced by its token item's sort key, as the store writes
+    // the record.
     let refer = |item: Option<&mut Value>| {
         let item = item.and_then(Value::as_object_mut)?;
         let token = item.remove("token")?;
-        item.insert("token_ref".into(), serde_json::json!({"S": reference}));
+        item.insert("token_sk".into(), serde_json::json!({"S": sk}));
         Some(token)
     };
     let mut call = call.clone();
@@ -161,14 +165,22 @@ pub fn with_aws_tokens(call: &Value) -> Vec<Value> {
         .get_mut("items")
         .and_then(Value::as_array_mut)
         .map_or(0, |items| items.iter_mut().filter_map(|item| refer(Some(item))).count());
-    let pk =
-        ["after", "before", "key"].iter().find_map(|f| call[*f].get("pk").cloned()).unwrap_or(Value::Null);
+    let pk = ["after", "before", "key"]
+        .iter()
+        .find_map(|f| call[*f].get("pk").cloned())
+        .or_else(|| call["items"].get(0).and_then(|i| i.get("pk")).cloned())
+        .unwrap_or(Value::Null);
     let token_item = serde_json::json!({
         "pk": pk,
-        "sk": {"S": format!("TOKEN#{reference}")},
+        "sk": {"S": sk},
         "token": {"B": "A".repeat(AWS_TOKEN_CHARS)},
         "expires_at": {"N": "1831234567"},
     });
+    if call["operation"] == "Query" && reads > 0 {
+        // The load's Query: the token item comes with the record.
+        call["items"].as_array_mut().expect("a Query's items").push(token_item.clone());
+        reads -= 1;
+    }
     let ok = call["ok"].as_bool().unwrap_or(false);
     let mut calls = vec![call];
     if after.is_some() && before != after {
@@ -186,10 +198,12 @@ pub fn with_aws_tokens(call: &Value) -> Vec<Value> {
 }
 
 /// What a DynamoDB call was about, for the breakdown: `Operation item`, the item named by its
-/// sort key up to the first `#` (`RECORD`, `TASK`, `RECEIPT`, `INBOX`, `LEDGER`), or the index.
+/// sort key (or, for a Query, the prefix of the sort keys it asked for) up to the first `#`
+/// (`RECORD`, `TASK`, `RECEIPT`, `INBOX`, `LEDGER`), or the index.
 pub fn item_kind(call: &Value) -> String {
     let operation = call["operation"].as_str().unwrap_or_default();
     let sk = ["after", "before", "key"].iter().find_map(|f| call[*f]["sk"]["S"].as_str());
+    let sk = sk.or_else(|| call["prefix"].as_str());
     let item = match (call["index"].as_str(), sk) {
         (Some(index), _) => format!("index {index}"),
         (None, Some(sk)) => sk.split('#').next().unwrap_or(sk).to_owned(),
@@ -395,11 +409,18 @@ mod tests {
         // The same token kept (a merge, a resume owed): the record alone.
         let merge = json!({"operation": "PutItem", "ok": true, "before": record(Some("t1")), "after": record(Some("t1"))});
         assert_eq!(sum(with_aws_tokens(&merge)), (1, Units { table_writes: 1.0, ..Units::default() }));
-        // A read of a record with a token reads the token item too; one without does not.
-        let load =
+        // A load reads the token item in its Query, with the record: one read unit for both. A
+        // GetItem of a record with a token reads the token item apart; one without does not.
+        let load = json!({"operation": "Query", "ok": true, "consistent": true, "index": null,
+            "prefix": "RECORD", "items": [record(Some("t1"))]});
+        let modelled = with_aws_tokens(&load);
+        assert_eq!(modelled[0]["items"].as_array().unwrap().len(), 2, "the record and its token item");
+        assert_eq!(sum(modelled), (1, Units { reads: 1.0, ..Units::default() }));
+        let get =
             json!({"operation": "GetItem", "ok": true, "consistent": true, "items": [record(Some("t1"))]});
-        assert_eq!(sum(with_aws_tokens(&load)), (2, Units { reads: 2.0, ..Units::default() }));
-        let plain = json!({"operation": "GetItem", "ok": true, "consistent": true, "items": [record(None)]});
+        assert_eq!(sum(with_aws_tokens(&get)), (2, Units { reads: 2.0, ..Units::default() }));
+        let plain = json!({"operation": "Query", "ok": true, "consistent": true, "index": null,
+            "prefix": "RECORD", "items": [record(None)]});
         assert_eq!(with_aws_tokens(&plain), vec![plain]);
         // A lost write with a new token put the token item first; the record as it stands comes
         // back, and its token is read.

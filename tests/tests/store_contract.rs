@@ -688,14 +688,16 @@ contract!(
 );
 
 /// DynamoDB-specific: a token longer than `TOKEN_INLINE_MAX` lives in a token item of its own,
-/// put before the record that refers to it, and the record stays within one write unit. An
+/// put before the record that refers to it, and the record stays within one write unit. A load
+/// reads the record and its current token item with one Query, a later step's too. An
 /// instance that has read or written the token item does not put it again; one that has not puts
-/// it first (idempotent). A record whose token item is gone reads without its token. The objects
-/// form keeps every token inline.
+/// it first (idempotent). A record whose token item is gone reads without its token. A record
+/// written before 2026-12-03 (`token_ref`, its token item under `TOKEN#`) reads as it did. The
+/// objects form keeps every token inline.
 #[tokio::test]
 async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use baton::store::dynamodb::{DynamoStore, ItemFormat, item_size, token_ref};
+    use baton::store::dynamodb::{DynamoStore, ItemFormat, item_size, token_ref, token_sk};
     let emulator = Emulator::from_env();
     let table = dynamo_store(&emulator).await.table().to_owned();
     let config = emulator.sdk_config().await;
@@ -723,11 +725,11 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
         }
     };
     let record = get("k-own", "RECORD".into()).await.expect("the record");
-    let reference = token_ref(waiting.token.as_ref().unwrap());
-    assert_eq!(record.get("token_ref").and_then(|v| v.as_s().ok()), Some(&reference));
+    let sk = token_sk(&waiting, waiting.token.as_ref().unwrap());
+    assert_eq!(record.get("token_sk").and_then(|v| v.as_s().ok()), Some(&sk));
     assert!(!record.contains_key("token"), "the token is not in the record");
     assert!(item_size(&record) <= 1024, "the record is one write unit: {} bytes", item_size(&record));
-    let token_item = get("k-own", format!("TOKEN#{reference}")).await.expect("the token item");
+    let token_item = get("k-own", sk.clone()).await.expect("the token item");
     assert!(
         matches!(token_item.get("token"), Some(AttributeValue::B(b)) if b.as_ref().len() == 768),
         "kept as bytes"
@@ -740,7 +742,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     let loader = DynamoStore::new(calls.dynamodb(&config), table.clone());
     let loaded = loader.load(&w, &k).await.unwrap().unwrap();
     assert_eq!(loaded, waiting);
-    assert_eq!(calls.take(), ["GetItem", "GetItem"], "the record, then its token");
+    assert_eq!(calls.take(), ["Query"], "the record and its token item, together");
     let now = t0() + Duration::seconds(2);
     let merge =
         write_of(decide_at("k-own", Some(&loaded), &step_input("own-a", 0, json!({"note": "a"})), now));
@@ -756,20 +758,57 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     let advancing = must_write(&fresh, &advance).await;
     assert_eq!(calls.take(), ["PutItem", "PutItem"], "the token item again, then the record");
     assert_eq!(fresh.load(&w, &k).await.unwrap().as_ref(), Some(&advancing));
+    calls.take();
+
+    // The next step's token item sorts before the first's: a load still reads the record and
+    // its current token with one Query.
+    let next = Input::StepReady {
+        generation: 1,
+        step: 1,
+        token: TaskToken::parse(aws_length_token(4)).unwrap(),
+        deadline: t0() + Duration::days(2),
+    };
+    let second = must_write(&fresh, &write_of(decide_at("k-own", Some(&advancing), &next, now))).await;
+    calls.take();
+    let reader = DynamoStore::new(calls.dynamodb(&config), table.clone());
+    assert_eq!(reader.load(&w, &k).await.unwrap().as_ref(), Some(&second));
+    assert_eq!(calls.take(), ["Query"], "the record and the second step's token item");
+
+    // A record as the versions before 2026-12-03 wrote it: `token_ref`, the token under `TOKEN#`.
+    // It reads with its token (a Query, then a GetItem), and its next write moves to `token_sk`.
+    let legacy_sk = format!("TOKEN#{}", token_ref(second.token.as_ref().unwrap()));
+    let mut legacy = get("k-own", "RECORD".into()).await.unwrap();
+    legacy.remove("token_sk");
+    legacy.insert("token_ref".into(), AttributeValue::S(token_ref(second.token.as_ref().unwrap())));
+    let mut legacy_token = get("k-own", token_sk(&second, second.token.as_ref().unwrap())).await.unwrap();
+    legacy_token.insert("sk".into(), AttributeValue::S(legacy_sk.clone()));
+    for item in [legacy, legacy_token] {
+        client.put_item().table_name(&table).set_item(Some(item)).send().await.unwrap();
+    }
+    let reader = DynamoStore::new(calls.dynamodb(&config), table.clone());
+    assert_eq!(reader.load(&w, &k).await.unwrap().as_ref(), Some(&second));
+    assert_eq!(calls.take(), ["Query", "GetItem"], "the record, then its token where it was kept");
+    assert!(reader.trace(&w, &k).await.unwrap().record.is_some_and(|r| r.token == second.token), "trace");
 
     // Once its token item is gone (its TTL is longer than an execution can run), a record
     // reads without its token, live or ended.
-    let expire = || async {
-        let sk = AttributeValue::S(format!("TOKEN#{reference}"));
-        client.delete_item().table_name(&table).key("pk", pk.clone()).key("sk", sk).send().await.unwrap();
+    let expire = |sk: String| {
+        let (client, table, pk) = (client.clone(), table.clone(), pk.clone());
+        async move {
+            let sk = AttributeValue::S(sk);
+            client.delete_item().table_name(&table).key("pk", pk).key("sk", sk).send().await.unwrap();
+        }
     };
-    expire().await;
+    expire(legacy_sk).await;
     let read = DynamoStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
-    assert_eq!(read, baton::lifecycle::Record { token: None, ..advancing.clone() });
-    let cancel = write_of(decide_at("k-own", Some(&advancing), &Input::Cancel { reason: "x".into() }, now));
+    assert_eq!(read, baton::lifecycle::Record { token: None, ..second.clone() });
+    // A cancelled record keeps its token, in a token item of its own (it has no step).
+    let cancel = write_of(decide_at("k-own", Some(&second), &Input::Cancel { reason: "x".into() }, now));
     let ended = DynamoStore::new(client.clone(), table.clone());
-    must_write(&ended, &cancel).await;
-    expire().await;
+    let cancelled = must_write(&ended, &cancel).await;
+    let read = DynamoStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
+    assert_eq!(read, cancelled);
+    expire(token_sk(&cancelled, cancelled.token.as_ref().unwrap())).await;
     let read = DynamoStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
     assert_eq!((read.state, read.token), (State::Cancelled, None));
 
@@ -779,7 +818,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     let (w, k) = names("k-inline");
     let record = get("k-inline", "RECORD".into()).await.expect("the record");
     assert_eq!(record.get("token").and_then(|v| v.as_s().ok()), Some(&token));
-    assert!(!record.contains_key("token_ref"));
+    assert!(!record.contains_key("token_sk"));
     assert_eq!(objects.load(&w, &k).await.unwrap().as_ref(), Some(&inline));
 }
 
@@ -1048,12 +1087,11 @@ async fn token_ref_resolves(client: &aws_sdk_dynamodb::Client, table: &str, key:
             .send()
     };
     let record = get("RECORD".into()).await.unwrap().item.unwrap();
-    let Some(reference) = record.get("token_ref").and_then(|v| v.as_s().ok()) else { return };
-    let item = get(format!("TOKEN#{reference}")).await.unwrap().item;
-    let item =
-        item.unwrap_or_else(|| panic!("{at}: the record refers to TOKEN#{reference}, which is not there"));
+    let Some(sk) = record.get("token_sk").and_then(|v| v.as_s().ok()) else { return };
+    let item = get(sk.clone()).await.unwrap().item;
+    let item = item.unwrap_or_else(|| panic!("{at}: the record refers to {sk}, which is not there"));
     let token = baton::store::dynamodb::parse_token(&item).unwrap();
-    assert_eq!(&baton::store::dynamodb::token_ref(&token), reference, "{at}");
+    assert!(sk.ends_with(&baton::store::dynamodb::token_ref(&token)), "{at}: {sk}");
 }
 
 /// One key's walk for [`dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_races`].

@@ -8,7 +8,7 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use baton::lifecycle::{self, Input, State};
-use baton::store::dynamodb::{DynamoStore, token_ref};
+use baton::store::dynamodb::{DynamoStore, TOKEN_SK_PREFIX, token_sk};
 use baton::store::{Applied, WorkflowStore};
 use baton_tests::logs::captured;
 use baton_tests::system::{System, start_system_env};
@@ -62,9 +62,9 @@ async fn with_every_token_in_its_own_item_a_workflow_runs_and_resumes_once_a_ste
     let token = waiting.token.clone().expect("a waiting record has its token");
     let records = items(&system, "k-items", "RECORD").await;
     let stored = &records[0];
-    assert_eq!(stored.get("token_ref").and_then(|v| v.as_s().ok()), Some(&token_ref(&token)));
+    assert_eq!(stored.get("token_sk").and_then(|v| v.as_s().ok()), Some(&token_sk(&waiting, &token)));
     assert!(!stored.contains_key("token"), "the token is not in the record: {stored:?}");
-    let tokens = items(&system, "k-items", "TOKEN#").await;
+    let tokens = items(&system, "k-items", TOKEN_SK_PREFIX).await;
     assert_eq!(tokens.len(), 1, "the first step's token item");
     assert_eq!(tokens[0].get("token").and_then(|v| v.as_s().ok()), Some(&token.expose().to_owned()));
 
@@ -81,7 +81,7 @@ async fn with_every_token_in_its_own_item_a_workflow_runs_and_resumes_once_a_ste
     state_is(&system, "k-items", State::Succeeded).await;
     system.execution_ended("order-review", "SUCCEEDED").await;
     assert_eq!(system.resumes("order-review", "k-items").await, 2, "one resume a step");
-    assert_eq!(items(&system, "k-items", "TOKEN#").await.len(), 2, "one token item a step");
+    assert_eq!(items(&system, "k-items", TOKEN_SK_PREFIX).await.len(), 2, "one token item a step");
     system.stop().await;
 }
 
@@ -119,7 +119,7 @@ async fn the_sweeper_resends_an_owed_resume_with_the_token_from_its_item() {
     assert_eq!(crashed.apply(&write).await.unwrap(), Applied::Written);
     assert_eq!(write.to.state, State::Advancing { step: 0 });
     let stored = &items(&system, "k-owed", "RECORD").await[0];
-    assert!(stored.contains_key("owed") && stored.contains_key("token_ref") && !stored.contains_key("token"));
+    assert!(stored.contains_key("owed") && stored.contains_key("token_sk") && !stored.contains_key("token"));
 
     let later = write.to.updated_at + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
     let report = system.sweep(later).await;

@@ -10,7 +10,7 @@
 //! | receipt | same | `RECEIPT#<input id>` |
 //! | inbox entry | same | `INBOX#<step:05>#<input id>` |
 //! | ledger entry | same | `LEDGER#<reason>#<input id>` |
-//! | task token (longer than [`TOKEN_INLINE_MAX`]) | same | `TOKEN#<token_ref>` |
+//! | task token (longer than [`TOKEN_INLINE_MAX`]) | same | `RECORD#T#<generation><step>#<ref>` (the numbers inverted, newest first) |
 //!
 //! The `by_due` index (`due_kind`, `due_at`) is what the sweeper and `baton status` query:
 //! records under `record#<state>#<shard>`, buffered inbox entries under `inbox#buffered#<shard>`,
@@ -75,15 +75,15 @@ pub struct DynamoStore {
     due_shards: u32,
     /// Tokens longer than this are kept in a token item ([`TOKEN_INLINE_MAX`] unless told).
     token_inline_max: usize,
-    /// Token items this instance has written or read (`pk` and `token_ref`): a write of a record
+    /// Token items this instance has written or read (`pk` and sort key): a write of a record
     /// that refers to one of them need not put it again. Anything else is put first, which is
     /// idempotent, so forgetting only costs a write.
     known_tokens: Arc<Mutex<HashSet<String>>>,
 }
 
 /// Task tokens longer than this many bytes (characters, for Step Functions' ASCII tokens) are
-/// kept out of the record, in a token item of their own (`TOKEN#<token_ref>`), and the record
-/// keeps `token_ref`. AWS's tokens run to
+/// kept out of the record, in a token item of their own ([`token_sk`]), and the record keeps
+/// that item's sort key (`token_sk`). AWS's tokens run to
 /// hundreds of characters (the API takes up to 1,024): inline, a waiting or advancing record
 /// would pass one write unit, and its `by_due` entry with it. The emulator's (UUIDs) stay inline.
 pub const TOKEN_INLINE_MAX: usize = 128;
@@ -302,14 +302,14 @@ impl DynamoStore {
         Ok(())
     }
 
-    /// The token items this instance knows exist, by `pk#token_ref`.
+    /// The token items this instance knows exist, by `pk#sk`.
     fn known_tokens(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.known_tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// What [`Self::known_tokens`] calls the token item `reference` in the partition `pk`.
-    fn known_token(pk: &str, reference: &str) -> String {
-        format!("{pk}#{reference}")
+    /// What [`Self::known_tokens`] calls the token item `sk` in the partition `pk`.
+    fn known_token(pk: &str, sk: &str) -> String {
+        format!("{pk}#{sk}")
     }
 
     /// Notes that the token item `id` ([`Self::known_token`]) exists.
@@ -328,7 +328,7 @@ impl DynamoStore {
         let Some(token) = record.token.as_ref().filter(|t| self.layout().token_out_of_line(t)) else {
             return Ok(());
         };
-        let id = Self::known_token(&pk(&record.workflow, &record.key), &token_ref(token));
+        let id = Self::known_token(&pk(&record.workflow, &record.key), &token_sk(record, token));
         if self.known_tokens().contains(&id) {
             return Ok(());
         }
@@ -343,29 +343,35 @@ impl DynamoStore {
         Ok(())
     }
 
-    /// The record `item` holds, with its task token read from the token item when it is kept
-    /// out of line (one consistent GetItem).
-    async fn record_from(&self, item: &Item) -> Result<Record, StoreError> {
-        let Some(reference) = item.get("token_ref").and_then(|v| v.as_s().ok()) else {
+    /// The record `item` holds, with its task token when it is kept out of line: from `read`,
+    /// when that is its token item (read in the same Query, [`WorkflowStore::load`]), else from
+    /// one consistent GetItem.
+    async fn record_from(&self, item: &Item, read: Option<&Item>) -> Result<Record, StoreError> {
+        let Some(token_sk) = referred_token_sk(item) else {
             return parse_record(item, None);
         };
         let pk = Reader { item }.s("pk")?;
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s(pk))
-            .key("sk", s(&token_sk(reference)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(sdk("GetItem"))?;
-        match &out.item {
-            Some(_) => self.remember_token(Self::known_token(pk, reference)),
-            None => tracing::warn!(pk, token_item = %token_sk(reference),
+        let token_item = match read.filter(|t| t.get("sk").and_then(|v| v.as_s().ok()) == Some(&token_sk)) {
+            Some(read) => Some(read.clone()),
+            None => {
+                self.client
+                    .get_item()
+                    .table_name(&self.table)
+                    .key("pk", s(pk))
+                    .key("sk", s(&token_sk))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .map_err(sdk("GetItem"))?
+                    .item
+            }
+        };
+        match &token_item {
+            Some(_) => self.remember_token(Self::known_token(pk, &token_sk)),
+            None => tracing::warn!(pk, token_item = %token_sk,
                 "token_item_missing: the record's task token expired with its item; it reads without one"),
         }
-        parse_record(item, out.item.as_ref())
+        parse_record(item, token_item.as_ref())
     }
 
     /// [`Self::record_from`] for each of `items`, in order, a few at a time.
@@ -373,7 +379,7 @@ impl DynamoStore {
         let mut records = Vec::with_capacity(items.len());
         for chunk in items.chunks(16) {
             records.extend(
-                futures::future::try_join_all(chunk.iter().map(|item| self.record_from(item))).await?,
+                futures::future::try_join_all(chunk.iter().map(|item| self.record_from(item, None))).await?,
             );
         }
         Ok(records)
@@ -901,7 +907,7 @@ fn record_item(r: &Record, layout: Layout) -> Item {
     }
     match &r.token {
         Some(token) if layout.token_out_of_line(token) => {
-            item.insert("token_ref".into(), s(&token_ref(token)));
+            item.insert("token_sk".into(), s(&token_sk(r, token)));
         }
         Some(token) => {
             item.insert("token".into(), s(token.expose()));
@@ -929,7 +935,7 @@ fn history_context(r: &Record) -> compact::Context<'_> {
 }
 
 /// The record `item` holds. A token kept out of line is read from `token_item`, the item its
-/// `token_ref` names. Without it (it expired: [`TOKEN_KEPT`]), the record reads as having no
+/// `token_sk` (or, written before 2026-12-03, `token_ref`) names ([`referred_token_sk`]). Without it (it expired: [`TOKEN_KEPT`]), the record reads as having no
 /// token, as the token itself is long dead: nothing is resumed with it, and an input to a record
 /// still waiting is ignored into the ledger.
 fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreError> {
@@ -941,7 +947,7 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
         generation: r.n("generation")?,
         state: parse_state(&r)?,
         version: r.n("version")?,
-        token: match (r.opt_s("token")?, r.opt_s("token_ref")?, token_item) {
+        token: match (r.opt_s("token")?, referred_token_sk(item), token_item) {
             (Some(token), _, _) => {
                 Some(TaskToken::parse(token).map_err(|e| r.corrupt(format!("token: {e}")))?)
             }
@@ -1007,21 +1013,47 @@ impl Layout {
     }
 }
 
-/// What a record keeps in place of a token kept out of line: 128 bits of its SHA-256, in hex.
+/// 128 bits of a token's SHA-256, in hex: what names its token item, with no token in the name.
 pub fn token_ref(token: &TaskToken) -> String {
     use sha2::Digest;
     hex::encode(&sha2::Sha256::digest(token.expose().as_bytes())[..16])
 }
 
-fn token_sk(reference: &str) -> String {
-    format!("TOKEN#{reference}")
+/// What the sort key of every token item starts with: the record's own, so that one Query of
+/// the sort keys that begin with `RECORD` reads the record and then its token items.
+pub const TOKEN_SK_PREFIX: &str = "RECORD#T#";
+
+/// The sort key of the token item that keeps `token` for `record`: [`TOKEN_SK_PREFIX`], the
+/// record's generation and step inverted (eight hex digits each), `#` and the [`token_ref`]. So
+/// the newest step's token item sorts right after the record, and [`WorkflowStore::load`] reads
+/// both with one Query of two items. A cancelled record, which keeps its token but has no step,
+/// names a token item of its own (step `u32::MAX`), put when it is written.
+pub fn token_sk(record: &Record, token: &TaskToken) -> String {
+    let step = record.state.step().unwrap_or(u32::MAX);
+    format!("{TOKEN_SK_PREFIX}{:08x}{:08x}#{}", !record.generation, !step, token_ref(token))
+}
+
+/// The sort key of the token item the record `item` refers to: its `token_sk`, or, in a record
+/// written before 2026-12-03, `TOKEN#<token_ref>`, where those versions kept the token.
+fn referred_token_sk(item: &Item) -> Option<String> {
+    let attribute = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
+    match (attribute("token_sk"), attribute("token_ref")) {
+        (Some(sk), _) => Some(sk.clone()),
+        (None, Some(reference)) => Some(format!("TOKEN#{reference}")),
+        (None, None) => None,
+    }
+}
+
+/// Whether `sk` names a token item, as this version or the versions before 2026-12-03 wrote it.
+fn is_token_sk(sk: &str) -> bool {
+    sk.starts_with(TOKEN_SK_PREFIX) || sk.starts_with("TOKEN#")
 }
 
 /// The item that keeps `token` for `record`. A token that is canonical base64 (AWS's look it:
 /// three bytes in four characters) is kept as those bytes, so that a 1,024-character token and
 /// its keys fit one write unit; any other token as text.
 pub fn token_item(record: &Record, token: &TaskToken) -> Item {
-    let mut item = base_item(&record.workflow, &record.key, &token_sk(&token_ref(token)));
+    let mut item = base_item(&record.workflow, &record.key, &token_sk(record, token));
     let text = token.expose();
     let value = match BASE64.decode(text) {
         Ok(bytes) if BASE64.encode(&bytes) == text => AttributeValue::B(Blob::new(bytes)),
@@ -1248,19 +1280,30 @@ impl WorkflowStore for DynamoStore {
         workflow: &WorkflowName,
         key: &CorrelationKey,
     ) -> Result<Option<Record>, StoreError> {
+        // The record and the item right after it: its current token item, when the token is
+        // kept out of line (`token_sk`). One read unit while the two are under 4 KB.
         let out = self
             .client
-            .get_item()
+            .query()
             .table_name(&self.table)
-            .key("pk", s(&pk(workflow, key)))
-            .key("sk", s(RECORD_SK))
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+            .expression_attribute_names("#pk", "pk")
+            .expression_attribute_names("#sk", "sk")
+            .expression_attribute_values(":pk", s(&pk(workflow, key)))
+            .expression_attribute_values(":prefix", s(RECORD_SK))
             .consistent_read(true)
+            .limit(2)
             .send()
             .await
-            .map_err(sdk("GetItem"))?;
-        match &out.item {
-            Some(item) => self.record_from(item).await.map(Some),
-            None => Ok(None),
+            .map_err(sdk("Query"))?;
+        let items = out.items();
+        match items.first() {
+            Some(item)
+                if item.get("sk").and_then(|v| v.as_s().ok()).map(String::as_str) == Some(RECORD_SK) =>
+            {
+                self.record_from(item, items.get(1)).await.map(Some)
+            }
+            _ => Ok(None),
         }
     }
 
@@ -1297,7 +1340,7 @@ impl WorkflowStore for DynamoStore {
             Ok(_) => Ok(Applied::Written),
             Err(old) => {
                 let current = match old.filter(|i| !i.is_empty()) {
-                    Some(item) => Some(Box::new(self.record_from(&item).await?)),
+                    Some(item) => Some(Box::new(self.record_from(&item, None).await?)),
                     None => None,
                 };
                 Ok(Applied::Lost { current })
@@ -1587,12 +1630,16 @@ impl WorkflowStore for DynamoStore {
         let (mut record, mut tokens) = (None, HashMap::new());
         for item in self.query_partition(&pk(workflow, key), None).await? {
             let sk = Reader { item: &item }.s("sk")?;
-            match sk.split('#').next() {
-                Some(RECORD_SK) => record = Some(item),
+            if sk == RECORD_SK {
+                record = Some(item);
+                continue;
+            }
+            if is_token_sk(sk) {
                 // Read for the record's token only: a token is never shown.
-                Some("TOKEN") => {
-                    tokens.insert(sk.to_owned(), item);
-                }
+                tokens.insert(sk.to_owned(), item);
+                continue;
+            }
+            match sk.split('#').next() {
                 Some("TASK") => trace.tasks.push(parse_task(&item)?),
                 Some("RECEIPT") => trace.receipts.push(parse_receipt(&item)?),
                 Some("INBOX") => trace.inbox.push(parse_inbox(&item)?),
@@ -1605,8 +1652,7 @@ impl WorkflowStore for DynamoStore {
             }
         }
         if let Some(item) = &record {
-            let reference = item.get("token_ref").and_then(|v| v.as_s().ok());
-            trace.record = Some(parse_record(item, reference.and_then(|r| tokens.get(&token_sk(r))))?);
+            trace.record = Some(parse_record(item, referred_token_sk(item).and_then(|sk| tokens.get(&sk)))?);
         }
         sort_trace(&mut trace);
         Ok(trace)
@@ -1810,7 +1856,7 @@ mod tests {
             &largest_record_with(1, |_| "6f1c2a7e-90b4".into()).1,
             Layout::of(ItemFormat::Compact),
         );
-        assert!(!short.contains_key("token_ref"));
+        assert!(!short.contains_key("token_sk"));
     }
 
     /// Reads stay proportional to what is due, never to the table: no code that ships calls

@@ -122,7 +122,7 @@ async fn main() {
     );
     let (issue, aws_issue) = (per.as_issue_15_counted(sends), aws.as_issue_15_counted(sends));
     println!(
-        "  counted as issue 15 counted its 25 % (table write units, reads, SQS sends, Lambda, HTTP API; not the index, nor the receives and deletes): {:.2} dollars per million, {:.1}% above Step Functions; with AWS-length task tokens {:.2}, {:.1}%",
+        "  counted as issue 15 counted its 25 % (table write units, reads, SQS sends, Lambda, HTTP API; not the index, nor the receives and deletes): {:.2} dollars per million, {:.1}% above Step Functions; with AWS-length task tokens {:.2}, {:.2}%",
         issue.total_per_million(),
         100.0 * issue.above_step_functions(),
         aws_issue.total_per_million(),
