@@ -351,10 +351,12 @@ impl DynamoStore {
             return parse_record(item, None);
         };
         let pk = Reader { item }.s("pk")?;
+        let fetched;
         let token_item = match read.filter(|t| t.get("sk").and_then(|v| v.as_s().ok()) == Some(&token_sk)) {
-            Some(read) => Some(read.clone()),
+            Some(read) => Some(read),
             None => {
-                self.client
+                fetched = self
+                    .client
                     .get_item()
                     .table_name(&self.table)
                     .key("pk", s(pk))
@@ -363,15 +365,16 @@ impl DynamoStore {
                     .send()
                     .await
                     .map_err(sdk("GetItem"))?
-                    .item
+                    .item;
+                fetched.as_ref()
             }
         };
-        match &token_item {
+        match token_item {
             Some(_) => self.remember_token(Self::known_token(pk, &token_sk)),
             None => tracing::warn!(pk, token_item = %token_sk,
                 "token_item_missing: the record's task token expired with its item; it reads without one"),
         }
-        parse_record(item, token_item.as_ref())
+        parse_record(item, token_item)
     }
 
     /// [`Self::record_from`] for each of `items`, in order, a few at a time.
@@ -935,9 +938,10 @@ fn history_context(r: &Record) -> compact::Context<'_> {
 }
 
 /// The record `item` holds. A token kept out of line is read from `token_item`, the item its
-/// `token_sk` (or, written before 2026-12-03, `token_ref`) names ([`referred_token_sk`]). Without it (it expired: [`TOKEN_KEPT`]), the record reads as having no
-/// token, as the token itself is long dead: nothing is resumed with it, and an input to a record
-/// still waiting is ignored into the ledger.
+/// `token_sk` (or, written before 2026-12-03, `token_ref`) names ([`referred_token_sk`]).
+/// Without it (it expired: [`TOKEN_KEPT`]), the record reads as having no token, as the token
+/// itself is long dead: nothing is resumed with it, and an input to a record still waiting is
+/// ignored into the ledger.
 fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreError> {
     let r = Reader { item };
     let (workflow, key) = r.names()?;
