@@ -14,6 +14,7 @@ pub mod calls;
 pub mod cost;
 pub mod functions;
 pub mod http;
+pub mod lifecycle_fixtures;
 pub mod logs;
 pub mod stack;
 pub mod system;

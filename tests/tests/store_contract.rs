@@ -7,59 +7,17 @@
 
 use std::sync::Arc;
 
-use baton::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
-use baton::lifecycle::{
-    Decision, Finish, IgnoreReason, Input, Kind, OnRestart, Plan, Record, Source, State, StepOutcome, Write,
-    decide,
-};
+use baton::ids::{EventId, TaskToken};
+use baton::lifecycle::{Finish, IgnoreReason, Input, Kind, Record, State, Write};
 use baton::store::memory::MemoryStore;
 use baton::store::{
     Applied, COUNT_UP_TO, Claim, Count, DrainTarget, EXPIRY_LEASE, Hold, InboxClaim, InboxEntry, InboxStatus,
     LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, Task, WorkflowStore,
 };
+use baton_tests::lifecycle_fixtures::{aws_length_token, decide_at, names, step_input, t0, write_of};
 use baton_tests::{Emulator, dynamo_store};
 use serde_json::{Map, json};
-use time::{Duration, OffsetDateTime};
-
-fn t0() -> OffsetDateTime {
-    // Whole microseconds: DynamoDB timestamps keep microseconds.
-    OffsetDateTime::from_unix_timestamp(1_796_000_000).unwrap()
-}
-
-fn plan() -> Plan {
-    Plan {
-        steps: vec![vec!["decision".into()], vec!["payment_ref".into()]],
-        on_restart: OnRestart::AfterTerminal,
-        // Every record written here carries it: read back equal, it round-trips.
-        version: Some("v0123456789ab".into()),
-    }
-}
-
-fn names(key: &str) -> (WorkflowName, CorrelationKey) {
-    (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse(key).unwrap())
-}
-
-fn step_input(id: &str, step: u32, data: serde_json::Value) -> Input {
-    let serde_json::Value::Object(data) = data else { panic!("object") };
-    Input::StepInput {
-        id: EventId::parse(id).unwrap(),
-        hash: format!("hash-{id}"),
-        source: Source::Callback,
-        step,
-        outcome: StepOutcome::Succeeded,
-        data,
-        generation: None,
-    }
-}
-
-fn decide_at(key: &str, record: Option<&Record>, input: &Input, now: OffsetDateTime) -> Decision {
-    let (w, k) = names(key);
-    decide(&plan(), (&w, &k), record, input, now)
-}
-
-fn write_of(d: Decision) -> Write {
-    d.write.expect("the decision writes")
-}
+use time::Duration;
 
 async fn must_write(store: &dyn WorkflowStore, write: &Write) -> Record {
     assert_eq!(store.apply(write).await.unwrap(), Applied::Written);
@@ -69,13 +27,6 @@ async fn must_write(store: &dyn WorkflowStore, write: &Write) -> Record {
 /// A record waiting on step 0 with a token, written through the store.
 async fn waiting_record(store: &dyn WorkflowStore, key: &str) -> Record {
     waiting_with_token(store, key, "token-0").await
-}
-
-/// A task token as long as the API allows (1,024 characters), canonical base64 as AWS's look.
-fn aws_length_token(seed: u8) -> String {
-    use base64::Engine;
-    let bytes: Vec<u8> = (0..768u32).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// A record waiting on step 0 with `token`, written through the store.
