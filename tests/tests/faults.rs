@@ -161,9 +161,10 @@ async fn a_failure_before_any_write_gets_a_503_that_says_nothing_was_applied() {
     system.send_event(&order_placed(key)).await;
     let before = waiting(&system, key, 0).await;
 
-    // The record's load (a consistent GetItem of this key) fails on every attempt.
+    // The record's load (a consistent Query of this key's record and the item after it) fails on
+    // every attempt.
     let rule = emulator
-        .inject(json!({"operation": "DynamoDB_20120810.GetItem", "match": [format!("WF#order-review#{key}")],
+        .inject(json!({"operation": "DynamoDB_20120810.Query", "match": [format!("WF#order-review#{key}"), r#"{"S":"RECORD"}"#],
             "times": baton::runtime::SDK_MAX_ATTEMPTS, "status": 400, "code": "ThrottlingException"}))
         .await;
     let first = system.callback_once("cb-nothing", &review(key)).await;

@@ -149,7 +149,7 @@ async fn a_throttled_callback_gets_503_with_retry_after_and_its_retry_is_applied
     state_is(&system, &key, State::Waiting { step: 0 }).await;
     let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
     let rule = emulator
-        .inject(json!({"operation": "DynamoDB_20120810.GetItem", "match": [format!("WF#order-review#{key}")],
+        .inject(json!({"operation": "DynamoDB_20120810.Query", "match": [format!("WF#order-review#{key}"), r#"{"S":"RECORD"}"#],
             "throttle": true, "times": attempts}))
         .await;
     let review = approval(&key, "approve");
