@@ -27,7 +27,10 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    `match` lists substrings that must all be in the request body, so tests sharing one
    emulator only ever fault their own requests; `times` bounds how often the rule fires
    (default: unbounded) and `share` is the fraction of matching requests it fires on (default
-   1). The error body has the shape AWS's JSON protocol uses (`__type`, `message`).
+   1). Each rule draws from a generator of its own, seeded alike, so which of its requests it
+   fires on depends only on how many it has matched, never on what other tests send: a rule
+   with `share` 0.5 fires on the third request it matches, and on about half after. The error
+   body has the shape AWS's JSON protocol uses (`__type`, `message`).
 
    The throttling switch: `"throttle": true` answers with the error the service throttles
    with, as AWS sends it: DynamoDB `400 com.amazonaws.dynamodb.v20120810#
@@ -76,6 +79,7 @@ import argparse
 import collections
 import json
 import os
+import random
 import signal
 import sys
 import threading
@@ -157,12 +161,11 @@ class Faults:
     PATH = "/_baton/faults"
 
     def __init__(self, app):
-        import random
-
         self.app = app
         self.lock = threading.Lock()
         self.rules = []
-        self.random = random.Random(0)
+        # Each rule's own generator, by rule id (see `share` in the module doc).
+        self.draws = {}
 
     def __call__(self, environ, start_response):
         if environ.get("PATH_INFO") == self.PATH:
@@ -177,7 +180,7 @@ class Faults:
         rule = None
         with self.lock:
             for r in candidates:
-                if r["times"] != 0 and all(m in text for m in r["match"]) and self.random.random() < r["share"]:
+                if r["times"] != 0 and all(m in text for m in r["match"]) and self.draws[r["id"]].random() < r["share"]:
                     r["times"] -= 1
                     r["hits"] += 1
                     rule = r
@@ -203,6 +206,7 @@ class Faults:
         if method == "DELETE":
             with self.lock:
                 self.rules = []
+                self.draws = {}
             return _json(start_response, 200, {"rules": []})
         if method != "POST":
             return _json(start_response, 405, {"error": f"{method} is not supported"})
@@ -228,6 +232,7 @@ class Faults:
         with self.lock:
             rule["id"] = len(self.rules) + 1
             self.rules.append(rule)
+            self.draws[rule["id"]] = random.Random(0)
         return _json(start_response, 200, rule)
 
 
