@@ -381,6 +381,10 @@ pub struct CancelArgs {
 }
 
 pub async fn cancel(args: CancelArgs) -> Result<()> {
+    // The reason is the cause of both the StopExecution and the SendTaskFailure: longer than
+    // they take, every attempt to stop the execution would be refused (found by review).
+    baton::lifecycle::failure_text_fits("--reason", &args.reason, baton::lifecycle::MAX_FAILURE_CAUSE_CHARS)
+        .map_err(anyhow::Error::msg)?;
     let t = tools(&args.config, &args.target, &[]).await?;
     let workflow = t
         .engine

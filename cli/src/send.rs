@@ -315,6 +315,18 @@ mod tests {
     }
 
     #[test]
+    fn an_id_too_long_for_a_dynamodb_key_is_refused_before_sending() {
+        // Given an id of 256 four-byte characters: 1,024 bytes, past a sort key's limit with
+        // its prefix
+        let mut args = send_args("t");
+        args.id = Some("\u{1F600}".repeat(256));
+        let body = build_event(&args, "t", OffsetDateTime::UNIX_EPOCH).unwrap();
+        // Then the check `send` makes before sending refuses it, naming the byte limit
+        let err = Event::parse(&body).unwrap_err().to_string();
+        assert!(err.contains("1024 bytes") && err.contains("768"), "{err}");
+    }
+
+    #[test]
     fn bad_data_is_named() {
         let mut args = send_args("t");
         args.data = Some("{total".into());

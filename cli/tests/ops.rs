@@ -303,6 +303,21 @@ async fn cancel_moves_a_waiting_record_to_cancelled_once() {
     stack.system.stop().await;
 }
 
+/// A reason longer than StopExecution and SendTaskFailure take would make every stop fail: it
+/// is refused before anything is written, naming the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reason_longer_than_step_functions_takes_is_refused_before_any_write() {
+    let stack = stack().await;
+    stack.system.send_event(&placed("k-long")).await;
+    stack.state_is("k-long", State::Waiting { step: 0 }).await;
+    let reason = "r".repeat(32_769);
+    let refused = stack.baton(&["cancel", "order-review", "k-long", "--reason", &reason]).await;
+    assert_eq!(refused.code(), Some(1));
+    assert!(refused.stderr().contains("at most 32768"), "{}", refused.stderr());
+    stack.state_is("k-long", State::Waiting { step: 0 }).await;
+    stack.system.stop().await;
+}
+
 /// Generation 1 was cancelled before its execution ever started; generation 2 is pending and
 /// its execution has not started either (the writes, then a "crash" before any effect). The
 /// trace shows the record and its transitions, and leaves the never-started executions out.

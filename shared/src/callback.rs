@@ -28,10 +28,13 @@ use serde_json::{Map, Value, json};
 use time::{Duration, OffsetDateTime};
 use tracing::{error, info, instrument, warn};
 
-use crate::engine::{Engine, EngineError, Submitted, payload_hash};
+use crate::engine::{Definition, Engine, EngineError, Submitted, payload_hash};
 use crate::error::Classified;
 use crate::ids::{CorrelationKey, EventId};
-use crate::lifecycle::{Effect, Input, Outcome, RejectReason, Source, StepOutcome};
+use crate::lifecycle::{
+    Effect, Input, MAX_FAILURE_CAUSE_CHARS, MAX_FAILURE_ERROR_CHARS, Outcome, RejectReason, Source,
+    StepOutcome, failure_text_fits,
+};
 use crate::secrets::RotatingSecrets;
 use crate::sqs::error_chain;
 use crate::store::{Claim, Hold, Receipt, ReceiptStatus};
@@ -55,6 +58,8 @@ pub const ERROR_CODES: &[&str] = &[
     "invalid_timestamp",
     "stale_timestamp",
     "invalid_signature",
+    "out_of_scope",
+    "callbacks_refused",
     "invalid_webhook_id",
     "invalid_body",
     "unknown_workflow",
@@ -127,55 +132,9 @@ impl Callbacks {
     #[instrument(skip_all, fields(input = header(headers, ID_HEADER).unwrap_or("")))]
     pub async fn handle(&self, headers: &HeaderMap, body: &[u8]) -> Answer {
         let now = self.engine.now();
-        if body.len() > MAX_BODY_BYTES {
-            return Answer::error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!("the body is {} bytes; the limit is {MAX_BODY_BYTES}", body.len()),
-            );
-        }
-        let id = header(headers, ID_HEADER);
-        let secrets = match self.secrets.current(now).await {
-            Ok(secrets) => secrets,
-            Err(e) => return self.failed(&e, MaybeApplied::No),
-        };
-        if let Err(e) = secrets.verify(
-            id,
-            header(headers, TIMESTAMP_HEADER),
-            header(headers, SIGNATURE_HEADER),
-            body,
-            now,
-        ) {
-            warn!(reason = e.code(), "callback refused: {e}");
-            return Answer::error(StatusCode::UNAUTHORIZED, e.code(), e.to_string());
-        }
-        let id = match EventId::parse(id.unwrap_or_default()) {
-            Ok(id) => id,
-            Err(e) => return Answer::error(StatusCode::BAD_REQUEST, "invalid_webhook_id", e.to_string()),
-        };
-        let callback = match parse_body(body) {
-            Ok(c) => c,
+        let (id, callback, definition) = match self.admit(headers, body, now).await {
+            Ok(admitted) => admitted,
             Err(answer) => return answer,
-        };
-        if self.engine.config.workflow(&callback.workflow).is_none() {
-            return Answer::error(
-                StatusCode::NOT_FOUND,
-                "unknown_workflow",
-                format!("no workflow named {:?}", callback.workflow),
-            );
-        }
-        // The step by name, in this config or, for a record pinned to an earlier version, in
-        // that one: the engine finds it again in the record's own version.
-        let definition = match self.engine.definition_with_step(&callback.workflow, &callback.step).await {
-            Ok(Some(definition)) => definition,
-            Ok(None) => {
-                return Answer::error(
-                    StatusCode::NOT_FOUND,
-                    "unknown_step",
-                    format!("workflow {} has no step named {:?}", callback.workflow, callback.step),
-                );
-            }
-            Err(e) => return self.failed(&e, MaybeApplied::No),
         };
         let workflow = &*definition;
         let step = workflow.step_index(&callback.step).unwrap_or(u32::MAX);
@@ -325,6 +284,84 @@ impl Callbacks {
             warn!(error = %error_chain(&e), "cannot complete the receipt");
         }
         answer
+    }
+
+    /// The checks before anything is written, each with its own answer: size (413), signature
+    /// (401), body (400), the signing secret's scope (403), workflow and step (404), and whether
+    /// the step takes callbacks at all (403). A sender learns nothing of the workflows outside
+    /// its secret's scope.
+    async fn admit(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: OffsetDateTime,
+    ) -> Result<(EventId, Callback, Definition), Answer> {
+        if body.len() > MAX_BODY_BYTES {
+            return Err(Answer::error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("the body is {} bytes; the limit is {MAX_BODY_BYTES}", body.len()),
+            ));
+        }
+        let id = header(headers, ID_HEADER);
+        let secrets = self
+            .secrets
+            .current(now, &self.engine.metrics)
+            .await
+            .map_err(|e| self.failed(&e, MaybeApplied::No))?;
+        let signature = (header(headers, TIMESTAMP_HEADER), header(headers, SIGNATURE_HEADER));
+        let authority = secrets.verify(id, signature.0, signature.1, body, now).map_err(|e| {
+            warn!(reason = e.code(), "callback refused: {e}");
+            Answer::error(StatusCode::UNAUTHORIZED, e.code(), e.to_string())
+        })?;
+        let id = EventId::parse(id.unwrap_or_default())
+            .map_err(|e| Answer::error(StatusCode::BAD_REQUEST, "invalid_webhook_id", e.to_string()))?;
+        let callback = parse_body(body)?;
+        if !authority.allows(&callback.workflow, &callback.step) {
+            warn!(workflow = %callback.workflow, step = %callback.step, "callback refused: outside its secret's scope");
+            return Err(Answer::error(
+                StatusCode::FORBIDDEN,
+                "out_of_scope",
+                format!(
+                    "the secret that signed this callback may not call back step {:?} of workflow {:?}",
+                    callback.step, callback.workflow
+                ),
+            ));
+        }
+        let definition = self.step_of(&callback).await?;
+        if definition.steps.iter().any(|s| s.name.as_str() == callback.step && !s.accepts_callbacks) {
+            return Err(Answer::error(
+                StatusCode::FORBIDDEN,
+                "callbacks_refused",
+                format!(
+                    "step {:?} of workflow {} takes its inputs from domain events only (accepts_callbacks: false)",
+                    callback.step, callback.workflow
+                ),
+            ));
+        }
+        Ok((id, callback, definition))
+    }
+
+    /// The callback's workflow, in the config version that defines its step (404 otherwise).
+    async fn step_of(&self, callback: &Callback) -> Result<Definition, Answer> {
+        if self.engine.config.workflow(&callback.workflow).is_none() {
+            return Err(Answer::error(
+                StatusCode::NOT_FOUND,
+                "unknown_workflow",
+                format!("no workflow named {:?}", callback.workflow),
+            ));
+        }
+        // The step by name, in this config or, for a record pinned to an earlier version, in
+        // that one: the engine finds it again in the record's own version.
+        match self.engine.definition_with_step(&callback.workflow, &callback.step).await {
+            Ok(Some(definition)) => Ok(definition),
+            Ok(None) => Err(Answer::error(
+                StatusCode::NOT_FOUND,
+                "unknown_step",
+                format!("workflow {} has no step named {:?}", callback.workflow, callback.step),
+            )),
+            Err(e) => Err(self.failed(&e, MaybeApplied::No)),
+        }
     }
 
     /// Sends the step's heartbeat if the record still waits at the step named `step` (in its
@@ -657,6 +694,15 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
     let outcome = text("outcome", true)?.unwrap_or_default();
     let error = text("error", false)?;
     let cause = text("cause", false)?;
+    // Step Functions refuses a longer `error` or `cause` on every attempt: accepted here, the
+    // step would be answered `applied` and then never fail (found by review).
+    for (name, value, max) in
+        [("error", &error, MAX_FAILURE_ERROR_CHARS), ("cause", &cause, MAX_FAILURE_CAUSE_CHARS)]
+    {
+        if let Some(v) = value {
+            failure_text_fits(name, v, max).map_err(|m| Answer::field("invalid_body", name, m))?;
+        }
+    }
     let key =
         CorrelationKey::parse(key_text).map_err(|e| Answer::field("invalid_body", "key", e.to_string()))?;
     let outcome = match outcome.as_str() {
@@ -674,6 +720,15 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
             ));
         }
     };
+    if let Some(number) = integer_past_64_bits(body) {
+        return Err(Answer::field(
+            "invalid_body",
+            "data",
+            format!(
+                "{number} is an integer past 64 bits, which JSON numbers here cannot keep exact; send it as a string"
+            ),
+        ));
+    }
     let data = match map.remove("data") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(data)) => data,
@@ -692,6 +747,40 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
         }
     };
     Ok(Callback { workflow, key, step, outcome, data, generation })
+}
+
+/// The first integer literal in `json` (outside strings) that neither an `i64` nor a `u64`
+/// holds. serde_json would read it as a float and silently round it: an account number or an
+/// amount in minor units would reach the workflow changed.
+fn integer_past_64_bits(json: &[u8]) -> Option<&str> {
+    let (mut i, mut in_string) = (0, false);
+    while i < json.len() {
+        let b = json[i];
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+        } else if b == b'-' || b.is_ascii_digit() {
+            let end =
+                json[i..].iter().position(|c| !b"+-.eE0123456789".contains(c)).map_or(json.len(), |n| i + n);
+            let literal = std::str::from_utf8(&json[i..end]).unwrap_or_default();
+            let integer = !literal.contains(['.', 'e', 'E']);
+            if integer && literal.parse::<i64>().is_err() && literal.parse::<u64>().is_err() {
+                return Some(literal);
+            }
+            i = end;
+            continue;
+        }
+        i += 1;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -754,6 +843,45 @@ mod tests {
             field_of(r#"{"workflow":"w","key":"k","step":"s","outcome":"succeeded","generation":0}"#).0,
             "generation"
         );
+    }
+
+    #[test]
+    fn an_error_or_cause_longer_than_step_functions_takes_is_refused_naming_the_limit() {
+        // Given a failure whose error is one character past SendTaskFailure's limit
+        let body = |error: &str, cause: &str| {
+            json!({"workflow": "w", "key": "k", "step": "s", "outcome": "failed", "error": error, "cause": cause})
+                .to_string()
+        };
+        let (field, message) = field_of(&body(&"E".repeat(257), "c"));
+        // Then it is refused at the edge, naming the field and the limit
+        assert_eq!(field, "error");
+        assert!(message.contains("257") && message.contains("256"), "{message}");
+        let (field, message) = field_of(&body("E", &"c".repeat(32_769)));
+        assert_eq!(field, "cause");
+        assert!(message.contains("32768"), "{message}");
+        // Characters outside the BMP count twice, as AWS counts them
+        assert_eq!(field_of(&body(&"\u{1F600}".repeat(129), "c")).0, "error");
+        // And the limits themselves are accepted
+        assert!(parse_body(body(&"E".repeat(256), &"c".repeat(32_768)).as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn an_integer_past_64_bits_is_refused_rather_than_rounded() {
+        let body = |data: &str| {
+            format!(r#"{{"workflow":"w","key":"k","step":"s","outcome":"succeeded","data":{data}}}"#)
+        };
+        let (field, message) = field_of(&body(r#"{"account": 123456789012345678901234567890}"#));
+        assert_eq!(field, "data");
+        assert!(message.contains("123456789012345678901234567890"), "{message}");
+        assert_eq!(field_of(&body(r#"{"n": [-9223372036854775809]}"#)).0, "data");
+        // What 64 bits hold, floats, and digits inside strings are kept as they are
+        for fine in [
+            r#"{"n": 18446744073709551615, "m": -9223372036854775808}"#,
+            r#"{"f": 1.5e300, "g": 12345678901234567890123.5}"#,
+            r#"{"s": "123456789012345678901234567890", "t": "a\"99999999999999999999999"}"#,
+        ] {
+            assert!(parse_body(body(fine).as_bytes()).is_ok(), "{fine}");
+        }
     }
 
     #[test]

@@ -70,6 +70,10 @@ pub struct Step {
     pub heartbeat: Option<Duration>,
     /// Domain events that may supply this step's inputs, correlated by the workflow's key.
     pub accepts_events: Option<Pattern>,
+    /// Whether callbacks may supply them (`accepts_callbacks`, default true). A step fed only by
+    /// domain events can refuse callbacks, so that no holder of a webhook secret can complete
+    /// it.
+    pub accepts_callbacks: bool,
     /// How long an input that arrives before this step waits is kept (`buffer_ttl`). Default:
     /// the step's timeout plus [`BUFFER_MARGIN`]: an early input can still be applied by
     /// anything up to a full step later.
@@ -501,7 +505,16 @@ impl Validator {
         let map = self.object(
             path,
             v,
-            &["name", "task", "requires", "timeout", "heartbeat", "accepts_events", "buffer_ttl"],
+            &[
+                "name",
+                "task",
+                "requires",
+                "timeout",
+                "heartbeat",
+                "accepts_events",
+                "accepts_callbacks",
+                "buffer_ttl",
+            ],
         )?;
         let name = self.required(path, map, "name").and_then(|n| {
             let np = join(path, "name");
@@ -535,7 +548,9 @@ impl Validator {
             None => timeout.map(|t| t + BUFFER_MARGIN),
             Some(b) => self.duration(&join(path, "buffer_ttl"), b),
         };
+        let accepts_callbacks = self.accepts_callbacks(path, map, &accepts_events);
         Some(Step {
+            accepts_callbacks: accepts_callbacks?,
             buffer_ttl: buffer_ttl?,
             name: name?,
             task: task?,
@@ -544,6 +559,32 @@ impl Validator {
             heartbeat: heartbeat?,
             accepts_events: accepts_events?,
         })
+    }
+
+    /// `accepts_callbacks`: a boolean, and `false` only where events can feed the step.
+    fn accepts_callbacks(
+        &mut self,
+        path: &str,
+        map: &Map<String, Value>,
+        accepts_events: &Option<Option<Pattern>>,
+    ) -> Option<bool> {
+        let field = join(path, "accepts_callbacks");
+        match map.get("accepts_callbacks") {
+            None => Some(true),
+            Some(Value::Bool(true)) => Some(true),
+            Some(Value::Bool(false)) if matches!(accepts_events, Some(None)) => {
+                self.err(
+                    &field,
+                    "a step that refuses callbacks needs accepts_events, or nothing could complete it",
+                );
+                None
+            }
+            Some(Value::Bool(false)) => Some(false),
+            Some(_) => {
+                self.err(&field, "must be true or false");
+                None
+            }
+        }
     }
 
     fn task(&mut self, path: &str, v: &Value) -> Option<TaskTemplate> {
@@ -721,6 +762,26 @@ workflows:
         for (got, want) in errs.iter().zip(expect) {
             assert!(got.starts_with(want), "expected {want:?}, got {got:?}");
         }
+    }
+
+    #[test]
+    fn given_a_step_that_refuses_callbacks_then_it_must_accept_events() {
+        let yaml = r#"
+workflows:
+  order-review:
+    start: { when: { type: ["order.placed"] }, key: /subject }
+    steps:
+      - { name: review, requires: [decision], timeout: 1d, accepts_callbacks: false }
+      - { name: payment, timeout: 1d, accepts_callbacks: false, accepts_events: { type: ["paid"] } }
+      - { name: ship, timeout: 1d, accepts_callbacks: "no" }
+"#;
+        assert_eq!(
+            errors(yaml),
+            [
+                "workflows.order-review.steps[0].accepts_callbacks: a step that refuses callbacks needs accepts_events, or nothing could complete it",
+                "workflows.order-review.steps[2].accepts_callbacks: must be true or false",
+            ]
+        );
     }
 
     #[test]

@@ -32,7 +32,9 @@ use crate::asl::ExecutionInput;
 use crate::config::{Config, Workflow};
 use crate::error::Classified;
 use crate::ids::{CorrelationKey, WorkflowName};
-use crate::lifecycle::{self, Decision, Effect, IgnoreReason, Input, Outcome, Record, State};
+use crate::lifecycle::{
+    self, Decision, Effect, IgnoreReason, Input, MAX_STEP_INPUT_BYTES, Outcome, Record, State,
+};
 use crate::metrics::{Metric, Metrics};
 use crate::orchestrator::{Orchestrator, OrchestratorError, StartExecution, execution_arn, execution_name};
 use crate::outbound::{PublishError, TaskPublisher};
@@ -762,6 +764,9 @@ impl Engine {
             expiry_hold: None,
             drain_target: None,
         };
+        if let Some(refused) = self.refuse_overflow(workflow, key, input, &entry, now).await? {
+            return Ok(Some(refused));
+        }
         let stored = self
             .store
             .buffer(&entry)
@@ -798,6 +803,38 @@ impl Engine {
             self.drain(workflow, key, generation, step, now).await?;
         }
         Ok(None)
+    }
+
+    /// Refuses an early input that would take a step's open inbox past what the step can ever
+    /// take ([`MAX_STEP_INPUT_BYTES`], each entry counted with [`INBOX_ENTRY_OVERHEAD`]), and
+    /// ledgers it, as an input too large for a waiting step is. Unbounded, twelve 60 KiB early
+    /// callbacks to a key never started were all buffered, then ledgered whole on expiry (found
+    /// by review). A redelivery of an input already in the inbox is not counted twice. Two
+    /// buffers racing may each see the other's entry missing, so the bound can be passed by
+    /// what is in flight at once, never more.
+    async fn refuse_overflow(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        input: &Input,
+        entry: &InboxEntry,
+        now: OffsetDateTime,
+    ) -> Result<Option<Outcome>, EngineError> {
+        let inbox = self.store.inbox(&workflow.name, key, &entry.step_name).await?;
+        if inbox.iter().any(|e| e.id == entry.id) {
+            return Ok(None);
+        }
+        let open = inbox.iter().filter(|e| {
+            matches!(e.status, InboxStatus::Buffered | InboxStatus::Draining | InboxStatus::Expiring)
+        });
+        let held: usize = open.map(buffered_bytes).sum();
+        if held + buffered_bytes(entry) <= MAX_STEP_INPUT_BYTES {
+            return Ok(None);
+        }
+        warn!(workflow = %workflow.name, key = %key, step = entry.step, held,
+            "early input refused: the step's buffered inputs would pass what the step can take");
+        self.ledger(workflow, key, input, lifecycle::IgnoreReason::InputsTooLarge, None, now).await?;
+        Ok(Some(Outcome::Rejected(lifecycle::RejectReason::InputsTooLarge)))
     }
 
     /// Applies a step's buffered inputs for `generation` in arrival order. Each entry is decided
@@ -1045,6 +1082,16 @@ impl Classified for EngineError {
         }
     }
 }
+
+/// What one buffered entry counts against its step's bound: its input as stored, and what
+/// the item costs besides.
+fn buffered_bytes(entry: &InboxEntry) -> usize {
+    serde_json::to_string(&entry.input).map_or(MAX_STEP_INPUT_BYTES, |t| t.len()) + INBOX_ENTRY_OVERHEAD
+}
+
+/// What an inbox entry costs besides its input: keys, status, dates. At most
+/// `MAX_STEP_INPUT_BYTES / INBOX_ENTRY_OVERHEAD` (256) empty inputs wait for one step.
+pub const INBOX_ENTRY_OVERHEAD: usize = 512;
 
 #[cfg(test)]
 mod tests {

@@ -17,12 +17,14 @@ pub enum IdError {
     Empty { kind: &'static str },
     #[error("{kind} is {len} characters long; the limit is {max}")]
     TooLong { kind: &'static str, len: usize, max: usize },
+    #[error("{kind} is {len} bytes long in UTF-8; the limit is {max} bytes")]
+    TooManyBytes { kind: &'static str, len: usize, max: usize },
     #[error("{kind} {value:?} contains {ch:?}; allowed: {allowed}")]
     BadChar { kind: &'static str, value: String, ch: char, allowed: &'static str },
 }
 
 macro_rules! id_newtype {
-    ($(#[$doc:meta])* $name:ident, $kind:literal, $max:expr, $allowed:literal, $check:expr) => {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $max:expr, $max_bytes:expr, $allowed:literal, $check:expr) => {
         $(#[$doc])*
         ///
         /// Shared, not copied: a clone (and records, keys and ids are cloned on every write) is
@@ -31,10 +33,15 @@ macro_rules! id_newtype {
         pub struct $name(Arc<str>);
 
         impl $name {
+            /// The most characters it may have.
+            pub const MAX_CHARS: usize = $max;
+            /// The most bytes it may take in UTF-8: what DynamoDB's key limits count.
+            pub const MAX_BYTES: usize = $max_bytes;
+
             /// Parses and checks the identifier.
             pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
                 let value = value.into();
-                check(&value, $kind, $max, $allowed, $check)?;
+                check(&value, $kind, ($max, $max_bytes), $allowed, $check)?;
                 Ok(Self(value.into()))
             }
 
@@ -85,7 +92,7 @@ macro_rules! id_newtype {
 fn check(
     value: &str,
     kind: &'static str,
-    max: usize,
+    (max, max_bytes): (usize, usize),
     allowed: &'static str,
     ok: fn(char) -> bool,
 ) -> Result<(), IdError> {
@@ -95,6 +102,9 @@ fn check(
     let len = value.chars().count();
     if len > max {
         return Err(IdError::TooLong { kind, len, max });
+    }
+    if value.len() > max_bytes {
+        return Err(IdError::TooManyBytes { kind, len: value.len(), max: max_bytes });
     }
     if let Some(ch) = value.chars().find(|c| !ok(*c)) {
         return Err(IdError::BadChar { kind, value: value.to_owned(), ch, allowed });
@@ -116,19 +126,22 @@ fn printable(c: char) -> bool {
 
 id_newtype!(
     /// A workflow's name, as written under `workflows:` in the config.
-    WorkflowName, "workflow name", 40, "a-z, 0-9 and '-'", name_char
+    WorkflowName, "workflow name", 40, 40, "a-z, 0-9 and '-'", name_char
 );
 id_newtype!(
     /// A step's name inside one workflow.
-    StepName, "step name", 40, "a-z, 0-9 and '-'", name_char
+    StepName, "step name", 40, 40, "a-z, 0-9 and '-'", name_char
 );
 id_newtype!(
     /// The correlation key: what ties events and callbacks to one workflow instance.
-    CorrelationKey, "correlation key", 128, "A-Z, a-z, 0-9 and - _ . : / @ + =", key_char
+    CorrelationKey, "correlation key", 128, 128, "A-Z, a-z, 0-9 and - _ . : / @ + =", key_char
 );
 id_newtype!(
-    /// The id of an input: a domain event's `id`, or a callback's `webhook-id`.
-    EventId, "event id", 256, "printable characters", printable
+    /// The id of an input: a domain event's `id`, or a callback's `webhook-id`. It ends up in
+    /// DynamoDB sort keys (`INBOX#<step>#<id>`, `LEDGER#<reason>#<id>`), which take at most
+    /// 1,024 bytes: 256 four-byte characters would not fit (found by review), hence the byte
+    /// limit too.
+    EventId, "event id", 256, 768, "printable characters", printable
 );
 
 /// A Step Functions task token. Secret-ish and long: it is never logged in full, only as
@@ -155,7 +168,7 @@ impl TaskToken {
 
     pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
         let value = value.into();
-        check(&value, "task token", Self::MAX_LEN, "printable characters", printable)?;
+        check(&value, "task token", (Self::MAX_LEN, 4 * Self::MAX_LEN), "printable characters", printable)?;
         Ok(Self(value.into()))
     }
 
@@ -210,5 +223,17 @@ mod tests {
         assert!(!shown.contains("SECRET"), "{shown}");
         assert_eq!(t.fingerprint(), TaskToken::parse(t.expose()).unwrap().fingerprint());
         assert!(t.fingerprint().starts_with("tok-"));
+    }
+
+    #[test]
+    fn event_ids_are_limited_in_bytes_as_well_as_characters() {
+        // Given 256 characters: ASCII fits, four-byte characters would not fit a sort key
+        assert!(EventId::parse("a".repeat(256)).is_ok());
+        assert_eq!(
+            EventId::parse("\u{1F600}".repeat(256)),
+            Err(IdError::TooManyBytes { kind: "event id", len: 1024, max: 768 })
+        );
+        // Three-byte characters up to the character limit fit both
+        assert!(EventId::parse("\u{20AC}".repeat(256)).is_ok());
     }
 }

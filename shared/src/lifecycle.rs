@@ -337,6 +337,12 @@ pub struct AppliedInput {
     /// The generation it was applied in (`None`: the record's current one, likewise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<u32>,
+    /// Where it came from: a domain event's id and a callback's `webhook-id` are chosen by
+    /// different parties, so the same text from the other source is another input (found by
+    /// review: an event refused as a reuse of a callback's id left its step waiting). `None` in
+    /// records written before this was kept: taken to match either source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
 }
 
 /// What an applied input keeps of its payload's hash: 64 bits, in 16 hex characters. That tells
@@ -350,6 +356,24 @@ pub fn payload_fingerprint(hash: &str) -> &str {
 /// The most a step's gathered inputs may take, as JSON: the record is one DynamoDB item of at
 /// most 400 KB, and holds them twice while the resume is owed.
 pub const MAX_STEP_INPUT_BYTES: usize = 128 * 1024;
+
+/// The longest `error` Step Functions takes with SendTaskFailure or StopExecution, in
+/// characters (counted as UTF-16 code units, as AWS's APIs count them: never fewer than the
+/// characters). Longer is refused every time, so a failure that carries one could never be
+/// delivered: inputs are checked against it at the edge ([`failure_text_fits`]).
+pub const MAX_FAILURE_ERROR_CHARS: usize = 256;
+/// The longest `cause`, likewise.
+pub const MAX_FAILURE_CAUSE_CHARS: usize = 32_768;
+
+/// Whether `text`, the `field` (`error` or `cause`) of a failure, fits what Step Functions
+/// takes; if not, a message that names the field and the limit.
+pub fn failure_text_fits(field: &str, text: &str, max: usize) -> Result<(), String> {
+    let len = text.encode_utf16().count();
+    if len <= max {
+        return Ok(());
+    }
+    Err(format!("{field} is {len} characters long; Step Functions takes at most {max}"))
+}
 
 /// How many applied inputs a record remembers, across steps and generations.
 pub const REMEMBERED_INPUTS: usize = 32;
@@ -749,7 +773,7 @@ fn decide_inner(
             )),
             Some(r) => on_step_ready(plan, r, *generation, *step, token, *deadline, now),
         },
-        Input::StepInput { id, hash, step, outcome, data, generation, .. } => {
+        Input::StepInput { id, hash, step, outcome, data, generation, source } => {
             if *step as usize >= plan.steps.len() {
                 return Decision::new(Outcome::Rejected(RejectReason::UnknownStep));
             }
@@ -760,7 +784,7 @@ fn decide_inner(
                 (None, target) => buffer(target.unwrap_or(1)),
                 (Some(r), Some(g)) if g < r.generation => Decision::ignored(IgnoreReason::StaleGeneration),
                 (Some(r), Some(g)) if g > r.generation => buffer(g),
-                (Some(r), _) => on_step_input(plan, r, id, hash, *step, outcome, data, now),
+                (Some(r), _) => on_step_input(plan, r, (id, *source), hash, *step, outcome, data, now),
             }
         }
         Input::Finished { generation, finish } => match record {
@@ -868,6 +892,9 @@ fn on_start(
 }
 
 fn fail_token(token: &TaskToken, error: &str, cause: &str) -> Effect {
+    // Checked at the edge (callbacks, cancel): a failure Step Functions refuses is owed forever.
+    debug_assert!(failure_text_fits("error", error, MAX_FAILURE_ERROR_CHARS).is_ok());
+    debug_assert!(failure_text_fits("cause", cause, MAX_FAILURE_CAUSE_CHARS).is_ok());
     Effect::SendTaskFailure { token: token.clone(), error: error.to_owned(), cause: cause.to_owned() }
 }
 
@@ -946,7 +973,7 @@ fn on_step_ready(
 fn on_step_input(
     plan: &Plan,
     r: &Record,
-    id: &EventId,
+    (id, source): (&EventId, Source),
     hash: &str,
     step: u32,
     outcome: &StepOutcome,
@@ -959,12 +986,11 @@ fn on_step_input(
     // this generation is not a repeat: one event may feed several steps.
     let current_step = r.state.step();
     let earlier_run = |a: &AppliedInput| a.generation.is_some_and(|g| g != r.generation);
-    if let Some(seen) = r
-        .applied
-        .iter()
-        .rev()
-        .find(|a| &a.id == id && (a.step.or(current_step) == Some(step) || earlier_run(a)))
-    {
+    if let Some(seen) = r.applied.iter().rev().find(|a| {
+        &a.id == id
+            && a.source.is_none_or(|s| s == source)
+            && (a.step.or(current_step) == Some(step) || earlier_run(a))
+    }) {
         if payload_fingerprint(&seen.hash) != payload_fingerprint(hash) {
             return Decision::new(Outcome::Rejected(RejectReason::IdempotencyKeyReused))
                 .effect(Effect::Ledger { reason: IgnoreReason::IdempotencyKeyReused });
@@ -1026,6 +1052,7 @@ fn on_step_input(
         hash: payload_fingerprint(hash).to_owned(),
         step: Some(step),
         generation: Some(r.generation),
+        source: Some(source),
     });
     let excess = to.applied.len().saturating_sub(REMEMBERED_INPUTS);
     to.applied.drain(..excess);

@@ -33,10 +33,13 @@ pub enum Metric {
     /// A step missed its deadline and the workflow ended `timed_out`.
     WorkflowsTimedOut,
     WorkflowsCancelled,
+    /// The webhook secret's value, read again after a rotation, cannot be used: the callback
+    /// function keeps the secrets it had until its next cold start, which will fail.
+    SecretsInvalid,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 11] = [
         Metric::WorkflowsStarted,
         Metric::DuplicateInputs,
         Metric::NotEligible,
@@ -47,6 +50,7 @@ impl Metric {
         Metric::WorkflowsFailed,
         Metric::WorkflowsTimedOut,
         Metric::WorkflowsCancelled,
+        Metric::SecretsInvalid,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +65,7 @@ impl Metric {
             Metric::WorkflowsFailed => "WorkflowsFailed",
             Metric::WorkflowsTimedOut => "WorkflowsTimedOut",
             Metric::WorkflowsCancelled => "WorkflowsCancelled",
+            Metric::SecretsInvalid => "SecretsInvalid",
         }
     }
 }

@@ -590,7 +590,7 @@ mod tests {
         let env = |name: &str| match name {
             "BATON_STATE_MACHINE_PREFIX" => Some("arn:aws:states:us-east-1:1:stateMachine:s-".to_owned()),
             "BATON_TABLE" => Some("t".to_owned()),
-            "BATON_WEBHOOK_SECRETS" => Some("whsec_c2VjcmV0".to_owned()),
+            "BATON_WEBHOOK_SECRETS" => Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned()),
             _ => None,
         };
         let settings = Settings::from_lookup(&env).unwrap();
@@ -662,7 +662,7 @@ mod tests {
         let err = none.secrets(&sdk, now).await.err().unwrap();
         assert!(err.to_string().contains("BATON_WEBHOOK_SECRET_ARN is not set"), "{err}");
         let local = |name: &str| match name {
-            "BATON_WEBHOOK_SECRETS" => Some("whsec_c2VjcmV0".to_owned()),
+            "BATON_WEBHOOK_SECRETS" => Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned()),
             other => base(other),
         };
         assert!(Settings::from_lookup(&local).unwrap().secrets(&sdk, now).await.is_ok());

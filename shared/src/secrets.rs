@@ -23,9 +23,10 @@ use std::sync::Arc;
 use secrecy::{ExposeSecret, SecretString};
 use time::{Duration, OffsetDateTime};
 use tokio::sync::Mutex;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::error::{Classified, sdk_retryable};
+use crate::metrics::{Metric, Metrics};
 use crate::webhook::{SecretError, Secrets};
 
 /// How long fetched secrets are used before they are read again.
@@ -172,7 +173,14 @@ impl RotatingSecrets {
     }
 
     /// The secrets to verify with at `now`: the cached ones, read again first once they are due.
-    pub async fn current(&self, now: OffsetDateTime) -> Result<Arc<Secrets>, SecretsError> {
+    /// A value that cannot be used (a rotation that put a malformed list) is counted as
+    /// [`Metric::SecretsInvalid`], which raises an alarm: the old secrets stay in use only until
+    /// the function's next cold start, which would then fail.
+    pub async fn current(
+        &self,
+        now: OffsetDateTime,
+        metrics: &Metrics,
+    ) -> Result<Arc<Secrets>, SecretsError> {
         let mut cached = self.cached.lock().await;
         let Some(source) = self.source.as_ref().filter(|_| now >= cached.refresh_at) else {
             return cached.secrets.clone().ok_or_else(|| self.unavailable());
@@ -182,6 +190,16 @@ impl RotatingSecrets {
                 info!(secret = %source.describe(), "webhook secrets read");
                 cached.secrets = Some(Arc::new(secrets));
                 cached.refresh_at = now + self.ttl;
+            }
+            Err(e @ (SecretsError::Invalid { .. } | SecretsError::NotText { .. })) => {
+                error!(secret = %source.describe(), error_type = e.error_type(), error = %crate::sqs::error_chain(&e),
+                    kept = cached.secrets.is_some(),
+                    "the webhook secret's new value cannot be used; keeping the ones in use: put a valid list (RUNBOOK: secrets_invalid)");
+                metrics.count(Metric::SecretsInvalid, None, now);
+                cached.refresh_at = now + RETRY_AFTER_FAILURE;
+                if cached.secrets.is_none() {
+                    return Err(e);
+                }
             }
             Err(e) => {
                 warn!(secret = %source.describe(), error_type = e.error_type(), error = %crate::sqs::error_chain(&e),
@@ -240,8 +258,12 @@ mod tests {
         }
     }
 
-    const A: &str = "whsec_c2VjcmV0LWE=";
-    const B: &str = "whsec_c2VjcmV0LWI=";
+    fn quiet() -> Metrics {
+        Metrics::to(Box::new(std::io::sink()))
+    }
+
+    const A: &str = "whsec_c2VjcmV0LWEtb2YtdHdlbnR5LWZvdXItYnl0ZXM=";
+    const B: &str = "whsec_c2VjcmV0LWItb2YtdHdlbnR5LWZvdXItYnl0ZXM=";
 
     fn signs_with(secrets: &Secrets, list: &str) -> bool {
         let now = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
@@ -256,12 +278,12 @@ mod tests {
         let t0 = OffsetDateTime::UNIX_EPOCH;
         let secrets = RotatingSecrets::load(source.clone(), Duration::minutes(5), t0).await.unwrap();
         *source.value.lock().unwrap() = Ok(format!("{B},{A}"));
-        let before = secrets.current(t0 + Duration::minutes(4)).await.unwrap();
+        let before = secrets.current(t0 + Duration::minutes(4), &quiet()).await.unwrap();
         assert!(signs_with(&before, A) && !signs_with(&before, B), "within the TTL: the cached list");
-        let after = secrets.current(t0 + Duration::minutes(5)).await.unwrap();
+        let after = secrets.current(t0 + Duration::minutes(5), &quiet()).await.unwrap();
         assert!(signs_with(&after, A) && signs_with(&after, B), "after it: both, during the rotation");
         *source.value.lock().unwrap() = Ok(B.into());
-        let done = secrets.current(t0 + Duration::minutes(10)).await.unwrap();
+        let done = secrets.current(t0 + Duration::minutes(10), &quiet()).await.unwrap();
         assert!(!signs_with(&done, A) && signs_with(&done, B), "the old secret is refused once removed");
         assert_eq!(*source.reads.lock().unwrap(), 3, "one read per TTL");
     }
@@ -273,11 +295,11 @@ mod tests {
         let secrets = RotatingSecrets::load(source.clone(), Duration::minutes(5), t0).await.unwrap();
         *source.value.lock().unwrap() = Err(true);
         let t1 = t0 + Duration::minutes(6);
-        assert!(signs_with(&secrets.current(t1).await.unwrap(), A), "kept through the outage");
-        assert!(signs_with(&secrets.current(t1 + Duration::seconds(1)).await.unwrap(), A));
+        assert!(signs_with(&secrets.current(t1, &quiet()).await.unwrap(), A), "kept through the outage");
+        assert!(signs_with(&secrets.current(t1 + Duration::seconds(1), &quiet()).await.unwrap(), A));
         assert_eq!(*source.reads.lock().unwrap(), 2, "no read on every request while it is down");
         *source.value.lock().unwrap() = Ok(B.into());
-        let back = secrets.current(t1 + RETRY_AFTER_FAILURE).await.unwrap();
+        let back = secrets.current(t1 + RETRY_AFTER_FAILURE, &quiet()).await.unwrap();
         assert!(signs_with(&back, B));
     }
 
@@ -300,7 +322,7 @@ mod tests {
         let began = tokio::time::Instant::now();
         let secrets = RotatingSecrets::load(Arc::new(Hung), Duration::minutes(5), t0).await.unwrap();
         assert_eq!(began.elapsed(), START_READ_LIMIT, "init waits the limit, not the SDK's 25 s");
-        let err = secrets.current(t0).await.unwrap_err();
+        let err = secrets.current(t0, &quiet()).await.unwrap_err();
         assert_eq!((err.error_type(), err.retryable()), ("secrets_unavailable", true));
     }
 
@@ -309,15 +331,35 @@ mod tests {
         let source = Arc::new(Scripted { value: StdMutex::new(Err(true)), reads: StdMutex::new(0) });
         let t0 = OffsetDateTime::UNIX_EPOCH;
         let secrets = RotatingSecrets::load(source.clone(), Duration::minutes(5), t0).await.unwrap();
-        let err = secrets.current(t0).await.unwrap_err();
+        let err = secrets.current(t0, &quiet()).await.unwrap_err();
         assert_eq!((err.error_type(), err.retryable()), ("secrets_unavailable", true));
         *source.value.lock().unwrap() = Ok(A.into());
-        assert!(signs_with(&secrets.current(t0 + RETRY_AFTER_FAILURE).await.unwrap(), A));
+        assert!(signs_with(&secrets.current(t0 + RETRY_AFTER_FAILURE, &quiet()).await.unwrap(), A));
 
         for bad in [Err(false), Ok("not-a-secret".to_owned()), Ok(String::new())] {
             let source = Arc::new(Scripted { value: StdMutex::new(bad), reads: StdMutex::new(0) });
             let err = RotatingSecrets::load(source, Duration::minutes(5), t0).await.err().expect("refused");
             assert!(!err.retryable(), "{err}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_rotation_to_an_unusable_value_keeps_the_old_secrets_and_raises_the_alarm_metric() {
+        // Given secrets in use
+        let source = Arc::new(Scripted { value: StdMutex::new(Ok(A.into())), reads: StdMutex::new(0) });
+        let t0 = OffsetDateTime::UNIX_EPOCH;
+        let secrets = RotatingSecrets::load(source.clone(), Duration::minutes(5), t0).await.unwrap();
+        let captured = crate::metrics::Captured::default();
+        let metrics = Metrics::to(Box::new(captured.clone()));
+        // When a rotation puts a value that cannot be parsed (a secret too short)
+        *source.value.lock().unwrap() = Ok("whsec_c2VjcmV0".into());
+        let kept = secrets.current(t0 + Duration::minutes(5), &metrics).await.unwrap();
+        // Then the old secrets stay in use, and the alarm's metric is counted
+        assert!(signs_with(&kept, A));
+        assert_eq!(captured.count(Metric::SecretsInvalid, None), 1);
+        // An outage is no alarm of this kind
+        *source.value.lock().unwrap() = Err(true);
+        secrets.current(t0 + Duration::minutes(6), &metrics).await.unwrap();
+        assert_eq!(captured.count(Metric::SecretsInvalid, None), 1);
     }
 }

@@ -99,7 +99,7 @@ fn config_v2_of(yaml: &str) -> Config {
 }
 
 /// The webhook secret the senders sign with.
-pub const SECRET: &str = "whsec_c2ltdWxhdGlvbi1zZWNyZXQ=";
+pub const SECRET: &str = "whsec_c2ltdWxhdGlvbi1zZWNyZXQtb2YtMjQtYnl0ZXM=";
 /// Where every schedule's clock starts.
 pub const EPOCH: i64 = 1_800_000_000;
 /// The state machine ARN prefix of the simulated stack.

@@ -64,3 +64,48 @@ async fn a_rotated_secret_is_accepted_after_the_ttl_and_the_old_one_refused_once
     assert_eq!(status(&new, 6).await.0, 202);
     system.stop().await;
 }
+
+/// A secret scoped to one step lets its sender call back that step and nothing else; a rotation
+/// to a value that cannot be used keeps the secrets in use and counts the alarm's metric.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scoped_secret_reaches_only_its_step_and_an_unusable_rotation_raises_the_alarm_metric() {
+    captured();
+    let system =
+        start_system_env(baton_tests::ORDER_REVIEW, &[("BATON_WEBHOOK_SECRETS_TTL_SECONDS", "1")]).await;
+    let arn = system.baton.provisioned.function_env["CallbackFunction"]["BATON_WEBHOOK_SECRET_ARN"].clone();
+    let secretsmanager =
+        aws_sdk_secretsmanager::Client::new(&baton_tests::Emulator::from_env().sdk_config().await);
+    let put = async |value: String| {
+        secretsmanager.put_secret_value().secret_id(&arn).secret_string(value).send().await.expect("put")
+    };
+    let secret = Secrets::parse(TEST_SECRET).unwrap();
+    let url = system.api_url().to_owned();
+    let send = async |n: u32, step: &str| {
+        let body = json!({"workflow": "order-review", "key": format!("k-scope-{n}"), "step": step,
+            "outcome": "succeeded", "data": {"decision": "ok"}});
+        send_callback(&url, &secret, &format!("cb-scope-{n}"), &body).await
+    };
+
+    // Given the sender's secret scoped to the payment step alone
+    put(format!("{TEST_SECRET}@order-review/payment")).await;
+    tokio::time::sleep(TTL + Duration::from_millis(200)).await;
+    // Then it may call back that step, and is refused any other, before anything is written
+    assert_eq!(send(1, "payment").await.0, 202);
+    let (s, answer) = send(2, "manual-review").await;
+    assert_eq!((s, answer["error"].as_str()), (403, Some("out_of_scope")), "{answer}");
+    let (s, answer) = send(3, "no-such-step").await;
+    assert_eq!(
+        (s, answer["error"].as_str()),
+        (403, Some("out_of_scope")),
+        "says nothing of the config: {answer}"
+    );
+    assert!(system.record("order-review", "k-scope-2").await.is_none());
+
+    // When a rotation puts a secret shorter than 24 bytes
+    put("whsec_c2VjcmV0".to_owned()).await;
+    tokio::time::sleep(TTL + Duration::from_millis(200)).await;
+    // Then the scoped secret stays in use, and SecretsInvalid is counted for the alarm
+    assert_eq!(send(4, "payment").await.0, 202);
+    assert!(system.metrics.count(baton::metrics::Metric::SecretsInvalid, None) >= 1);
+    system.stop().await;
+}

@@ -156,7 +156,7 @@ fn environment(endpoint: &str) -> BTreeMap<String, String> {
         ("BATON_STATE_MACHINE_ALIAS", "live"),
         ("BATON_DLQ_URL", "http://127.0.0.1/123456789012/bench-dlq"),
         ("BATON_OUTBOUND_QUEUE_URL", "http://127.0.0.1/123456789012/bench-outbound"),
-        ("BATON_WEBHOOK_SECRETS", "whsec_YmF0b24tYmVuY2gtc2VjcmV0"),
+        ("BATON_WEBHOOK_SECRETS", "whsec_YmF0b24tYmVuY2gtc2VjcmV0LTI0LWJ5dGVz"),
         ("AWS_ENDPOINT_URL", endpoint),
         ("AWS_ACCESS_KEY_ID", "testing"),
         ("AWS_SECRET_ACCESS_KEY", "testing"),

@@ -209,6 +209,30 @@ fn given_an_applied_input_when_the_same_id_comes_with_another_payload_then_it_is
 }
 
 #[test]
+fn given_a_callback_applied_when_an_event_with_the_same_id_feeds_the_step_then_it_is_another_input() {
+    // Given a callback "shared-1" applied to a step that needs two inputs
+    let p = plan(&[&["decision", "reviewer"]]);
+    let r = ready(&p, &started(&p), 0, "tok-0");
+    let r1 = after(&run(
+        &p,
+        Some(&r),
+        &callback("shared-1", 0, StepOutcome::Succeeded, json!({"decision": "ok"})),
+    ));
+    // When a domain event whose id happens to be the same text brings the other input
+    let mut event = callback("shared-1", 0, StepOutcome::Succeeded, json!({"reviewer": "ann"}));
+    if let Input::StepInput { hash, source, .. } = &mut event {
+        (*hash, *source) = ("h-event".into(), Source::Event);
+    }
+    let d = run(&p, Some(&r1), &event);
+    // Then it is applied: ids from the two sources are chosen by different parties
+    assert_eq!(d.outcome, Outcome::Applied);
+    // And a record written before sources were kept matches either, as it did
+    let mut legacy = r1.clone();
+    legacy.applied[0].source = None;
+    assert_eq!(run(&p, Some(&legacy), &event).outcome, Outcome::Rejected(RejectReason::IdempotencyKeyReused));
+}
+
+#[test]
 fn given_an_applied_input_the_record_keeps_its_hash_fingerprint_and_tells_repeats_from_conflicts_by_it() {
     let p = plan(&[&["decision", "reviewer"]]);
     let r = ready(&p, &started(&p), 0, "tok-0");

@@ -31,7 +31,7 @@ use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
 use crate::ids::EventId;
-use crate::lifecycle::{AppliedInput, AuditEntry, Cause, Kind, State};
+use crate::lifecycle::{AppliedInput, AuditEntry, Cause, Kind, Source, State};
 
 /// A cause's stored number. Append only: a number, once written, keeps its cause. (The match
 /// makes a new cause fail to compile until it has one; [`CAUSES`] reads them back.)
@@ -255,7 +255,12 @@ pub fn encode_applied(applied: &[AppliedInput]) -> String {
     let entries: Vec<Value> = applied
         .iter()
         .map(|a| {
-            let mut entry = vec![json!(a.id), json!(a.hash), json!(a.step), json!(a.generation)];
+            let source = a.source.map(|s| match s {
+                Source::Callback => 0,
+                Source::Event => 1,
+            });
+            let mut entry =
+                vec![json!(a.id), json!(a.hash), json!(a.step), json!(a.generation), json!(source)];
             trim_nulls(&mut entry);
             Value::Array(entry)
         })
@@ -265,15 +270,31 @@ pub fn encode_applied(applied: &[AppliedInput]) -> String {
 
 /// Reads applied inputs in either form.
 pub fn decode_applied(text: &str) -> Result<Vec<AppliedInput>, String> {
-    /// `[id, hash, step, generation]`, the last two optional.
+    /// `[id, hash, step, generation, source]`, the last three optional; the source is 0 for a
+    /// callback, 1 for an event.
     #[derive(Deserialize)]
-    struct Compact(EventId, String, #[serde(default)] Option<u32>, #[serde(default)] Option<u32>);
+    struct Compact(
+        EventId,
+        String,
+        #[serde(default)] Option<u32>,
+        #[serde(default)] Option<u32>,
+        #[serde(default)] Option<u8>,
+    );
 
     let entries: Vec<Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let decode = |entry: Value| match entry {
-        Value::Array(_) => serde_json::from_value(entry)
-            .map(|Compact(id, hash, step, generation)| AppliedInput { id, hash, step, generation }),
-        object => serde_json::from_value(object),
+        Value::Array(_) => serde_json::from_value(entry).map_err(|e| e.to_string()).and_then(
+            |Compact(id, hash, step, generation, source)| {
+                let source = match source {
+                    None => None,
+                    Some(0) => Some(Source::Callback),
+                    Some(1) => Some(Source::Event),
+                    Some(n) => return Err(format!("source {n} is neither 0 (callback) nor 1 (event)")),
+                };
+                Ok(AppliedInput { id, hash, step, generation, source })
+            },
+        ),
+        object => serde_json::from_value(object).map_err(|e| e.to_string()),
     };
     let entries = entries.into_iter().enumerate();
     entries.map(|(i, entry)| decode(entry).map_err(|e| format!("applied input {i}: {e}"))).collect()
@@ -320,6 +341,7 @@ mod tests {
             hash: "ab".into(),
             step: Some(0),
             generation: Some(1),
+            source: Some(Source::Callback),
         }
     }
 
@@ -450,14 +472,26 @@ mod tests {
         fn any_trail_and_any_applied_list_read_back_as_written(
             trail in prop::collection::vec(entries(), 0..12),
             inputs in prop::collection::vec(
-                (ids(), "[0-9a-f]{0,64}", prop::option::of(0u32..50), prop::option::of(1u32..5)),
+                (
+                    ids(),
+                    "[0-9a-f]{0,64}",
+                    prop::option::of(0u32..50),
+                    prop::option::of(1u32..5),
+                    prop::option::of(prop::bool::ANY),
+                ),
                 0..4,
             ),
             starts in prop::collection::vec(ids(), 0..3),
         ) {
             let inputs: Vec<AppliedInput> = inputs
                 .into_iter()
-                .map(|(id, hash, step, generation)| AppliedInput { id: EventId::parse(&id).unwrap(), hash, step, generation })
+                .map(|(id, hash, step, generation, event)| AppliedInput {
+                    id: EventId::parse(&id).unwrap(),
+                    hash,
+                    step,
+                    generation,
+                    source: event.map(|e| if e { Source::Event } else { Source::Callback }),
+                })
                 .collect();
             prop_assert_eq!(decode_applied(&encode_applied(&inputs)).unwrap(), inputs.clone());
             let starts: Vec<EventId> = starts.iter().map(|s| EventId::parse(s).unwrap()).collect();

@@ -55,7 +55,7 @@ use super::{
     WorkflowStore, condition_for,
 };
 use crate::error::{sdk_retryable, sdk_throttled};
-use crate::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
+use crate::ids::{CorrelationKey, EventId, StepName, TaskToken, WorkflowName};
 use crate::lifecycle::{IgnoreReason, Kind, Record, Resume, State, Write};
 
 /// A DynamoDB item, as the SDK holds it.
@@ -752,6 +752,14 @@ fn inbox_sk(entry: &InboxEntry) -> String {
 fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
     format!("LEDGER#{}#{input_id}", reason.as_str())
 }
+
+/// DynamoDB's limit on a sort key, in bytes.
+pub const MAX_SORT_KEY_BYTES: usize = 1024;
+// The longest sort key an input id goes into is `INBOX#<step>#<id>` (the ledger's reasons are
+// shorter than a step name's 40 characters): any id the API accepts must fit it, or its put
+// is refused every time (found by review).
+const _: () =
+    assert!("INBOX#".len() + StepName::MAX_BYTES + "#".len() + EventId::MAX_BYTES <= MAX_SORT_KEY_BYTES);
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
@@ -1776,7 +1784,7 @@ mod tests {
                     version: u64::MAX - i as u64,
                 });
                 if let Ok(id) = EventId::parse(format!("x{}", pick(i))) {
-                    record.applied.push(AppliedInput { id, hash: pick(i + 3), step: Some(u32::MAX), generation: Some(u32::MAX) });
+                    record.applied.push(AppliedInput { id, hash: pick(i + 3), step: Some(u32::MAX), generation: Some(u32::MAX), source: Some(crate::lifecycle::Source::Event) });
                 }
             }
             let values: Vec<Value> = numbers.iter().map(|n| serde_json::json!(n)).chain(strings.iter().map(|s| serde_json::json!({ s: [s, null, true] }))).collect();
