@@ -16,6 +16,11 @@
 //!   clock starts, so the figure is baton's own CPU per workflow.
 //! - `two_step_workflow_with_senders`: the same with the senders' work (building the bodies,
 //!   signing the callbacks) inside the clock, as `two_step_workflow` measured until 2026-12-02.
+//! - `forged_signature`: the review's amplification request (a 64 KiB body, an 8 KB
+//!   `webhook-signature` of empty `v1,` entries, two active secrets) through the check as it was
+//!   before the fix (`before`: one MAC per secret and entry, kept here only to measure it) and
+//!   through [`Secrets::verify`] (`after`); and a request with 8 forged signatures of the right
+//!   length, the most the check now reads (`after_most_entries`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -384,4 +389,75 @@ fn two_step_workflow_with_senders(bencher: Bencher) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime");
     let stack = Stack::new();
     bencher.counter(ItemsCount::new(1usize)).bench_local(|| runtime.block_on(stack.workflow(stack.inputs())));
+}
+
+mod forged_signature {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use hmac::{Hmac, Mac};
+    use sha2::Sha256;
+
+    use super::*;
+
+    const OTHER: &str = "whsec_c2Vjb25kLXNlY3JldC1vZi0yNC1ieXRlcw==";
+    const TS: i64 = 1_614_265_330;
+
+    fn body() -> Vec<u8> {
+        vec![b'x'; 64 * 1024]
+    }
+
+    /// The review's header: 8 KB of empty `v1,` entries.
+    fn header() -> String {
+        ["v1,"; 2_000].join(" ")
+    }
+
+    /// The check as it stood before the fix: every secret against every `v1,` entry that
+    /// decodes (an empty one does), one MAC over the whole body each time.
+    fn verify_before(secrets: &[Vec<u8>], header: &str, body: &[u8]) -> bool {
+        let candidates: Vec<Vec<u8>> = header
+            .split_whitespace()
+            .filter_map(|e| e.strip_prefix("v1,"))
+            .filter_map(|s| STANDARD.decode(s).ok())
+            .collect();
+        secrets.iter().any(|secret| {
+            candidates.iter().any(|c| {
+                let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("any key length");
+                mac.update(format!("msg.{TS}.").as_bytes());
+                mac.update(body);
+                mac.verify_slice(c).is_ok()
+            })
+        })
+    }
+
+    #[divan::bench]
+    fn before(bencher: Bencher) {
+        let keys: Vec<Vec<u8>> = [SECRET, OTHER]
+            .iter()
+            .map(|s| STANDARD.decode(&s["whsec_".len()..]).expect("base64"))
+            .collect();
+        let (header, body) = (header(), body());
+        bencher.bench(|| black_box(verify_before(&keys, black_box(&header), black_box(&body))));
+    }
+
+    #[divan::bench]
+    fn after(bencher: Bencher) {
+        let secrets = Secrets::parse(&format!("{SECRET},{OTHER}")).expect("secrets");
+        let (header, body) = (header(), body());
+        let now = OffsetDateTime::from_unix_timestamp(TS).expect("a time");
+        bencher.bench(|| {
+            black_box(secrets.verify(Some("msg"), Some("1614265330"), Some(black_box(&header)), &body, now)).is_err()
+        });
+    }
+
+    #[divan::bench]
+    fn after_most_entries(bencher: Bencher) {
+        let secrets = Secrets::parse(&format!("{SECRET},{OTHER}")).expect("secrets");
+        let forged = format!("v1,{}", STANDARD.encode([7u8; 32]));
+        let header = [forged.as_str(); baton::webhook::MAX_SIGNATURES].join(" ");
+        let body = body();
+        let now = OffsetDateTime::from_unix_timestamp(TS).expect("a time");
+        bencher.bench(|| {
+            black_box(secrets.verify(Some("msg"), Some("1614265330"), Some(black_box(&header)), &body, now)).is_err()
+        });
+    }
 }
