@@ -84,7 +84,10 @@ clippy:
 # CloudFormation sees it after the include (tools/expand-includes.py), and then the
 # CloudFormation the SAM transform makes of it (tools/sam-transform.py, samtranslator): the
 # roles, event source mappings and API resources AWS would actually create. Last, the policy
-# contract's own verdicts on small templates (tools/policy_check_test.py).
+# contract's own verdicts on small templates (tools/policy_check_test.py), the template's guards
+# on what faces the outside (tools/template_test.py: throttles, access log, queue policies,
+# alarms), and the emulator's refusal of other sites' pages and of rebound host names
+# (tools/emulator_test.py, a few seconds).
 SAM_TEMPLATE := target/sam/template.json
 CALLS := target/policy/calls.jsonl
 
@@ -98,6 +101,8 @@ lint-infra: tools $(SAM_TEMPLATE)
 	$(VENV)/bin/openapi-spec-validator infra/openapi.yaml
 	node_modules/.bin/asl-validator $(addprefix --json-path ,$(wildcard infra/statemachines/*.asl.json))
 	$(VENV)/bin/python -m unittest --quiet tools/policy_check_test.py
+	$(VENV)/bin/python -m unittest --quiet tools/template_test.py
+	$(VENV)/bin/python -m unittest --quiet tools/emulator_test.py
 
 # The whole workspace's tests, with the emulator on a free loopback port for the ones that
 # need it. tools/with-emulator.sh stops the emulator whatever the tests do. The differential

@@ -71,6 +71,14 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
        GET    /_baton/calls   {"calls": [{"caller", "operation", "count"}], "dynamodb": [...]}
        DELETE /_baton/calls   starts counting again from zero
 
+7. Loopback clients only. moto answers every Origin with CORS `*` and every Host, so any web
+   page the operator visits could read the table (live task tokens included) or reset it,
+   directly or through a name it rebinds to 127.0.0.1. The emulator refuses a request whose
+   `Host` is not a loopback name or address (127.0.0.0/8, localhost, [::1]) on its own port
+   (421), and one that carries an `Origin` other than its own loopback origin (403), CORS
+   preflights included; it sends no CORS headers at all. The SDK clients send no Origin, and
+   moto's Step Functions interpreter calls back on `localhost:$MOTO_PORT`, so both still pass.
+
 Usage: python tools/emulator.py [--port 0] [--ready-file PATH]
 Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGTERM.
 """
@@ -116,7 +124,8 @@ def main() -> None:
         app = Counter(app)
     app = Faults(app if args.no_dynamodb_lock else serialize_dynamodb(app))
     app = AliasStarts(app)
-    holder["app"] = Recorder(app, args.record_calls) if args.record_calls else app
+    app = Recorder(app, args.record_calls) if args.record_calls else app
+    holder["app"] = LoopbackOnly(app, port)
 
     def stop(*_):
         threading.Thread(target=server.shutdown, daemon=True).start()
@@ -153,6 +162,44 @@ def serialize_dynamodb(app):
         return [body]
 
     return wrapped
+
+
+class LoopbackOnly:
+    """Answers the machine's own clients only, with no CORS headers (see the module doc, 7)."""
+
+    def __init__(self, app, port):
+        self.app = app
+        self.port = port
+
+    def __call__(self, environ, start_response):
+        host = environ.get("HTTP_HOST", "")
+        if not self.own_host(host):
+            return _json(start_response, 421, {"__type": "MisdirectedRequest",
+                                               "message": f"the emulator answers loopback hosts on port {self.port} only"})
+        origin = environ.get("HTTP_ORIGIN")
+        if origin is not None and not (origin.startswith("http://") and self.own_host(origin[len("http://"):])):
+            return _json(start_response, 403, {"__type": "ForeignOrigin",
+                                               "message": "the emulator answers no other site's page"})
+
+        def without_cors(status, headers, exc_info=None):
+            kept = [(k, v) for k, v in headers if not k.lower().startswith("access-control-")]
+            return start_response(status, kept, exc_info)
+
+        return self.app(environ, without_cors)
+
+    def own_host(self, host):
+        """Whether `host` (a Host header, or an origin without its scheme) is loopback on our port."""
+        import ipaddress
+
+        name, sep, port = host.rpartition(":")
+        if not sep or port != str(self.port):
+            return False
+        if name == "localhost" or name == "[::1]":
+            return True
+        try:
+            return ipaddress.IPv4Address(name) in ipaddress.IPv4Network("127.0.0.0/8")
+        except ValueError:
+            return False
 
 
 class Faults:

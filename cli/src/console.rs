@@ -4,12 +4,20 @@
 //!   written, with a search by key;
 //! - `/record?workflow=<workflow>&key=<key>`: one record, the same page as `baton trace
 //!   --html` (a query, not a path: a key may be `.` or `..`, which no path segment can carry);
-//! - `/dlq`: each dead-letter queue's replay plan, the dry run of `baton replay --dlq`.
+//! - `/dlq`: each dead-letter queue's replay plan, the dry run of `baton replay --dlq`. The
+//!   page itself reads nothing: its script asks `POST /dlq/plan` for the plans.
 //!
-//! It changes nothing: every route is a GET, and no page has a button or a form that writes.
-//! Operators act with the CLI, which has the guards. (Planning a DLQ receives its messages and
-//! releases them at once, as the dry run does.) Like every reader of the table, it never scans:
-//! the recent records come from the `by_due` index, a search by key is a read per workflow.
+//! It changes nothing: no page has a button or a form that writes. Operators act with the CLI,
+//! which has the guards. Planning a DLQ receives its messages and releases them at once, as the
+//! dry run does; that still bumps their receive counts, so it is a POST carrying the console's
+//! own header ([`PLAN_HEADER`]), which a page on another site can neither send from a form nor
+//! from a script without a CORS preflight. Like every reader of the table, it never scans: the
+//! recent records come from the `by_due` index, a search by key is a read per workflow.
+//!
+//! Every answer is for the console alone ([`guard`]): a request whose `Host` is not the
+//! console's own (DNS rebinding) or that carries another site's `Origin` is refused, no answer
+//! has CORS headers, and every answer carries a Content-Security-Policy that runs only the
+//! pages' own inline code, `frame-ancestors 'none'` and `nosniff`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,8 +28,9 @@ use anyhow::{Context, Result};
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
+use axum::http::{HeaderValue, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use baton::engine::Engine;
 use baton::ids::{CorrelationKey, WorkflowName};
 use baton::lifecycle::Record;
@@ -32,7 +41,7 @@ use time::OffsetDateTime;
 use crate::ops::StepNames;
 use crate::status;
 use crate::trace::{self, Sources};
-use crate::web::{escape, page, trace_page};
+use crate::web::{PLAN_HEADER, content_security_policy, dlq_page, escape, page, trace_page};
 
 /// How many recent records the overview lists.
 pub const RECENT: usize = 50;
@@ -59,10 +68,11 @@ pub async fn serve(console: Console, port: u16) -> Result<(String, tokio::task::
     let app = Router::new()
         .route("/", get(overview))
         .route("/record", get(record))
-        .route("/dlq", get(dlqs))
+        .route("/dlq", get(dlq_page_shell))
+        .route("/dlq/plan", post(dlq_plans))
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(listener.local_addr()?.port(), same_host))
         .with_state(Arc::new(console));
+    let app = guard(app, listener.local_addr()?.port());
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             eprintln!("the console stopped: {e}");
@@ -84,21 +94,51 @@ async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, Html(page("baton console: not found", NAV, body))).into_response()
 }
 
-/// Answers only requests addressed to the console itself (`Host: 127.0.0.1:<port>` or
-/// `localhost:<port>`): a web page the operator visits cannot reach it through a name it
-/// rebinds to 127.0.0.1 (DNS rebinding).
-async fn same_host(
+/// The console's own origins: what its `Host` header and a browser's `Origin` may name.
+fn own_hosts(port: u16) -> [String; 2] {
+    [format!("127.0.0.1:{port}"), format!("localhost:{port}")]
+}
+
+/// Wraps the console's routes: refuses what is not for the console (see the module doc) and
+/// puts the security headers on every answer, refusals included.
+fn guard(router: Router, port: u16) -> Router {
+    router.layer(axum::middleware::from_fn_with_state(port, same_origin))
+}
+
+fn header_text(headers: &header::HeaderMap, name: header::HeaderName) -> Option<String> {
+    headers.get(name).map(|v| v.to_str().unwrap_or("(not text)").to_owned())
+}
+
+async fn same_origin(
     State(port): State<u16>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let host = request.headers().get(axum::http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-    if [format!("127.0.0.1:{port}"), format!("localhost:{port}")].iter().any(|h| h == host) {
-        return next.run(request).await;
+    let own = own_hosts(port);
+    let host = header_text(request.headers(), header::HOST).unwrap_or_default();
+    let origin = header_text(request.headers(), header::ORIGIN);
+    let mut response = if !own.contains(&host) {
+        // A name rebound to 127.0.0.1 (DNS rebinding) reaches the listener with its own Host.
+        let body =
+            format!("<p>The console answers requests for 127.0.0.1:{port} only, not {}.</p>", escape(&host));
+        (StatusCode::MISDIRECTED_REQUEST, Html(page("baton console: wrong host", "", &body))).into_response()
+    } else if let Some(origin) = origin.filter(|o| !own.iter().any(|h| *o == format!("http://{h}"))) {
+        // Another site's page (a CORS preflight among them): the console is no API for it.
+        let body = format!("<p>The console answers its own pages only, not {}.</p>", escape(&origin));
+        (StatusCode::FORBIDDEN, Html(page("baton console: foreign origin", "", &body))).into_response()
+    } else {
+        next.run(request).await
+    };
+    let headers = response.headers_mut();
+    for name in [header::ACCESS_CONTROL_ALLOW_ORIGIN, header::ACCESS_CONTROL_ALLOW_CREDENTIALS] {
+        headers.remove(name);
     }
-    let body =
-        format!("<p>The console answers requests for 127.0.0.1:{port} only, not {}.</p>", escape(host));
-    (StatusCode::MISDIRECTED_REQUEST, Html(page("baton console: wrong host", "", &body))).into_response()
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(content_security_policy()));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// A link to a record's page: the workflow and key as query values, percent-encoded.
@@ -273,20 +313,40 @@ async fn record(
 
 // ---- The dead-letter queues -------------------------------------------------------------------
 
-async fn dlqs(State(console): State<Arc<Console>>) -> Response {
-    let now = console.engine.now();
-    let mut body = String::from(
-        "<p>What <code>baton replay --dlq &lt;queue&gt;</code> would do with each message: the dry run. \
-         Act with the CLI (<code>--apply</code>), which guards each line by the record's version.</p>\n",
-    );
-    for (name, url, origin) in &console.dlqs {
-        let lines = match replay::plan_dlq(&console.engine, &console.sqs, url, *origin, now).await {
-            Ok(lines) => lines,
-            Err(e) => return failed(&format!("cannot plan the {name} dead-letter queue"), e.into()),
-        };
-        body.push_str(&plan_table(name, &lines));
+/// The dead-letter page: it reads nothing itself; its script asks for the plans.
+async fn dlq_page_shell() -> Response {
+    let body = "<p>What <code>baton replay --dlq &lt;queue&gt;</code> would do with each message: the dry run. \
+         Act with the CLI (<code>--apply</code>), which guards each line by the record's version.</p>\n\
+         <div id=\"plans\"><p class=\"empty\">Planning&hellip;</p></div>\n";
+    Html(dlq_page("baton console: dead-letter queues", NAV, body)).into_response()
+}
+
+/// The plans, as HTML for the dead-letter page. Only for a request with the console's header
+/// (see the module doc); [`guard`] has already refused other sites' origins.
+async fn dlq_plans(State(console): State<Arc<Console>>, headers: header::HeaderMap) -> Response {
+    if headers.get(PLAN_HEADER).and_then(|v| v.to_str().ok()) != Some("plan") {
+        let body =
+            format!("<p>Plans are asked for by the console's page, with its {PLAN_HEADER} header.</p>");
+        return (StatusCode::FORBIDDEN, Html(body)).into_response();
     }
-    Html(page("baton console: dead-letter queues", NAV, &body)).into_response()
+    let now = console.engine.now();
+    let mut body = String::new();
+    for (name, url, origin) in &console.dlqs {
+        match replay::plan_dlq(&console.engine, &console.sqs, url, *origin, now).await {
+            Ok(lines) => body.push_str(&plan_table(name, &lines)),
+            Err(e) => {
+                let e = anyhow::Error::from(e);
+                let _ = writeln!(
+                    body,
+                    "<p>cannot plan the {} dead-letter queue: {}</p>",
+                    escape(name),
+                    escape(&format!("{e:#}"))
+                );
+                return (StatusCode::BAD_GATEWAY, Html(body)).into_response();
+            }
+        }
+    }
+    Html(body).into_response()
 }
 
 /// One queue's plan: a row per message and record it concerns.
@@ -368,5 +428,71 @@ mod tests {
             "<a href=\"/record?workflow=order-review&amp;key=a%2Fb%3Ac%40d%2Be%3Df\">a/b:c@d+e=f</a>",
             "a key may hold what a path segment may not"
         );
+    }
+
+    /// Sends one raw request to a guarded router on a free port: (status line, headers, body).
+    async fn ask(request: &str) -> (String, String, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app = Router::new().route("/", get(|| async { "ok" }).post(|| async { "posted" }));
+        let server = tokio::spawn(async move { axum::serve(listener, guard(app, port)).await });
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let request = request.replace("PORT", &port.to_string());
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        server.abort();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+        (status.to_owned(), headers.to_ascii_lowercase(), body.to_owned())
+    }
+
+    fn assert_secure_headers(headers: &str) {
+        assert!(headers.contains("content-security-policy: default-src 'self';"), "{headers}");
+        assert!(
+            headers.contains("frame-ancestors 'none'") && !headers.contains("unsafe-inline"),
+            "{headers}"
+        );
+        assert!(headers.contains("x-content-type-options: nosniff"), "{headers}");
+        assert!(!headers.contains("access-control-allow"), "no CORS header: {headers}");
+    }
+
+    #[tokio::test]
+    async fn the_console_answers_its_own_origin_with_a_content_security_policy() {
+        let (status, headers, body) =
+            ask("GET / HTTP/1.1\r\nHost: 127.0.0.1:PORT\r\nConnection: close\r\n\r\n").await;
+        assert!(status.contains(" 200 ") && body.ends_with("ok"), "{status} {body}");
+        assert_secure_headers(&headers);
+        let (status, headers, _) = ask(
+            "POST / HTTP/1.1\r\nHost: localhost:PORT\r\nOrigin: http://localhost:PORT\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(status.contains(" 200 "), "the console's own page may post: {status}");
+        assert_secure_headers(&headers);
+    }
+
+    #[tokio::test]
+    async fn another_sites_origin_and_another_host_are_refused_with_the_same_headers() {
+        let (status, headers, body) = ask(
+            "GET / HTTP/1.1\r\nHost: 127.0.0.1:PORT\r\nOrigin: https://evil.example\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(status.contains(" 403 ") && !body.ends_with("ok"), "{status} {body}");
+        assert_secure_headers(&headers);
+        let preflight = "OPTIONS / HTTP/1.1\r\nHost: 127.0.0.1:PORT\r\nOrigin: http://127.0.0.1:1\r\n\
+            Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: x-baton-console\r\n\
+            Connection: close\r\n\r\n";
+        let (status, headers, _) = ask(preflight).await;
+        assert!(status.contains(" 403 "), "a preflight from another origin: {status}");
+        assert_secure_headers(&headers);
+        let (status, _, _) =
+            ask("POST / HTTP/1.1\r\nHost: 127.0.0.1:PORT\r\nOrigin: null\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await;
+        assert!(status.contains(" 403 "), "an opaque origin (a sandboxed frame): {status}");
+        let (status, headers, _) =
+            ask("GET / HTTP/1.1\r\nHost: rebound.example:PORT\r\nConnection: close\r\n\r\n").await;
+        assert!(status.contains(" 421 "), "{status}");
+        assert_secure_headers(&headers);
     }
 }

@@ -600,17 +600,19 @@ fn execution_view(e: Execution) -> ExecutionView {
 /// The human form: a summary of the record, one line per timeline entry, then the executions.
 pub fn render(report: &Report, now: OffsetDateTime) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{} / {}", report.workflow, report.key);
+    line(&mut out, &format!("{} / {}", report.workflow, report.key));
     match &report.record {
         Some(r) => {
             let step = r.step_name.as_ref().map(|n| format!(" ({n})")).unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  state     {}{step}, generation {}, version {}{}",
-                r.state,
-                r.generation,
-                r.version,
-                r.config_version.as_ref().map(|v| format!(", config {v}")).unwrap_or_default()
+            line(
+                &mut out,
+                &format!(
+                    "  state     {}{step}, generation {}, version {}{}",
+                    r.state,
+                    r.generation,
+                    r.version,
+                    r.config_version.as_ref().map(|v| format!(", config {v}")).unwrap_or_default()
+                ),
             );
             if let Some(deadline) = r.deadline {
                 let when = if deadline <= now {
@@ -618,52 +620,85 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
                 } else {
                     format!("in {}", human(deadline - now))
                 };
-                let _ = writeln!(out, "  deadline  {} ({when})", table_time(deadline));
+                line(&mut out, &format!("  deadline  {} ({when})", table_time(deadline)));
             }
             if let Some(fingerprint) = &r.token_fingerprint {
-                let _ = writeln!(out, "  token     {fingerprint}");
+                line(&mut out, &format!("  token     {fingerprint}"));
             }
             if !r.inputs.is_empty() {
-                let _ = writeln!(out, "  inputs    {}", Value::Object(r.inputs.clone()));
+                line(&mut out, &format!("  inputs    {}", Value::Object(r.inputs.clone())));
             }
             if let Some(owed) = r.owed {
-                let _ = writeln!(out, "  owed      a {owed} resume to Step Functions");
+                line(&mut out, &format!("  owed      a {owed} resume to Step Functions"));
             }
         }
         None => {
-            let _ = writeln!(out, "  no record: only inputs that arrived before the start event");
+            line(&mut out, "  no record: only inputs that arrived before the start event");
         }
     }
-    let _ = writeln!(out);
-    let _ = writeln!(out, "{:<24}  {:<9}  WHAT", "TIME", "SOURCE");
+    out.push('\n');
+    line(&mut out, &format!("{:<24}  {:<9}  WHAT", "TIME", "SOURCE"));
     for entry in &report.timeline {
-        let _ = writeln!(
-            out,
-            "{:<24}  {:<9}  {}",
-            table_time(entry.at),
-            entry.source.as_str(),
-            describe(&entry.what)
+        line(
+            &mut out,
+            &format!("{:<24}  {:<9}  {}", table_time(entry.at), entry.source.as_str(), describe(&entry.what)),
         );
     }
     if !report.executions.is_empty() {
-        let _ = writeln!(out);
-        let _ = writeln!(out, "EXECUTIONS");
+        out.push('\n');
+        line(&mut out, "EXECUTIONS");
         for e in &report.executions {
             let ended = e.stopped_at.map(|t| format!(", stopped {}", table_time(t))).unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  g{}  {}  started {}{ended}  {}",
-                e.generation,
-                e.status,
-                table_time(e.started_at),
-                e.arn
+            line(
+                &mut out,
+                &format!(
+                    "  g{}  {}  started {}{ended}  {}",
+                    e.generation,
+                    e.status,
+                    table_time(e.started_at),
+                    e.arn
+                ),
             );
             if let Some(error) = &e.error {
-                let _ = writeln!(out, "      {error}: {}", e.cause.as_deref().unwrap_or(""));
+                line(&mut out, &format!("      {error}: {}", e.cause.as_deref().unwrap_or("")));
             }
         }
     }
     out
+}
+
+/// Appends one line of text, its control characters escaped (see [`terminal_safe`]).
+fn line(out: &mut String, text: &str) {
+    out.push_str(&terminal_safe(text));
+    out.push('\n');
+}
+
+/// `text` fit for a terminal: every control character (C0 including newline and ESC, DEL, C1)
+/// and every bidirectional override is written visibly as an escape (`\x1b`, `\n`, `\u{202e}`).
+/// Senders choose a callback's `error` and `cause`, ids and data: raw, an ESC could rewrite the
+/// operator's screen or title, or a newline could forge a line of the timeline.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x100 && unsafe_char(c) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if unsafe_char(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The WHAT column.
@@ -1034,5 +1069,37 @@ mod tests {
         assert!(text.contains("buffered for payment"), "an inbox entry names its step: {text}");
         assert!(!is_empty(&early));
         assert!(is_empty(&Trace::default()));
+    }
+
+    /// A callback's `error` and `cause` are the sender's: they reach the execution (and its
+    /// history) as sent.
+    #[test]
+    fn control_characters_from_senders_are_shown_escaped_and_the_json_keeps_them_exact() {
+        let (w, k) = names();
+        let mut execution = execution();
+        execution.info.status = ExecutionStatus::Failed;
+        execution.info.error = Some("Rejected\u{1b}]0;owned\u{7}".into());
+        execution.info.cause =
+            Some("fine\n2026-01-01 00:00:00  record     forged\u{1b}[2J\u{9b}31m\u{7f}\u{202e}".into());
+        execution.history.push(HistoryEvent {
+            id: 4,
+            timestamp: t(12),
+            event_type: "TaskFailed".into(),
+            detail: "error \u{1b}[31mred\r".into(),
+        });
+        let report = build(&trace(), vec![execution], &config_names(), (&w, &k));
+        let text = render(&report, t(60));
+        let bad = |c: char| c.is_control() && c != '\n' || ('\u{202a}'..='\u{202e}').contains(&c);
+        assert!(!text.chars().any(bad), "{text:?}");
+        assert!(
+            !text.contains("\nfine\n2026") && !text.lines().any(|l| l.starts_with("2026-01-01")),
+            "{text}"
+        );
+        assert!(text.contains("Rejected\\x1b]0;owned\\x07: fine\\n2026-01-01"), "{text}");
+        assert!(text.contains("forged\\x1b[2J\\x9b31m\\x7f\\u{202e}"), "{text}");
+        assert!(text.contains("error \\x1b[31mred\\r"), "{text}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["executions"][0]["error"], "Rejected\u{1b}]0;owned\u{7}", "--json stays exact");
+        assert_eq!(terminal_safe("order-1 ok"), "order-1 ok");
     }
 }

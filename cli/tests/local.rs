@@ -573,12 +573,16 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
     assert_eq!(select(&dom, ".entry[data-lane=inbox]").len(), 1);
     // Only requests addressed to the console are answered (no DNS rebinding).
     let port = console.trim_start_matches("http://127.0.0.1:").trim_end_matches('/');
-    let status_line = |host: &str| {
+    let raw = |request: &str| {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
-        write!(stream, "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+        write!(stream, "{request}").unwrap();
         let mut answer = String::new();
         stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let status_line = |host: &str| {
+        let answer = raw(&format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"));
         answer.lines().next().unwrap_or_default().to_owned()
     };
     assert!(status_line(&format!("127.0.0.1:{port}")).contains(" 200 "));
@@ -586,7 +590,29 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
     let bad = status_line(&format!("localhost:{port}"));
     assert!(bad.contains(" 200 "), "{bad}");
 
-    // The dead-letter queues: the poison event, planned as the dry run plans it.
+    // Every answer carries the policy the pages above drew under.
+    let answer = raw(&format!("GET /dlq HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"));
+    let head = answer.split("\r\n\r\n").next().unwrap_or_default().to_ascii_lowercase();
+    assert!(
+        head.contains("content-security-policy: default-src 'self'") && head.contains("nosniff"),
+        "{head}"
+    );
+    assert!(!answer.contains("data-class"), "the page itself plans nothing: planning is a POST");
+    // Planning receives the messages: a cross-site form (no console header) or another site's
+    // script (its Origin) cannot ask for it.
+    let form = raw(&format!(
+        "POST /dlq/plan HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(form.starts_with("HTTP/1.1 403"), "{form}");
+    let script = raw(&format!(
+        "POST /dlq/plan HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: https://evil.example\r\nx-baton-console: plan\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(script.starts_with("HTTP/1.1 403") && !script.contains("data-class"), "{script}");
+    let get = raw(&format!("GET /dlq/plan HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"));
+    assert!(get.starts_with("HTTP/1.1 405"), "{get}");
+
+    // The dead-letter queues: the poison event, planned as the dry run plans it (the page's
+    // script asks the console, under the policy).
     let dlq = format!("{console}dlq");
     let deadline = Instant::now() + Duration::from_secs(90);
     let dom = loop {
@@ -597,6 +623,7 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
         assert!(Instant::now() < deadline, "the poison event never showed on the intake DLQ's plan");
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    assert_eq!(select(&dom, "body[data-planned=true]").len(), 1);
     let rows = select(&dom, "table.plan[data-queue=intake] tr[data-class]");
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].value().attr("data-class"), Some("needs-human"));

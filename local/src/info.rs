@@ -51,14 +51,48 @@ impl LocalInfo {
     }
 
     /// Writes the file atomically (a temp file, then a rename), so a reader never sees half.
+    ///
+    /// The file holds the webhook secret, so it is written 0600 whatever was there before (the
+    /// rename replaces a file left with wider permissions), in a directory created 0700. The
+    /// temp file is created afresh (`create_new`), so neither a stale one nor a link planted in
+    /// its place decides who can read the secret.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            private_dir(dir)?;
         }
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(self).unwrap_or_default())?;
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        let mut file = private_file(&tmp)?;
+        std::io::Write::write_all(&mut file, text.as_bytes())?;
+        file.sync_all()?;
         std::fs::rename(tmp, path)
     }
+}
+
+#[cfg(unix)]
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+#[cfg(not(unix))]
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)
+}
+
+#[cfg(unix)]
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)
+}
+
+#[cfg(not(unix))]
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new().write(true).create_new(true).open(path)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,4 +111,66 @@ pub enum InfoError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn info() -> LocalInfo {
+        LocalInfo {
+            api_url: "http://127.0.0.1:1".into(),
+            aws_endpoint: "http://127.0.0.1:2".into(),
+            region: "us-east-1".into(),
+            table: "t".into(),
+            queues: Queues {
+                intake: "i".into(),
+                intake_dlq: "id".into(),
+                progress: "p".into(),
+                progress_dlq: "pd".into(),
+                outbound: "o".into(),
+            },
+            state_machines: BTreeMap::new(),
+            webhook_secret: "whsec_c2VjcmV0".into(),
+            console_url: None,
+        }
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).map(|m| m.permissions().mode() & 0o777).unwrap_or(0)
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("baton-info-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn the_secret_file_is_readable_by_its_owner_alone_and_so_is_a_new_directory() {
+        let dir = scratch("new");
+        let path = dir.join(".baton").join("local.json");
+        info().save(&path).unwrap();
+        assert_eq!(mode(&path), 0o600, "local.json holds the webhook secret");
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        assert_eq!(LocalInfo::load(&path).unwrap(), info());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_left_with_wider_permissions_is_replaced_by_one_only_its_owner_reads() {
+        let dir = scratch("wide");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("local.json");
+        for stale in [path.clone(), path.with_extension("json.tmp")] {
+            std::fs::write(&stale, "{}").unwrap();
+            std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o666)).unwrap();
+        }
+        info().save(&path).unwrap();
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(LocalInfo::load(&path).unwrap(), info());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

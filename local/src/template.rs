@@ -49,6 +49,11 @@ pub const SKIPPED_TYPES: &[(&str, &str)] = &[
     ("AWS::Logs::LogGroup", "local handlers log to the terminal, not to CloudWatch Logs"),
     ("AWS::IAM::Role", "moto does not enforce IAM, so a role would change nothing locally"),
     (
+        "AWS::SQS::QueuePolicy",
+        "moto does not enforce queue policies (who may send, TLS only); they guard the queues on AWS, \
+         and tools/template_test.py checks what they say",
+    ),
+    (
         "AWS::IAM::ManagedPolicy",
         "moto does not enforce IAM; the policy contract (tools/policy-check.py) checks the functions' \
          calls against it instead",
