@@ -22,6 +22,7 @@ use baton::runtime::Settings;
 use serde::{Deserialize, Serialize};
 
 use crate::target::{self, Field, Target, TargetArgs};
+use crate::trace::terminal_safe;
 
 /// Which dead-letter queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -224,7 +225,8 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
             let _ = std::io::stderr().flush();
         }
         if !args.json {
-            println!("{:<40} {:<12} {}", d.id, d.classification.to_string(), describe(&d.result));
+            let (id, result) = (terminal_safe(&d.id), describe(&d.result));
+            println!("{id:<40} {:<12} {}", d.classification.to_string(), terminal_safe(&result));
         }
     };
     let (done, summary) = match args.dlq {
@@ -269,10 +271,10 @@ fn print_plan(lines: &[Line]) {
         if line.targets.is_empty() {
             println!(
                 "{:<40} {:<12} {:<28} {}",
-                line.id,
+                terminal_safe(&line.id),
                 line.classification.to_string(),
                 "-",
-                line.note.as_deref().unwrap_or("")
+                terminal_safe(line.note.as_deref().unwrap_or(""))
             );
         }
         for t in &line.targets {
@@ -280,7 +282,8 @@ fn print_plan(lines: &[Line]) {
                 (Some(s), Some(v)) => format!("{}/{} {s} v{v}", t.workflow, t.key),
                 _ => format!("{}/{} (none)", t.workflow, t.key),
             };
-            println!("{:<40} {:<12} {:<28} {}", line.id, t.classification.to_string(), record, t.effect);
+            let (id, effect) = (terminal_safe(&line.id), terminal_safe(&t.effect));
+            println!("{id:<40} {:<12} {:<28} {effect}", t.classification.to_string(), record);
         }
     }
     let count = |c: Classification| lines.iter().filter(|l| l.classification == c).count();
