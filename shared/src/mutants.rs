@@ -24,16 +24,21 @@ pub enum Mutation {
     /// The sweeper reads the record before it claims an expired entry's expiry (and so may ledger
     /// an input expired that a drain applies meanwhile).
     ExpireWithoutClaim,
+    /// The sweeper decides whether it takes an expiry over from a sweep that died on the
+    /// `by_due` index's copy of the entry, which may lag behind the table: an input ledgered
+    /// expired by the dead sweep is drained and applied as well. Only a lagging index shows it.
+    TrustIndexStatus,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 6] = [
+    pub const ALL: [Mutation; 7] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
         Mutation::ReceiptBeforeEffect,
         Mutation::Unpinned,
         Mutation::ExpireWithoutClaim,
+        Mutation::TrustIndexStatus,
     ];
 }
 
