@@ -326,7 +326,8 @@ pub fn run(options: Options) -> Outcome {
     baton::mutants::set(options.mutation);
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).expect("a time");
     let world = World::new(options.seed, start, options.trace);
-    let plan = workload::Plan::generate(&world);
+    let mut plan = workload::Plan::generate(&world);
+    plan.add_limits(&mut rng::Rng::new(options.seed ^ 0x11_3175));
     *lock(&world.rates) = plan.rates;
     // Half the schedules deploy version 2 at some time in the faulty phase; some run with early
     // inputs kept only seconds, so that buffers expire while their steps begin to wait (the
