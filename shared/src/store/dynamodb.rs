@@ -1694,6 +1694,7 @@ impl WorkflowStore for DynamoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::EventId;
 
     /// The largest record item, by DynamoDB's size rules, over every write of a workflow of
     /// `steps` steps run to success: each step waits about an hour for one callback with a small
