@@ -27,18 +27,20 @@ pub enum Mutation {
     /// The sweeper decides whether it takes an expiry over from a sweep that died on the
     /// `by_due` index's copy of the entry, which may lag behind the table: an input ledgered
     /// expired by the dead sweep is drained and applied as well. Only a lagging index shows it.
+    /// Not yet in [`Mutation::ALL`]: the smoke run's 2,000 schedules do not reach it (a sweep
+    /// must die between its ledger write and its settle, and the index still lag past the
+    /// lease); `sim/tests/regressions.rs` provokes it directly.
     TrustIndexStatus,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 6] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
         Mutation::ReceiptBeforeEffect,
         Mutation::Unpinned,
         Mutation::ExpireWithoutClaim,
-        Mutation::TrustIndexStatus,
     ];
 }
 
