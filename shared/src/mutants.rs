@@ -24,6 +24,13 @@ pub enum Mutation {
     /// The sweeper reads the record before it claims an expired entry's expiry (and so may ledger
     /// an input expired that a drain applies meanwhile).
     ExpireWithoutClaim,
+    /// The sweeper decides whether it takes an expiry over from a sweep that died on the
+    /// `by_due` index's copy of the entry, which may lag behind the table: an input ledgered
+    /// expired by the dead sweep is drained and applied as well. Only a lagging index shows it.
+    /// Not yet in [`Mutation::ALL`]: the smoke run's 2,000 schedules do not reach it (a sweep
+    /// must die between its ledger write and its settle, and the index still lag past the
+    /// lease); `sim/tests/regressions.rs` provokes it directly.
+    TrustIndexStatus,
 }
 
 impl Mutation {

@@ -126,12 +126,18 @@ impl Sweeper {
     /// input applied) and the entry is given back and drained; a drain that lists it after the
     /// claim leaves it. Read first, a step that began waiting in between had its drain apply
     /// the input while this sweep ledgered it expired (found by review; `sim/tests/attack.rs`).
+    ///
+    /// `listed` is the entry as the `by_due` index listed it, which is eventually consistent:
+    /// whether this sweep takes the expiry over from one that died is decided on the entry as
+    /// the table holds it ([`Self::fresh`]), never on the index's copy.
     async fn expire(
         &self,
-        entry: &InboxEntry,
+        listed: &InboxEntry,
         hold: &Hold,
         now: OffsetDateTime,
     ) -> Result<bool, EngineError> {
+        let Some(entry) = self.fresh(listed).await? else { return Ok(false) };
+        let entry = &entry;
         let expire = InboxClaim::Expire(hold.clone());
         let claimed = if crate::mutants::active(crate::mutants::Mutation::ExpireWithoutClaim) {
             Claim::Acquired
@@ -151,8 +157,17 @@ impl Sweeper {
         }
         // Taken over from a sweep that died holding it: if that sweep had ledgered it, only
         // the settle is left (read again now, the record might show its step waiting, and the
-        // input would end both ledgered and applied).
-        if entry.status == InboxStatus::Expiring {
+        // input would end both ledgered and applied). `entry` is the table's copy, read before
+        // the claim: the index may still list it `buffered` long after the sweep that died took
+        // it (found with the simulation's lagging index: `sim/tests/regressions.rs`). An entry
+        // that was buffered when read is not taken by another sweep before this claim, as that
+        // sweep's lease would outlast this one's run.
+        let taken_over = if crate::mutants::active(crate::mutants::Mutation::TrustIndexStatus) {
+            listed.status == InboxStatus::Expiring
+        } else {
+            entry.status == InboxStatus::Expiring
+        };
+        if taken_over {
             for reason in [IgnoreReason::BufferExpired, IgnoreReason::IdempotencyKeyReused] {
                 if self.engine.store.ledgered(&entry.workflow, &entry.key, entry.id.as_str(), reason).await? {
                     self.engine.store.settle(entry, InboxStatus::Expiring, InboxStatus::Expired).await?;
@@ -217,6 +232,24 @@ impl Sweeper {
         warn!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, step = entry.step, reason = reason.as_str(),
             "buffered input expired unapplied; ledgered");
         Ok(true)
+    }
+
+    /// The entry as the table holds it now (strongly consistent), `None` when it is settled
+    /// for good: what the expiry decides on, rather than the index's copy, `listed`. An entry
+    /// kept by index (buffered before the inbox was kept by name) is not in its step's inbox
+    /// by name: it is never drained, and the index's copy stands.
+    async fn fresh(&self, listed: &InboxEntry) -> Result<Option<InboxEntry>, EngineError> {
+        if listed.step_name.is_empty() {
+            return Ok(Some(listed.clone()));
+        }
+        let inbox = self.engine.store.inbox(&listed.workflow, &listed.key, &listed.step_name).await?;
+        Ok(match inbox.into_iter().find(|e| e.id == listed.id) {
+            Some(e) if e.status.is_final() => None,
+            Some(e) => Some(e),
+            // Gone (TTL deleted it, long after it was settled): nothing to expire. Claiming it
+            // would find no item.
+            None => None,
+        })
     }
 
     /// The entry's record (strongly consistent), its workflow in the record's own config version,

@@ -72,6 +72,21 @@ pub fn all(
     let settles = lock(&stack.store.settles).clone();
     let version_of = |v: Option<&String>| stack.store.deployed(v);
 
+    // Step Functions' limits: baton never asks for what AWS refuses (an error or cause too
+    // long, a payload over 256 KiB). Refused, the call can never succeed, however often it is
+    // retried.
+    c.check(model.refused.is_empty(), || {
+        format!("Step Functions would refuse calls baton made: {}", model.refused.join("; "))
+    });
+    // Executions that failed on a limit of their own (States.DataLimitExceeded, States.Runtime)
+    // never reported to baton.
+    for e in model.executions.values() {
+        let failure = e.failure.as_ref().map(|f| f.0.as_str());
+        c.check(!matches!(failure, Some("States.DataLimitExceeded" | "States.Runtime")), || {
+            format!("execution {} failed with {:?}: Step Functions' limits stopped it", e.arn, e.failure)
+        });
+    }
+
     // The inbox handshake: an entry put while its step already waited is followed by its
     // invocation reading the record (and draining if the step still waits), or, if that
     // invocation failed or died, by a read of that inbox (the sender's retry, a redelivery).

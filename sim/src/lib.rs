@@ -326,7 +326,8 @@ pub fn run(options: Options) -> Outcome {
     baton::mutants::set(options.mutation);
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).expect("a time");
     let world = World::new(options.seed, start, options.trace);
-    let plan = workload::Plan::generate(&world);
+    let mut plan = workload::Plan::generate(&world);
+    plan.add_limits(&mut rng::Rng::new(options.seed ^ 0x11_3175));
     *lock(&world.rates) = plan.rates;
     // Half the schedules deploy version 2 at some time in the faulty phase; some run with early
     // inputs kept only seconds, so that buffers expire while their steps begin to wait (the
@@ -349,6 +350,16 @@ pub fn run(options: Options) -> Outcome {
     };
     let stack =
         Stack::with_config(world.clone(), plan.cursed.clone().map(|k| (k, start + plan.cursed_from)), &yaml);
+    // DynamoDB's `by_due` index is eventually consistent: in most schedules its reads lag
+    // behind the table, each item by up to a few, or a few hundred, writes (a backlog that
+    // outlasts a sweep's lease), drawn from a generator of its own.
+    let max_lag = [0, 4, 40, 400][dice.below(4) as usize];
+    if max_lag > 0 {
+        let mut lag = rng::Rng::new(options.seed ^ 0x1a6_91dc);
+        // Half the reads see the table as it stands; the others, some moment within the lag.
+        stack.memory.set_index_lag(max_lag, move |max| if lag.chance(0.5) { 0 } else { lag.below(max + 1) });
+        world.note(|| format!("the by_due index lags up to {max_lag} writes behind the table"));
+    }
     if let Some(k) = &plan.cursed {
         world.note(|| {
             format!("key {k} is cursed: every store call for it fails from {}", start + plan.cursed_from)

@@ -6,13 +6,24 @@
 //! `TimeoutSeconds`, `HeartbeatSeconds`, `ResultPath`, `Catch`), and `Fail`.
 //!
 //! The semantics baton relies on, as AWS documents them:
-//! - one execution per name; a start with the same name and input is idempotent, with another
-//!   input it is `ExecutionAlreadyExists`;
+//! - one execution per name; a start with the same name and input is idempotent while the
+//!   execution runs; with another input, or once it has closed, it is `ExecutionAlreadyExists`
+//!   (the port then compares inputs, as the production adapter does), until the name may be
+//!   reused [`NAME_REUSE_AFTER`] after the execution closed;
 //! - a task token can be used once: a resume of a closed token is `TaskTimedOut`, of a token
 //!   never issued `InvalidToken`;
 //! - a task that outlives `TimeoutSeconds`, or goes `HeartbeatSeconds` without a heartbeat,
 //!   fails with `States.Timeout`; `Catch` routes it to the report states;
 //! - a stopped execution is `ABORTED` at once and runs no Catch (its token closes).
+//!
+//! And AWS's limits, which the emulator does not keep (docs/EMULATOR_DEVIATIONS.md):
+//! - SendTaskFailure's and StopExecution's `error` at most [`MAX_ERROR_CHARS`] characters and
+//!   `cause` at most [`MAX_CAUSE_CHARS`]: longer is a `ValidationException`, every time;
+//! - [`MAX_PAYLOAD_BYTES`] on an execution's input, a task's output and message, and a state's
+//!   output: an API call carrying more is a `ValidationException`, a state producing more fails
+//!   with `States.DataLimitExceeded`;
+//! - a `.$` path that selects nothing fails the state with `States.Runtime`;
+//! - neither of those two is caught by `States.ALL`, only by a Catch that names it.
 //!
 //! Every resume the model is asked for is logged, accepted or not, with the time: the
 //! simulation's checks read this log, not baton's account of itself.
@@ -31,6 +42,18 @@ use time::{Duration, OffsetDateTime};
 
 use crate::sqs::{QueueId, Sqs};
 use crate::world::{Fault, World, lock};
+
+/// Step Functions' limit on SendTaskFailure's and StopExecution's `error`, in characters.
+pub const MAX_ERROR_CHARS: usize = 256;
+/// Step Functions' limit on SendTaskFailure's and StopExecution's `cause`, in characters.
+pub const MAX_CAUSE_CHARS: usize = 32_768;
+/// Step Functions' limit on an execution's input, a state's input and output, a task's output
+/// and a task's message: 256 KiB of UTF-8.
+pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+/// How long after an execution closed its name may start another.
+pub const NAME_REUSE_AFTER: Duration = Duration::days(90);
+/// The terminal errors `States.ALL` does not match.
+const NOT_IN_STATES_ALL: [&str; 2] = ["States.DataLimitExceeded", "States.Runtime"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wait {
@@ -52,6 +75,10 @@ pub struct Execution {
     pub status: ExecutionStatus,
     pub wait: Option<Wait>,
     pub started_at: OffsetDateTime,
+    /// When it closed (succeeded, failed or aborted).
+    pub closed_at: Option<OffsetDateTime>,
+    /// The error and cause it failed with.
+    pub failure: Option<(String, String)>,
 }
 
 /// One resume the model was asked for.
@@ -76,6 +103,9 @@ pub struct Model {
     pub tokens: BTreeMap<String, (String, String, bool)>,
     pub resumes: Vec<ResumeCall>,
     pub starts: Vec<(String, OffsetDateTime)>,
+    /// Every call refused for Step Functions' limits (a ValidationException): baton asked for
+    /// what AWS never takes.
+    pub refused: Vec<String>,
     next_token: u64,
 }
 
@@ -111,6 +141,8 @@ impl Model {
                 status: ExecutionStatus::Running,
                 wait: None,
                 started_at: now,
+                closed_at: None,
+                failure: None,
             },
         );
         self.starts.push((arn.to_owned(), now));
@@ -125,7 +157,11 @@ impl Model {
             assert!(!def.is_null(), "state {state} is not in the definition");
             match def["Type"].as_str() {
                 Some("Fail") => {
-                    self.executions.get_mut(arn).expect("execution").status = ExecutionStatus::Failed;
+                    let failure = (
+                        def["Error"].as_str().unwrap_or_default(),
+                        def["Cause"].as_str().unwrap_or_default(),
+                    );
+                    self.close(arn, ExecutionStatus::Failed, Some((failure.0.into(), failure.1.into())), now);
                     return;
                 }
                 Some("Task") => {}
@@ -135,8 +171,19 @@ impl Model {
             let token = format!("tok-{}-{}", self.next_token, arn.len());
             self.next_token += 1;
             let context = json!({"Task": {"Token": token}, "State": {"EnteredTime": now.format(&Rfc3339).expect("a time")}});
-            let body = render(&def["Parameters"]["MessageBody"], &self.executions[arn].doc, &context);
-            out.push(body.to_string());
+            let body = match render(&def["Parameters"]["MessageBody"], &self.executions[arn].doc, &context) {
+                Ok(body) => body.to_string(),
+                Err(path) => {
+                    let cause = format!("The JSONPath '{path}' could not be found in the input");
+                    return self.fail_state(arn, &def, ("States.Runtime".into(), cause), now, out);
+                }
+            };
+            if body.len() > MAX_PAYLOAD_BYTES {
+                let cause =
+                    format!("the task's message is {} bytes; the limit is {MAX_PAYLOAD_BYTES}", body.len());
+                return self.fail_state(arn, &def, ("States.DataLimitExceeded".into(), cause), now, out);
+            }
+            out.push(body);
             match resource {
                 "arn:aws:states:::sqs:sendMessage.waitForTaskToken" => {
                     let timeout = Duration::seconds(def["TimeoutSeconds"].as_i64().expect("TimeoutSeconds"));
@@ -157,8 +204,7 @@ impl Model {
                         Some(next) => state = next.to_owned(),
                         None => {
                             assert_eq!(def["End"], true, "a state without Next must End");
-                            self.executions.get_mut(arn).expect("execution").status =
-                                ExecutionStatus::Succeeded;
+                            self.close(arn, ExecutionStatus::Succeeded, None, now);
                             return;
                         }
                     }
@@ -182,44 +228,70 @@ impl Model {
             t.2 = false;
         }
         let def = self.definition(arn)["States"][&wait.state].clone();
-        let next = match result {
+        match result {
             Ok(output) => {
-                set_path(
-                    &mut self.executions.get_mut(arn).expect("execution").doc,
-                    &def["ResultPath"],
-                    output,
-                );
-                def["Next"].as_str().expect("Next").to_owned()
-            }
-            Err((error, cause)) => {
-                let catcher = def["Catch"]
-                    .as_array()
-                    .and_then(|c| {
-                        c.iter().find(|c| {
-                            c["ErrorEquals"]
-                                .as_array()
-                                .is_some_and(|e| e.iter().any(|x| x == &json!(error) || x == "States.ALL"))
-                        })
-                    })
-                    .cloned();
-                match catcher {
-                    Some(c) => {
-                        let error_doc = json!({"Error": error, "Cause": cause});
-                        set_path(
-                            &mut self.executions.get_mut(arn).expect("execution").doc,
-                            &c["ResultPath"],
-                            error_doc,
-                        );
-                        c["Next"].as_str().expect("Next").to_owned()
-                    }
-                    None => {
-                        self.executions.get_mut(arn).expect("execution").status = ExecutionStatus::Failed;
-                        return;
-                    }
+                let doc = &mut self.executions.get_mut(arn).expect("execution").doc;
+                let before = doc.clone();
+                set_path(doc, &def["ResultPath"], output);
+                let size = doc.to_string().len();
+                if size > MAX_PAYLOAD_BYTES {
+                    *doc = before;
+                    let cause =
+                        format!("the state's output is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}");
+                    return self.fail_state(arn, &def, ("States.DataLimitExceeded".into(), cause), now, out);
                 }
+                let next = def["Next"].as_str().expect("Next").to_owned();
+                self.run(arn, next, now, out);
             }
+            Err(failure) => self.fail_state(arn, &def, failure, now, out),
+        }
+    }
+
+    /// The state `def` of `arn` fails with (error, cause): on to the first `Catch` that matches
+    /// (`States.ALL` matches neither `States.DataLimitExceeded` nor `States.Runtime`), or the
+    /// execution fails.
+    fn fail_state(
+        &mut self,
+        arn: &str,
+        def: &Value,
+        (error, cause): (String, String),
+        now: OffsetDateTime,
+        out: &mut Vec<String>,
+    ) {
+        let catches = |x: &Value| {
+            x == &json!(error) || (x == "States.ALL" && !NOT_IN_STATES_ALL.contains(&error.as_str()))
         };
-        self.run(arn, next, now, out);
+        let catcher = def["Catch"]
+            .as_array()
+            .and_then(|c| {
+                c.iter().find(|c| c["ErrorEquals"].as_array().is_some_and(|e| e.iter().any(catches)))
+            })
+            .cloned();
+        let Some(c) = catcher else {
+            return self.close(arn, ExecutionStatus::Failed, Some((error, cause)), now);
+        };
+        let error_doc = json!({"Error": error, "Cause": cause});
+        set_path(&mut self.executions.get_mut(arn).expect("execution").doc, &c["ResultPath"], error_doc);
+        self.run(arn, c["Next"].as_str().expect("Next").to_owned(), now, out);
+    }
+
+    /// Closes `arn` with `status`; its open token, if any, closes with it.
+    fn close(
+        &mut self,
+        arn: &str,
+        status: ExecutionStatus,
+        failure: Option<(String, String)>,
+        now: OffsetDateTime,
+    ) {
+        let execution = self.executions.get_mut(arn).expect("execution");
+        execution.status = status;
+        execution.closed_at = Some(now);
+        execution.failure = failure;
+        if let Some(wait) = execution.wait.take()
+            && let Some(t) = self.tokens.get_mut(&wait.token)
+        {
+            t.2 = false;
+        }
     }
 
     fn resume(
@@ -274,24 +346,82 @@ impl Model {
             .min()
     }
 
-    fn stop(&mut self, arn: &str) -> Result<(), &'static str> {
-        let execution = self.executions.get_mut(arn).ok_or("ExecutionDoesNotExist")?;
+    fn stop(
+        &mut self,
+        arn: &str,
+        (error, cause): (&str, &str),
+        now: OffsetDateTime,
+    ) -> Result<(), &'static str> {
+        let execution = self.executions.get(arn).ok_or("ExecutionDoesNotExist")?;
         if execution.status == ExecutionStatus::Running {
-            execution.status = ExecutionStatus::Aborted;
-            if let Some(wait) = execution.wait.take()
-                && let Some(t) = self.tokens.get_mut(&wait.token)
-            {
-                t.2 = false;
-            }
+            self.close(arn, ExecutionStatus::Aborted, Some((error.into(), cause.into())), now);
         }
         Ok(())
+    }
+
+    /// What StartExecution does with the name `arn` and `input` at `now`.
+    fn may_start(&self, arn: &str, input: &str, now: OffsetDateTime) -> StartAnswer {
+        match self.executions.get(arn) {
+            None => StartAnswer::Start,
+            Some(e) if e.status == ExecutionStatus::Running && e.input_text == input => StartAnswer::Running,
+            Some(e) if e.closed_at.is_some_and(|at| now >= at + NAME_REUSE_AFTER) => StartAnswer::Start,
+            Some(_) => StartAnswer::AlreadyExists,
+        }
+    }
+}
+
+/// StartExecution's answer to a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StartAnswer {
+    /// A new execution starts (the name is free, or free again).
+    Start,
+    /// The running execution of that name and input: its ARN again.
+    Running,
+    /// `ExecutionAlreadyExists`.
+    AlreadyExists,
+}
+
+/// `error` and `cause` as SendTaskFailure and StopExecution take them, or the
+/// `ValidationException` AWS gives.
+fn error_and_cause_fit(error: &str, cause: &str) -> Result<(), String> {
+    let (e, c) = (error.chars().count(), cause.chars().count());
+    if e > MAX_ERROR_CHARS {
+        return Err(format!(
+            "1 validation error detected: Value at 'error' failed to satisfy constraint: Member must have length less than or equal to {MAX_ERROR_CHARS} ({e})"
+        ));
+    }
+    if c > MAX_CAUSE_CHARS {
+        return Err(format!(
+            "1 validation error detected: Value at 'cause' failed to satisfy constraint: Member must have length less than or equal to {MAX_CAUSE_CHARS} ({c})"
+        ));
+    }
+    Ok(())
+}
+
+/// A payload (`what`: `input`, `output`) as the API takes it, or its `ValidationException`.
+fn payload_fits(what: &str, text: &str) -> Result<(), String> {
+    if text.len() > MAX_PAYLOAD_BYTES {
+        return Err(format!(
+            "1 validation error detected: Value at '{what}' failed to satisfy constraint: Member must have length less than or equal to {MAX_PAYLOAD_BYTES} ({} bytes)",
+            text.len()
+        ));
+    }
+    Ok(())
+}
+
+fn validation(op: &'static str, message: String) -> OrchestratorError {
+    OrchestratorError::Rejected {
+        op,
+        code: "ValidationException".into(),
+        message: message.clone(),
+        source: message.into(),
     }
 }
 
 /// A `Parameters.MessageBody` with every `"key.$"` path resolved against the input (`$`) and
-/// the context object (`$$`).
-fn render(template: &Value, doc: &Value, context: &Value) -> Value {
-    let Value::Object(fields) = template else { return template.clone() };
+/// the context object (`$$`); the first path that selects nothing is the error.
+fn render(template: &Value, doc: &Value, context: &Value) -> Result<Value, String> {
+    let Value::Object(fields) = template else { return Ok(template.clone()) };
     let mut out = serde_json::Map::new();
     for (key, value) in fields {
         match key.strip_suffix(".$") {
@@ -304,18 +434,19 @@ fn render(template: &Value, doc: &Value, context: &Value) -> Value {
                 } else {
                     panic!("the model does not know path {path}")
                 };
-                out.insert(name.to_owned(), resolved);
+                out.insert(name.to_owned(), resolved.ok_or_else(|| path.to_owned())?);
             }
             None => {
-                out.insert(key.clone(), render(value, doc, context));
+                out.insert(key.clone(), render(value, doc, context)?);
             }
         }
     }
-    Value::Object(out)
+    Ok(Value::Object(out))
 }
 
-fn lookup(doc: &Value, dotted: &str) -> Value {
-    dotted.split('.').fold(doc.clone(), |v, part| v.get(part).cloned().unwrap_or(Value::Null))
+/// The value at a dotted path; `None` when a field on the way is missing (a `null` is a value).
+fn lookup(doc: &Value, dotted: &str) -> Option<Value> {
+    dotted.split('.').try_fold(doc.clone(), |v, part| v.get(part).cloned())
 }
 
 fn set_path(doc: &mut Value, path: &Value, value: Value) {
@@ -377,6 +508,27 @@ impl SimStepFunctions {
         }
         let now = self.world.now();
         let heartbeat = matches!(what, Resume::Heartbeat);
+        let refused = match &what {
+            Resume::Failure(error, cause) => error_and_cause_fit(error, cause).err(),
+            Resume::Success(output) => payload_fits("output", &output.to_string()).err(),
+            Resume::Heartbeat => None,
+        };
+        if let Some(message) = refused {
+            lock(&self.world.counts).add("sfn_limit_refused");
+            lock(&self.model).refused.push(format!("{op}: {message}"));
+            // Refused by the API before it looked at the token: AWS gives the same answer to
+            // every retry.
+            self.world.note(|| format!("  {op} {} {payload} -> ValidationException", token.expose()));
+            let call = ResumeCall {
+                token: token.expose().to_owned(),
+                at: now,
+                payload,
+                accepted: false,
+                sdk_retry: false,
+            };
+            lock(&self.model).resumes.push(call);
+            return Err(validation(op, message));
+        }
         let mut out = Vec::new();
         let result = lock(&self.model).resume(token.expose(), what, now, &mut out);
         self.world.note(|| format!("  {op} {} {payload} -> {result:?}", token.expose()));
@@ -431,6 +583,11 @@ impl Orchestrator for SimStepFunctions {
         let name = req.execution_name();
         let arn = execution_arn(&req.state_machine_arn, &name).expect("a valid state machine ARN");
         let input = serde_json::to_string(&req.input).expect("JSON");
+        payload_fits("input", &input).map_err(|m| {
+            lock(&self.world.counts).add("sfn_limit_refused");
+            lock(&self.model).refused.push(format!("{OP}: {m}"));
+            validation(OP, m)
+        })?;
         let mut out = Vec::new();
         let result = {
             let mut model = lock(&self.model);
@@ -441,12 +598,17 @@ impl Orchestrator for SimStepFunctions {
                     source: "no such state machine".into(),
                 });
             }
-            match model.executions.get(&arn) {
-                Some(e) if e.input_text == input => {
+            match model.may_start(&arn, &input, self.world.now()) {
+                StartAnswer::Running => Ok(Started { execution_arn: arn.clone(), already_existed: true }),
+                // ExecutionAlreadyExists: the production adapter describes the execution and
+                // compares inputs (`StepFunctions::existing_matches`).
+                StartAnswer::AlreadyExists if model.executions[&arn].input_text == input => {
                     Ok(Started { execution_arn: arn.clone(), already_existed: true })
                 }
-                Some(_) => Err(OrchestratorError::ExecutionConflict { name, execution_arn: arn.clone() }),
-                None => {
+                StartAnswer::AlreadyExists => {
+                    Err(OrchestratorError::ExecutionConflict { name, execution_arn: arn.clone() })
+                }
+                StartAnswer::Start => {
                     model.start(&req.state_machine_arn, &arn, &input, self.world.now(), &mut out);
                     Ok(Started { execution_arn: arn.clone(), already_existed: false })
                 }
@@ -501,11 +663,11 @@ impl Orchestrator for SimStepFunctions {
             execution_arn: e.arn.clone(),
             status: e.status.clone(),
             start_date: e.started_at,
-            stop_date: None,
+            stop_date: e.closed_at,
             input: Some(e.doc.clone()),
             output: None,
-            error: None,
-            cause: None,
+            error: e.failure.as_ref().map(|f| f.0.clone()),
+            cause: e.failure.as_ref().map(|f| f.1.clone()),
         })
     }
 
@@ -516,8 +678,8 @@ impl Orchestrator for SimStepFunctions {
     async fn stop_execution(
         &self,
         execution_arn: &str,
-        _error: &str,
-        _cause: &str,
+        error: &str,
+        cause: &str,
     ) -> Result<(), OrchestratorError> {
         const OP: &str = "sfn.StopExecution";
         self.world.point(OP).await;
@@ -525,7 +687,12 @@ impl Orchestrator for SimStepFunctions {
         if let Some(e) = Self::refused(OP, fault) {
             return Err(e);
         }
-        let result = lock(&self.model).stop(execution_arn);
+        error_and_cause_fit(error, cause).map_err(|m| {
+            lock(&self.world.counts).add("sfn_limit_refused");
+            lock(&self.model).refused.push(format!("{OP}: {m}"));
+            validation(OP, m)
+        })?;
+        let result = lock(&self.model).stop(execution_arn, (error, cause), self.world.now());
         match (fault, result) {
             (Fault::After, _) => Err(Self::unavailable(OP)),
             (_, Ok(())) => Ok(()),

@@ -94,6 +94,18 @@ fn throttled(op: &'static str) -> StoreError {
 }
 
 impl SimStore {
+    /// Counts a refusal for DynamoDB's limits (a key or an item too large), which the in-memory
+    /// store gives as the DynamoDB store would. Baton asked for what AWS never takes: noted as a
+    /// violation, as a record over 400 KB is.
+    fn limited<T>(&self, answer: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(e @ StoreError::Rejected { .. }) = &answer {
+            lock(&self.world.counts).add("ddb_limit_refused");
+            let cause = std::error::Error::source(e).map(|s| s.to_string()).unwrap_or_default();
+            lock(&self.violations).push(format!("DynamoDB would refuse a request baton made: {e}: {cause}"));
+        }
+        answer
+    }
+
     /// The current actor reads what the other side of the inbox handshake writes (the record,
     /// or the inbox): its late puts for this key are answered.
     fn handshake_read(&self, key: &CorrelationKey) {
@@ -198,7 +210,7 @@ impl WorkflowStore for SimStore {
 
     async fn put_receipt(&self, receipt: &Receipt) -> Result<Claim<Receipt>, StoreError> {
         let fault = self.enter("ddb.PutItem(receipt)", &receipt.key).await?;
-        let claim = self.inner.put_receipt(receipt).await?;
+        let claim = self.limited(self.inner.put_receipt(receipt).await)?;
         match (fault, claim) {
             (Fault::After, _) => Err(unavailable("PutItem")),
             (Fault::Retried, Claim::Acquired) => Ok(Claim::Exists(receipt.clone())),
@@ -233,7 +245,7 @@ impl WorkflowStore for SimStore {
 
     async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError> {
         let fault = self.enter("ddb.PutItem(inbox)", &entry.key).await?;
-        let claim = self.inner.buffer(entry).await?;
+        let claim = self.limited(self.inner.buffer(entry).await)?;
         // An entry landing while its step already waits: only the buffering side's handshake
         // read can still apply it (what the SkipHandshakeRead mutation breaks).
         let record = self.inner.load(&entry.workflow, &entry.key).await?;
@@ -290,7 +302,7 @@ impl WorkflowStore for SimStore {
         to: InboxStatus,
     ) -> Result<Claim<InboxEntry>, StoreError> {
         let fault = self.enter("ddb.UpdateItem(inbox)", &entry.key).await?;
-        let claim = self.inner.settle(entry, from, to).await?;
+        let claim = self.limited(self.inner.settle(entry, from, to).await)?;
         if claim == Claim::Acquired {
             // Where the settle falls among the landed record writes, for the checks.
             let at = lock(&self.writes).len();
@@ -313,7 +325,7 @@ impl WorkflowStore for SimStore {
 
     async fn claim(&self, entry: &InboxEntry, claim: &InboxClaim) -> Result<Claim<InboxEntry>, StoreError> {
         let fault = self.enter("ddb.UpdateItem(inbox claim)", &entry.key).await?;
-        let answer = self.inner.claim(entry, claim).await?;
+        let answer = self.limited(self.inner.claim(entry, claim).await)?;
         match (fault, answer) {
             (Fault::After, _) => Err(unavailable("UpdateItem")),
             // The SDK's retry of a claim that landed finds the entry as the claim left it.
@@ -324,7 +336,7 @@ impl WorkflowStore for SimStore {
 
     async fn put_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
         let fault = self.enter("ddb.PutItem(ledger)", &entry.key).await?;
-        self.inner.put_ledger(entry).await?;
+        self.limited(self.inner.put_ledger(entry).await)?;
         let at = lock(&self.writes).len();
         let ledgered = Settled {
             key: entry.key.to_string(),
@@ -353,7 +365,7 @@ impl WorkflowStore for SimStore {
     ) -> Result<bool, StoreError> {
         match self.enter("ddb.GetItem(ledger)", key).await? {
             Fault::After => Err(unavailable("GetItem")),
-            _ => self.inner.ledgered(workflow, key, input_id, reason).await,
+            _ => self.limited(self.inner.ledgered(workflow, key, input_id, reason).await),
         }
     }
 

@@ -249,6 +249,55 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// Adds, in some schedules, inputs that AWS's limits bite on, drawn from `rng` (a generator
+    /// of their own, so the rest of a seed's schedule stays what it was): event ids of up to 256
+    /// characters, four bytes each (a DynamoDB sort key holds 1,024 bytes);
+    /// failure callbacks whose `error` or `cause` pass Step Functions' 256 and 32,768
+    /// characters; and events with payloads of a hundred kilobytes and more.
+    pub fn add_limits(&mut self, rng: &mut crate::rng::Rng) {
+        let keys = self.keys.clone();
+        let when = |rng: &mut crate::rng::Rng| Duration::seconds(rng.range(0, 20 * 60));
+        for key in &keys {
+            if rng.chance(0.1) {
+                // An event id of 240 to 252 four-byte characters: 964 to 1,012 bytes, across
+                // the 1,024 bytes of a sort key once a receipt's, an inbox entry's or a ledger
+                // entry's prefix is on it. (A webhook-id is a header: ASCII only.)
+                let id = format!("p{key}-{}", "😀".repeat(rng.range(240, 252) as usize));
+                let body = event(&id, "payment.settled", key, json!({"payment_ref": "p-long-id"}));
+                self.events.push(EventSend { at: when(rng), body, copies: rng.range(1, 2) as u32 });
+            }
+            if rng.chance(0.1) {
+                let (error, cause) = match rng.below(3) {
+                    0 => ("E".repeat(rng.range(257, 300) as usize), "c".to_owned()),
+                    1 => ("Rejected".to_owned(), "c".repeat(rng.range(32_769, 33_000) as usize)),
+                    _ => ("E".repeat(256), "c".repeat(32_768)),
+                };
+                let body = json!({"workflow": "review", "key": key, "step": "manual-review", "outcome": "failed",
+                    "data": {}, "error": error, "cause": cause});
+                let id = format!("cb-{key}-longfail");
+                self.callbacks.push(CallbackSend {
+                    at: when(rng),
+                    id,
+                    key: key.clone(),
+                    step: "manual-review",
+                    body,
+                });
+            }
+            if rng.chance(0.03) {
+                let size = rng.range(100, 200) as usize * 1024;
+                let body = event(
+                    &format!("pay-{key}-big"),
+                    "payment.settled",
+                    key,
+                    json!({"payment_ref": "p-big", "blob": "x".repeat(size)}),
+                );
+                self.events.push(EventSend { at: when(rng), body, copies: 1 });
+            }
+        }
+    }
+}
+
 /// What the senders and operators saw, for the checks.
 #[derive(Debug, Default)]
 pub struct Evidence {

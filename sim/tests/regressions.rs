@@ -655,3 +655,44 @@ fn a_retry_of_a_callback_refused_as_too_large_is_refused_the_same_way() {
     let again = callback(&s, "cb-big-2", &big);
     assert_eq!(again.status.as_u16(), 413, "{}", again.body);
 }
+
+#[test]
+fn a_sweep_taking_over_an_expiry_decides_from_the_table_not_the_lagging_index() {
+    let s = stack();
+    // The by_due index lags behind the table by as many writes as the test says.
+    let lag = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let drawn = lag.clone();
+    s.memory.set_index_lag(10_000, move |_| drawn.load(std::sync::atomic::Ordering::Relaxed));
+    // A payment arrives before its order: buffered for the payment step.
+    let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p"})));
+    assert_eq!(a.status.as_u16(), 202, "{}", a.body);
+    let expiry = trace(&s, "k").inbox[0].expires_at;
+    s.world.set_now(expiry + Duration::seconds(1));
+    let buffered_at = s.memory.writes();
+    // A sweep claims its expiry and ledgers it (no record: its step cannot wait), then dies
+    // before the settle.
+    s.world.script("ddb.UpdateItem(inbox)", Fault::Before);
+    assert!(drive(s.sweeper.run_once(s.world.now())).is_err());
+    assert!(ledgered(&s, "k", "cb-pay", "buffer_expired"));
+    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Expiring);
+    // The order comes; the review completes and payment waits (its drain leaves the entry the
+    // sweep holds).
+    waiting_on_review(&s, "k");
+    callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
+    settle(&s);
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
+    // Past the dead sweep's lease, the next sweep lists the entry from an index that still
+    // shows it as it was before the first sweep's claim: buffered.
+    s.world.advance(baton::store::EXPIRY_LEASE + Duration::seconds(1));
+    lag.store(s.memory.writes() - buffered_at, std::sync::atomic::Ordering::Relaxed);
+    let _ = drive(s.sweeper.run_once(s.world.now()));
+    settle(&s);
+    let t = trace(&s, "k");
+    let applied = t.record.as_ref().unwrap().applied.iter().any(|a| a.id.as_str() == "cb-pay");
+    assert!(
+        !applied,
+        "cb-pay is ledgered buffer_expired and also applied (inbox {:?})",
+        t.inbox.iter().map(|e| e.status).collect::<Vec<_>>()
+    );
+    assert_eq!(t.inbox[0].status, InboxStatus::Expired);
+}

@@ -10,7 +10,9 @@
 //! The model runs on virtual time: where the emulator is waited for in real time (a timeout, a
 //! heartbeat), the model's clock jumps to its next timer. Stops are left out: moto defers the
 //! stop of an execution parked on a token (EMULATOR_DEVIATIONS.md, `tests/orchestrator.rs`),
-//! which the model, following AWS, does not.
+//! which the model, following AWS, does not. Nor are Step Functions' limits on `error`,
+//! `cause` and payloads, which moto does not keep (EMULATOR_DEVIATIONS.md); the model's are
+//! tested on their own in `sim/tests/sfn_limits.rs`.
 //!
 //! Needs the emulator: `tools/with-emulator.sh cargo test -p baton-tests --test sfn_conformance`.
 
@@ -356,6 +358,35 @@ async fn heartbeat(side: &Side, config: &Config) -> Result<Vec<String>> {
     Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
 }
 
+/// A `.$` path that selects nothing (an input without `generation`) fails the state with
+/// `States.Runtime`, which `States.ALL` does not catch: the execution fails, with no report.
+async fn missing_path(side: &Side, _config: &Config) -> Result<Vec<String>> {
+    let key = unique_name("k");
+    let seen = vec![
+        side.start("conform", &key, 1, json!({"workflow": "conform", "key": key})).await?,
+        side.status("conform", &key, 1).await?,
+    ];
+    Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
+}
+
+/// The name of a closed execution is not free again (for 90 days on AWS): a start with it and
+/// the same input is the closed execution (the adapter compares inputs), and starts nothing.
+async fn closed_name(side: &Side, config: &Config) -> Result<Vec<String>> {
+    let key = unique_name("k");
+    let mut seen = vec![side.start("conform", &key, 1, input("conform", &key, 1)).await?];
+    let (line, token) = side.next_report(config).await?;
+    seen.push(line);
+    seen.push(result("fail", side.orch().send_task_failure(&token.context("a token")?, "e", "c").await));
+    seen.push(side.next_report(config).await?.0);
+    seen.push(side.status("conform", &key, 1).await?);
+    seen.push(side.start("conform", &key, 1, input("conform", &key, 1)).await?);
+    seen.push(
+        side.start("conform", &key, 1, json!({"workflow": "conform", "key": key, "generation": 2})).await?,
+    );
+    seen.push(side.status("conform", &key, 1).await?);
+    Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
+}
+
 /// The config, the model and a fresh emulator side.
 async fn sides() -> Result<(Config, Side, Side)> {
     let config = Config::parse(CONFIG)?;
@@ -452,6 +483,37 @@ async fn a_heartbeat_keeps_a_task_until_the_beats_stop() -> Result<()> {
             "report beat/K g1 timed_out",
             "status FAILED",
             "heartbeat late token_gone",
+        ],
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_path_that_selects_nothing_fails_the_execution_past_its_catch() -> Result<()> {
+    let (config, model, emulator) = sides().await?;
+    agree(
+        missing_path(&model, &config).await?,
+        missing_path(&emulator, &config).await?,
+        &["start ok", "status FAILED"],
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_name_of_a_closed_execution_starts_nothing_new() -> Result<()> {
+    let (config, model, emulator) = sides().await?;
+    agree(
+        closed_name(&model, &config).await?,
+        closed_name(&emulator, &config).await?,
+        &[
+            "start ok",
+            "report conform/K g1 step_ready 0",
+            "fail ok",
+            "report conform/K g1 failed e",
+            "status FAILED",
+            "start ok",
+            "start conflict",
+            "status FAILED",
         ],
     );
     Ok(())

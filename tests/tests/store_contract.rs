@@ -594,6 +594,79 @@ async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowSto
     }
 }
 
+/// The error both stores give for what DynamoDB refuses with a ValidationException.
+fn refused<T: std::fmt::Debug>(answer: Result<T, baton::store::StoreError>, what: &str) {
+    use baton::error::Classified;
+    match answer {
+        Err(e) => assert_eq!((e.error_type(), e.retryable()), ("store_rejected", false), "{what}: {e:?}"),
+        Ok(t) => panic!("{what}: taken ({t:?}), though DynamoDB refuses it"),
+    }
+}
+
+/// DynamoDB's key limits count UTF-8 bytes: a sort key of 1,024 bytes is taken, one of 1,025
+/// is refused, whichever item carries it (the step name and the ledger's input id are what a
+/// test can make that long; an input id is bounded at the edge, `EventId`).
+async fn sort_keys_over_1024_bytes_are_refused(store: Arc<dyn WorkflowStore>) {
+    // INBOX#<step name>#<id>: 6 + 1 + 2 bytes around the name.
+    let at_limit = format!("{}x", "é".repeat(507));
+    let fits = InboxEntry { step_name: at_limit.clone(), ..entry("e1", 0, 0) };
+    assert_eq!(store.buffer(&fits).await.unwrap(), Claim::Acquired, "1,024 bytes");
+    let over = InboxEntry { step_name: "é".repeat(508), ..entry("e1", 0, 0) };
+    refused(store.buffer(&over).await, "an inbox key of 1,025 bytes");
+    let (w, k) = names("k-inbox");
+    assert_eq!(store.inbox(&w, &k, &at_limit).await.unwrap(), vec![fits]);
+
+    // LEDGER#buffer_expired#<id>: 22 bytes before the id.
+    let ledger = |input_id: String| LedgerEntry {
+        workflow: w.clone(),
+        key: k.clone(),
+        input_id,
+        reason: IgnoreReason::BufferExpired,
+        generation: Some(1),
+        state: None,
+        detail: json!({}),
+        config_version: None,
+        at: t0(),
+        expires_at: t0() + Duration::days(1),
+    };
+    let fits = format!("{}ab", "😀".repeat(250));
+    store.put_ledger(&ledger(fits.clone())).await.unwrap();
+    assert!(store.ledgered(&w, &k, &fits, IgnoreReason::BufferExpired).await.unwrap());
+    refused(
+        store.put_ledger(&ledger(format!("{}abc", "😀".repeat(250)))).await,
+        "a ledger key of 1,025 bytes",
+    );
+}
+
+/// DynamoDB's 400 KB item limit holds for every item, not only records: an inbox entry and a
+/// ledger entry well past it are refused; one well under it is taken. (The emulator's own
+/// threshold and size rules differ slightly near the limit: docs/EMULATOR_DEVIATIONS.md.)
+async fn items_over_400_kb_are_refused_whatever_the_item(store: Arc<dyn WorkflowStore>) {
+    let big = |kb: usize| json!({"blob": "x".repeat(kb * 1024)});
+    let under = InboxEntry { input: big(300), ..entry("big-under", 0, 0) };
+    assert_eq!(store.buffer(&under).await.unwrap(), Claim::Acquired);
+    let over = InboxEntry { input: big(450), ..entry("big-over", 0, 0) };
+    refused(store.buffer(&over).await, "an inbox entry of 450 KB");
+    let (w, k) = names("k-inbox");
+    let ids: Vec<String> =
+        store.inbox(&w, &k, "step-0").await.unwrap().iter().map(|e| e.id.to_string()).collect();
+    assert_eq!(ids, ["big-under"]);
+    let ledger = LedgerEntry {
+        workflow: w.clone(),
+        key: k.clone(),
+        input_id: "big-ledger".into(),
+        reason: IgnoreReason::InputsTooLarge,
+        generation: Some(1),
+        state: None,
+        detail: big(450),
+        config_version: None,
+        at: t0(),
+        expires_at: t0() + Duration::days(1),
+    };
+    refused(store.put_ledger(&ledger).await, "a ledger entry of 450 KB");
+    assert!(!store.ledgered(&w, &k, "big-ledger", IgnoreReason::InputsTooLarge).await.unwrap());
+}
+
 // ---- one suite, two stores -------------------------------------------------------------------
 
 macro_rules! contract {
@@ -636,6 +709,8 @@ contract!(
     exactly_one_of_fifty_concurrent_transitions_wins,
     config_versions_are_registered_once_and_listed_oldest_first,
     a_long_task_token_reads_back_from_every_read,
+    sort_keys_over_1024_bytes_are_refused,
+    items_over_400_kb_are_refused_whatever_the_item,
 );
 
 /// DynamoDB-specific: a token longer than `TOKEN_INLINE_MAX` lives in a token item of its own,

@@ -48,6 +48,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::compact;
+use super::limits::{RECORD_SK, inbox_sk, ledger_sk, pk, receipt_sk, task_sk};
 use super::memory::{due_at, sort_trace};
 use super::{
     Applied, BoundedCount, CONFIG_PK, Claim, Condition, Count, DrainTarget, Hold, InboxClaim, InboxEntry,
@@ -55,7 +56,7 @@ use super::{
     WorkflowStore, condition_for,
 };
 use crate::error::{sdk_retryable, sdk_throttled};
-use crate::ids::{CorrelationKey, EventId, StepName, TaskToken, WorkflowName};
+use crate::ids::{CorrelationKey, TaskToken, WorkflowName};
 use crate::lifecycle::{IgnoreReason, Kind, Record, Resume, State, Write};
 
 /// A DynamoDB item, as the SDK holds it.
@@ -636,8 +637,7 @@ fn rejected<E: std::error::Error + Send + Sync + 'static>(op: &'static str) -> i
 
 // ---- item size --------------------------------------------------------------------------------
 
-/// DynamoDB's limit on one item (400 KB).
-pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+pub use super::limits::MAX_ITEM_BYTES;
 
 /// An item's size by DynamoDB's published rules (Developer Guide, "Item sizes and formats"):
 /// each attribute's name in UTF-8 bytes plus its value: a string's UTF-8 bytes, a number's
@@ -674,6 +674,27 @@ fn number_size(n: &str) -> usize {
 /// form, which keeps every token inline, is the largest either way).
 pub fn record_size(record: &Record, format: ItemFormat) -> usize {
     item_size(&record_item(record, Layout { shards: MAX_DUE_SHARDS, ..Layout::of(format) }))
+}
+
+/// The size of a task's item ([`item_size`]): what the in-memory store checks against
+/// [`MAX_ITEM_BYTES`], as DynamoDB checks the item this store writes.
+pub fn task_size(task: &Task) -> usize {
+    item_size(&task_item(task))
+}
+
+/// The size of a receipt's item ([`task_size`]).
+pub fn receipt_size(receipt: &Receipt) -> usize {
+    item_size(&receipt_item(receipt))
+}
+
+/// The size of an inbox entry's item ([`task_size`]).
+pub fn inbox_size(entry: &InboxEntry) -> usize {
+    item_size(&inbox_item(entry, MAX_DUE_SHARDS))
+}
+
+/// The size of a ledger entry's item ([`task_size`]).
+pub fn ledger_size(entry: &LedgerEntry) -> usize {
+    item_size(&ledger_item(entry))
 }
 
 /// At least [`record_size`] in either format, without building the item: what every write checks first, so that
@@ -725,41 +746,6 @@ pub fn record_size_bound(record: &Record) -> usize {
 }
 
 // ---- keys and attribute helpers -------------------------------------------------------------
-
-fn pk(workflow: &WorkflowName, key: &CorrelationKey) -> String {
-    format!("WF#{workflow}#{key}")
-}
-
-const RECORD_SK: &str = "RECORD";
-
-fn task_sk(generation: u32, step: u32) -> String {
-    format!("TASK#{generation:010}#{step:05}")
-}
-
-fn receipt_sk(id: &EventId) -> String {
-    format!("RECEIPT#{id}")
-}
-
-/// An inbox entry's sort key: by step name. Entries buffered before the inbox was kept by name
-/// (no `step_name`) keep their key by index; they are not drained, and expire into the ledger.
-fn inbox_sk(entry: &InboxEntry) -> String {
-    if entry.step_name.is_empty() {
-        return format!("INBOX#{:05}#{}", entry.step, entry.id);
-    }
-    format!("INBOX#{}#{}", entry.step_name, entry.id)
-}
-
-fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
-    format!("LEDGER#{}#{input_id}", reason.as_str())
-}
-
-/// DynamoDB's limit on a sort key, in bytes.
-pub const MAX_SORT_KEY_BYTES: usize = 1024;
-// The longest sort key an input id goes into is `INBOX#<step>#<id>` (the ledger's reasons are
-// shorter than a step name's 40 characters): any id the API accepts must fit it, or its put
-// is refused every time (found by review).
-const _: () =
-    assert!("INBOX#".len() + StepName::MAX_BYTES + "#".len() + EventId::MAX_BYTES <= MAX_SORT_KEY_BYTES);
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
@@ -1708,6 +1694,7 @@ impl WorkflowStore for DynamoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::EventId;
 
     /// The largest record item, by DynamoDB's size rules, over every write of a workflow of
     /// `steps` steps run to success: each step waits about an hour for one callback with a small

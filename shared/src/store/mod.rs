@@ -24,6 +24,7 @@ use crate::lifecycle::{Cause, IgnoreReason, Kind, Record, Write, allowed_prior};
 
 mod compact;
 pub mod dynamodb;
+pub mod limits;
 pub mod memory;
 
 /// How long an inbox entry is kept after its buffer expired, before DynamoDB's TTL deletes it.

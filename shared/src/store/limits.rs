@@ -1,0 +1,139 @@
+//! DynamoDB's limits on keys and items, and the keys baton writes, in one place for both stores.
+//!
+//! The DynamoDB store builds its keys with these functions, and the in-memory store refuses what
+//! DynamoDB would refuse with them: a key longer than DynamoDB takes (partition key 2,048 bytes,
+//! sort key 1,024 bytes, both in UTF-8), and an item over 400 KB. Without that, a simulation
+//! over the in-memory store never sees the `ValidationException` an oversize key or item gets on
+//! AWS (an input id of 256 four-byte characters overflowed the `INBOX#…` sort key and was
+//! dead-lettered `store_rejected` only on AWS). Both stores give the same error for it:
+//! [`StoreError::Rejected`], `store_rejected`, never retried.
+
+use super::{InboxEntry, StoreError};
+use crate::ids::{CorrelationKey, EventId, WorkflowName};
+use crate::lifecycle::IgnoreReason;
+
+/// DynamoDB's limit on one item (400 KB), every kind of item.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+/// DynamoDB's limit on a partition key value, in UTF-8 bytes.
+pub const MAX_PARTITION_KEY_BYTES: usize = 2048;
+/// DynamoDB's limit on a sort key value, in UTF-8 bytes.
+pub const MAX_SORT_KEY_BYTES: usize = 1024;
+
+// The partition key is made of names of bounded length (`WF#<workflow>#<key>`, at most 40 and
+// 128 characters of ASCII): it always fits. The sort keys carry an input id, which may not.
+const _: () = assert!("WF#".len() + WorkflowName::MAX_BYTES + "#".len() + CorrelationKey::MAX_BYTES <= MAX_PARTITION_KEY_BYTES);
+const _: () = assert!(MAX_SORT_KEY_BYTES < MAX_ITEM_BYTES);
+// The longest sort key an input id goes into is `INBOX#<step>#<id>` (the ledger's reasons are
+// shorter than a step name's 40 characters): any id the API accepts must fit it, or its put
+// is refused every time (found by review).
+const _: () = assert!(
+    "INBOX#".len()
+        + crate::ids::StepName::MAX_BYTES
+        + "#".len()
+        + crate::ids::EventId::MAX_BYTES
+        <= MAX_SORT_KEY_BYTES
+);
+
+/// What DynamoDB refuses with a `ValidationException` before it looks at the table. The text
+/// is DynamoDB's own message, so a log reads the same whichever store refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitExceeded {
+    #[error(
+        "ValidationException: One or more parameter values were invalid: Size of hashkey has exceeded the maximum size limit of 2048 bytes ({bytes} bytes)"
+    )]
+    PartitionKey { bytes: usize },
+    #[error(
+        "ValidationException: One or more parameter values were invalid: Aggregated size of all range keys has exceeded the size limit of 1024 bytes ({bytes} bytes)"
+    )]
+    SortKey { bytes: usize },
+    #[error("ValidationException: Item size has exceeded the maximum allowed size ({bytes} bytes)")]
+    ItemSize { bytes: usize },
+}
+
+impl LimitExceeded {
+    /// The store error either store gives for it: what the DynamoDB store maps AWS's
+    /// `ValidationException` to (not throttled, not retryable: rejected).
+    pub fn rejected(self, op: &'static str) -> StoreError {
+        StoreError::Rejected { op, source: Box::new(self) }
+    }
+}
+
+/// Whether DynamoDB takes a request on the item (`pk`, `sk`).
+pub fn check_keys(pk: &str, sk: &str) -> Result<(), LimitExceeded> {
+    if pk.len() > MAX_PARTITION_KEY_BYTES {
+        return Err(LimitExceeded::PartitionKey { bytes: pk.len() });
+    }
+    if sk.len() > MAX_SORT_KEY_BYTES {
+        return Err(LimitExceeded::SortKey { bytes: sk.len() });
+    }
+    Ok(())
+}
+
+/// Whether DynamoDB takes an item of `bytes` ([`super::dynamodb::item_size`]).
+pub fn check_item_size(bytes: usize) -> Result<(), LimitExceeded> {
+    if bytes > MAX_ITEM_BYTES {
+        return Err(LimitExceeded::ItemSize { bytes });
+    }
+    Ok(())
+}
+
+// ---- the keys --------------------------------------------------------------------------------
+
+/// The partition of everything about one (workflow, key).
+pub fn pk(workflow: &WorkflowName, key: &CorrelationKey) -> String {
+    format!("WF#{workflow}#{key}")
+}
+
+/// The record's sort key.
+pub const RECORD_SK: &str = "RECORD";
+
+pub fn task_sk(generation: u32, step: u32) -> String {
+    format!("TASK#{generation:010}#{step:05}")
+}
+
+pub fn receipt_sk(id: &EventId) -> String {
+    format!("RECEIPT#{id}")
+}
+
+/// An inbox entry's sort key: by step name. Entries buffered before the inbox was kept by name
+/// (no `step_name`) keep their key by index; they are not drained, and expire into the ledger.
+pub fn inbox_sk(entry: &InboxEntry) -> String {
+    if entry.step_name.is_empty() {
+        return format!("INBOX#{:05}#{}", entry.step, entry.id);
+    }
+    format!("INBOX#{}#{}", entry.step_name, entry.id)
+}
+
+pub fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
+    format!("LEDGER#{}#{input_id}", reason.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_measured_in_utf8_bytes_not_characters() {
+        // Given an input id of 256 four-byte characters: 1,024 bytes.
+        let id = "😀".repeat(256);
+        // Then its ledger key is refused, though it is only 279 characters long.
+        let sk = ledger_sk(IgnoreReason::BufferExpired, &id);
+        assert_eq!(check_keys("WF#a#b", &sk), Err(LimitExceeded::SortKey { bytes: sk.len() }));
+        assert!(sk.len() > MAX_SORT_KEY_BYTES && sk.chars().count() < 300);
+        // And 1,024 bytes exactly fits.
+        assert_eq!(check_keys("WF#a#b", &"x".repeat(MAX_SORT_KEY_BYTES)), Ok(()));
+        assert!(check_keys(&"p".repeat(MAX_PARTITION_KEY_BYTES + 1), "RECORD").is_err());
+        assert!(check_item_size(MAX_ITEM_BYTES).is_ok());
+        assert_eq!(
+            check_item_size(MAX_ITEM_BYTES + 1),
+            Err(LimitExceeded::ItemSize { bytes: MAX_ITEM_BYTES + 1 })
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_the_error_the_dynamodb_store_gives_a_validation_exception() {
+        use crate::error::Classified;
+        let e = LimitExceeded::SortKey { bytes: 2000 }.rejected("PutItem");
+        assert_eq!((e.error_type(), e.retryable()), ("store_rejected", false));
+    }
+}
