@@ -24,16 +24,20 @@ pub enum Mutation {
     /// The sweeper reads the record before it claims an expired entry's expiry (and so may ledger
     /// an input expired that a drain applies meanwhile).
     ExpireWithoutClaim,
+    /// An SQS batch takes no notice of the invocation's deadline: Lambda kills it mid-batch, with
+    /// no partial batch response (issue 35).
+    IgnoreDeadline,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 6] = [
+    pub const ALL: [Mutation; 7] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
         Mutation::ReceiptBeforeEffect,
         Mutation::Unpinned,
         Mutation::ExpireWithoutClaim,
+        Mutation::IgnoreDeadline,
     ];
 }
 
