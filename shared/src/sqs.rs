@@ -290,15 +290,30 @@ pub const DEADLINE_RESERVE: Duration = Duration::from_secs(5);
 /// The give-back stops this long before the deadline, so the response reaches Lambda in time.
 pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
+/// What one message may take when its dependencies are well, for sizing batches: a start is
+/// about five sequential calls of at most 50 ms at p99.
+pub const MESSAGE_BUDGET: Duration = Duration::from_millis(250);
+
+/// The most messages a batch may hold (template.yaml's `QueueBatchSize` `MaxValue`): what the
+/// time before the reserve carries at [`MESSAGE_BUDGET`] each.
+pub const MAX_BATCH_SIZE: u32 =
+    ((FUNCTION_TIMEOUT.as_millis() - DEADLINE_RESERVE.as_millis()) / MESSAGE_BUDGET.as_millis()) as u32;
+
+/// The longest batching window (template.yaml's `QueueBatchingWindowSeconds` `MaxValue`): the
+/// received messages wait that long before the invocation, within their visibility timeout.
+pub const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(30);
+
 /// The dead-letter reason of a message on its last receive that the deadline cut off and that
 /// could not be sent back to its queue either (RUNBOOK.md).
 pub const DEADLINE_REACHED: &str = "deadline_reached";
 
 // The first message of a batch is never cut off by one slow call: the SDK gives up on a call
 // (a classified error, a verdict) before the reserve is reached.
-const _: () = assert!(SDK_OPERATION_TIMEOUT.as_millis() + DEADLINE_RESERVE.as_millis() <= FUNCTION_TIMEOUT.as_millis());
+const _: () =
+    assert!(SDK_OPERATION_TIMEOUT.as_millis() + DEADLINE_RESERVE.as_millis() <= FUNCTION_TIMEOUT.as_millis());
 // Every message taken gets at least one whole SDK attempt before its cut-off.
-const _: () = assert!(SDK_ATTEMPT_TIMEOUT.as_millis() <= FUNCTION_TIMEOUT.as_millis() - DEADLINE_RESERVE.as_millis());
+const _: () =
+    assert!(SDK_ATTEMPT_TIMEOUT.as_millis() <= FUNCTION_TIMEOUT.as_millis() - DEADLINE_RESERVE.as_millis());
 // The give-back has time of its own, between the reserve and the answer margin.
 const _: () = assert!(ANSWER_MARGIN.as_millis() < DEADLINE_RESERVE.as_millis());
 
@@ -614,7 +629,11 @@ mod tests {
         } else if id.starts_with("hang") {
             std::future::pending::<()>().await;
         } else if id.starts_with("throttled") {
-            return Verdict::Retry { error_type: "store_throttled", detail: "slow down".into(), throttled: true };
+            return Verdict::Retry {
+                error_type: "store_throttled",
+                detail: "slow down".into(),
+                throttled: true,
+            };
         }
         Verdict::Done
     }
@@ -627,7 +646,11 @@ mod tests {
         let deadline = TimerDeadline::after(FUNCTION_TIMEOUT);
         let batch = process_batch(event, port, &deadline, by_id);
         let response = tokio::time::timeout(FUNCTION_TIMEOUT, batch).await.ok()?;
-        assert!(deadline.remaining() >= ANSWER_MARGIN, "answered {:?} before the deadline", deadline.remaining());
+        assert!(
+            deadline.remaining() >= ANSWER_MARGIN,
+            "answered {:?} before the deadline",
+            deadline.remaining()
+        );
         Some(response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect())
     }
 
