@@ -472,7 +472,9 @@ where
         // The batch answers before Lambda's deadline, not when Lambda kills it (sqs.rs).
         let deadline = TimerDeadline::from_epoch_millis(event.context.deadline);
         async move {
-            Ok::<SqsBatchResponse, lambda_runtime::Error>(handler.handle_within(event.payload, &deadline).await)
+            Ok::<SqsBatchResponse, lambda_runtime::Error>(
+                handler.handle_within(event.payload, &deadline).await,
+            )
         }
     }))
     .await
