@@ -306,7 +306,9 @@ pub async fn invoke(
         return;
     }
     world.note(|| format!("  {queue:?} batch {:?}", batch.iter().map(|m| m.id.as_str()).collect::<Vec<_>>()));
-    let mut watch = Unanswered { world: world.clone(), sqs: sqs.clone(), queue, batch, deadline, violations };
+    let actor = world.actor();
+    let mut watch =
+        Unanswered { world: world.clone(), actor, sqs: sqs.clone(), queue, batch, deadline, violations };
     let limit = SimDeadline { world: world.clone(), at: deadline };
     let response = handler.handle_within(event(&watch.batch), &limit).await;
     let batch = std::mem::take(&mut watch.batch);
@@ -324,6 +326,7 @@ pub async fn invoke(
 /// deadline, it was killed by Lambda's timeout: baton took no notice of its deadline.
 struct Unanswered {
     world: Arc<World>,
+    actor: String,
     sqs: Arc<std::sync::Mutex<Sqs>>,
     queue: QueueId,
     batch: Vec<Message>,
@@ -343,7 +346,7 @@ impl Drop for Unanswered {
         let ids: Vec<&str> = self.batch.iter().map(|m| m.id.as_str()).collect();
         lock(&self.violations).push(format!(
             "{} was killed by Lambda's timeout (deadline {}) holding {ids:?}: no batch response, every message back with its receive count raised",
-            self.world.actor(),
+            self.actor,
             self.deadline.time()
         ));
     }
