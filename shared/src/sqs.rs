@@ -354,7 +354,7 @@ where
     let mut records = event.records.into_iter();
     let mut unfinished = Vec::new();
     let mut in_flight = None;
-    while let Some(message) = records.next() {
+    for message in records.by_ref() {
         if heed && deadline.remaining() <= DEADLINE_RESERVE {
             unfinished.push(message);
             break;
