@@ -3,7 +3,8 @@
 //! It does what the mapping does, with the same handler code Lambda calls: long-polls the
 //! queue for a batch (up to the template's `BatchSize`), hands it over as an `SqsEvent`, deletes
 //! the messages the handler did not report in `batchItemFailures`, and leaves the failures to
-//! reappear after the visibility timeout. The queue's redrive policy (from the template) moves a
+//! reappear after the visibility timeout. Each batch has the function's timeout from the
+//! template as its deadline, as on Lambda. The queue's redrive policy (from the template) moves a
 //! message that keeps failing to its dead-letter queue after `maxReceiveCount`; SQS does that,
 //! not this code.
 //!
@@ -21,7 +22,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use baton::runtime::{SDK_ATTEMPT_TIMEOUT, SDK_OPERATION_TIMEOUT};
-use baton::sqs::{SqsHandler, error_chain};
+use baton::sqs::{SqsHandler, TimerDeadline, error_chain};
 
 /// One queue wired to one handler.
 #[derive(Clone, Debug)]
@@ -34,6 +35,8 @@ pub struct Mapping {
     /// Overrides the queue's visibility timeout for received messages (tests use a short one to
     /// see redelivery without waiting minutes).
     pub visibility_timeout: Option<i32>,
+    /// The function's timeout (template.yaml): each batch answers before it, as on Lambda.
+    pub timeout: Duration,
 }
 
 /// Polls until `stop` turns true. Errors talking to SQS are logged and retried after a pause.
@@ -96,7 +99,9 @@ pub async fn run(
             continue;
         }
         let event = to_event(&messages, &mapping.queue_arn);
-        let response = handler.handle(event).await;
+        // Lambda's clock starts at the invocation: so does this one.
+        let deadline = TimerDeadline::after(mapping.timeout);
+        let response = handler.handle_within(event, &deadline).await;
         let failed: HashSet<String> =
             response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
         let done: Vec<DeleteMessageBatchRequestEntry> = messages
@@ -185,4 +190,56 @@ pub fn to_event(messages: &[aws_sdk_sqs::types::Message], queue_arn: &str) -> Sq
         event.records.push(record);
     }
     event
+}
+
+#[cfg(test)]
+mod tests {
+    use baton::sqs::{DEADLINE_RESERVE, FUNCTION_TIMEOUT, MAX_BATCH_SIZE, MAX_BATCHING_WINDOW};
+    use serde_json::Value;
+
+    use crate::template::Template;
+
+    const TEMPLATE: &str = include_str!("../../template.yaml");
+
+    /// A parameter's `MaxValue` in template.yaml.
+    fn max_value(doc: &Value, parameter: &str) -> u64 {
+        let max = &doc["Parameters"][parameter]["MaxValue"];
+        max.as_u64()
+            .or_else(|| max.as_str()?.parse().ok())
+            .unwrap_or_else(|| panic!("{parameter} has a MaxValue"))
+    }
+
+    #[test]
+    fn the_template_keeps_the_timeouts_and_batch_limits_the_deadline_budget_assumes() {
+        let doc: Value = serde_saphyr::from_str(TEMPLATE).expect("template.yaml parses as YAML");
+        let template = Template::parse(TEMPLATE).expect("template.yaml parses");
+        // The batch size and window cannot be raised past what the budget carries.
+        assert_eq!(max_value(&doc, "QueueBatchSize"), u64::from(MAX_BATCH_SIZE));
+        let window = max_value(&doc, "QueueBatchingWindowSeconds");
+        assert_eq!(window, MAX_BATCHING_WINDOW.as_secs());
+        let sqs_functions: Vec<_> = template.functions.iter().filter(|f| !f.sqs_events.is_empty()).collect();
+        assert!(sqs_functions.len() >= 2, "intake and progress are fed by SQS");
+        for function in sqs_functions {
+            let timeout = u64::from(function.timeout_seconds);
+            // process_batch's reserve and const asserts are reckoned on this timeout.
+            assert_eq!(timeout, FUNCTION_TIMEOUT.as_secs(), "{}", function.logical_id);
+            assert!(timeout > DEADLINE_RESERVE.as_secs());
+            for event in &function.sqs_events {
+                assert!(event.report_batch_item_failures, "{}: partial batch responses", function.logical_id);
+                let queue = template
+                    .queues
+                    .iter()
+                    .find(|q| q.logical_id == event.queue_logical_id)
+                    .expect("the event's queue is in the template");
+                let visibility = u64::from(queue.visibility_timeout.unwrap_or(30));
+                // A message held through the longest window and then five invocations (AWS's
+                // six times the timeout) is not received again meanwhile.
+                assert!(
+                    visibility >= window + 5 * timeout,
+                    "{}: visibility {visibility} s < window {window} s + 5 x {timeout} s",
+                    queue.logical_id
+                );
+            }
+        }
+    }
 }

@@ -247,6 +247,7 @@ impl LocalBaton {
                     batch_size: i32::try_from(event.batch_size).unwrap_or(10),
                     wait_seconds: options.wait_seconds,
                     visibility_timeout: options.visibility_timeout,
+                    timeout: Duration::from_secs(function.timeout_seconds.into()),
                 };
                 info!(function = %function_id, queue = %queue.name, batch_size = m.batch_size, "event source mapping started");
                 baton.pollers.push(tokio::spawn(mapping::run(

@@ -23,13 +23,13 @@ use crate::event::Event;
 use crate::ids::CorrelationKey;
 use crate::lifecycle::{Input, Source, StepOutcome};
 use crate::metrics::Metric;
-use crate::sqs::{DeadLetters, SqsHandler, Verdict, process_batch};
+use crate::sqs::{DeadLetters, Deadline, SqsHandler, Verdict, process_batch};
 
 #[async_trait::async_trait]
 impl SqsHandler for Intake {
     /// Handles one SQS batch; the response lists only the messages to redeliver.
-    async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
-        process_batch(event, &*self.dead_letters, |m| self.message(m)).await
+    async fn handle_within(&self, event: SqsEvent, deadline: &dyn Deadline) -> SqsBatchResponse {
+        process_batch(event, &*self.dead_letters, deadline, |m| self.message(m)).await
     }
 }
 

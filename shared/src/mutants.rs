@@ -31,16 +31,20 @@ pub enum Mutation {
     /// must die between its ledger write and its settle, and the index still lag past the
     /// lease); `sim/tests/regressions.rs` provokes it directly.
     TrustIndexStatus,
+    /// An SQS batch takes no notice of the invocation's deadline: Lambda kills it mid-batch, with
+    /// no partial batch response (issue 35).
+    IgnoreDeadline,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 6] = [
+    pub const ALL: [Mutation; 7] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
         Mutation::ReceiptBeforeEffect,
         Mutation::Unpinned,
         Mutation::ExpireWithoutClaim,
+        Mutation::IgnoreDeadline,
     ];
 }
 

@@ -25,7 +25,7 @@ use crate::engine::Engine;
 use crate::ids::{CorrelationKey, TaskToken, WorkflowName};
 use crate::lifecycle::{Finish, Input};
 use crate::metrics::Metric;
-use crate::sqs::{DeadLetters, SqsHandler, Verdict, process_batch};
+use crate::sqs::{DeadLetters, Deadline, SqsHandler, Verdict, process_batch};
 
 /// A report from a state machine, as the generated ASL writes it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -172,8 +172,8 @@ pub fn parse_report<'c>(
 #[async_trait::async_trait]
 impl SqsHandler for Progress {
     /// Handles one SQS batch; the response lists only the messages to redeliver.
-    async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
-        process_batch(event, &*self.dead_letters, |m| self.message(m)).await
+    async fn handle_within(&self, event: SqsEvent, deadline: &dyn Deadline) -> SqsBatchResponse {
+        process_batch(event, &*self.dead_letters, deadline, |m| self.message(m)).await
     }
 }
 

@@ -24,7 +24,7 @@ use crate::callback::Callbacks;
 use crate::error::Classified;
 use crate::ids::TaskToken;
 use crate::secrets::{RotatingSecrets, SecretsManager};
-use crate::sqs::{DeadLetters, SqsDeadLetters, SqsHandler, error_chain};
+use crate::sqs::{DeadLetters, SqsDeadLetters, SqsHandler, TimerDeadline, error_chain};
 use crate::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore, ItemFormat, MAX_DUE_SHARDS, TOKEN_INLINE_MAX};
 use crate::sweeper::Sweeper;
 use crate::webhook::Secrets;
@@ -469,7 +469,13 @@ where
     let handler = Arc::new(make(started.engine, dead_letters));
     lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<SqsEvent>| {
         let handler = handler.clone();
-        async move { Ok::<SqsBatchResponse, lambda_runtime::Error>(handler.handle(event.payload).await) }
+        // The batch answers before Lambda's deadline, not when Lambda kills it (sqs.rs).
+        let deadline = TimerDeadline::from_epoch_millis(event.context.deadline);
+        async move {
+            Ok::<SqsBatchResponse, lambda_runtime::Error>(
+                handler.handle_within(event.payload, &deadline).await,
+            )
+        }
     }))
     .await
 }

@@ -287,7 +287,16 @@ impl Stack {
             QueueId::Intake => self.live().intake.clone(),
             _ => self.live().progress.clone(),
         };
-        let future = crate::sqs::invoke(self.world.clone(), self.sqs.clone(), queue, handler);
+        // Lambda's clock starts with the invocation, as the executor's timeout does.
+        let deadline = self.world.now() + crate::world::FUNCTION_TIMEOUT;
+        let future = crate::sqs::invoke(
+            self.world.clone(),
+            self.sqs.clone(),
+            queue,
+            handler,
+            deadline,
+            self.violations.clone(),
+        );
         self.world.spawn(
             format!("{queue:?}#{}", self.world.next_id()),
             ActorKind::Invocation,

@@ -6,7 +6,16 @@
 //!   (a crashed invocation never deletes it);
 //! - `maxReceiveCount`: a message received more often than that is moved to the queue's
 //!   dead-letter queue by the redrive policy, with no reason attached;
-//! - partial batch failures: the mapping deletes only the messages the handler did not report.
+//! - partial batch failures: the mapping deletes only the messages the handler did not report;
+//! - Lambda's limits: batches of up to the template's `QueueBatchSize` (`MaxValue`), gathered
+//!   through a batching window of up to its `MaxValue` (the messages wait it out, invisible,
+//!   before the invocation starts); the function's timeout, a deadline an invocation can run
+//!   past, and is killed at (no batch response: every message of the batch comes back after
+//!   the visibility timeout with its receive count raised); a message of more than 256 KiB,
+//!   attributes counted, is refused.
+//!
+//! baton answers before the deadline (`baton::sqs::process_batch`): an SQS invocation killed by
+//! its timeout while holding a batch is a violation.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -38,6 +47,8 @@ pub struct Message {
     pub receipt: u64,
     /// The receive whose handler last returned (less than `receive_count`: the invocation died).
     pub handled: u32,
+    /// The receive whose invocation Lambda killed at its timeout (baton's fault, not a crash).
+    pub timed_out: u32,
 }
 
 /// Set on a message SQS redrove after an invocation died on its last receive: baton never got
@@ -66,6 +77,19 @@ pub struct Sqs {
 pub const MAX_RECEIVE_COUNT: u32 = 5;
 pub const VISIBILITY: Duration = Duration::seconds(180);
 
+/// SQS's largest message: body, and each attribute's name, type and value.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// A message's size as SQS counts it (every attribute typed `String` here).
+pub fn message_size(body: &str, attributes: &BTreeMap<String, String>) -> usize {
+    body.len()
+        + attributes.iter().map(|(name, value)| name.len() + "String".len() + value.len()).sum::<usize>()
+}
+
+/// SQS refused a send: the message is over [`MAX_MESSAGE_BYTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLarge(pub usize);
+
 impl Default for Sqs {
     fn default() -> Self {
         let work = |dlq| Queue {
@@ -89,6 +113,7 @@ impl Default for Sqs {
 }
 
 impl Sqs {
+    /// Sends a message that fits: for senders outside baton, whose messages are small.
     pub fn send(
         &mut self,
         queue: QueueId,
@@ -96,6 +121,24 @@ impl Sqs {
         attributes: BTreeMap<String, String>,
         now: OffsetDateTime,
     ) -> String {
+        match self.try_send(queue, body, attributes, now) {
+            Ok(id) => id,
+            Err(TooLarge(size)) => panic!("a sender outside baton sent {size} bytes, over SQS's limit"),
+        }
+    }
+
+    /// Sends a message, or refuses it as SQS does one over [`MAX_MESSAGE_BYTES`].
+    pub fn try_send(
+        &mut self,
+        queue: QueueId,
+        body: String,
+        attributes: BTreeMap<String, String>,
+        now: OffsetDateTime,
+    ) -> Result<String, TooLarge> {
+        let size = message_size(&body, &attributes);
+        if size > MAX_MESSAGE_BYTES {
+            return Err(TooLarge(size));
+        }
         self.next += 1;
         let id = format!("m{}", self.next);
         let q = self.queues.get_mut(&queue).expect("a queue");
@@ -107,8 +150,9 @@ impl Sqs {
             visible_at: now,
             receipt: 0,
             handled: 0,
+            timed_out: 0,
         });
-        id
+        Ok(id)
     }
 
     /// Receives up to `max` visible messages, in the order `order` shuffles them into. A message
@@ -118,6 +162,19 @@ impl Sqs {
         queue: QueueId,
         max: usize,
         now: OffsetDateTime,
+        order: &mut dyn FnMut(usize) -> usize,
+    ) -> Vec<Message> {
+        self.receive_held(queue, max, now, Duration::ZERO, order)
+    }
+
+    /// [`Sqs::receive`], for a batch the mapping's batching window has `held` that long already
+    /// (their visibility timeout started then).
+    pub fn receive_held(
+        &mut self,
+        queue: QueueId,
+        max: usize,
+        now: OffsetDateTime,
+        held: Duration,
         order: &mut dyn FnMut(usize) -> usize,
     ) -> Vec<Message> {
         let q = self.queues.get_mut(&queue).expect("a queue");
@@ -141,7 +198,7 @@ impl Sqs {
                 redriven.push(i);
                 continue;
             }
-            m.visible_at = now + visibility;
+            m.visible_at = now + visibility - held;
             m.receipt = self.next;
             taken.push(m.clone());
         }
@@ -149,7 +206,9 @@ impl Sqs {
         let moved: Vec<Message> = redriven.into_iter().rev().map(|i| q.messages.remove(i)).collect();
         if let Some(dlq) = dlq {
             for mut m in moved.into_iter().rev() {
-                if m.handled + 1 < m.receive_count {
+                // Died on its last receive: a crash, not Lambda's timeout, which baton answers
+                // before (the killed invocation is a violation of its own).
+                if m.handled + 1 < m.receive_count && m.timed_out + 1 < m.receive_count {
                     m.attributes.insert(DIED_ATTRIBUTE.to_owned(), "true".to_owned());
                 }
                 m.visible_at = now;
@@ -164,6 +223,14 @@ impl Sqs {
     pub fn delete(&mut self, queue: QueueId, id: &str, receipt: u64) {
         let q = self.queues.get_mut(&queue).expect("a queue");
         q.messages.retain(|m| !(m.id == id && m.receipt == receipt));
+    }
+
+    /// Notes that Lambda killed the invocation holding receive `count` of a message.
+    pub fn timed_out(&mut self, queue: QueueId, id: &str, count: u32) {
+        if let Some(m) = self.queues.get_mut(&queue).and_then(|q| q.messages.iter_mut().find(|m| m.id == id))
+        {
+            m.timed_out = m.timed_out.max(count);
+        }
     }
 
     /// Notes that the handler returned for receive `count` of a message.
@@ -210,25 +277,41 @@ pub fn event(messages: &[Message]) -> SqsEvent {
     event
 }
 
-/// One invocation of a function by its event source mapping: receive a batch, hand it to the
-/// handler, delete what the handler did not report as failed. Crashing it leaves the batch in
-/// flight, to come back after the visibility timeout.
+/// One invocation of a function by its event source mapping: receive a batch (of up to the
+/// template's largest, held through a window of up to its longest), hand it to the handler with
+/// the invocation's `deadline`, delete what the handler did not report as failed. Crashing it
+/// leaves the batch in flight, to come back after the visibility timeout; so does Lambda killing
+/// it at its deadline, which is also a violation.
 pub async fn invoke(
     world: Arc<World>,
     sqs: Arc<std::sync::Mutex<Sqs>>,
     queue: QueueId,
     handler: Arc<dyn SqsHandler>,
+    deadline: OffsetDateTime,
+    violations: Arc<std::sync::Mutex<Vec<String>>>,
 ) {
     let now = world.now();
+    // Mostly the template's default of 10; now and then a larger batch, through a window.
+    let (size, held) = if world.chance(0.2) {
+        let window = Duration::seconds(world.below(baton::sqs::MAX_BATCHING_WINDOW.as_secs() + 1) as i64);
+        (world.below(u64::from(baton::sqs::MAX_BATCH_SIZE)) as usize + 1, window)
+    } else {
+        (10, Duration::ZERO)
+    };
     let batch = {
         let mut order = |n: usize| world.below(n as u64) as usize;
-        lock(&sqs).receive(queue, 10, now, &mut order)
+        lock(&sqs).receive_held(queue, size, now, held, &mut order)
     };
     if batch.is_empty() {
         return;
     }
     world.note(|| format!("  {queue:?} batch {:?}", batch.iter().map(|m| m.id.as_str()).collect::<Vec<_>>()));
-    let response = handler.handle(event(&batch)).await;
+    let actor = world.actor();
+    let mut watch =
+        Unanswered { world: world.clone(), actor, sqs: sqs.clone(), queue, batch, deadline, violations };
+    let limit = SimDeadline { world: world.clone(), at: deadline };
+    let response = handler.handle_within(event(&watch.batch), &limit).await;
+    let batch = std::mem::take(&mut watch.batch);
     let failed: Vec<String> = response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
     let mut sqs = lock(&sqs);
     for m in &batch {
@@ -236,6 +319,82 @@ pub async fn invoke(
         if !failed.contains(&m.id) {
             sqs.delete(queue, &m.id, m.receipt);
         }
+    }
+}
+
+/// A batch in the hands of an invocation that has not answered yet. Dropped so, past its
+/// deadline, it was killed by Lambda's timeout: baton took no notice of its deadline.
+struct Unanswered {
+    world: Arc<World>,
+    actor: String,
+    sqs: Arc<std::sync::Mutex<Sqs>>,
+    queue: QueueId,
+    batch: Vec<Message>,
+    deadline: OffsetDateTime,
+    violations: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if self.batch.is_empty() || self.world.now() <= self.deadline {
+            return;
+        }
+        let mut sqs = lock(&self.sqs);
+        for m in &self.batch {
+            sqs.timed_out(self.queue, &m.id, m.receive_count);
+        }
+        let ids: Vec<&str> = self.batch.iter().map(|m| m.id.as_str()).collect();
+        lock(&self.violations).push(format!(
+            "{} was killed by Lambda's timeout (deadline {}) holding {ids:?}: no batch response, every message back with its receive count raised",
+            self.actor,
+            self.deadline.time()
+        ));
+    }
+}
+
+/// An invocation's deadline on the virtual clock. Its cut-offs are armed in the world, so that
+/// no latency jumps past one unseen (`World::arm`).
+pub struct SimDeadline {
+    pub world: Arc<World>,
+    pub at: OffsetDateTime,
+}
+
+impl baton::sqs::Deadline for SimDeadline {
+    fn remaining(&self) -> std::time::Duration {
+        (self.at - self.world.now()).try_into().unwrap_or(std::time::Duration::ZERO)
+    }
+
+    fn down_to(
+        &self,
+        left: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        let at = self.at - Duration::try_from(left).unwrap_or(Duration::MAX);
+        Box::pin(CutOff { id: self.world.arm(at), world: self.world.clone(), at })
+    }
+}
+
+/// A cut-off armed in the world until it is seen or dropped.
+struct CutOff {
+    world: Arc<World>,
+    id: u64,
+    at: OffsetDateTime,
+}
+
+impl std::future::Future for CutOff {
+    type Output = ();
+    fn poll(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.world.now() >= self.at {
+            self.world.disarm(self.id);
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    }
+}
+
+impl Drop for CutOff {
+    fn drop(&mut self) {
+        self.world.disarm(self.id);
     }
 }
 
@@ -279,12 +438,11 @@ impl DeadLetterQueue for SimDeadLetters {
         if let Some(id) = &message.message_id {
             attributes.insert(SOURCE_ATTRIBUTE.to_owned(), id.clone());
         }
-        lock(&self.sqs).send(
-            self.queue,
-            message.body.clone().unwrap_or_default(),
-            attributes,
-            self.world.now(),
-        );
+        let body = message.body.clone().unwrap_or_default();
+        if let Err(TooLarge(size)) = lock(&self.sqs).try_send(self.queue, body, attributes, self.world.now())
+        {
+            return Err(too_large(size));
+        }
         match fault {
             Fault::After => {
                 // The reasoned copy landed, but the function does not know: it fails the
@@ -313,7 +471,12 @@ impl DeadLetterQueue for SimDeadLetters {
         // The copy becomes visible after the delay, as SQS's DelaySeconds makes it.
         let now = self.world.now();
         let mut sqs = lock(&self.sqs);
-        let id = sqs.send(source, message.body.clone().unwrap_or_default(), BTreeMap::new(), now);
+        let count = (baton::sqs::requeues(message) + 1).to_string();
+        let attributes = BTreeMap::from([(baton::sqs::REQUEUES_ATTRIBUTE.to_owned(), count)]);
+        let id = match sqs.try_send(source, message.body.clone().unwrap_or_default(), attributes, now) {
+            Ok(id) => id,
+            Err(TooLarge(size)) => return Err(too_large(size)),
+        };
         if let Some(copy) =
             sqs.queues.get_mut(&source).and_then(|q| q.messages.iter_mut().find(|m| m.id == id))
         {
@@ -328,5 +491,60 @@ impl DeadLetterQueue for SimDeadLetters {
 
     fn max_receive_count(&self) -> u32 {
         MAX_RECEIVE_COUNT
+    }
+}
+
+/// SQS's answer to a message over its limit: a client error, never retried.
+fn too_large(size: usize) -> DeadLetterError {
+    DeadLetterError {
+        retryable: false,
+        source: format!("InvalidParameterValue: message of {size} bytes, attributes counted, is longer than {MAX_MESSAGE_BYTES}").into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use baton::sqs::Deadline;
+
+    use super::*;
+
+    fn world() -> Arc<World> {
+        World::new(1, OffsetDateTime::from_unix_timestamp(crate::EPOCH).expect("a time"), false)
+    }
+
+    #[test]
+    fn a_message_over_256_kib_with_its_attributes_is_refused_as_sqs_refuses_it() {
+        let (mut sqs, now) = (Sqs::default(), OffsetDateTime::UNIX_EPOCH);
+        let fits = "x".repeat(MAX_MESSAGE_BYTES - 20);
+        assert!(sqs.try_send(QueueId::IntakeDlq, fits.clone(), BTreeMap::new(), now).is_ok());
+        let reason = BTreeMap::from([(REASON_ATTRIBUTE.to_owned(), "malformed_event".to_owned())]);
+        let over = sqs.try_send(QueueId::IntakeDlq, fits, reason, now);
+        assert_eq!(over, Err(TooLarge(MAX_MESSAGE_BYTES - 20 + "baton_reasonStringmalformed_event".len())));
+        assert_eq!(sqs.messages(QueueId::IntakeDlq).len(), 1, "the refused one is not there");
+    }
+
+    #[test]
+    fn no_latency_jumps_past_an_armed_cut_off_until_its_racer_sees_it() {
+        // Given an invocation racing its work against a cut-off 5 s before its deadline
+        let world = world();
+        let start = world.now();
+        let deadline = SimDeadline { world: world.clone(), at: start + Duration::seconds(30) };
+        let mut cut = deadline.down_to(std::time::Duration::from_secs(5));
+        // When a slow call would take the clock past it
+        world.advance(Duration::seconds(40));
+        // Then the clock stops at the cut-off, the racer sees it, and time goes on
+        assert_eq!(world.now(), start + Duration::seconds(25));
+        assert_eq!(deadline.remaining(), std::time::Duration::from_secs(5));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(cut.as_mut().poll(&mut cx).is_ready());
+        world.advance(Duration::seconds(40));
+        assert_eq!(world.now(), start + Duration::seconds(65));
+        assert_eq!(deadline.remaining(), std::time::Duration::ZERO);
+        // And a cut-off dropped unseen (its racer finished first) stops nothing
+        drop(deadline.down_to(std::time::Duration::from_secs(1)));
+        let deadline = SimDeadline { world: world.clone(), at: world.now() + Duration::seconds(30) };
+        drop(deadline.down_to(std::time::Duration::from_secs(5)));
+        world.advance(Duration::seconds(40));
+        assert_eq!(world.now(), start + Duration::seconds(105));
     }
 }

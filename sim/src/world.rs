@@ -80,7 +80,7 @@ pub enum ActorKind {
 }
 
 /// The functions' timeout (template.yaml: 30 s; the sweeper's 60 s is not needed here).
-pub const FUNCTION_TIMEOUT: Duration = Duration::seconds(30);
+pub const FUNCTION_TIMEOUT: Duration = Duration::seconds(baton::sqs::FUNCTION_TIMEOUT.as_secs() as i64);
 
 struct Actor {
     name: String,
@@ -114,6 +114,10 @@ pub struct World {
     pub died: Mutex<std::collections::BTreeSet<String>>,
     /// Faults a test asks for, by operation: the next call of that operation gets it.
     scripted: Mutex<Vec<(&'static str, Fault)>>,
+    /// The cut-offs invocations race their work against (their deadline's timers), by id. The
+    /// clock stops at the earliest until its racer has seen it: a timer fires on time, however
+    /// slow the call it interrupts, where a latency fault would otherwise jump past it.
+    cutoffs: Mutex<BTreeMap<u64, OffsetDateTime>>,
 }
 
 impl World {
@@ -131,6 +135,7 @@ impl World {
             wakes: Mutex::new(Vec::new()),
             died: Mutex::new(std::collections::BTreeSet::new()),
             scripted: Mutex::new(Vec::new()),
+            cutoffs: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -139,14 +144,30 @@ impl World {
     }
 
     pub fn advance(&self, by: Duration) {
-        *lock(&self.now) += by;
+        let to = self.now() + by;
+        self.set_now(to);
     }
 
     pub fn set_now(&self, to: OffsetDateTime) {
         let mut now = lock(&self.now);
+        let cut = lock(&self.cutoffs).values().min().copied();
+        let to = cut.map_or(to, |cut| to.min(cut.max(*now)));
         if to > *now {
             *now = to;
         }
+    }
+
+    /// Arms a cut-off at `at` (see `cutoffs`); the id disarms it.
+    pub fn arm(&self, at: OffsetDateTime) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.cutoffs).insert(id, at);
+        lock(&self.wakes).push(at);
+        id
+    }
+
+    /// Disarms the cut-off `id`: its racer has seen it, or has finished first.
+    pub fn disarm(&self, id: u64) {
+        lock(&self.cutoffs).remove(&id);
     }
 
     /// The earliest time a sleeping actor wakes, after now.
