@@ -431,10 +431,8 @@ mod forged_signature {
 
     #[divan::bench]
     fn before(bencher: Bencher) {
-        let keys: Vec<Vec<u8>> = [SECRET, OTHER]
-            .iter()
-            .map(|s| STANDARD.decode(&s["whsec_".len()..]).expect("base64"))
-            .collect();
+        let keys: Vec<Vec<u8>> =
+            [SECRET, OTHER].iter().map(|s| STANDARD.decode(&s["whsec_".len()..]).expect("base64")).collect();
         let (header, body) = (header(), body());
         bencher.bench(|| black_box(verify_before(&keys, black_box(&header), black_box(&body))));
     }
@@ -445,7 +443,8 @@ mod forged_signature {
         let (header, body) = (header(), body());
         let now = OffsetDateTime::from_unix_timestamp(TS).expect("a time");
         bencher.bench(|| {
-            black_box(secrets.verify(Some("msg"), Some("1614265330"), Some(black_box(&header)), &body, now)).is_err()
+            black_box(secrets.verify(Some("msg"), Some("1614265330"), Some(black_box(&header)), &body, now))
+                .is_err()
         });
     }
 
@@ -457,7 +456,8 @@ mod forged_signature {
         let body = body();
         let now = OffsetDateTime::from_unix_timestamp(TS).expect("a time");
         bencher.bench(|| {
-            black_box(secrets.verify(Some("msg"), Some("1614265330"), Some(black_box(&header)), &body, now)).is_err()
+            black_box(secrets.verify(Some("msg"), Some("1614265330"), Some(black_box(&header)), &body, now))
+                .is_err()
         });
     }
 }

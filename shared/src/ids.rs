@@ -103,7 +103,7 @@ fn check(
     if len > max {
         return Err(IdError::TooLong { kind, len, max });
     }
-    if value.len() > max_bytes {
+    if value.len() > max_bytes && !crate::mutants::active(crate::mutants::Mutation::IdWithoutByteLimit) {
         return Err(IdError::TooManyBytes { kind, len: value.len(), max: max_bytes });
     }
     if let Some(ch) = value.chars().find(|c| !ok(*c)) {

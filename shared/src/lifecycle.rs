@@ -893,8 +893,11 @@ fn on_start(
 
 fn fail_token(token: &TaskToken, error: &str, cause: &str) -> Effect {
     // Checked at the edge (callbacks, cancel): a failure Step Functions refuses is owed forever.
-    debug_assert!(failure_text_fits("error", error, MAX_FAILURE_ERROR_CHARS).is_ok());
-    debug_assert!(failure_text_fits("cause", cause, MAX_FAILURE_CAUSE_CHARS).is_ok());
+    // (The planted bug that skips that check is left for the simulation's model to catch.)
+    if !crate::mutants::active(crate::mutants::Mutation::UncheckedFailureText) {
+        debug_assert!(failure_text_fits("error", error, MAX_FAILURE_ERROR_CHARS).is_ok());
+        debug_assert!(failure_text_fits("cause", cause, MAX_FAILURE_CAUSE_CHARS).is_ok());
+    }
     Effect::SendTaskFailure { token: token.clone(), error: error.to_owned(), cause: cause.to_owned() }
 }
 

@@ -34,10 +34,18 @@ pub enum Mutation {
     /// An SQS batch takes no notice of the invocation's deadline: Lambda kills it mid-batch, with
     /// no partial batch response (issue 35).
     IgnoreDeadline,
+    /// A callback's `error` and `cause` are not checked against what SendTaskFailure takes: the
+    /// step is answered `applied` and its failure is refused by Step Functions every time.
+    /// Only a Step Functions model that keeps AWS's lengths shows it (issue 35).
+    UncheckedFailureText,
+    /// An input id is limited in characters but not in bytes: 256 four-byte characters pass,
+    /// and the `INBOX#`/`LEDGER#` sort keys built from them exceed DynamoDB's 1,024 bytes.
+    /// Only a store that keeps DynamoDB's key limits shows it (issue 35).
+    IdWithoutByteLimit,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 9] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
@@ -45,6 +53,8 @@ impl Mutation {
         Mutation::Unpinned,
         Mutation::ExpireWithoutClaim,
         Mutation::IgnoreDeadline,
+        Mutation::UncheckedFailureText,
+        Mutation::IdWithoutByteLimit,
     ];
 }
 

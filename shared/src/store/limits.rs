@@ -21,16 +21,15 @@ pub const MAX_SORT_KEY_BYTES: usize = 1024;
 
 // The partition key is made of names of bounded length (`WF#<workflow>#<key>`, at most 40 and
 // 128 characters of ASCII): it always fits. The sort keys carry an input id, which may not.
-const _: () = assert!("WF#".len() + WorkflowName::MAX_BYTES + "#".len() + CorrelationKey::MAX_BYTES <= MAX_PARTITION_KEY_BYTES);
+const _: () = assert!(
+    "WF#".len() + WorkflowName::MAX_BYTES + "#".len() + CorrelationKey::MAX_BYTES <= MAX_PARTITION_KEY_BYTES
+);
 const _: () = assert!(MAX_SORT_KEY_BYTES < MAX_ITEM_BYTES);
 // The longest sort key an input id goes into is `INBOX#<step>#<id>` (the ledger's reasons are
 // shorter than a step name's 40 characters): any id the API accepts must fit it, or its put
 // is refused every time (found by review).
 const _: () = assert!(
-    "INBOX#".len()
-        + crate::ids::StepName::MAX_BYTES
-        + "#".len()
-        + crate::ids::EventId::MAX_BYTES
+    "INBOX#".len() + crate::ids::StepName::MAX_BYTES + "#".len() + crate::ids::EventId::MAX_BYTES
         <= MAX_SORT_KEY_BYTES
 );
 
