@@ -1124,6 +1124,168 @@ mod tests {
         }
     }
 
+    // ---- adversarial review: early inputs against the store (in-memory) -------------------
+
+    struct NoOrchestrator;
+
+    #[async_trait::async_trait]
+    impl Orchestrator for NoOrchestrator {
+        async fn start_execution(
+            &self,
+            _: &StartExecution,
+        ) -> Result<crate::orchestrator::Started, OrchestratorError> {
+            unimplemented!()
+        }
+        async fn send_task_success(
+            &self,
+            _: &crate::ids::TaskToken,
+            _: &Value,
+        ) -> Result<(), OrchestratorError> {
+            unimplemented!()
+        }
+        async fn send_task_failure(
+            &self,
+            _: &crate::ids::TaskToken,
+            _: &str,
+            _: &str,
+        ) -> Result<(), OrchestratorError> {
+            unimplemented!()
+        }
+        async fn send_task_heartbeat(&self, _: &crate::ids::TaskToken) -> Result<(), OrchestratorError> {
+            unimplemented!()
+        }
+        async fn describe(&self, _: &str) -> Result<crate::orchestrator::ExecutionInfo, OrchestratorError> {
+            unimplemented!()
+        }
+        async fn history(
+            &self,
+            _: &str,
+        ) -> Result<Vec<crate::orchestrator::HistoryEvent>, OrchestratorError> {
+            unimplemented!()
+        }
+        async fn stop_execution(&self, _: &str, _: &str, _: &str) -> Result<(), OrchestratorError> {
+            unimplemented!()
+        }
+    }
+
+    struct NoPublisher;
+
+    #[async_trait::async_trait]
+    impl TaskPublisher for NoPublisher {
+        async fn publish(&self, _: &crate::store::Task) -> Result<(), PublishError> {
+            unimplemented!()
+        }
+    }
+
+    const STEPS: &str = "      - { name: review, timeout: 1h }\n      - { name: pay, timeout: 1h, accepts_events: { type: [\"paid\"] } }\n";
+
+    fn engine() -> Engine {
+        let config = Config::parse(&format!(
+            "workflows:\n  w:\n    start: {{ when: {{ type: [\"s\"] }}, key: /subject }}\n    steps:\n{STEPS}"
+        ))
+        .expect("valid");
+        let now = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        Engine {
+            config: Arc::new(config),
+            store: Arc::new(crate::store::memory::MemoryStore::new()),
+            orchestrator: Arc::new(NoOrchestrator),
+            publisher: Arc::new(NoPublisher),
+            state_machine_prefix: "arn:aws:states:us-east-1:1:stateMachine:t-".into(),
+            state_machine_alias: None,
+            metrics: Metrics::to(Box::new(std::io::sink())),
+            clock: Arc::new(move || now),
+            write_ids: Arc::new(|| "w".into()),
+            versions: Default::default(),
+        }
+    }
+
+    fn sized(id: &str, step: u32, source: Source, bytes: usize) -> Input {
+        let mut data = serde_json::Map::new();
+        data.insert("blob".into(), Value::String("x".repeat(bytes)));
+        Input::StepInput {
+            id: crate::ids::EventId::parse(id).unwrap(),
+            hash: format!("h-{id}-{source:?}"),
+            source,
+            step,
+            outcome: StepOutcome::Succeeded,
+            data,
+            generation: None,
+        }
+    }
+
+    /// Invariant 4: different generations are bounded separately. Early inputs buffered for
+    /// generation 1 (which never reach generation 2: a drain skips them, they only expire) must
+    /// not use up generation 2's budget for the same step.
+    #[tokio::test]
+    async fn early_inputs_of_another_generation_do_not_count_against_this_ones_budget() {
+        let engine = engine();
+        let w = engine.config.workflows[0].clone();
+        let key = CorrelationKey::parse("k").unwrap();
+        let now = engine.now();
+        // Given generation 1's inbox for step 0 holding 2 x 60 KiB (under 128 KiB)
+        for id in ["g1-a", "g1-b"] {
+            let out =
+                engine.buffer(&w, &key, &sized(id, 0, Source::Callback, 60 * 1024), 1, 0, now).await.unwrap();
+            assert_eq!(out, None, "{id} buffered");
+        }
+        // When generation 2's first early input, 60 KiB, arrives for the same step
+        let out =
+            engine.buffer(&w, &key, &sized("g2-a", 0, Source::Callback, 60 * 1024), 2, 0, now).await.unwrap();
+        // Then it is buffered: generation 2 has nothing buffered yet
+        assert_eq!(out, None, "generation 2's only early input refused because of generation 1's");
+    }
+
+    /// Invariant 5: an event and a callback with the same id are different inputs. Applied to a
+    /// waiting step both count; buffered early, the callback must not be refused as a reuse of
+    /// the event's id (nor folded into it).
+    #[tokio::test]
+    async fn an_early_callback_with_the_id_of_an_early_event_is_a_different_input() {
+        let engine = engine();
+        let w = engine.config.workflows[0].clone();
+        let key = CorrelationKey::parse("k").unwrap();
+        let now = engine.now();
+        // Given an early domain event with id "same" buffered for step 1 (pay takes events)
+        let event = sized("same", 1, Source::Event, 10);
+        assert_eq!(engine.buffer(&w, &key, &event, 1, 1, now).await.unwrap(), None);
+        // When a callback for the same step carries the same id (its webhook-id)
+        let callback = sized("same", 1, Source::Callback, 10);
+        let out = engine.buffer(&w, &key, &callback, 1, 1, now).await.unwrap();
+        // Then it is buffered as an input of its own
+        assert_eq!(out, None, "the callback was not buffered as an input of its own");
+        let inbox = engine.store.inbox(&w.name, &key, "pay").await.unwrap();
+        assert_eq!(
+            inbox.len(),
+            2,
+            "both inputs buffered: {:?}",
+            inbox.iter().map(|e| &e.input).collect::<Vec<_>>()
+        );
+    }
+
+    /// Invariant 2 (callbacks_refused), held by the engine too: a callback never reaches a step
+    /// that refuses callbacks in the record's own config version, as an event never reaches one
+    /// that takes no events there. The edge checks only the version that names the step first.
+    #[test]
+    fn a_callback_never_reaches_a_step_that_refuses_callbacks_in_the_records_version() {
+        // The record runs v1, where pay takes domain events only
+        let v1 = workflow(
+            "      - { name: review, timeout: 1h }\n      - { name: pay, timeout: 1h, accepts_callbacks: false, accepts_events: { type: [\"paid\"] } }\n",
+        );
+        // The callback was admitted under v2 (the deployed one), where pay takes callbacks
+        let v2 = workflow(
+            "      - { name: review, timeout: 1h }\n      - { name: pay, timeout: 1h, accepts_events: { type: [\"paid\"] } }\n",
+        );
+        let mut v1 = v1;
+        v1.config_version = "v1".into();
+        let mut v2 = v2;
+        v2.config_version = "v2".into();
+        assert!(!v1.steps[1].accepts_callbacks && v2.steps[1].accepts_callbacks);
+        assert_eq!(
+            step_of(&pin_step(&input(1, Source::Callback), &v2, &v1)),
+            u32::MAX,
+            "a callback admitted under v2 reaches v1's pay, which refuses callbacks"
+        );
+    }
+
     #[test]
     fn an_input_read_under_another_version_is_found_again_by_step_name() {
         let v1 = workflow(
