@@ -885,6 +885,41 @@ mod tests {
         }
     }
 
+    /// A 400 names the field that is wrong: an integer past 64 bits in `generation` is a bad
+    /// generation, not bad `data` (the body may carry no `data` at all).
+    #[test]
+    fn an_integer_past_64_bits_outside_data_names_its_own_field() {
+        let body = r#"{"workflow":"w","key":"k","step":"s","outcome":"succeeded","generation":18446744073709551616}"#;
+        assert_eq!(field_of(body).0, "generation");
+    }
+
+    /// Attacks on the scanner that held (coverage): escapes, `\\"`, whitespace, negative zero,
+    /// exponents, nested arrays, number-like keys.
+    #[test]
+    fn the_integer_scanner_is_not_fooled_by_strings_escapes_or_exponents() {
+        let body = |data: &str| {
+            format!(r#"{{"workflow":"w","key":"k","step":"s","outcome":"succeeded","data":{data}}}"#)
+        };
+        for bad in [
+            r#"{"a\\": 99999999999999999999}"#,
+            r#"{"a\\\"": 99999999999999999999}"#,
+            r#"{"a":"\\"  ,  "b":[[[ -99999999999999999999 ]]]}"#,
+            "{\"a\":\n\t\r 99999999999999999999}",
+            r#"{"18446744073709551616": 18446744073709551616}"#,
+            r#"{"a": "\u0022", "b": 18446744073709551616}"#,
+        ] {
+            assert_eq!(field_of(&body(bad)).0, "data", "{bad}");
+        }
+        for fine in [
+            r#"{"a": -0, "b": 0, "c": -0.0, "d": 1e19, "e": 1E+30}"#,
+            r#"{"18446744073709551616": 1}"#,
+            r#"{"a": "\\\\18446744073709551616\\\\"}"#,
+            r#"{"a": ["\"", 18446744073709551615, -9223372036854775808]}"#,
+        ] {
+            assert!(parse_body(body(fine).as_bytes()).is_ok(), "{fine}");
+        }
+    }
+
     #[test]
     fn a_failed_outcome_carries_error_and_cause() {
         let c = parse_body(
