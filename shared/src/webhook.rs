@@ -450,4 +450,45 @@ mod tests {
             SecretError::Scope { index: 0, entry: "Billing/x/y".into() }
         );
     }
+
+    /// Attacks that held (coverage): scopes refuse prefixes, case, empty parts, '/' tricks and
+    /// whitespace; timestamps at the ends of 64 bits are refused without overflow.
+    #[test]
+    fn scopes_and_timestamps_hold_against_edge_inputs() {
+        let key = format!("whsec_{}", STANDARD.encode([7u8; 24]));
+        for bad in ["", "wf/", "/step", "wf//s", "wf/s/x", "WF", "wf /s", "w f", "wf+", "+wf", "wf\t/s"] {
+            assert!(Secrets::parse(&format!("{key}@{bad}")).is_err(), "{bad:?} accepted as a scope");
+        }
+        let secrets = Secrets::parse(&format!("{key}@order+billing/pay")).unwrap();
+        let now = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        let sig = secrets.sign("id", 1_700_000_000, b"{}");
+        let authority = secrets.verify(Some("id"), Some("1700000000"), Some(&sig), b"{}", now).unwrap();
+        assert!(authority.allows("order", "any") && authority.allows("billing", "pay"));
+        for (w, s) in [
+            ("orde", "x"),
+            ("order-x", "x"),
+            ("Order", "x"),
+            ("order ", "x"),
+            ("billing", "pa"),
+            ("billing", "pay "),
+            ("billing", "pay/x"),
+            ("billing/pay", ""),
+            ("billing", ""),
+            ("", "pay"),
+            ("billing/pay", "pay"),
+            ("order/x", "y"),
+        ] {
+            assert!(!authority.allows(w, s), "{w:?}/{s:?} allowed");
+        }
+        for ts in
+            ["-9223372036854775808", "9223372036854775807", "18446744073709551615", "+99999999999999999999"]
+        {
+            assert!(secrets.verify(Some("id"), Some(ts), Some(&sig), b"{}", now).is_err(), "{ts}");
+        }
+        let far = OffsetDateTime::from_unix_timestamp(253_402_300_799).unwrap();
+        assert_eq!(
+            secrets.verify(Some("id"), Some("-9223372036854775808"), Some(&sig), b"{}", far),
+            Err(VerifyError::StaleTimestamp)
+        );
+    }
 }
