@@ -721,15 +721,6 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
             ));
         }
     };
-    if let Some(number) = integer_past_64_bits(body) {
-        return Err(Answer::field(
-            "invalid_body",
-            "data",
-            format!(
-                "{number} is an integer past 64 bits, which JSON numbers here cannot keep exact; send it as a string"
-            ),
-        ));
-    }
     let data = match map.remove("data") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(data)) => data,
@@ -747,6 +738,16 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
             })?)
         }
     };
+    // After `generation`, which names itself when it is past 64 bits; what is left is data.
+    if let Some(number) = integer_past_64_bits(body) {
+        return Err(Answer::field(
+            "invalid_body",
+            "data",
+            format!(
+                "{number} is an integer past 64 bits, which JSON numbers here cannot keep exact; send it as a string"
+            ),
+        ));
+    }
     Ok(Callback { workflow, key, step, outcome, data, generation })
 }
 
