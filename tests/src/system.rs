@@ -270,7 +270,11 @@ impl System {
 
     /// Sends a signed callback once, with no retry: for tests of the answer to one attempt.
     pub async fn callback_once(&self, id: &str, body: &Value) -> crate::http::Reply {
-        let text = body.to_string();
+        self.callback_text(id, body.to_string()).await
+    }
+
+    /// Sends a body exactly as written (a `Value` would re-serialise it), signed, once.
+    pub async fn callback_text(&self, id: &str, text: String) -> crate::http::Reply {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         let secrets = baton::webhook::Secrets::parse(TEST_SECRET).expect("the test secret");
         let headers = [

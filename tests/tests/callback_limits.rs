@@ -150,8 +150,7 @@ async fn integers_past_64_bits_are_refused_and_an_event_only_step_refuses_callba
         r#""outcome":"succeeded","data":{"decision":123456789012345678901234567890}"#,
     );
     // Posted as text: a serde_json Value in this test would round the literal itself.
-    let url = format!("{}/v1/callbacks", system.api_url());
-    let reply = baton_tests::http::post(&url, &signed("cb-huge", &text), text.clone().into_bytes()).await;
+    let reply = system.callback_text("cb-huge", text).await;
     assert_eq!((reply.status, reply.body["field"].as_str()), (400, Some("data")), "{}", reply.body);
 
     let ok = cb("k-ev", "manual-review", "succeeded", json!({"data": {"decision": "ok"}}));
@@ -168,15 +167,4 @@ async fn integers_past_64_bits_are_refused_and_an_event_only_step_refuses_callba
         })
         .await;
     system.stop().await;
-}
-
-/// Standard Webhooks headers for `body`, signed with the test secret now.
-fn signed(id: &str, body: &str) -> Vec<(&'static str, String)> {
-    let secrets = baton::webhook::Secrets::parse(baton_tests::system::TEST_SECRET).unwrap();
-    let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    vec![
-        ("webhook-id", id.to_owned()),
-        ("webhook-timestamp", now.to_string()),
-        ("webhook-signature", secrets.sign(id, now, body.as_bytes())),
-    ]
 }
