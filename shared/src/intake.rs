@@ -11,6 +11,7 @@
 //! its own version reads it. Another version's reading that fails (no key at that version's
 //! pointer) supplies nothing there, and does not dead-letter the event.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -18,7 +19,7 @@ use serde_json::{Map, Value};
 use tracing::{info, instrument};
 
 use crate::config::{Config, Workflow};
-use crate::engine::{Engine, EngineError, Exact, payload_hash};
+use crate::engine::{Definition, Engine, EngineError, Exact, payload_hash};
 use crate::event::Event;
 use crate::ids::CorrelationKey;
 use crate::lifecycle::{Input, Source, StepOutcome};
@@ -36,6 +37,10 @@ impl SqsHandler for Intake {
 /// How old the registered versions a function knows may be before an event that no known
 /// version takes makes it read them again.
 const VERSIONS_MAX_AGE: time::Duration = time::Duration::minutes(1);
+
+/// How many times one event is read again in another config version, for records that moved
+/// onto it meanwhile, before the queue is left to retry it.
+const MAX_REREADS: u32 = 4;
 
 /// The dead-letter reason of an event that matched a workflow but lacks its correlation key.
 pub const MISSING_CORRELATION_KEY: &str = "missing_correlation_key";
@@ -96,50 +101,65 @@ impl Intake {
             return Verdict::Done;
         }
         // A step input is one version's reading of the event: it holds only for a record on
-        // that version (or none yet, for this function's own). A record on a version this
-        // function has not read yet (deployed after its cold start) gets the event as that
-        // version reads it.
-        let mut read_in: Vec<String> = versions.iter().map(|c| c.version.clone()).collect();
-        let own = plan.inputs.iter().map(|(w, k, i)| (*w, k, i));
-        let other = others.iter().map(|(w, k, i)| (&**w, k, i));
-        for (workflow, key, input) in own.chain(other) {
+        // that version (or none yet, for this function's own). A record on another version gets
+        // the event as that version reads it: that reading is still to come in this loop, or it
+        // is read now (a version deployed after this function's cold start, or one read before
+        // the record moved onto it: a restart between two submits; an event dropped so was
+        // found by the simulation).
+        let own = plan.inputs.iter().filter_map(|(w, k, i)| {
+            Some((Definition::of(self.engine.config.clone(), w.name.as_str())?, k.clone(), i.clone()))
+        });
+        let mut todo: VecDeque<_> = own.chain(others).collect();
+        let mut rereads = 0;
+        while let Some((workflow, key, input)) = todo.pop_front() {
             if !matches!(input, Input::StepInput { .. }) {
-                if let Err(e) = self.engine.submit(workflow, key, input, now).await {
+                if let Err(e) = self.engine.submit(&workflow, &key, &input, now).await {
                     return Verdict::from_error(&e);
                 }
                 continue;
             }
-            match self.engine.submit_exact(workflow, key, input, now).await {
-                Ok(Exact::OtherVersion(version)) if !read_in.contains(&version) => {
-                    read_in.push(version.clone());
-                    if let Err(e) = self.read_in(&version, workflow, key, body, now).await {
-                        return Verdict::from_error(&e);
-                    }
-                }
-                Ok(_) => {}
+            let version = match self.engine.submit_exact(&workflow, &key, &input, now).await {
+                Ok(Exact::OtherVersion(version)) => version,
+                Ok(Exact::Decided(_)) => continue,
+                Err(e) => return Verdict::from_error(&e),
+            };
+            let coming = |(w, k, _): &(Definition, CorrelationKey, Input)| {
+                w.config_version == version && w.name == workflow.name && *k == key
+            };
+            if todo.iter().any(coming) {
+                continue;
+            }
+            // A record that keeps moving between versions: the queue retries the event.
+            rereads += 1;
+            if rereads > MAX_REREADS {
+                return Verdict::from_error(&EngineError::Contended { attempts: rereads });
+            }
+            match self.reading(&version, &workflow, &key, body).await {
+                Ok(inputs) => todo.extend(inputs),
                 Err(e) => return Verdict::from_error(&e),
             }
         }
         Verdict::Done
     }
 
-    /// Submits the step inputs `body` supplies to (workflow, key) as config `version` reads it.
-    async fn read_in(
+    /// The step inputs `body` supplies to (workflow, key) as config `version` reads it.
+    async fn reading(
         &self,
         version: &str,
         workflow: &Workflow,
         key: &CorrelationKey,
         body: &str,
-        now: time::OffsetDateTime,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Vec<(Definition, CorrelationKey, Input)>, EngineError> {
         let config = self.engine.config_of(Some(version)).await?;
-        let Ok(plan) = plan_event(&config, body) else { return Ok(()) };
-        for (w, k, input) in &plan.inputs {
-            if w.name == workflow.name && k == key && matches!(input, Input::StepInput { .. }) {
-                self.engine.submit_exact(w, k, input, now).await?;
-            }
-        }
-        Ok(())
+        let Ok(plan) = plan_event(&config, body) else { return Ok(Vec::new()) };
+        Ok(plan
+            .inputs
+            .into_iter()
+            .filter(|(w, k, input)| {
+                w.name == workflow.name && k == key && matches!(input, Input::StepInput { .. })
+            })
+            .filter_map(|(w, k, input)| Some((Definition::of(config.clone(), w.name.as_str())?, k, input)))
+            .collect())
     }
 }
 
@@ -147,16 +167,13 @@ impl Intake {
 /// own first, as [`Engine::config_versions`] lists them) reads it (its `accepts_events`, its
 /// key pointer): for records on that version. An event that does not parse, or matches nothing
 /// there, supplies nothing there.
-pub fn other_step_inputs(
-    versions: &[Arc<Config>],
-    body: &str,
-) -> Vec<(crate::engine::Definition, CorrelationKey, Input)> {
+pub fn other_step_inputs(versions: &[Arc<Config>], body: &str) -> Vec<(Definition, CorrelationKey, Input)> {
     let mut out = Vec::new();
     for config in versions.iter().skip(1) {
         let Ok(plan) = plan_event(config, body) else { continue };
         for (workflow, key, input) in plan.inputs {
             if let (Input::StepInput { .. }, Some(definition)) =
-                (&input, crate::engine::Definition::of(config.clone(), workflow.name.as_str()))
+                (&input, Definition::of(config.clone(), workflow.name.as_str()))
             {
                 out.push((definition, key, input));
             }

@@ -2,6 +2,8 @@
 //!
 //!   baton-sim [--schedules N] [--first SEED] [--mutation NAME]
 //!   SIM_SEED=<n> baton-sim          replays exactly that schedule and prints it step by step
+//!   SIM_DEBUG=1 SIM_SEED=<n> ...    the same, with baton's own log lines (JSON, as they
+//!                                   happen, before the schedule's trace)
 //!
 //! Prints the schedules run, the faults injected by kind, the invariant checks made and every
 //! violation with its seed; exits 1 on any violation.
@@ -23,6 +25,9 @@ fn main() {
     });
     if let Ok(seed) = std::env::var("SIM_SEED") {
         let seed: u64 = seed.trim().parse().expect("SIM_SEED is a number");
+        if std::env::var("SIM_DEBUG").is_ok() {
+            baton::runtime::init_tracing();
+        }
         let outcome = run(Options { seed, mutation, trace: true });
         for line in &outcome.trace {
             println!("{line}");

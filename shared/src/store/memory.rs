@@ -14,7 +14,8 @@
 //! settled or deleted, or none yet). [`MemoryStore::set_index_lag`] makes every index read here
 //! ([`WorkflowStore::due`], [`WorkflowStore::due_heads`], [`WorkflowStore::expired_buffers`],
 //! [`WorkflowStore::count_by_state`]) return each item as it stood at some earlier moment, up to a
-//! number of writes back that a simulation draws. By default there is no lag.
+//! number of writes back that a simulation draws, until the simulation lets a quiet spell pass
+//! ([`MemoryStore::catch_up_index`]). By default there is no lag.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
@@ -47,6 +48,9 @@ struct IndexLag {
     max: u64,
     /// Draws one item's lag for one read, from `0..=max`.
     pick: Box<dyn FnMut(u64) -> u64 + Send>,
+    /// The writes the index has caught up with, whatever the lag drawn
+    /// ([`MemoryStore::catch_up_index`]).
+    caught_up: u64,
 }
 
 #[derive(Default)]
@@ -132,7 +136,7 @@ fn index_view<K: Ord + Clone, T: Clone>(
     keys.into_iter()
         .filter_map(|k| {
             let Some(kept) = versions.get(k) else { return current.get(k).cloned() };
-            let at = writes.saturating_sub((lag.pick)(lag.max).min(lag.max));
+            let at = writes.saturating_sub((lag.pick)(lag.max).min(lag.max)).max(lag.caught_up);
             kept.iter().rev().find(|(w, _)| *w <= at).and_then(|(_, t)| t.clone())
         })
         .filter(|t| keep(t))
@@ -201,7 +205,20 @@ impl MemoryStore {
     /// per item and read; clamped to `max_writes`). For a simulation, which draws the lag from
     /// its seed; set before the first write.
     pub fn set_index_lag(&self, max_writes: u64, pick: impl FnMut(u64) -> u64 + Send + 'static) {
-        self.lock().lag = (max_writes > 0).then(|| IndexLag { max: max_writes, pick: Box::new(pick) });
+        self.lock().lag =
+            (max_writes > 0).then(|| IndexLag { max: max_writes, pick: Box::new(pick), caught_up: 0 });
+    }
+
+    /// The index catches up with every write so far: no later index read sees an item older than
+    /// it stands now. On AWS a global secondary index lags by about a second, so a lag counted in
+    /// writes alone would last as long as the table stays quiet; a simulation calls this when a
+    /// quiet spell has passed.
+    pub fn catch_up_index(&self) {
+        let mut inner = self.lock();
+        let writes = inner.writes;
+        if let Some(lag) = &mut inner.lag {
+            lag.caught_up = writes;
+        }
     }
 
     /// How many record and inbox writes have landed: the clock the index's lag counts in.
