@@ -860,6 +860,7 @@ mod tests {
                 expires_at: t(7200),
                 expiry_hold: None,
                 drain_target: None,
+                callback_key: false,
             }],
             ledger: vec![LedgerEntry {
                 workflow: w,

@@ -415,7 +415,11 @@ impl Callbacks {
         // from the inbox since), and "buffered" is what it answered. If that attempt failed
         // before its handshake read, the input may sit beside its waiting step with nobody to
         // drain it: finish the handshake here.
-        if let Some(entry) = trace.inbox.iter().find(|e| &e.id == id && e.arrived_at >= since) {
+        if let Some(entry) = trace
+            .inbox
+            .iter()
+            .find(|e| &e.id == id && e.source() == Some(Source::Callback) && e.arrived_at >= since)
+        {
             // Its step, by name, in the record's own config version.
             if matches!(
                 entry.status,

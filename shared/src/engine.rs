@@ -774,6 +774,7 @@ impl Engine {
             expires_at: now + ttl,
             expiry_hold: None,
             drain_target: None,
+            callback_key: matches!(input, Input::StepInput { source: lifecycle::Source::Callback, .. }),
         };
         if let Some(refused) = self.refuse_overflow(workflow, key, input, &entry, now).await? {
             return Ok(Some(refused));
@@ -832,7 +833,7 @@ impl Engine {
         now: OffsetDateTime,
     ) -> Result<Option<Outcome>, EngineError> {
         let inbox = self.store.inbox(&workflow.name, key, &entry.step_name).await?;
-        if inbox.iter().any(|e| e.id == entry.id) {
+        if inbox.iter().any(|e| e.same_input(entry)) {
             return Ok(None);
         }
         // Only this generation's open entries: an earlier generation's are never drained into
@@ -1247,6 +1248,38 @@ mod tests {
             engine.buffer(&w, &key, &sized("g2-a", 0, Source::Callback, 60 * 1024), 2, 0, now).await.unwrap();
         // Then it is buffered: generation 2 has nothing buffered yet
         assert_eq!(out, None, "generation 2's only early input refused because of generation 1's");
+    }
+
+    /// An event and a callback with the same id are different inputs (their ids are chosen by
+    /// different parties): buffered early, in either order, each is kept as an input of its
+    /// own, neither refused as a reuse of the other's id (found by review).
+    #[tokio::test]
+    async fn an_early_callback_and_an_early_event_with_one_id_are_two_inputs() {
+        for (first, second) in [(Source::Event, Source::Callback), (Source::Callback, Source::Event)] {
+            let engine = engine();
+            let w = engine.config.workflows[0].clone();
+            let key = CorrelationKey::parse("k").unwrap();
+            let now = engine.now();
+            for source in [first, second] {
+                let out = engine.buffer(&w, &key, &sized("same", 1, source, 10), 1, 1, now).await.unwrap();
+                assert_eq!(
+                    out, None,
+                    "the {source:?} after the {first:?} was not buffered as an input of its own"
+                );
+            }
+            let inbox = engine.store.inbox(&w.name, &key, "pay").await.unwrap();
+            let mut sources: Vec<_> = inbox.iter().map(|e| (e.id.as_str(), e.source())).collect();
+            sources.sort_by_key(|(_, s)| format!("{s:?}"));
+            assert_eq!(sources, [("same", Some(Source::Callback)), ("same", Some(Source::Event))]);
+            // Each again is the same input, not a third.
+            for source in [first, second] {
+                assert_eq!(
+                    engine.buffer(&w, &key, &sized("same", 1, source, 10), 1, 1, now).await.unwrap(),
+                    None
+                );
+            }
+            assert_eq!(engine.store.inbox(&w.name, &key, "pay").await.unwrap().len(), 2);
+        }
     }
 
     /// Invariant 2 (callbacks_refused), held by the engine too: a callback never reaches a step

@@ -20,7 +20,7 @@ use tracing::{info, warn};
 use crate::engine::{Definition, Engine, EngineError, LEDGER_RETENTION};
 use crate::error::Classified;
 use crate::lifecycle::{
-    IgnoreReason, Input, Kind, Outcome, RESEND_RESUME_AFTER, RESTART_PENDING_AFTER, State,
+    AppliedInput, IgnoreReason, Input, Kind, Outcome, RESEND_RESUME_AFTER, RESTART_PENDING_AFTER, State,
     payload_fingerprint,
 };
 
@@ -243,7 +243,7 @@ impl Sweeper {
             return Ok(Some(listed.clone()));
         }
         let inbox = self.engine.store.inbox(&listed.workflow, &listed.key, &listed.step_name).await?;
-        Ok(match inbox.into_iter().find(|e| e.id == listed.id) {
+        Ok(match inbox.into_iter().find(|e| e.same_input(listed)) {
             Some(e) if e.status.is_final() => None,
             Some(e) => Some(e),
             // Gone (TTL deleted it, long after it was settled): nothing to expire. Claiming it
@@ -280,6 +280,7 @@ impl Sweeper {
         if let (Some(r), Some(target)) = (&record, entry.drain_target)
             && r.applied.iter().any(|a| {
                 a.id == entry.id
+                    && same_source(a, entry)
                     && a.generation.unwrap_or(r.generation) == target.generation
                     && a.step == Some(target.step)
                     && hash == Some(payload_fingerprint(&a.hash))
@@ -328,6 +329,7 @@ fn twin(entry: &InboxEntry, record: Option<&Record>, step: Option<u32>) -> Optio
     };
     let applied = r.applied.iter().find(|a| {
         a.id == entry.id
+            && same_source(a, entry)
             && at.is_some()
             && a.step == at
             && (entry.generation.is_none() || a.generation == entry.generation)
@@ -335,4 +337,10 @@ fn twin(entry: &InboxEntry, record: Option<&Record>, step: Option<u32>) -> Optio
     let same = entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint)
         == Some(payload_fingerprint(&applied.hash));
     Some(if same { Twin::Same } else { Twin::Other })
+}
+
+/// Whether the applied input `a` came from where `entry`'s input did (one applied before the
+/// source was kept matches either).
+fn same_source(a: &AppliedInput, entry: &InboxEntry) -> bool {
+    a.source.is_none_or(|s| entry.source() == Some(s))
 }

@@ -274,6 +274,7 @@ fn entry(id: &str, step: u32, arrived: i64) -> InboxEntry {
         expires_at: t0() + Duration::seconds(100 + arrived),
         expiry_hold: None,
         drain_target: None,
+        callback_key: false,
     }
 }
 
@@ -306,6 +307,47 @@ async fn the_inbox_keeps_arrival_order_and_settles_once(store: Arc<dyn WorkflowS
     let ids: Vec<&str> = expired.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, ["other-step", "zz-second", "aa-third"]);
     assert_eq!(store.expired_buffers(t0() + Duration::seconds(103), 1).await.unwrap().len(), 1, "limit");
+}
+
+/// An early event and an early callback with one id are two entries (their ids are chosen by
+/// different parties); each settles on its own. A callback's entry buffered before callbacks had
+/// keys of their own is found and settled where it is.
+async fn an_event_and_a_callback_with_one_id_are_two_entries(store: Arc<dyn WorkflowStore>) {
+    let from = |source: &str, callback_key: bool| InboxEntry {
+        input: json!({"id": "same", "source": source}),
+        callback_key,
+        ..entry("same", 0, 1)
+    };
+    let (event, callback) = (from("event", false), from("callback", true));
+    assert_eq!(store.buffer(&event).await.unwrap(), Claim::Acquired);
+    assert_eq!(
+        store.buffer(&callback).await.unwrap(),
+        Claim::Acquired,
+        "the callback is an entry of its own"
+    );
+    assert_eq!(store.buffer(&callback).await.unwrap(), Claim::Exists(callback.clone()));
+    let (w, k) = names("k-inbox");
+    let inbox = store.inbox(&w, &k, "step-0").await.unwrap();
+    assert_eq!(inbox.len(), 2, "{inbox:?}");
+    assert!(inbox.contains(&event) && inbox.contains(&callback));
+    assert_eq!(
+        store.settle(&callback, InboxStatus::Buffered, InboxStatus::Applied).await.unwrap(),
+        Claim::Acquired
+    );
+    let inbox = store.inbox(&w, &k, "step-0").await.unwrap();
+    let status = |e: &InboxEntry| inbox.iter().find(|x| x.same_input(e)).map(|x| x.status);
+    assert_eq!(
+        (status(&event), status(&callback)),
+        (Some(InboxStatus::Buffered), Some(InboxStatus::Applied))
+    );
+    // Buffered by an earlier release: a callback under its bare id.
+    let older = InboxEntry { id: EventId::parse("cb-older").unwrap(), ..from("callback", false) };
+    assert_eq!(store.buffer(&older).await.unwrap(), Claim::Acquired);
+    assert!(store.inbox(&w, &k, "step-0").await.unwrap().contains(&older));
+    assert_eq!(
+        store.settle(&older, InboxStatus::Buffered, InboxStatus::Expired).await.unwrap(),
+        Claim::Acquired
+    );
 }
 
 /// The claims that keep a drain and the sweeper from both deciding one entry (InboxClaim).
@@ -703,6 +745,7 @@ contract!(
     a_repeat_is_counted_on_its_receipt_and_never_creates_one,
     a_stale_pending_receipt_is_taken_over_by_one_attempt,
     the_inbox_keeps_arrival_order_and_settles_once,
+    an_event_and_a_callback_with_one_id_are_two_entries,
     a_drain_and_the_sweeper_never_hold_an_entry_at_once,
     ledger_entries_are_idempotent_and_traced,
     due_records_and_counts_by_state,

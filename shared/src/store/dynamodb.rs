@@ -8,7 +8,7 @@
 //! | record | `WF#<workflow>#<key>` | `RECORD` |
 //! | task | same | `TASK#<generation:010>#<step:05>` |
 //! | receipt | same | `RECEIPT#<input id>` |
-//! | inbox entry | same | `INBOX#<step:05>#<input id>` |
+//! | inbox entry | same | `INBOX#<step name>#<input id>` (a callback's id marked with [`super::limits::CALLBACK_MARK`]; entries from before the inbox was kept by name: `INBOX#<step:05>#<input id>`) |
 //! | ledger entry | same | `LEDGER#<reason>#<input id>` |
 //! | task token (longer than [`TOKEN_INLINE_MAX`]) | same | `RECORD#T#<generation><step>#<ref>` (the numbers inverted, newest first) |
 //!
@@ -1184,6 +1184,9 @@ fn inbox_item(e: &InboxEntry, shards: u32) -> Item {
         item.insert("drain_generation".into(), n(target.generation));
         item.insert("drain_step".into(), n(target.step));
     }
+    if e.callback_key {
+        item.insert("callback_key".into(), AttributeValue::Bool(true));
+    }
     if !e.status.is_final() {
         item.insert("due_kind".into(), s(&due_kind("inbox#buffered", &pk(&e.workflow, &e.key), shards)));
         item.insert("due_at".into(), s(&ts(e.expires_at)));
@@ -1225,6 +1228,8 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
             (Some(generation), Some(step)) => Some(DrainTarget { generation, step }),
             _ => None,
         },
+        // Written before callbacks had keys of their own: none (kept under the bare id).
+        callback_key: matches!(item.get("callback_key"), Some(AttributeValue::Bool(true))),
     })
 }
 

@@ -25,11 +25,15 @@ const _: () = assert!(
     "WF#".len() + WorkflowName::MAX_BYTES + "#".len() + CorrelationKey::MAX_BYTES <= MAX_PARTITION_KEY_BYTES
 );
 const _: () = assert!(MAX_SORT_KEY_BYTES < MAX_ITEM_BYTES);
-// The longest sort key an input id goes into is `INBOX#<step>#<id>` (the ledger's reasons are
-// shorter than a step name's 40 characters): any id the API accepts must fit it, or its put
+// The longest sort key an input id goes into is `INBOX#<step>#<mark><id>` (the ledger's reasons
+// are shorter than a step name's 40 characters): any id the API accepts must fit it, or its put
 // is refused every time (found by review).
 const _: () = assert!(
-    "INBOX#".len() + crate::ids::StepName::MAX_BYTES + "#".len() + crate::ids::EventId::MAX_BYTES
+    "INBOX#".len()
+        + crate::ids::StepName::MAX_BYTES
+        + "#".len()
+        + CALLBACK_MARK.len_utf8()
+        + crate::ids::EventId::MAX_BYTES
         <= MAX_SORT_KEY_BYTES
 );
 
@@ -96,12 +100,22 @@ pub fn receipt_sk(id: &EventId) -> String {
 
 /// An inbox entry's sort key: by step name. Entries buffered before the inbox was kept by name
 /// (no `step_name`) keep their key by index; they are not drained, and expire into the ledger.
+/// A callback's entry is kept under its id marked with [`CALLBACK_MARK`], which no id can hold,
+/// so an event's entry with the same id is another item.
 pub fn inbox_sk(entry: &InboxEntry) -> String {
     if entry.step_name.is_empty() {
         return format!("INBOX#{:05}#{}", entry.step, entry.id);
     }
-    format!("INBOX#{}#{}", entry.step_name, entry.id)
+    format!("INBOX#{}#{}", entry.step_name, inbox_id(entry))
 }
+
+/// The part of an inbox entry's key after its step: its id, marked for a callback's entry.
+pub fn inbox_id(entry: &InboxEntry) -> String {
+    if entry.callback_key { format!("{CALLBACK_MARK}{}", entry.id) } else { entry.id.to_string() }
+}
+
+/// Marks a callback's inbox key: a control character, which ids refuse ([`crate::ids::EventId`]).
+pub const CALLBACK_MARK: char = '\u{1}';
 
 pub fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
     format!("LEDGER#{}#{input_id}", reason.as_str())

@@ -180,7 +180,7 @@ impl MemoryStore {
     ) -> Result<Claim<InboxEntry>, StoreError> {
         fits("UpdateItem", (&entry.workflow, &entry.key), &limits::inbox_sk(entry), || 0)?;
         let mut inner = self.lock();
-        let k = (rk(&entry.workflow, &entry.key), entry.step_name.clone(), entry.id.to_string());
+        let k = (rk(&entry.workflow, &entry.key), entry.step_name.clone(), limits::inbox_id(entry));
         match inner.inbox.get_mut(&k) {
             Some(e) if allowed(e) => {
                 let before = std::mem::replace(e, to(e));
@@ -382,7 +382,7 @@ impl WorkflowStore for MemoryStore {
     async fn buffer(&self, entry: &InboxEntry) -> Result<Claim<InboxEntry>, StoreError> {
         fits("PutItem", (&entry.workflow, &entry.key), &limits::inbox_sk(entry), || inbox_size(entry))?;
         let mut inner = self.lock();
-        let k = (rk(&entry.workflow, &entry.key), entry.step_name.clone(), entry.id.to_string());
+        let k = (rk(&entry.workflow, &entry.key), entry.step_name.clone(), limits::inbox_id(entry));
         if let Some(existing) = inner.inbox.get(&k) {
             return Ok(Claim::Exists(existing.clone()));
         }

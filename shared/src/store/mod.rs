@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 
 use crate::error::Classified;
 use crate::ids::{CorrelationKey, EventId, WorkflowName};
-use crate::lifecycle::{Cause, IgnoreReason, Kind, Record, Write, allowed_prior};
+use crate::lifecycle::{Cause, IgnoreReason, Kind, Record, Source, Write, allowed_prior};
 
 mod compact;
 pub mod dynamodb;
@@ -334,6 +334,24 @@ pub struct InboxEntry {
     /// Where the drain holding it applies it ([`InboxClaim::Drain`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_target: Option<DrainTarget>,
+    /// Kept under a key of the callbacks' own ([`limits::inbox_sk`]): a domain event's id and
+    /// a callback's `webhook-id` are chosen by different parties, so an early event and an
+    /// early callback with one id are two inputs (found by review: the second was refused as
+    /// a reuse of the first's id). `false` for events, and for callbacks buffered before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub callback_key: bool,
+}
+
+impl InboxEntry {
+    /// Where its input came from, as the input says (`None`: not a step input).
+    pub fn source(&self) -> Option<Source> {
+        serde_json::from_value(self.input.get("source")?.clone()).ok()
+    }
+
+    /// Whether `other` is this entry: the same id from the same source.
+    pub fn same_input(&self, other: &InboxEntry) -> bool {
+        self.id == other.id && self.source() == other.source()
+    }
 }
 
 /// The partition of the registered config versions.
