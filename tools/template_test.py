@@ -1,4 +1,4 @@
-"""Tests of template.yaml's guards on what faces the outside (issue 35), read from the template.
+"""Tests of template.yaml's guards on what faces the outside, read from the template.
 
 moto enforces none of them (the local runtime skips queue policies, log groups, alarms and the
 HttpApi), so these read what the template says, and what the SAM transform makes of it:

@@ -32,15 +32,15 @@ pub enum Mutation {
     /// lease); `sim/tests/regressions.rs` provokes it directly.
     TrustIndexStatus,
     /// An SQS batch takes no notice of the invocation's deadline: Lambda kills it mid-batch, with
-    /// no partial batch response (issue 35).
+    /// no partial batch response.
     IgnoreDeadline,
     /// A callback's `error` and `cause` are not checked against what SendTaskFailure takes: the
     /// step is answered `applied` and its failure is refused by Step Functions every time.
-    /// Only a Step Functions model that keeps AWS's lengths shows it (issue 35).
+    /// Only a Step Functions model that keeps AWS's lengths shows it.
     UncheckedFailureText,
     /// An input id is limited in characters but not in bytes: 256 four-byte characters pass,
     /// and the `INBOX#`/`LEDGER#` sort keys built from them exceed DynamoDB's 1,024 bytes.
-    /// Only a store that keeps DynamoDB's key limits shows it (issue 35).
+    /// Only a store that keeps DynamoDB's key limits shows it.
     IdWithoutByteLimit,
 }
 

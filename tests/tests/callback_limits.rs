@@ -1,5 +1,5 @@
-//! End to end, on the emulator: what a sender is told about AWS's limits matches what happens
-//! (issue 35). Each limit is refused at the edge with a 4xx that names it, or accepted and made
+//! End to end, on the emulator: what a sender is told about AWS's limits matches what happens.
+//! Each limit is refused at the edge with a 4xx that names it, or accepted and made
 //! to work; never answered `applied` and then stuck.
 //!
 //! - A failure's `error` and `cause` against SendTaskFailure's lengths.
