@@ -21,8 +21,9 @@ use aws_sdk_sqs::types::{
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use baton::error::error_chain;
 use baton::runtime::{SDK_ATTEMPT_TIMEOUT, SDK_OPERATION_TIMEOUT};
-use baton::sqs::{SqsHandler, TimerDeadline, error_chain};
+use baton::sqs::{SqsHandler, TimerDeadline};
 
 /// One queue wired to one handler.
 #[derive(Clone, Debug)]

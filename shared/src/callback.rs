@@ -30,13 +30,13 @@ use tracing::{error, info, instrument, warn};
 
 use crate::engine::{Definition, Engine, EngineError, Submitted, payload_hash};
 use crate::error::Classified;
+use crate::error::error_chain;
 use crate::ids::{CorrelationKey, EventId};
 use crate::lifecycle::{
     Effect, Input, MAX_FAILURE_CAUSE_CHARS, MAX_FAILURE_ERROR_CHARS, Outcome, RejectReason, Source,
     StepOutcome, failure_text_fits,
 };
 use crate::secrets::RotatingSecrets;
-use crate::sqs::error_chain;
 use crate::store::{Claim, Hold, Receipt, ReceiptStatus};
 use crate::webhook::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 

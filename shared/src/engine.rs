@@ -31,6 +31,7 @@ use tracing::{info, instrument, warn};
 use crate::asl::ExecutionInput;
 use crate::config::{Config, Workflow};
 use crate::error::Classified;
+use crate::error::error_chain;
 use crate::ids::{CorrelationKey, WorkflowName};
 use crate::lifecycle::{
     self, Decision, Effect, IgnoreReason, Input, MAX_STEP_INPUT_BYTES, Outcome, Record, State,
@@ -38,7 +39,6 @@ use crate::lifecycle::{
 use crate::metrics::{Metric, Metrics};
 use crate::orchestrator::{Orchestrator, OrchestratorError, StartExecution, execution_arn, execution_name};
 use crate::outbound::{PublishError, TaskPublisher};
-use crate::sqs::error_chain;
 use crate::store::{
     Applied, Claim, DrainTarget, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, StoreError, Task,
     WorkflowStore,

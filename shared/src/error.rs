@@ -24,6 +24,18 @@ pub trait Classified {
     }
 }
 
+/// An error and its causes on one line, for logs and dead-letter attributes.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// The error codes AWS throttles with, across the services baton calls.
 pub const THROTTLE_CODES: &[&str] = &[
     "ThrottlingException",

@@ -22,9 +22,10 @@ use lambda_runtime::LambdaEvent;
 
 use crate::callback::Callbacks;
 use crate::error::Classified;
+use crate::error::error_chain;
 use crate::ids::TaskToken;
 use crate::secrets::{RotatingSecrets, SecretsManager};
-use crate::sqs::{DeadLetters, SqsDeadLetters, SqsHandler, TimerDeadline, error_chain};
+use crate::sqs::{DeadLetters, SqsDeadLetters, SqsHandler, TimerDeadline};
 use crate::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore, ItemFormat, MAX_DUE_SHARDS, TOKEN_INLINE_MAX};
 use crate::sweeper::Sweeper;
 use crate::webhook::Secrets;

@@ -162,7 +162,7 @@ impl RotatingSecrets {
         let secrets = match first {
             Ok(secrets) => Some(Arc::new(secrets)),
             Err(e) if e.retryable() => {
-                warn!(secret = %source.describe(), error = %crate::sqs::error_chain(&e),
+                warn!(secret = %source.describe(), error = %crate::error::error_chain(&e),
                     "cannot read the webhook secrets at start-up; callbacks get 503 until a read succeeds");
                 None
             }
@@ -192,7 +192,7 @@ impl RotatingSecrets {
                 cached.refresh_at = now + self.ttl;
             }
             Err(e @ (SecretsError::Invalid { .. } | SecretsError::NotText { .. })) => {
-                error!(secret = %source.describe(), error_type = e.error_type(), error = %crate::sqs::error_chain(&e),
+                error!(secret = %source.describe(), error_type = e.error_type(), error = %crate::error::error_chain(&e),
                     kept = cached.secrets.is_some(),
                     "the webhook secret's new value cannot be used; keeping the ones in use: put a valid list (RUNBOOK: secrets_invalid)");
                 metrics.count(Metric::SecretsInvalid, None, now);
@@ -202,7 +202,7 @@ impl RotatingSecrets {
                 }
             }
             Err(e) => {
-                warn!(secret = %source.describe(), error_type = e.error_type(), error = %crate::sqs::error_chain(&e),
+                warn!(secret = %source.describe(), error_type = e.error_type(), error = %crate::error::error_chain(&e),
                     kept = cached.secrets.is_some(), "cannot read the webhook secrets; keeping the ones in use");
                 cached.refresh_at = now + RETRY_AFTER_FAILURE;
                 if cached.secrets.is_none() {

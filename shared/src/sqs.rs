@@ -21,7 +21,7 @@ use futures::future::{BoxFuture, Either, select};
 use futures::stream::FuturesUnordered;
 use tracing::{error, info, warn};
 
-use crate::error::{Classified, sdk_retryable};
+use crate::error::{Classified, error_chain, sdk_retryable};
 use crate::mutants::{self, Mutation};
 use crate::runtime::{SDK_ATTEMPT_TIMEOUT, SDK_OPERATION_TIMEOUT};
 
@@ -52,18 +52,6 @@ impl Verdict {
             Verdict::Poison { reason: e.error_type(), detail }
         }
     }
-}
-
-/// An error and its causes on one line, for logs and dead-letter attributes.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// Where a queue's poison messages go: a port, so that the simulation can stand in for SQS.

@@ -62,7 +62,7 @@ impl Sweeper {
         let mut report = SweepReport::default();
         let mut first_error = None;
         let mut failed = |e: EngineError, what: &str| {
-            warn!(error_type = e.error_type(), error = %crate::sqs::error_chain(&e), "{what} failed; the next sweep retries it");
+            warn!(error_type = e.error_type(), error = %crate::error::error_chain(&e), "{what} failed; the next sweep retries it");
             first_error.get_or_insert(e);
         };
         let due = [(Kind::Pending, RESTART_PENDING_AFTER), (Kind::Advancing, RESEND_RESUME_AFTER)];
