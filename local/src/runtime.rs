@@ -187,7 +187,13 @@ impl LocalBaton {
                     function: function.logical_id.clone(),
                     source,
                 })?;
-                Ok(SqsDeadLetters::shared(own.sqs.clone(), url, &settings))
+                Ok(SqsDeadLetters::shared(
+                    own.sqs.clone(),
+                    url,
+                    settings.max_receive_count,
+                    settings.source_queue_url.clone(),
+                    settings.requeue_delay_seconds,
+                ))
             };
             let function_id = function.logical_id.clone();
             let handler: Option<Arc<dyn SqsHandler>> = match function.binary.as_str() {

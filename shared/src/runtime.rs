@@ -321,6 +321,18 @@ pub const SDK_ATTEMPT_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// 30-second timeout, so a failing dependency ends as a classified error, not a killed process.
 pub const SDK_OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
 
+// The first message of a batch is never cut off by one slow call: the SDK gives up on a call
+// (a classified error, a verdict) before the batch's deadline reserve is reached.
+const _: () = assert!(
+    SDK_OPERATION_TIMEOUT.as_millis() + crate::sqs::DEADLINE_RESERVE.as_millis()
+        <= crate::sqs::FUNCTION_TIMEOUT.as_millis()
+);
+// Every message taken gets at least one whole SDK attempt before its cut-off.
+const _: () = assert!(
+    SDK_ATTEMPT_TIMEOUT.as_millis()
+        <= crate::sqs::FUNCTION_TIMEOUT.as_millis() - crate::sqs::DEADLINE_RESERVE.as_millis()
+);
+
 /// The SDK configuration every AWS client of baton starts from: the SDK's standard retry mode
 /// (throttles, 5xx, timeouts and dropped connections retried with jittered backoff) and explicit
 /// timeouts. The deployed functions, `baton local`, the tests and the operator CLI all load it,
@@ -466,7 +478,14 @@ where
     let warmed = warm_up(&started).await;
     init_done(&started, warmed);
     let sqs = aws_sdk_sqs::Client::new(&started.sdk);
-    let dead_letters = SqsDeadLetters::shared(sqs, &dlq_url, &started.settings);
+    let settings = &started.settings;
+    let dead_letters = SqsDeadLetters::shared(
+        sqs,
+        &dlq_url,
+        settings.max_receive_count,
+        settings.source_queue_url.clone(),
+        settings.requeue_delay_seconds,
+    );
     let handler = Arc::new(make(started.engine, dead_letters));
     lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<SqsEvent>| {
         let handler = handler.clone();

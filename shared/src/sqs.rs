@@ -23,7 +23,6 @@ use tracing::{error, info, warn};
 
 use crate::error::{Classified, error_chain, sdk_retryable};
 use crate::mutants::{self, Mutation};
-use crate::runtime::{SDK_ATTEMPT_TIMEOUT, SDK_OPERATION_TIMEOUT};
 
 /// Message attribute names on dead-lettered messages (RUNBOOK.md explains each).
 pub const REASON_ATTRIBUTE: &str = "baton_reason";
@@ -103,19 +102,22 @@ pub struct SqsDeadLetters {
 }
 
 impl SqsDeadLetters {
-    /// The queue at `queue_url`, shared as the handlers' [`DeadLetters`]; throttled messages are
-    /// requeued to the settings' source queue.
+    /// The queue at `queue_url`, shared as the handlers' [`DeadLetters`]. A message on its
+    /// `max_receive_count`th receive that is still throttled is requeued to `source_queue_url`
+    /// (the queue the function reads), invisible for `requeue_delay_seconds`.
     pub fn shared(
         client: aws_sdk_sqs::Client,
         queue_url: impl Into<String>,
-        settings: &crate::runtime::Settings,
+        max_receive_count: u32,
+        source_queue_url: Option<String>,
+        requeue_delay_seconds: i32,
     ) -> DeadLetters {
         std::sync::Arc::new(SqsDeadLetters {
             client,
             queue_url: queue_url.into(),
-            max_receive_count: settings.max_receive_count,
-            source_queue_url: settings.source_queue_url.clone(),
-            requeue_delay_seconds: settings.requeue_delay_seconds,
+            max_receive_count,
+            source_queue_url,
+            requeue_delay_seconds,
         })
     }
 }
@@ -295,13 +297,6 @@ pub const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(30);
 /// could not be sent back to its queue either (RUNBOOK.md).
 pub const DEADLINE_REACHED: &str = "deadline_reached";
 
-// The first message of a batch is never cut off by one slow call: the SDK gives up on a call
-// (a classified error, a verdict) before the reserve is reached.
-const _: () =
-    assert!(SDK_OPERATION_TIMEOUT.as_millis() + DEADLINE_RESERVE.as_millis() <= FUNCTION_TIMEOUT.as_millis());
-// Every message taken gets at least one whole SDK attempt before its cut-off.
-const _: () =
-    assert!(SDK_ATTEMPT_TIMEOUT.as_millis() <= FUNCTION_TIMEOUT.as_millis() - DEADLINE_RESERVE.as_millis());
 // The give-back has time of its own, between the reserve and the answer margin.
 const _: () = assert!(ANSWER_MARGIN.as_millis() < DEADLINE_RESERVE.as_millis());
 
