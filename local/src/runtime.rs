@@ -152,6 +152,7 @@ impl LocalBaton {
                 metrics: options.metrics.clone(),
                 clock: options.clock.clone(),
                 write_ids: baton::engine::random_write_ids(),
+                record_limit: baton::store::dynamodb::RECORD_LIMIT,
                 versions: Default::default(),
             })
         };

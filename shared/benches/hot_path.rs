@@ -259,6 +259,7 @@ impl Stack {
             metrics: Metrics::to(Box::new(std::io::sink())),
             clock: system_clock(),
             write_ids: random_write_ids(),
+            record_limit: baton::store::dynamodb::RECORD_LIMIT,
             versions: Versions::default(),
         });
         let secrets = Secrets::parse(SECRET).expect("secret");

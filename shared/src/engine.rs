@@ -40,8 +40,8 @@ use crate::metrics::{Metric, Metrics};
 use crate::orchestrator::{Orchestrator, OrchestratorError, StartExecution, execution_arn, execution_name};
 use crate::outbound::{PublishError, TaskPublisher};
 use crate::store::{
-    Applied, Claim, DrainTarget, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, StoreError, Task,
-    WorkflowStore,
+    Applied, Claim, DrainTarget, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, RecordLimit, StoreError,
+    Task, WorkflowStore,
 };
 
 /// How many times a write that lost a race is decided again before giving up.
@@ -142,6 +142,8 @@ pub struct Engine {
     pub metrics: Metrics,
     pub clock: Clock,
     pub write_ids: WriteIds,
+    /// How large a record may grow in the store ([`crate::store::dynamodb::RECORD_LIMIT`]).
+    pub record_limit: RecordLimit,
     /// Earlier config versions read back from the table, for records pinned to them.
     pub versions: Versions,
 }
@@ -353,7 +355,7 @@ impl Engine {
                     self.ensure_registered().await?;
                 }
                 write.to.write_id = Some((self.write_ids)());
-                fit_item_limit(&mut write.to);
+                fit_item_limit(&mut write.to, self.record_limit);
                 let applied = self
                     .store
                     .apply(write)
@@ -957,18 +959,15 @@ impl Engine {
     }
 }
 
-/// Keeps a record under DynamoDB's item limit whatever the length of the ids it remembers: the
+/// Keeps a record under the store's item limit (DynamoDB's, in production) whatever the length of the ids it remembers: the
 /// step inputs are capped on their own (`inputs_too_large`), and the oldest audit entries give
 /// way when long ids fill the rest (found by review: 200 transitions with 1 KB ids, then a large
 /// input, made a record no write could store, so its step could never advance).
-fn fit_item_limit(record: &mut Record) {
-    use crate::store::dynamodb::{ItemFormat, MAX_ITEM_BYTES, record_size, record_size_bound};
-    if record_size_bound(record) <= MAX_ITEM_BYTES {
+fn fit_item_limit(record: &mut Record, limit: RecordLimit) {
+    if (limit.bound)(record) <= limit.max {
         return;
     }
-    // Measured as the larger format writes it, so that the record fits whichever is in use.
-    let size = |record: &Record| record_size(record, ItemFormat::Objects);
-    while size(record) > MAX_ITEM_BYTES && record.history.len() > 1 {
+    while (limit.size)(record) > limit.max && record.history.len() > 1 {
         let drop = (record.history.len() / 4).max(1);
         record.history.drain(..drop);
     }
@@ -1210,6 +1209,7 @@ mod tests {
             metrics: Metrics::to(Box::new(std::io::sink())),
             clock: Arc::new(move || now),
             write_ids: Arc::new(|| "w".into()),
+            record_limit: crate::store::dynamodb::RECORD_LIMIT,
             versions: Default::default(),
         }
     }

@@ -306,6 +306,7 @@ fn engine_with(
         clock: system_clock(),
         versions: Default::default(),
         write_ids: random_write_ids(),
+        record_limit: crate::store::dynamodb::RECORD_LIMIT,
     }
 }
 

@@ -174,6 +174,8 @@ impl Shared {
             metrics: Metrics::to(Box::new(std::io::sink())),
             clock: Arc::new(move || clock_world.now()),
             write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),
+            // The memory store keeps DynamoDB's limits.
+            record_limit: baton::store::dynamodb::RECORD_LIMIT,
             versions: Default::default(),
         });
         let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: self.sqs.clone(), queue });

@@ -697,6 +697,14 @@ pub fn ledger_size(entry: &LedgerEntry) -> usize {
     item_size(&ledger_item(entry))
 }
 
+/// DynamoDB's limit on a record's item, measured as the larger format writes it, so that the
+/// record fits whichever format is in use.
+pub const RECORD_LIMIT: super::RecordLimit = super::RecordLimit {
+    bound: record_size_bound,
+    size: |record| record_size(record, ItemFormat::Objects),
+    max: MAX_ITEM_BYTES,
+};
+
 /// At least [`record_size`] in either format, without building the item: what every write checks first, so that
 /// only a record that may come near the 400 KB limit pays for the exact size. Each part is
 /// bounded from above: a JSON string escapes a byte to six at most, a number prints in 40, an

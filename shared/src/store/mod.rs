@@ -303,6 +303,19 @@ impl InboxClaim {
     }
 }
 
+/// How large a record may grow, as the store that keeps it measures it: the engine trims a
+/// record's oldest audit entries to stay under it. The wiring gives it to the engine; the
+/// DynamoDB adapter supplies DynamoDB's rules ([`dynamodb::RECORD_LIMIT`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordLimit {
+    /// At least the record's size, cheap to compute: a record under `max` by it is not measured.
+    pub bound: fn(&Record) -> usize,
+    /// The record's size as the store writes it.
+    pub size: fn(&Record) -> usize,
+    /// The most a record's item may take.
+    pub max: usize,
+}
+
 /// An input that arrived before its step waited.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InboxEntry {
