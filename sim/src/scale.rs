@@ -252,7 +252,7 @@ pub fn run(scale: Scale) -> Report {
             };
             let to = write.to;
             let kind = to.state.kind();
-            let due_at = baton::store::memory::due_at(&to);
+            let due_at = baton::store::due_at(&to);
             let partition = intern(due_kind(&format!("record#{kind}"), &pk, scale.shards));
             // An index entry moved (its key changed) is a delete and a put; a new one, a put.
             if let Some((old, _)) = entry {

@@ -49,12 +49,12 @@ use time::format_description::well_known::Rfc3339;
 
 use super::compact;
 use super::limits::{RECORD_SK, inbox_sk, ledger_sk, pk, receipt_sk, task_sk};
-use super::memory::{due_at, sort_trace};
 use super::{
     Applied, BoundedCount, CONFIG_PK, Claim, Condition, Count, DrainTarget, Hold, InboxClaim, InboxEntry,
     InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, StoreError, Task, Trace,
     WorkflowStore, condition_for,
 };
+use super::{due_at, sort_trace};
 use crate::error::{sdk_retryable, sdk_throttled};
 use crate::ids::{CorrelationKey, TaskToken, WorkflowName};
 use crate::lifecycle::{IgnoreReason, Kind, Record, Resume, State, Write};

@@ -30,10 +30,10 @@ use super::dynamodb::{
 use super::limits::{self, MAX_ITEM_BYTES, RECORD_SK};
 use super::{
     Applied, Claim, Count, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, Receipt, ReceiptStatus,
-    RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for,
+    RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for, due_at, sort_trace,
 };
 use crate::ids::{CorrelationKey, WorkflowName};
-use crate::lifecycle::{IgnoreReason, Kind, Record, State};
+use crate::lifecycle::{IgnoreReason, Kind, Record};
 
 type RecordKey = (WorkflowName, CorrelationKey);
 type InboxKey = (RecordKey, String, String);
@@ -267,15 +267,6 @@ fn rk(workflow: &WorkflowName, key: &CorrelationKey) -> RecordKey {
     (workflow.clone(), key.clone())
 }
 
-/// When a record is due for the sweeper: its deadline while waiting, else its last update. Its
-/// `due_at` in the `by_due` index.
-pub fn due_at(record: &Record) -> OffsetDateTime {
-    match (record.state, record.deadline) {
-        (State::Waiting { .. }, Some(deadline)) => deadline,
-        _ => record.updated_at,
-    }
-}
-
 #[async_trait]
 impl WorkflowStore for MemoryStore {
     async fn load(
@@ -499,13 +490,4 @@ impl WorkflowStore for MemoryStore {
         }
         Ok(counts.into_iter().map(|(kind, n)| (kind, Count::of(n, up_to))).collect())
     }
-}
-
-/// The order both stores return a trace in: tasks by (generation, step), receipts and ledger
-/// entries by time, the inbox by (step, arrival).
-pub(crate) fn sort_trace(trace: &mut Trace) {
-    trace.tasks.sort_by_key(|t| (t.generation, t.step));
-    trace.receipts.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-    trace.inbox.sort_by(|a, b| (a.step, a.arrived_at, &a.id).cmp(&(b.step, b.arrived_at, &b.id)));
-    trace.ledger.sort_by(|a, b| (a.at, &a.input_id).cmp(&(b.at, &b.input_id)));
 }

@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 
 use crate::error::Classified;
 use crate::ids::{CorrelationKey, EventId, WorkflowName};
-use crate::lifecycle::{Cause, IgnoreReason, Kind, Record, Source, Write, allowed_prior};
+use crate::lifecycle::{Cause, IgnoreReason, Kind, Record, Source, State, Write, allowed_prior};
 
 mod compact;
 pub mod dynamodb;
@@ -301,6 +301,24 @@ impl InboxClaim {
             (Claim::Exists(e), claim) => e.status == claim.to(),
         }
     }
+}
+
+/// When a record is due for the sweeper: its deadline while waiting, else its last update. Its
+/// `due_at` in the `by_due` index.
+pub fn due_at(record: &Record) -> OffsetDateTime {
+    match (record.state, record.deadline) {
+        (State::Waiting { .. }, Some(deadline)) => deadline,
+        _ => record.updated_at,
+    }
+}
+
+/// The order both stores return a trace in: tasks by (generation, step), receipts and ledger
+/// entries by time, the inbox by (step, arrival).
+pub(crate) fn sort_trace(trace: &mut Trace) {
+    trace.tasks.sort_by_key(|t| (t.generation, t.step));
+    trace.receipts.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+    trace.inbox.sort_by(|a, b| (a.step, a.arrived_at, &a.id).cmp(&(b.step, b.arrived_at, &b.id)));
+    trace.ledger.sort_by(|a, b| (a.at, &a.input_id).cmp(&(b.at, &b.input_id)));
 }
 
 /// How large a record may grow, as the store that keeps it measures it: the engine trims a
