@@ -396,7 +396,7 @@ impl Callbacks {
     /// for clocks): the same id may have left traces under an earlier receipt, long reaped (an
     /// input expired, applied, or refused then), which say nothing of what this receipt's
     /// attempt did, and answered as if they did, a retry got another answer than the first
-    /// attempt's (found by review: `sim/tests/attack3.rs`).
+    /// attempt's (found by review: `sim/tests/inbox_claims_and_pending_receipts.rs`).
     async fn earlier(
         &self,
         workflow: &crate::config::Workflow,

@@ -125,7 +125,7 @@ impl Sweeper {
     /// before the claim did so after its step waited, so the read sees the step waiting (or the
     /// input applied) and the entry is given back and drained; a drain that lists it after the
     /// claim leaves it. Read first, a step that began waiting in between had its drain apply
-    /// the input while this sweep ledgered it expired (found by review; `sim/tests/attack.rs`).
+    /// the input while this sweep ledgered it expired (found by review; `sim/tests/failure_handling.rs`).
     ///
     /// `listed` is the entry as the `by_due` index listed it, which is eventually consistent:
     /// whether this sweep takes the expiry over from one that died is decided on the entry as
@@ -275,7 +275,7 @@ impl Sweeper {
         // Applied where the drain was applying it: the drain died (or failed) only after the
         // record had it. Settled applied, never decided again: since then the generation may
         // have ended (its drain would now say stale_generation) or a deploy renumbered the step
-        // (found by review: `sim/tests/attack3.rs`).
+        // (found by review: `sim/tests/inbox_claims_and_pending_receipts.rs`).
         let hash = entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint);
         if let (Some(r), Some(target)) = (&record, entry.drain_target)
             && r.applied.iter().any(|a| {

@@ -1,6 +1,6 @@
-//! Third adversarial round: inbox claims (InboxClaim, finish_drain, twin) and the pending
-//! receipt path (take_over_receipt, `earlier`). Each test drives the real use cases over the
-//! simulated world and fails on the code it was written against.
+//! Inbox claims (InboxClaim, finish_drain, twin) and the pending receipt path
+//! (take_over_receipt, `earlier`), found by an adversarial review. Each test drives the real use
+//! cases over the simulated world and fails on the code it was written against.
 
 mod common;
 
