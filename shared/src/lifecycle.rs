@@ -638,6 +638,23 @@ pub struct Write {
     pub to: Record,
 }
 
+impl Write {
+    /// Whether this write is a row of [`TRANSITIONS`] (steps included) from `prior`, the record
+    /// as it was read, and the new record follows from it: the same workflow and key, its version
+    /// one past the read one (1 when created), its last audit entry this transition. `decide`
+    /// asserts it in every debug build and simulation; the store's condition
+    /// ([`crate::store::condition_for`]) is derived from the same table.
+    pub fn follows(&self, prior: Option<&Record>) -> bool {
+        let to = &self.to;
+        is_allowed(self.from, to.state, self.cause)
+            && self.from == prior.map(|r| r.state)
+            && self.expected_version == prior.map(|r| r.version)
+            && prior.is_none_or(|r| r.workflow == to.workflow && r.key == to.key)
+            && to.version == self.expected_version.map_or(1, |v| v + 1)
+            && to.history.last().is_some_and(|a| a.cause == self.cause && a.version == to.version)
+    }
+}
+
 /// Work owed besides the record write, carried out after the write wins.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
@@ -752,6 +769,17 @@ pub fn decide(
         && let Some(entry) = write.to.history.last_mut()
     {
         entry.cause_id = Some(id.shared());
+    }
+    if let Some(write) = &decision.write {
+        debug_assert!(
+            write.follows(record) && (&write.to.workflow, &write.to.key) == (workflow, key),
+            "decide chose a write the transition table does not allow from the record read: {:?} -> {} by {:?}, version {:?} -> {}",
+            write.from,
+            write.to.state,
+            write.cause,
+            write.expected_version,
+            write.to.version
+        );
     }
     decision
 }

@@ -31,19 +31,10 @@ fn token(s: &str) -> TaskToken {
     TaskToken::parse(s).unwrap()
 }
 
+/// Decides at `T0`; `decide` itself asserts that its write follows the table ([`Write::follows`]).
 fn run(plan: &Plan, record: Option<&Record>, input: &Input) -> Decision {
     let (w, k) = names();
-    let d = decide(plan, (&w, &k), record, input, T0);
-    if let Some(write) = &d.write {
-        assert!(
-            is_allowed(write.from, write.to.state, write.cause),
-            "decide produced a transition outside the table: {:?} -> {} by {:?}",
-            write.from,
-            write.to.state,
-            write.cause
-        );
-    }
-    d
+    decide(plan, (&w, &k), record, input, T0)
 }
 
 fn after(d: &Decision) -> Record {
@@ -894,4 +885,26 @@ proptest! {
             prop_assert!(in_inbox.contains(id), "buffered input {id} vanished");
         }
     }
+}
+
+/// `Write::follows`, which `decide` asserts: a write decide makes follows from the record it
+/// read; one that skips a version, starts from another state or crosses to another record
+/// does not.
+#[test]
+fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
+    let p = plan(&[&["approved"]]);
+    let created = run(&p, None, &Input::Start { event: eid("evt-1") }).write.expect("a write");
+    assert!(created.follows(None));
+    let pending = created.to.clone();
+    let input =
+        Input::StepReady { generation: 1, step: 0, token: token("tok-1"), deadline: T0 + Duration::days(2) };
+    let write = run(&p, Some(&pending), &input).write.expect("a write");
+    assert!(write.follows(Some(&pending)));
+    let skipped = Write { to: Record { version: write.to.version + 1, ..write.to.clone() }, ..write.clone() };
+    assert!(!skipped.follows(Some(&pending)), "a version skipped");
+    assert!(!write.follows(None), "read absent, written as from pending");
+    let other = Record { key: CorrelationKey::parse("order-2").unwrap(), ..pending.clone() };
+    assert!(!write.follows(Some(&other)), "another record");
+    let backwards = Write { cause: Cause::Restart, ..write.clone() };
+    assert!(!backwards.follows(Some(&pending)), "pending -> waiting is no restart");
 }
