@@ -23,7 +23,8 @@ pub fn workspace_dir() -> PathBuf {
 /// When the template cannot be read or used locally, with the reason.
 pub fn load_template() -> Template {
     let path = workspace_dir().join("template.yaml");
-    Template::load(&path).unwrap_or_else(|e| panic!("cannot use {}: {}", path.display(), chain(&e)))
+    Template::load(&path)
+        .unwrap_or_else(|e| panic!("cannot use {}: {}", path.display(), baton::error::error_chain(&e)))
 }
 
 /// SDK clients for DynamoDB, SQS, Step Functions and Secrets Manager on the emulator.
@@ -50,7 +51,7 @@ pub async fn provision_stack_at(
     let clients = clients(emulator).await;
     match provision(&template, root, stack_name, &parameters(), &clients).await {
         Ok(provisioned) => (template, provisioned),
-        Err(e) => panic!("cannot provision stack {stack_name}: {}", chain(&e)),
+        Err(e) => panic!("cannot provision stack {stack_name}: {}", baton::error::error_chain(&e)),
     }
 }
 
@@ -61,16 +62,4 @@ pub fn parameters() -> BTreeMap<String, String> {
         "WebhookSecretArn".to_owned(),
         "arn:aws:secretsmanager:us-east-1:123456789012:secret:unused-AbC123".to_owned(),
     )])
-}
-
-/// An error and its causes, `: `-separated.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
