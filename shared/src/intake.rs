@@ -151,15 +151,9 @@ impl Intake {
         body: &str,
     ) -> Result<Vec<(Definition, CorrelationKey, Input)>, EngineError> {
         let config = self.engine.config_of(Some(version)).await?;
-        let Ok(plan) = plan_event(&config, body) else { return Ok(Vec::new()) };
-        Ok(plan
-            .inputs
-            .into_iter()
-            .filter(|(w, k, input)| {
-                w.name == workflow.name && k == key && matches!(input, Input::StepInput { .. })
-            })
-            .filter_map(|(w, k, input)| Some((Definition::of(config.clone(), w.name.as_str())?, k, input)))
-            .collect())
+        let mut inputs = step_inputs(&config, body);
+        inputs.retain(|(w, k, _)| w.name == workflow.name && k == key);
+        Ok(inputs)
     }
 }
 
@@ -168,18 +162,17 @@ impl Intake {
 /// key pointer): for records on that version. An event that does not parse, or matches nothing
 /// there, supplies nothing there.
 pub fn other_step_inputs(versions: &[Arc<Config>], body: &str) -> Vec<(Definition, CorrelationKey, Input)> {
-    let mut out = Vec::new();
-    for config in versions.iter().skip(1) {
-        let Ok(plan) = plan_event(config, body) else { continue };
-        for (workflow, key, input) in plan.inputs {
-            if let (Input::StepInput { .. }, Some(definition)) =
-                (&input, Definition::of(config.clone(), workflow.name.as_str()))
-            {
-                out.push((definition, key, input));
-            }
-        }
-    }
-    out
+    versions.iter().skip(1).flat_map(|config| step_inputs(config, body)).collect()
+}
+
+/// The step inputs `body` supplies as `config` reads it; none when it does not parse there.
+fn step_inputs(config: &Arc<Config>, body: &str) -> Vec<(Definition, CorrelationKey, Input)> {
+    let Ok(plan) = plan_event(config, body) else { return Vec::new() };
+    plan.inputs
+        .into_iter()
+        .filter(|(_, _, input)| matches!(input, Input::StepInput { .. }))
+        .filter_map(|(w, k, input)| Some((Definition::of(config.clone(), w.name.as_str())?, k, input)))
+        .collect()
 }
 
 /// Parses an event and resolves what it does under `config`, before anything is applied.

@@ -376,7 +376,7 @@ pub struct InboxEntry {
 impl InboxEntry {
     /// Where its input came from, as the input says (`None`: not a step input).
     pub fn source(&self) -> Option<Source> {
-        serde_json::from_value(self.input.get("source")?.clone()).ok()
+        Source::deserialize(self.input.get("source")?).ok()
     }
 
     /// Whether `other` is this entry: the same id from the same source.
