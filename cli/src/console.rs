@@ -19,6 +19,7 @@
 //! has CORS headers, and every answer carries a Content-Security-Policy that runs only the
 //! pages' own inline code, `frame-ancestors 'none'` and `nosniff`.
 
+use baton_aws::sqs::SqsDeadLetterReader;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -31,11 +32,11 @@ use axum::http::StatusCode;
 use axum::http::{HeaderValue, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use baton::engine::Engine;
-use baton::ids::{CorrelationKey, WorkflowName};
-use baton::lifecycle::Record;
-use baton::replay::{self, Classification, Line, Origin};
-use baton::store::{COUNT_UP_TO, WorkflowStore};
+use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+use baton_core::domain::lifecycle::Record;
+use baton_core::ports::store::{COUNT_UP_TO, WorkflowStore};
+use baton_core::use_cases::engine::Engine;
+use baton_core::use_cases::replay::{self, Classification, Line, Origin};
 use time::OffsetDateTime;
 
 use crate::ops::StepNames;
@@ -332,7 +333,14 @@ async fn dlq_plans(State(console): State<Arc<Console>>, headers: header::HeaderM
     let now = console.engine.now();
     let mut body = String::new();
     for (name, url, origin) in &console.dlqs {
-        match replay::plan_dlq(&console.engine, &console.sqs, url, *origin, now).await {
+        match replay::plan_dlq(
+            &console.engine,
+            &SqsDeadLetterReader::new(console.sqs.clone(), url),
+            *origin,
+            now,
+        )
+        .await
+        {
             Ok(lines) => body.push_str(&plan_table(name, &lines)),
             Err(e) => {
                 let e = anyhow::Error::from(e);

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use baton::config::{Config, Workflow};
-use baton::event::Event;
+use baton_core::domain::config::{Config, Workflow};
+use baton_core::domain::event::Event;
 
 /// `baton validate`: a summary line per workflow, or every problem with its path.
 pub fn validate(path: &Path) -> Result<()> {
@@ -31,8 +31,8 @@ fn summary(wf: &Workflow) -> String {
         wf.name,
         wf.key,
         match wf.on_restart {
-            baton::lifecycle::OnRestart::AfterTerminal => "after_terminal",
-            baton::lifecycle::OnRestart::Never => "never",
+            baton_core::domain::lifecycle::OnRestart::AfterTerminal => "after_terminal",
+            baton_core::domain::lifecycle::OnRestart::Never => "never",
         },
         wf.steps.len(),
         steps.join(" -> ")

@@ -21,11 +21,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use baton::config::Config;
-use baton::engine::system_clock;
-use baton::metrics::Metrics;
+use baton_core::domain::config::Config;
+use baton_core::ports::metrics::Metrics;
+use baton_core::use_cases::engine::system_clock;
+use baton_local::in_process::{LocalBaton, LocalOptions};
 use baton_local::info::LocalInfo;
-use baton_local::runtime::{LocalBaton, LocalOptions};
 use baton_local::{Clients, Template};
 use tokio::process::{Child, Command};
 
@@ -110,7 +110,7 @@ fn local_secret() -> Result<String> {
 pub async fn run(args: LocalArgs) -> Result<()> {
     let started = Instant::now();
     // The handlers log as they do in Lambda: JSON lines on stdout, beside the EMF metrics.
-    baton::runtime::init_tracing();
+    baton_aws::wiring::init_tracing();
     let config = Config::load(&args.config)?;
     let template = Template::load(&args.template).map_err(|e| anyhow::anyhow!("{e}"))?;
     std::fs::create_dir_all(&args.state_dir).context("cannot create the state directory")?;
@@ -135,7 +135,7 @@ pub async fn run(args: LocalArgs) -> Result<()> {
 
 /// The definitions generated from `config`: the template's DefinitionUris resolve under `root`.
 fn write_definitions(config: &Config, root: &Path) -> Result<()> {
-    for (rel, text) in baton::asl::render_all(config) {
+    for (rel, text) in baton_core::domain::asl::render_all(config) {
         let path = root.join(rel);
         std::fs::create_dir_all(path.parent().unwrap_or(root))?;
         std::fs::write(&path, text)?;
@@ -233,7 +233,7 @@ async fn start_console(
     let console = crate::console::Console {
         sources: crate::trace::Sources {
             store: crate::ops::store(clients.dynamodb.clone(), &info.table).await?,
-            sfn: baton::orchestrator::StepFunctions::new(clients.sfn.clone()),
+            sfn: baton_aws::stepfunctions::StepFunctionsOrchestrator::new(clients.sfn.clone()),
             machines: crate::target::StateMachines::Listed {
                 path: args.state_dir.join("local.json").display().to_string(),
                 arns: info.state_machines.clone(),
@@ -243,8 +243,8 @@ async fn start_console(
         engine,
         config: args.config.clone(),
         dlqs: vec![
-            ("intake", info.queues.intake_dlq.clone(), baton::replay::Origin::Intake),
-            ("progress", info.queues.progress_dlq.clone(), baton::replay::Origin::Progress),
+            ("intake", info.queues.intake_dlq.clone(), baton_core::use_cases::replay::Origin::Intake),
+            ("progress", info.queues.progress_dlq.clone(), baton_core::use_cases::replay::Origin::Progress),
         ],
     };
     crate::console::serve(console, args.console_port).await

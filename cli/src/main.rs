@@ -32,19 +32,19 @@ enum Command {
     /// Check a workflow config; print one summary line per workflow, or every problem found.
     Validate {
         /// The config file.
-        #[arg(env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+        #[arg(env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
         path: PathBuf,
     },
     /// Say which workflows an event would start, and the correlation key for each.
     Match {
-        #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+        #[arg(long, env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
         config: PathBuf,
         /// A file holding the event: CloudEvents 1.0 JSON or an EventBridge event.
         event: PathBuf,
     },
     /// Generate infra/statemachines/<workflow>.asl.json from the config.
     Synth {
-        #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+        #[arg(long, env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
         config: PathBuf,
         /// Verify instead of write: fail if a definition is stale, stray, has a token wait
         /// without a deadline, or template.yaml lacks its state machine.
@@ -59,7 +59,7 @@ enum Command {
     /// Run all of baton on this machine: emulator, template.yaml's resources, the handlers, the
     /// HTTP API and the sweeper. Ctrl-C stops everything it started.
     Local {
-        #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+        #[arg(long, env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
         config: PathBuf,
         #[arg(long, default_value = "template.yaml")]
         template: PathBuf,

@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use baton::config::{self, Config};
-use baton::store::dynamodb::DynamoStore;
+use baton_aws::dynamodb::DynamoDbStore;
+use baton_core::domain::config::{self, Config};
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 use time::{Duration, OffsetDateTime, UtcOffset};
@@ -60,7 +60,7 @@ pub async fn due_shards(client: &aws_sdk_dynamodb::Client, table: &str) -> Resul
     Ok(match (registered, env_due_shards()?) {
         (Some(n), Some(asked)) => n.max(asked),
         (Some(n), None) | (None, Some(n)) => n,
-        (None, None) => baton::store::dynamodb::DEFAULT_DUE_SHARDS,
+        (None, None) => baton_aws::dynamodb::DEFAULT_DUE_SHARDS,
     })
 }
 
@@ -70,18 +70,18 @@ pub async fn due_shards(client: &aws_sdk_dynamodb::Client, table: &str) -> Resul
 pub async fn write_due_shards(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<u32> {
     Ok(match registered_due_shards(client, table).await? {
         Some(n) => n,
-        None => env_due_shards()?.unwrap_or(baton::store::dynamodb::DEFAULT_DUE_SHARDS),
+        None => env_due_shards()?.unwrap_or(baton_aws::dynamodb::DEFAULT_DUE_SHARDS),
     })
 }
 
 /// The stack's table, read across every `by_due` shard its functions write ([`due_shards`]).
-pub async fn store(client: aws_sdk_dynamodb::Client, table: &str) -> Result<DynamoStore> {
+pub async fn store(client: aws_sdk_dynamodb::Client, table: &str) -> Result<DynamoDbStore> {
     let shards = due_shards(&client, table).await?;
-    Ok(DynamoStore::new(client, table).with_due_shards(shards))
+    Ok(DynamoDbStore::new(client, table).with_due_shards(shards))
 }
 
 async fn registered_due_shards(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Option<u32>> {
-    DynamoStore::new(client.clone(), table)
+    DynamoDbStore::new(client.clone(), table)
         .registered_due_shards()
         .await
         .with_context(|| format!("cannot read the shard count the functions registered in {table}"))
@@ -92,7 +92,7 @@ fn env_due_shards() -> Result<Option<u32>> {
     if std::env::var_os("BATON_DUE_SHARDS").is_none_or(|v| v.is_empty()) {
         return Ok(None);
     }
-    Ok(Some(baton::runtime::due_shards(&|name| std::env::var(name).ok())?))
+    Ok(Some(baton_aws::wiring::due_shards(&|name| std::env::var(name).ok())?))
 }
 
 /// Step names by workflow and index, from the config when one could be read.
@@ -133,7 +133,7 @@ impl StepNames {
     /// by index when neither can be had, rather than another version's names.
     pub async fn of_version(
         self,
-        store: &dyn baton::store::WorkflowStore,
+        store: &dyn baton_core::ports::store::WorkflowStore,
         version: Option<&str>,
     ) -> StepNames {
         let Some(version) = version else { return self };
@@ -152,13 +152,13 @@ impl StepNames {
     }
 
     /// The workflows of the config (none without one).
-    pub fn workflows(&self) -> impl Iterator<Item = &baton::ids::WorkflowName> {
+    pub fn workflows(&self) -> impl Iterator<Item = &baton_core::domain::ids::WorkflowName> {
         self.0.iter().flat_map(|c| c.workflows.iter().map(|w| &w.name))
     }
 
     /// The state machine `workflow` runs, as the config generates it.
     pub fn definition(&self, workflow: &str) -> Option<serde_json::Value> {
-        Some(baton::asl::definition(self.0.as_ref()?.workflow(workflow)?))
+        Some(baton_core::domain::asl::definition(self.0.as_ref()?.workflow(workflow)?))
     }
 
     /// The name of step `index` of `workflow`, if the config has it.

@@ -7,18 +7,20 @@
 //! a person unless `--force`, and logs who forced what. Nothing leaves a dead-letter queue until
 //! it has been applied, re-queued, or classified `noop`.
 
+use baton_aws::sqs::SqsDeadLetterReader;
+use baton_core::ports::dead_letters::{DeadLetterReader, DlqMessage};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use baton::config::Config;
-use baton::engine::Engine;
-use baton::ids::{CorrelationKey, WorkflowName};
-use baton::lifecycle::{Input, Outcome};
-use baton::metrics::Metrics;
-use baton::replay::{self, Applied, Classification, Done, Line, Origin};
-use baton::runtime::Settings;
+use baton_aws::wiring::Settings;
+use baton_core::domain::config::Config;
+use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+use baton_core::domain::lifecycle::{Input, Outcome};
+use baton_core::ports::metrics::Metrics;
+use baton_core::use_cases::engine::Engine;
+use baton_core::use_cases::replay::{self, Applied, Classification, Done, Line, Origin};
 use serde::{Deserialize, Serialize};
 
 use crate::target::{self, Field, Target, TargetArgs};
@@ -76,7 +78,7 @@ pub struct ReplayArgs {
     /// Print the plan and the results as JSON.
     #[arg(long)]
     pub json: bool,
-    #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+    #[arg(long, env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
     pub config: PathBuf,
     #[command(flatten)]
     pub target: TargetArgs,
@@ -124,14 +126,14 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
             Err(_) => Some(STATE_MACHINE_ALIAS.to_owned()),
         },
         dlq_url: None,
-        max_receive_count: baton::sqs::DEFAULT_MAX_RECEIVE_COUNT,
+        max_receive_count: baton_core::ports::dead_letters::DEFAULT_MAX_RECEIVE_COUNT,
         outbound_queue_url: target.queues.get(Field::OutboundQueueUrl.env()).cloned(),
         config_path: None,
         webhook_secret_arn: None,
         webhook_secrets: None,
-        webhook_secrets_ttl: baton::secrets::DEFAULT_TTL,
+        webhook_secrets_ttl: baton_core::ports::secrets::DEFAULT_TTL,
         source_queue_url: None,
-        requeue_delay_seconds: baton::sqs::REQUEUE_DELAY_SECONDS,
+        requeue_delay_seconds: baton_core::ports::dead_letters::REQUEUE_DELAY_SECONDS,
         // Writes spread as the functions' do, so that their sweeper reads what a replay writes.
         due_shards: crate::ops::write_due_shards(
             &aws_sdk_dynamodb::Client::new(&sdk),
@@ -140,13 +142,13 @@ async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> 
         .await?,
         // Written as the functions write them (docs/RUNBOOK.md, "Upgrading across the compact
         // record").
-        item_format: baton::runtime::item_format(&|name| std::env::var(name).ok())?,
+        item_format: baton_aws::wiring::item_format(&|name| std::env::var(name).ok())?,
         // A replay's or cancel's record keeps a long (AWS) token in its own item, as the
         // functions' do by default; either way, every version from token items reads both.
-        token_inline_max: baton::store::dynamodb::TOKEN_INLINE_MAX,
+        token_inline_max: baton_aws::dynamodb::TOKEN_INLINE_MAX,
     };
     // Metrics from an operator's terminal would be noise on stdout: they go nowhere.
-    let engine = baton::runtime::engine(&sdk, &settings, config, Metrics::to(Box::new(std::io::sink())));
+    let engine = baton_aws::wiring::engine(&sdk, &settings, config, Metrics::to(Box::new(std::io::sink())));
     Ok(Tools { engine: Arc::new(engine), sqs: aws_sdk_sqs::Client::new(&sdk), target })
 }
 
@@ -183,7 +185,8 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
         }
         (None, Some(dlq), _) => {
             let url = queue(&t.target, dlq.dlq_field())?;
-            replay::plan_dlq(&t.engine, &t.sqs, &url, dlq.origin(), now).await?
+            replay::plan_dlq(&t.engine, &SqsDeadLetterReader::new(t.sqs.clone(), url), dlq.origin(), now)
+                .await?
         }
         (None, None, Some(pair)) => {
             let (w, k) = names(pair)?;
@@ -232,7 +235,14 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
     let (done, summary) = match args.dlq {
         Some(dlq) => {
             let url = queue(&t.target, dlq.dlq_field())?;
-            replay::apply_dlq(&t.engine, &t.sqs, &url, &lines, now, &mut progress).await?
+            replay::apply_dlq(
+                &t.engine,
+                &SqsDeadLetterReader::new(t.sqs.clone(), url),
+                &lines,
+                now,
+                &mut progress,
+            )
+            .await?
         }
         None => replay::apply_ledger(&t.engine, &lines, now, &mut progress).await?,
     };
@@ -307,7 +317,7 @@ pub struct RedriveArgs {
     /// Also move messages classified needs-human. Logged with who forced it.
     #[arg(long)]
     pub force: bool,
-    #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+    #[arg(long, env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
     pub config: PathBuf,
     #[command(flatten)]
     pub target: TargetArgs,
@@ -318,7 +328,8 @@ pub async fn redrive(args: RedriveArgs) -> Result<()> {
     let dlq = queue(&t.target, args.dlq.dlq_field())?;
     let source = queue(&t.target, args.dlq.source_field())?;
     let now = t.engine.now();
-    let lines = replay::plan_dlq(&t.engine, &t.sqs, &dlq, args.dlq.origin(), now).await?;
+    let reader = SqsDeadLetterReader::new(t.sqs.clone(), &dlq);
+    let lines = replay::plan_dlq(&t.engine, &reader, args.dlq.origin(), now).await?;
     print_plan(&lines);
     let refused: Vec<&Line> =
         lines.iter().filter(|l| l.classification == Classification::NeedsHuman).collect();
@@ -334,7 +345,7 @@ pub async fn redrive(args: RedriveArgs) -> Result<()> {
     }
     let who =
         std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
-    let messages = replay::read_dlq(&t.sqs, &dlq, 1000, 300).await?;
+    let messages = reader.read(1000, 300).await.map_err(|e| anyhow::anyhow!(e))?;
     let mut moved = 0;
     for m in &messages {
         let Some(line) = lines.iter().find(|l| l.id == m.id) else { continue };
@@ -353,18 +364,12 @@ pub async fn redrive(args: RedriveArgs) -> Result<()> {
             .send()
             .await
             .context("cannot send to the source queue")?;
-        t.sqs
-            .delete_message()
-            .queue_url(&dlq)
-            .receipt_handle(&m.receipt_handle)
-            .send()
-            .await
-            .context("cannot delete from the DLQ")?;
+        reader.delete(m).await.map_err(|e| anyhow::anyhow!(e)).context("cannot delete from the DLQ")?;
         moved += 1;
     }
-    let untouched: Vec<&replay::DlqMessage> =
+    let untouched: Vec<&DlqMessage> =
         messages.iter().filter(|m| !lines.iter().any(|l| l.id == m.id)).collect();
-    replay::release(&t.sqs, &dlq, &untouched).await?;
+    reader.release(&untouched).await.map_err(|e| anyhow::anyhow!(e))?;
     println!("summary: moved {moved} message(s) back to the source queue");
     Ok(())
 }
@@ -377,7 +382,7 @@ pub struct CancelArgs {
     /// Why: kept in the record's history and on the stopped execution.
     #[arg(long)]
     pub reason: String,
-    #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+    #[arg(long, env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
     pub config: PathBuf,
     #[command(flatten)]
     pub target: TargetArgs,
@@ -386,8 +391,12 @@ pub struct CancelArgs {
 pub async fn cancel(args: CancelArgs) -> Result<()> {
     // The reason is the cause of both the StopExecution and the SendTaskFailure: longer than
     // they take, every attempt to stop the execution would be refused (found by review).
-    baton::lifecycle::failure_text_fits("--reason", &args.reason, baton::lifecycle::MAX_FAILURE_CAUSE_CHARS)
-        .map_err(anyhow::Error::msg)?;
+    baton_core::domain::lifecycle::failure_text_fits(
+        "--reason",
+        &args.reason,
+        baton_core::domain::lifecycle::MAX_FAILURE_CAUSE_CHARS,
+    )
+    .map_err(anyhow::Error::msg)?;
     let t = tools(&args.config, &args.target, &[]).await?;
     let workflow = t
         .engine

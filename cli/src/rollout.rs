@@ -1,8 +1,8 @@
 //! `baton rollout plan`: before a deploy, what the config change would do to the records in
-//! flight ([`baton::rollout`]).
+//! flight ([`baton_core::use_cases::rollout`]).
 //!
 //! The deployed config is, by default, the version the stack's functions last started on (each
-//! cold start registers its version in the table, [`baton::rollout::deployed`]); `--from` takes
+//! cold start registers its version in the table, [`baton_core::use_cases::rollout::deployed`]); `--from` takes
 //! a file or a git ref instead. The live records are counted from the table's `by_due` index
 //! (pending, waiting and advancing records; a Query per state, never a Scan). `--offline`
 //! counts nothing: every change whose effect depends on live records then needs a person.
@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use baton::config::Config;
-use baton::rollout::{self, Class, Live, LiveVersion, RolloutPlan};
+use baton_core::domain::config::Config;
+use baton_core::use_cases::rollout::{self, Class, Live, LiveVersion, RolloutPlan};
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -46,7 +46,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "PATH|GIT-REF")]
     pub from: Option<String>,
     /// The config about to be deployed.
-    #[arg(long, env = "BATON_CONFIG", default_value = baton::config::DEFAULT_PATH)]
+    #[arg(long, env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
     pub to: PathBuf,
     /// Count no live records (no stack needed): changes that depend on them need a person.
     #[arg(long)]

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
-use baton::event::Event;
-use baton::webhook::{ID_HEADER, SIGNATURE_HEADER, Secrets, TIMESTAMP_HEADER};
+use baton_core::domain::event::Event;
+use baton_core::domain::webhook::{ID_HEADER, SIGNATURE_HEADER, Secrets, TIMESTAMP_HEADER};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;

@@ -14,9 +14,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use baton::lifecycle::{Kind, Record};
-use baton::store::dynamodb::DynamoStore;
-use baton::store::{COUNT_UP_TO, Count, WorkflowStore};
+use baton_aws::dynamodb::DynamoDbStore;
+use baton_core::domain::lifecycle::{Kind, Record};
+use baton_core::ports::store::{COUNT_UP_TO, Count, WorkflowStore};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
@@ -66,7 +66,12 @@ pub async fn run(args: StatusArgs) -> Result<()> {
 
 /// Reads the counts by state, each up to `up_to`, and the overdue records of `store` at `now`
 /// (`baton status`, and the local console's overview).
-pub async fn read(store: &DynamoStore, names: &StepNames, now: OffsetDateTime, up_to: u64) -> Result<Report> {
+pub async fn read(
+    store: &DynamoDbStore,
+    names: &StepNames,
+    now: OffsetDateTime,
+    up_to: u64,
+) -> Result<Report> {
     let table = store.table();
     let counts = store
         .count_by_state(up_to)
@@ -235,8 +240,8 @@ pub fn render(report: &Report) -> String {
 
 #[cfg(test)]
 mod tests {
-    use baton::ids::{CorrelationKey, WorkflowName};
-    use baton::lifecycle::State;
+    use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+    use baton_core::domain::lifecycle::State;
     use serde_json::Map;
     use time::Duration;
 
@@ -272,8 +277,10 @@ mod tests {
             "      - name: payment",
             "      - name: fraud-check\n        timeout: 1h\n      - name: payment",
         );
-        let (v1, v2) =
-            (baton::config::Config::parse(v1).unwrap(), baton::config::Config::parse(&v2).unwrap());
+        let (v1, v2) = (
+            baton_core::domain::config::Config::parse(v1).unwrap(),
+            baton_core::domain::config::Config::parse(&v2).unwrap(),
+        );
         let now = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
         let mut record = waiting("a", 1, now - Duration::minutes(5));
         record.config_version = Some(v1.version.clone());

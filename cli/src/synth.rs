@@ -4,8 +4,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use baton::asl;
-use baton::config::Config;
+use baton_core::domain::asl;
+use baton_core::domain::config::Config;
 use serde_json::Value;
 
 /// Writes (or with `check`, verifies) every generated definition under `root`.

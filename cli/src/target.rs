@@ -13,7 +13,7 @@
 //!   file being absent is not, until a value is missing.
 //! - **Emulator or AWS.** With an endpoint, the SDK gets static test credentials, as the tests
 //!   do; without one, the default credential chain. Either way the retries and timeouts are the
-//!   deployed functions' ([`baton::runtime::sdk_loader`]).
+//!   deployed functions' ([`baton_aws::sdk::sdk_loader`]).
 //! - **The webhook secret is a [`SecretString`]**: `Debug` shows `[REDACTED]`, and nothing
 //!   here prints it.
 
@@ -197,7 +197,7 @@ impl Aws {
     /// The SDK configuration, with the functions' retries (standard mode): static test
     /// credentials on an emulator, the default chain otherwise.
     pub async fn sdk_config(&self) -> Result<SdkConfig, TargetError> {
-        let mut loader = baton::runtime::sdk_loader();
+        let mut loader = baton_aws::sdk::sdk_loader();
         if let Some(region) = &self.region {
             loader = loader.region(Region::new(region.clone()));
         }

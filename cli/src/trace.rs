@@ -7,7 +7,7 @@
 //!
 //! Rules kept here:
 //! - **Never the task token**: the record shows its fingerprint only, and execution history
-//!   events carry summaries, never a state's input ([`baton::orchestrator::HistoryEvent`]).
+//!   events carry summaries, never a state's input ([`baton_core::ports::orchestrator::HistoryEvent`]).
 //! - **`--json` is a contract** (`baton.trace/v1`, README "baton trace --json"): fields are
 //!   added, never renamed or removed, without a new schema version. [`Report`] is that schema.
 //! - **Building is pure**: [`build`] and [`render`] take what was read and the current time, so
@@ -20,14 +20,14 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use baton::ids::{CorrelationKey, WorkflowName};
-use baton::lifecycle::{AuditEntry, Record, Resume};
-use baton::orchestrator::{
-    ExecutionInfo, HistoryEvent, Orchestrator, OrchestratorError, StepFunctions, execution_arn,
-    execution_name,
+use baton_aws::dynamodb::DynamoDbStore;
+use baton_aws::stepfunctions::StepFunctionsOrchestrator;
+use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+use baton_core::domain::lifecycle::{AuditEntry, Record, Resume};
+use baton_core::ports::orchestrator::{
+    ExecutionInfo, HistoryEvent, Orchestrator, OrchestratorError, execution_arn, execution_name,
 };
-use baton::store::dynamodb::DynamoStore;
-use baton::store::{InboxEntry, LedgerEntry, Receipt, ReceiptStatus, Task, Trace, WorkflowStore};
+use baton_core::ports::store::{InboxEntry, LedgerEntry, Receipt, ReceiptStatus, Task, Trace, WorkflowStore};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
@@ -70,7 +70,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     let sdk = target.aws().sdk_config().await?;
     let sources = Sources {
         store: crate::ops::store(aws_sdk_dynamodb::Client::new(&sdk), &table).await?,
-        sfn: StepFunctions::new(baton::orchestrator::stepfunctions::client(&sdk)),
+        sfn: StepFunctionsOrchestrator::new(baton_aws::stepfunctions::client(&sdk)),
         machines,
     };
     let report = read(&sources, names, (&workflow, &key))
@@ -96,8 +96,8 @@ pub async fn run(args: TraceArgs) -> Result<()> {
 
 /// Where a trace is read from: the table, and Step Functions for each generation's execution.
 pub struct Sources {
-    pub store: DynamoStore,
-    pub sfn: StepFunctions,
+    pub store: DynamoDbStore,
+    pub sfn: StepFunctionsOrchestrator,
     pub machines: StateMachines,
 }
 
@@ -753,10 +753,10 @@ fn describe(what: &What) -> String {
 
 #[cfg(test)]
 mod tests {
-    use baton::ids::{EventId, TaskToken};
-    use baton::lifecycle::{Cause, IgnoreReason, State};
-    use baton::orchestrator::ExecutionStatus;
-    use baton::store::InboxStatus;
+    use baton_core::domain::ids::{EventId, TaskToken};
+    use baton_core::domain::lifecycle::{Cause, IgnoreReason, State};
+    use baton_core::ports::orchestrator::ExecutionStatus;
+    use baton_core::ports::store::InboxStatus;
     use serde_json::json;
     use time::Duration;
 
@@ -906,7 +906,7 @@ mod tests {
 
     fn config_names() -> StepNames {
         StepNames::from_config(
-            baton::config::Config::parse(
+            baton_core::domain::config::Config::parse(
                 "workflows:\n  order-review:\n    start: { when: { type: [t] }, key: /subject }\n    steps:\n      \
                  - { name: manual-review, requires: [d], timeout: 1h }\n      \
                  - { name: payment, requires: [p], timeout: 1h }\n",

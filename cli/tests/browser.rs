@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use baton::lifecycle::State;
+use baton_core::domain::lifecycle::State;
 use baton_tests::browser::{Browser, only_text, screens_dir, select, text, text_in};
 use serde_json::{Value, json};
 

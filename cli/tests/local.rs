@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use baton::store::dynamodb::DynamoStore;
-use baton::webhook::Secrets;
+use baton_aws::dynamodb::DynamoDbStore;
+use baton_core::domain::webhook::Secrets;
 use baton_local::info::LocalInfo;
 use baton_tests::http::send_callback;
 use serde_json::{Value, json};
@@ -226,7 +226,7 @@ async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops
         .unwrap()
         .item
         .expect("the record item");
-    let shard = baton::store::dynamodb::due_shard(&pk, baton::store::dynamodb::DEFAULT_DUE_SHARDS);
+    let shard = baton_aws::dynamodb::due_shard(&pk, baton_aws::dynamodb::DEFAULT_DUE_SHARDS);
     assert_eq!(item["due_kind"].as_s().unwrap(), &format!("record#waiting#{shard}"));
 
     // An early callback: the payment step is not waiting yet.
@@ -337,8 +337,8 @@ workflows:
     };
     let deployed = file("workflows.yaml", v1);
     let (v1_version, v2_version) = (
-        baton::config::Config::parse(v1).unwrap().version,
-        baton::config::Config::parse(&v2).unwrap().version,
+        baton_core::domain::config::Config::parse(v1).unwrap().version,
+        baton_core::domain::config::Config::parse(&v2).unwrap().version,
     );
     let local = Local::start_with(&["--config", deployed.to_str().unwrap()]);
     let info = local.info();
@@ -487,8 +487,10 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
     };
     let trace = eventually_trace(&local, "order-c1", "waiting on the review, settled", settled).await;
     // And a review an hour past its deadline, written into the stack's table.
-    let config = baton::config::Config::load(&root().join(baton::config::DEFAULT_PATH)).unwrap();
-    let table = DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), info.table.clone());
+    let config =
+        baton_core::domain::config::Config::load(&root().join(baton_core::domain::config::DEFAULT_PATH))
+            .unwrap();
+    let table = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&sdk), info.table.clone());
     let deadline = baton_tests::overdue_record(&table, &config.workflows[0], "order-late").await;
 
     let screens = screens_dir();

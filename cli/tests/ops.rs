@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use baton::lifecycle::State;
+use baton_core::domain::lifecycle::State;
 use baton_tests::system::{System, eventually};
 use serde_json::json;
 use time::OffsetDateTime;
@@ -323,20 +323,20 @@ async fn a_cancel_reason_longer_than_step_functions_takes_is_refused_before_any_
 /// trace shows the record and its transitions, and leaves the never-started executions out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trace_leaves_out_executions_that_never_started() {
-    use baton::lifecycle::{Input, decide};
+    use baton_core::domain::lifecycle::{Input, decide};
     let stack = stack().await;
     let engine = stack.system.engine();
     let workflow = engine.config.workflow("order-review").unwrap();
-    let key = baton::ids::CorrelationKey::parse("k-nostart").unwrap();
+    let key = baton_core::domain::ids::CorrelationKey::parse("k-nostart").unwrap();
     let mut record = None;
     for input in [
-        Input::Start { event: baton::ids::EventId::parse("evt-a").unwrap() },
+        Input::Start { event: baton_core::domain::ids::EventId::parse("evt-a").unwrap() },
         Input::Cancel { reason: "before it started".into() },
-        Input::Start { event: baton::ids::EventId::parse("evt-b").unwrap() },
+        Input::Start { event: baton_core::domain::ids::EventId::parse("evt-b").unwrap() },
     ] {
         let d = decide(&workflow.plan(), (&workflow.name, &key), record.as_ref(), &input, engine.now());
         let write = d.write.expect("a write");
-        assert_eq!(engine.store.apply(&write).await.unwrap(), baton::store::Applied::Written);
+        assert_eq!(engine.store.apply(&write).await.unwrap(), baton_core::ports::store::Applied::Written);
         record = Some(write.to);
     }
     let t = stack.baton(&["trace", "order-review", "k-nostart", "--json"]).await.json();

@@ -30,7 +30,9 @@ fn given_the_sample_config_when_validated_then_it_exits_0_with_a_line_per_workfl
         "{stdout}"
     );
     // The config's version: the hash of its canonical form, as records and rollout plans name it.
-    let config = baton::config::Config::load(&root().join(baton::config::DEFAULT_PATH)).unwrap();
+    let config =
+        baton_core::domain::config::Config::load(&root().join(baton_core::domain::config::DEFAULT_PATH))
+            .unwrap();
     assert!(config.version.starts_with('v') && config.version.len() == 13, "{}", config.version);
     let last = stdout.lines().last().unwrap_or_default();
     assert!(last.ends_with(&format!("1 workflow(s), valid, version {}", config.version)), "{stdout}");

@@ -10,10 +10,10 @@
 //! and registers state machines where executions cannot see them (EMULATOR.md).
 
 pub mod identity;
+pub mod in_process;
 pub mod info;
 pub mod mapping;
 pub mod provision;
-pub mod runtime;
 pub mod template;
 
 pub use provision::{Clients, ProvisionError, Provisioned, QueueInfo, StateMachineInfo, provision};
@@ -21,13 +21,13 @@ pub use template::{Intrinsic, Template, TemplateError};
 
 /// SDK configuration for the local emulator: its endpoint, a fixed region and static test
 /// credentials, and otherwise exactly what the deployed functions use
-/// ([`baton::runtime::sdk_loader`]): the standard retry mode and the same timeouts. moto answers
+/// ([`baton_aws::sdk::sdk_loader`]): the standard retry mode and the same timeouts. moto answers
 /// a transient fault with a 500 as AWS does (e.g. a SendTaskSuccess that races a starting
 /// execution, docs/EMULATOR_DEVIATIONS.md), and the retries are what makes it pass, here as on
 /// AWS. None of the operations baton calls is one moto lacks, so no operation needs its retries
 /// turned off.
 pub async fn emulator_sdk_config(endpoint: &str) -> aws_config::SdkConfig {
-    baton::runtime::sdk_loader()
+    baton_aws::sdk::sdk_loader()
         .region(aws_config::Region::new(provision::REGION))
         .endpoint_url(endpoint)
         .credentials_provider(aws_credential_types::Credentials::new(

@@ -21,9 +21,9 @@ use aws_sdk_sqs::types::{
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use baton::error::error_chain;
-use baton::runtime::{SDK_ATTEMPT_TIMEOUT, SDK_OPERATION_TIMEOUT};
-use baton::sqs::{SqsHandler, TimerDeadline};
+use baton_aws::sdk::{SDK_ATTEMPT_TIMEOUT, SDK_OPERATION_TIMEOUT};
+use baton_core::domain::error::error_chain;
+use baton_core::use_cases::batch::{SqsHandler, TimerDeadline};
 
 /// One queue wired to one handler.
 #[derive(Clone, Debug)]
@@ -195,7 +195,9 @@ pub fn to_event(messages: &[aws_sdk_sqs::types::Message], queue_arn: &str) -> Sq
 
 #[cfg(test)]
 mod tests {
-    use baton::sqs::{DEADLINE_RESERVE, FUNCTION_TIMEOUT, MAX_BATCH_SIZE, MAX_BATCHING_WINDOW};
+    use baton_core::use_cases::batch::{
+        DEADLINE_RESERVE, FUNCTION_TIMEOUT, MAX_BATCH_SIZE, MAX_BATCHING_WINDOW,
+    };
     use serde_json::Value;
 
     use crate::template::Template;

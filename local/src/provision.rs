@@ -70,7 +70,7 @@ impl Clients {
         Clients {
             dynamodb: aws_sdk_dynamodb::Client::new(sdk),
             sqs: aws_sdk_sqs::Client::new(sdk),
-            sfn: baton::orchestrator::stepfunctions::client(sdk),
+            sfn: baton_aws::stepfunctions::client(sdk),
             secretsmanager: aws_sdk_secretsmanager::Client::new(sdk),
             endpoint: sdk.endpoint_url().map(str::to_owned),
         }

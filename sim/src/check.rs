@@ -5,10 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use baton::ids::CorrelationKey;
-use baton::lifecycle::{Cause, IgnoreReason, Input, RESEND_RESUME_AFTER, State, payload_fingerprint};
-use baton::orchestrator::ExecutionStatus;
-use baton::store::{InboxStatus, WorkflowStore};
+use baton_core::domain::ids::CorrelationKey;
+use baton_core::domain::lifecycle::{
+    Cause, IgnoreReason, Input, RESEND_RESUME_AFTER, State, payload_fingerprint,
+};
+use baton_core::ports::orchestrator::ExecutionStatus;
+use baton_core::ports::store::{InboxStatus, WorkflowStore};
 use serde_json::Value;
 
 use crate::sqs::QueueId;
@@ -57,7 +59,7 @@ pub fn after_long_jump(
 pub fn all(
     stack: &Stack,
     plan: &Plan,
-    (settled_by, waiting_at_calm): (time::OffsetDateTime, &[baton::lifecycle::Record]),
+    (settled_by, waiting_at_calm): (time::OffsetDateTime, &[baton_core::domain::lifecycle::Record]),
     outcome: &mut Outcome,
 ) {
     outcome.violations.extend(lock(&stack.violations).iter().cloned());
@@ -276,7 +278,8 @@ pub fn all(
         if spec.task.is_none() {
             continue;
         }
-        let id = baton::store::Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str());
+        let id =
+            baton_core::ports::store::Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str());
         c.check(tasks.contains_key(&id), || {
             format!("{id}: the step was waiting when the faults stopped, and its task was never published")
         });
@@ -380,7 +383,7 @@ pub fn all(
     }
 
     // Nothing is lost: every input ends with a classification an operator can see.
-    let traces: BTreeMap<(String, String), baton::store::Trace> = stack
+    let traces: BTreeMap<(String, String), baton_core::ports::store::Trace> = stack
         .config
         .workflows
         .iter()
@@ -460,15 +463,16 @@ pub fn all(
         settled || ledgered || applied || earlier_run
     };
     for e in &plan.events {
-        let Ok(parsed) = baton::intake::plan_event(&stack.config, &e.body) else { continue };
+        let Ok(parsed) = baton_core::use_cases::intake::plan_event(&stack.config, &e.body) else { continue };
         for (wf, key, input) in &parsed.inputs {
             if cursed == Some(key.as_str()) {
                 continue;
             }
             let id = input.id().map(ToString::to_string).unwrap_or_default();
-            let in_dlq = dead
-                .iter()
-                .any(|m| m.body == e.body && m.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE));
+            let in_dlq = dead.iter().any(|m| {
+                m.body == e.body
+                    && m.attributes.contains_key(baton_core::ports::dead_letters::REASON_ATTRIBUTE)
+            });
             let for_its_step = match input {
                 Input::StepInput { step, .. } => wf.steps.get(*step as usize).is_none_or(|s| {
                     classified_for_step(wf.name.as_str(), key.as_str(), &id, s.name.as_str())
@@ -603,7 +607,8 @@ pub fn all(
         // Refused (`idempotency_key_reused`), or ignored for another reason (the record had ended):
         // either way in the ledger, or dead-lettered with a reason.
         let traced = dead.iter().any(|m| {
-            list.contains(&m.body.as_str()) && m.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE)
+            list.contains(&m.body.as_str())
+                && m.attributes.contains_key(baton_core::ports::dead_letters::REASON_ATTRIBUTE)
         }) || traces.values().any(|t| t.ledger.iter().any(|l| l.input_id == *id));
         let applied_everywhere =
             plan.cursed.as_ref().is_some_and(|k| list[0].contains(&format!("\"subject\":\"{k}\"")));
@@ -652,19 +657,23 @@ pub fn all(
         // baton's own dead-letter send landed but its answer was lost: the function failed the
         // receive and SQS moved the message too. The reasoned copy names this one as its source.
         let reasoned_twin = dead.iter().any(|d| {
-            d.attributes.get(baton::sqs::SOURCE_ATTRIBUTE) == Some(&m.id)
-                && d.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE)
+            d.attributes.get(baton_core::ports::dead_letters::SOURCE_ATTRIBUTE) == Some(&m.id)
+                && d.attributes.contains_key(baton_core::ports::dead_letters::REASON_ATTRIBUTE)
         });
         if reasoned_twin {
             continue;
         }
         // A throttle says nothing about the message: it is requeued, never dead-lettered.
-        let detail = m.attributes.get(baton::sqs::DETAIL_ATTRIBUTE).map(String::as_str).unwrap_or("");
+        let detail = m
+            .attributes
+            .get(baton_core::ports::dead_letters::DETAIL_ATTRIBUTE)
+            .map(String::as_str)
+            .unwrap_or("");
         let throttled = detail.split_whitespace().next().unwrap_or("").ends_with("_throttled");
-        c.check(!throttled || detail.contains(baton::sqs::REQUEUE_FAILED), || {
+        c.check(!throttled || detail.contains(baton_core::ports::dead_letters::REQUEUE_FAILED), || {
             format!("a throttled message was dead-lettered: {} ({detail})", m.id)
         });
-        c.check(m.attributes.contains_key(baton::sqs::REASON_ATTRIBUTE), || {
+        c.check(m.attributes.contains_key(baton_core::ports::dead_letters::REASON_ATTRIBUTE), || {
             format!(
                 "dead-lettered message {} has no reason: {}",
                 m.id,
@@ -706,8 +715,8 @@ const PREFIX_EXEC: &str = "arn:aws:states:us-east-1:123456789012:execution:sim-"
 
 #[cfg(test)]
 mod tests {
-    use baton::ids::{CorrelationKey, EventId, WorkflowName};
-    use baton::lifecycle::{Input, OnRestart, Plan, decide};
+    use baton_core::domain::ids::{CorrelationKey, EventId, WorkflowName};
+    use baton_core::domain::lifecycle::{Input, OnRestart, Plan, decide};
 
     use super::*;
     use crate::store::Landed;

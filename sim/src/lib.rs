@@ -28,19 +28,19 @@ pub mod world;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use baton::callback::Callbacks;
-use baton::config::Config;
-use baton::engine::Engine;
-use baton::intake::Intake;
-use baton::lifecycle::{Kind, State};
-use baton::metrics::Metrics;
-use baton::mutants::Mutation;
-use baton::progress::Progress;
-use baton::secrets::RotatingSecrets;
-use baton::sqs::SqsHandler;
-use baton::store::memory::MemoryStore;
-use baton::sweeper::Sweeper;
-use baton::webhook::Secrets;
+use baton_core::domain::config::Config;
+use baton_core::domain::lifecycle::{Kind, State};
+use baton_core::domain::webhook::Secrets;
+use baton_core::mutants::Mutation;
+use baton_core::ports::metrics::Metrics;
+use baton_core::ports::secrets::RotatingSecrets;
+use baton_core::ports::store::memory::MemoryStore;
+use baton_core::use_cases::batch::SqsHandler;
+use baton_core::use_cases::callback::Callbacks;
+use baton_core::use_cases::engine::Engine;
+use baton_core::use_cases::intake::Intake;
+use baton_core::use_cases::progress::Progress;
+use baton_core::use_cases::sweeper::Sweeper;
 use time::{Duration, OffsetDateTime};
 
 use crate::sfn::{Model, SimStepFunctions};
@@ -150,10 +150,12 @@ impl Shared {
     fn deploy(&self, config: Arc<Config>) -> Deployment {
         let world = &self.world;
         lock(&self.store.deployed).push(config.clone());
-        for (rel, text) in baton::asl::render_all(&config) {
-            let name =
-                rel.trim_start_matches(&format!("{}/", baton::asl::OUT_DIR)).trim_end_matches(".asl.json");
-            let definition = text.replace(baton::asl::PROGRESS_QUEUE_PLACEHOLDER, "sim-progress");
+        for (rel, text) in baton_core::domain::asl::render_all(&config) {
+            let name = rel
+                .trim_start_matches(&format!("{}/", baton_core::domain::asl::OUT_DIR))
+                .trim_end_matches(".asl.json");
+            let definition =
+                text.replace(baton_core::domain::asl::PROGRESS_QUEUE_PLACEHOLDER, "sim-progress");
             lock(&self.sfn)
                 .machines
                 .insert(format!("{PREFIX}{name}"), serde_json::from_str(&definition).expect("ASL is JSON"));
@@ -175,7 +177,7 @@ impl Shared {
             clock: Arc::new(move || clock_world.now()),
             write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),
             // The memory store keeps DynamoDB's limits.
-            record_limit: baton::store::dynamodb::RECORD_LIMIT,
+            item_sizes: baton_aws::dynamodb::ITEM_SIZES,
             versions: Default::default(),
         });
         let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: self.sqs.clone(), queue });
@@ -220,7 +222,7 @@ impl Stack {
     /// A stack that deploys `yaml` (a variant of [`CONFIG`]) first.
     fn with_config(world: Arc<World>, cursed: Option<(String, OffsetDateTime)>, yaml: &str) -> Stack {
         let config = Arc::new(Config::parse(yaml).expect("the simulation's config is valid"));
-        let memory = Arc::new(MemoryStore::new());
+        let memory = Arc::new(MemoryStore::new().with_item_sizes(baton_aws::dynamodb::ITEM_SIZES));
         let violations = Arc::new(Mutex::new(Vec::new()));
         let store = Arc::new(SimStore {
             world: world.clone(),
@@ -334,7 +336,7 @@ const MAX_STEPS: u64 = 200_000;
 
 /// Runs one schedule.
 pub fn run(options: Options) -> Outcome {
-    baton::mutants::set(options.mutation);
+    baton_core::mutants::set(options.mutation);
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).expect("a time");
     let world = World::new(options.seed, start, options.trace);
     let mut plan = workload::Plan::generate(&world);
@@ -458,7 +460,7 @@ pub fn run(options: Options) -> Outcome {
     stack.fire_timers();
     // The steps really waiting when the faults stop: the record waits, and so does its task in
     // Step Functions (a step that timed out meanwhile needs no task any more).
-    let waiting_at_calm: Vec<baton::lifecycle::Record> = {
+    let waiting_at_calm: Vec<baton_core::domain::lifecycle::Record> = {
         let model = lock(&stack.sfn);
         stack
             .memory
@@ -494,7 +496,7 @@ pub fn run(options: Options) -> Outcome {
         // An entry a sweep died holding waits out the sweep's lease before another takes it
         // over (InboxClaim), then one sweep period.
         if stranded.is_none()
-            && world.now() >= settled_by + baton::store::EXPIRY_LEASE + Duration::seconds(60)
+            && world.now() >= settled_by + baton_core::ports::store::EXPIRY_LEASE + Duration::seconds(60)
         {
             stranded = Some(stranded_inputs(&stack));
         }
@@ -568,7 +570,7 @@ pub fn run(options: Options) -> Outcome {
     if options.trace {
         outcome.trace = lock(&world.log).clone();
     }
-    baton::mutants::set(None);
+    baton_core::mutants::set(None);
     outcome
 }
 
@@ -607,7 +609,7 @@ fn stranded_inputs(stack: &Stack) -> Vec<String> {
         else {
             continue;
         };
-        let inbox = workload::block_on(baton::store::WorkflowStore::inbox(
+        let inbox = workload::block_on(baton_core::ports::store::WorkflowStore::inbox(
             &*stack.memory,
             &r.workflow,
             &r.key,

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use baton::mutants::Mutation;
+use baton_core::mutants::Mutation;
 use baton_sim::{Options, Outcome, run};
 
 fn main() {
@@ -26,7 +26,7 @@ fn main() {
     if let Ok(seed) = std::env::var("SIM_SEED") {
         let seed: u64 = seed.trim().parse().expect("SIM_SEED is a number");
         if std::env::var("SIM_DEBUG").is_ok() {
-            baton::runtime::init_tracing();
+            baton_aws::wiring::init_tracing();
         }
         let outcome = run(Options { seed, mutation, trace: true });
         for line in &outcome.trace {

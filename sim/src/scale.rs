@@ -16,11 +16,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use baton::config::Config;
-use baton::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
-use baton::lifecycle::{self, Input, Kind, Record, Source, StepOutcome};
-use baton::store::dynamodb::{due_kind, due_partitions};
-use baton::store::{BoundedCount, COUNT_UP_TO};
+use baton_aws::dynamodb::{due_kind, due_partitions};
+use baton_core::domain::config::Config;
+use baton_core::domain::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
+use baton_core::domain::lifecycle::{self, Input, Kind, Record, Source, StepOutcome};
+use baton_core::ports::store::{BoundedCount, COUNT_UP_TO};
 use time::{Duration, OffsetDateTime};
 
 use crate::rng::Rng;
@@ -252,7 +252,7 @@ pub fn run(scale: Scale) -> Report {
             };
             let to = write.to;
             let kind = to.state.kind();
-            let due_at = baton::store::due_at(&to);
+            let due_at = baton_core::ports::store::due_at(&to);
             let partition = intern(due_kind(&format!("record#{kind}"), &pk, scale.shards));
             // An index entry moved (its key changed) is a delete and a put; a new one, a put.
             if let Some((old, _)) = entry {
@@ -308,7 +308,7 @@ pub fn run(scale: Scale) -> Report {
     };
     report.due = last.iter().filter(|(k, at, _)| due(*k, *at)).count() as u64;
     report.tick_queries = 3 * (u64::from(scale.shards) + 1);
-    report.tick_items = report.due.min(baton::sweeper::BATCH as u64 * 2);
+    report.tick_items = report.due.min(baton_core::use_cases::sweeper::BATCH as u64 * 2);
     report.live_entries = last.iter().filter(|(k, _, _)| !k.is_terminal()).count() as u64;
     report.all_entries = last.len() as u64;
     // `baton status`: each state counted up to the bound, as the store counts it.

@@ -1,6 +1,6 @@
 //! A model of Step Functions, running the very definitions `baton synth` generates.
 //!
-//! It interprets the subset of the Amazon States Language that `baton::asl` emits, and panics on
+//! It interprets the subset of the Amazon States Language that `baton_core::domain::asl` emits, and panics on
 //! anything else, so a change to the generator cannot drift away from the model unnoticed:
 //! `Task` states on `sqs:sendMessage` and `sqs:sendMessage.waitForTaskToken` (with
 //! `TimeoutSeconds`, `HeartbeatSeconds`, `ResultPath`, `Catch`), and `Fail`.
@@ -31,8 +31,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use baton::ids::TaskToken;
-use baton::orchestrator::{
+use baton_core::domain::ids::TaskToken;
+use baton_core::ports::orchestrator::{
     ExecutionInfo, ExecutionStatus, HistoryEvent, Orchestrator, OrchestratorError, StartExecution, Started,
     execution_arn,
 };
@@ -601,7 +601,7 @@ impl Orchestrator for SimStepFunctions {
             match model.may_start(&arn, &input, self.world.now()) {
                 StartAnswer::Running => Ok(Started { execution_arn: arn.clone(), already_existed: true }),
                 // ExecutionAlreadyExists: the production adapter describes the execution and
-                // compares inputs (`StepFunctions::existing_matches`).
+                // compares inputs (`StepFunctionsOrchestrator::existing_matches`).
                 StartAnswer::AlreadyExists if model.executions[&arn].input_text == input => {
                     Ok(Started { execution_arn: arn.clone(), already_existed: true })
                 }

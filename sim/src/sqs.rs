@@ -14,16 +14,17 @@
 //!   the visibility timeout with its receive count raised); a message of more than 256 KiB,
 //!   attributes counted, is refused.
 //!
-//! baton answers before the deadline (`baton::sqs::process_batch`): an SQS invocation killed by
+//! baton answers before the deadline (`baton_core::use_cases::batch::process_batch`): an SQS invocation killed by
 //! its timeout while holding a batch is a violation.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use baton::sqs::{
-    DETAIL_ATTRIBUTE, DeadLetterError, DeadLetterQueue, REASON_ATTRIBUTE, SOURCE_ATTRIBUTE, SqsHandler,
+use baton_core::ports::dead_letters::{
+    DETAIL_ATTRIBUTE, DeadLetterError, DeadLetterQueue, REASON_ATTRIBUTE, SOURCE_ATTRIBUTE,
 };
+use baton_core::use_cases::batch::SqsHandler;
 use time::{Duration, OffsetDateTime};
 
 use crate::world::{Fault, World, lock};
@@ -293,8 +294,10 @@ pub async fn invoke(
     let now = world.now();
     // Mostly the template's default of 10; now and then a larger batch, through a window.
     let (size, held) = if world.chance(0.2) {
-        let window = Duration::seconds(world.below(baton::sqs::MAX_BATCHING_WINDOW.as_secs() + 1) as i64);
-        (world.below(u64::from(baton::sqs::MAX_BATCH_SIZE)) as usize + 1, window)
+        let window = Duration::seconds(
+            world.below(baton_core::use_cases::batch::MAX_BATCHING_WINDOW.as_secs() + 1) as i64,
+        );
+        (world.below(u64::from(baton_core::use_cases::batch::MAX_BATCH_SIZE)) as usize + 1, window)
     } else {
         (10, Duration::ZERO)
     };
@@ -359,7 +362,7 @@ pub struct SimDeadline {
     pub at: OffsetDateTime,
 }
 
-impl baton::sqs::Deadline for SimDeadline {
+impl baton_core::use_cases::batch::Deadline for SimDeadline {
     fn remaining(&self) -> std::time::Duration {
         (self.at - self.world.now()).try_into().unwrap_or(std::time::Duration::ZERO)
     }
@@ -456,7 +459,7 @@ impl DeadLetterQueue for SimDeadLetters {
     }
 
     async fn requeue(&self, message: &SqsMessage) -> Result<(), DeadLetterError> {
-        let delay_seconds = baton::sqs::REQUEUE_DELAY_SECONDS;
+        let delay_seconds = baton_core::ports::dead_letters::REQUEUE_DELAY_SECONDS;
         self.world.point("sqs.SendMessage(requeue)").await;
         let fault = self.world.fault("sqs.SendMessage(requeue)");
         let unavailable = || DeadLetterError { retryable: true, source: "injected: SQS unavailable".into() };
@@ -471,8 +474,9 @@ impl DeadLetterQueue for SimDeadLetters {
         // The copy becomes visible after the delay, as SQS's DelaySeconds makes it.
         let now = self.world.now();
         let mut sqs = lock(&self.sqs);
-        let count = (baton::sqs::requeues(message) + 1).to_string();
-        let attributes = BTreeMap::from([(baton::sqs::REQUEUES_ATTRIBUTE.to_owned(), count)]);
+        let count = (baton_core::ports::dead_letters::requeues(message) + 1).to_string();
+        let attributes =
+            BTreeMap::from([(baton_core::ports::dead_letters::REQUEUES_ATTRIBUTE.to_owned(), count)]);
         let id = match sqs.try_send(source, message.body.clone().unwrap_or_default(), attributes, now) {
             Ok(id) => id,
             Err(TooLarge(size)) => return Err(too_large(size)),
@@ -504,7 +508,7 @@ fn too_large(size: usize) -> DeadLetterError {
 
 #[cfg(test)]
 mod tests {
-    use baton::sqs::Deadline;
+    use baton_core::use_cases::batch::Deadline;
 
     use super::*;
 

@@ -13,12 +13,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use baton::ids::{CorrelationKey, WorkflowName};
-use baton::lifecycle::{IgnoreReason, Kind, Record, State, Write};
-use baton::outbound::{PublishError, TaskPublisher};
-use baton::store::dynamodb::{ItemFormat, MAX_ITEM_BYTES, record_size};
-use baton::store::memory::MemoryStore;
-use baton::store::{
+use baton_aws::dynamodb::{ItemFormat, MAX_ITEM_BYTES, record_size};
+use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+use baton_core::domain::lifecycle::{IgnoreReason, Kind, Record, State, Write};
+use baton_core::ports::outbound::{PublishError, TaskPublisher};
+use baton_core::ports::store::memory::MemoryStore;
+use baton_core::ports::store::{
     Applied, Claim, Count, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, Receipt, RegisteredConfig,
     StoreError, Task, Trace, WorkflowStore,
 };
@@ -48,7 +48,7 @@ pub struct SimStore {
     /// their actor nor a read of their inbox by anyone since.
     pub late_puts: Mutex<std::collections::BTreeSet<LatePut>>,
     /// Every config deployed, in order: what a record's config version names.
-    pub deployed: Mutex<Vec<Arc<baton::config::Config>>>,
+    pub deployed: Mutex<Vec<Arc<baton_core::domain::config::Config>>>,
     /// Every inbox settle and ledger line that landed, in order.
     pub settles: Mutex<Vec<Settled>>,
 }
@@ -80,7 +80,7 @@ pub struct LatePut {
 
 impl SimStore {
     /// The deployed config of `version` (a record's, a task's generation's).
-    pub fn deployed(&self, version: Option<&String>) -> Option<Arc<baton::config::Config>> {
+    pub fn deployed(&self, version: Option<&String>) -> Option<Arc<baton_core::domain::config::Config>> {
         lock(&self.deployed).iter().find(|c| version == Some(&c.version)).cloned()
     }
 }

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
-use baton::engine::payload_hash;
-use baton::ids::{CorrelationKey, EventId};
-use baton::lifecycle::{Input, State};
-use baton::replay::{self, Classification, Origin};
+use baton_core::domain::ids::payload_hash;
+use baton_core::domain::ids::{CorrelationKey, EventId};
+use baton_core::domain::lifecycle::{Input, State};
+use baton_core::use_cases::replay::{self, Classification, Origin};
 use http::HeaderMap;
 use serde_json::{Value, json};
 use time::{Duration, OffsetDateTime};
@@ -399,7 +399,7 @@ pub struct Parts {
 
 struct StackRefs {
     live: Arc<Mutex<Arc<crate::Deployment>>>,
-    memory: Arc<baton::store::memory::MemoryStore>,
+    memory: Arc<baton_core::ports::store::memory::MemoryStore>,
     sqs: Arc<Mutex<crate::sqs::Sqs>>,
     sfn: Arc<Mutex<crate::sfn::Model>>,
     evidence: Arc<Mutex<Evidence>>,
@@ -426,10 +426,12 @@ impl Parts {
 
     /// The store's facts about input `id`, read without a port (the oracle), at once.
     fn facts(&self, workflow: &str, key: &str, id: &str, hash: &str) -> Facts {
-        let Ok(name) = baton::ids::WorkflowName::parse(workflow) else { return Facts::default() };
+        let Ok(name) = baton_core::domain::ids::WorkflowName::parse(workflow) else {
+            return Facts::default();
+        };
         let Ok(k) = CorrelationKey::parse(key) else { return Facts::default() };
-        let trace =
-            block_on(baton::store::WorkflowStore::trace(&*self.stack.memory, &name, &k)).unwrap_or_default();
+        let trace = block_on(baton_core::ports::store::WorkflowStore::trace(&*self.stack.memory, &name, &k))
+            .unwrap_or_default();
         let in_record = trace.record.as_ref().is_some_and(|r| {
             r.history.iter().any(|a| a.cause_id.as_deref() == Some(id))
                 || r.applied.iter().any(|a| a.id.as_str() == id)
@@ -477,7 +479,7 @@ async fn send_callback(parts: Parts, at: OffsetDateTime, c: CallbackSend) {
         let invocation = {
             let (parts, slot, body, c, hash, workflow) =
                 (parts.clone(), slot.clone(), body.clone(), c.clone(), hash.clone(), workflow.clone());
-            let secrets = baton::webhook::Secrets::parse(SECRET).expect("the secret");
+            let secrets = baton_core::domain::webhook::Secrets::parse(SECRET).expect("the secret");
             // Made before the first poll: an invocation dropped before it ever ran crashed too.
             let guard = CrashGuard(slot.clone());
             async move {
@@ -558,15 +560,15 @@ async fn cancel(parts: Parts, at: OffsetDateTime, key: String) {
         match live.engine.submit(workflow, &k, &input, world.now()).await {
             Ok(done) => {
                 if let Some(r) = done.record().filter(|r| r.state == State::Cancelled) {
-                    let name = baton::orchestrator::execution_name(&workflow.name, &k, r.generation);
+                    let name =
+                        baton_core::ports::orchestrator::execution_name(&workflow.name, &k, r.generation);
                     let arn = format!(
                         "{}:{name}",
                         crate::PREFIX.replace(":stateMachine:", ":execution:") + "review"
                     );
-                    let running = lock(&parts.stack.sfn)
-                        .executions
-                        .get(&arn)
-                        .is_none_or(|e| e.status == baton::orchestrator::ExecutionStatus::Running);
+                    let running = lock(&parts.stack.sfn).executions.get(&arn).is_none_or(|e| {
+                        e.status == baton_core::ports::orchestrator::ExecutionStatus::Running
+                    });
                     let c = Cancelled {
                         workflow: "review".into(),
                         key,

@@ -80,7 +80,8 @@ pub enum ActorKind {
 }
 
 /// The functions' timeout (template.yaml: 30 s; the sweeper's 60 s is not needed here).
-pub const FUNCTION_TIMEOUT: Duration = Duration::seconds(baton::sqs::FUNCTION_TIMEOUT.as_secs() as i64);
+pub const FUNCTION_TIMEOUT: Duration =
+    Duration::seconds(baton_core::use_cases::batch::FUNCTION_TIMEOUT.as_secs() as i64);
 
 struct Actor {
     name: String,

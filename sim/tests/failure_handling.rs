@@ -5,9 +5,9 @@
 
 mod common;
 
-use baton::ids::CorrelationKey;
-use baton::lifecycle::{Input, State};
-use baton::store::InboxStatus;
+use baton_core::domain::ids::CorrelationKey;
+use baton_core::domain::lifecycle::{Input, State};
+use baton_core::ports::store::InboxStatus;
 use baton_sim::Stack;
 use baton_sim::sqs::QueueId;
 use baton_sim::world::{Fault, drive, lock};
@@ -164,7 +164,7 @@ fn a_sweep_that_fails_between_settling_and_ledgering_an_expired_buffer_is_finish
         let _ = drive(s.sweeper.run_once(s.world.now()));
     }
     assert!(!has_expired_ledger(&s), "taken over inside the holder's lease");
-    s.world.advance(baton::store::EXPIRY_LEASE);
+    s.world.advance(baton_core::ports::store::EXPIRY_LEASE);
     let _ = drive(s.sweeper.run_once(s.world.now()));
     assert!(
         has_expired_ledger(&s),
@@ -269,8 +269,7 @@ fn long_event_ids_in_the_history_cannot_push_the_record_past_400_kb() {
     let blob = "x".repeat(110 * 1024);
     send(&s, &event("rev-final", "review.done", "k", json!({"decision": "ok", "blob": blob})));
     deliver(&s, QueueId::Intake);
-    let size =
-        baton::store::dynamodb::record_size(&record(&s, "k"), baton::store::dynamodb::ItemFormat::Objects);
+    let size = baton_aws::dynamodb::record_size(&record(&s, "k"), baton_aws::dynamodb::ItemFormat::Objects);
     let violations = lock(&s.violations).clone();
     assert!(violations.is_empty(), "record at {size} bytes; {violations:?}");
     assert_eq!(record(&s, "k").state, State::Advancing { step: 0 }, "the step can never advance");
@@ -298,7 +297,7 @@ fn a_callback_refused_413_gets_413_again_not_a_different_answer() {
     assert_eq!(first.status.as_u16(), 413, "{}", first.body);
     // The sender's HTTP client retries the same request (a lost response, a duplicate send).
     let again = callback(&s, "cb-big-2", &body);
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     let later = callback(&s, "cb-big-2", &body);
     assert_eq!(
         (again.status.as_u16(), later.status.as_u16()),
@@ -320,13 +319,13 @@ fn a_callback_refused_409_by_the_record_is_not_answered_applied_on_a_retry() {
     settle(&s);
     // A week later the receipt has expired and TTL deleted it; the record still remembers
     // cb-1. A sender reuses cb-1 with another payload: refused by the record.
-    s.world.advance(baton::callback::RECEIPT_TTL + Duration::days(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_TTL + Duration::days(1));
     s.memory.reap_expired(s.world.now(), &mut || true);
     let other = review("k", json!({"decision": "reject"}));
     let refused = callback(&s, "cb-1", &other);
     assert_eq!(refused.status.as_u16(), 409, "{}", refused.body);
     // The same request again, after the lease.
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     let retry = callback(&s, "cb-1", &other);
     assert_eq!(
         retry.status.as_u16(),
@@ -345,7 +344,7 @@ fn a_callback_whose_id_is_held_by_an_expired_entry_is_not_answered_buffered() {
     assert!(has_expired_ledger(&s));
     // A week on, the receipt is gone: the same id again, once with the same payload and once
     // with another. Neither is buffered (the entry holding the id has expired).
-    s.world.advance(baton::callback::RECEIPT_TTL + Duration::hours(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_TTL + Duration::hours(1));
     s.memory.reap_expired(s.world.now(), &mut || true);
     let same = callback(&s, "cb-early", &review("k", json!({"decision": "ok"})));
     assert_eq!(
@@ -354,7 +353,7 @@ fn a_callback_whose_id_is_held_by_an_expired_entry_is_not_answered_buffered() {
         "{}",
         same.body
     );
-    s.world.advance(baton::callback::RECEIPT_TTL + Duration::hours(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_TTL + Duration::hours(1));
     s.memory.reap_expired(s.world.now(), &mut || true);
     assert_eq!(trace(&s, "k").inbox.len(), 1, "the inbox entry is kept 30 days past its expiry");
     let other = callback(&s, "cb-early", &review("k", json!({"decision": "changed"})));
@@ -495,7 +494,7 @@ fn probe_a_lost_receipt_put_answer_is_503_maybe_applied_and_the_retry_applies_on
     assert_eq!((a.status.as_u16(), a.body["maybe_applied"].as_bool()), (503, Some(true)), "{}", a.body);
     let twin = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
     assert_eq!(twin.body["error"].as_str(), Some("in_progress"));
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     let retry = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
     assert_eq!(
         (retry.status.as_u16(), retry.body["status"].as_str()),

@@ -4,9 +4,9 @@
 
 mod common;
 
-use baton::ids::CorrelationKey;
-use baton::lifecycle::Input;
-use baton::store::InboxStatus;
+use baton_core::domain::ids::CorrelationKey;
+use baton_core::domain::lifecycle::Input;
+use baton_core::ports::store::InboxStatus;
 use baton_sim::config_v2;
 use baton_sim::sqs::QueueId;
 use baton_sim::world::{Fault, drive};
@@ -87,7 +87,7 @@ fn expired_and_reaped(s: &baton_sim::Stack) {
     s.world.set_now(expiry + Duration::seconds(1));
     drive(s.sweeper.run_once(s.world.now())).unwrap();
     assert!(ledgered(s, "k", "cb-early", "buffer_expired"));
-    s.world.advance(baton::callback::RECEIPT_TTL + Duration::hours(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_TTL + Duration::hours(1));
     s.memory.reap_expired(s.world.now(), &mut || true);
     assert_eq!(trace(s, "k").receipts.len(), 0);
     assert_eq!(trace(s, "k").inbox.len(), 1);
@@ -106,7 +106,7 @@ fn a_retry_of_a_callback_answered_ignored_buffer_expired_is_not_answered_buffere
         "{}",
         first.body
     );
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     let again = callback(&s, "cb-early", &body);
     assert_eq!(
         (again.status.as_u16(), again.body["status"].as_str(), again.body["reason"].as_str()),
@@ -128,7 +128,7 @@ fn a_retry_of_a_callback_refused_409_by_an_expired_entry_is_not_answered_buffere
     s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
     let first = callback(&s, "cb-early", &other);
     assert_eq!(first.status.as_u16(), 409, "{}", first.body);
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     let again = callback(&s, "cb-early", &other);
     assert_eq!(again.status.as_u16(), 409, "first answered 409, the retry {} {}", again.status, again.body);
 }
@@ -156,11 +156,11 @@ fn a_retry_of_a_duplicate_from_an_earlier_generation_gets_the_same_answer() {
     send(&s, &event("start-k-2", "order.placed", "k", json!({})));
     settle(&s);
     assert_eq!(record(&s, "k").generation, 2);
-    s.world.advance(baton::callback::RECEIPT_TTL + Duration::hours(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_TTL + Duration::hours(1));
     s.memory.reap_expired(s.world.now(), &mut || true);
     s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
     let first = callback(&s, "cb-1", &body);
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     let again = callback(&s, "cb-1", &body);
     let strip = |b: &serde_json::Value| {
         let mut b = b.clone();
@@ -189,13 +189,13 @@ fn a_retry_of_a_payload_refused_409_by_the_record_is_not_answered_applied() {
     let a = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
     assert_eq!(a.status.as_u16(), 200, "{}", a.body);
     settle(&s);
-    s.world.advance(baton::callback::RECEIPT_TTL + Duration::hours(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_TTL + Duration::hours(1));
     s.memory.reap_expired(s.world.now(), &mut || true);
     let other = review("k", json!({"decision": "reject"}));
     s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
     let first = callback(&s, "cb-1", &other);
     assert_eq!(first.status.as_u16(), 409, "{}", first.body);
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     let again = callback(&s, "cb-1", &other);
     assert_eq!(
         again.status.as_u16(),

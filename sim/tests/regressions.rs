@@ -4,10 +4,10 @@
 
 mod common;
 
-use baton::ids::{CorrelationKey, EventId};
-use baton::lifecycle::{Input, State};
-use baton::orchestrator::ExecutionStatus;
-use baton::store::InboxStatus;
+use baton_core::domain::ids::{CorrelationKey, EventId};
+use baton_core::domain::lifecycle::{Input, State};
+use baton_core::ports::orchestrator::ExecutionStatus;
+use baton_core::ports::store::InboxStatus;
 use baton_sim::sqs::QueueId;
 use baton_sim::world::{Fault, World, drive, lock};
 use baton_sim::{EPOCH, SECRET, Stack};
@@ -25,9 +25,9 @@ fn stale_decision_time_does_not_shorten_the_resend_grace() {
     let input = Input::StepInput {
         id: EventId::parse("cb-slow").unwrap(),
         hash: "h".into(),
-        source: baton::lifecycle::Source::Callback,
+        source: baton_core::domain::lifecycle::Source::Callback,
         step: 0,
-        outcome: baton::lifecycle::StepOutcome::Succeeded,
+        outcome: baton_core::domain::lifecycle::StepOutcome::Succeeded,
         data: json!({"decision": "ok"}).as_object().unwrap().clone(),
         generation: None,
     };
@@ -68,7 +68,7 @@ fn a_retry_after_a_lost_receipt_answer_gets_the_answer_the_first_attempt_earned(
     // The workflow moves on to the next step; the sender retries after the receipt's lease.
     settle(&s);
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     let retry = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
     assert_eq!(
         (retry.status.as_u16(), retry.body["status"].as_str(), retry.body["state"].as_str()),
@@ -84,7 +84,7 @@ fn a_retry_that_fails_before_any_write_does_not_claim_nothing_was_applied() {
     waiting_on_review(&s, "k");
     s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
     callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     // The retry cannot read what the first attempt did.
     s.world.script("ddb.Query(trace)", Fault::Before);
     let retry = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
@@ -203,9 +203,8 @@ fn a_merge_that_would_overflow_the_record_is_refused_with_413() {
     let a = callback(&s, "cb-big-2", &review("k", json!({"part2": "x".repeat(60 * 1024)})));
     assert_eq!((a.status.as_u16(), a.body["error"].as_str()), (413, Some("inputs_too_large")), "{}", a.body);
     assert!(ledgered(&s, "k", "cb-big-2", "inputs_too_large"));
-    let size =
-        baton::store::dynamodb::record_size(&record(&s, "k"), baton::store::dynamodb::ItemFormat::Objects);
-    assert!(size < baton::store::dynamodb::MAX_ITEM_BYTES, "{size}");
+    let size = baton_aws::dynamodb::record_size(&record(&s, "k"), baton_aws::dynamodb::ItemFormat::Objects);
+    assert!(size < baton_aws::dynamodb::MAX_ITEM_BYTES, "{size}");
 }
 
 #[test]
@@ -252,7 +251,7 @@ fn a_retry_after_a_failed_handshake_read_applies_the_stranded_input() {
     let pay = json!({"workflow": "review", "key": "k", "step": "payment", "outcome": "succeeded", "data": pay["data"]});
     let text = pay.to_string();
     let now = s.world.now().unix_timestamp();
-    let secrets = baton::webhook::Secrets::parse(SECRET).unwrap();
+    let secrets = baton_core::domain::webhook::Secrets::parse(SECRET).unwrap();
     let mut headers = http::HeaderMap::new();
     headers.insert("webhook-id", "cb-pay".parse().unwrap());
     headers.insert("webhook-timestamp", now.to_string().parse().unwrap());
@@ -275,7 +274,7 @@ fn a_retry_after_a_failed_handshake_read_applies_the_stranded_input() {
     );
     assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered, "stranded beside its waiting step");
     // The sender retries: the retry finishes the handshake, and the payment is applied.
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     let retry = callback(&s, "cb-pay", &pay);
     assert_eq!(
         (retry.status.as_u16(), retry.body["status"].as_str()),
@@ -323,9 +322,9 @@ fn replay_delivers_a_dead_lettered_step_ready_that_still_owes_its_drain() {
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
     assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered);
     let body = lock(&s.sqs).messages(QueueId::Progress)[0].body.clone();
-    let line = drive(baton::replay::plan_message(
+    let line = drive(baton_core::use_cases::replay::plan_message(
         &s.engine,
-        baton::replay::Origin::Progress,
+        baton_core::use_cases::replay::Origin::Progress,
         "m",
         &body,
         s.world.now(),
@@ -333,12 +332,12 @@ fn replay_delivers_a_dead_lettered_step_ready_that_still_owes_its_drain() {
     .unwrap();
     assert_eq!(
         line.classification,
-        baton::replay::Classification::Safe,
+        baton_core::use_cases::replay::Classification::Safe,
         "a noop would drop the owed drain: {:?}",
         line.targets[0].effect
     );
-    let applied = drive(baton::replay::apply_line(&s.engine, &line, s.world.now())).unwrap();
-    assert!(matches!(applied, baton::replay::Applied::Applied { .. }), "{applied:?}");
+    let applied = drive(baton_core::use_cases::replay::apply_line(&s.engine, &line, s.world.now())).unwrap();
+    assert!(matches!(applied, baton_core::use_cases::replay::Applied::Applied { .. }), "{applied:?}");
     assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Applied);
     assert_eq!(record(&s, "k").state, State::Advancing { step: 1 }, "the buffered payment was applied");
 }
@@ -350,17 +349,17 @@ fn a_noop_dead_letter_removed_by_replay_leaves_its_ledger_trace() {
     // A second start event for k: review is still running, and audit never restarts. The
     // message was dead-lettered before intake could ledger it.
     let body = event("start-k-again", "order.placed", "k", json!({}));
-    let line = drive(baton::replay::plan_message(
+    let line = drive(baton_core::use_cases::replay::plan_message(
         &s.engine,
-        baton::replay::Origin::Intake,
+        baton_core::use_cases::replay::Origin::Intake,
         "m",
         &body,
         s.world.now(),
     ))
     .unwrap();
-    assert_eq!(line.classification, baton::replay::Classification::Noop);
-    let settled = drive(baton::replay::settle_noop(&s.engine, &line, s.world.now())).unwrap();
-    assert!(matches!(settled, baton::replay::Applied::Applied { .. }), "{settled:?}");
+    assert_eq!(line.classification, baton_core::use_cases::replay::Classification::Noop);
+    let settled = drive(baton_core::use_cases::replay::settle_noop(&s.engine, &line, s.world.now())).unwrap();
+    assert!(matches!(settled, baton_core::use_cases::replay::Applied::Applied { .. }), "{settled:?}");
     // Removed from the DLQ, the event is still found: in the ledger, with its reason.
     let t = trace(&s, "k");
     assert!(
@@ -413,7 +412,7 @@ fn a_drained_input_refused_as_a_conflict_stays_buffered_until_its_ledger_entry_i
     let wf = s.config.workflow("review").unwrap();
     let key = CorrelationKey::parse("k").unwrap();
     let progress = lock(&s.sqs).messages(QueueId::Progress)[0].clone();
-    let step_ready = baton::progress::parse_report(&s.config, &progress.body).unwrap().2;
+    let step_ready = baton_core::use_cases::progress::parse_report(&s.config, &progress.body).unwrap().2;
     let waiting = s.engine.submit(wf, &key, &step_ready, s.world.now());
     // The write and the task, but not the drain: it comes after, once the conflicting copy is in.
     s.world.script("ddb.Query(inbox)", Fault::Before);
@@ -422,9 +421,9 @@ fn a_drained_input_refused_as_a_conflict_stays_buffered_until_its_ledger_entry_i
     let other = Input::StepInput {
         id: EventId::parse("pay-1").unwrap(),
         hash: "another".into(),
-        source: baton::lifecycle::Source::Event,
+        source: baton_core::domain::lifecycle::Source::Event,
         step: 1,
-        outcome: baton::lifecycle::StepOutcome::Succeeded,
+        outcome: baton_core::domain::lifecycle::StepOutcome::Succeeded,
         data: json!({"payment_ref": "another"}).as_object().unwrap().clone(),
         generation: None,
     };
@@ -453,8 +452,8 @@ fn a_message_failing_on_its_last_receive_is_dead_lettered_with_a_reason() {
     let dead = sqs.messages(QueueId::IntakeDlq);
     assert_eq!(dead.len(), 1);
     assert_eq!(
-        dead[0].attributes.get(baton::sqs::REASON_ATTRIBUTE).map(String::as_str),
-        Some(baton::sqs::RETRIES_EXHAUSTED),
+        dead[0].attributes.get(baton_core::ports::dead_letters::REASON_ATTRIBUTE).map(String::as_str),
+        Some(baton_core::ports::dead_letters::RETRIES_EXHAUSTED),
         "a dead letter without a reason"
     );
 }
@@ -492,7 +491,7 @@ fn a_message_throttled_on_every_receive_is_sent_back_to_its_queue_not_dead_lette
         assert_eq!(queued.len(), 1, "the copy is back in the work queue");
         assert_eq!(queued[0].receive_count, 0, "and starts its receives again");
     }
-    s.world.advance(Duration::seconds(i64::from(baton::sqs::REQUEUE_DELAY_SECONDS)));
+    s.world.advance(Duration::seconds(i64::from(baton_core::ports::dead_letters::REQUEUE_DELAY_SECONDS)));
     deliver(&s, QueueId::Intake);
     assert_eq!(record(&s, "t").state, State::Pending, "started once the throttle passed");
     assert!(lock(&s.sqs).messages(QueueId::IntakeDlq).is_empty());
@@ -505,18 +504,22 @@ fn a_throttled_message_whose_requeue_answer_is_lost_is_dead_lettered_with_its_re
     // Throttled on every receive; on the last, the requeued copy lands but SendMessage's answer
     // is lost (found by review): the original is dead-lettered saying both, never anonymously.
     every_receive(&s, Fault::Throttled, Some(("sqs.SendMessage(requeue)", Fault::After)));
-    s.world.advance(Duration::seconds(i64::from(baton::sqs::REQUEUE_DELAY_SECONDS)));
+    s.world.advance(Duration::seconds(i64::from(baton_core::ports::dead_letters::REQUEUE_DELAY_SECONDS)));
     deliver(&s, QueueId::Intake);
     assert_eq!(record(&s, "lost").state, State::Pending, "the copy started the workflow");
     let sqs = lock(&s.sqs);
     let dead = sqs.messages(QueueId::IntakeDlq);
     assert_eq!(dead.len(), 1);
-    let detail = dead[0].attributes.get(baton::sqs::DETAIL_ATTRIBUTE).cloned().unwrap_or_default();
+    let detail = dead[0]
+        .attributes
+        .get(baton_core::ports::dead_letters::DETAIL_ATTRIBUTE)
+        .cloned()
+        .unwrap_or_default();
     assert_eq!(
-        dead[0].attributes.get(baton::sqs::REASON_ATTRIBUTE).map(String::as_str),
-        Some(baton::sqs::RETRIES_EXHAUSTED)
+        dead[0].attributes.get(baton_core::ports::dead_letters::REASON_ATTRIBUTE).map(String::as_str),
+        Some(baton_core::ports::dead_letters::RETRIES_EXHAUSTED)
     );
-    assert!(detail.contains(baton::sqs::REQUEUE_FAILED), "{detail}");
+    assert!(detail.contains(baton_core::ports::dead_letters::REQUEUE_FAILED), "{detail}");
 }
 
 /// Delivers the intake queue once per receive up to the last, the record's read failing with
@@ -544,7 +547,10 @@ fn a_failed_callbacks_retry_after_outlasts_its_receipt_lease_so_a_retry_on_time_
     let first = callback(&s, "cb-1", &body);
     assert_eq!(first.status.as_u16(), 503, "{}", first.body);
     let wait = Duration::seconds(i64::from(first.retry_after.expect("Retry-After")));
-    assert!(wait >= baton::callback::RECEIPT_LEASE, "Retry-After {wait} ends inside the lease");
+    assert!(
+        wait >= baton_core::use_cases::callback::RECEIPT_LEASE,
+        "Retry-After {wait} ends inside the lease"
+    );
     s.world.advance(wait);
     let retry = callback(&s, "cb-1", &body);
     assert_eq!(
@@ -604,7 +610,7 @@ fn two_retries_of_a_stale_receipt_apply_once_and_give_one_answer() {
     s.world.script("ddb.GetItem(record)", Fault::Before);
     let first = callback(&s, "cb-1", &body);
     assert_eq!(first.status.as_u16(), 503, "{}", first.body);
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     // Retry A takes the receipt over and is slow before it applies.
     let (headers, text) = signed(&s, "cb-1", &body);
     let mut a = std::pin::pin!(s.callbacks.handle(&headers, text.as_bytes()));
@@ -647,7 +653,7 @@ fn a_retry_of_a_callback_refused_as_too_large_is_refused_the_same_way() {
         "{}",
         first.body
     );
-    s.world.advance(baton::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
     let retry = callback(&s, "cb-big-2", &big);
     let mut same = retry.body.clone();
     assert_eq!(same.as_object_mut().and_then(|b| b.remove("duplicate")), Some(json!(true)), "{}", retry.body);
@@ -683,7 +689,7 @@ fn a_sweep_taking_over_an_expiry_decides_from_the_table_not_the_lagging_index() 
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
     // Past the dead sweep's lease, the next sweep lists the entry from an index that still
     // shows it as it was before the first sweep's claim: buffered.
-    s.world.advance(baton::store::EXPIRY_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::ports::store::EXPIRY_LEASE + Duration::seconds(1));
     lag.store(s.memory.writes() - buffered_at, std::sync::atomic::Ordering::Relaxed);
     let _ = drive(s.sweeper.run_once(s.world.now()));
     settle(&s);
@@ -708,8 +714,9 @@ fn the_lagging_index_catches_up_after_a_quiet_spell() {
     let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p"})));
     assert_eq!(a.status.as_u16(), 202, "{}", a.body);
     let after = trace(&s, "k").inbox[0].expires_at + Duration::seconds(1);
-    let listed =
-        |s: &Stack| drive(baton::store::WorkflowStore::expired_buffers(&*s.memory, after, 10)).unwrap();
+    let listed = |s: &Stack| {
+        drive(baton_core::ports::store::WorkflowStore::expired_buffers(&*s.memory, after, 10)).unwrap()
+    };
     assert!(listed(&s).is_empty(), "the lagging index does not list the entry yet");
     s.memory.catch_up_index();
     assert_eq!(listed(&s).iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["cb-pay"]);

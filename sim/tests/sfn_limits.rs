@@ -4,10 +4,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use baton::asl::{ExecutionInput, PROGRESS_QUEUE_PLACEHOLDER};
-use baton::config::Config;
-use baton::ids::{CorrelationKey, TaskToken, WorkflowName};
-use baton::orchestrator::{ExecutionStatus, Orchestrator, OrchestratorError, StartExecution};
+use baton_core::domain::asl::{ExecutionInput, PROGRESS_QUEUE_PLACEHOLDER};
+use baton_core::domain::config::Config;
+use baton_core::domain::ids::{CorrelationKey, TaskToken, WorkflowName};
+use baton_core::ports::orchestrator::{ExecutionStatus, Orchestrator, OrchestratorError, StartExecution};
 use baton_sim::sfn::{
     MAX_CAUSE_CHARS, MAX_ERROR_CHARS, MAX_PAYLOAD_BYTES, Model, NAME_REUSE_AFTER, SimStepFunctions,
 };
@@ -42,7 +42,7 @@ fn rig() -> Rig {
     let world = World::new(1, OffsetDateTime::from_unix_timestamp(baton_sim::EPOCH).unwrap(), false);
     let mut model = Model::default();
     for w in &config.workflows {
-        let text = baton::asl::render(w).replace(PROGRESS_QUEUE_PLACEHOLDER, "limits-progress");
+        let text = baton_core::domain::asl::render(w).replace(PROGRESS_QUEUE_PLACEHOLDER, "limits-progress");
         model.machines.insert(format!("{PREFIX}{}", w.name), serde_json::from_str(&text).unwrap());
     }
     let model = Arc::new(Mutex::new(model));

@@ -1,10 +1,10 @@
 //! The simulation in `make test`: a smoke run of seeded schedules with every fault on, and the
-//! proof that it can fail: each deliberate bug (`baton::mutants`) is caught within the same
+//! proof that it can fail: each deliberate bug (`baton_core::mutants`) is caught within the same
 //! budget. `make sim` runs the full 100,000.
 
 use std::collections::BTreeMap;
 
-use baton::mutants::Mutation;
+use baton_core::mutants::Mutation;
 use baton_sim::{Options, Outcome, run};
 
 /// Schedules in the smoke run.

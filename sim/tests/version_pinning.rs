@@ -4,9 +4,9 @@
 
 mod common;
 
-use baton::ids::CorrelationKey;
-use baton::lifecycle::State;
-use baton::store::WorkflowStore;
+use baton_core::domain::ids::CorrelationKey;
+use baton_core::domain::lifecycle::State;
+use baton_core::ports::store::WorkflowStore;
 use baton_sim::sqs::QueueId;
 use baton_sim::world::{Fault, drive, lock};
 use baton_sim::{CONFIG, Stack, config_v2};
@@ -107,7 +107,7 @@ fn a_callback_for_the_next_generation_buffered_before_a_deploy_reaches_its_named
     // Generation 1 ends; version 2 is deployed; generation 2 starts on it.
     let wf = s.config.workflow("review").unwrap();
     let key = CorrelationKey::parse("k").unwrap();
-    let input = baton::lifecycle::Input::Cancel { reason: "operator".into() };
+    let input = baton_core::domain::lifecycle::Input::Cancel { reason: "operator".into() };
     drive(s.engine.submit(wf, &key, &input, s.world.now())).unwrap();
     s.deploy(config_v2());
     send(&s, &event("start-k-2", "order.placed", "k", json!({})));
@@ -196,10 +196,14 @@ fn a_payment_event_reaches_a_version_1_record_after_a_rename_the_plan_calls_safe
     callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
     settle(&s);
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
-    let renamed = baton::config::Config::parse(&CONFIG.replace("name: payment", "name: settlement")).unwrap();
-    let live = baton::rollout::Live::count(&[baton::store::RecordHead::of(&record(&s, "k"))]);
-    let plan = baton::rollout::plan(&s.config, &renamed, &live);
-    assert_eq!(plan.verdict, baton::rollout::Class::Safe, "{:#?}", plan.changes);
+    let renamed =
+        baton_core::domain::config::Config::parse(&CONFIG.replace("name: payment", "name: settlement"))
+            .unwrap();
+    let live = baton_core::use_cases::rollout::Live::count(&[baton_core::ports::store::RecordHead::of(
+        &record(&s, "k"),
+    )]);
+    let plan = baton_core::use_cases::rollout::plan(&s.config, &renamed, &live);
+    assert_eq!(plan.verdict, baton_core::use_cases::rollout::Class::Safe, "{:#?}", plan.changes);
     s.deploy(renamed);
     // The payment settles: the producer sends the same event type as always.
     send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
@@ -254,17 +258,19 @@ fn a_record_from_before_versions_makes_the_plan_ask_for_a_person() {
     let mut old = r.clone();
     old.config_version = None;
     old.version += 1;
-    let write = baton::lifecycle::Write {
-        cause: baton::lifecycle::Cause::Merge,
+    let write = baton_core::domain::lifecycle::Write {
+        cause: baton_core::domain::lifecycle::Cause::Merge,
         from: Some(r.state),
         expected_version: Some(r.version),
         to: old,
     };
-    assert!(matches!(drive(s.memory.apply(&write)).unwrap(), baton::store::Applied::Written));
+    assert!(matches!(drive(s.memory.apply(&write)).unwrap(), baton_core::ports::store::Applied::Written));
     // It follows the deployed config, unpinned: the plan says so instead of `safe`.
-    let live = baton::rollout::Live::count(&[baton::store::RecordHead::of(&record(&s, "k"))]);
-    let plan = baton::rollout::plan(&s.config, &config_v2(), &live);
-    assert_eq!(plan.verdict, baton::rollout::Class::NeedsHuman, "{:#?}", plan.changes);
+    let live = baton_core::use_cases::rollout::Live::count(&[baton_core::ports::store::RecordHead::of(
+        &record(&s, "k"),
+    )]);
+    let plan = baton_core::use_cases::rollout::plan(&s.config, &config_v2(), &live);
+    assert_eq!(plan.verdict, baton_core::use_cases::rollout::Class::NeedsHuman, "{:#?}", plan.changes);
     let inserted = plan.changes.iter().find(|c| c.kind == "step_inserted").expect("the inserted step");
     assert!(inserted.why.contains("predate config versions"), "{}", inserted.why);
 }
@@ -280,7 +286,7 @@ fn a_ledgered_payment_replayed_after_a_restart_on_a_new_version_is_not_applied_t
     waiting_on_review(&s, "k");
     let wf = s.config.workflow("review").unwrap();
     let key = CorrelationKey::parse("k").unwrap();
-    let cancel = baton::lifecycle::Input::Cancel { reason: "operator".into() };
+    let cancel = baton_core::domain::lifecycle::Input::Cancel { reason: "operator".into() };
     drive(s.engine.submit(wf, &key, &cancel, s.world.now())).unwrap();
     // A late payment callback: ignored (terminal), ledgered with its step as version 1 numbers it.
     let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p1"})));
@@ -294,8 +300,8 @@ fn a_ledgered_payment_replayed_after_a_restart_on_a_new_version_is_not_applied_t
     // The operator replays the ledgered payment.
     let entry = trace(&s, "k").ledger.into_iter().find(|l| l.input_id == "cb-pay").unwrap();
     let engine = s.live().engine.clone();
-    let line = drive(baton::replay::plan_ledger(&engine, &entry, s.world.now())).unwrap();
-    let applied = drive(baton::replay::apply_line(&engine, &line, s.world.now())).unwrap();
+    let line = drive(baton_core::use_cases::replay::plan_ledger(&engine, &entry, s.world.now())).unwrap();
+    let applied = drive(baton_core::use_cases::replay::apply_line(&engine, &line, s.world.now())).unwrap();
     let r = record(&s, "k");
     assert_ne!(
         applied_step(&s, "k", "cb-pay"),
@@ -403,7 +409,7 @@ fn domain_events_are_read_through_the_records_own_version() {
     callback(&s, "cb-review-old", &review("old", json!({"decision": "ok"})));
     settle(&s);
     assert_eq!(record(&s, "old").state, State::Waiting { step: 1 });
-    let changed = baton::config::Config::parse(&CONFIG.replace(
+    let changed = baton_core::domain::config::Config::parse(&CONFIG.replace(
         "accepts_events: { type: [\"payment.settled\", \"order.note\"] }",
         "accepts_events: { type: [\"payment.captured\"] }",
     ))
@@ -444,7 +450,7 @@ fn domain_events_are_read_through_the_records_own_version() {
 /// A record written Pending on the first config; its StartExecution failed; `next` is deployed
 /// and the sweeper starts the execution on it. The execution's first step_ready is left in the
 /// progress queue (undelivered): the record is still Pending on the first version.
-fn pending_on_v1_running_next(s: &Stack, key: &str, next: baton::config::Config) {
+fn pending_on_v1_running_next(s: &Stack, key: &str, next: baton_core::domain::config::Config) {
     s.world.script("sfn.StartExecution", Fault::Before);
     send(s, &event(&format!("start-{key}"), "order.placed", key, json!({})));
     deliver(s, QueueId::Intake);
@@ -491,8 +497,8 @@ fn classified_somewhere(s: &Stack, key: &str, id: &str) -> bool {
 }
 
 /// The first config with payment taking `payment.captured` instead of `payment.settled`.
-fn captured_config() -> baton::config::Config {
-    baton::config::Config::parse(&CONFIG.replace(
+fn captured_config() -> baton_core::domain::config::Config {
+    baton_core::domain::config::Config::parse(&CONFIG.replace(
         "accepts_events: { type: [\"payment.settled\", \"order.note\"] }",
         "accepts_events: { type: [\"payment.captured\"] }",
     ))
@@ -667,7 +673,9 @@ fn r2_control_without_a_deploy_the_late_redelivery_is_a_duplicate() {
 #[test]
 fn r2_probe_a_callback_buffered_under_a_name_the_repinned_version_lacks_expires_ledgered() {
     let s = stack();
-    let renamed = baton::config::Config::parse(&CONFIG.replace("name: payment", "name: settlement")).unwrap();
+    let renamed =
+        baton_core::domain::config::Config::parse(&CONFIG.replace("name: payment", "name: settlement"))
+            .unwrap();
     pending_on_v1_running_next(&s, "k", renamed);
     let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p1"})));
     assert_eq!(a.status.as_u16(), 202, "{}", a.body);

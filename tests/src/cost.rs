@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use baton::store::dynamodb::{Item, item_size};
+use baton_aws::dynamodb::{Item, item_size};
 use serde_json::Value;
 
 /// Write units for one write of an item of `bytes`.
@@ -139,7 +139,7 @@ pub const AWS_TOKEN_CHARS: usize = 1024;
 
 /// `call` as it would be with AWS-length task tokens ([`AWS_TOKEN_CHARS`] characters of base64,
 /// as AWS's look), and the calls the store would add for them. Such a token is longer than
-/// `TOKEN_INLINE_MAX`, so the store keeps it out of the record (shared/src/store/dynamodb.rs):
+/// `TOKEN_INLINE_MAX`, so the store keeps it out of the record (aws/src/dynamodb.rs):
 /// - the record carries `token_sk` (the token item's sort key, 58 characters) in place of the
 ///   token;
 /// - a record write with a new token puts the token item first, whether the write then wins or
@@ -433,8 +433,8 @@ mod tests {
     #[test]
     fn the_modelled_token_item_is_the_size_of_the_one_the_store_writes() {
         use base64::Engine;
-        use baton::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
-        use baton::lifecycle::{Input, OnRestart, Plan, decide};
+        use baton_core::domain::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
+        use baton_core::domain::lifecycle::{Input, OnRestart, Plan, decide};
         let (w, k) = (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse("k").unwrap());
         let plan = Plan {
             steps: vec![vec!["decision".into()]],
@@ -448,7 +448,7 @@ mod tests {
         let ready = Input::StepReady { generation: 1, step: 0, token: token.clone(), deadline: now };
         let pending = start.write.unwrap().to;
         let waiting = decide(&plan, (&w, &k), Some(&pending), &ready, now).write.unwrap().to;
-        let stored = baton::store::dynamodb::token_item(&waiting, &token);
+        let stored = baton_aws::dynamodb::token_item(&waiting, &token);
         let step_ready = json!({"operation": "PutItem", "ok": true, "before": null,
             "after": {"pk": {"S": "WF#order-review#k"}, "token": {"S": "t"}}});
         let modelled = item_from_json(&with_aws_tokens(&step_ready)[1]["after"]);

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use baton::lifecycle::State;
-use baton::webhook::Secrets;
+use baton_core::domain::lifecycle::State;
+use baton_core::domain::webhook::Secrets;
 use lambda_harness::{Function, Invocation, Outcome};
 use serde_json::{Value, json};
 
@@ -30,7 +30,7 @@ const WAIT: Duration = Duration::from_secs(90);
 
 /// A stack for the config the binaries embed, with the intake and progress handlers paused.
 pub async fn deployed() -> System {
-    start_system_with(baton::runtime::EMBEDDED_CONFIG, &["IntakeFunction", "ProgressFunction"]).await
+    start_system_with(baton_aws::wiring::EMBEDDED_CONFIG, &["IntakeFunction", "ProgressFunction"]).await
 }
 
 /// The environment of `logical_id` on `system`'s stack: the template's variables, resolved, and
@@ -158,7 +158,7 @@ pub async fn intake_scenario(binary: &str) {
     assert_eq!(dead[0].body(), Some("{\"specversion\": "), "its original body");
     let reason = dead[0]
         .message_attributes()
-        .and_then(|a| a.get(baton::sqs::REASON_ATTRIBUTE))
+        .and_then(|a| a.get(baton_core::ports::dead_letters::REASON_ATTRIBUTE))
         .and_then(|a| a.string_value())
         .map(str::to_owned);
     assert_eq!(reason.as_deref(), Some("not_json"), "the dead-letter reason");
@@ -351,15 +351,24 @@ pub async fn sweeper_scenario(binary: &str) {
     let system = deployed().await;
     let engine = system.engine();
     let workflow = engine.config.workflow("order-review").expect("the workflow");
-    let key = baton::ids::CorrelationKey::parse(unique_name("bin")).expect("a key");
-    let crash =
-        baton::lifecycle::Input::Start { event: baton::ids::EventId::parse("evt-crash").expect("an id") };
-    let crashed_at = engine.now() - baton::lifecycle::RESTART_PENDING_AFTER - time::Duration::minutes(1);
-    let decision =
-        baton::lifecycle::decide(&workflow.plan(), (&workflow.name, &key), None, &crash, crashed_at);
+    let key = baton_core::domain::ids::CorrelationKey::parse(unique_name("bin")).expect("a key");
+    let crash = baton_core::domain::lifecycle::Input::Start {
+        event: baton_core::domain::ids::EventId::parse("evt-crash").expect("an id"),
+    };
+    let crashed_at =
+        engine.now() - baton_core::domain::lifecycle::RESTART_PENDING_AFTER - time::Duration::minutes(1);
+    let decision = baton_core::domain::lifecycle::decide(
+        &workflow.plan(),
+        (&workflow.name, &key),
+        None,
+        &crash,
+        crashed_at,
+    );
     let write = decision.write.expect("a create");
-    let applied = baton::store::WorkflowStore::apply(&system.store, &write).await.expect("the pending write");
-    assert_eq!(applied, baton::store::Applied::Written);
+    let applied = baton_core::ports::store::WorkflowStore::apply(&system.store, &write)
+        .await
+        .expect("the pending write");
+    assert_eq!(applied, baton_core::ports::store::Applied::Written);
     assert!(system.executions("order-review").await.is_empty(), "crashed before StartExecution");
 
     let function = start(binary, "SweeperFunction", &environment(&system, "SweeperFunction")).await;

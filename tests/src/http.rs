@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use baton::webhook::Secrets;
+use baton_core::domain::webhook::Secrets;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;

@@ -6,7 +6,7 @@
 //! with [`unique_name`], so tests run in parallel without seeing each other's data.
 //!
 //! The clients retry and time out exactly as the deployed functions' do
-//! (`baton::runtime::sdk_loader`): a test is a client like any other, and a slow or failed
+//! (`baton_aws::sdk::sdk_loader`): a test is a client like any other, and a slow or failed
 //! answer from the emulator is handled as production handles one from AWS.
 
 pub mod browser;
@@ -93,9 +93,9 @@ pub fn fixture_path(rel: &str) -> std::path::PathBuf {
 }
 
 /// A DynamoDB store on a table of its own, created as template.yaml declares it.
-pub async fn dynamo_store(emulator: &Emulator) -> baton::store::dynamodb::DynamoStore {
+pub async fn dynamo_store(emulator: &Emulator) -> baton_aws::dynamodb::DynamoDbStore {
     let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
-    let store = baton::store::dynamodb::DynamoStore::new(client, unique_name("baton-test"));
+    let store = baton_aws::dynamodb::DynamoDbStore::new(client, unique_name("baton-test"));
     if let Err(e) = store.create_table().await {
         panic!("cannot create the test table: {e:?}");
     }
@@ -107,13 +107,13 @@ pub async fn dynamo_store(emulator: &Emulator) -> baton::store::dynamodb::Dynamo
 /// it has no execution, and the sweeper leaves waits to Step Functions). Returns the deadline,
 /// to the microsecond the store keeps.
 pub async fn overdue_record(
-    store: &dyn baton::store::WorkflowStore,
-    workflow: &baton::config::Workflow,
+    store: &dyn baton_core::ports::store::WorkflowStore,
+    workflow: &baton_core::domain::config::Workflow,
     key: &str,
 ) -> time::OffsetDateTime {
-    use baton::ids::{CorrelationKey, EventId, TaskToken};
-    use baton::lifecycle::{Input, decide};
-    use baton::store::Applied;
+    use baton_core::domain::ids::{CorrelationKey, EventId, TaskToken};
+    use baton_core::domain::lifecycle::{Input, decide};
+    use baton_core::ports::store::Applied;
     let (w, k) = (&workflow.name, CorrelationKey::parse(key).expect("a valid key"));
     let plan = workflow.plan();
     let now = time::OffsetDateTime::now_utc();

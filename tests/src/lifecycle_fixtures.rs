@@ -1,8 +1,10 @@
 //! The lifecycle inputs the store tests write with: a two-step plan, fixed names and clock, and
 //! task tokens as long as AWS's (`tests/tests/store_contract.rs`, `tests/tests/token_item_reads.rs`).
 
-use baton::ids::{CorrelationKey, EventId, WorkflowName};
-use baton::lifecycle::{Decision, Input, OnRestart, Plan, Record, Source, StepOutcome, Write, decide};
+use baton_core::domain::ids::{CorrelationKey, EventId, WorkflowName};
+use baton_core::domain::lifecycle::{
+    Decision, Input, OnRestart, Plan, Record, Source, StepOutcome, Write, decide,
+};
 use time::OffsetDateTime;
 
 /// The tests' epoch, in whole seconds: DynamoDB timestamps keep microseconds.

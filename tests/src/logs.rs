@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use baton::metrics::Captured;
+use baton_core::ports::metrics::Captured;
 use serde_json::Value;
 
 /// Installs (once per test binary) a JSON subscriber that keeps every line, and returns it.

@@ -23,8 +23,9 @@ pub fn workspace_dir() -> PathBuf {
 /// When the template cannot be read or used locally, with the reason.
 pub fn load_template() -> Template {
     let path = workspace_dir().join("template.yaml");
-    Template::load(&path)
-        .unwrap_or_else(|e| panic!("cannot use {}: {}", path.display(), baton::error::error_chain(&e)))
+    Template::load(&path).unwrap_or_else(|e| {
+        panic!("cannot use {}: {}", path.display(), baton_core::domain::error::error_chain(&e))
+    })
 }
 
 /// SDK clients for DynamoDB, SQS, Step Functions and Secrets Manager on the emulator.
@@ -51,7 +52,9 @@ pub async fn provision_stack_at(
     let clients = clients(emulator).await;
     match provision(&template, root, stack_name, &parameters(), &clients).await {
         Ok(provisioned) => (template, provisioned),
-        Err(e) => panic!("cannot provision stack {stack_name}: {}", baton::error::error_chain(&e)),
+        Err(e) => {
+            panic!("cannot provision stack {stack_name}: {}", baton_core::domain::error::error_chain(&e))
+        }
     }
 }
 

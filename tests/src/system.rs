@@ -1,6 +1,6 @@
 //! A whole baton for an end-to-end test: template.yaml provisioned on the emulator under a
 //! stack name of its own, the real state machines generated from the test's config, and the
-//! real handlers behind local event source mappings ([`baton_local::runtime::LocalBaton`]).
+//! real handlers behind local event source mappings ([`baton_local::in_process::LocalBaton`]).
 //! Tests talk to it through SQS, Step Functions and the store, as users and operators do.
 
 use std::future::Future;
@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
-use baton::config::Config;
-use baton::engine::system_clock;
-use baton::ids::{CorrelationKey, WorkflowName};
-use baton::lifecycle::Record;
-use baton::metrics::{Captured, Metrics};
-use baton::store::WorkflowStore;
-use baton::store::dynamodb::DynamoStore;
-use baton_local::runtime::{LocalBaton, LocalOptions};
+use baton_aws::dynamodb::DynamoDbStore;
+use baton_core::domain::config::Config;
+use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+use baton_core::domain::lifecycle::Record;
+use baton_core::ports::metrics::{Captured, Metrics};
+use baton_core::ports::store::WorkflowStore;
+use baton_core::use_cases::engine::system_clock;
+use baton_local::in_process::{LocalBaton, LocalOptions};
 use serde_json::Value;
 
 use crate::stack::{clients, load_template};
@@ -28,7 +28,7 @@ pub struct System {
     pub config: Config,
     pub sqs: aws_sdk_sqs::Client,
     pub sfn: aws_sdk_sfn::Client,
-    pub store: DynamoStore,
+    pub store: DynamoDbStore,
     pub metrics: Captured,
     stack_name: String,
     paused: Vec<String>,
@@ -65,7 +65,7 @@ async fn start_system_full(config_yaml: &str, paused: &[&str], env: &[(&str, &st
     let table = baton.provisioned.tables.get("Table").expect("the table").clone();
     let clients = clients(&Emulator::from_env()).await;
     System {
-        store: DynamoStore::new(clients.dynamodb.clone(), table),
+        store: DynamoDbStore::new(clients.dynamodb.clone(), table),
         sqs: clients.sqs,
         sfn: clients.sfn,
         baton,
@@ -89,7 +89,7 @@ async fn launch(
 ) -> (LocalBaton, tempfile::TempDir) {
     // The template's DefinitionUri paths, generated for this config.
     let dir = tempfile::tempdir().expect("a temp dir");
-    for (rel, text) in baton::asl::render_all(config) {
+    for (rel, text) in baton_core::domain::asl::render_all(config) {
         let path = dir.path().join(rel);
         std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
         std::fs::write(path, text).expect("write definition");
@@ -148,7 +148,7 @@ impl System {
         self.engine().state_machine_arn(workflow)
     }
 
-    pub fn engine(&self) -> Arc<baton::engine::Engine> {
+    pub fn engine(&self) -> Arc<baton_core::use_cases::engine::Engine> {
         self.baton.engine().expect("an engine")
     }
 
@@ -264,7 +264,7 @@ impl System {
     /// Sends a signed callback to the local HTTP API as a sender does (a 503 is retried with the
     /// same `webhook-id` after its `Retry-After`); returns the final status and JSON body.
     pub async fn callback(&self, id: &str, body: &Value) -> (u16, Value) {
-        let secrets = baton::webhook::Secrets::parse(TEST_SECRET).expect("the test secret");
+        let secrets = baton_core::domain::webhook::Secrets::parse(TEST_SECRET).expect("the test secret");
         crate::http::send_callback(self.api_url(), &secrets, id, body).await
     }
 
@@ -276,7 +276,7 @@ impl System {
     /// Sends a body exactly as written (a `Value` would re-serialise it), signed, once.
     pub async fn callback_text(&self, id: &str, text: String) -> crate::http::Reply {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        let secrets = baton::webhook::Secrets::parse(TEST_SECRET).expect("the test secret");
+        let secrets = baton_core::domain::webhook::Secrets::parse(TEST_SECRET).expect("the test secret");
         let headers = [
             ("webhook-id", id.to_owned()),
             ("webhook-timestamp", now.to_string()),
@@ -322,8 +322,8 @@ impl System {
 
     /// Runs the sweeper once as of `at`, as its schedule would: a sweep that fails for a reason
     /// that can pass is run again, as the next scheduled run would, up to five times.
-    pub async fn sweep(&self, at: time::OffsetDateTime) -> baton::sweeper::SweepReport {
-        use baton::error::Classified;
+    pub async fn sweep(&self, at: time::OffsetDateTime) -> baton_core::use_cases::sweeper::SweepReport {
+        use baton_core::domain::error::Classified;
         let sweeper = self.baton.sweeper.clone().expect("the sweeper");
         for _ in 0..5 {
             match sweeper.run_once(at).await {
@@ -338,7 +338,11 @@ impl System {
     /// Hands `event` to an SQS handler as Lambda's event source mapping does: the messages it
     /// reports as failed are delivered again (after a pause, as after a visibility timeout),
     /// until none fails or [`REDELIVERIES`] redeliveries have been made.
-    pub async fn deliver(&self, handler: &dyn baton::sqs::SqsHandler, event: SqsEvent) -> SqsBatchResponse {
+    pub async fn deliver(
+        &self,
+        handler: &dyn baton_core::use_cases::batch::SqsHandler,
+        event: SqsEvent,
+    ) -> SqsBatchResponse {
         let mut event = event;
         for _ in 0..REDELIVERIES {
             let response = handler.handle(event.clone()).await;
@@ -360,7 +364,8 @@ impl System {
         let (w, k) = (WorkflowName::parse(workflow).unwrap(), CorrelationKey::parse(key).unwrap());
         let mut count = 0;
         for execution in self.executions(workflow).await {
-            let named = (1..=64).any(|g| baton::orchestrator::execution_name(&w, &k, g) == execution.name());
+            let named = (1..=64)
+                .any(|g| baton_core::ports::orchestrator::execution_name(&w, &k, g) == execution.name());
             if !named {
                 continue;
             }

@@ -8,8 +8,8 @@
 //! - Integers past 64 bits in callback data.
 //! - A step that takes its inputs from domain events only.
 
-use baton::lifecycle::State;
-use baton::sqs::{DETAIL_ATTRIBUTE, REASON_ATTRIBUTE};
+use baton_core::domain::lifecycle::State;
+use baton_core::ports::dead_letters::{DETAIL_ATTRIBUTE, REASON_ATTRIBUTE};
 use baton_tests::system::{System, WAIT, eventually, start_system};
 use serde_json::{Value, json};
 

@@ -4,7 +4,7 @@
 //!
 //! Each fault rule matches this test's own key, so tests sharing the emulator are untouched.
 
-use baton::lifecycle::{self, State};
+use baton_core::domain::lifecycle::{self, State};
 use baton_tests::logs::{captured, resumes_sent_for_inputs};
 use baton_tests::system::{System, WAIT, eventually, start_system};
 use baton_tests::{Emulator, approval, order_placed};
@@ -40,12 +40,12 @@ async fn a_resume_that_fails_after_the_write_is_answered_applied_and_delivered_b
 
     let rule = emulator
         .inject(json!({"operation": "AWSStepFunctions.SendTaskSuccess", "match": [format!("approve-{key}")],
-            "times": baton::runtime::SDK_MAX_ATTEMPTS, "status": 500, "code": "InternalServerError"}))
+            "times": baton_aws::sdk::SDK_MAX_ATTEMPTS, "status": 500, "code": "InternalServerError"}))
         .await;
     let first = system.callback_once("cb-owed", &review(key)).await;
     assert_eq!(
         emulator.fault_hits(rule).await,
-        u64::from(baton::runtime::SDK_MAX_ATTEMPTS),
+        u64::from(baton_aws::sdk::SDK_MAX_ATTEMPTS),
         "every attempt failed"
     );
     assert_eq!(
@@ -125,10 +125,10 @@ async fn a_write_of_unknown_outcome_gets_a_503_that_says_so_and_the_retry_answer
 
     let rule = emulator
         .inject(json!({"operation": "DynamoDB_20120810.PutItem", "match": [key, r#"{"S":"advancing"}"#],
-            "times": baton::runtime::SDK_MAX_ATTEMPTS, "when": "after", "status": 500, "code": "InternalServerError"}))
+            "times": baton_aws::sdk::SDK_MAX_ATTEMPTS, "when": "after", "status": 500, "code": "InternalServerError"}))
         .await;
     let first = system.callback_once("cb-unknown", &review(key)).await;
-    assert_eq!(emulator.fault_hits(rule).await, u64::from(baton::runtime::SDK_MAX_ATTEMPTS));
+    assert_eq!(emulator.fault_hits(rule).await, u64::from(baton_aws::sdk::SDK_MAX_ATTEMPTS));
     assert_eq!(
         (first.status, first.body["error"].as_str(), first.body["maybe_applied"].as_bool()),
         (503, Some("unavailable"), Some(true)),
@@ -165,10 +165,10 @@ async fn a_failure_before_any_write_gets_a_503_that_says_nothing_was_applied() {
     // every attempt.
     let rule = emulator
         .inject(json!({"operation": "DynamoDB_20120810.Query", "match": [format!("WF#order-review#{key}"), r#"{"S":"RECORD"}"#],
-            "times": baton::runtime::SDK_MAX_ATTEMPTS, "status": 400, "code": "ThrottlingException"}))
+            "times": baton_aws::sdk::SDK_MAX_ATTEMPTS, "status": 400, "code": "ThrottlingException"}))
         .await;
     let first = system.callback_once("cb-nothing", &review(key)).await;
-    assert_eq!(emulator.fault_hits(rule).await, u64::from(baton::runtime::SDK_MAX_ATTEMPTS));
+    assert_eq!(emulator.fault_hits(rule).await, u64::from(baton_aws::sdk::SDK_MAX_ATTEMPTS));
     assert_eq!((first.status, first.body["maybe_applied"].as_bool()), (503, Some(false)), "{}", first.body);
     assert!(first.body["message"].as_str().unwrap_or("").contains("nothing was applied"), "{}", first.body);
     assert_eq!(system.record("order-review", key).await, Some(before), "and indeed nothing changed");

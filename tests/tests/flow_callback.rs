@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use baton::ids::{CorrelationKey, WorkflowName};
-use baton::lifecycle::{self, Cause, IgnoreReason, Input, State};
-use baton::store::{InboxStatus, WorkflowStore};
+use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+use baton_core::domain::lifecycle::{self, Cause, IgnoreReason, Input, State};
+use baton_core::ports::store::{InboxStatus, WorkflowStore};
 use baton_tests::logs::{captured, resumes_sent_for_inputs};
 use baton_tests::system::{System, TEST_SECRET, WAIT, eventually, start_system, start_system_with};
 use serde_json::{Value, json};
@@ -68,7 +68,7 @@ async fn crash_after_the_advancing_write(
     let engine = system.engine();
     let workflow = engine.config.workflow("order-review").unwrap();
     let input = Input::StepInput {
-        id: baton::ids::EventId::parse(id).unwrap(),
+        id: baton_core::domain::ids::EventId::parse(id).unwrap(),
         hash: "h".into(),
         source: lifecycle::Source::Callback,
         step: 0,
@@ -83,7 +83,10 @@ async fn crash_after_the_advancing_write(
         &input,
         engine.now(),
     );
-    assert_eq!(system.store.apply(d.write.as_ref().unwrap()).await.unwrap(), baton::store::Applied::Written);
+    assert_eq!(
+        system.store.apply(d.write.as_ref().unwrap()).await.unwrap(),
+        baton_core::ports::store::Applied::Written
+    );
     let written = d.write.unwrap().to;
     assert_eq!(written.state, State::Advancing { step: 0 });
     written
@@ -382,7 +385,7 @@ async fn an_expired_buffer_whose_step_waits_is_drained_by_the_sweeper_not_expire
         out.messages.filter(|m| !m.is_empty())
     })
     .await;
-    let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
+    let attempts = baton_aws::sdk::SDK_MAX_ATTEMPTS;
     let rule = emulator
         .inject(json!({"operation": "DynamoDB_20120810.Query", "match": [key, "INBOX#"],
             "times": attempts, "status": 500, "code": "InternalServerError"}))
@@ -414,7 +417,7 @@ async fn bad_requests_get_the_documented_errors() {
     captured();
     let system = start_system(CONFIG).await;
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let secrets = baton::webhook::Secrets::parse(TEST_SECRET).unwrap();
+    let secrets = baton_core::domain::webhook::Secrets::parse(TEST_SECRET).unwrap();
     let signed = |id: &str, ts: i64, body: &str| {
         vec![
             ("webhook-id", id.to_owned()),
@@ -455,7 +458,7 @@ async fn bad_requests_get_the_documented_errors() {
         "k-err",
         "manual-review",
         "succeeded",
-        json!({"blob": "x".repeat(baton::callback::MAX_BODY_BYTES)}),
+        json!({"blob": "x".repeat(baton_core::use_cases::callback::MAX_BODY_BYTES)}),
     )
     .to_string();
     let (s, b) = system.post(&signed("e6", now, &huge), huge.into_bytes()).await;

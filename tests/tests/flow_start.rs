@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use baton::lifecycle::{IgnoreReason, State};
-use baton::metrics::Metric;
-use baton::sqs::{DETAIL_ATTRIBUTE, REASON_ATTRIBUTE};
+use baton_core::domain::lifecycle::{IgnoreReason, State};
+use baton_core::ports::dead_letters::{DETAIL_ATTRIBUTE, REASON_ATTRIBUTE};
+use baton_core::ports::metrics::Metric;
 use baton_tests::system::{System, eventually, start_system};
 use serde_json::json;
 
@@ -208,10 +208,10 @@ async fn after_a_terminal_state_on_restart_decides_whether_a_new_generation_open
         } else {
             let trace = eventually("the restart ledgered", WAIT, || async {
                 let (w, k) = (
-                    baton::ids::WorkflowName::parse("order-review").unwrap(),
-                    baton::ids::CorrelationKey::parse("order-r").unwrap(),
+                    baton_core::domain::ids::WorkflowName::parse("order-review").unwrap(),
+                    baton_core::domain::ids::CorrelationKey::parse("order-r").unwrap(),
                 );
-                let t = baton::store::WorkflowStore::trace(&system.store, &w, &k).await.unwrap();
+                let t = baton_core::ports::store::WorkflowStore::trace(&system.store, &w, &k).await.unwrap();
                 t.ledger.iter().any(|l| l.reason == IgnoreReason::RestartNotAllowed).then_some(t)
             })
             .await;
@@ -260,22 +260,34 @@ async fn a_crash_before_start_execution_is_repaired_by_the_sweeper() {
     let system = start_system(CONFIG).await;
     let engine = system.engine();
     let workflow = engine.config.workflow("order-review").unwrap();
-    let key = baton::ids::CorrelationKey::parse("order-crash").unwrap();
-    let start = baton::lifecycle::Input::Start { event: baton::ids::EventId::parse("evt-crash").unwrap() };
-    let decision =
-        baton::lifecycle::decide(&workflow.plan(), (&workflow.name, &key), None, &start, engine.now());
+    let key = baton_core::domain::ids::CorrelationKey::parse("order-crash").unwrap();
+    let start = baton_core::domain::lifecycle::Input::Start {
+        event: baton_core::domain::ids::EventId::parse("evt-crash").unwrap(),
+    };
+    let decision = baton_core::domain::lifecycle::decide(
+        &workflow.plan(),
+        (&workflow.name, &key),
+        None,
+        &start,
+        engine.now(),
+    );
     let write = decision.write.expect("a create");
     assert_eq!(
-        baton::store::WorkflowStore::apply(&system.store, &write).await.unwrap(),
-        baton::store::Applied::Written
+        baton_core::ports::store::WorkflowStore::apply(&system.store, &write).await.unwrap(),
+        baton_core::ports::store::Applied::Written
     );
     assert!(system.executions("order-review").await.is_empty(), "crashed before StartExecution");
 
     let early = system
-        .sweep(write.to.updated_at + baton::lifecycle::RESTART_PENDING_AFTER - time::Duration::seconds(1))
+        .sweep(
+            write.to.updated_at + baton_core::domain::lifecycle::RESTART_PENDING_AFTER
+                - time::Duration::seconds(1),
+        )
         .await;
     assert_eq!(early.repaired, 0, "a start in flight is left alone");
-    let due = write.to.updated_at + baton::lifecycle::RESTART_PENDING_AFTER + time::Duration::seconds(1);
+    let due = write.to.updated_at
+        + baton_core::domain::lifecycle::RESTART_PENDING_AFTER
+        + time::Duration::seconds(1);
     assert_eq!(system.sweep(due).await.repaired, 1);
     waiting_on(&system, "order-crash", 0).await;
     assert_eq!(system.executions("order-review").await.len(), 1, "one execution");

@@ -1,7 +1,16 @@
-//! The deployed functions link the domain, the adapters and the use cases, and nothing of the
-//! local runtime: no provisioner, no HTTP server, no template reader. What `cargo tree` shows for
-//! each function is what its zip carries; this keeps it so.
+//! The architecture, checked: what each process links, and which way the layers of `baton-core`
+//! import (docs/ARCHITECTURE.md).
+//!
+//! - The deployed functions link the core, the AWS adapters and the Lambda serving code, and
+//!   nothing of the local runtime: no provisioner, no HTTP server, no template reader. Only the
+//!   callback function links the Secrets Manager SDK. What `cargo tree` shows for each function
+//!   is what its zip carries; this keeps it so.
+//! - The core links no AWS SDK crate and no Lambda runtime; the simulation and the CLI link no
+//!   Lambda runtime.
+//! - Inside the core, the domain imports neither a port nor a use case, and a port imports no use
+//!   case.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const FUNCTIONS: [&str; 4] = ["baton-intake", "baton-progress", "baton-callback", "baton-sweeper"];
@@ -30,25 +39,128 @@ fn shipped_crates(package: &str) -> Vec<String> {
     crates
 }
 
+fn links(crates: &[String], name: &str) -> bool {
+    crates.iter().any(|c| c == name)
+}
+
+/// The AWS SDK service crates in a tree (`aws-sdk-*`).
+fn sdk_crates(crates: &[String]) -> Vec<&str> {
+    crates.iter().map(String::as_str).filter(|c| c.starts_with("aws-sdk-")).collect()
+}
+
 #[test]
-fn no_function_links_the_local_runtime() {
+fn each_function_links_the_core_the_adapters_and_lambda_and_nothing_of_the_local_runtime() {
     for function in FUNCTIONS {
         let crates = shipped_crates(function);
-        assert!(crates.iter().any(|c| c == "baton-shared"), "{function} is built on the library: {crates:?}");
-        assert!(crates.iter().any(|c| c == "lambda_runtime"), "{function} runs under lambda_runtime");
-        let linked: Vec<_> = LOCAL_ONLY.iter().filter(|c| crates.iter().any(|k| k == *c)).collect();
+        println!("{function}: {} crates; AWS SDK: {:?}", crates.len(), sdk_crates(&crates));
+        for needed in ["baton-core", "baton-aws", "baton-lambda", "lambda_runtime"] {
+            assert!(links(&crates, needed), "{function} is built on {needed}: {crates:?}");
+        }
+        let linked: Vec<_> = LOCAL_ONLY.iter().filter(|c| links(&crates, c)).collect();
         assert!(
             linked.is_empty(),
             "{function} links {linked:?}, which only `baton local` and the tests need"
+        );
+        assert_eq!(
+            links(&crates, "aws-sdk-secretsmanager"),
+            function == "baton-callback",
+            "only the callback function reads Secrets Manager; {function} links {:?}",
+            sdk_crates(&crates)
         );
     }
 }
 
 #[test]
-fn the_local_runtime_is_still_what_the_cli_links() {
-    // The check above must be able to fail: the CLI does link the local runtime and its server.
-    let crates = shipped_crates("baton-cli");
-    for local in ["baton-local", "axum"] {
-        assert!(crates.iter().any(|c| c == local), "baton-cli links {local}: {crates:?}");
+fn the_core_links_no_aws_sdk_and_no_lambda_runtime() {
+    let crates = shipped_crates("baton-core");
+    println!("baton-core: {} crates; AWS SDK: {:?}", crates.len(), sdk_crates(&crates));
+    let aws: Vec<_> = crates
+        .iter()
+        .filter(|c| c.starts_with("aws-") || c.starts_with("aws_smithy") || c.starts_with("lambda_runtime"))
+        .collect();
+    assert!(aws.is_empty(), "baton-core links {aws:?}");
+}
+
+#[test]
+fn the_simulation_and_the_cli_link_no_lambda_runtime() {
+    for package in ["baton-sim", "baton-cli"] {
+        let crates = shipped_crates(package);
+        println!("{package}: {} crates; AWS SDK: {:?}", crates.len(), sdk_crates(&crates));
+        assert!(links(&crates, "baton-core"), "{package} is built on the core");
+        for runtime in ["lambda_runtime", "lambda_runtime_api_client", "baton-lambda"] {
+            assert!(!links(&crates, runtime), "{package} links {runtime}");
+        }
     }
+    // The check above must be able to fail: the functions do link it, and the CLI does link the
+    // local runtime and its server.
+    assert!(links(&shipped_crates("baton-sweeper"), "lambda_runtime"));
+    let cli = shipped_crates("baton-cli");
+    for local in ["baton-local", "axum"] {
+        assert!(links(&cli, local), "baton-cli links {local}");
+    }
+}
+
+/// A layer of the core and the layers it must not import.
+const RULES: [(&str, &[&str]); 2] = [("domain", &["ports", "use_cases"]), ("ports", &["use_cases"])];
+
+/// The `.rs` files under `dir`.
+fn sources(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a source folder").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+/// The lines of a file's non-test code (before its `#[cfg(test)]` module) that name a module of
+/// a forbidden layer, as `crate::<layer>` or `super::…::<layer>`.
+fn upward_imports(source: &str, forbidden: &[&str]) -> Vec<String> {
+    let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+    code.lines()
+        .filter(|line| {
+            forbidden.iter().any(|layer| {
+                line.contains(&format!("crate::{layer}")) || line.contains(&format!("super::{layer}"))
+            })
+        })
+        .map(|line| line.trim().to_owned())
+        .collect()
+}
+
+/// Every upward import in the core, as `file: line`.
+fn core_violations() -> Vec<String> {
+    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/src");
+    let mut found = Vec::new();
+    for (layer, forbidden) in RULES {
+        let mut files = Vec::new();
+        sources(&core.join(layer), &mut files);
+        assert!(files.len() >= 5, "the {layer} sources were found: {files:?}");
+        for file in files.iter().filter(|f| !f.ends_with("tests.rs")) {
+            let text = std::fs::read_to_string(file).expect("readable");
+            for line in upward_imports(&text, forbidden) {
+                found.push(format!("{}: {line}", file.strip_prefix(&core).unwrap_or(file).display()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_domain_imports_no_port_or_use_case_and_a_port_imports_no_use_case() {
+    let found = core_violations();
+    assert!(
+        found.is_empty(),
+        "imports against the dependency rule (docs/ARCHITECTURE.md):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_import_check_finds_an_upward_import_and_ignores_tests() {
+    let planted = "use crate::domain::ids::WorkflowName;\nuse crate::use_cases::engine::Engine;\n\
+                   #[cfg(test)]\nmod tests { use crate::ports::store::memory::MemoryStore; }\n";
+    assert_eq!(upward_imports(planted, &["ports", "use_cases"]), ["use crate::use_cases::engine::Engine;"]);
+    assert!(upward_imports("use crate::domain::ids::WorkflowName;", &["ports", "use_cases"]).is_empty());
 }

@@ -1,4 +1,4 @@
-//! Contract tests for `baton::orchestrator::StepFunctions` against the emulator's Step Functions.
+//! Contract tests for `baton_aws::stepfunctions::StepFunctionsOrchestrator` against the emulator's Step Functions.
 //!
 //! Each test creates its own SQS queue and a real state machine (unique names) whose steps are
 //! `sqs:sendMessage.waitForTaskToken` tasks, the shape baton generates: the task message carries
@@ -15,11 +15,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use baton::error::Classified;
-use baton::ids::{CorrelationKey, TaskToken, WorkflowName};
-use baton::orchestrator::{
-    ExecutionInfo, ExecutionStatus, Orchestrator, OrchestratorError, StartExecution, StepFunctions,
-    execution_arn, execution_name,
+use baton_aws::stepfunctions::StepFunctionsOrchestrator;
+use baton_core::domain::error::Classified;
+use baton_core::domain::ids::{CorrelationKey, TaskToken, WorkflowName};
+use baton_core::ports::orchestrator::{
+    ExecutionInfo, ExecutionStatus, Orchestrator, OrchestratorError, StartExecution, execution_arn,
+    execution_name,
 };
 use baton_tests::{Emulator, unique_name};
 use serde_json::{Value, json};
@@ -58,7 +59,7 @@ impl Default for Machine {
 
 /// One test's own queue and state machine, and the port under test.
 struct Fixture {
-    orch: StepFunctions,
+    orch: StepFunctionsOrchestrator,
     sfn: aws_sdk_sfn::Client,
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
@@ -76,7 +77,7 @@ struct Task {
 impl Fixture {
     async fn new(machine: Machine) -> Result<Fixture> {
         let config = Emulator::from_env().sdk_config().await;
-        let sfn = baton::orchestrator::stepfunctions::client(&config);
+        let sfn = baton_aws::stepfunctions::client(&config);
         let sqs = aws_sdk_sqs::Client::new(&config);
         let queue_url = sqs
             .create_queue()
@@ -126,7 +127,7 @@ impl Fixture {
             .state_machine_arn;
 
         Ok(Fixture {
-            orch: StepFunctions::new(sfn.clone()),
+            orch: StepFunctionsOrchestrator::new(sfn.clone()),
             sfn,
             sqs,
             queue_url,

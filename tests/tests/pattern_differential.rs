@@ -1,7 +1,7 @@
 //! Differential test: baton's event-pattern matcher against moto's EventBridge.
 //!
 //! A fixed-seed generator makes (pattern, event) pairs over baton's normalised event (`source`,
-//! `type`, `data`). Each pair is answered twice: by `baton::pattern::Pattern::matches`, and by
+//! `type`, `data`). Each pair is answered twice: by `baton_core::domain::pattern::Pattern::matches`, and by
 //! moto, through a real rule on an event bus with an SQS queue target and a real PutEvents of the
 //! event in EventBridge form (`type` becomes `detail-type`, `data` becomes `detail`). The answers
 //! must agree on every pair.
@@ -39,7 +39,7 @@ use std::collections::BTreeSet;
 use anyhow::{Context, Result, bail, ensure};
 use aws_sdk_eventbridge::types::{PutEventsRequestEntry, Target};
 use aws_sdk_sqs::types::QueueAttributeName;
-use baton::pattern::Pattern;
+use baton_core::domain::pattern::Pattern;
 use baton_tests::{Emulator, unique_name};
 use serde_json::{Map, Value, json};
 

@@ -1,9 +1,10 @@
 //! Safe replay and cancel, on the emulator (issue 7): a dead-letter queue with a mix of
 //! messages is planned from the current state, and only the safe ones are applied, once.
 
-use baton::ids::CorrelationKey;
-use baton::lifecycle::{IgnoreReason, Input, State};
-use baton::replay::{self, Applied, Classification, Origin};
+use baton_aws::sqs::SqsDeadLetterReader;
+use baton_core::domain::ids::CorrelationKey;
+use baton_core::domain::lifecycle::{IgnoreReason, Input, State};
+use baton_core::use_cases::replay::{self, Applied, Classification, Origin};
 use baton_tests::logs::captured;
 use baton_tests::system::{System, WAIT, eventually, start_system};
 use serde_json::json;
@@ -65,7 +66,14 @@ async fn a_mixed_dlq_is_classified_and_only_the_safe_message_is_applied_once() {
     system.to_intake_dlq(&event("review-late", "review.done", "k-moved", json!({"decision": "again"}))).await;
 
     let url = system.queue_url("IntakeDLQ");
-    let plan = replay::plan_dlq(&engine, &system.sqs, &url, Origin::Intake, engine.now()).await.unwrap();
+    let plan = replay::plan_dlq(
+        &engine,
+        &SqsDeadLetterReader::new(system.sqs.clone(), &url),
+        Origin::Intake,
+        engine.now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(plan.len(), 5, "{plan:#?}");
     let class_of = |needle: &str| {
         plan.iter()
@@ -86,8 +94,15 @@ async fn a_mixed_dlq_is_classified_and_only_the_safe_message_is_applied_once() {
     assert!(safe.targets[0].effect.contains("absent -> pending"), "{}", safe.targets[0].effect);
     assert_eq!(system.queue_depth("IntakeDLQ").await, 5, "a dry run removes nothing");
 
-    let (done, summary) =
-        replay::apply_dlq(&engine, &system.sqs, &url, &plan, engine.now(), |_| {}).await.unwrap();
+    let (done, summary) = replay::apply_dlq(
+        &engine,
+        &SqsDeadLetterReader::new(system.sqs.clone(), &url),
+        &plan,
+        engine.now(),
+        |_| {},
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (summary.applied, summary.noop_removed, summary.needs_human, summary.skipped),
         (1, 2, 2, 0),
@@ -98,7 +113,14 @@ async fn a_mixed_dlq_is_classified_and_only_the_safe_message_is_applied_once() {
 
     // Exactly once: planning again, the applied message is gone and replaying the same event
     // (were it still there) would be a no-op.
-    let again = replay::plan_dlq(&engine, &system.sqs, &url, Origin::Intake, engine.now()).await.unwrap();
+    let again = replay::plan_dlq(
+        &engine,
+        &SqsDeadLetterReader::new(system.sqs.clone(), &url),
+        Origin::Intake,
+        engine.now(),
+    )
+    .await
+    .unwrap();
     assert!(again.iter().all(|l| l.classification == Classification::NeedsHuman), "{again:#?}");
     let replayed = replay::plan_message(
         &engine,
@@ -132,15 +154,29 @@ async fn a_line_whose_record_moved_between_plan_and_apply_is_skipped() {
         .to_intake_dlq(&event("review-race", "review.done", "k-race", json!({"decision": "from the dlq"})))
         .await;
     let url = system.queue_url("IntakeDLQ");
-    let plan = replay::plan_dlq(&engine, &system.sqs, &url, Origin::Intake, engine.now()).await.unwrap();
+    let plan = replay::plan_dlq(
+        &engine,
+        &SqsDeadLetterReader::new(system.sqs.clone(), &url),
+        Origin::Intake,
+        engine.now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(plan[0].classification, Classification::Safe);
 
     // Meanwhile the record moves: the step is answered through the normal path.
     system.send_event(&event("review-live", "review.done", "k-race", json!({"decision": "live"}))).await;
     wait_state(&system, "k-race", State::Waiting { step: 1 }).await;
 
-    let (done, summary) =
-        replay::apply_dlq(&engine, &system.sqs, &url, &plan, engine.now(), |_| {}).await.unwrap();
+    let (done, summary) = replay::apply_dlq(
+        &engine,
+        &SqsDeadLetterReader::new(system.sqs.clone(), &url),
+        &plan,
+        engine.now(),
+        |_| {},
+    )
+    .await
+    .unwrap();
     assert_eq!(summary.skipped, 1, "{done:#?}");
     assert!(
         matches!(&done[0].result, Applied::Skipped { reason } if reason.contains("moved since planning")),

@@ -6,9 +6,9 @@
 //!
 //! Needs the emulator: `tools/with-emulator.sh cargo test -p baton-tests --test rollout`.
 
-use baton::config::Config;
-use baton::lifecycle::{Record, State};
-use baton::rollout::{self, Class, RolloutPlan};
+use baton_core::domain::config::Config;
+use baton_core::domain::lifecycle::{Record, State};
+use baton_core::use_cases::rollout::{self, Class, RolloutPlan};
 use baton_tests::logs::captured;
 use baton_tests::system::{System, start_system};
 use serde_json::{Value, json};
@@ -153,7 +153,7 @@ async fn records_in_flight_finish_on_their_version_and_new_starts_follow_the_dep
     // version 1. The sweeper, started on version 2, reads version 1 from the table and re-sends
     // it (what its role must allow: a Query of the registered configs).
     let emulator = baton_tests::Emulator::from_env();
-    let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
+    let attempts = baton_aws::sdk::SDK_MAX_ATTEMPTS;
     let rule = emulator
         .inject(json!({"operation": "AWSStepFunctions.SendTaskSuccess", "match": ["pay-k-c"],
             "times": attempts, "status": 500, "code": "InternalServerError"}))
@@ -163,7 +163,8 @@ async fn records_in_flight_finish_on_their_version_and_new_starts_follow_the_dep
     assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts), "every attempt of the resume failed");
     let owed = system.record("order-review", "k-c").await.expect("k-c");
     assert_eq!(owed.state, State::Advancing { step: 1 }, "the resume is owed");
-    let at = owed.updated_at + baton::lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
+    let at =
+        owed.updated_at + baton_core::domain::lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
     assert_eq!(system.sweep(at).await.repaired, 1, "the sweeper re-sent the owed resume");
     record_is(&system, "k-c", "succeeded", |r| r.state == State::Succeeded).await;
     for key in ["k-a", "k-b"] {

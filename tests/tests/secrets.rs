@@ -1,11 +1,11 @@
 //! The callback API's secrets on the emulator's Secrets Manager, as on AWS (issue 11): the
 //! callback function reads them at cold start, refreshes them on a TTL, and so takes a rotation
 //! without a redeploy. The TTL logic itself is unit-tested with a virtual clock
-//! (`baton::secrets`); this shows the real path: SDK, Secrets Manager, signature check.
+//! (`baton_core::ports::secrets`); this shows the real path: SDK, Secrets Manager, signature check.
 
 use std::time::Duration;
 
-use baton::webhook::Secrets;
+use baton_core::domain::webhook::Secrets;
 use baton_tests::http::send_callback;
 use baton_tests::logs::captured;
 use baton_tests::system::{TEST_SECRET, start_system_env};
@@ -106,6 +106,6 @@ async fn a_scoped_secret_reaches_only_its_step_and_an_unusable_rotation_raises_t
     tokio::time::sleep(TTL + Duration::from_millis(200)).await;
     // Then the scoped secret stays in use, and SecretsInvalid is counted for the alarm
     assert_eq!(send(4, "payment").await.0, 202);
-    assert!(system.metrics.count(baton::metrics::Metric::SecretsInvalid, None) >= 1);
+    assert!(system.metrics.count(baton_core::ports::metrics::Metric::SecretsInvalid, None) >= 1);
     system.stop().await;
 }

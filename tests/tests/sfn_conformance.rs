@@ -21,11 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use baton::asl::{ExecutionInput, PROGRESS_QUEUE_PLACEHOLDER};
-use baton::config::Config;
-use baton::ids::{CorrelationKey, TaskToken, WorkflowName};
-use baton::lifecycle::{Finish, Input};
-use baton::orchestrator::{Orchestrator, OrchestratorError, StartExecution, StepFunctions};
+use baton_aws::stepfunctions::StepFunctionsOrchestrator;
+use baton_core::domain::asl::{ExecutionInput, PROGRESS_QUEUE_PLACEHOLDER};
+use baton_core::domain::config::Config;
+use baton_core::domain::ids::{CorrelationKey, TaskToken, WorkflowName};
+use baton_core::domain::lifecycle::{Finish, Input};
+use baton_core::ports::orchestrator::{Orchestrator, OrchestratorError, StartExecution};
 use baton_sim::sfn::{Model, SimStepFunctions};
 use baton_sim::sqs::{QueueId, Sqs};
 use baton_sim::world::{World, lock};
@@ -70,7 +71,7 @@ enum Side {
         orch: SimStepFunctions,
     },
     Emulator {
-        orch: StepFunctions,
+        orch: StepFunctionsOrchestrator,
         sqs: aws_sdk_sqs::Client,
         queue_url: String,
         machines: BTreeMap<String, String>,
@@ -85,7 +86,8 @@ impl Side {
         let world = World::new(1, start, false);
         let mut model = Model::default();
         for w in &config.workflows {
-            let text = baton::asl::render(w).replace(PROGRESS_QUEUE_PLACEHOLDER, "conform-progress");
+            let text =
+                baton_core::domain::asl::render(w).replace(PROGRESS_QUEUE_PLACEHOLDER, "conform-progress");
             model
                 .machines
                 .insert(format!("{MODEL_PREFIX}{}", w.name), serde_json::from_str(&text).expect("ASL"));
@@ -98,7 +100,7 @@ impl Side {
 
     async fn emulator(config: &Config) -> Result<Side> {
         let sdk = Emulator::from_env().sdk_config().await;
-        let sfn = baton::orchestrator::stepfunctions::client(&sdk);
+        let sfn = baton_aws::stepfunctions::client(&sdk);
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         let queue_url = sqs
             .create_queue()
@@ -109,7 +111,8 @@ impl Side {
             .context("create_queue returned no URL")?;
         let mut machines = BTreeMap::new();
         for w in &config.workflows {
-            let definition = baton::asl::render(w).replace(PROGRESS_QUEUE_PLACEHOLDER, &queue_url);
+            let definition =
+                baton_core::domain::asl::render(w).replace(PROGRESS_QUEUE_PLACEHOLDER, &queue_url);
             let arn = sfn
                 .create_state_machine()
                 .name(unique_name(&format!("conform-{}", w.name)))
@@ -120,7 +123,7 @@ impl Side {
                 .state_machine_arn;
             machines.insert(w.name.to_string(), arn);
         }
-        Ok(Side::Emulator { orch: StepFunctions::new(sfn), sqs, queue_url, machines })
+        Ok(Side::Emulator { orch: StepFunctionsOrchestrator::new(sfn), sqs, queue_url, machines })
     }
 
     fn orch(&self) -> &dyn Orchestrator {
@@ -184,7 +187,7 @@ impl Side {
                 }
             }
         };
-        let (workflow, key, input) = baton::progress::parse_report(config, &body)
+        let (workflow, key, input) = baton_core::use_cases::progress::parse_report(config, &body)
             .map_err(|e| anyhow::anyhow!("{}: unparseable report {body}: {e}", self.name()))?;
         Ok(match input {
             Input::StepReady { generation, step, token, .. } => {
@@ -217,13 +220,13 @@ impl Side {
     }
 
     async fn status(&self, workflow: &str, key: &str, generation: u32) -> Result<String> {
-        let name = baton::orchestrator::execution_name(
+        let name = baton_core::ports::orchestrator::execution_name(
             &WorkflowName::parse(workflow)?,
             &CorrelationKey::parse(key)?,
             generation,
         );
-        let arn =
-            baton::orchestrator::execution_arn(&self.machine(workflow), &name).context("an execution ARN")?;
+        let arn = baton_core::ports::orchestrator::execution_arn(&self.machine(workflow), &name)
+            .context("an execution ARN")?;
         // The emulator closes an execution a moment after its last report.
         let deadline = Instant::now() + PATIENCE;
         loop {

@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
-use baton::ids::{EventId, TaskToken};
-use baton::lifecycle::{Finish, IgnoreReason, Input, Kind, Record, State, Write};
-use baton::store::memory::MemoryStore;
-use baton::store::{
+use baton_core::domain::ids::{EventId, TaskToken};
+use baton_core::domain::lifecycle::{Finish, IgnoreReason, Input, Kind, Record, State, Write};
+use baton_core::ports::store::memory::MemoryStore;
+use baton_core::ports::store::{
     Applied, COUNT_UP_TO, Claim, Count, DrainTarget, EXPIRY_LEASE, Hold, InboxClaim, InboxEntry, InboxStatus,
     LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, Task, WorkflowStore,
 };
@@ -637,8 +637,8 @@ async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowSto
 }
 
 /// The error both stores give for what DynamoDB refuses with a ValidationException.
-fn refused<T: std::fmt::Debug>(answer: Result<T, baton::store::StoreError>, what: &str) {
-    use baton::error::Classified;
+fn refused<T: std::fmt::Debug>(answer: Result<T, baton_core::ports::store::StoreError>, what: &str) {
+    use baton_core::domain::error::Classified;
     match answer {
         Err(e) => assert_eq!((e.error_type(), e.retryable()), ("store_rejected", false), "{what}: {e:?}"),
         Ok(t) => panic!("{what}: taken ({t:?}), though DynamoDB refuses it"),
@@ -718,7 +718,7 @@ macro_rules! contract {
             $(
                 #[tokio::test]
                 async fn $case() {
-                    super::$case(Arc::new(MemoryStore::new())).await;
+                    super::$case(Arc::new(MemoryStore::new().with_item_sizes(baton_aws::dynamodb::ITEM_SIZES))).await;
                 }
             )*
         }
@@ -766,13 +766,13 @@ contract!(
 #[tokio::test]
 async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use baton::store::dynamodb::{DynamoStore, ItemFormat, item_size, token_ref, token_sk};
+    use baton_aws::dynamodb::{DynamoDbStore, ItemFormat, item_size, token_ref, token_sk};
     let emulator = Emulator::from_env();
     let table = dynamo_store(&emulator).await.table().to_owned();
     let config = emulator.sdk_config().await;
     let client = aws_sdk_dynamodb::Client::new(&config);
     let calls = baton_tests::calls::Calls::default();
-    let store = DynamoStore::new(calls.dynamodb(&config), table.clone());
+    let store = DynamoDbStore::new(calls.dynamodb(&config), table.clone());
     let token = aws_length_token(3);
     let waiting = waiting_with_token(&store, "k-own", &token).await;
     assert_eq!(calls.take(), ["PutItem", "PutItem", "PutItem"], "the start, the token item, the record");
@@ -808,7 +808,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
 
     // Another instance, which loads first (as every handler does), reads the token item and does
     // not put it again; one that writes without having read it puts it first.
-    let loader = DynamoStore::new(calls.dynamodb(&config), table.clone());
+    let loader = DynamoDbStore::new(calls.dynamodb(&config), table.clone());
     let loaded = loader.load(&w, &k).await.unwrap().unwrap();
     assert_eq!(loaded, waiting);
     assert_eq!(calls.take(), ["Query"], "the record and its token item, together");
@@ -817,7 +817,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
         write_of(decide_at("k-own", Some(&loaded), &step_input("own-a", 0, json!({"note": "a"})), now));
     must_write(&loader, &merge).await;
     assert_eq!(calls.take(), ["PutItem"], "the record only");
-    let fresh = DynamoStore::new(calls.dynamodb(&config), table.clone());
+    let fresh = DynamoDbStore::new(calls.dynamodb(&config), table.clone());
     let advance = write_of(decide_at(
         "k-own",
         Some(&merge.to),
@@ -839,7 +839,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     };
     let second = must_write(&fresh, &write_of(decide_at("k-own", Some(&advancing), &next, now))).await;
     calls.take();
-    let reader = DynamoStore::new(calls.dynamodb(&config), table.clone());
+    let reader = DynamoDbStore::new(calls.dynamodb(&config), table.clone());
     assert_eq!(reader.load(&w, &k).await.unwrap().as_ref(), Some(&second));
     assert_eq!(calls.take(), ["Query"], "the record and the second step's token item");
 
@@ -854,7 +854,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     for item in [legacy, legacy_token] {
         client.put_item().table_name(&table).set_item(Some(item)).send().await.unwrap();
     }
-    let reader = DynamoStore::new(calls.dynamodb(&config), table.clone());
+    let reader = DynamoDbStore::new(calls.dynamodb(&config), table.clone());
     assert_eq!(reader.load(&w, &k).await.unwrap().as_ref(), Some(&second));
     assert_eq!(calls.take(), ["Query", "GetItem"], "the record, then its token where it was kept");
     assert!(reader.trace(&w, &k).await.unwrap().record.is_some_and(|r| r.token == second.token), "trace");
@@ -869,20 +869,20 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
         }
     };
     expire(legacy_sk).await;
-    let read = DynamoStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
-    assert_eq!(read, baton::lifecycle::Record { token: None, ..second.clone() });
+    let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
+    assert_eq!(read, baton_core::domain::lifecycle::Record { token: None, ..second.clone() });
     // A cancelled record keeps its token, in a token item of its own (it has no step).
     let cancel = write_of(decide_at("k-own", Some(&second), &Input::Cancel { reason: "x".into() }, now));
-    let ended = DynamoStore::new(client.clone(), table.clone());
+    let ended = DynamoDbStore::new(client.clone(), table.clone());
     let cancelled = must_write(&ended, &cancel).await;
-    let read = DynamoStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
+    let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
     assert_eq!(read, cancelled);
     expire(token_sk(&cancelled, cancelled.token.as_ref().unwrap())).await;
-    let read = DynamoStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
+    let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
     assert_eq!((read.state, read.token), (State::Cancelled, None));
 
     // The objects form (for versions before token items) keeps the token inline.
-    let objects = DynamoStore::new(client.clone(), table.clone()).with_format(ItemFormat::Objects);
+    let objects = DynamoDbStore::new(client.clone(), table.clone()).with_format(ItemFormat::Objects);
     let inline = waiting_with_token(&objects, "k-inline", &token).await;
     let (w, k) = names("k-inline");
     let record = get("k-inline", "RECORD".into()).await.expect("the record");
@@ -923,11 +923,11 @@ async fn dynamodb_an_inbox_entry_from_before_step_names_is_read_expired_and_sett
 }
 
 /// A DynamoDB store on a table of its own whose client counts the calls it sends.
-async fn counted_store() -> (baton_tests::calls::Calls, baton::store::dynamodb::DynamoStore) {
+async fn counted_store() -> (baton_tests::calls::Calls, baton_aws::dynamodb::DynamoDbStore) {
     let emulator = Emulator::from_env();
     let table = dynamo_store(&emulator).await.table().to_owned();
     let calls = baton_tests::calls::Calls::default();
-    let store = baton::store::dynamodb::DynamoStore::new(calls.dynamodb(&emulator.sdk_config().await), table);
+    let store = baton_aws::dynamodb::DynamoDbStore::new(calls.dynamodb(&emulator.sdk_config().await), table);
     (calls, store)
 }
 
@@ -941,7 +941,7 @@ async fn dynamodb_due_reads_and_bounded_counts_are_index_queries_never_a_scan() 
         waiting_record(&store, &format!("read-{i}")).await;
     }
     calls.take();
-    let partitions = baton::store::dynamodb::DEFAULT_DUE_SHARDS as usize + 1;
+    let partitions = baton_aws::dynamodb::DEFAULT_DUE_SHARDS as usize + 1;
     let query = "Query";
 
     let far = t0() + Duration::days(365);
@@ -969,8 +969,8 @@ async fn dynamodb_counting_live_records_reads_no_token_item() {
         waiting_with_token(&store, &format!("live-{i}"), &aws_length_token(i)).await;
     }
     calls.take();
-    let live = baton::rollout::count_live(&store, t0()).await.unwrap();
-    let partitions = baton::store::dynamodb::DEFAULT_DUE_SHARDS as usize + 1;
+    let live = baton_core::use_cases::rollout::count_live(&store, t0()).await.unwrap();
+    let partitions = baton_aws::dynamodb::DEFAULT_DUE_SHARDS as usize + 1;
     assert_eq!(calls.take(), vec!["Query"; 3 * partitions], "one Query a partition for each live state");
     assert_eq!(live.by_version().expect("counted").iter().map(|v| v.records).sum::<u64>(), 3);
 
@@ -988,7 +988,7 @@ async fn dynamodb_items_carry_the_ttl_attribute_and_the_table_has_ttl_enabled() 
     let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
     let ttl = client.describe_time_to_live().table_name(store.table()).send().await.unwrap();
     let desc = ttl.time_to_live_description.unwrap();
-    assert_eq!(desc.attribute_name.as_deref(), Some(baton::store::dynamodb::TTL_ATTRIBUTE));
+    assert_eq!(desc.attribute_name.as_deref(), Some(baton_aws::dynamodb::TTL_ATTRIBUTE));
 
     store.put_receipt(&receipt("msg_ttl", "h")).await.unwrap();
     store.buffer(&entry("early", 0, 0)).await.unwrap();
@@ -1007,7 +1007,7 @@ async fn dynamodb_items_carry_the_ttl_attribute_and_the_table_has_ttl_enabled() 
 #[tokio::test]
 async fn dynamodb_due_entries_are_sharded_and_read_from_every_shard_and_the_unsharded_partition() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use baton::store::dynamodb::{DEFAULT_DUE_SHARDS, due_shard};
+    use baton_aws::dynamodb::{DEFAULT_DUE_SHARDS, due_shard};
     let emulator = Emulator::from_env();
     let store = dynamo_store(&emulator).await;
     let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
@@ -1055,11 +1055,11 @@ async fn dynamodb_due_entries_are_sharded_and_read_from_every_shard_and_the_unsh
 /// `BATON_DUE_SHARDS`) reads that many: a record on a shard above the default is counted.
 #[tokio::test]
 async fn dynamodb_a_reader_finds_every_shard_the_functions_registered() {
-    use baton::store::dynamodb::{DEFAULT_DUE_SHARDS, DynamoStore, due_shard};
+    use baton_aws::dynamodb::{DEFAULT_DUE_SHARDS, DynamoDbStore, due_shard};
     let emulator = Emulator::from_env();
     let table = dynamo_store(&emulator).await.table().to_owned();
     let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
-    let reader = DynamoStore::new(client.clone(), table.clone());
+    let reader = DynamoDbStore::new(client.clone(), table.clone());
     assert_eq!(reader.registered_due_shards().await.unwrap(), None, "nothing registered yet");
     let registered = |version: &str| RegisteredConfig {
         version: version.into(),
@@ -1067,7 +1067,7 @@ async fn dynamodb_a_reader_finds_every_shard_the_functions_registered() {
         registered_at: t0(),
         started_at: t0(),
     };
-    let wide = DynamoStore::new(client.clone(), table.clone()).with_due_shards(32);
+    let wide = DynamoDbStore::new(client.clone(), table.clone()).with_due_shards(32);
     wide.register_config(&registered("v1"), true).await.unwrap();
     // A later deploy with the default count does not shrink what readers must cover.
     reader.register_config(&registered("v1"), true).await.unwrap();
@@ -1075,7 +1075,7 @@ async fn dynamodb_a_reader_finds_every_shard_the_functions_registered() {
     assert_eq!(reader.registered_due_shards().await.unwrap(), Some(32));
     // An operator's command registers its checkout's version without starting on it: the count
     // it was told to read is not one any function writes with, and is not recorded.
-    let operator = DynamoStore::new(client.clone(), table.clone()).with_due_shards(64);
+    let operator = DynamoDbStore::new(client.clone(), table.clone()).with_due_shards(64);
     operator.register_config(&registered("v3"), false).await.unwrap();
     assert_eq!(reader.registered_due_shards().await.unwrap(), Some(32));
 
@@ -1088,7 +1088,7 @@ async fn dynamodb_a_reader_finds_every_shard_the_functions_registered() {
     let far = t0() + Duration::days(365);
     assert!(reader.due(Kind::Waiting, far, 10).await.unwrap().is_empty(), "8 shards miss it");
     let found =
-        DynamoStore::new(client, table).with_due_shards(32).due(Kind::Waiting, far, 10).await.unwrap();
+        DynamoDbStore::new(client, table).with_due_shards(32).due(Kind::Waiting, far, 10).await.unwrap();
     assert_eq!(found.len(), 1, "the registered count finds it");
 }
 
@@ -1159,13 +1159,13 @@ async fn token_ref_resolves(client: &aws_sdk_dynamodb::Client, table: &str, key:
     let Some(sk) = record.get("token_sk").and_then(|v| v.as_s().ok()) else { return };
     let item = get(sk.clone()).await.unwrap().item;
     let item = item.unwrap_or_else(|| panic!("{at}: the record refers to {sk}, which is not there"));
-    let token = baton::store::dynamodb::parse_token(&item).unwrap();
-    assert!(sk.ends_with(&baton::store::dynamodb::token_ref(&token)), "{at}: {sk}");
+    let token = baton_aws::dynamodb::parse_token(&item).unwrap();
+    assert!(sk.ends_with(&baton_aws::dynamodb::token_ref(&token)), "{at}: {sk}");
 }
 
 /// One key's walk for [`dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_races`].
 async fn walk(
-    stores: Vec<baton::store::dynamodb::DynamoStore>,
+    stores: Vec<baton_aws::dynamodb::DynamoDbStore>,
     memory: Arc<MemoryStore>,
     client: aws_sdk_dynamodb::Client,
     key: String,
@@ -1230,11 +1230,11 @@ async fn walk(
 /// MemoryStore's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_races() {
-    use baton::store::dynamodb::{DynamoStore, ItemFormat};
+    use baton_aws::dynamodb::{DynamoDbStore, ItemFormat};
     let emulator = Emulator::from_env();
     let base = dynamo_store(&emulator).await;
     let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
-    let separate = || DynamoStore::new(client.clone(), base.table());
+    let separate = || DynamoDbStore::new(client.clone(), base.table());
     let stores = vec![
         base.clone(),
         base.clone().with_token_inline_max(0),
@@ -1244,7 +1244,7 @@ async fn dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_
         separate(),
         separate().with_format(ItemFormat::Objects).with_token_inline_max(0),
     ];
-    let memory = Arc::new(MemoryStore::new());
+    let memory = Arc::new(MemoryStore::new().with_item_sizes(baton_aws::dynamodb::ITEM_SIZES));
     let mut walks = tokio::task::JoinSet::new();
     for i in 0..12 {
         let seed = 0x9e37 + i * 7717;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use baton::lifecycle::State;
+use baton_core::domain::lifecycle::State;
 use baton_tests::logs::captured;
 use baton_tests::system::{System, start_system, start_system_env};
 use baton_tests::{Emulator, approval, order_placed};
@@ -46,8 +46,8 @@ async fn a_start_refused_over_quota_on_every_receive_goes_back_to_its_queue_and_
     let emulator = Emulator::from_env();
     let system = start_system_env(CONFIG, &[("BATON_REQUEUE_DELAY_SECONDS", "1")]).await;
     let key = baton_tests::unique_name("quota");
-    let receives = u64::from(baton::sqs::DEFAULT_MAX_RECEIVE_COUNT);
-    let refusals = receives * u64::from(baton::runtime::SDK_MAX_ATTEMPTS);
+    let receives = u64::from(baton_core::ports::dead_letters::DEFAULT_MAX_RECEIVE_COUNT);
+    let refusals = receives * u64::from(baton_aws::sdk::SDK_MAX_ATTEMPTS);
     let rule = emulator
         .inject(json!({"operation": "AWSStepFunctions.StartExecution", "match": [key], "throttle": true,
             "code": "ExecutionLimitExceeded", "message": "Execution limit exceeded", "times": refusals}))
@@ -81,7 +81,7 @@ async fn a_start_refused_over_quota_is_retried_by_the_sdk_before_the_queue() {
     let emulator = Emulator::from_env();
     let system = start_system(CONFIG).await;
     let key = baton_tests::unique_name("quota-sdk");
-    let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
+    let attempts = baton_aws::sdk::SDK_MAX_ATTEMPTS;
     let rule = emulator
         .inject(json!({"operation": "AWSStepFunctions.StartExecution", "match": [key], "throttle": true,
             "code": "ExecutionLimitExceeded", "message": "Execution limit exceeded", "times": attempts - 1}))
@@ -147,7 +147,7 @@ async fn a_throttled_callback_gets_503_with_retry_after_and_its_retry_is_applied
     let key = baton_tests::unique_name("cb-throttle");
     system.send_event(&order_placed(&key)).await;
     state_is(&system, &key, State::Waiting { step: 0 }).await;
-    let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
+    let attempts = baton_aws::sdk::SDK_MAX_ATTEMPTS;
     let rule = emulator
         .inject(json!({"operation": "DynamoDB_20120810.Query", "match": [format!("WF#order-review#{key}"), r#"{"S":"RECORD"}"#],
             "throttle": true, "times": attempts}))
@@ -180,7 +180,7 @@ async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once(
     );
     let system = start_system(&config).await;
     let key = baton_tests::unique_name("resume-throttle");
-    let attempts = baton::runtime::SDK_MAX_ATTEMPTS;
+    let attempts = baton_aws::sdk::SDK_MAX_ATTEMPTS;
     system.send_event(&order_placed(&key)).await;
     state_is(&system, &key, State::Waiting { step: 0 }).await;
 
@@ -223,7 +223,9 @@ async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once(
     let owed = system.record("order-review", &other).await.expect("the record");
     assert_eq!(owed.state, State::Advancing { step: 0 }, "the resume is owed");
     let report = system
-        .sweep(owed.updated_at + baton::lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1))
+        .sweep(
+            owed.updated_at + baton_core::domain::lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1),
+        )
         .await;
     assert_eq!(report.repaired, 1, "{report:?}");
     state_is(&system, &other, State::Waiting { step: 1 }).await;

@@ -16,11 +16,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use baton::ids::{EventId, TaskToken};
-use baton::lifecycle::{Cause, Finish, Input, Record, State, Write};
-use baton::store::dynamodb::{DynamoStore, ItemFormat, parse_token, token_ref, token_sk};
-use baton::store::memory::MemoryStore;
-use baton::store::{Applied, WorkflowStore};
+use baton_aws::dynamodb::{DynamoDbStore, ItemFormat, parse_token, token_ref, token_sk};
+use baton_core::domain::ids::{EventId, TaskToken};
+use baton_core::domain::lifecycle::{Cause, Finish, Input, Record, State, Write};
+use baton_core::ports::store::memory::MemoryStore;
+use baton_core::ports::store::{Applied, WorkflowStore};
 use baton_tests::calls::Calls;
 use baton_tests::lifecycle_fixtures::{aws_length_token, decide_at, names, step_input, t0, write_of};
 use baton_tests::{Emulator, dynamo_store};
@@ -65,7 +65,7 @@ struct Rig {
     client: aws_sdk_dynamodb::Client,
     table: String,
     memory: MemoryStore,
-    writer: DynamoStore,
+    writer: DynamoDbStore,
     calls: Calls,
     clock: AtomicI64,
 }
@@ -76,12 +76,12 @@ impl Rig {
         let table = dynamo_store(&emulator).await.table().to_owned();
         let config = emulator.sdk_config().await;
         let client = aws_sdk_dynamodb::Client::new(&config);
-        let writer = DynamoStore::new(client.clone(), table.clone()).with_token_inline_max(0);
+        let writer = DynamoDbStore::new(client.clone(), table.clone()).with_token_inline_max(0);
         Rig {
             config,
             client,
             table,
-            memory: MemoryStore::new(),
+            memory: MemoryStore::new().with_item_sizes(baton_aws::dynamodb::ITEM_SIZES),
             writer,
             calls: Calls::default(),
             clock: AtomicI64::new(0),
@@ -93,17 +93,17 @@ impl Rig {
     }
 
     /// A store of its own (no known tokens), every token out of line, its calls counted.
-    fn fresh(&self) -> DynamoStore {
-        DynamoStore::new(self.calls.dynamodb(&self.config), self.table.clone()).with_token_inline_max(0)
+    fn fresh(&self) -> DynamoDbStore {
+        DynamoDbStore::new(self.calls.dynamodb(&self.config), self.table.clone()).with_token_inline_max(0)
     }
 
     /// A store of its own, uncounted, as built by `build`.
-    fn other(&self, build: impl Fn(DynamoStore) -> DynamoStore) -> DynamoStore {
-        build(DynamoStore::new(self.client.clone(), self.table.clone()))
+    fn other(&self, build: impl Fn(DynamoDbStore) -> DynamoDbStore) -> DynamoDbStore {
+        build(DynamoDbStore::new(self.client.clone(), self.table.clone()))
     }
 
     /// Applies `write` to the in-memory store and through `store`; both must answer alike.
-    async fn apply_on(&self, store: &DynamoStore, write: &Write, at: &str) -> Applied {
+    async fn apply_on(&self, store: &DynamoDbStore, write: &Write, at: &str) -> Applied {
         let expected = self.memory.apply(write).await.unwrap();
         let got = store.apply(write).await.unwrap();
         assert_eq!(got, expected, "{at}: invariant 4: DynamoDB's Applied differs from the in-memory store's");
@@ -111,7 +111,7 @@ impl Rig {
     }
 
     /// Decides `input` on the reference record and writes it through `store`; it must win.
-    async fn step_on(&self, store: &DynamoStore, key: &str, input: &Input, at: &str) -> Record {
+    async fn step_on(&self, store: &DynamoDbStore, key: &str, input: &Input, at: &str) -> Record {
         let (w, k) = names(key);
         let current = self.memory.load(&w, &k).await.unwrap();
         let write = write_of(decide_at(key, current.as_ref(), input, self.now()));
@@ -428,7 +428,7 @@ async fn concurrent_step_ready_racers_and_loads_never_mix_tokens() {
         .map(|i| write_of(decide_at(key, Some(&advancing), &ready(1, 1, tok(150 + i)), now)))
         .collect();
     let (w, k) = names(key);
-    let readers: Vec<DynamoStore> = (0..4).map(|_| rig.other(|s| s.with_token_inline_max(0))).collect();
+    let readers: Vec<DynamoDbStore> = (0..4).map(|_| rig.other(|s| s.with_token_inline_max(0))).collect();
     let load_loop = async {
         let mut seen = Vec::new();
         for round in 0..6 {

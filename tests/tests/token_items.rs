@@ -7,9 +7,9 @@
 //! and the sweeper.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use baton::lifecycle::{self, Input, State};
-use baton::store::dynamodb::{DynamoStore, TOKEN_SK_PREFIX, token_sk};
-use baton::store::{Applied, WorkflowStore};
+use baton_aws::dynamodb::{DynamoDbStore, TOKEN_SK_PREFIX, token_sk};
+use baton_core::domain::lifecycle::{self, Input, State};
+use baton_core::ports::store::{Applied, WorkflowStore};
 use baton_tests::logs::captured;
 use baton_tests::system::{System, start_system_env};
 use baton_tests::{Emulator, ORDER_REVIEW, order_placed};
@@ -98,7 +98,7 @@ async fn the_sweeper_resends_an_owed_resume_with_the_token_from_its_item() {
     let engine = system.engine();
     let workflow = engine.config.workflow("order-review").expect("the workflow");
     let input = Input::StepInput {
-        id: baton::ids::EventId::parse("cb-owed").unwrap(),
+        id: baton_core::domain::ids::EventId::parse("cb-owed").unwrap(),
         hash: "h".into(),
         source: lifecycle::Source::Callback,
         step: 0,
@@ -115,7 +115,7 @@ async fn the_sweeper_resends_an_owed_resume_with_the_token_from_its_item() {
     );
     let write = decision.write.expect("the step completes");
     let client = aws_sdk_dynamodb::Client::new(&Emulator::from_env().sdk_config().await);
-    let crashed = DynamoStore::new(client, system.store.table()).with_token_inline_max(0);
+    let crashed = DynamoDbStore::new(client, system.store.table()).with_token_inline_max(0);
     assert_eq!(crashed.apply(&write).await.unwrap(), Applied::Written);
     assert_eq!(write.to.state, State::Advancing { step: 0 });
     let stored = &items(&system, "k-owed", "RECORD").await[0];

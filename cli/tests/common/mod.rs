@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use baton::lifecycle::State;
+use baton_core::domain::lifecycle::State;
 use baton_tests::Emulator;
 use baton_tests::system::{System, TEST_SECRET, start_system};
 use serde_json::{Value, json};

@@ -1,4 +1,4 @@
-//! The callback Lambda behind API Gateway. The logic is `baton::callback`.
+//! The callback Lambda behind API Gateway. The logic is `baton_core::use_cases::callback`.
 
 // mimalloc, not the system allocator: about a fifth less CPU per input (docs/PERFORMANCE.md).
 #[global_allocator]
@@ -6,5 +6,5 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    baton::runtime::serve_callback().await
+    baton_lambda::serve_callback(baton_secrets_manager::SecretsManagerSource::shared).await
 }

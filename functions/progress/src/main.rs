@@ -1,4 +1,4 @@
-//! The progress Lambda. The logic is `baton::progress`; `serve_sqs` wires it up once per cold start.
+//! The progress Lambda. The logic is `baton_core::use_cases::progress`; `serve_sqs` wires it up once per cold start.
 
 // mimalloc, not the system allocator: about a fifth less CPU per input (docs/PERFORMANCE.md).
 #[global_allocator]
@@ -6,5 +6,5 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    baton::runtime::serve_sqs(baton::progress::Progress::new).await
+    baton_lambda::serve_sqs(baton_core::use_cases::progress::Progress::new).await
 }

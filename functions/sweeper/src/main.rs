@@ -1,4 +1,4 @@
-//! The sweeper Lambda, run on a schedule. The logic is `baton::sweeper`.
+//! The sweeper Lambda, run on a schedule. The logic is `baton_core::use_cases::sweeper`.
 
 // mimalloc, not the system allocator: about a fifth less CPU per input (docs/PERFORMANCE.md).
 #[global_allocator]
@@ -6,5 +6,5 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    baton::runtime::serve_sweeper().await
+    baton_lambda::serve_sweeper().await
 }

@@ -3,11 +3,11 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
-use baton::callback::Answer;
-use baton::ids::CorrelationKey;
-use baton::lifecycle::State;
-use baton::orchestrator::ExecutionStatus;
-use baton::store::WorkflowStore;
+use baton_core::domain::ids::CorrelationKey;
+use baton_core::domain::lifecycle::State;
+use baton_core::ports::orchestrator::ExecutionStatus;
+use baton_core::ports::store::WorkflowStore;
+use baton_core::use_cases::callback::Answer;
 use baton_sim::sqs::QueueId;
 use baton_sim::world::{World, drive, lock};
 use baton_sim::{EPOCH, SECRET, Stack};
@@ -46,7 +46,11 @@ pub fn deliver(s: &Stack, queue: QueueId) {
 }
 
 /// Delivers `queue` through `handler` (a chosen deployment's function).
-pub fn deliver_with(s: &Stack, queue: QueueId, handler: &std::sync::Arc<dyn baton::sqs::SqsHandler>) {
+pub fn deliver_with(
+    s: &Stack,
+    queue: QueueId,
+    handler: &std::sync::Arc<dyn baton_core::use_cases::batch::SqsHandler>,
+) {
     for _ in 0..1000 {
         let now = s.world.now();
         let batch = lock(&s.sqs).receive(queue, 1, now, &mut |_| 0);
@@ -71,7 +75,12 @@ pub fn callback(s: &Stack, id: &str, body: &Value) -> Answer {
 }
 
 /// A signed callback to a chosen deployment's callback function.
-pub fn callback_with(s: &Stack, callbacks: &baton::callback::Callbacks, id: &str, body: &Value) -> Answer {
+pub fn callback_with(
+    s: &Stack,
+    callbacks: &baton_core::use_cases::callback::Callbacks,
+    id: &str,
+    body: &Value,
+) -> Answer {
     let (headers, text) = signed(s, id, body);
     drive(callbacks.handle(&headers, text.as_bytes()))
 }
@@ -80,7 +89,7 @@ pub fn callback_with(s: &Stack, callbacks: &baton::callback::Callbacks, id: &str
 pub fn signed(s: &Stack, id: &str, body: &Value) -> (http::HeaderMap, String) {
     let text = body.to_string();
     let now = s.world.now().unix_timestamp();
-    let secrets = baton::webhook::Secrets::parse(SECRET).unwrap();
+    let secrets = baton_core::domain::webhook::Secrets::parse(SECRET).unwrap();
     let mut headers = http::HeaderMap::new();
     headers.insert("webhook-id", id.parse().unwrap());
     headers.insert("webhook-timestamp", now.to_string().parse().unwrap());
@@ -96,12 +105,12 @@ pub fn payment(key: &str, data: Value) -> Value {
     json!({"workflow": "review", "key": key, "step": "payment", "outcome": "succeeded", "data": data})
 }
 
-pub fn record(s: &Stack, key: &str) -> baton::lifecycle::Record {
+pub fn record(s: &Stack, key: &str) -> baton_core::domain::lifecycle::Record {
     let w = s.config.workflow("review").unwrap();
     drive(s.memory.load(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record")
 }
 
-pub fn trace(s: &Stack, key: &str) -> baton::store::Trace {
+pub fn trace(s: &Stack, key: &str) -> baton_core::ports::store::Trace {
     let w = s.config.workflow("review").unwrap();
     drive(s.memory.trace(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap()
 }
@@ -158,27 +167,27 @@ pub fn ledgered(s: &Stack, key: &str, input_id: &str, reason: &str) -> bool {
 /// redelivery had buffered it behind a direct application; it expires in an hour.
 pub fn buffer_review_copy(s: &Stack, id: &str, hash: String, data: Value) {
     let wf = s.config.workflow("review").unwrap();
-    let copy = baton::lifecycle::Input::StepInput {
-        id: baton::ids::EventId::parse(id).unwrap(),
+    let copy = baton_core::domain::lifecycle::Input::StepInput {
+        id: baton_core::domain::ids::EventId::parse(id).unwrap(),
         hash,
-        source: baton::lifecycle::Source::Callback,
+        source: baton_core::domain::lifecycle::Source::Callback,
         step: 0,
-        outcome: baton::lifecycle::StepOutcome::Succeeded,
+        outcome: baton_core::domain::lifecycle::StepOutcome::Succeeded,
         data: data.as_object().unwrap().clone(),
         generation: Some(1),
     };
     let now = s.world.now();
-    let entry = baton::store::InboxEntry {
+    let entry = baton_core::ports::store::InboxEntry {
         workflow: wf.name.clone(),
         key: CorrelationKey::parse("k").unwrap(),
         step: 0,
         step_name: wf.steps[0].name.to_string(),
         config_version: Some(wf.config_version.clone()),
-        id: baton::ids::EventId::parse(id).unwrap(),
+        id: baton_core::domain::ids::EventId::parse(id).unwrap(),
         generation: Some(1),
         arrived_at: now,
         input: serde_json::to_value(&copy).unwrap(),
-        status: baton::store::InboxStatus::Buffered,
+        status: baton_core::ports::store::InboxStatus::Buffered,
         expires_at: now + time::Duration::hours(1),
         expiry_hold: None,
         drain_target: None,

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use baton::lifecycle::State;
+use baton_core::domain::lifecycle::State;
 use baton_tests::cost::{self, Index, PerWorkflow, Units};
 use baton_tests::system::{System, start_system};
 use baton_tests::{Emulator, http};
@@ -65,7 +65,7 @@ async fn main() {
             for modelled in cost::with_aws_tokens(call) {
                 with_aws_tokens += cost::units(&modelled, &indexes);
                 if let Some(after) = modelled.get("after").filter(|a| a["sk"]["S"] == "RECORD") {
-                    let size = baton::store::dynamodb::item_size(&cost::item_from_json(after));
+                    let size = baton_aws::dynamodb::item_size(&cost::item_from_json(after));
                     largest_aws_record = largest_aws_record.max(size);
                 }
             }
@@ -78,7 +78,7 @@ async fn main() {
     let record_sizes =
         doc["dynamodb"].as_array().map(Vec::as_slice).unwrap_or_default().iter().filter_map(|call| {
             let after = call.get("after").filter(|a| a["sk"]["S"] == "RECORD")?;
-            Some(baton::store::dynamodb::item_size(&cost::item_from_json(after)))
+            Some(baton_aws::dynamodb::item_size(&cost::item_from_json(after)))
         });
     let largest_record = record_sizes.max().unwrap_or(0);
     per.dynamodb = units.per(k);

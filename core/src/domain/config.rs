@@ -1,0 +1,869 @@
+//! Workflow definitions: load `infra/workflows.yaml`, validate it, and explain what is wrong.
+//!
+//! The file is parsed with serde-saphyr (a maintained YAML 1.2 parser; serde_yaml is archived)
+//! into a plain JSON value, then checked field by field by hand rather than by serde derive. That
+//! is deliberate: derive stops at the first problem and names it by line, while an operator fixing
+//! a config wants every problem at once, each named by its path
+//! (`workflows.order-review.steps[1].timeout: missing`). Duplicate keys are an error, as are
+//! unknown fields: a typo such as `timout` must not silently drop a deadline.
+//!
+//! Rules kept here (DESIGN.md §3): names are valid and unique, every step has a timeout, durations
+//! parse, `heartbeat` is shorter than `timeout`, `requires` names are unique identifiers, the key
+//! is a JSON pointer, and every pattern compiles.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::domain::event::Event;
+use crate::domain::ids::{CorrelationKey, IdError, StepName, WorkflowName};
+use crate::domain::lifecycle::{OnRestart, Plan};
+use crate::domain::pattern::Pattern;
+
+/// Where `BATON_CONFIG` points by default.
+pub const DEFAULT_PATH: &str = "infra/workflows.yaml";
+
+/// The longest deadline a step may have: Step Functions standard executions last at most a year.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The whole config: every workflow, in the order the file defines them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub workflows: Vec<Workflow>,
+    /// Which start and `accepts_events` patterns an event of a given `type` can match.
+    pub routes: Routes,
+    /// A stable hash of the canonical form: `v` and 12 hex digits of its SHA-256. Comments,
+    /// formatting and the order of keys in mappings do not change it; any change of meaning
+    /// does.
+    pub version: String,
+    /// The canonical form: the parsed file as JSON with every mapping's keys sorted. Parsed
+    /// again (JSON is YAML), it gives this very config; the table keeps it by version.
+    pub canonical: String,
+}
+
+/// One workflow definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    pub name: WorkflowName,
+    /// Which events start it.
+    pub when: Pattern,
+    /// JSON pointer into the normalised event: the correlation key.
+    pub key: String,
+    pub on_restart: OnRestart,
+    pub steps: Vec<Step>,
+    /// The version of the config this definition belongs to: records started on it keep it.
+    pub config_version: String,
+}
+
+/// One step: a task token parked until its required inputs are present, or its deadline passes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub name: StepName,
+    /// The operator-facing work created when the step starts waiting.
+    pub task: Option<TaskTemplate>,
+    /// Inputs that must all be present before the step advances.
+    pub requires: Vec<String>,
+    pub timeout: Duration,
+    pub heartbeat: Option<Duration>,
+    /// Domain events that may supply this step's inputs, correlated by the workflow's key.
+    pub accepts_events: Option<Pattern>,
+    /// Whether callbacks may supply them (`accepts_callbacks`, default true). A step fed only by
+    /// domain events can refuse callbacks, so that no holder of a webhook secret can complete
+    /// it.
+    pub accepts_callbacks: bool,
+    /// How long an input that arrives before this step waits is kept (`buffer_ttl`). Default:
+    /// the step's timeout plus [`BUFFER_MARGIN`]: an early input can still be applied by
+    /// anything up to a full step later.
+    pub buffer_ttl: Duration,
+}
+
+/// Added to a step's timeout to get the default `buffer_ttl`.
+pub const BUFFER_MARGIN: Duration = Duration::from_secs(3600);
+
+/// The operator task to create. `{key}`, `{workflow}`, `{step}` and `{generation}` in the title
+/// are filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskTemplate {
+    pub title: String,
+    pub queue: String,
+}
+
+impl TaskTemplate {
+    pub const PLACEHOLDERS: [&'static str; 4] = ["key", "workflow", "step", "generation"];
+
+    /// The title with its placeholders filled in.
+    pub fn render(&self, workflow: &str, key: &str, step: &str, generation: u32) -> String {
+        self.title
+            .replace("{key}", key)
+            .replace("{workflow}", workflow)
+            .replace("{step}", step)
+            .replace("{generation}", &generation.to_string())
+    }
+}
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError::new(
+                String::new(),
+                format!("cannot read {}: {e}", path.display()),
+            )])
+        })?;
+        Config::parse(&text)
+    }
+
+    /// Parses and validates YAML text, collecting every problem.
+    pub fn parse(yaml: &str) -> Result<Config, ConfigErrors> {
+        let root: Value = serde_saphyr::from_str(yaml).map_err(|e| {
+            ConfigErrors(vec![ConfigError::new(String::new(), format!("not valid YAML: {e}"))])
+        })?;
+        let mut v = Validator::default();
+        let config = v.config(&root);
+        match (config, v.errors.is_empty()) {
+            (Some(mut config), true) => {
+                config.canonical = canonical(&root).to_string();
+                config.version = version_of(&config.canonical);
+                for w in &mut config.workflows {
+                    w.config_version = config.version.clone();
+                }
+                Ok(config)
+            }
+            _ => Err(ConfigErrors(v.errors)),
+        }
+    }
+
+    pub fn workflow(&self, name: &str) -> Option<&Workflow> {
+        self.workflows.iter().find(|w| w.name.as_str() == name)
+    }
+
+    /// The pattern a route names: a workflow's start, or a step's `accepts_events`.
+    pub fn pattern(&self, route: Route) -> Option<&Pattern> {
+        let workflow = self.workflows.get(route.workflow)?;
+        match route.step {
+            None => Some(&workflow.when),
+            Some(i) => workflow.steps.get(i)?.accepts_events.as_ref(),
+        }
+    }
+}
+
+/// `value` with every object's keys in sorted order, recursively.
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            Value::Object(keys.into_iter().map(|k| (k.clone(), canonical(&map[k]))).collect())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A config's version from its canonical form.
+fn version_of(canonical: &str) -> String {
+    use sha2::Digest;
+    format!("v{}", &hex::encode(sha2::Sha256::digest(canonical.as_bytes()))[..12])
+}
+
+impl Workflow {
+    /// What the lifecycle needs from this definition.
+    pub fn plan(&self) -> Plan {
+        Plan {
+            steps: self.steps.iter().map(|s| s.requires.clone()).collect(),
+            on_restart: self.on_restart,
+            version: Some(self.config_version.clone()),
+        }
+    }
+
+    /// Does `event` start this workflow? `None` when the pattern does not match; otherwise the
+    /// correlation key, or why the event has none.
+    pub fn starts_on(&self, event: &Event) -> Option<Result<CorrelationKey, KeyError>> {
+        self.when.matches(&event.normalised()).then(|| self.correlation_key(event))
+    }
+
+    /// The correlation key the event carries at this workflow's key pointer.
+    pub fn correlation_key(&self, event: &Event) -> Result<CorrelationKey, KeyError> {
+        self.correlation_key_in(&event.normalised())
+    }
+
+    /// [`Workflow::correlation_key`] of an event already normalised ([`Event::normalised`]).
+    pub fn correlation_key_in(&self, normalised: &Value) -> Result<CorrelationKey, KeyError> {
+        let text = crate::domain::event::text_at(normalised, &self.key)
+            .ok_or_else(|| KeyError::Missing { pointer: self.key.clone() })?;
+        CorrelationKey::parse(text).map_err(|source| KeyError::Invalid { pointer: self.key.clone(), source })
+    }
+
+    /// The index of the step with this name.
+    pub fn step_index(&self, name: &str) -> Option<u32> {
+        self.steps.iter().position(|s| s.name.as_str() == name).and_then(|i| u32::try_from(i).ok())
+    }
+}
+
+/// One pattern an event may match: a workflow's start (`step: None`) or one step's
+/// `accepts_events`, by index into [`Config::workflows`] and its steps. Ordered as the config
+/// lists them: a workflow's start before its steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Route {
+    pub workflow: usize,
+    pub step: Option<usize>,
+}
+
+/// The patterns an event can match, found by its `type` instead of trying every pattern of
+/// every workflow: a pattern that pins `type` to exact strings (`type: ["order.placed"]`, as
+/// almost every start does) is listed under each of them; one that does not is tried for every
+/// event. An event's `type` is always a string, so a pattern listed under other types cannot
+/// match it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Routes {
+    by_type: std::collections::HashMap<String, Vec<Route>>,
+    any_type: Vec<Route>,
+}
+
+impl Routes {
+    fn new(workflows: &[Workflow]) -> Routes {
+        let mut routes = Routes::default();
+        for (w, workflow) in workflows.iter().enumerate() {
+            let steps = workflow.steps.iter().enumerate();
+            let patterns = std::iter::once((None, Some(&workflow.when)))
+                .chain(steps.map(|(i, step)| (Some(i), step.accepts_events.as_ref())));
+            for (step, pattern) in patterns {
+                let Some(pattern) = pattern else { continue };
+                let route = Route { workflow: w, step };
+                match pattern.required_strings("type") {
+                    Some(types) => {
+                        for t in types {
+                            let listed = routes.by_type.entry(t.to_owned()).or_default();
+                            if listed.last() != Some(&route) {
+                                listed.push(route);
+                            }
+                        }
+                    }
+                    None => routes.any_type.push(route),
+                }
+            }
+        }
+        routes
+    }
+
+    /// Every pattern an event of this `type` can match, in config order. The caller still
+    /// matches each one: this only leaves out those that cannot.
+    pub fn candidates(&self, event_type: &str) -> Vec<Route> {
+        let typed = self.by_type.get(event_type).map(Vec::as_slice).unwrap_or_default();
+        if self.any_type.is_empty() {
+            return typed.to_vec();
+        }
+        let mut all: Vec<Route> = typed.iter().chain(&self.any_type).copied().collect();
+        all.sort_unstable();
+        all
+    }
+}
+
+/// Why an event that matched has no usable correlation key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("the event has no string or number at the key pointer {pointer}")]
+    Missing { pointer: String },
+    #[error("the value at the key pointer {pointer} is not a valid correlation key: {source}")]
+    Invalid {
+        pointer: String,
+        #[source]
+        source: IdError,
+    },
+}
+
+/// One problem, at one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted path to the field, e.g. `workflows.order-review.steps[1].timeout`.
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(path: String, message: impl Into<String>) -> Self {
+        ConfigError { path, message: message.into() }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in a config, in file order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(f, "invalid workflow config ({n} problem{}):", if n == 1 { "" } else { "s" })?;
+        for e in &self.0 {
+            write!(f, "\n  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses `30s`, `15m`, `2h`, `2d`: a positive whole number and one unit.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let unit_at = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(unit_at);
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "{text:?} is not a duration; write a whole number and a unit: 30s, 15m, 2h or 2d"
+            ));
+        }
+    };
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("{text:?} is not a duration; write a whole number and a unit: 30s, 15m, 2h or 2d")
+    })?;
+    if n == 0 {
+        return Err("must be longer than zero".into());
+    }
+    n.checked_mul(scale).map(Duration::from_secs).ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// Checks an RFC 6901 JSON pointer: `/` separated, `~` only as `~0` or `~1`.
+pub fn check_pointer(pointer: &str) -> Result<(), String> {
+    if !pointer.starts_with('/') {
+        return Err(format!(
+            "{pointer:?} is not a JSON pointer; it must start with '/', e.g. /subject or /data/order_id"
+        ));
+    }
+    let mut chars = pointer.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return Err(format!("{pointer:?}: '~' must be escaped as ~0 ('~') or ~1 ('/')"));
+        }
+    }
+    if pointer.split('/').skip(1).any(str::is_empty) {
+        return Err(format!("{pointer:?} has an empty segment"));
+    }
+    Ok(())
+}
+
+fn is_input_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && s.len() <= 64
+}
+
+/// Walks the parsed YAML, collecting errors with their paths.
+#[derive(Default)]
+struct Validator {
+    errors: Vec<ConfigError>,
+}
+
+impl Validator {
+    fn err(&mut self, path: &str, message: impl Into<String>) {
+        self.errors.push(ConfigError::new(path.to_owned(), message));
+    }
+
+    /// The mapping at `path`, or an error; unknown fields are errors too.
+    fn object<'v>(&mut self, path: &str, v: &'v Value, allowed: &[&str]) -> Option<&'v Map<String, Value>> {
+        let Some(map) = v.as_object() else {
+            self.err(path, format!("expected a mapping, found {}", kind(v)));
+            return None;
+        };
+        for k in map.keys().filter(|k| !allowed.contains(&k.as_str())) {
+            self.err(&join(path, k), format!("unknown field; expected one of: {}", allowed.join(", ")));
+        }
+        Some(map)
+    }
+
+    fn required<'v>(&mut self, path: &str, map: &'v Map<String, Value>, field: &str) -> Option<&'v Value> {
+        let v = map.get(field);
+        if v.is_none() {
+            self.err(&join(path, field), "missing");
+        }
+        v
+    }
+
+    fn string<'v>(&mut self, path: &str, v: &'v Value) -> Option<&'v str> {
+        match v.as_str() {
+            Some(s) if !s.trim().is_empty() => Some(s),
+            Some(_) => {
+                self.err(path, "must not be empty");
+                None
+            }
+            None => {
+                self.err(path, format!("expected a string, found {}", kind(v)));
+                None
+            }
+        }
+    }
+
+    fn config(&mut self, root: &Value) -> Option<Config> {
+        let top = self.object("", root, &["workflows"])?;
+        let workflows = self.required("", top, "workflows")?;
+        let Some(map) = workflows.as_object() else {
+            self.err(
+                "workflows",
+                format!("expected a mapping of workflow name to definition, found {}", kind(workflows)),
+            );
+            return None;
+        };
+        if map.is_empty() {
+            self.err("workflows", "defines no workflow");
+        }
+        let parsed: Vec<Option<Workflow>> = map.iter().map(|(name, def)| self.workflow(name, def)).collect();
+        parsed.into_iter().collect::<Option<Vec<_>>>().map(|workflows| Config {
+            routes: Routes::new(&workflows),
+            workflows,
+            version: String::new(),
+            canonical: String::new(),
+        })
+    }
+
+    fn workflow(&mut self, name: &str, def: &Value) -> Option<Workflow> {
+        let path = format!("workflows.{name}");
+        let wf_name = WorkflowName::parse(name).map_err(|e| self.err(&path, e.to_string())).ok();
+        let map = self.object(&path, def, &["start", "on_restart", "steps"])?;
+
+        let start_path = join(&path, "start");
+        let start =
+            self.required(&path, map, "start").and_then(|s| self.object(&start_path, s, &["when", "key"]));
+        let when = start
+            .and_then(|s| self.required(&start_path, s, "when"))
+            .and_then(|w| self.pattern(&join(&start_path, "when"), w));
+        let key = start.and_then(|s| self.required(&start_path, s, "key")).and_then(|k| {
+            let kp = join(&start_path, "key");
+            let k = self.string(&kp, k)?;
+            check_pointer(k).map_err(|e| self.err(&kp, e)).ok().map(|_| k.to_owned())
+        });
+
+        let on_restart = match map.get("on_restart") {
+            None => Some(OnRestart::default()),
+            Some(Value::String(s)) if s == "after_terminal" => Some(OnRestart::AfterTerminal),
+            Some(Value::String(s)) if s == "never" => Some(OnRestart::Never),
+            Some(other) => {
+                self.err(
+                    &join(&path, "on_restart"),
+                    format!("expected after_terminal or never, found {other}"),
+                );
+                None
+            }
+        };
+
+        let steps = self.required(&path, map, "steps").and_then(|s| self.steps(&join(&path, "steps"), s));
+        Some(Workflow {
+            name: wf_name?,
+            when: when?,
+            key: key?,
+            on_restart: on_restart?,
+            steps: steps?,
+            config_version: String::new(),
+        })
+    }
+
+    fn pattern(&mut self, path: &str, v: &Value) -> Option<Pattern> {
+        Pattern::parse(v)
+            .map_err(|e| {
+                let at = if e.path.is_empty() { path.to_owned() } else { format!("{path}.{}", e.path) };
+                self.err(&at, e.message);
+            })
+            .ok()
+    }
+
+    fn steps(&mut self, path: &str, v: &Value) -> Option<Vec<Step>> {
+        let Some(list) = v.as_array() else {
+            self.err(path, format!("expected a list of steps, found {}", kind(v)));
+            return None;
+        };
+        if list.is_empty() {
+            self.err(path, "a workflow needs at least one step");
+        }
+        let steps: Vec<Option<Step>> =
+            list.iter().enumerate().map(|(i, s)| self.step(&format!("{path}[{i}]"), s)).collect();
+        // Duplicates are checked on the raw names, so a step with other problems still counts.
+        let mut seen = HashSet::new();
+        for (i, name) in list.iter().enumerate().filter_map(|(i, s)| Some((i, s.get("name")?.as_str()?))) {
+            if !seen.insert(name) {
+                self.err(&format!("{path}[{i}].name"), format!("duplicate step name {name:?}"));
+            }
+        }
+        steps.into_iter().collect()
+    }
+
+    fn step(&mut self, path: &str, v: &Value) -> Option<Step> {
+        let map = self.object(
+            path,
+            v,
+            &[
+                "name",
+                "task",
+                "requires",
+                "timeout",
+                "heartbeat",
+                "accepts_events",
+                "accepts_callbacks",
+                "buffer_ttl",
+            ],
+        )?;
+        let name = self.required(path, map, "name").and_then(|n| {
+            let np = join(path, "name");
+            let s = self.string(&np, n)?;
+            StepName::parse(s).map_err(|e| self.err(&np, e.to_string())).ok()
+        });
+        let task = match map.get("task") {
+            None => Some(None),
+            Some(t) => self.task(&join(path, "task"), t).map(Some),
+        };
+        let requires = match map.get("requires") {
+            None => Some(Vec::new()),
+            Some(r) => self.requires(&join(path, "requires"), r),
+        };
+        let timeout =
+            self.required(path, map, "timeout").and_then(|t| self.duration(&join(path, "timeout"), t));
+        let heartbeat = match map.get("heartbeat") {
+            None => Some(None),
+            Some(h) => self.duration(&join(path, "heartbeat"), h).map(Some),
+        };
+        if let (Some(t), Some(Some(h))) = (timeout, heartbeat)
+            && h >= t
+        {
+            self.err(&join(path, "heartbeat"), "must be shorter than the step's timeout");
+        }
+        let accepts_events = match map.get("accepts_events") {
+            None => Some(None),
+            Some(p) => self.pattern(&join(path, "accepts_events"), p).map(Some),
+        };
+        let buffer_ttl = match map.get("buffer_ttl") {
+            None => timeout.map(|t| t + BUFFER_MARGIN),
+            Some(b) => self.duration(&join(path, "buffer_ttl"), b),
+        };
+        let accepts_callbacks = self.accepts_callbacks(path, map, &accepts_events);
+        Some(Step {
+            accepts_callbacks: accepts_callbacks?,
+            buffer_ttl: buffer_ttl?,
+            name: name?,
+            task: task?,
+            requires: requires?,
+            timeout: timeout?,
+            heartbeat: heartbeat?,
+            accepts_events: accepts_events?,
+        })
+    }
+
+    /// `accepts_callbacks`: a boolean, and `false` only where events can feed the step.
+    fn accepts_callbacks(
+        &mut self,
+        path: &str,
+        map: &Map<String, Value>,
+        accepts_events: &Option<Option<Pattern>>,
+    ) -> Option<bool> {
+        let field = join(path, "accepts_callbacks");
+        match map.get("accepts_callbacks") {
+            None => Some(true),
+            Some(Value::Bool(true)) => Some(true),
+            Some(Value::Bool(false)) if matches!(accepts_events, Some(None)) => {
+                self.err(
+                    &field,
+                    "a step that refuses callbacks needs accepts_events, or nothing could complete it",
+                );
+                None
+            }
+            Some(Value::Bool(false)) => Some(false),
+            Some(_) => {
+                self.err(&field, "must be true or false");
+                None
+            }
+        }
+    }
+
+    fn task(&mut self, path: &str, v: &Value) -> Option<TaskTemplate> {
+        let map = self.object(path, v, &["title", "queue"])?;
+        let title = self.required(path, map, "title").and_then(|t| self.string(&join(path, "title"), t));
+        let queue = self.required(path, map, "queue").and_then(|q| self.string(&join(path, "queue"), q));
+        if let Some(t) = title {
+            for placeholder in placeholders(t) {
+                if !TaskTemplate::PLACEHOLDERS.contains(&placeholder) {
+                    self.err(
+                        &join(path, "title"),
+                        format!("unknown placeholder {{{placeholder}}}; known: {{key}}, {{workflow}}, {{step}}, {{generation}}"),
+                    );
+                }
+            }
+        }
+        Some(TaskTemplate { title: title?.to_owned(), queue: queue?.to_owned() })
+    }
+
+    fn requires(&mut self, path: &str, v: &Value) -> Option<Vec<String>> {
+        let Some(list) = v.as_array() else {
+            self.err(path, format!("expected a list of input names, found {}", kind(v)));
+            return None;
+        };
+        let mut seen = HashSet::new();
+        let mut names = Vec::new();
+        let before = self.errors.len();
+        for (i, item) in list.iter().enumerate() {
+            let ip = format!("{path}[{i}]");
+            match item.as_str() {
+                Some(s) if is_input_name(s) => {
+                    if !seen.insert(s) {
+                        self.err(&ip, format!("{s:?} is listed twice"));
+                    }
+                    names.push(s.to_owned());
+                }
+                Some(s) => self.err(
+                    &ip,
+                    format!(
+                        "{s:?} is not an input name; use a-z, 0-9 and '_', starting with a letter or '_'"
+                    ),
+                ),
+                None => self.err(&ip, format!("expected an input name, found {}", kind(item))),
+            }
+        }
+        (self.errors.len() == before).then_some(names)
+    }
+
+    fn duration(&mut self, path: &str, v: &Value) -> Option<Duration> {
+        let Some(text) = v.as_str() else {
+            self.err(path, format!("expected a duration such as 30s, 15m, 2h or 2d, found {}", kind(v)));
+            return None;
+        };
+        match parse_duration(text) {
+            Ok(d) if d > MAX_TIMEOUT => {
+                self.err(path, "is longer than a year, the longest a Step Functions execution may run");
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.err(path, e);
+                None
+            }
+        }
+    }
+}
+
+fn placeholders(title: &str) -> impl Iterator<Item = &str> {
+    title.split('{').skip(1).filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() { field.to_owned() } else { format!("{path}.{field}") }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nothing (null)",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = include_str!("../../../infra/workflows.yaml");
+
+    fn errors(yaml: &str) -> Vec<String> {
+        match Config::parse(yaml) {
+            Ok(_) => panic!("expected errors for:\n{yaml}"),
+            Err(e) => e.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn given_the_sample_config_then_it_loads_with_its_two_steps() {
+        let config = Config::parse(SAMPLE).expect("the sample config is valid");
+        let wf = config.workflow("order-review").expect("order-review is defined");
+        assert_eq!(wf.key, "/subject");
+        assert_eq!(wf.on_restart, OnRestart::AfterTerminal);
+        let names: Vec<&str> = wf.steps.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["manual-review", "payment"]);
+        assert_eq!(wf.steps[0].timeout, Duration::from_secs(2 * 86_400));
+        assert_eq!(wf.steps[0].heartbeat, Some(Duration::from_secs(3600)));
+        assert_eq!(wf.steps[0].requires, ["decision"]);
+        assert!(wf.steps[1].accepts_events.is_some());
+        assert_eq!(wf.steps[1].buffer_ttl, Duration::from_secs(7 * 86_400 + 3600), "timeout plus the margin");
+        assert_eq!(wf.plan().steps, vec![vec!["decision".to_string()], vec!["payment_ref".to_string()]]);
+        assert_eq!(wf.step_index("payment"), Some(1));
+    }
+
+    #[test]
+    fn durations_parse_with_units_and_refuse_the_rest() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        for bad in ["", "2", "d", "2w", "1.5h", "-1s", "2 d", "0s", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn pointers_follow_rfc_6901() {
+        assert!(check_pointer("/subject").is_ok());
+        assert!(check_pointer("/data/a~1b/c~0d").is_ok());
+        assert!(check_pointer("subject").is_err());
+        assert!(check_pointer("/data/~2").is_err());
+        assert!(check_pointer("/data//x").is_err());
+    }
+
+    #[test]
+    fn given_a_step_without_timeout_then_the_error_names_its_path() {
+        let yaml = r#"
+workflows:
+  order-review:
+    start: { when: { type: ["order.placed"] }, key: /subject }
+    steps:
+      - { name: review, requires: [decision], timeout: 1d }
+      - { name: payment, requires: [payment_ref] }
+"#;
+        assert_eq!(errors(yaml), ["workflows.order-review.steps[1].timeout: missing"]);
+    }
+
+    #[test]
+    fn given_many_problems_then_all_are_reported_in_file_order() {
+        let yaml = r#"
+workflows:
+  Bad_Name:
+    start: { when: { type: "order.placed" }, key: subject }
+    on_restart: sometimes
+    steps:
+      - { name: review, requires: [decision, decision], timeout: 2w, heartbeat: 1h, timout: 1d }
+      - { name: review, timeout: 1h, heartbeat: 2h, task: { title: "Do {thing}", queue: q } }
+"#;
+        let errs = errors(yaml);
+        let expect = [
+            "workflows.Bad_Name: workflow name \"Bad_Name\" contains 'B'",
+            "workflows.Bad_Name.start.when.type",
+            "workflows.Bad_Name.start.key: \"subject\" is not a JSON pointer",
+            "workflows.Bad_Name.on_restart: expected after_terminal or never",
+            "workflows.Bad_Name.steps[0].timout: unknown field",
+            "workflows.Bad_Name.steps[0].requires[1]: \"decision\" is listed twice",
+            "workflows.Bad_Name.steps[0].timeout: \"2w\" is not a duration",
+            "workflows.Bad_Name.steps[1].task.title: unknown placeholder {thing}",
+            "workflows.Bad_Name.steps[1].heartbeat: must be shorter than the step's timeout",
+            "workflows.Bad_Name.steps[1].name: duplicate step name \"review\"",
+        ];
+        assert_eq!(errs.len(), expect.len(), "{errs:#?}");
+        for (got, want) in errs.iter().zip(expect) {
+            assert!(got.starts_with(want), "expected {want:?}, got {got:?}");
+        }
+    }
+
+    #[test]
+    fn given_a_step_that_refuses_callbacks_then_it_must_accept_events() {
+        let yaml = r#"
+workflows:
+  order-review:
+    start: { when: { type: ["order.placed"] }, key: /subject }
+    steps:
+      - { name: review, requires: [decision], timeout: 1d, accepts_callbacks: false }
+      - { name: payment, timeout: 1d, accepts_callbacks: false, accepts_events: { type: ["paid"] } }
+      - { name: ship, timeout: 1d, accepts_callbacks: "no" }
+"#;
+        assert_eq!(
+            errors(yaml),
+            [
+                "workflows.order-review.steps[0].accepts_callbacks: a step that refuses callbacks needs accepts_events, or nothing could complete it",
+                "workflows.order-review.steps[2].accepts_callbacks: must be true or false",
+            ]
+        );
+    }
+
+    #[test]
+    fn given_duplicate_workflow_keys_then_yaml_parsing_refuses_them() {
+        let yaml = "workflows:\n  a:\n    steps: []\n  a:\n    steps: []\n";
+        let errs = errors(yaml);
+        assert!(
+            errs[0].contains("not valid YAML") && errs[0].to_lowercase().contains("duplicate"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn titles_render_their_placeholders() {
+        let t = TaskTemplate {
+            title: "Review {workflow}/{key} at {step} (gen {generation})".into(),
+            queue: "q".into(),
+        };
+        assert_eq!(
+            t.render("order-review", "order-1", "manual-review", 2),
+            "Review order-review/order-1 at manual-review (gen 2)"
+        );
+    }
+
+    /// The index by `type` leaves out only patterns that cannot match: over starts and
+    /// `accepts_events` of every shape (typed, several types, no type, a `type` operator, `type`
+    /// inside `$or`, a numeric `type`), the routes that match each event are exactly the
+    /// patterns that match it when every one is tried.
+    #[test]
+    fn routes_by_type_find_exactly_the_patterns_a_full_scan_matches() {
+        let yaml = r#"
+workflows:
+  typed:
+    start: { when: { type: ["a.placed", "b.placed", "a.placed"] }, key: /subject }
+    steps:
+      - { name: s1, requires: [x], timeout: 1d, accepts_events: { type: ["a.paid"] } }
+      - { name: s2, requires: [x], timeout: 1d, accepts_events: { source: ["shop"] } }
+  untyped:
+    start: { when: { source: ["shop"] }, key: /subject }
+    steps:
+      - { name: s1, requires: [x], timeout: 1d, accepts_events: { type: [{ prefix: "a." }] } }
+  either:
+    start: { when: { "$or": [{ type: ["a.placed"] }, { source: ["other"] }] }, key: /subject }
+    steps:
+      - { name: s1, requires: [x], timeout: 1d, accepts_events: { type: [5] } }
+      - { name: s2, requires: [x], timeout: 1d, accepts_events: { type: ["b.placed"], source: ["shop"] } }
+"#;
+        let config = Config::parse(yaml).expect("valid");
+        let all: Vec<Route> = config
+            .workflows
+            .iter()
+            .enumerate()
+            .flat_map(|(w, wf)| {
+                std::iter::once(Route { workflow: w, step: None })
+                    .chain((0..wf.steps.len()).map(move |i| Route { workflow: w, step: Some(i) }))
+            })
+            .collect();
+        let pattern = |r: &Route| config.pattern(*r);
+        let mut seen = 0;
+        for t in ["a.placed", "b.placed", "a.paid", "a.other", "c", "5"] {
+            for source in ["shop", "other", "elsewhere"] {
+                let event =
+                    serde_json::json!({"id": "e", "source": source, "type": t, "subject": "k", "data": {}});
+                let scanned: Vec<Route> =
+                    all.iter().filter(|r| pattern(r).is_some_and(|p| p.matches(&event))).copied().collect();
+                let candidates = config.routes.candidates(t);
+                let routed: Vec<Route> = candidates
+                    .iter()
+                    .filter(|r| pattern(r).is_some_and(|p| p.matches(&event)))
+                    .copied()
+                    .collect();
+                assert_eq!(routed, scanned, "type {t}, source {source}");
+                assert!(
+                    candidates.windows(2).all(|w| w[0] < w[1]),
+                    "config order, once each: {candidates:?}"
+                );
+                seen += scanned.len();
+            }
+        }
+        assert!(seen > 10, "the events match something: {seen}");
+        // Typed patterns are left out for other types: a `c` event is tried only against the
+        // patterns that do not pin `type` to strings.
+        assert_eq!(config.routes.candidates("c").len(), 5, "{:?}", config.routes.candidates("c"));
+    }
+}

@@ -1,0 +1,1173 @@
+//! The lifecycle: states, the table of allowed transitions, and the pure `decide` function.
+//!
+//! This module is the heart of baton. Every change to a workflow record is decided here, with no
+//! I/O and no clock of its own (`now` is an argument), and carried out elsewhere as one
+//! conditional write. The rules it keeps (DESIGN.md §4):
+//!
+//! 1. A transition happens only from an allowed prior state. [`TRANSITIONS`] is that rule as
+//!    data: [`decide`] consults it, the store derives each write's condition from it, and the
+//!    tests check every decision against it.
+//! 2. Starting is idempotent: a start event already seen is a duplicate, whatever the state.
+//! 3. One operator task per (workflow, key, generation, step): only the write that moves the
+//!    record into `waiting{step}` owes [`Effect::CreateTask`].
+//! 4. Each step advances at most once: `waiting{n} → advancing{n}` is allowed once per
+//!    generation, and the resume it owes is re-sent only for the input that caused it.
+//! 5. A terminal record never changes state. A late input is ignored with a ledger reason; only a
+//!    new start event may open a new generation, and only when the workflow's `on_restart` says so.
+//! 6. Every input is classified ([`Outcome`]): applied, buffered, a duplicate, ignored with a
+//!    reason, or rejected with a reason. Nothing is dropped without a name.
+//!
+//! ```text
+//!            start            step_ready(0)         input complete         step_ready(n+1)
+//!  (absent) ───────► pending ──────────────► waiting{0} ──────────► advancing{0} ──────────► waiting{1} …
+//!                      │                      │   ▲ merge (partial inputs)    │
+//!                      │                      └───┘                           │ report succeeded (last step)
+//!                      ▼                                                      ▼
+//!            failed | timed_out | cancelled  ◄──────────────────────────  succeeded
+//!                      │ start event, on_restart = after_terminal
+//!                      └─────────────────────► pending (generation + 1)
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use time::{Duration, OffsetDateTime};
+
+use crate::domain::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
+
+/// How many start-event ids a record remembers, across generations, to recognise redelivery.
+pub const REMEMBERED_START_EVENTS: usize = 16;
+/// How long a record may sit in `pending` before the sweeper starts its execution again.
+pub const RESTART_PENDING_AFTER: Duration = Duration::minutes(2);
+/// How long a resume may stay owed (`advancing`) before the sweeper, or a retry of the input
+/// that caused it, sends it again. Shorter than this, the first sender may still be at work.
+pub const RESEND_RESUME_AFTER: Duration = Duration::seconds(30);
+
+/// [`RESEND_RESUME_AFTER`], unless the simulation's deliberate bug takes the grace away.
+fn resend_after() -> Duration {
+    if crate::mutants::active(crate::mutants::Mutation::NoResendGrace) {
+        Duration::ZERO
+    } else {
+        RESEND_RESUME_AFTER
+    }
+}
+
+/// A state without its data: what the transition table and DynamoDB conditions talk about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Pending,
+    Waiting,
+    Advancing,
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 7] = [
+        Kind::Pending,
+        Kind::Waiting,
+        Kind::Advancing,
+        Kind::Succeeded,
+        Kind::Failed,
+        Kind::TimedOut,
+        Kind::Cancelled,
+    ];
+    pub const TERMINAL: [Kind; 4] = [Kind::Succeeded, Kind::Failed, Kind::TimedOut, Kind::Cancelled];
+
+    pub fn is_terminal(self) -> bool {
+        Self::TERMINAL.contains(&self)
+    }
+
+    /// The stable name stored in DynamoDB and shown to operators.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Pending => "pending",
+            Kind::Waiting => "waiting",
+            Kind::Advancing => "advancing",
+            Kind::Succeeded => "succeeded",
+            Kind::Failed => "failed",
+            Kind::TimedOut => "timed_out",
+            Kind::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A record's state. `step` is the zero-based index of the step in the workflow's config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    Pending,
+    /// The execution is parked on the step's task token; inputs are being gathered.
+    Waiting {
+        step: u32,
+    },
+    /// The step is complete; the resume (success or failure) to Step Functions is owed.
+    Advancing {
+        step: u32,
+    },
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+}
+
+impl State {
+    pub fn kind(self) -> Kind {
+        match self {
+            State::Pending => Kind::Pending,
+            State::Waiting { .. } => Kind::Waiting,
+            State::Advancing { .. } => Kind::Advancing,
+            State::Succeeded => Kind::Succeeded,
+            State::Failed => Kind::Failed,
+            State::TimedOut => Kind::TimedOut,
+            State::Cancelled => Kind::Cancelled,
+        }
+    }
+
+    pub fn step(self) -> Option<u32> {
+        match self {
+            State::Waiting { step } | State::Advancing { step } => Some(step),
+            _ => None,
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self.kind().is_terminal()
+    }
+
+    /// Rebuilds a state from its stored parts. `None` when a step is missing or superfluous.
+    pub fn from_parts(kind: Kind, step: Option<u32>) -> Option<State> {
+        match (kind, step) {
+            (Kind::Waiting, Some(step)) => Some(State::Waiting { step }),
+            (Kind::Advancing, Some(step)) => Some(State::Advancing { step }),
+            (Kind::Pending, None) => Some(State::Pending),
+            (Kind::Succeeded, None) => Some(State::Succeeded),
+            (Kind::Failed, None) => Some(State::Failed),
+            (Kind::TimedOut, None) => Some(State::TimedOut),
+            (Kind::Cancelled, None) => Some(State::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            State::Waiting { step } | State::Advancing { step } => {
+                write!(f, "{}{{{step}}}", self.kind())
+            }
+            other => f.write_str(other.kind().as_str()),
+        }
+    }
+}
+
+/// Why a transition happens. Each row of [`TRANSITIONS`] names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// A start event creates the record.
+    Start,
+    /// A start event after a terminal state opens the next generation.
+    Restart,
+    /// Step Functions reached a step and handed over its task token.
+    StepReady,
+    /// An input supplied part of the step's required data, or was a heartbeat.
+    Merge,
+    /// An input completed the step's required data: a success resume is owed.
+    Complete,
+    /// An input failed the step: a failure resume is owed.
+    FailStep,
+    /// The execution reported that it finished successfully.
+    ReportSucceeded,
+    /// The execution reported a failure.
+    ReportFailed,
+    /// The execution reported that a step missed its deadline.
+    ReportTimedOut,
+    /// An operator cancelled the workflow.
+    Cancel,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Start => "start",
+            Cause::Restart => "restart",
+            Cause::StepReady => "step_ready",
+            Cause::Merge => "merge",
+            Cause::Complete => "complete",
+            Cause::FailStep => "fail_step",
+            Cause::ReportSucceeded => "report_succeeded",
+            Cause::ReportFailed => "report_failed",
+            Cause::ReportTimedOut => "report_timed_out",
+            Cause::Cancel => "cancel",
+        }
+    }
+}
+
+/// How the step index may change across a transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepMove {
+    /// Neither side has a step.
+    None,
+    /// Into the first step (index 0).
+    First,
+    /// The same step on both sides.
+    Same,
+    /// From step n to step n + 1.
+    Next,
+    /// Out of a step into a state without one.
+    Leave,
+}
+
+/// One allowed transition. `from: None` means the record does not exist yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition {
+    pub from: Option<Kind>,
+    pub to: Kind,
+    pub cause: Cause,
+    pub step: StepMove,
+}
+
+const fn t(from: Option<Kind>, to: Kind, cause: Cause, step: StepMove) -> Transition {
+    Transition { from, to, cause, step }
+}
+
+use Kind::{
+    Advancing as A, Cancelled as C, Failed as F, Pending as P, Succeeded as S, TimedOut as T, Waiting as W,
+};
+
+/// Every transition baton may make. Anything else is refused by `decide`, by the store's
+/// conditions (derived from this table) and by the property tests.
+pub const TRANSITIONS: &[Transition] = &[
+    t(None, P, Cause::Start, StepMove::None),
+    t(Some(S), P, Cause::Restart, StepMove::None),
+    t(Some(F), P, Cause::Restart, StepMove::None),
+    t(Some(T), P, Cause::Restart, StepMove::None),
+    t(Some(C), P, Cause::Restart, StepMove::None),
+    t(Some(P), W, Cause::StepReady, StepMove::First),
+    t(Some(A), W, Cause::StepReady, StepMove::Next),
+    t(Some(W), W, Cause::Merge, StepMove::Same),
+    t(Some(W), A, Cause::Complete, StepMove::Same),
+    t(Some(W), A, Cause::FailStep, StepMove::Same),
+    // Only a completed last step may report success: Step Functions reaches its final report
+    // only after baton's resume of that step.
+    t(Some(A), S, Cause::ReportSucceeded, StepMove::Leave),
+    // A failure or timeout can outrun baton's view: the step_ready message may still be queued
+    // (pending), the step may be waiting, or the resume may be owed when the deadline fires.
+    t(Some(P), F, Cause::ReportFailed, StepMove::None),
+    t(Some(W), F, Cause::ReportFailed, StepMove::Leave),
+    t(Some(A), F, Cause::ReportFailed, StepMove::Leave),
+    t(Some(P), T, Cause::ReportTimedOut, StepMove::None),
+    t(Some(W), T, Cause::ReportTimedOut, StepMove::Leave),
+    t(Some(A), T, Cause::ReportTimedOut, StepMove::Leave),
+    t(Some(P), C, Cause::Cancel, StepMove::None),
+    t(Some(W), C, Cause::Cancel, StepMove::Leave),
+    t(Some(A), C, Cause::Cancel, StepMove::Leave),
+];
+
+/// Is `from → to` by `cause` a row of [`TRANSITIONS`], steps included?
+pub fn is_allowed(from: Option<State>, to: State, cause: Cause) -> bool {
+    TRANSITIONS.iter().any(|row| {
+        row.cause == cause
+            && row.from == from.map(State::kind)
+            && row.to == to.kind()
+            && match row.step {
+                StepMove::None => from.and_then(State::step).is_none() && to.step().is_none(),
+                StepMove::First => to.step() == Some(0),
+                StepMove::Same => from.and_then(State::step).is_some() && from.and_then(State::step) == to.step(),
+                StepMove::Next => {
+                    matches!((from.and_then(State::step), to.step()), (Some(a), Some(b)) if a.checked_add(1) == Some(b))
+                }
+                StepMove::Leave => from.and_then(State::step).is_some() && to.step().is_none(),
+            }
+    })
+}
+
+/// The prior states from which `cause` may lead to `to`: the state half of a write's condition.
+/// `None` in the list means "the record may be absent".
+pub fn allowed_prior(to: Kind, cause: Cause) -> Vec<Option<Kind>> {
+    TRANSITIONS.iter().filter(|row| row.to == to && row.cause == cause).map(|row| row.from).collect()
+}
+
+/// What the workflow's config says, as far as `decide` needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Per step, in order: the inputs that must all be present before the step advances.
+    pub steps: Vec<Vec<String>>,
+    pub on_restart: OnRestart,
+    /// The config version a new generation starts on (`None` in tests that need none).
+    pub version: Option<String>,
+}
+
+/// May a start event after a terminal state open a new generation?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnRestart {
+    #[default]
+    AfterTerminal,
+    Never,
+}
+
+/// An input that was applied to a step, remembered to recognise redelivery: in a later step,
+/// and in a later generation, it is still the same input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedInput {
+    pub id: EventId,
+    /// The start of the hash of the input's payload ([`payload_fingerprint`]): the same id with
+    /// another payload is a conflict. Records written before keep the whole hash.
+    pub hash: String,
+    /// The step it was applied to (`None` in records written before this was kept: the record's
+    /// current step, since the list was then reset at each step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
+    /// The generation it was applied in (`None`: the record's current one, likewise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u32>,
+    /// Where it came from: a domain event's id and a callback's `webhook-id` are chosen by
+    /// different parties, so the same text from the other source is another input (found by
+    /// review: an event refused as a reuse of a callback's id left its step waiting). `None` in
+    /// records written before this was kept: taken to match either source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+}
+
+/// What an applied input keeps of its payload's hash: 64 bits, in 16 hex characters. That tells
+/// a redelivery from another payload under the same id with a chance of error of 2^-64 (and a
+/// sender who forged a collision would only have its own second input taken as a repeat of its
+/// first), at a quarter of the bytes the record spends per step on the whole hash.
+pub fn payload_fingerprint(hash: &str) -> &str {
+    hash.get(..16).unwrap_or(hash)
+}
+
+/// The most a step's gathered inputs may take, as JSON: the record is one DynamoDB item of at
+/// most 400 KB, and holds them twice while the resume is owed.
+pub const MAX_STEP_INPUT_BYTES: usize = 128 * 1024;
+
+/// The longest `error` Step Functions takes with SendTaskFailure or StopExecution, in
+/// characters (counted as UTF-16 code units, as AWS's APIs count them: never fewer than the
+/// characters). Longer is refused every time, so a failure that carries one could never be
+/// delivered: inputs are checked against it at the edge ([`failure_text_fits`]).
+pub const MAX_FAILURE_ERROR_CHARS: usize = 256;
+/// The longest `cause`, likewise.
+pub const MAX_FAILURE_CAUSE_CHARS: usize = 32_768;
+
+/// Whether `text`, the `field` (`error` or `cause`) of a failure, fits what Step Functions
+/// takes; if not, a message that names the field and the limit.
+pub fn failure_text_fits(field: &str, text: &str, max: usize) -> Result<(), String> {
+    let len = text.encode_utf16().count();
+    if len <= max {
+        return Ok(());
+    }
+    Err(format!("{field} is {len} characters long; Step Functions takes at most {max}"))
+}
+
+/// How many applied inputs a record remembers, across steps and generations.
+pub const REMEMBERED_INPUTS: usize = 32;
+
+/// The resume Step Functions is owed while a record is `advancing`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Resume {
+    Success { output: Value },
+    Failure { error: String, cause: String },
+}
+
+/// One workflow instance: everything `decide` needs to know about (workflow, key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub workflow: WorkflowName,
+    pub key: CorrelationKey,
+    /// 1 for the first run; each restart after a terminal state adds one.
+    pub generation: u32,
+    pub state: State,
+    /// Incremented by every write; every conditional write checks it.
+    pub version: u64,
+    /// The current step's task token (waiting and advancing).
+    pub token: Option<TaskToken>,
+    /// The current step's deadline (waiting).
+    pub deadline: Option<OffsetDateTime>,
+    /// The inputs gathered for the current step.
+    pub inputs: Map<String, Value>,
+    /// The inputs applied, oldest first, across steps and generations (bounded): a redelivery
+    /// is recognised as the input it repeats wherever the record has got to.
+    pub applied: Vec<AppliedInput>,
+    /// What is owed to Step Functions while advancing.
+    pub owed: Option<Resume>,
+    /// The start events seen, newest last, across generations (bounded).
+    pub start_events: Vec<EventId>,
+    /// Every transition, oldest first (bounded): the audit trail `baton trace` shows. It lives
+    /// in the record so that auditing costs no extra write.
+    pub history: Vec<AuditEntry>,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    /// Which write produced this version: a fresh id the engine gives each write attempt.
+    /// When the answer to a write is lost and the SDK's retry finds the condition failed, the
+    /// item returned carries this id if the "winner" was that very write, so the engine counts
+    /// it as its own and does not mistake it for a duplicate. `None` until the engine sets it.
+    pub write_id: Option<String>,
+    /// The config version this generation started on (`None`: started before versions).
+    pub config_version: Option<String>,
+}
+
+impl Record {
+    fn next(&self, state: State, now: OffsetDateTime) -> Record {
+        Record { state, version: self.version + 1, updated_at: now, write_id: None, ..self.clone() }
+    }
+}
+
+/// How many audit entries a record keeps; older ones are dropped first.
+pub const REMEMBERED_TRANSITIONS: usize = 200;
+
+/// One transition, as the audit trail records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    pub generation: u32,
+    /// The state before (`None`: the record was created). Text behind an `Arc`, like the
+    /// fields below: a record, and its whole trail, is cloned on every write.
+    pub from: Option<Arc<str>>,
+    pub to: Arc<str>,
+    pub cause: Cause,
+    /// The id of the input that caused it, when it has one.
+    pub cause_id: Option<Arc<str>>,
+    /// The record's version after the transition.
+    pub version: u64,
+}
+
+/// The outcome of a step input (callback or domain event).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum StepOutcome {
+    /// Merge the data; advance once every required input is present.
+    Succeeded,
+    /// Fail the step (and, through the state machine's Catch, the workflow).
+    Failed { error: String, cause: String },
+    /// A heartbeat that may carry partial data.
+    InProgress,
+}
+
+/// Where a step input came from. Both follow the same rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Callback,
+    Event,
+}
+
+/// How an execution ended, as its final report says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Finish {
+    Succeeded,
+    Failed { error: String, cause: String },
+    TimedOut,
+}
+
+/// Everything that can happen to a record. Serializable, so a buffered input can wait in the
+/// inbox and be replayed exactly as it arrived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Input {
+    /// A domain event matched the workflow's `start.when`.
+    Start { event: EventId },
+    /// Step Functions reached `step` and parked on `token` until `deadline`.
+    StepReady {
+        generation: u32,
+        step: u32,
+        token: TaskToken,
+        #[serde(with = "time::serde::rfc3339")]
+        deadline: OffsetDateTime,
+    },
+    /// A callback or a domain event supplies inputs to `step`.
+    StepInput {
+        id: EventId,
+        hash: String,
+        source: Source,
+        step: u32,
+        outcome: StepOutcome,
+        data: Map<String, Value>,
+        /// The generation the input answers, when the sender says (a callback's `generation`,
+        /// from its task): it then applies to that generation only. Without it, the input is for
+        /// the generation running when it arrives.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        generation: Option<u32>,
+    },
+    /// The execution of `generation` finished.
+    Finished { generation: u32, finish: Finish },
+    /// An operator cancels the workflow.
+    Cancel { reason: String },
+    /// The sweeper looks for owed work.
+    Tick,
+}
+
+impl Input {
+    /// The id of an input from outside, if it has one (for logs and the ledger).
+    pub fn id(&self) -> Option<&EventId> {
+        match self {
+            Input::Start { event } => Some(event),
+            Input::StepInput { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+}
+
+/// Why an input was ignored. Each is a ledger reason with a stable code (see RUNBOOK.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IgnoreReason {
+    /// The record is terminal: the input arrived after the end.
+    Terminal,
+    /// The input is for a step the workflow has already left.
+    StepAlreadyPassed,
+    /// The input is for the current step, which has already advanced.
+    StepAlreadyAdvanced,
+    /// The input belongs to another generation than the record's.
+    StaleGeneration,
+    /// A new start event for a workflow that is already running.
+    AlreadyRunning,
+    /// A start event after a terminal state, and `on_restart: never`.
+    RestartNotAllowed,
+    /// A start event delivered again after the run it was refused by (`already_running`)
+    /// ended: the same event never starts a later run.
+    RefusedWhileRunning,
+    /// A report or step_ready that does not fit the record's state.
+    OutOfOrder,
+    /// A buffered input that expired before its step waited.
+    BufferExpired,
+    /// The sweeper found nothing owed (never ledgered).
+    NothingOwed,
+    /// Refused: the same id arrived earlier with another payload. Ledgered with the refused
+    /// payload, so the conflict leaves a trace an operator can find.
+    IdempotencyKeyReused,
+    /// Refused: merged with what the step already has, the inputs would pass
+    /// [`MAX_STEP_INPUT_BYTES`].
+    InputsTooLarge,
+}
+
+impl IgnoreReason {
+    pub const ALL: [IgnoreReason; 12] = [
+        IgnoreReason::Terminal,
+        IgnoreReason::StepAlreadyPassed,
+        IgnoreReason::StepAlreadyAdvanced,
+        IgnoreReason::StaleGeneration,
+        IgnoreReason::AlreadyRunning,
+        IgnoreReason::RestartNotAllowed,
+        IgnoreReason::RefusedWhileRunning,
+        IgnoreReason::OutOfOrder,
+        IgnoreReason::BufferExpired,
+        IgnoreReason::NothingOwed,
+        IgnoreReason::IdempotencyKeyReused,
+        IgnoreReason::InputsTooLarge,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IgnoreReason::Terminal => "terminal",
+            IgnoreReason::StepAlreadyPassed => "step_already_passed",
+            IgnoreReason::StepAlreadyAdvanced => "step_already_advanced",
+            IgnoreReason::StaleGeneration => "stale_generation",
+            IgnoreReason::AlreadyRunning => "already_running",
+            IgnoreReason::RestartNotAllowed => "restart_not_allowed",
+            IgnoreReason::RefusedWhileRunning => "refused_while_running",
+            IgnoreReason::OutOfOrder => "out_of_order",
+            IgnoreReason::BufferExpired => "buffer_expired",
+            IgnoreReason::NothingOwed => "nothing_owed",
+            IgnoreReason::IdempotencyKeyReused => "idempotency_key_reused",
+            IgnoreReason::InputsTooLarge => "inputs_too_large",
+        }
+    }
+}
+
+/// Why an input was refused outright.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    /// The step index is not in the workflow.
+    UnknownStep,
+    /// The same input id arrived earlier with a different payload.
+    IdempotencyKeyReused,
+    /// The step's inputs, with this one merged, would be too large to keep.
+    InputsTooLarge,
+}
+
+impl RejectReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::UnknownStep => "unknown_step",
+            RejectReason::IdempotencyKeyReused => "idempotency_key_reused",
+            RejectReason::InputsTooLarge => "inputs_too_large",
+        }
+    }
+}
+
+/// How an input was classified. Every input gets exactly one (invariant 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", content = "reason", rename_all = "snake_case")]
+pub enum Outcome {
+    Applied,
+    Buffered,
+    Duplicate,
+    Ignored(IgnoreReason),
+    Rejected(RejectReason),
+}
+
+/// The one record write a decision needs, with what its condition must check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    pub cause: Cause,
+    /// The state the record must be in (`None`: it must not exist).
+    pub from: Option<State>,
+    /// The version it must have (`None` when it must not exist).
+    pub expected_version: Option<u64>,
+    /// The record as it will be after the write.
+    pub to: Record,
+}
+
+impl Write {
+    /// Whether this write is a row of [`TRANSITIONS`] (steps included) from `prior`, the record
+    /// as it was read, and the new record follows from it: the same workflow and key, its version
+    /// one past the read one (1 when created), its last audit entry this transition. `decide`
+    /// asserts it in every debug build and simulation; the store's condition
+    /// (`condition_for`, in the store port) is derived from the same table.
+    pub fn follows(&self, prior: Option<&Record>) -> bool {
+        let to = &self.to;
+        is_allowed(self.from, to.state, self.cause)
+            && self.from == prior.map(|r| r.state)
+            && self.expected_version == prior.map(|r| r.version)
+            && prior.is_none_or(|r| r.workflow == to.workflow && r.key == to.key)
+            && to.version == self.expected_version.map_or(1, |v| v + 1)
+            && to.history.last().is_some_and(|a| a.cause == self.cause && a.version == to.version)
+    }
+}
+
+/// Work owed besides the record write, carried out after the write wins.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// StartExecution with the name derived from (workflow, key, generation); idempotent.
+    StartExecution {
+        generation: u32,
+    },
+    /// Create the operator task for this step, idempotently, and publish it once.
+    CreateTask {
+        generation: u32,
+        step: u32,
+    },
+    /// Apply the step's buffered inputs for this generation, in arrival order (strongly
+    /// consistent read).
+    DrainInbox {
+        generation: u32,
+        step: u32,
+    },
+    /// Store the input in the step's inbox until the step waits in `generation`: an input
+    /// buffered for one run of the workflow never applies to a later one.
+    Buffer {
+        generation: u32,
+        step: u32,
+    },
+    SendTaskSuccess {
+        token: TaskToken,
+        output: Value,
+    },
+    SendTaskFailure {
+        token: TaskToken,
+        error: String,
+        cause: String,
+    },
+    SendTaskHeartbeat {
+        token: TaskToken,
+    },
+    StopExecution {
+        generation: u32,
+        cause: String,
+    },
+    /// Record the ignored input with its reason.
+    Ledger {
+        reason: IgnoreReason,
+    },
+}
+
+/// What to do about one input: its classification, the record write, and the effects owed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub outcome: Outcome,
+    pub write: Option<Write>,
+    pub effects: Vec<Effect>,
+}
+
+impl Decision {
+    fn new(outcome: Outcome) -> Decision {
+        Decision { outcome, write: None, effects: Vec::new() }
+    }
+
+    /// Ignored for `reason`, ledgered.
+    pub fn ignored(reason: IgnoreReason) -> Decision {
+        Decision { outcome: Outcome::Ignored(reason), write: None, effects: vec![Effect::Ledger { reason }] }
+    }
+
+    fn with_write(mut self, cause: Cause, prior: Option<&Record>, mut to: Record) -> Decision {
+        // Microseconds, the precision every store keeps timestamps with.
+        let at = to.updated_at;
+        to.history.push(AuditEntry {
+            at: at.replace_nanosecond(at.nanosecond() / 1000 * 1000).unwrap_or(at),
+            generation: to.generation,
+            from: prior.map(|r| r.state.to_string().into()),
+            to: to.state.to_string().into(),
+            cause,
+            cause_id: None,
+            version: to.version,
+        });
+        let excess = to.history.len().saturating_sub(REMEMBERED_TRANSITIONS);
+        to.history.drain(..excess);
+        self.write = Some(Write {
+            cause,
+            from: prior.map(|r| r.state),
+            expected_version: prior.map(|r| r.version),
+            to,
+        });
+        self
+    }
+
+    fn effect(mut self, effect: Effect) -> Decision {
+        self.effects.push(effect);
+        self
+    }
+
+    /// The state before and after, when the decision writes.
+    pub fn transition(&self) -> Option<(Option<State>, State)> {
+        self.write.as_ref().map(|w| (w.from, w.to.state))
+    }
+}
+
+/// Decides what an input does to a record. Pure: same arguments, same decision.
+///
+/// `record` is `None` when no record exists yet for (workflow, key). `workflow` and `key` name
+/// the record to create on a start.
+pub fn decide(
+    plan: &Plan,
+    (workflow, key): (&WorkflowName, &CorrelationKey),
+    record: Option<&Record>,
+    input: &Input,
+    now: OffsetDateTime,
+) -> Decision {
+    let mut decision = decide_inner(plan, (workflow, key), record, input, now);
+    if let (Some(write), Some(id)) = (decision.write.as_mut(), input.id())
+        && let Some(entry) = write.to.history.last_mut()
+    {
+        entry.cause_id = Some(id.shared());
+    }
+    if let Some(write) = &decision.write {
+        debug_assert!(
+            write.follows(record) && (&write.to.workflow, &write.to.key) == (workflow, key),
+            "decide chose a write the transition table does not allow from the record read: {:?} -> {} by {:?}, version {:?} -> {}",
+            write.from,
+            write.to.state,
+            write.cause,
+            write.expected_version,
+            write.to.version
+        );
+    }
+    decision
+}
+
+fn decide_inner(
+    plan: &Plan,
+    (workflow, key): (&WorkflowName, &CorrelationKey),
+    record: Option<&Record>,
+    input: &Input,
+    now: OffsetDateTime,
+) -> Decision {
+    match input {
+        Input::Start { event } => on_start(plan, workflow, key, record, event, now),
+        Input::StepReady { generation, step, token, deadline } => match record {
+            None => Decision::ignored(IgnoreReason::OutOfOrder).effect(fail_token(
+                token,
+                "baton.NoRecord",
+                "no workflow record for this execution",
+            )),
+            Some(r) => on_step_ready(plan, r, *generation, *step, token, *deadline, now),
+        },
+        Input::StepInput { id, hash, step, outcome, data, generation, source } => {
+            if *step as usize >= plan.steps.len() {
+                return Decision::new(Outcome::Rejected(RejectReason::UnknownStep));
+            }
+            let buffer = |generation: u32| {
+                Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation, step: *step })
+            };
+            match (record, *generation) {
+                (None, target) => buffer(target.unwrap_or(1)),
+                (Some(r), Some(g)) if g < r.generation => Decision::ignored(IgnoreReason::StaleGeneration),
+                (Some(r), Some(g)) if g > r.generation => buffer(g),
+                (Some(r), _) => on_step_input(plan, r, (id, *source), hash, *step, outcome, data, now),
+            }
+        }
+        Input::Finished { generation, finish } => match record {
+            None => Decision::ignored(IgnoreReason::OutOfOrder),
+            Some(r) => on_finished(plan, r, *generation, finish, now),
+        },
+        Input::Cancel { reason } => match record {
+            None => Decision::ignored(IgnoreReason::OutOfOrder),
+            // Cancelling again finishes what the first cancel may have left undone: its stop (or
+            // the answer to it) may have failed, so the execution could still be running. Both
+            // calls are idempotent (found by the simulation).
+            Some(r) if r.state == State::Cancelled => {
+                let d = Decision::new(Outcome::Duplicate)
+                    .effect(Effect::StopExecution { generation: r.generation, cause: reason.clone() });
+                match &r.token {
+                    Some(token) => d.effect(fail_token(token, "baton.Cancelled", reason)),
+                    None => d,
+                }
+            }
+            Some(r) if r.state.is_terminal() => Decision::ignored(IgnoreReason::Terminal),
+            Some(r) => {
+                // The token stays in the cancelled record: a repeated cancel fails it again.
+                let to = Record { deadline: None, owed: None, ..r.next(State::Cancelled, now) };
+                let d = Decision::new(Outcome::Applied)
+                    .with_write(Cause::Cancel, Some(r), to)
+                    .effect(Effect::StopExecution { generation: r.generation, cause: reason.clone() });
+                // Failing the parked token as well ends the execution even where a stop of a
+                // token wait is deferred (the local emulator); on AWS the token is already gone.
+                match &r.token {
+                    Some(token) => d.effect(fail_token(token, "baton.Cancelled", reason)),
+                    None => d,
+                }
+            }
+        },
+        Input::Tick => on_tick(record, now),
+    }
+}
+
+fn on_start(
+    plan: &Plan,
+    workflow: &WorkflowName,
+    key: &CorrelationKey,
+    record: Option<&Record>,
+    event: &EventId,
+    now: OffsetDateTime,
+) -> Decision {
+    let Some(r) = record else {
+        let to = Record {
+            workflow: workflow.clone(),
+            key: key.clone(),
+            generation: 1,
+            state: State::Pending,
+            version: 1,
+            token: None,
+            deadline: None,
+            inputs: Map::new(),
+            applied: Vec::new(),
+            owed: None,
+            start_events: vec![event.clone()],
+            history: Vec::new(),
+            created_at: now,
+            updated_at: now,
+            write_id: None,
+            config_version: plan.version.clone(),
+        };
+        return Decision::new(Outcome::Applied)
+            .with_write(Cause::Start, None, to)
+            .effect(Effect::StartExecution { generation: 1 });
+    };
+    if r.start_events.contains(event) {
+        // Redelivery. While pending, the execution may not have started (a crash after the
+        // create): starting again is safe because the execution name is deterministic.
+        let d = Decision::new(Outcome::Duplicate);
+        return if r.state == State::Pending {
+            d.effect(Effect::StartExecution { generation: r.generation })
+        } else {
+            d
+        };
+    }
+    if !r.state.is_terminal() {
+        return Decision::ignored(IgnoreReason::AlreadyRunning);
+    }
+    if plan.on_restart == OnRestart::Never {
+        return Decision::ignored(IgnoreReason::RestartNotAllowed);
+    }
+    let mut start_events = r.start_events.clone();
+    start_events.push(event.clone());
+    let excess = start_events.len().saturating_sub(REMEMBERED_START_EVENTS);
+    start_events.drain(..excess);
+    let generation = r.generation + 1;
+    let to = Record {
+        generation,
+        token: None,
+        deadline: None,
+        inputs: Map::new(),
+        owed: None,
+        start_events,
+        created_at: now,
+        config_version: plan.version.clone(),
+        ..r.next(State::Pending, now)
+    };
+    Decision::new(Outcome::Applied)
+        .with_write(Cause::Restart, Some(r), to)
+        .effect(Effect::StartExecution { generation })
+}
+
+fn fail_token(token: &TaskToken, error: &str, cause: &str) -> Effect {
+    // Checked at the edge (callbacks, cancel): a failure Step Functions refuses is owed forever.
+    // (The planted bug that skips that check is left for the simulation's model to catch.)
+    if !crate::mutants::active(crate::mutants::Mutation::UncheckedFailureText) {
+        debug_assert!(failure_text_fits("error", error, MAX_FAILURE_ERROR_CHARS).is_ok());
+        debug_assert!(failure_text_fits("cause", cause, MAX_FAILURE_CAUSE_CHARS).is_ok());
+    }
+    Effect::SendTaskFailure { token: token.clone(), error: error.to_owned(), cause: cause.to_owned() }
+}
+
+fn on_step_ready(
+    plan: &Plan,
+    r: &Record,
+    generation: u32,
+    step: u32,
+    token: &TaskToken,
+    deadline: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Decision {
+    if generation != r.generation {
+        // An execution of another generation: end it rather than leave it parked.
+        return Decision::ignored(IgnoreReason::StaleGeneration).effect(fail_token(
+            token,
+            "baton.StaleGeneration",
+            "the workflow record has moved to another generation",
+        ));
+    }
+    if r.state.is_terminal() {
+        return Decision::ignored(IgnoreReason::Terminal).effect(fail_token(
+            token,
+            "baton.Terminal",
+            &format!("the workflow record is already {}", r.state),
+        ));
+    }
+    if step as usize >= plan.steps.len() {
+        return Decision::new(Outcome::Rejected(RejectReason::UnknownStep)).effect(fail_token(
+            token,
+            "baton.UnknownStep",
+            "the step is not in the workflow's config",
+        ));
+    }
+    let expected = match r.state {
+        State::Pending => Some(0),
+        State::Advancing { step: n } => n.checked_add(1),
+        _ => None,
+    };
+    if expected == Some(step) {
+        // The first step's report confirms the generation's config version: the one its
+        // execution runs (`plan`'s, the engine reads the report in it). It differs from the
+        // version written at the start only when the start crossed a deploy; no step has
+        // happened yet, so the record follows its execution.
+        let config_version = match r.state {
+            State::Pending => plan.version.clone().or_else(|| r.config_version.clone()),
+            _ => r.config_version.clone(),
+        };
+        let to = Record {
+            token: Some(token.clone()),
+            deadline: Some(deadline),
+            inputs: Map::new(),
+            owed: None,
+            config_version,
+            ..r.next(State::Waiting { step }, now)
+        };
+        return Decision::new(Outcome::Applied)
+            .with_write(Cause::StepReady, Some(r), to)
+            .effect(Effect::CreateTask { generation, step })
+            .effect(Effect::DrainInbox { generation, step });
+    }
+    if r.state == (State::Waiting { step }) && r.token.as_ref() == Some(token) {
+        // Redelivery of the step_ready that already won. Task creation and the drain are
+        // idempotent, so a crash after the write is repaired by re-running them.
+        return Decision::new(Outcome::Duplicate)
+            .effect(Effect::CreateTask { generation, step })
+            .effect(Effect::DrainInbox { generation, step });
+    }
+    if r.state.step().is_some_and(|current| step <= current) {
+        return Decision::ignored(IgnoreReason::StepAlreadyPassed);
+    }
+    Decision::ignored(IgnoreReason::OutOfOrder)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn on_step_input(
+    plan: &Plan,
+    r: &Record,
+    (id, source): (&EventId, Source),
+    hash: &str,
+    step: u32,
+    outcome: &StepOutcome,
+    data: &Map<String, Value>,
+    now: OffsetDateTime,
+) -> Decision {
+    // An input with this id applied to this step before, or to any step of an earlier
+    // generation (whose steps may be numbered otherwise, in the config version it ran): the
+    // same input again, or, with another payload, a conflict. An id applied to another step of
+    // this generation is not a repeat: one event may feed several steps.
+    let current_step = r.state.step();
+    let earlier_run = |a: &AppliedInput| a.generation.is_some_and(|g| g != r.generation);
+    if let Some(seen) = r.applied.iter().rev().find(|a| {
+        &a.id == id
+            && a.source.is_none_or(|s| s == source)
+            && (a.step.or(current_step) == Some(step) || earlier_run(a))
+    }) {
+        if payload_fingerprint(&seen.hash) != payload_fingerprint(hash) {
+            return Decision::new(Outcome::Rejected(RejectReason::IdempotencyKeyReused))
+                .effect(Effect::Ledger { reason: IgnoreReason::IdempotencyKeyReused });
+        }
+        // The same input again. If it is the one that completed the step and the resume has
+        // been owed for a while, it may never have reached Step Functions (a crash after the
+        // write): owe it again. A twin still in flight (a concurrent redelivery, or the other
+        // side of the inbox handshake) is inside the grace period and sends nothing, so the
+        // resume goes out once. A repeat of an input of an earlier generation owes nothing.
+        let d = Decision::new(Outcome::Duplicate);
+        let in_this_run = seen.generation.unwrap_or(r.generation) == r.generation;
+        return match (r.state, &r.owed, &r.token) {
+            (State::Advancing { step: n }, Some(owed), Some(token))
+                if n == step
+                    && in_this_run
+                    && r.applied.last() == Some(seen)
+                    && now - r.updated_at >= resend_after() =>
+            {
+                d.effect(resume_effect(token, owed))
+            }
+            _ => d,
+        };
+    }
+    let current = match r.state {
+        State::Pending => {
+            return Decision::new(Outcome::Buffered)
+                .effect(Effect::Buffer { generation: r.generation, step });
+        }
+        State::Waiting { step } | State::Advancing { step } => step,
+        _ => return Decision::ignored(IgnoreReason::Terminal),
+    };
+    if step < current {
+        return Decision::ignored(IgnoreReason::StepAlreadyPassed);
+    }
+    if step > current {
+        return Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation: r.generation, step });
+    }
+    let State::Waiting { .. } = r.state else {
+        return Decision::ignored(IgnoreReason::StepAlreadyAdvanced);
+    };
+    let Some(token) = r.token.clone() else {
+        // A waiting record always has a token; without one nothing can be resumed.
+        return Decision::ignored(IgnoreReason::OutOfOrder);
+    };
+    let mut to = r.next(r.state, now);
+    for (k, v) in data {
+        to.inputs.insert(k.clone(), v.clone());
+    }
+    // The record is one DynamoDB item (400 KB), holding the step's inputs twice once the resume
+    // is owed: inputs that could not be written would leave the step unable ever to advance
+    // (found by the simulation). So the merge is refused first, with a trace.
+    let size = serde_json::to_string(&to.inputs).map_or(usize::MAX, |t| t.len());
+    if size > MAX_STEP_INPUT_BYTES {
+        return Decision::new(Outcome::Rejected(RejectReason::InputsTooLarge))
+            .effect(Effect::Ledger { reason: IgnoreReason::InputsTooLarge });
+    }
+    to.applied.push(AppliedInput {
+        id: id.clone(),
+        hash: payload_fingerprint(hash).to_owned(),
+        step: Some(step),
+        generation: Some(r.generation),
+        source: Some(source),
+    });
+    let excess = to.applied.len().saturating_sub(REMEMBERED_INPUTS);
+    to.applied.drain(..excess);
+    match outcome {
+        StepOutcome::Failed { error, cause } => {
+            let owed = Resume::Failure { error: error.clone(), cause: cause.clone() };
+            to.state = State::Advancing { step };
+            to.owed = Some(owed.clone());
+            Decision::new(Outcome::Applied)
+                .with_write(Cause::FailStep, Some(r), to)
+                .effect(resume_effect(&token, &owed))
+        }
+        StepOutcome::Succeeded if requirements_met(plan, step, &to.inputs) => {
+            let owed = Resume::Success { output: Value::Object(to.inputs.clone()) };
+            to.state = State::Advancing { step };
+            to.owed = Some(owed.clone());
+            Decision::new(Outcome::Applied)
+                .with_write(Cause::Complete, Some(r), to)
+                .effect(resume_effect(&token, &owed))
+        }
+        StepOutcome::Succeeded => Decision::new(Outcome::Applied).with_write(Cause::Merge, Some(r), to),
+        StepOutcome::InProgress => Decision::new(Outcome::Applied)
+            .with_write(Cause::Merge, Some(r), to)
+            .effect(Effect::SendTaskHeartbeat { token }),
+    }
+}
+
+/// Are all of the step's required inputs present (and not null)?
+pub fn requirements_met(plan: &Plan, step: u32, inputs: &Map<String, Value>) -> bool {
+    plan.steps
+        .get(step as usize)
+        .is_some_and(|requires| requires.iter().all(|name| inputs.get(name).is_some_and(|v| !v.is_null())))
+}
+
+fn resume_effect(token: &TaskToken, owed: &Resume) -> Effect {
+    match owed {
+        Resume::Success { output } => {
+            Effect::SendTaskSuccess { token: token.clone(), output: output.clone() }
+        }
+        Resume::Failure { error, cause } => fail_token(token, error, cause),
+    }
+}
+
+fn on_finished(plan: &Plan, r: &Record, generation: u32, finish: &Finish, now: OffsetDateTime) -> Decision {
+    if generation != r.generation {
+        return Decision::ignored(IgnoreReason::StaleGeneration);
+    }
+    let (to_state, cause) = match finish {
+        Finish::Succeeded => (State::Succeeded, Cause::ReportSucceeded),
+        Finish::Failed { .. } => (State::Failed, Cause::ReportFailed),
+        Finish::TimedOut => (State::TimedOut, Cause::ReportTimedOut),
+    };
+    if r.state == to_state {
+        return Decision::new(Outcome::Duplicate);
+    }
+    if r.state.is_terminal() {
+        return Decision::ignored(IgnoreReason::Terminal);
+    }
+    let last = u32::try_from(plan.steps.len().saturating_sub(1)).unwrap_or(u32::MAX);
+    let fits = match finish {
+        Finish::Succeeded => r.state == State::Advancing { step: last },
+        _ => true,
+    };
+    if !fits || !is_allowed(Some(r.state), to_state, cause) {
+        return Decision::ignored(IgnoreReason::OutOfOrder);
+    }
+    let to = Record { token: None, deadline: None, owed: None, ..r.next(to_state, now) };
+    Decision::new(Outcome::Applied).with_write(cause, Some(r), to)
+}
+
+fn on_tick(record: Option<&Record>, now: OffsetDateTime) -> Decision {
+    let nothing = Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
+    let Some(r) = record else { return nothing };
+    let idle = now - r.updated_at;
+    match (r.state, &r.owed, &r.token) {
+        (State::Pending, _, _) if idle >= RESTART_PENDING_AFTER => {
+            Decision::new(Outcome::Applied).effect(Effect::StartExecution { generation: r.generation })
+        }
+        (State::Advancing { .. }, Some(owed), Some(token)) if idle >= resend_after() => {
+            Decision::new(Outcome::Applied).effect(resume_effect(token, owed))
+        }
+        _ => nothing,
+    }
+}
+
+#[cfg(test)]
+mod tests;
