@@ -165,6 +165,7 @@ struct Search {
     q: Option<String>,
 }
 
+#[expect(clippy::too_many_lines, reason = "the overview page is one HTML document, written top to bottom")]
 async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Search>) -> Response {
     let names = match StepNames::load(Some(&console.config)) {
         Ok(names) => names,

@@ -165,6 +165,10 @@ fn names(pair: &[String]) -> Result<(WorkflowName, CorrelationKey)> {
     Ok((WorkflowName::parse(workflow.as_str())?, CorrelationKey::parse(key.as_str())?))
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the replay command: resolve, plan, confirm, apply and report, in the order an operator reads them"
+)]
 pub async fn replay(args: ReplayArgs) -> Result<()> {
     let extra: Vec<Field> = args.dlq.map(|d| vec![d.dlq_field()]).unwrap_or_default();
     let t = tools(&args.config, &args.target, &extra).await?;

@@ -257,6 +257,10 @@ pub fn resolve(args: &TargetArgs, fields: &[Field], aws: bool) -> Result<Target,
 }
 
 /// [`resolve`], with the default file's location as an argument.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one resolution of a target's resources, each read in turn with its own error"
+)]
 fn resolve_with(
     args: &TargetArgs,
     fields: &[Field],

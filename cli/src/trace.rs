@@ -791,6 +791,7 @@ mod tests {
     }
 
     /// A record waiting on step 1, with a transition history and one of each other item.
+    #[expect(clippy::too_many_lines, reason = "a fixture holding one of each item a trace shows")]
     fn trace() -> Trace {
         let (w, k) = names();
         let record = Record {

@@ -51,6 +51,7 @@ struct Case {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::too_many_lines, reason = "a browser scenario reads as one story, step by step")]
 async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     let browser = Browser::find();
     let stack = stack_with(CONFIG).await;
@@ -292,6 +293,7 @@ fn url(file: &Path) -> String {
 
 /// The page shows the document: its state, every timeline entry in its lane, the step
 /// highlighted, labels beside colours, and nothing wider than an 800-pixel window.
+#[expect(clippy::too_many_lines, reason = "a browser scenario reads as one story, step by step")]
 fn check_trace_page(browser: &Browser, file: &PathBuf, doc: &Value, case: &Case) {
     let html = std::fs::read_to_string(file).unwrap();
     assert!(!html.contains("src=\"http") && !html.contains("href=\"http"), "{}: fetches nothing", case.name);

@@ -180,6 +180,7 @@ async fn eventually_trace(local: &Local, key: &str, what: &str, check: impl Fn(&
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::too_many_lines, reason = "an end-to-end scenario reads as one story, step by step")]
 async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops_cleanly() {
     let mut local = Local::start();
     let info = local.info();
@@ -306,6 +307,7 @@ async fn baton_local_runs_a_whole_workflow_through_its_public_surfaces_and_stops
 /// (SIGHUP). The records in flight finish on version 1 with one resume per step; a new start
 /// runs version 2; `baton trace` names each record's version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::too_many_lines, reason = "an end-to-end scenario reads as one story, step by step")]
 async fn a_workflow_change_is_planned_against_the_live_records_then_deployed_and_the_records_in_flight_finish_on_their_version()
  {
     let v1 = r#"
@@ -456,6 +458,7 @@ workflows:
 /// recent records with the search, a record's page (the trace view), and the dead-letter
 /// queues' replay plans, with nothing on any page that acts. Screenshots in target/screens/.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::too_many_lines, reason = "an end-to-end scenario reads as one story, step by step")]
 async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
     use baton_tests::browser::{Browser, Html, only_text, screens_dir, select, text};
     let browser = Browser::find();

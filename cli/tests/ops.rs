@@ -80,6 +80,7 @@ async fn overdue_record(system: &System, key: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::too_many_lines, reason = "an end-to-end scenario reads as one story, step by step")]
 async fn callbacks_are_signed_and_answered_and_trace_tells_the_whole_story() {
     let stack = stack().await;
     stack.system.send_event(&placed("k1")).await;

@@ -119,6 +119,10 @@ pub enum LocalError {
 
 impl LocalBaton {
     /// Provisions the template and starts a mapping per SQS event of each function.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the template's functions started one after another, each kind with its own wiring"
+    )]
     pub async fn start(
         template: &Template,
         clients: &Clients,

@@ -671,6 +671,10 @@ fn redrive_policy(dlq_arn: &str, max_receive_count: u32) -> String {
     .to_string()
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one queue's every attribute from the template, checked and set in turn"
+)]
 async fn ensure_queue(
     client: &aws_sdk_sqs::Client,
     spec: &QueueSpec,

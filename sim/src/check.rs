@@ -56,6 +56,7 @@ pub fn after_long_jump(
     });
 }
 
+#[expect(clippy::too_many_lines, reason = "split into one checker per invariant next")]
 pub fn all(
     stack: &Stack,
     plan: &Plan,

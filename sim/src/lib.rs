@@ -335,6 +335,10 @@ impl Stack {
 const MAX_STEPS: u64 = 200_000;
 
 /// Runs one schedule.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the simulation's step loop: one match over every kind of event the world schedules"
+)]
 pub fn run(options: Options) -> Outcome {
     baton_core::mutants::set(options.mutation);
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).expect("a time");

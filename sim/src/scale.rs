@@ -159,6 +159,7 @@ struct IndexWrite {
 }
 
 /// Drives `scale.workflows` workflows and measures the index.
+#[expect(clippy::too_many_lines, reason = "the scale model's report, figure by figure")]
 pub fn run(scale: Scale) -> Report {
     let config = Config::parse(include_str!("../../infra/workflows.yaml")).expect("the sample config");
     let plan = config.workflows[0].plan();

@@ -51,6 +51,7 @@ const SEED: u64 = 0x5eed_ba70_2024_0001;
 const CHUNK: usize = 100;
 
 #[tokio::test]
+#[expect(clippy::too_many_lines, reason = "the differential run: generate, compare, report")]
 async fn baton_and_moto_agree_on_generated_patterns_and_events() -> Result<()> {
     let seed = match std::env::var("BATON_DIFF_SEED") {
         Ok(text) => text.parse().context("BATON_DIFF_SEED must be a u64")?,

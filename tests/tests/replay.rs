@@ -40,6 +40,7 @@ async fn wait_state(system: &System, key: &str, want: State) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(clippy::too_many_lines, reason = "an end-to-end scenario reads as one story, step by step")]
 async fn a_mixed_dlq_is_classified_and_only_the_safe_message_is_applied_once() {
     captured();
     let system = start_system(CONFIG).await;

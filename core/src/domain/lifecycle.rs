@@ -1000,6 +1000,9 @@ fn on_step_ready(
     Decision::ignored(IgnoreReason::OutOfOrder)
 }
 
+/// A step's input: the same input again ([`repeated_input`]), an input for a step that is not
+/// the waiting one ([`not_the_waiting_step`]), or one merged into the waiting step
+/// ([`merge_input`]).
 #[allow(clippy::too_many_arguments)]
 fn on_step_input(
     plan: &Plan,
@@ -1011,61 +1014,104 @@ fn on_step_input(
     data: &Map<String, Value>,
     now: OffsetDateTime,
 ) -> Decision {
-    // An input with this id applied to this step before, or to any step of an earlier
-    // generation (whose steps may be numbered otherwise, in the config version it ran): the
-    // same input again, or, with another payload, a conflict. An id applied to another step of
-    // this generation is not a repeat: one event may feed several steps.
-    let current_step = r.state.step();
-    let earlier_run = |a: &AppliedInput| a.generation.is_some_and(|g| g != r.generation);
-    if let Some(seen) = r.applied.iter().rev().find(|a| {
-        &a.id == id
-            && a.source.is_none_or(|s| s == source)
-            && (a.step.or(current_step) == Some(step) || earlier_run(a))
-    }) {
-        if payload_fingerprint(&seen.hash) != payload_fingerprint(hash) {
-            return Decision::new(Outcome::Rejected(RejectReason::IdempotencyKeyReused))
-                .effect(Effect::Ledger { reason: IgnoreReason::IdempotencyKeyReused });
-        }
-        // The same input again. If it is the one that completed the step and the resume has
-        // been owed for a while, it may never have reached Step Functions (a crash after the
-        // write): owe it again. A twin still in flight (a concurrent redelivery, or the other
-        // side of the inbox handshake) is inside the grace period and sends nothing, so the
-        // resume goes out once. A repeat of an input of an earlier generation owes nothing.
-        let d = Decision::new(Outcome::Duplicate);
-        let in_this_run = seen.generation.unwrap_or(r.generation) == r.generation;
-        return match (r.state, &r.owed, &r.token) {
-            (State::Advancing { step: n }, Some(owed), Some(token))
-                if n == step
-                    && in_this_run
-                    && r.applied.last() == Some(seen)
-                    && now - r.updated_at >= resend_after() =>
-            {
-                d.effect(resume_effect(token, owed))
-            }
-            _ => d,
-        };
+    if let Some(repeat) = repeated_input(r, (id, source), hash, step, now) {
+        return repeat;
     }
-    let current = match r.state {
-        State::Pending => {
-            return Decision::new(Outcome::Buffered)
-                .effect(Effect::Buffer { generation: r.generation, step });
-        }
-        State::Waiting { step } | State::Advancing { step } => step,
-        _ => return Decision::ignored(IgnoreReason::Terminal),
-    };
-    if step < current {
-        return Decision::ignored(IgnoreReason::StepAlreadyPassed);
+    if let Some(elsewhere) = not_the_waiting_step(r, step) {
+        return elsewhere;
     }
-    if step > current {
-        return Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation: r.generation, step });
-    }
-    let State::Waiting { .. } = r.state else {
-        return Decision::ignored(IgnoreReason::StepAlreadyAdvanced);
-    };
     let Some(token) = r.token.clone() else {
         // A waiting record always has a token; without one nothing can be resumed.
         return Decision::ignored(IgnoreReason::OutOfOrder);
     };
+    merge_input(plan, r, (id, source), hash, step, (outcome, data), token, now)
+}
+
+/// An input with this id applied to this step before, or to any step of an earlier generation
+/// (whose steps may be numbered otherwise, in the config version it ran): the same input again,
+/// or, with another payload, a conflict. An id applied to another step of this generation is not
+/// a repeat: one event may feed several steps.
+fn repeated_input(
+    r: &Record,
+    (id, source): (&EventId, Source),
+    hash: &str,
+    step: u32,
+    now: OffsetDateTime,
+) -> Option<Decision> {
+    let current_step = r.state.step();
+    let earlier_run = |a: &AppliedInput| a.generation.is_some_and(|g| g != r.generation);
+    let seen = r.applied.iter().rev().find(|a| {
+        &a.id == id
+            && a.source.is_none_or(|s| s == source)
+            && (a.step.or(current_step) == Some(step) || earlier_run(a))
+    })?;
+    if payload_fingerprint(&seen.hash) != payload_fingerprint(hash) {
+        return Some(
+            Decision::new(Outcome::Rejected(RejectReason::IdempotencyKeyReused))
+                .effect(Effect::Ledger { reason: IgnoreReason::IdempotencyKeyReused }),
+        );
+    }
+    // The same input again. If it is the one that completed the step and the resume has been
+    // owed for a while, it may never have reached Step Functions (a crash after the write): owe
+    // it again. A twin still in flight (a concurrent redelivery, or the other side of the inbox
+    // handshake) is inside the grace period and sends nothing, so the resume goes out once. A
+    // repeat of an input of an earlier generation owes nothing.
+    let d = Decision::new(Outcome::Duplicate);
+    let in_this_run = seen.generation.unwrap_or(r.generation) == r.generation;
+    Some(match (r.state, &r.owed, &r.token) {
+        (State::Advancing { step: n }, Some(owed), Some(token))
+            if n == step
+                && in_this_run
+                && r.applied.last() == Some(seen)
+                && now - r.updated_at >= resend_after() =>
+        {
+            d.effect(resume_effect(token, owed))
+        }
+        _ => d,
+    })
+}
+
+/// What becomes of a new input for a step that is not the one waiting: buffered for a later
+/// step (or a pending record), ignored for a step passed, advanced or ended. `None` when the step
+/// is the one waiting.
+fn not_the_waiting_step(r: &Record, step: u32) -> Option<Decision> {
+    let current = match r.state {
+        State::Pending => {
+            return Some(
+                Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation: r.generation, step }),
+            );
+        }
+        State::Waiting { step } | State::Advancing { step } => step,
+        _ => return Some(Decision::ignored(IgnoreReason::Terminal)),
+    };
+    if step < current {
+        return Some(Decision::ignored(IgnoreReason::StepAlreadyPassed));
+    }
+    if step > current {
+        return Some(
+            Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation: r.generation, step }),
+        );
+    }
+    match r.state {
+        State::Waiting { .. } => None,
+        _ => Some(Decision::ignored(IgnoreReason::StepAlreadyAdvanced)),
+    }
+}
+
+/// A new input merged into the waiting step: its data joins the step's inputs, and its outcome
+/// fails the step, completes it (its requirements met), or only adds (a heartbeat when in
+/// progress).
+#[allow(clippy::too_many_arguments)]
+fn merge_input(
+    plan: &Plan,
+    r: &Record,
+    (id, source): (&EventId, Source),
+    hash: &str,
+    step: u32,
+    (outcome, data): (&StepOutcome, &Map<String, Value>),
+    token: TaskToken,
+    now: OffsetDateTime,
+) -> Decision {
     let mut to = r.next(r.state, now);
     for (k, v) in data {
         to.inputs.insert(k.clone(), v.clone());

@@ -654,6 +654,48 @@ fn parse_affix(operand: &Value, path: &str, operator: &str) -> Result<Affix, Pat
     }
 }
 
+/// The comparison at `items[at]`, `items[at + 1]` of a `numeric` operand: a known operator and
+/// a JSON number.
+fn numeric_comparison<'a>(items: &'a [Value], path: &str, at: usize) -> Result<(&'a str, f64), PatternError> {
+    let op = match &items[at] {
+        Value::String(op) if NUMERIC_OPERATORS.contains(&op.as_str()) => op.as_str(),
+        Value::String(op) => {
+            return Err(PatternError::new(
+                &index_path(path, at),
+                format!(
+                    "unknown numeric operator \"{op}\"; expected one of {}",
+                    NUMERIC_OPERATORS.join(", ")
+                ),
+            ));
+        }
+        other => {
+            return Err(PatternError::new(
+                &index_path(path, at),
+                format!(
+                    "expected a comparison operator ({}) here; got {}",
+                    NUMERIC_OPERATORS.join(", "),
+                    describe(other)
+                ),
+            ));
+        }
+    };
+    let bound = match &items[at + 1] {
+        Value::Number(n) => n.as_f64(),
+        _ => None,
+    };
+    let bound = bound.ok_or_else(|| {
+        PatternError::new(
+            &index_path(path, at + 1),
+            format!(
+                "expected a number after \"{op}\"; got {} (numbers are matched only against \
+                     JSON numbers, so write 5, not \"5\")",
+                describe(&items[at + 1])
+            ),
+        )
+    })?;
+    Ok((op, bound))
+}
+
 /// `[op, n]` with op one of `= < <= > >=`, or `[> or >=, low, < or <=, high]` with low < high.
 fn parse_range(operand: &Value, path: &str) -> Result<Range, PatternError> {
     let Value::Array(items) = operand else {
@@ -678,47 +720,7 @@ fn parse_range(operand: &Value, path: &str) -> Result<Range, PatternError> {
             ),
         ));
     }
-    let comparison = |at: usize| -> Result<(&str, f64), PatternError> {
-        let op = match &items[at] {
-            Value::String(op) if NUMERIC_OPERATORS.contains(&op.as_str()) => op.as_str(),
-            Value::String(op) => {
-                return Err(PatternError::new(
-                    &index_path(path, at),
-                    format!(
-                        "unknown numeric operator \"{op}\"; expected one of {}",
-                        NUMERIC_OPERATORS.join(", ")
-                    ),
-                ));
-            }
-            other => {
-                return Err(PatternError::new(
-                    &index_path(path, at),
-                    format!(
-                        "expected a comparison operator ({}) here; got {}",
-                        NUMERIC_OPERATORS.join(", "),
-                        describe(other)
-                    ),
-                ));
-            }
-        };
-        let bound = match &items[at + 1] {
-            Value::Number(n) => n.as_f64(),
-            _ => None,
-        };
-        let bound = bound.ok_or_else(|| {
-            PatternError::new(
-                &index_path(path, at + 1),
-                format!(
-                    "expected a number after \"{op}\"; got {} (numbers are matched only against \
-                     JSON numbers, so write 5, not \"5\")",
-                    describe(&items[at + 1])
-                ),
-            )
-        })?;
-        Ok((op, bound))
-    };
-
-    let (op, value) = comparison(0)?;
+    let (op, value) = numeric_comparison(items, path, 0)?;
     if items.len() == 2 {
         let bound = |inclusive| Some(Bound { value, inclusive });
         return Ok(match op {
@@ -740,7 +742,7 @@ fn parse_range(operand: &Value, path: &str) -> Result<Range, PatternError> {
         ));
     }
     let lower = Bound { value, inclusive: op == ">=" };
-    let (op, value) = comparison(2)?;
+    let (op, value) = numeric_comparison(items, path, 2)?;
     if op != "<" && op != "<=" {
         return Err(PatternError::new(
             &index_path(path, 2),

@@ -28,6 +28,7 @@ use serde_json::{Map, Value, json};
 use time::{Duration, OffsetDateTime};
 use tracing::{error, info, instrument, warn};
 
+use crate::domain::config::Workflow;
 use crate::domain::error::Classified;
 use crate::domain::error::error_chain;
 use crate::domain::ids::payload_hash;
@@ -129,23 +130,27 @@ impl Callbacks {
         Callbacks { engine, secrets }
     }
 
-    /// Answers one `POST /v1/callbacks`.
+    /// Answers one `POST /v1/callbacks`: exactly once per `webhook-id`, whatever the retries.
+    ///
+    /// The receipt protocol, in three steps:
+    /// 1. [`Self::claim`]: the receipt for the id is written, or the one there read. A finished
+    ///    one is answered again as the first time; a pending one is waited for, or taken over
+    ///    once its holder surely died, and answered from what the earlier attempt left.
+    /// 2. [`Self::apply`]: the input goes to the engine; a failure is answered by how far it got.
+    /// 3. The answer earned is kept on the receipt, so a repeat gets the same one.
     #[instrument(skip_all, fields(input = header(headers, ID_HEADER).unwrap_or("")))]
     pub async fn handle(&self, headers: &HeaderMap, body: &[u8]) -> Answer {
         let now = self.engine.now();
-        let (id, callback, definition) = match self.admit(headers, body, now).await {
+        let (id, mut callback, definition) = match self.admit(headers, body, now).await {
             Ok(admitted) => admitted,
             Err(answer) => return answer,
         };
         let workflow = &*definition;
-        let step = workflow.step_index(&callback.step).unwrap_or(u32::MAX);
-
-        let hash = payload_hash(body);
         let receipt = Receipt {
             workflow: workflow.name.clone(),
             key: callback.key.clone(),
-            id: id.clone(),
-            hash: hash.clone(),
+            id,
+            hash: payload_hash(body),
             status: ReceiptStatus::Pending,
             answer: None,
             created_at: now,
@@ -154,125 +159,19 @@ impl Callbacks {
             last_repeat_at: None,
             lease: None,
         };
-        // Whether this attempt is the first with this id: only then can a failure before any
-        // write say that nothing was applied.
-        let first = match self.engine.store.put_receipt(&receipt).await {
-            Ok(Claim::Acquired) => true,
-            Ok(Claim::Exists(stored)) if stored.hash != hash => {
-                return self.refuse_reused(workflow, &callback.key, &id, body, now).await;
-            }
-            Ok(Claim::Exists(stored)) => {
-                if let (ReceiptStatus::Done, Some(first)) = (stored.status, &stored.answer) {
-                    info!("duplicate callback: answering as the first time");
-                    // Counted on the receipt, so the trace shows the repeat. The answer is true
-                    // whether or not the count lands: a failure only leaves the count short.
-                    if let Err(e) = self.engine.store.note_repeat(&stored, now).await {
-                        warn!(error = %error_chain(&e), "cannot count the repeat on its receipt; answered all the same");
-                    }
-                    return stored_answer(first);
-                }
-                // A twin still running (a sender's retry, or a duplicate send, while the first
-                // attempt works): applying again now would race it and could answer otherwise.
-                // Wait until it has finished or, past the function's timeout, surely died (found
-                // by the simulation).
-                let held = RECEIPT_LEASE - (now - stored.held_since());
-                if held > Duration::ZERO {
-                    info!("receipt pending and recent: another attempt may still be at work");
-                    return in_progress(held);
-                }
-                // Taken over, by one attempt: two retries that both find it stale would each
-                // apply again and could answer otherwise (found by the simulation, seed 10262).
-                let hold = Hold { by: (self.engine.write_ids)(), at: now };
-                match self.engine.store.take_over_receipt(&stored, &hold).await {
-                    Ok(Claim::Acquired) => {}
-                    Ok(Claim::Exists(r)) if r.lease.as_ref().is_some_and(|l| l.by == hold.by) => {}
-                    Ok(Claim::Exists(r)) => {
-                        if let (ReceiptStatus::Done, Some(first)) = (r.status, &r.answer) {
-                            return stored_answer(first);
-                        }
-                        info!("receipt pending and just taken over by another attempt");
-                        return in_progress(RECEIPT_LEASE);
-                    }
-                    Err(e) => return self.failed_holding(&e, MaybeApplied::Yes, now),
-                }
-                // An earlier attempt did not finish: it may have taken effect and lost its answer.
-                // The answer it earned is in the store; only if it left nothing is it applied now.
-                match self.earlier(workflow, &callback, &id, stored.created_at).await {
-                    Ok(Some(answer)) => {
-                        info!("receipt pending: an earlier attempt took effect; answering as it earned");
-                        // A progress report's heartbeat is what the earlier attempt may have
-                        // missed, and nothing else owes it: sent again while its step waits
-                        // (found by review).
-                        if callback.outcome == StepOutcome::InProgress
-                            && let Err(e) = self.beat_again(workflow, &callback.key, &callback.step).await
-                        {
-                            return self.failed_holding(&e, MaybeApplied::Yes, now);
-                        }
-                        let stored = to_store(&answer);
-                        let answer = stored_answer(&stored);
-                        if let Err(e) = self.engine.store.complete_receipt(&receipt, stored).await {
-                            warn!(error = %error_chain(&e), "cannot complete the receipt");
-                        }
-                        return answer;
-                    }
-                    Ok(None) => info!("receipt pending: applying again (an earlier attempt did not finish)"),
-                    Err(e) => return self.failed_holding(&e, MaybeApplied::Yes, now),
-                }
-                false
-            }
-            Err(e) => return self.failed_holding(&e, MaybeApplied::Yes, now),
+        let maybe = match self.claim(workflow, &callback, &receipt, body, now).await {
+            Claimed::First => MaybeApplied::No,
+            Claimed::Again => MaybeApplied::Yes,
+            Claimed::Answered(answer) => return answer,
         };
-        let maybe = if first { MaybeApplied::No } else { MaybeApplied::Yes };
-
         if crate::mutants::active(crate::mutants::Mutation::ReceiptBeforeEffect) {
             let early = json!({"http_status": 200, "body": {"status": "applied", "workflow": workflow.name.as_str(),
                 "key": callback.key.as_str(), "step": callback.step, "state": null, "duplicate": false}});
             let _ = self.engine.store.complete_receipt(&receipt, early).await;
         }
-        let input = Input::StepInput {
-            id,
-            hash,
-            source: Source::Callback,
-            step,
-            outcome: callback.outcome,
-            data: callback.data,
-            generation: callback.generation,
-        };
-        let submitted = match self.engine.submit(workflow, &callback.key, &input, now).await {
-            Ok(s) => s,
-            // A heartbeat that failed is owed by nobody: the sender retries, and the retry sends
-            // it again (found by review).
-            Err(EngineError::Unfinished { submitted, source })
-                if submitted
-                    .decision
-                    .effects
-                    .iter()
-                    .any(|e| matches!(e, Effect::SendTaskHeartbeat { .. })) =>
-            {
-                return self.failed_holding(
-                    &EngineError::Unfinished { submitted, source },
-                    MaybeApplied::Yes,
-                    now,
-                );
-            }
-            // The input reached the record; what failed after it is owed by the record.
-            Err(EngineError::Unfinished { submitted, source })
-                if matches!(submitted.outcome(), Outcome::Applied | Outcome::Duplicate) =>
-            {
-                warn!(error_type = source.error_type(), error = %error_chain(&*source),
-                    "callback applied; an effect after the write failed and is owed by the record");
-                *submitted
-            }
-            Err(EngineError::Unfinished { submitted, source })
-                if matches!(submitted.outcome(), Outcome::Ignored(_) | Outcome::Rejected(_)) =>
-            {
-                // Nothing applies an ignored or refused input; its ledger entry is what failed.
-                return self.failed_holding(&EngineError::Unfinished { submitted, source }, maybe, now);
-            }
-            Err(e @ (EngineError::Uncertain { .. } | EngineError::Unfinished { .. })) => {
-                return self.failed_holding(&e, MaybeApplied::Yes, now);
-            }
-            Err(e) => return self.failed_holding(&e, maybe, now),
+        let submitted = match self.apply(workflow, &mut callback, &receipt, maybe, now).await {
+            Ok(submitted) => submitted,
+            Err(answer) => return answer,
         };
         // A refusal (409, 413) is the answer this request earned too: kept, so the same request
         // sent again is refused the same way, not answered from what the ledger says (found by
@@ -285,6 +184,157 @@ impl Callbacks {
             warn!(error = %error_chain(&e), "cannot complete the receipt");
         }
         answer
+    }
+
+    /// Step 1 of the receipt protocol: writes the receipt, or answers from the one there.
+    async fn claim(
+        &self,
+        workflow: &Workflow,
+        callback: &Callback,
+        receipt: &Receipt,
+        body: &[u8],
+        now: OffsetDateTime,
+    ) -> Claimed {
+        match self.engine.store.put_receipt(receipt).await {
+            Ok(Claim::Acquired) => Claimed::First,
+            Ok(Claim::Exists(stored)) if stored.hash != receipt.hash => {
+                Claimed::Answered(self.refuse_reused(workflow, &callback.key, &receipt.id, body, now).await)
+            }
+            Ok(Claim::Exists(stored)) => {
+                if let (ReceiptStatus::Done, Some(first)) = (stored.status, &stored.answer) {
+                    info!("duplicate callback: answering as the first time");
+                    // Counted on the receipt, so the trace shows the repeat. The answer is true
+                    // whether or not the count lands: a failure only leaves the count short.
+                    if let Err(e) = self.engine.store.note_repeat(&stored, now).await {
+                        warn!(error = %error_chain(&e), "cannot count the repeat on its receipt; answered all the same");
+                    }
+                    return Claimed::Answered(stored_answer(first));
+                }
+                if let Err(answer) = self.take_over(&stored, now).await {
+                    return Claimed::Answered(answer);
+                }
+                self.resume(workflow, callback, receipt, stored.created_at, now).await
+            }
+            Err(e) => Claimed::Answered(self.failed_holding(&e, MaybeApplied::Yes, now)),
+        }
+    }
+
+    /// A pending receipt: a twin still running (a sender's retry, or a duplicate send, while
+    /// the first attempt works) would race an attempt applied again now, and could answer
+    /// otherwise. So it is waited for until it has finished or, past the function's timeout
+    /// ([`RECEIPT_LEASE`]), surely died (found by the simulation); then taken over by one
+    /// attempt: two retries that both find it stale would each apply again and could answer
+    /// otherwise (found by the simulation, seed 10262). `Err` is the answer to give instead.
+    async fn take_over(&self, stored: &Receipt, now: OffsetDateTime) -> Result<(), Answer> {
+        let held = RECEIPT_LEASE - (now - stored.held_since());
+        if held > Duration::ZERO {
+            info!("receipt pending and recent: another attempt may still be at work");
+            return Err(in_progress(held));
+        }
+        let hold = Hold { by: (self.engine.write_ids)(), at: now };
+        match self.engine.store.take_over_receipt(stored, &hold).await {
+            Ok(Claim::Acquired) => Ok(()),
+            Ok(Claim::Exists(r)) if r.lease.as_ref().is_some_and(|l| l.by == hold.by) => Ok(()),
+            Ok(Claim::Exists(r)) => {
+                if let (ReceiptStatus::Done, Some(first)) = (r.status, &r.answer) {
+                    return Err(stored_answer(first));
+                }
+                info!("receipt pending and just taken over by another attempt");
+                Err(in_progress(RECEIPT_LEASE))
+            }
+            Err(e) => Err(self.failed_holding(&e, MaybeApplied::Yes, now)),
+        }
+    }
+
+    /// A receipt taken over: an earlier attempt did not finish. It may have taken effect and
+    /// lost its answer; the answer it earned is in the store. Only if it left nothing is the
+    /// input applied again ([`Claimed::Again`]).
+    async fn resume(
+        &self,
+        workflow: &Workflow,
+        callback: &Callback,
+        receipt: &Receipt,
+        since: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> Claimed {
+        match self.earlier(workflow, callback, &receipt.id, since).await {
+            Ok(Some(answer)) => {
+                info!("receipt pending: an earlier attempt took effect; answering as it earned");
+                // A progress report's heartbeat is what the earlier attempt may have missed, and
+                // nothing else owes it: sent again while its step waits (found by review).
+                if callback.outcome == StepOutcome::InProgress
+                    && let Err(e) = self.beat_again(workflow, &callback.key, &callback.step).await
+                {
+                    return Claimed::Answered(self.failed_holding(&e, MaybeApplied::Yes, now));
+                }
+                let stored = to_store(&answer);
+                let answer = stored_answer(&stored);
+                if let Err(e) = self.engine.store.complete_receipt(receipt, stored).await {
+                    warn!(error = %error_chain(&e), "cannot complete the receipt");
+                }
+                Claimed::Answered(answer)
+            }
+            Ok(None) => {
+                info!("receipt pending: applying again (an earlier attempt did not finish)");
+                Claimed::Again
+            }
+            Err(e) => Claimed::Answered(self.failed_holding(&e, MaybeApplied::Yes, now)),
+        }
+    }
+
+    /// Step 2 of the receipt protocol: submits the callback as its step's input (its data moved
+    /// into the input). `Err` is the answer to a failure, by how far the input got: `maybe` says
+    /// whether an earlier attempt may have applied it.
+    async fn apply(
+        &self,
+        workflow: &Workflow,
+        callback: &mut Callback,
+        receipt: &Receipt,
+        maybe: MaybeApplied,
+        now: OffsetDateTime,
+    ) -> Result<Submitted, Answer> {
+        let input = Input::StepInput {
+            id: receipt.id.clone(),
+            hash: receipt.hash.clone(),
+            source: Source::Callback,
+            step: workflow.step_index(&callback.step).unwrap_or(u32::MAX),
+            outcome: callback.outcome.clone(),
+            data: std::mem::take(&mut callback.data),
+            generation: callback.generation,
+        };
+        match self.engine.submit(workflow, &callback.key, &input, now).await {
+            Ok(s) => Ok(s),
+            // A heartbeat that failed is owed by nobody: the sender retries, and the retry sends
+            // it again (found by review).
+            Err(EngineError::Unfinished { submitted, source })
+                if submitted
+                    .decision
+                    .effects
+                    .iter()
+                    .any(|e| matches!(e, Effect::SendTaskHeartbeat { .. })) =>
+            {
+                let e = EngineError::Unfinished { submitted, source };
+                Err(self.failed_holding(&e, MaybeApplied::Yes, now))
+            }
+            // The input reached the record; what failed after it is owed by the record.
+            Err(EngineError::Unfinished { submitted, source })
+                if matches!(submitted.outcome(), Outcome::Applied | Outcome::Duplicate) =>
+            {
+                warn!(error_type = source.error_type(), error = %error_chain(&*source),
+                    "callback applied; an effect after the write failed and is owed by the record");
+                Ok(*submitted)
+            }
+            Err(EngineError::Unfinished { submitted, source })
+                if matches!(submitted.outcome(), Outcome::Ignored(_) | Outcome::Rejected(_)) =>
+            {
+                // Nothing applies an ignored or refused input; its ledger entry is what failed.
+                Err(self.failed_holding(&EngineError::Unfinished { submitted, source }, maybe, now))
+            }
+            Err(e @ (EngineError::Uncertain { .. } | EngineError::Unfinished { .. })) => {
+                Err(self.failed_holding(&e, MaybeApplied::Yes, now))
+            }
+            Err(e) => Err(self.failed_holding(&e, maybe, now)),
+        }
     }
 
     /// The checks before anything is written, each with its own answer: size (413), signature
@@ -369,7 +419,7 @@ impl Callbacks {
     /// own config version).
     async fn beat_again(
         &self,
-        workflow: &crate::domain::config::Workflow,
+        workflow: &Workflow,
         key: &CorrelationKey,
         step: &str,
     ) -> Result<(), EngineError> {
@@ -400,7 +450,7 @@ impl Callbacks {
     /// attempt's (found by review: `sim/tests/inbox_claims_and_pending_receipts.rs`).
     async fn earlier(
         &self,
-        workflow: &crate::domain::config::Workflow,
+        workflow: &Workflow,
         callback: &Callback,
         id: &EventId,
         since: OffsetDateTime,
@@ -463,7 +513,7 @@ impl Callbacks {
     /// ledger cannot be written, the sender is asked to retry instead.
     async fn refuse_reused(
         &self,
-        workflow: &crate::domain::config::Workflow,
+        workflow: &Workflow,
         key: &CorrelationKey,
         id: &EventId,
         body: &[u8],
@@ -531,6 +581,16 @@ impl Callbacks {
             )
         }
     }
+}
+
+/// What step 1 of the receipt protocol found.
+enum Claimed {
+    /// The receipt is new: nothing was applied for this id before.
+    First,
+    /// An earlier attempt left the receipt pending and nothing it applied: apply again.
+    Again,
+    /// The request is answered without applying: the first answer again, a wait, a refusal.
+    Answered(Answer),
 }
 
 /// Whether a failed attempt may have changed anything.
@@ -711,21 +771,7 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
     }
     let key =
         CorrelationKey::parse(key_text).map_err(|e| Answer::field("invalid_body", "key", e.to_string()))?;
-    let outcome = match outcome.as_str() {
-        "succeeded" => StepOutcome::Succeeded,
-        "in_progress" => StepOutcome::InProgress,
-        "failed" => StepOutcome::Failed {
-            error: error.unwrap_or_else(|| "baton.CallbackFailed".into()),
-            cause: cause.unwrap_or_default(),
-        },
-        other => {
-            return Err(Answer::field(
-                "invalid_body",
-                "outcome",
-                format!("outcome {other:?} is not one of succeeded, failed, in_progress"),
-            ));
-        }
-    };
+    let outcome = parse_outcome(&outcome, error, cause)?;
     let data = match map.remove("data") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(data)) => data,
@@ -754,6 +800,23 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
         ));
     }
     Ok(Callback { workflow, key, step, outcome, data, generation })
+}
+
+/// The `outcome` field, with the failure's `error` and `cause` when it failed.
+fn parse_outcome(outcome: &str, error: Option<String>, cause: Option<String>) -> Result<StepOutcome, Answer> {
+    match outcome {
+        "succeeded" => Ok(StepOutcome::Succeeded),
+        "in_progress" => Ok(StepOutcome::InProgress),
+        "failed" => Ok(StepOutcome::Failed {
+            error: error.unwrap_or_else(|| "baton.CallbackFailed".into()),
+            cause: cause.unwrap_or_default(),
+        }),
+        other => Err(Answer::field(
+            "invalid_body",
+            "outcome",
+            format!("outcome {other:?} is not one of succeeded, failed, in_progress"),
+        )),
+    }
 }
 
 /// The first integer literal in `json` (outside strings) that neither an `i64` nor a `u64`

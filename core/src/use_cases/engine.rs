@@ -299,6 +299,40 @@ impl Engine {
         }
     }
 
+    /// Writes a decided record, on the condition the transition table gives: the config it names
+    /// registered first, a write id of its own (to know a lost answer from a lost race), and
+    /// trimmed to the store's item limit.
+    async fn write_record(&self, write: &mut lifecycle::Write, attempt: u32) -> Result<Landed, EngineError> {
+        if write.to.config_version.as_ref() == Some(&self.config.version) {
+            self.ensure_registered().await?;
+        }
+        write.to.write_id = Some((self.write_ids)());
+        fit_item_limit(&mut write.to, self.item_sizes);
+        let applied = self
+            .store
+            .apply(write)
+            .await
+            .map_err(|e| EngineError::Uncertain { source: Box::new(e.into()) })?;
+        match applied {
+            Applied::Written => {}
+            Applied::Lost { current: Some(current) } if current.write_id == write.to.write_id => {
+                info!("the answer to this write was lost; the write is in place, so it counts as written");
+            }
+            Applied::Lost { current } => {
+                info!(attempt, "lost a race for the record; deciding again on the winner's state");
+                return Ok(Landed::LostTo(current));
+            }
+        }
+        info!(
+            from = %write.from.map_or("absent".to_owned(), |s| s.to_string()),
+            to = %write.to.state,
+            cause = write.cause.as_str(),
+            version = write.to.version,
+            "transition"
+        );
+        Ok(Landed::Yes)
+    }
+
     /// [`Engine::submit`] for an input that holds only under `workflow`'s own config version (a
     /// domain event matched against that version's `accepts_events`): nothing is done when the
     /// record is decided under another version, which is returned.
@@ -347,37 +381,11 @@ impl Engine {
                 decide(&*self.store, &plan, (&workflow.name, key), record.as_ref(), input, now)
                     .await
                     .map_err(EngineError::Store)?;
-            if let Some(write) = decision.write.as_mut() {
-                if write.to.config_version.as_ref() == Some(&self.config.version) {
-                    self.ensure_registered().await?;
-                }
-                write.to.write_id = Some((self.write_ids)());
-                fit_item_limit(&mut write.to, self.item_sizes);
-                let applied = self
-                    .store
-                    .apply(write)
-                    .await
-                    .map_err(|e| EngineError::Uncertain { source: Box::new(e.into()) })?;
-                match applied {
-                    Applied::Written => {}
-                    Applied::Lost { current: Some(current) } if current.write_id == write.to.write_id => {
-                        info!(
-                            "the answer to this write was lost; the write is in place, so it counts as written"
-                        );
-                    }
-                    Applied::Lost { current } => {
-                        info!(attempt, "lost a race for the record; deciding again on the winner's state");
-                        record = current.map(|r| *r);
-                        continue;
-                    }
-                }
-                info!(
-                    from = %write.from.map_or("absent".to_owned(), |s| s.to_string()),
-                    to = %write.to.state,
-                    cause = write.cause.as_str(),
-                    version = write.to.version,
-                    "transition"
-                );
+            if let Some(write) = decision.write.as_mut()
+                && let Landed::LostTo(current) = self.write_record(write, attempt).await?
+            {
+                record = current.map(|r| *r);
+                continue;
             }
             self.observe(workflow, input, &decision, now);
             let mut submitted = Submitted { decision, prior: record };
@@ -954,6 +962,12 @@ impl Engine {
         self.store.settle(entry, InboxStatus::Draining, settled).await?;
         failed.map_or(Ok(()), Err)
     }
+}
+
+/// Whether a decided record's write landed, or another writer's did first (its record, if any).
+enum Landed {
+    Yes,
+    LostTo(Option<Box<Record>>),
 }
 
 /// Keeps a record under the store's item limit (DynamoDB's, in production) whatever the length of the ids it remembers: the

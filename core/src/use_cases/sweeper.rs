@@ -201,10 +201,20 @@ impl Sweeper {
             Some(Twin::Other) => IgnoreReason::IdempotencyKeyReused,
             None => IgnoreReason::BufferExpired,
         };
-        // Ledgered first (idempotent per input and reason), then settled: a sweep that fails
-        // in between leaves the entry expiring, and the sweep that takes it over settles it.
-        // Settled first, a failed ledger write would leave an expired input with no trace
-        // (found by review).
+        self.ledger_expired(entry, reason, now).await
+    }
+
+    /// An input that expired unapplied (`buffer_expired`), or whose id another payload had
+    /// already taken (`idempotency_key_reused`): ledgered first (idempotent per input and
+    /// reason), then settled. A sweep that fails in between leaves the entry expiring, and the
+    /// sweep that takes it over settles it. Settled first, a failed ledger write would leave an
+    /// expired input with no trace (found by review). `true` when this sweep expired it.
+    async fn ledger_expired(
+        &self,
+        entry: &InboxEntry,
+        reason: IgnoreReason,
+        now: OffsetDateTime,
+    ) -> Result<bool, EngineError> {
         let ledger = LedgerEntry {
             workflow: entry.workflow.clone(),
             key: entry.key.clone(),

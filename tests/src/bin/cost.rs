@@ -26,6 +26,7 @@ const SWEEPER: &str = "SweeperFunction";
 const FULL_BATCH: f64 = 10.0;
 
 #[tokio::main]
+#[expect(clippy::too_many_lines, reason = "the cost model's report, figure by figure")]
 async fn main() {
     let workflows: u64 = std::env::args().nth(1).map_or(20, |k| k.parse().expect("K: a number of workflows"));
     let emulator = Emulator::from_env();

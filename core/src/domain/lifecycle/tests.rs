@@ -762,6 +762,7 @@ impl World {
         }
     }
 
+    #[expect(clippy::too_many_lines, reason = "the model's one match over every action it can take")]
     fn act(&mut self, action: &Action) {
         self.now += Duration::seconds(1);
         match action {
