@@ -21,14 +21,14 @@ pub const SDK_OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from
 // The first message of a batch is never cut off by one slow call: the SDK gives up on a call
 // (a classified error, a verdict) before the batch's deadline reserve is reached.
 const _: () = assert!(
-    SDK_OPERATION_TIMEOUT.as_millis() + baton_core::use_cases::batch::DEADLINE_RESERVE.as_millis()
-        <= baton_core::use_cases::batch::FUNCTION_TIMEOUT.as_millis()
+    SDK_OPERATION_TIMEOUT.as_millis() + baton_core::limits::DEADLINE_RESERVE.as_millis()
+        <= baton_core::limits::FUNCTION_TIMEOUT.as_millis()
 );
 // Every message taken gets at least one whole SDK attempt before its cut-off.
 const _: () = assert!(
     SDK_ATTEMPT_TIMEOUT.as_millis()
-        <= baton_core::use_cases::batch::FUNCTION_TIMEOUT.as_millis()
-            - baton_core::use_cases::batch::DEADLINE_RESERVE.as_millis()
+        <= baton_core::limits::FUNCTION_TIMEOUT.as_millis()
+            - baton_core::limits::DEADLINE_RESERVE.as_millis()
 );
 
 /// The SDK configuration every AWS client of baton starts from: the SDK's standard retry mode

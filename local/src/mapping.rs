@@ -199,9 +199,8 @@ pub fn to_event(messages: &[aws_sdk_sqs::types::Message], queue_arn: &str) -> Sq
 
 #[cfg(test)]
 mod tests {
-    use baton_core::use_cases::batch::{
-        DEADLINE_RESERVE, FUNCTION_TIMEOUT, MAX_BATCH_SIZE, MAX_BATCHING_WINDOW,
-    };
+    use baton_core::limits::{DEADLINE_RESERVE, FUNCTION_TIMEOUT, SWEEPER_TIMEOUT};
+    use baton_core::use_cases::batch::{MAX_BATCH_SIZE, MAX_BATCHING_WINDOW};
     use serde_json::Value;
 
     use crate::template::Template;
@@ -226,6 +225,12 @@ mod tests {
         assert_eq!(window, MAX_BATCHING_WINDOW.as_secs());
         let sqs_functions: Vec<_> = template.functions.iter().filter(|f| !f.sqs_events.is_empty()).collect();
         assert!(sqs_functions.len() >= 2, "intake and progress are fed by SQS");
+        // The leases in baton_core::limits are reckoned on these timeouts.
+        for function in &template.functions {
+            let expected =
+                if function.logical_id == "SweeperFunction" { SWEEPER_TIMEOUT } else { FUNCTION_TIMEOUT };
+            assert_eq!(u64::from(function.timeout_seconds), expected.as_secs(), "{}", function.logical_id);
+        }
         for function in sqs_functions {
             let timeout = u64::from(function.timeout_seconds);
             // process_batch's reserve and const asserts are reckoned on this timeout.

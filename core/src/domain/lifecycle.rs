@@ -39,11 +39,7 @@ use crate::domain::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
 
 /// How many start-event ids a record remembers, across generations, to recognise redelivery.
 pub const REMEMBERED_START_EVENTS: usize = 16;
-/// How long a record may sit in `pending` before the sweeper starts its execution again.
-pub const RESTART_PENDING_AFTER: Duration = Duration::minutes(2);
-/// How long a resume may stay owed (`advancing`) before the sweeper, or a retry of the input
-/// that caused it, sends it again. Shorter than this, the first sender may still be at work.
-pub const RESEND_RESUME_AFTER: Duration = Duration::seconds(30);
+pub use crate::limits::{RESEND_RESUME_AFTER, RESTART_PENDING_AFTER};
 
 /// [`RESEND_RESUME_AFTER`], unless the simulation's deliberate bug takes the grace away.
 fn resend_after() -> Duration {

@@ -22,6 +22,7 @@ use tracing::{error, info, warn};
 
 use crate::domain::error::{Classified, error_chain};
 
+pub use crate::limits::{ANSWER_MARGIN, DEADLINE_RESERVE, FUNCTION_TIMEOUT};
 use crate::mutants::{self, Mutation};
 use crate::ports::dead_letters::{DeadLetterQueue, REQUEUE_FAILED, RETRIES_EXHAUSTED, requeues};
 
@@ -118,18 +119,6 @@ impl Deadline for NoDeadline {
     }
 }
 
-/// The SQS functions' timeout: template.yaml's `Globals.Function.Timeout` (a test in `local/`
-/// keeps the two equal, and the queues' visibility timeouts above it).
-pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Below this much time left, a batch takes no new message, and the message in flight is given
-/// up: what is left is for giving the unfinished messages back (a requeue each, on their last
-/// receive) and answering. A requeue is one SQS send, tens of milliseconds when SQS is well.
-pub const DEADLINE_RESERVE: Duration = Duration::from_secs(5);
-
-/// The give-back stops this long before the deadline, so the response reaches Lambda in time.
-pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
-
 /// What one message may take when its dependencies are well, for sizing batches: a start is
 /// about five sequential calls of at most 50 ms at p99.
 pub const MESSAGE_BUDGET: Duration = Duration::from_millis(250);
@@ -148,7 +137,6 @@ pub const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(30);
 pub const DEADLINE_REACHED: &str = "deadline_reached";
 
 // The give-back has time of its own, between the reserve and the answer margin.
-const _: () = assert!(ANSWER_MARGIN.as_millis() < DEADLINE_RESERVE.as_millis());
 
 /// Is this the message's last receive before SQS's redrive policy takes it?
 fn on_last_receive(message: &SqsMessage, max_receive_count: u32) -> bool {

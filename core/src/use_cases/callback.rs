@@ -49,9 +49,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const RECEIPT_TTL: Duration = Duration::days(7);
 /// What a 503 asks the caller to wait.
 pub const RETRY_AFTER_SECONDS: u32 = 5;
-/// How long a pending receipt is taken to mean that its attempt may still be at work: the
-/// callback function's timeout (template.yaml). After it, the attempt has finished or died.
-pub const RECEIPT_LEASE: Duration = Duration::seconds(30);
+pub use crate::limits::RECEIPT_LEASE;
 
 /// Every `error` code a callback answer can carry (RUNBOOK.md explains each).
 pub const ERROR_CODES: &[&str] = &[

@@ -238,9 +238,7 @@ pub struct DrainTarget {
     pub step: u32,
 }
 
-/// How long a sweep holds an entry's expiry before another may take it over: well past the
-/// sweeper function's 60-second timeout, so the holder is gone by then.
-pub const EXPIRY_LEASE: time::Duration = time::Duration::minutes(5);
+pub use crate::limits::EXPIRY_LEASE;
 
 /// Who holds something for a while, and since when: a sweep an entry's expiry
 /// ([`InboxClaim::Expire`]), a callback attempt a pending receipt ([`WorkflowStore::take_over_receipt`]).

@@ -1,0 +1,57 @@
+//! The limits whose values depend on each other, in one place, with how they relate asserted at
+//! compile time. Each is used where its doc says; the old homes re-export it.
+//!
+//! The timeouts of the functions are template.yaml's; `local/src/mapping.rs` tests that the
+//! template keeps them equal to these.
+
+use std::time::Duration as StdDuration;
+
+use time::Duration;
+
+/// The functions' timeout: template.yaml's `Globals.Function.Timeout`, which intake, progress and
+/// callback keep (the queues' visibility timeouts sit above it).
+pub const FUNCTION_TIMEOUT: StdDuration = StdDuration::from_secs(30);
+
+/// The sweeper function's own timeout in template.yaml.
+pub const SWEEPER_TIMEOUT: StdDuration = StdDuration::from_secs(60);
+
+/// Below this much time left, a batch takes no new message, and the message in flight is given
+/// up: what is left is for giving the unfinished messages back (a requeue each, on their last
+/// receive) and answering. A requeue is one SQS send, tens of milliseconds when SQS is well.
+pub const DEADLINE_RESERVE: StdDuration = StdDuration::from_secs(5);
+
+/// The give-back stops this long before the deadline, so the response reaches Lambda in time.
+pub const ANSWER_MARGIN: StdDuration = StdDuration::from_secs(1);
+
+/// How long a pending receipt is taken to mean that its attempt may still be at work: the
+/// callback function's timeout. After it, the attempt has finished or died.
+pub const RECEIPT_LEASE: Duration = Duration::seconds(30);
+
+/// How long a sweep holds an entry's expiry before another may take it over: well past the
+/// sweeper function's timeout, so the holder is gone by then.
+pub const EXPIRY_LEASE: Duration = Duration::minutes(5);
+
+/// How long a resume may stay owed (`advancing`) before the sweeper, or a retry of the input
+/// that caused it, sends it again. Shorter than this, the first sender may still be at work.
+pub const RESEND_RESUME_AFTER: Duration = Duration::seconds(30);
+
+/// How long a record may sit in `pending` before the sweeper starts its execution again: past
+/// the timeout of the intake invocation that may still be starting it.
+pub const RESTART_PENDING_AFTER: Duration = Duration::minutes(2);
+
+const fn secs(d: StdDuration) -> i64 {
+    d.as_secs() as i64
+}
+
+// The give-back's margin fits inside the reserve it is taken from.
+const _: () = assert!(ANSWER_MARGIN.as_millis() < DEADLINE_RESERVE.as_millis());
+// A batch keeps some time for work: the reserve is a small part of the timeout.
+const _: () = assert!(DEADLINE_RESERVE.as_secs() * 4 <= FUNCTION_TIMEOUT.as_secs());
+// A receipt is taken over only once the callback invocation that holds it has surely ended.
+const _: () = assert!(RECEIPT_LEASE.whole_seconds() >= secs(FUNCTION_TIMEOUT));
+// An expiry is taken over only once the sweep that holds it has surely ended.
+const _: () = assert!(EXPIRY_LEASE.whole_seconds() > secs(SWEEPER_TIMEOUT));
+// A resume is sent again only once the invocation that owed it has surely ended.
+const _: () = assert!(RESEND_RESUME_AFTER.whole_seconds() >= secs(FUNCTION_TIMEOUT));
+// A pending record is restarted only once the intake invocation starting it has surely ended.
+const _: () = assert!(RESTART_PENDING_AFTER.whole_seconds() > secs(FUNCTION_TIMEOUT));
