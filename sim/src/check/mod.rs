@@ -1,0 +1,238 @@
+//! The invariants, checked after every schedule from the outside: from the simulated services'
+//! own logs (Step Functions' starts and resumes, the outbound queue, the store's landed writes,
+//! the dead-letter queues) and from what senders and operators were told, not from baton's
+//! account of itself.
+//!
+//! One function per invariant, named after it (DESIGN.md §4 where it names one), grouped by
+//! concern in the files of this folder. Every violation starts with its invariant's name in
+//! brackets, `[terminal_record_never_changes] ...`, so a failed schedule says which one broke.
+//! [`all`] runs them in a fixed order; checks of one item by several invariants (a landed write,
+//! a resumed token, an inbox entry, a dead letter) stay interleaved item by item.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, MutexGuard};
+
+use baton_core::domain::config::Config;
+use baton_core::domain::ids::CorrelationKey;
+use baton_core::domain::lifecycle::Record;
+use baton_core::ports::store::{Trace, WorkflowStore};
+
+use crate::sfn::Model;
+use crate::sqs::{Message, QueueId, Sqs};
+use crate::store::{Landed, Published, Settled};
+use crate::workload::{Evidence, Plan, block_on};
+use crate::world::lock;
+use crate::{Outcome, Stack};
+
+mod answers;
+mod dead_letters;
+mod executions;
+mod inbox;
+mod late;
+mod lifecycle;
+mod limits;
+mod liveness;
+mod nothing_lost;
+mod pinning;
+mod resumes;
+mod tasks;
+
+struct Checker<'a> {
+    outcome: &'a mut Outcome,
+}
+
+impl Checker<'_> {
+    /// Counts one check of `invariant`; a violation, if not `ok`, is recorded as
+    /// `[invariant] <violation>`.
+    fn check(&mut self, invariant: &str, ok: bool, violation: impl FnOnce() -> String) {
+        self.outcome.checks += 1;
+        if !ok {
+            self.outcome.violations.push(format!("[{invariant}] {}", violation()));
+        }
+    }
+}
+
+/// What the checks read, gathered once after the schedule: the services' logs (copied, or held
+/// locked while the checks run) and every trace the store keeps.
+struct Seen<'a> {
+    stack: &'a Stack,
+    plan: &'a Plan,
+    /// The key every call about fails from a moment on, if any.
+    cursed: Option<&'a str>,
+    writes: Vec<Landed>,
+    model: MutexGuard<'a, Model>,
+    published: Vec<Published>,
+    evidence: MutexGuard<'a, Evidence>,
+    sqs: MutexGuard<'a, Sqs>,
+    records: Vec<Record>,
+    settles: Vec<Settled>,
+    /// Each (workflow, key) of the plan's: its trace in the store.
+    traces: BTreeMap<(String, String), Trace>,
+}
+
+impl<'a> Seen<'a> {
+    fn gather(stack: &'a Stack, plan: &'a Plan) -> Seen<'a> {
+        let writes = lock(&stack.store.writes).clone();
+        let model = lock(&stack.sfn);
+        let published = lock(&stack.publisher.log).clone();
+        let evidence = lock(&stack.evidence);
+        let sqs = lock(&stack.sqs);
+        let records = stack.memory.records();
+        let settles = lock(&stack.store.settles).clone();
+        let traces = stack
+            .config
+            .workflows
+            .iter()
+            .flat_map(|wf| plan.keys.iter().map(move |k| (wf.name.clone(), k.clone())))
+            .map(|(w, k)| {
+                let key = CorrelationKey::parse(k.as_str()).expect("a key");
+                let trace = block_on(stack.memory.trace(&w, &key)).unwrap_or_default();
+                ((w.to_string(), k), trace)
+            })
+            .collect();
+        let cursed = plan.cursed.as_deref();
+        Seen { stack, plan, cursed, writes, model, published, evidence, sqs, records, settles, traces }
+    }
+
+    /// The config a record's version names, if it was ever deployed.
+    fn version_of(&self, version: Option<&String>) -> Option<Arc<Config>> {
+        self.stack.store.deployed(version)
+    }
+
+    /// Every message in the dead-letter queues: intake's, then progress's.
+    fn dead(&self) -> Vec<&Message> {
+        self.sqs.messages(QueueId::IntakeDlq).iter().chain(self.sqs.messages(QueueId::ProgressDlq)).collect()
+    }
+}
+
+/// After the long jump: late copies of events, weeks on, changed nothing. No execution
+/// started, no record was written (every record was terminal), and nothing broke a rule the
+/// store enforces.
+pub fn after_long_jump(
+    stack: &Stack,
+    (starts, writes, violations): (usize, usize, usize),
+    outcome: &mut Outcome,
+) {
+    outcome.violations.extend(lock(&stack.violations).iter().skip(violations).cloned());
+    let mut c = Checker { outcome };
+    late::late_event_starts_nothing(&mut c, stack, starts);
+    late::late_event_writes_nothing(&mut c, stack, writes);
+}
+
+/// Every invariant, in a fixed order, after the faults stopped and every deadline passed.
+pub fn all(
+    stack: &Stack,
+    plan: &Plan,
+    (settled_by, waiting_at_calm): (time::OffsetDateTime, &[Record]),
+    outcome: &mut Outcome,
+) {
+    outcome.violations.extend(lock(&stack.violations).iter().cloned());
+    let c = &mut Checker { outcome };
+    let s = Seen::gather(stack, plan);
+
+    limits::step_functions_refuses_no_call(c, &s);
+    limits::no_execution_stopped_by_its_limits(c, &s);
+    inbox::no_lost_wake_up(c, &s);
+    lifecycle::terminal_record_never_changes(c, &s);
+    executions::one_generation_per_start_event(c, &s);
+    for wf in &s.stack.config.workflows {
+        for key in &s.plan.keys {
+            executions::one_execution_per_generation(c, &s, wf, key);
+            executions::no_generation_without_its_start_event(c, &s, wf, key);
+        }
+    }
+    let tasks = tasks::by_id(&s.published);
+    tasks::one_task_per_step(c, &tasks);
+    let mut versions = pinning::Versions::new();
+    for w in &s.writes {
+        pinning::written_with_a_deployed_version(c, &s, w);
+        pinning::step_within_its_version(c, &s, w);
+        pinning::generation_keeps_its_version(c, &s, w, &mut versions);
+    }
+    pinning::task_is_its_versions_step(c, &s, &versions);
+    tasks::every_waiting_step_gets_its_task(c, &s, &tasks, (settled_by, waiting_at_calm));
+    lifecycle::each_step_advances_at_most_once(c, &s);
+    let owed = resumes::Owed::of(&s);
+    for (token, calls) in &owed.by_token {
+        resumes::one_payload_per_resume(c, token, calls);
+        resumes::resume_resent_only_after_the_grace_period(c, token, calls, owed.since.get(token));
+        resumes::at_most_one_resume_accepted(c, token, calls);
+    }
+    answers::every_answer_tells_the_truth(c, &s);
+    answers::a_retry_gets_the_same_answer(c, &s);
+    nothing_lost::every_callback_is_classified(c, &s);
+    nothing_lost::every_event_is_classified_for_its_step(c, &s, &versions);
+    for t in s.traces.values() {
+        let Some(record) = &t.record else { continue };
+        for entry in &t.inbox {
+            inbox::applied_only_to_its_generation(c, &s, record, entry);
+            inbox::applied_input_never_ledgered_expired(c, t, record, entry);
+            inbox::inbox_status_matches_what_happened(c, &s, record, entry);
+        }
+    }
+    answers::a_cancel_ends_its_execution(c, &s);
+    nothing_lost::a_rejected_input_leaves_a_trace(c, &s);
+    liveness::every_record_ends(c, &s);
+    liveness::every_execution_ends(c, &s);
+    liveness::every_queue_drains(c, &s);
+    for m in s.dead().into_iter().filter(|m| !dead_letters::excused(&s, m)) {
+        dead_letters::no_throttled_message_dead_lettered(c, m);
+        dead_letters::every_dead_letter_has_a_reason(c, m);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each checker's file, by name.
+    const SOURCES: &[(&str, &str)] = &[
+        ("answers.rs", include_str!("answers.rs")),
+        ("dead_letters.rs", include_str!("dead_letters.rs")),
+        ("executions.rs", include_str!("executions.rs")),
+        ("inbox.rs", include_str!("inbox.rs")),
+        ("late.rs", include_str!("late.rs")),
+        ("lifecycle.rs", include_str!("lifecycle.rs")),
+        ("limits.rs", include_str!("limits.rs")),
+        ("liveness.rs", include_str!("liveness.rs")),
+        ("nothing_lost.rs", include_str!("nothing_lost.rs")),
+        ("pinning.rs", include_str!("pinning.rs")),
+        ("resumes.rs", include_str!("resumes.rs")),
+        ("tasks.rs", include_str!("tasks.rs")),
+    ];
+
+    /// A violation names its invariant: every `c.check("name", ...)` sits in the function of
+    /// that name, which says in a `///` line what it checks.
+    #[test]
+    fn every_check_is_named_after_the_function_that_makes_it() {
+        let mut checks = 0;
+        for (file, source) in SOURCES {
+            for (at, _) in source.match_indices(".check(") {
+                let before = &source[..at];
+                let fn_at = ["\nfn ", "\npub(super) fn "].iter().filter_map(|f| before.rfind(f)).max();
+                let fn_at = fn_at.unwrap_or_else(|| panic!("{file}: a check outside any function"));
+                let function = before[fn_at..].split("fn ").nth(1).and_then(|r| r.split(['(', '<']).next());
+                let named = source[at + ".check(".len()..].trim_start().strip_prefix('"');
+                let named = named.and_then(|n| n.split('"').next());
+                assert_eq!(named, function, "{file}: a check named {named:?} inside fn {function:?}");
+                let doc = before[..fn_at].lines().next_back().unwrap_or_default();
+                assert!(
+                    doc.starts_with("///"),
+                    "{file}: fn {function:?} has no `///` doc saying its invariant"
+                );
+                checks += 1;
+            }
+        }
+        // Every check call of the checkers (`after_long_jump`'s two, `all`'s 36), each named.
+        assert_eq!(checks, 38);
+    }
+
+    /// A violation starts with its invariant's name in brackets; every check is counted.
+    #[test]
+    fn a_violation_is_prefixed_with_its_invariant() {
+        let mut outcome = crate::Outcome::default();
+        let mut c = super::Checker { outcome: &mut outcome };
+        c.check("holds", true, || unreachable!("no violation to say"));
+        c.check("breaks", false, || "what broke".to_owned());
+        assert_eq!(outcome.checks, 2);
+        assert_eq!(outcome.violations, vec!["[breaks] what broke".to_owned()]);
+    }
+}
