@@ -1508,7 +1508,7 @@ impl WorkflowStore for DynamoDbStore {
                     (":expiring", status(Expiring)),
                     (":by", s(&h.by)),
                     (":at", s(&ts(h.at))),
-                    (":stale", s(&ts(h.at - baton_core::ports::store::EXPIRY_LEASE))),
+                    (":stale", s(&ts(h.at - baton_core::limits::EXPIRY_LEASE))),
                 ],
             ),
             // Rule: only its holder gives an expiry back.

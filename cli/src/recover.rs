@@ -349,7 +349,7 @@ pub async fn redrive(args: RedriveArgs) -> Result<()> {
     }
     let who =
         std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
-    let messages = reader.read(1000, 300).await.map_err(|e| anyhow::anyhow!(e))?;
+    let messages = reader.read(1000, 300).await.map_err(anyhow::Error::from_boxed)?;
     let mut moved = 0;
     for m in &messages {
         let Some(line) = lines.iter().find(|l| l.id == m.id) else { continue };
@@ -368,12 +368,12 @@ pub async fn redrive(args: RedriveArgs) -> Result<()> {
             .send()
             .await
             .context("cannot send to the source queue")?;
-        reader.delete(m).await.map_err(|e| anyhow::anyhow!(e)).context("cannot delete from the DLQ")?;
+        reader.delete(m).await.map_err(anyhow::Error::from_boxed).context("cannot delete from the DLQ")?;
         moved += 1;
     }
     let untouched: Vec<&DlqMessage> =
         messages.iter().filter(|m| !lines.iter().any(|l| l.id == m.id)).collect();
-    reader.release(&untouched).await.map_err(|e| anyhow::anyhow!(e))?;
+    reader.release(&untouched).await.map_err(anyhow::Error::from_boxed)?;
     println!("summary: moved {moved} message(s) back to the source queue");
     Ok(())
 }

@@ -51,7 +51,10 @@ const _: () = assert!(DEADLINE_RESERVE.as_secs() * 4 <= FUNCTION_TIMEOUT.as_secs
 const _: () = assert!(RECEIPT_LEASE.whole_seconds() >= secs(FUNCTION_TIMEOUT));
 // An expiry is taken over only once the sweep that holds it has surely ended.
 const _: () = assert!(EXPIRY_LEASE.whole_seconds() > secs(SWEEPER_TIMEOUT));
-// A resume is sent again only once the invocation that owed it has surely ended.
+// A resume is sent again only once the intake, progress or callback invocation that owed it has
+// surely ended. A sweep, which owes one when it drains an inbox, may run for its longer timeout:
+// a resume it still sends after another sent it again is answered `TokenGone`, which settles the
+// record the same way (`Engine::resume`), so the grace saves a call, it does not keep one.
 const _: () = assert!(RESEND_RESUME_AFTER.whole_seconds() >= secs(FUNCTION_TIMEOUT));
 // A pending record is restarted only once the intake invocation starting it has surely ended.
 const _: () = assert!(RESTART_PENDING_AFTER.whole_seconds() > secs(FUNCTION_TIMEOUT));

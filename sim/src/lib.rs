@@ -500,7 +500,7 @@ pub fn run(options: Options) -> Outcome {
         // An entry a sweep died holding waits out the sweep's lease before another takes it
         // over (InboxClaim), then one sweep period.
         if stranded.is_none()
-            && world.now() >= settled_by + baton_core::ports::store::EXPIRY_LEASE + Duration::seconds(60)
+            && world.now() >= settled_by + baton_core::limits::EXPIRY_LEASE + Duration::seconds(60)
         {
             stranded = Some(stranded_inputs(&stack));
         }

@@ -303,8 +303,8 @@ pub fn run(scale: Scale) -> Report {
     // from every shard and the unsharded partition (3 due kinds with the inbox), at most its
     // batch per kind.
     let due = |kind: Kind, at: OffsetDateTime| match kind {
-        Kind::Pending => at <= now - lifecycle::RESTART_PENDING_AFTER,
-        Kind::Advancing => at <= now - lifecycle::RESEND_RESUME_AFTER,
+        Kind::Pending => at <= now - baton_core::limits::RESTART_PENDING_AFTER,
+        Kind::Advancing => at <= now - baton_core::limits::RESEND_RESUME_AFTER,
         _ => false,
     };
     report.due = last.iter().filter(|(k, at, _)| due(*k, *at)).count() as u64;

@@ -81,7 +81,7 @@ pub enum ActorKind {
 
 /// The functions' timeout (template.yaml: 30 s; the sweeper's 60 s is not needed here).
 pub const FUNCTION_TIMEOUT: Duration =
-    Duration::seconds(baton_core::use_cases::batch::FUNCTION_TIMEOUT.as_secs() as i64);
+    Duration::seconds(baton_core::limits::FUNCTION_TIMEOUT.as_secs() as i64);
 
 struct Actor {
     name: String,

@@ -164,7 +164,7 @@ fn a_sweep_that_fails_between_settling_and_ledgering_an_expired_buffer_is_finish
         let _ = drive(s.sweeper.run_once(s.world.now()));
     }
     assert!(!has_expired_ledger(&s), "taken over inside the holder's lease");
-    s.world.advance(baton_core::ports::store::EXPIRY_LEASE);
+    s.world.advance(baton_core::limits::EXPIRY_LEASE);
     let _ = drive(s.sweeper.run_once(s.world.now()));
     assert!(
         has_expired_ledger(&s),
@@ -297,7 +297,7 @@ fn a_callback_refused_413_gets_413_again_not_a_different_answer() {
     assert_eq!(first.status.as_u16(), 413, "{}", first.body);
     // The sender's HTTP client retries the same request (a lost response, a duplicate send).
     let again = callback(&s, "cb-big-2", &body);
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     let later = callback(&s, "cb-big-2", &body);
     assert_eq!(
         (again.status.as_u16(), later.status.as_u16()),
@@ -325,7 +325,7 @@ fn a_callback_refused_409_by_the_record_is_not_answered_applied_on_a_retry() {
     let refused = callback(&s, "cb-1", &other);
     assert_eq!(refused.status.as_u16(), 409, "{}", refused.body);
     // The same request again, after the lease.
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     let retry = callback(&s, "cb-1", &other);
     assert_eq!(
         retry.status.as_u16(),
@@ -494,7 +494,7 @@ fn probe_a_lost_receipt_put_answer_is_503_maybe_applied_and_the_retry_applies_on
     assert_eq!((a.status.as_u16(), a.body["maybe_applied"].as_bool()), (503, Some(true)), "{}", a.body);
     let twin = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
     assert_eq!(twin.body["error"].as_str(), Some("in_progress"));
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     let retry = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
     assert_eq!(
         (retry.status.as_u16(), retry.body["status"].as_str()),

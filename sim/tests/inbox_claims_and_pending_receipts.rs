@@ -106,7 +106,7 @@ fn a_retry_of_a_callback_answered_ignored_buffer_expired_is_not_answered_buffere
         "{}",
         first.body
     );
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     let again = callback(&s, "cb-early", &body);
     assert_eq!(
         (again.status.as_u16(), again.body["status"].as_str(), again.body["reason"].as_str()),
@@ -128,7 +128,7 @@ fn a_retry_of_a_callback_refused_409_by_an_expired_entry_is_not_answered_buffere
     s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
     let first = callback(&s, "cb-early", &other);
     assert_eq!(first.status.as_u16(), 409, "{}", first.body);
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     let again = callback(&s, "cb-early", &other);
     assert_eq!(again.status.as_u16(), 409, "first answered 409, the retry {} {}", again.status, again.body);
 }
@@ -160,7 +160,7 @@ fn a_retry_of_a_duplicate_from_an_earlier_generation_gets_the_same_answer() {
     s.memory.reap_expired(s.world.now(), &mut || true);
     s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
     let first = callback(&s, "cb-1", &body);
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     let again = callback(&s, "cb-1", &body);
     let strip = |b: &serde_json::Value| {
         let mut b = b.clone();
@@ -195,7 +195,7 @@ fn a_retry_of_a_payload_refused_409_by_the_record_is_not_answered_applied() {
     s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
     let first = callback(&s, "cb-1", &other);
     assert_eq!(first.status.as_u16(), 409, "{}", first.body);
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     let again = callback(&s, "cb-1", &other);
     assert_eq!(
         again.status.as_u16(),

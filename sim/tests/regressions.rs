@@ -68,7 +68,7 @@ fn a_retry_after_a_lost_receipt_answer_gets_the_answer_the_first_attempt_earned(
     // The workflow moves on to the next step; the sender retries after the receipt's lease.
     settle(&s);
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     let retry = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
     assert_eq!(
         (retry.status.as_u16(), retry.body["status"].as_str(), retry.body["state"].as_str()),
@@ -84,7 +84,7 @@ fn a_retry_that_fails_before_any_write_does_not_claim_nothing_was_applied() {
     waiting_on_review(&s, "k");
     s.world.script("ddb.UpdateItem(receipt)", Fault::Before);
     callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     // The retry cannot read what the first attempt did.
     s.world.script("ddb.Query(trace)", Fault::Before);
     let retry = callback(&s, "cb-1", &review("k", json!({"decision": "ok"})));
@@ -274,7 +274,7 @@ fn a_retry_after_a_failed_handshake_read_applies_the_stranded_input() {
     );
     assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Buffered, "stranded beside its waiting step");
     // The sender retries: the retry finishes the handshake, and the payment is applied.
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     let retry = callback(&s, "cb-pay", &pay);
     assert_eq!(
         (retry.status.as_u16(), retry.body["status"].as_str()),
@@ -547,10 +547,7 @@ fn a_failed_callbacks_retry_after_outlasts_its_receipt_lease_so_a_retry_on_time_
     let first = callback(&s, "cb-1", &body);
     assert_eq!(first.status.as_u16(), 503, "{}", first.body);
     let wait = Duration::seconds(i64::from(first.retry_after.expect("Retry-After")));
-    assert!(
-        wait >= baton_core::use_cases::callback::RECEIPT_LEASE,
-        "Retry-After {wait} ends inside the lease"
-    );
+    assert!(wait >= baton_core::limits::RECEIPT_LEASE, "Retry-After {wait} ends inside the lease");
     s.world.advance(wait);
     let retry = callback(&s, "cb-1", &body);
     assert_eq!(
@@ -610,7 +607,7 @@ fn two_retries_of_a_stale_receipt_apply_once_and_give_one_answer() {
     s.world.script("ddb.GetItem(record)", Fault::Before);
     let first = callback(&s, "cb-1", &body);
     assert_eq!(first.status.as_u16(), 503, "{}", first.body);
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     // Retry A takes the receipt over and is slow before it applies.
     let (headers, text) = signed(&s, "cb-1", &body);
     let mut a = std::pin::pin!(s.callbacks.handle(&headers, text.as_bytes()));
@@ -653,7 +650,7 @@ fn a_retry_of_a_callback_refused_as_too_large_is_refused_the_same_way() {
         "{}",
         first.body
     );
-    s.world.advance(baton_core::use_cases::callback::RECEIPT_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::RECEIPT_LEASE + Duration::seconds(1));
     let retry = callback(&s, "cb-big-2", &big);
     let mut same = retry.body.clone();
     assert_eq!(same.as_object_mut().and_then(|b| b.remove("duplicate")), Some(json!(true)), "{}", retry.body);
@@ -689,7 +686,7 @@ fn a_sweep_taking_over_an_expiry_decides_from_the_table_not_the_lagging_index() 
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
     // Past the dead sweep's lease, the next sweep lists the entry from an index that still
     // shows it as it was before the first sweep's claim: buffered.
-    s.world.advance(baton_core::ports::store::EXPIRY_LEASE + Duration::seconds(1));
+    s.world.advance(baton_core::limits::EXPIRY_LEASE + Duration::seconds(1));
     lag.store(s.memory.writes() - buffered_at, std::sync::atomic::Ordering::Relaxed);
     let _ = drive(s.sweeper.run_once(s.world.now()));
     settle(&s);

@@ -355,8 +355,7 @@ pub async fn sweeper_scenario(binary: &str) {
     let crash = baton_core::domain::lifecycle::Input::Start {
         event: baton_core::domain::ids::EventId::parse("evt-crash").expect("an id"),
     };
-    let crashed_at =
-        engine.now() - baton_core::domain::lifecycle::RESTART_PENDING_AFTER - time::Duration::minutes(1);
+    let crashed_at = engine.now() - baton_core::limits::RESTART_PENDING_AFTER - time::Duration::minutes(1);
     let decision = baton_core::domain::lifecycle::decide(
         &workflow.plan(),
         (&workflow.name, &key),

@@ -69,8 +69,9 @@ async fn a_resume_that_fails_after_the_write_is_answered_applied_and_delivered_b
     assert_eq!((again.status, again.body["duplicate"].as_bool()), (200, Some(true)), "{}", again.body);
     assert_eq!(same, first.body, "the retry gets the first answer");
 
-    let report =
-        system.sweep(record.updated_at + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1)).await;
+    let report = system
+        .sweep(record.updated_at + baton_core::limits::RESEND_RESUME_AFTER + time::Duration::seconds(1))
+        .await;
     assert_eq!(report.repaired, 1, "{report:?}");
     waiting(&system, key, 1).await;
     assert_eq!(system.resumes("order-review", key).await, 1, "exactly one resume");

@@ -327,10 +327,11 @@ async fn a_crash_between_the_advancing_write_and_the_resume_is_repaired_by_the_s
     assert_eq!(resumes(&system, "k-crash").await, 0);
 
     // Too early: a resume in flight is not re-sent.
-    let early =
-        system.sweep(written.updated_at + lifecycle::RESEND_RESUME_AFTER - time::Duration::seconds(1)).await;
+    let early = system
+        .sweep(written.updated_at + baton_core::limits::RESEND_RESUME_AFTER - time::Duration::seconds(1))
+        .await;
     assert_eq!(early.repaired, 0);
-    let later = written.updated_at + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
+    let later = written.updated_at + baton_core::limits::RESEND_RESUME_AFTER + time::Duration::seconds(1);
     let report = system.sweep(later).await;
     assert_eq!(report.repaired, 1, "{report:?}");
     state_is(&system, "k-crash", "the next step waiting", |r| r.state == State::Waiting { step: 1 }).await;
@@ -531,7 +532,7 @@ async fn a_resume_whose_token_is_gone_is_classified_not_failed() {
     })
     .await;
 
-    let later = written.updated_at + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
+    let later = written.updated_at + baton_core::limits::RESEND_RESUME_AFTER + time::Duration::seconds(1);
     let report = system.sweep(later).await;
     assert_eq!(report.repaired, 1);
     let gone = baton_tests::logs::lines_about("k-gone", "token gone");

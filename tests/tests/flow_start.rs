@@ -279,15 +279,10 @@ async fn a_crash_before_start_execution_is_repaired_by_the_sweeper() {
     assert!(system.executions("order-review").await.is_empty(), "crashed before StartExecution");
 
     let early = system
-        .sweep(
-            write.to.updated_at + baton_core::domain::lifecycle::RESTART_PENDING_AFTER
-                - time::Duration::seconds(1),
-        )
+        .sweep(write.to.updated_at + baton_core::limits::RESTART_PENDING_AFTER - time::Duration::seconds(1))
         .await;
     assert_eq!(early.repaired, 0, "a start in flight is left alone");
-    let due = write.to.updated_at
-        + baton_core::domain::lifecycle::RESTART_PENDING_AFTER
-        + time::Duration::seconds(1);
+    let due = write.to.updated_at + baton_core::limits::RESTART_PENDING_AFTER + time::Duration::seconds(1);
     assert_eq!(system.sweep(due).await.repaired, 1);
     waiting_on(&system, "order-crash", 0).await;
     assert_eq!(system.executions("order-review").await.len(), 1, "one execution");

@@ -164,8 +164,7 @@ async fn records_in_flight_finish_on_their_version_and_new_starts_follow_the_dep
     assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts), "every attempt of the resume failed");
     let owed = system.record("order-review", "k-c").await.expect("k-c");
     assert_eq!(owed.state, State::Advancing { step: 1 }, "the resume is owed");
-    let at =
-        owed.updated_at + baton_core::domain::lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
+    let at = owed.updated_at + baton_core::limits::RESEND_RESUME_AFTER + time::Duration::seconds(1);
     assert_eq!(system.sweep(at).await.repaired, 1, "the sweeper re-sent the owed resume");
     record_is(&system, "k-c", "succeeded", |r| r.state == State::Succeeded).await;
     for key in ["k-a", "k-b"] {

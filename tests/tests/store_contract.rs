@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use baton_core::domain::ids::{EventId, TaskToken};
 use baton_core::domain::lifecycle::{Finish, IgnoreReason, Input, Kind, Record, State, Write};
+use baton_core::limits::EXPIRY_LEASE;
 use baton_core::ports::store::memory::MemoryStore;
 use baton_core::ports::store::{
-    Applied, COUNT_UP_TO, Claim, Count, DrainTarget, EXPIRY_LEASE, Hold, InboxClaim, InboxEntry, InboxStatus,
-    LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, Task, WorkflowStore,
+    Applied, COUNT_UP_TO, Claim, Count, DrainTarget, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry,
+    Receipt, ReceiptStatus, RecordHead, RegisteredConfig, Task, WorkflowStore,
 };
 use baton_tests::lifecycle_fixtures::{aws_length_token, decide_at, names, step_input, t0, write_of};
 use baton_tests::{Emulator, dynamo_store};

@@ -223,9 +223,7 @@ async fn throttled_resumes_are_retried_then_owed_and_every_step_is_resumed_once(
     let owed = system.record("order-review", &other).await.expect("the record");
     assert_eq!(owed.state, State::Advancing { step: 0 }, "the resume is owed");
     let report = system
-        .sweep(
-            owed.updated_at + baton_core::domain::lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1),
-        )
+        .sweep(owed.updated_at + baton_core::limits::RESEND_RESUME_AFTER + time::Duration::seconds(1))
         .await;
     assert_eq!(report.repaired, 1, "{report:?}");
     state_is(&system, &other, State::Waiting { step: 1 }).await;

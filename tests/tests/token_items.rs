@@ -121,7 +121,7 @@ async fn the_sweeper_resends_an_owed_resume_with_the_token_from_its_item() {
     let stored = &items(&system, "k-owed", "RECORD").await[0];
     assert!(stored.contains_key("owed") && stored.contains_key("token_sk") && !stored.contains_key("token"));
 
-    let later = write.to.updated_at + lifecycle::RESEND_RESUME_AFTER + time::Duration::seconds(1);
+    let later = write.to.updated_at + baton_core::limits::RESEND_RESUME_AFTER + time::Duration::seconds(1);
     let report = system.sweep(later).await;
     assert_eq!(report.repaired, 1, "{report:?}");
     state_is(&system, "k-owed", State::Waiting { step: 1 }).await;

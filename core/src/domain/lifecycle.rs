@@ -39,7 +39,7 @@ use crate::domain::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
 
 /// How many start-event ids a record remembers, across generations, to recognise redelivery.
 pub const REMEMBERED_START_EVENTS: usize = 16;
-pub use crate::limits::{RESEND_RESUME_AFTER, RESTART_PENDING_AFTER};
+use crate::limits::{RESEND_RESUME_AFTER, RESTART_PENDING_AFTER};
 
 /// [`RESEND_RESUME_AFTER`], unless the simulation's deliberate bug takes the grace away.
 fn resend_after() -> Duration {

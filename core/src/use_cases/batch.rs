@@ -22,7 +22,7 @@ use tracing::{error, info, warn};
 
 use crate::domain::error::{Classified, error_chain};
 
-pub use crate::limits::{ANSWER_MARGIN, DEADLINE_RESERVE, FUNCTION_TIMEOUT};
+use crate::limits::{ANSWER_MARGIN, DEADLINE_RESERVE, FUNCTION_TIMEOUT};
 use crate::mutants::{self, Mutation};
 use crate::ports::dead_letters::{DeadLetterQueue, REQUEUE_FAILED, RETRIES_EXHAUSTED, requeues};
 
@@ -135,8 +135,6 @@ pub const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(30);
 /// The dead-letter reason of a message on its last receive that the deadline cut off and that
 /// could not be sent back to its queue either (RUNBOOK.md).
 pub const DEADLINE_REACHED: &str = "deadline_reached";
-
-// The give-back has time of its own, between the reserve and the answer margin.
 
 /// Is this the message's last receive before SQS's redrive policy takes it?
 fn on_last_receive(message: &SqsMessage, max_receive_count: u32) -> bool {

@@ -49,7 +49,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const RECEIPT_TTL: Duration = Duration::days(7);
 /// What a 503 asks the caller to wait.
 pub const RETRY_AFTER_SECONDS: u32 = 5;
-pub use crate::limits::RECEIPT_LEASE;
+use crate::limits::RECEIPT_LEASE;
 
 /// Every `error` code a callback answer can carry (RUNBOOK.md explains each).
 pub const ERROR_CODES: &[&str] = &[
@@ -135,7 +135,7 @@ impl Callbacks {
     ///    one is answered again as the first time; a pending one is waited for, or taken over
     ///    once its holder surely died, and answered from what the earlier attempt left.
     /// 2. [`Self::apply`]: the input goes to the engine; a failure is answered by how far it got.
-    /// 3. The answer earned is kept on the receipt, so a repeat gets the same one.
+    /// 3. [`Self::keep`]: the answer earned is kept on the receipt, so a repeat gets the same one.
     #[instrument(skip_all, fields(input = header(headers, ID_HEADER).unwrap_or("")))]
     pub async fn handle(&self, headers: &HeaderMap, body: &[u8]) -> Answer {
         let now = self.engine.now();
@@ -176,12 +176,17 @@ impl Callbacks {
         // review).
         let answer = answer((workflow.name.as_str(), &callback.key, &callback.step), &receipt.id, &submitted)
             .unwrap_or_else(|refused| refused);
-        if let Err(e) = self.engine.store.complete_receipt(&receipt, to_store(&answer)).await {
-            // The effect is done; only the cached answer is missing. A retry re-applies
-            // idempotently and answers the same.
+        self.keep(&receipt, to_store(&answer)).await;
+        answer
+    }
+
+    /// Step 3 of the receipt protocol: the answer earned, kept on the receipt. A failure is only
+    /// logged: the effect is done and only the kept answer is missing, and a retry re-applies
+    /// idempotently and answers the same.
+    async fn keep(&self, receipt: &Receipt, answer: Value) {
+        if let Err(e) = self.engine.store.complete_receipt(receipt, answer).await {
             warn!(error = %error_chain(&e), "cannot complete the receipt");
         }
-        answer
     }
 
     /// Step 1 of the receipt protocol: writes the receipt, or answers from the one there.
@@ -267,9 +272,7 @@ impl Callbacks {
                 }
                 let stored = to_store(&answer);
                 let answer = stored_answer(&stored);
-                if let Err(e) = self.engine.store.complete_receipt(receipt, stored).await {
-                    warn!(error = %error_chain(&e), "cannot complete the receipt");
-                }
+                self.keep(receipt, stored).await;
                 Claimed::Answered(answer)
             }
             Ok(None) => {

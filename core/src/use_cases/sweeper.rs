@@ -19,9 +19,9 @@ use tracing::{info, warn};
 
 use crate::domain::error::Classified;
 use crate::domain::lifecycle::{
-    AppliedInput, IgnoreReason, Input, Kind, Outcome, RESEND_RESUME_AFTER, RESTART_PENDING_AFTER, State,
-    payload_fingerprint,
+    AppliedInput, IgnoreReason, Input, Kind, Outcome, State, payload_fingerprint,
 };
+use crate::limits::{RESEND_RESUME_AFTER, RESTART_PENDING_AFTER};
 use crate::use_cases::engine::{Definition, Engine, EngineError, LEDGER_RETENTION};
 
 use crate::domain::lifecycle::Record;

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::domain::lifecycle::{RESEND_RESUME_AFTER, State};
+use baton_core::domain::lifecycle::State;
+
+use baton_core::limits::RESEND_RESUME_AFTER;
 use time::OffsetDateTime;
 
 use super::{Checker, Seen};

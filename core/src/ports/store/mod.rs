@@ -238,7 +238,7 @@ pub struct DrainTarget {
     pub step: u32,
 }
 
-pub use crate::limits::EXPIRY_LEASE;
+use crate::limits::EXPIRY_LEASE;
 
 /// Who holds something for a while, and since when: a sweep an entry's expiry
 /// ([`InboxClaim::Expire`]), a callback attempt a pending receipt ([`WorkflowStore::take_over_receipt`]).
@@ -337,9 +337,12 @@ pub struct ItemSizes {
 }
 
 impl ItemSizes {
-    /// Sizes from above without a store's layout, for unit tests of the use cases and the
-    /// in-memory store's default: a record by [`limits::record_size_bound`], every other item
-    /// by its JSON with every byte escaped (six per byte) and 1 KB of attributes.
+    /// Sizes without a store's layout, for unit tests of the use cases and the in-memory
+    /// store's default: a record by [`limits::record_size_bound`] (from above: it counts each byte
+    /// of text as six, so a record is refused with about a sixth of the text DynamoDB takes),
+    /// every other item by its JSON and 1 KB of attributes (near DynamoDB's size). What must
+    /// hold to DynamoDB's limits exactly (the store contract, the simulation) is given
+    /// `baton_aws::dynamodb::ITEM_SIZES`.
     pub const ESTIMATE: ItemSizes = ItemSizes {
         record_bound: limits::record_size_bound,
         record: limits::record_size_bound,
@@ -351,7 +354,7 @@ impl ItemSizes {
 }
 
 fn estimate(item: &impl Serialize) -> usize {
-    1024 + 6 * serde_json::to_vec(item).map_or(0, |v| v.len())
+    1024 + serde_json::to_vec(item).map_or(usize::MAX - 1024, |v| v.len())
 }
 
 /// An input that arrived before its step waited.
