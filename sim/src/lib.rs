@@ -555,7 +555,7 @@ pub fn run(options: Options) -> Outcome {
     if steps >= MAX_STEPS {
         let sqs = lock(&stack.sqs);
         outcome.violations.push(format!(
-            "the schedule did not settle within {MAX_STEPS} steps: actors {:?} left, {} intake and {} progress message(s), next timer {:?}",
+            "[every_schedule_settles] the schedule did not settle within {MAX_STEPS} steps: actors {:?} left, {} intake and {} progress message(s), next timer {:?}",
             exec.names(),
             sqs.messages(QueueId::Intake).len(),
             sqs.messages(QueueId::Progress).len(),
@@ -623,7 +623,7 @@ fn stranded_inputs(stack: &Stack) -> Vec<String> {
         for e in inbox {
             if !e.status.is_final() && e.generation.is_none_or(|g| g == r.generation) {
                 found.push(format!(
-                    "{}/{} input {} is still {} while its step {step} waits (generation {}): a lost wake-up",
+                    "[no_lost_wake_up] {}/{} input {} is still {} while its step {step} waits (generation {}): a lost wake-up",
                     r.workflow,
                     r.key,
                     e.id,

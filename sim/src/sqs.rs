@@ -348,7 +348,7 @@ impl Drop for Unanswered {
         }
         let ids: Vec<&str> = self.batch.iter().map(|m| m.id.as_str()).collect();
         lock(&self.violations).push(format!(
-            "{} was killed by Lambda's timeout (deadline {}) holding {ids:?}: no batch response, every message back with its receive count raised",
+            "[batch_answers_before_its_deadline] {} was killed by Lambda's timeout (deadline {}) holding {ids:?}: no batch response, every message back with its receive count raised",
             self.actor,
             self.deadline.time()
         ));

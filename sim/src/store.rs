@@ -101,7 +101,9 @@ impl SimStore {
         if let Err(e @ StoreError::Rejected { .. }) = &answer {
             lock(&self.world.counts).add("ddb_limit_refused");
             let cause = std::error::Error::source(e).map(|s| s.to_string()).unwrap_or_default();
-            lock(&self.violations).push(format!("DynamoDB would refuse a request baton made: {e}: {cause}"));
+            lock(&self.violations).push(format!(
+                "[dynamodb_refuses_no_request] DynamoDB would refuse a request baton made: {e}: {cause}"
+            ));
         }
         answer
     }
@@ -147,7 +149,7 @@ impl WorkflowStore for SimStore {
         let size = record_size(&write.to, ItemFormat::Objects);
         if size > MAX_ITEM_BYTES {
             lock(&self.violations).push(format!(
-                "record {}/{} would be {size} bytes at version {}: over DynamoDB's 400 KB item limit, so it can never be written",
+                "[record_fits_its_item] record {}/{} would be {size} bytes at version {}: over DynamoDB's 400 KB item limit, so it can never be written",
                 write.to.workflow, write.to.key, write.to.version
             ));
             return Err(StoreError::Rejected {
