@@ -11,7 +11,7 @@
 #   make scale  a million workflows through the lifecycle and the sharded index (docs/SCALE.md)
 #   make cost   K two-step workflows on the local stack, every API call counted: calls, units and
 #               dollars per workflow (docs/COST.md)
-#   make bench  the hot path (core/benches/hot_path.rs: event parse, matching for 1 to 1,000
+#   make bench  the hot path (shared/core/benches/hot_path.rs: event parse, matching for 1 to 1,000
 #               workflows, decide, whole workflows on the in-memory store), then the zips: size,
 #               init (median, p90) and first invoke under the Runtime API harness
 # Both install the pinned Python tools into .venv when missing (and `make test` headless

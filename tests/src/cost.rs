@@ -139,7 +139,7 @@ pub const AWS_TOKEN_CHARS: usize = 1024;
 
 /// `call` as it would be with AWS-length task tokens ([`AWS_TOKEN_CHARS`] characters of base64,
 /// as AWS's look), and the calls the store would add for them. Such a token is longer than
-/// `TOKEN_INLINE_MAX`, so the store keeps it out of the record (aws/src/dynamodb.rs):
+/// `TOKEN_INLINE_MAX`, so the store keeps it out of the record (shared/aws/src/dynamodb.rs):
 /// - the record carries `token_sk` (the token item's sort key, 58 characters) in place of the
 ///   token;
 /// - a record write with a new token puts the token item first, whether the write then wins or

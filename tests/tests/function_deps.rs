@@ -131,7 +131,7 @@ fn upward_imports(source: &str, forbidden: &[&str]) -> Vec<String> {
 
 /// Every upward import in the core, as `file: line`.
 fn core_violations() -> Vec<String> {
-    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/src");
+    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/core/src");
     let mut found = Vec::new();
     for (layer, forbidden) in RULES {
         let mut files = Vec::new();

@@ -58,7 +58,7 @@ fn main() {
     divan::main();
 }
 
-const SAMPLE: &str = include_str!("../../infra/workflows.yaml");
+const SAMPLE: &str = include_str!("../../../infra/workflows.yaml");
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// `n` workflows shaped like the sample's: a start on its own `type` with a numeric condition,

@@ -26,7 +26,7 @@ use crate::stepfunctions::StepFunctionsOrchestrator;
 
 /// The config compiled into the functions: `infra/workflows.yaml` at build time. The state
 /// machines are generated from the same file, so both change together at deploy.
-pub const EMBEDDED_CONFIG: &str = include_str!("../../infra/workflows.yaml");
+pub const EMBEDDED_CONFIG: &str = include_str!("../../../infra/workflows.yaml");
 
 /// What a function reads from its environment.
 #[derive(Debug, Clone)]

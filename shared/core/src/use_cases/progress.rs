@@ -217,7 +217,7 @@ mod tests {
     use crate::domain::config::Config;
 
     fn config() -> Config {
-        Config::parse(include_str!("../../../infra/workflows.yaml")).unwrap()
+        Config::parse(include_str!("../../../../infra/workflows.yaml")).unwrap()
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub fn callback_error_codes() -> Vec<&'static str> {
 mod tests {
     use super::*;
 
-    const RUNBOOK: &str = include_str!("../../docs/RUNBOOK.md");
+    const RUNBOOK: &str = include_str!("../../../docs/RUNBOOK.md");
 
     #[test]
     fn the_runbook_explains_every_code_baton_can_emit() {

@@ -675,7 +675,7 @@ fn kind(v: &Value) -> &'static str {
 mod tests {
     use super::*;
 
-    const SAMPLE: &str = include_str!("../../../infra/workflows.yaml");
+    const SAMPLE: &str = include_str!("../../../../infra/workflows.yaml");
 
     fn errors(yaml: &str) -> Vec<String> {
         match Config::parse(yaml) {

@@ -1846,11 +1846,19 @@ mod tests {
                 }
             }
         }
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let mut files = Vec::new();
-        for crate_dir in ["core", "aws", "lambda", "secrets-manager", "cli", "local", "harness"]
-            .into_iter()
-            .map(|c| root.join(c))
+        for crate_dir in [
+            "shared/core",
+            "shared/aws",
+            "shared/lambda",
+            "shared/secrets-manager",
+            "cli",
+            "local",
+            "harness",
+        ]
+        .into_iter()
+        .map(|c| root.join(c))
         {
             sources(&crate_dir.join("src"), &mut files);
         }

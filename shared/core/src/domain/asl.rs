@@ -176,7 +176,7 @@ mod tests {
     use super::*;
 
     fn sample() -> Workflow {
-        let config = Config::parse(include_str!("../../../infra/workflows.yaml")).expect("sample config");
+        let config = Config::parse(include_str!("../../../../infra/workflows.yaml")).expect("sample config");
         config.workflows.into_iter().next().expect("one workflow")
     }
 

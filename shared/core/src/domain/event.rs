@@ -499,7 +499,7 @@ mod tests {
 
     macro_rules! fixture {
         ($name:literal) => {
-            include_str!(concat!("../../../tests/fixtures/events/", $name))
+            include_str!(concat!("../../../../tests/fixtures/events/", $name))
         };
     }
 

@@ -862,7 +862,7 @@ mod tests {
     /// takes and answers: the body's fields, and the 503's `maybe_applied`.
     #[test]
     fn the_openapi_contract_lists_the_fields_the_code_takes_and_answers() {
-        let spec: Value = serde_saphyr::from_str(include_str!("../../../infra/openapi.yaml")).unwrap();
+        let spec: Value = serde_saphyr::from_str(include_str!("../../../../infra/openapi.yaml")).unwrap();
         let schemas = &spec["components"]["schemas"];
         let mut documented: Vec<&str> =
             schemas["Callback"]["properties"].as_object().unwrap().keys().map(String::as_str).collect();
