@@ -131,11 +131,11 @@ impl Callbacks {
     /// Answers one `POST /v1/callbacks`: exactly once per `webhook-id`, whatever the retries.
     ///
     /// The receipt protocol, in three steps:
-    /// 1. [`Self::claim`]: the receipt for the id is written, or the one there read. A finished
+    /// 1. `claim`: the receipt for the id is written, or the one there read. A finished
     ///    one is answered again as the first time; a pending one is waited for, or taken over
     ///    once its holder surely died, and answered from what the earlier attempt left.
-    /// 2. [`Self::apply`]: the input goes to the engine; a failure is answered by how far it got.
-    /// 3. [`Self::keep`]: the answer earned is kept on the receipt, so a repeat gets the same one.
+    /// 2. `apply`: the input goes to the engine; a failure is answered by how far it got.
+    /// 3. `keep`: the answer earned is kept on the receipt, so a repeat gets the same one.
     #[instrument(skip_all, fields(input = header(headers, ID_HEADER).unwrap_or("")))]
     pub async fn handle(&self, headers: &HeaderMap, body: &[u8]) -> Answer {
         let now = self.engine.now();

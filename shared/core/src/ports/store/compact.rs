@@ -100,7 +100,7 @@ impl Context<'_> {
     }
 }
 
-/// Microseconds, the precision timestamps are stored with, floored as [`super::dynamodb::ts`]
+/// Microseconds, the precision timestamps are stored with, floored as `baton_aws::dynamodb::ts`
 /// writes them (before 1970 too).
 fn micros(t: OffsetDateTime) -> i128 {
     t.unix_timestamp_nanos().div_euclid(1000)

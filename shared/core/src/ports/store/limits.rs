@@ -74,7 +74,7 @@ pub fn check_keys(pk: &str, sk: &str) -> Result<(), LimitExceeded> {
     Ok(())
 }
 
-/// Whether DynamoDB takes an item of `bytes` ([`super::dynamodb::item_size`]).
+/// Whether DynamoDB takes an item of `bytes` (`baton_aws::dynamodb::item_size`).
 pub fn check_item_size(bytes: usize) -> Result<(), LimitExceeded> {
     if bytes > MAX_ITEM_BYTES {
         return Err(LimitExceeded::ItemSize { bytes });

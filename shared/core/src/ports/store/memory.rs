@@ -1,13 +1,14 @@
 //! The in-memory store: the same semantics as DynamoDB, for unit and simulation tests.
 //!
 //! One mutex guards everything, so each operation is atomic, as a single-item DynamoDB request
-//! is. Record writes are checked with the very [`Condition`] the DynamoDB store renders into a
+//! is. Record writes are checked with the very [`Condition`](super::Condition) the DynamoDB store renders into a
 //! condition expression, so the two cannot drift apart silently; the shared contract suite
 //! (`tests/tests/store_contract.rs`) proves the rest.
 //!
 //! It keeps DynamoDB's limits too ([`super::limits`]): a key over DynamoDB's key sizes and an
-//! item over 400 KB (every kind of item, as [`super::dynamodb`] would write it) are refused with
-//! the error the DynamoDB store gives for AWS's `ValidationException`.
+//! item over 400 KB are refused with the error the DynamoDB store gives for AWS's
+//! `ValidationException`. Items are measured by the [`ItemSizes`] it is given: DynamoDB's own
+//! (`baton_aws::dynamodb::ITEM_SIZES`) where it stands in for DynamoDB, an estimate by default.
 //!
 //! **The `by_due` index lags.** On AWS a global secondary index is eventually consistent: a
 //! Query of `by_due` may return an item as it stood a while ago (a stale status, an item already

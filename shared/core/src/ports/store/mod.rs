@@ -1,7 +1,7 @@
 //! The `WorkflowStore` port: where records, tasks, receipts, buffered inputs and the ledger live.
 //!
 //! Two implementations keep the same semantics, proven by one contract suite
-//! (`tests/tests/store_contract.rs`): [`dynamodb::DynamoDbStore`] (one table, see
+//! (`tests/tests/store_contract.rs`): `baton_aws::dynamodb::DynamoDbStore` (one table, see
 //! docs/DATA_MODEL.md) and [`memory::MemoryStore`] (for unit and simulation tests).
 //!
 //! Rules every implementation keeps:
