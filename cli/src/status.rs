@@ -265,6 +265,8 @@ mod tests {
             updated_at: deadline,
             write_id: None,
             config_version: None,
+            branches: Vec::new(),
+            missed: Vec::new(),
         }
     }
 

@@ -817,6 +817,8 @@ mod tests {
             updated_at: t(10),
             write_id: None,
             config_version: Some("vfd00d5526fd9".into()),
+            branches: Vec::new(),
+            missed: Vec::new(),
         };
         Trace {
             record: Some(record),

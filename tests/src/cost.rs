@@ -438,6 +438,8 @@ mod tests {
         let (w, k) = (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse("k").unwrap());
         let plan = Plan {
             steps: vec![vec!["decision".into()]],
+            groups: Vec::new(),
+            optional: Vec::new(),
             on_restart: OnRestart::AfterTerminal,
             version: None,
         };

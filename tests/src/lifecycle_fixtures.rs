@@ -17,6 +17,8 @@ pub fn t0() -> OffsetDateTime {
 pub fn plan() -> Plan {
     Plan {
         steps: vec![vec!["decision".into()], vec!["payment_ref".into()]],
+        groups: Vec::new(),
+        optional: Vec::new(),
         on_restart: OnRestart::AfterTerminal,
         version: Some("v0123456789ab".into()),
     }

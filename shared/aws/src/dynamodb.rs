@@ -885,6 +885,13 @@ fn record_item(r: &Record, layout: Layout) -> Item {
     if let Some(owed) = &r.owed {
         item.insert("owed".into(), json(owed));
     }
+    // A parallel group's branches, tokens included, as one JSON attribute.
+    if !r.branches.is_empty() {
+        item.insert("branches".into(), json(&r.branches));
+    }
+    if !r.missed.is_empty() {
+        item.insert("missed".into(), json(&r.missed));
+    }
     if let Some(write_id) = &r.write_id {
         item.insert("write_id".into(), s(write_id));
     }
@@ -931,6 +938,8 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
         updated_at: r.time("updated_at")?,
         write_id: r.opt_s("write_id")?.map(str::to_owned),
         config_version: r.opt_s("config_version")?.map(str::to_owned),
+        branches: r.opt_s("branches")?.map(|_| r.json("branches")).transpose()?.unwrap_or_default(),
+        missed: r.opt_s("missed")?.map(|_| r.json("missed")).transpose()?.unwrap_or_default(),
     };
     record.history = compact::decode_history(r.s("history")?, &history_context(&record))
         .map_err(|e| r.corrupt(format!("attribute history: {e}")))?;
@@ -1685,6 +1694,8 @@ mod tests {
         let uuid = |n: usize| format!("6f1c2a7e-90b4-4d1e-8a3c-{n:012}");
         let plan = Plan {
             steps: (0..steps).map(|_| vec!["decision".to_owned()]).collect(),
+            groups: Vec::new(),
+            optional: Vec::new(),
             on_restart: baton_core::domain::lifecycle::OnRestart::AfterTerminal,
             version: Some("vfd00d5526fd9".into()),
         };

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::event::Event;
 use crate::domain::ids::{CorrelationKey, IdError, StepName, WorkflowName};
-use crate::domain::lifecycle::{OnRestart, Plan};
+use crate::domain::lifecycle::{OnRestart, Plan, Span};
 use crate::domain::pattern::Pattern;
 
 /// Where `BATON_CONFIG` points by default.
@@ -53,9 +53,38 @@ pub struct Workflow {
     /// JSON pointer into the normalised event: the correlation key.
     pub key: String,
     pub on_restart: OnRestart,
+    /// Every step, and every branch of every parallel group, in the order the config lists
+    /// them: a group's branches are consecutive. A step's index here is its number in records,
+    /// inboxes and tasks.
     pub steps: Vec<Step>,
+    /// The parallel groups, in order, by the steps they span.
+    pub groups: Vec<Group>,
     /// The version of the config this definition belongs to: records started on it keep it.
     pub config_version: String,
+}
+
+/// A parallel group: branches that open together, each waiting on its own task token, and a
+/// workflow that moves on once every branch has an outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub name: StepName,
+    /// The index of its first branch in [`Workflow::steps`].
+    pub first: u32,
+    /// The index of its last branch.
+    pub last: u32,
+}
+
+impl Group {
+    pub fn contains(&self, step: u32) -> bool {
+        (self.first..=self.last).contains(&step)
+    }
+}
+
+/// One place in a workflow's sequence: a step, or a parallel group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Position<'w> {
+    Step(u32, &'w Step),
+    Group(&'w Group),
 }
 
 /// One step: a task token parked until its required inputs are present, or its deadline passes.
@@ -78,6 +107,10 @@ pub struct Step {
     /// the step's timeout plus [`BUFFER_MARGIN`]: an early input can still be applied by
     /// anything up to a full step later.
     pub buffer_ttl: Duration,
+    /// A parallel branch whose failure or timeout does not fail the workflow (`optional`,
+    /// default false; only branches may set it). A workflow that ends with one that did not
+    /// succeed ends `degraded`.
+    pub optional: bool,
 }
 
 /// Added to a step's timeout to get the default `buffer_ttl`.
@@ -174,9 +207,29 @@ impl Workflow {
     pub fn plan(&self) -> Plan {
         Plan {
             steps: self.steps.iter().map(|s| s.requires.clone()).collect(),
+            groups: self.groups.iter().map(|g| Span { first: g.first, last: g.last }).collect(),
+            optional: (0..).zip(&self.steps).filter(|(_, s)| s.optional).map(|(i, _)| i).collect(),
             on_restart: self.on_restart,
             version: Some(self.config_version.clone()),
         }
+    }
+
+    /// The group a step is a branch of.
+    pub fn group_of(&self, step: u32) -> Option<&Group> {
+        self.groups.iter().find(|g| g.contains(step))
+    }
+
+    /// The workflow's sequence: each step, or each group in place of its branches.
+    pub fn positions(&self) -> Vec<Position<'_>> {
+        let mut positions = Vec::new();
+        for (i, step) in (0u32..).zip(&self.steps) {
+            match self.group_of(i) {
+                Some(g) if g.first == i => positions.push(Position::Group(g)),
+                Some(_) => {}
+                None => positions.push(Position::Step(i, step)),
+            }
+        }
+        positions
     }
 
     /// Does `event` start this workflow? `None` when the pattern does not match; otherwise the
@@ -461,13 +514,15 @@ impl Validator {
             }
         };
 
-        let steps = self.required(&path, map, "steps").and_then(|s| self.steps(&join(&path, "steps"), s));
+        let sequence = self.required(&path, map, "steps").and_then(|s| self.steps(&join(&path, "steps"), s));
+        let (steps, groups) = sequence?;
         Some(Workflow {
             name: wf_name?,
             when: when?,
             key: key?,
             on_restart: on_restart?,
-            steps: steps?,
+            steps,
+            groups,
             config_version: String::new(),
         })
     }
@@ -481,7 +536,9 @@ impl Validator {
             .ok()
     }
 
-    fn steps(&mut self, path: &str, v: &Value) -> Option<Vec<Step>> {
+    /// The step list: steps and parallel groups, flattened into the steps (branches in place)
+    /// and the groups that span them. Step, branch and group names are unique in a workflow.
+    fn steps(&mut self, path: &str, v: &Value) -> Option<(Vec<Step>, Vec<Group>)> {
         let Some(list) = v.as_array() else {
             self.err(path, format!("expected a list of steps, found {}", kind(v)));
             return None;
@@ -489,33 +546,97 @@ impl Validator {
         if list.is_empty() {
             self.err(path, "a workflow needs at least one step");
         }
-        let steps: Vec<Option<Step>> =
-            list.iter().enumerate().map(|(i, s)| self.step(&format!("{path}[{i}]"), s)).collect();
-        // Duplicates are checked on the raw names, so a step with other problems still counts.
-        let mut seen = HashSet::new();
-        for (i, name) in list.iter().enumerate().filter_map(|(i, s)| Some((i, s.get("name")?.as_str()?))) {
-            if !seen.insert(name) {
-                self.err(&format!("{path}[{i}].name"), format!("duplicate step name {name:?}"));
+        let mut steps = Vec::new();
+        let mut groups = Vec::new();
+        let mut names = Vec::new();
+        let mut complete = true;
+        for (i, item) in list.iter().enumerate() {
+            let at = format!("{path}[{i}]");
+            let first = u32::try_from(steps.len()).unwrap_or(u32::MAX);
+            if item.get("parallel").is_some() {
+                let parsed = self.group(&at, item, first, &mut names);
+                complete &= parsed.as_ref().is_some_and(|(_, branches)| branches.len() >= 2);
+                if let Some((g, branches)) = parsed {
+                    groups.push(g);
+                    steps.extend(branches);
+                }
+            } else {
+                names.extend(raw_name(item).map(|n| (format!("{at}.name"), n)));
+                match self.step(&at, item, false) {
+                    Some(step) => steps.push(step),
+                    None => complete = false,
+                }
             }
         }
-        steps.into_iter().collect()
+        // Duplicates are checked on the raw names, so a step with other problems still counts.
+        let mut seen = HashSet::new();
+        for (at, name) in names {
+            if !seen.insert(name) {
+                self.err(
+                    &at,
+                    format!("duplicate step name {name:?}; steps, branches and groups share one namespace"),
+                );
+            }
+        }
+        complete.then_some((steps, groups))
     }
 
-    fn step(&mut self, path: &str, v: &Value) -> Option<Step> {
-        let map = self.object(
-            path,
-            v,
-            &[
-                "name",
-                "task",
-                "requires",
-                "timeout",
-                "heartbeat",
-                "accepts_events",
-                "accepts_callbacks",
-                "buffer_ttl",
-            ],
-        )?;
+    /// A `parallel` group: its name and its branches, each a step that may be `optional`.
+    fn group<'v>(
+        &mut self,
+        path: &str,
+        item: &'v Value,
+        first: u32,
+        names: &mut Vec<(String, &'v str)>,
+    ) -> Option<(Group, Vec<Step>)> {
+        self.object(path, item, &["parallel"])?;
+        let path = join(path, "parallel");
+        let map = self.object(&path, &item["parallel"], &["name", "branches"])?;
+        names.extend(map.get("name").and_then(Value::as_str).map(|n| (join(&path, "name"), n)));
+        let name = self.required(&path, map, "name").and_then(|n| {
+            let np = join(&path, "name");
+            let s = self.string(&np, n)?;
+            StepName::parse(s).map_err(|e| self.err(&np, e.to_string())).ok()
+        });
+        let bp = join(&path, "branches");
+        let list = self.required(&path, map, "branches").and_then(|b| {
+            let list = b.as_array();
+            if list.is_none() {
+                self.err(&bp, format!("expected a list of branches, found {}", kind(b)));
+            }
+            list
+        })?;
+        if list.len() < 2 {
+            self.err(&bp, format!("a parallel group needs at least two branches, found {}", list.len()));
+        }
+        let mut branches = Vec::new();
+        for (i, b) in list.iter().enumerate() {
+            let at = format!("{bp}[{i}]");
+            names.extend(raw_name(b).map(|n| (format!("{at}.name"), n)));
+            branches.push(self.step(&at, b, true));
+        }
+        let branches: Vec<Step> = branches.into_iter().collect::<Option<_>>()?;
+        let last = first.checked_add(u32::try_from(branches.len()).ok()?)?.checked_sub(1)?;
+        Some((Group { name: name?, first, last }, branches))
+    }
+
+    /// One step, or (`branch`) one branch of a parallel group, which may also be `optional`.
+    fn step(&mut self, path: &str, v: &Value, branch: bool) -> Option<Step> {
+        const FIELDS: [&str; 9] = [
+            "name",
+            "task",
+            "requires",
+            "timeout",
+            "heartbeat",
+            "accepts_events",
+            "accepts_callbacks",
+            "buffer_ttl",
+            "optional",
+        ];
+        let map = self.object(path, v, &FIELDS)?;
+        if !branch && map.contains_key("optional") {
+            self.err(&join(path, "optional"), "only a branch of a parallel group may be optional");
+        }
         let name = self.required(path, map, "name").and_then(|n| {
             let np = join(path, "name");
             let s = self.string(&np, n)?;
@@ -549,7 +670,16 @@ impl Validator {
             Some(b) => self.duration(&join(path, "buffer_ttl"), b),
         };
         let accepts_callbacks = self.accepts_callbacks(path, map, &accepts_events);
+        let optional = match map.get("optional") {
+            None => Some(false),
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => {
+                self.err(&join(path, "optional"), "must be true or false");
+                None
+            }
+        };
         Some(Step {
+            optional: optional?,
             accepts_callbacks: accepts_callbacks?,
             buffer_ttl: buffer_ttl?,
             name: name?,
@@ -652,6 +782,11 @@ impl Validator {
     }
 }
 
+/// A step's `name` as written, valid or not: duplicates are found among all of them.
+fn raw_name(step: &Value) -> Option<&str> {
+    step.get("name")?.as_str()
+}
+
 fn placeholders(title: &str) -> impl Iterator<Item = &str> {
     title.split('{').skip(1).filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
 }
@@ -672,7 +807,7 @@ fn kind(v: &Value) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const SAMPLE: &str = include_str!("../../../../infra/workflows.yaml");
@@ -865,5 +1000,103 @@ workflows:
         // Typed patterns are left out for other types: a `c` event is tried only against the
         // patterns that do not pin `type` to strings.
         assert_eq!(config.routes.candidates("c").len(), 5, "{:?}", config.routes.candidates("c"));
+    }
+
+    /// The parallel group of the README's config format, as a whole workflow.
+    pub(crate) const GROUPED: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        requires: [decision]
+        timeout: 2d
+      - parallel:
+          name: checks
+          branches:
+            - name: fraud-check
+              task: { title: "Fraud check {key}", queue: fraud }
+              requires: [fraud_score]
+              timeout: 1d
+            - name: credit-check
+              requires: [credit_ok]
+              accepts_events: { type: ["credit.checked"] }
+              timeout: 1d
+            - name: address-check
+              requires: [address_ok]
+              timeout: 2h
+              optional: true
+      - name: payment
+        requires: [payment_ref]
+        timeout: 7d
+"#;
+
+    #[test]
+    fn a_parallel_group_flattens_into_its_branches_and_spans_them() {
+        let config = Config::parse(GROUPED).unwrap();
+        let wf = &config.workflows[0];
+        let names: Vec<&str> = wf.steps.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["manual-review", "fraud-check", "credit-check", "address-check", "payment"]);
+        assert_eq!(wf.groups.len(), 1);
+        assert_eq!((wf.groups[0].name.as_str(), wf.groups[0].first, wf.groups[0].last), ("checks", 1, 3));
+        assert_eq!(
+            wf.steps.iter().map(|s| s.optional).collect::<Vec<_>>(),
+            [false, false, false, true, false]
+        );
+        assert_eq!(wf.step_index("credit-check"), Some(2));
+        assert_eq!(wf.positions().len(), 3);
+        let plan = wf.plan();
+        assert_eq!((plan.groups.clone(), plan.optional.clone()), (vec![Span { first: 1, last: 3 }], vec![3]));
+        assert_eq!(
+            (plan.next_position(0), plan.next_position(2), plan.last_position()),
+            (Some(1), Some(4), 4)
+        );
+        // A branch's `accepts_events` routes like a step's.
+        assert_eq!(config.routes.candidates("credit.checked"), [Route { workflow: 0, step: Some(2) }]);
+    }
+
+    #[test]
+    fn a_bad_group_is_named_by_the_path_of_each_problem() {
+        let yaml = r#"
+workflows:
+  wf:
+    start: { when: { type: ["a"] }, key: /subject }
+    steps:
+      - name: review
+        timeout: 1h
+        optional: true
+      - parallel:
+          name: Checks
+          branches:
+            - name: review
+              timeout: 1h
+      - parallel:
+          name: more
+          branches: []
+          extra: 1
+      - parallel:
+          name: review
+          branches:
+            - name: a
+              timeout: 1h
+              optional: maybe
+            - name: b
+"#;
+        assert_eq!(
+            errors(yaml),
+            [
+                "workflows.wf.steps[0].optional: only a branch of a parallel group may be optional",
+                "workflows.wf.steps[1].parallel.name: step name \"Checks\" contains 'C'; allowed: a-z, 0-9 and '-'",
+                "workflows.wf.steps[1].parallel.branches: a parallel group needs at least two branches, found 1",
+                "workflows.wf.steps[2].parallel.extra: unknown field; expected one of: name, branches",
+                "workflows.wf.steps[2].parallel.branches: a parallel group needs at least two branches, found 0",
+                "workflows.wf.steps[3].parallel.branches[0].optional: must be true or false",
+                "workflows.wf.steps[3].parallel.branches[1].timeout: missing",
+                "workflows.wf.steps[1].parallel.branches[0].name: duplicate step name \"review\"; steps, branches and groups share one namespace",
+                "workflows.wf.steps[3].parallel.name: duplicate step name \"review\"; steps, branches and groups share one namespace",
+            ]
+        );
     }
 }

@@ -58,22 +58,26 @@ pub enum Kind {
     Waiting,
     Advancing,
     Succeeded,
+    /// Finished, with at least one optional parallel branch that did not succeed.
+    Degraded,
     Failed,
     TimedOut,
     Cancelled,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Pending,
         Kind::Waiting,
         Kind::Advancing,
         Kind::Succeeded,
+        Kind::Degraded,
         Kind::Failed,
         Kind::TimedOut,
         Kind::Cancelled,
     ];
-    pub const TERMINAL: [Kind; 4] = [Kind::Succeeded, Kind::Failed, Kind::TimedOut, Kind::Cancelled];
+    pub const TERMINAL: [Kind; 5] =
+        [Kind::Succeeded, Kind::Degraded, Kind::Failed, Kind::TimedOut, Kind::Cancelled];
 
     pub fn is_terminal(self) -> bool {
         Self::TERMINAL.contains(&self)
@@ -86,6 +90,7 @@ impl Kind {
             Kind::Waiting => "waiting",
             Kind::Advancing => "advancing",
             Kind::Succeeded => "succeeded",
+            Kind::Degraded => "degraded",
             Kind::Failed => "failed",
             Kind::TimedOut => "timed_out",
             Kind::Cancelled => "cancelled",
@@ -116,6 +121,7 @@ pub enum State {
         step: u32,
     },
     Succeeded,
+    Degraded,
     Failed,
     TimedOut,
     Cancelled,
@@ -128,6 +134,7 @@ impl State {
             State::Waiting { .. } => Kind::Waiting,
             State::Advancing { .. } => Kind::Advancing,
             State::Succeeded => Kind::Succeeded,
+            State::Degraded => Kind::Degraded,
             State::Failed => Kind::Failed,
             State::TimedOut => Kind::TimedOut,
             State::Cancelled => Kind::Cancelled,
@@ -152,6 +159,7 @@ impl State {
             (Kind::Advancing, Some(step)) => Some(State::Advancing { step }),
             (Kind::Pending, None) => Some(State::Pending),
             (Kind::Succeeded, None) => Some(State::Succeeded),
+            (Kind::Degraded, None) => Some(State::Degraded),
             (Kind::Failed, None) => Some(State::Failed),
             (Kind::TimedOut, None) => Some(State::TimedOut),
             (Kind::Cancelled, None) => Some(State::Cancelled),
@@ -195,6 +203,12 @@ pub enum Cause {
     ReportTimedOut,
     /// An operator cancelled the workflow.
     Cancel,
+    /// Step Functions reached another branch of the parallel group the record waits at.
+    BranchReady,
+    /// A branch got its outcome while other branches of its group still wait.
+    BranchDone,
+    /// A branch's resume reached Step Functions while its group still waits: no longer owed.
+    BranchResumed,
 }
 
 impl Cause {
@@ -210,6 +224,9 @@ impl Cause {
             Cause::ReportFailed => "report_failed",
             Cause::ReportTimedOut => "report_timed_out",
             Cause::Cancel => "cancel",
+            Cause::BranchReady => "branch_ready",
+            Cause::BranchDone => "branch_done",
+            Cause::BranchResumed => "branch_resumed",
         }
     }
 }
@@ -223,7 +240,8 @@ pub enum StepMove {
     First,
     /// The same step on both sides.
     Same,
-    /// From step n to step n + 1.
+    /// From step n to the first step of the next position: n + 1, or past the branches of the
+    /// group that starts at n.
     Next,
     /// Out of a step into a state without one.
     Leave,
@@ -243,7 +261,8 @@ const fn t(from: Option<Kind>, to: Kind, cause: Cause, step: StepMove) -> Transi
 }
 
 use Kind::{
-    Advancing as A, Cancelled as C, Failed as F, Pending as P, Succeeded as S, TimedOut as T, Waiting as W,
+    Advancing as A, Cancelled as C, Degraded as D, Failed as F, Pending as P, Succeeded as S, TimedOut as T,
+    Waiting as W,
 };
 
 /// Every transition baton may make. Anything else is refused by `decide`, by the store's
@@ -251,6 +270,7 @@ use Kind::{
 pub const TRANSITIONS: &[Transition] = &[
     t(None, P, Cause::Start, StepMove::None),
     t(Some(S), P, Cause::Restart, StepMove::None),
+    t(Some(D), P, Cause::Restart, StepMove::None),
     t(Some(F), P, Cause::Restart, StepMove::None),
     t(Some(T), P, Cause::Restart, StepMove::None),
     t(Some(C), P, Cause::Restart, StepMove::None),
@@ -259,9 +279,18 @@ pub const TRANSITIONS: &[Transition] = &[
     t(Some(W), W, Cause::Merge, StepMove::Same),
     t(Some(W), A, Cause::Complete, StepMove::Same),
     t(Some(W), A, Cause::FailStep, StepMove::Same),
+    // A parallel group waits at its first branch's index while any branch is open; it advances
+    // (at the same index) once every branch has an outcome, or a required one failed.
+    t(Some(W), W, Cause::BranchReady, StepMove::Same),
+    t(Some(W), W, Cause::BranchDone, StepMove::Same),
+    // An optional branch that timed out after baton owed it a success (the resume lost the race).
+    t(Some(A), A, Cause::BranchDone, StepMove::Same),
+    t(Some(W), W, Cause::BranchResumed, StepMove::Same),
     // Only a completed last step may report success: Step Functions reaches its final report
     // only after baton's resume of that step.
     t(Some(A), S, Cause::ReportSucceeded, StepMove::Leave),
+    // The same, after an optional branch did not succeed.
+    t(Some(A), D, Cause::ReportSucceeded, StepMove::Leave),
     // A failure or timeout can outrun baton's view: the step_ready message may still be queued
     // (pending), the step may be waiting, or the resume may be owed when the deadline fires.
     t(Some(P), F, Cause::ReportFailed, StepMove::None),
@@ -284,9 +313,11 @@ pub fn is_allowed(from: Option<State>, to: State, cause: Cause) -> bool {
             && match row.step {
                 StepMove::None => from.and_then(State::step).is_none() && to.step().is_none(),
                 StepMove::First => to.step() == Some(0),
-                StepMove::Same => from.and_then(State::step).is_some() && from.and_then(State::step) == to.step(),
+                StepMove::Same => {
+                    from.and_then(State::step).is_some() && from.and_then(State::step) == to.step()
+                }
                 StepMove::Next => {
-                    matches!((from.and_then(State::step), to.step()), (Some(a), Some(b)) if a.checked_add(1) == Some(b))
+                    matches!((from.and_then(State::step), to.step()), (Some(a), Some(b)) if a < b)
                 }
                 StepMove::Leave => from.and_then(State::step).is_some() && to.step().is_none(),
             }
@@ -302,11 +333,68 @@ pub fn allowed_prior(to: Kind, cause: Cause) -> Vec<Option<Kind>> {
 /// What the workflow's config says, as far as `decide` needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// Per step, in order: the inputs that must all be present before the step advances.
+    /// Per step (and parallel branch), in order: the inputs that must all be present before the
+    /// step advances.
     pub steps: Vec<Vec<String>>,
+    /// The parallel groups, by the steps they span (empty: a straight line of steps).
+    pub groups: Vec<Span>,
+    /// The steps that are optional branches.
+    pub optional: Vec<u32>,
     pub on_restart: OnRestart,
     /// The config version a new generation starts on (`None` in tests that need none).
     pub version: Option<String>,
+}
+
+/// The steps one parallel group spans: its branches, `first..=last`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub first: u32,
+    pub last: u32,
+}
+
+impl Span {
+    pub fn contains(self, step: u32) -> bool {
+        (self.first..=self.last).contains(&step)
+    }
+}
+
+impl Plan {
+    /// A straight line of steps with these requirements (tests and tools).
+    pub fn line(steps: Vec<Vec<String>>) -> Plan {
+        Plan {
+            steps,
+            groups: Vec::new(),
+            optional: Vec::new(),
+            on_restart: OnRestart::default(),
+            version: None,
+        }
+    }
+
+    /// The group `step` is a branch of.
+    pub fn group_of(&self, step: u32) -> Option<Span> {
+        self.groups.iter().copied().find(|g| g.contains(step))
+    }
+
+    /// The position `step` belongs to: its group's span, or the step alone.
+    pub fn position(&self, step: u32) -> Span {
+        self.group_of(step).unwrap_or(Span { first: step, last: step })
+    }
+
+    pub fn is_optional(&self, step: u32) -> bool {
+        self.optional.contains(&step)
+    }
+
+    /// The first step of the position after the one `step` belongs to.
+    pub fn next_position(&self, step: u32) -> Option<u32> {
+        self.position(step).last.checked_add(1)
+    }
+
+    /// The first step of the last position: where the record is when the execution's success
+    /// report may come.
+    pub fn last_position(&self) -> u32 {
+        let last = u32::try_from(self.steps.len().saturating_sub(1)).unwrap_or(u32::MAX);
+        self.position(last).first
+    }
 }
 
 /// May a start event after a terminal state open a new generation?
@@ -417,6 +505,67 @@ pub struct Record {
     pub write_id: Option<String>,
     /// The config version this generation started on (`None`: started before versions).
     pub config_version: Option<String>,
+    /// The branches of the parallel group the record is at, each with its own token, deadline,
+    /// inputs and outcome (empty anywhere else). They stay after the group is decided until the
+    /// next position opens, and in a record that ended there.
+    pub branches: Vec<Branch>,
+    /// The optional branches of this generation that did not succeed, by step: a workflow that
+    /// finishes with any ends `degraded`.
+    pub missed: Vec<u32>,
+}
+
+/// One branch of the parallel group a record is at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Branch {
+    pub step: u32,
+    /// Its task token, once Step Functions reached it (`None`: its `step_ready` is still on its
+    /// way; inputs for it are buffered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<TaskToken>,
+    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<OffsetDateTime>,
+    /// The inputs gathered for it.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub inputs: Map<String, Value>,
+    /// How it ended (`None`: open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<BranchOutcome>,
+    /// The resume its token is owed, until it reaches Step Functions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owed: Option<Resume>,
+}
+
+impl Branch {
+    fn new(step: u32) -> Branch {
+        Branch { step, token: None, deadline: None, inputs: Map::new(), outcome: None, owed: None }
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.outcome.is_none()
+    }
+}
+
+/// How a parallel branch ended. Each branch of a group that opened ends with exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BranchOutcome {
+    Succeeded,
+    Failed,
+    TimedOut,
+    /// Still open when its group failed, or the workflow ended or was cancelled: closed, and
+    /// nothing more is applied to it.
+    Closed,
+}
+
+impl BranchOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BranchOutcome::Succeeded => "succeeded",
+            BranchOutcome::Failed => "failed",
+            BranchOutcome::TimedOut => "timed_out",
+            BranchOutcome::Closed => "closed",
+        }
+    }
 }
 
 impl Record {
@@ -505,6 +654,11 @@ pub enum Input {
     },
     /// The execution of `generation` finished.
     Finished { generation: u32, finish: Finish },
+    /// An optional branch's own catch reported that it ended without baton: it timed out
+    /// (`States.Timeout`), or its task failed with `error`.
+    BranchEnded { generation: u32, step: u32, error: String },
+    /// A branch's owed resume reached Step Functions (or found its token gone).
+    Resumed { generation: u32, step: u32 },
     /// An operator cancels the workflow.
     Cancel { reason: String },
     /// The sweeper looks for owed work.
@@ -538,6 +692,9 @@ pub enum IgnoreReason {
     AlreadyRunning,
     /// A start event after a terminal state, and `on_restart: never`.
     RestartNotAllowed,
+    /// The input is for a branch of a parallel group that failed (or whose workflow ended)
+    /// while the branch was open: the branch was closed, and nothing more is applied to it.
+    GroupFailed,
     /// A start event delivered again after the run it was refused by (`already_running`)
     /// ended: the same event never starts a later run.
     RefusedWhileRunning,
@@ -556,7 +713,7 @@ pub enum IgnoreReason {
 }
 
 impl IgnoreReason {
-    pub const ALL: [IgnoreReason; 12] = [
+    pub const ALL: [IgnoreReason; 13] = [
         IgnoreReason::Terminal,
         IgnoreReason::StepAlreadyPassed,
         IgnoreReason::StepAlreadyAdvanced,
@@ -569,6 +726,7 @@ impl IgnoreReason {
         IgnoreReason::NothingOwed,
         IgnoreReason::IdempotencyKeyReused,
         IgnoreReason::InputsTooLarge,
+        IgnoreReason::GroupFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -585,6 +743,7 @@ impl IgnoreReason {
             IgnoreReason::NothingOwed => "nothing_owed",
             IgnoreReason::IdempotencyKeyReused => "idempotency_key_reused",
             IgnoreReason::InputsTooLarge => "inputs_too_large",
+            IgnoreReason::GroupFailed => "group_failed",
         }
     }
 }
@@ -690,6 +849,12 @@ pub enum Effect {
     StopExecution {
         generation: u32,
         cause: String,
+    },
+    /// Tell the record the branch's resume was delivered (submits [`Input::Resumed`]), so that
+    /// the sweeper does not send it again while the group still waits.
+    MarkResumed {
+        generation: u32,
+        step: u32,
     },
     /// Record the ignored input with its reason.
     Ledger {
@@ -823,28 +988,40 @@ fn decide_inner(
             Some(r) if r.state == State::Cancelled => {
                 let d = Decision::new(Outcome::Duplicate)
                     .effect(Effect::StopExecution { generation: r.generation, cause: reason.clone() });
-                match &r.token {
-                    Some(token) => d.effect(fail_token(token, "baton.Cancelled", reason)),
-                    None => d,
-                }
+                fail_parked(d, r, reason)
             }
             Some(r) if r.state.is_terminal() => Decision::ignored(IgnoreReason::Terminal),
             Some(r) => {
-                // The token stays in the cancelled record: a repeated cancel fails it again.
-                let to = Record { deadline: None, owed: None, ..r.next(State::Cancelled, now) };
+                // The tokens stay in the cancelled record: a repeated cancel fails them again.
+                let mut to = Record { deadline: None, owed: None, ..r.next(State::Cancelled, now) };
+                group::close_open_branches(&mut to, None);
                 let d = Decision::new(Outcome::Applied)
-                    .with_write(Cause::Cancel, Some(r), to)
+                    .with_write(Cause::Cancel, Some(r), to.clone())
                     .effect(Effect::StopExecution { generation: r.generation, cause: reason.clone() });
-                // Failing the parked token as well ends the execution even where a stop of a
-                // token wait is deferred (the local emulator); on AWS the token is already gone.
-                match &r.token {
-                    Some(token) => d.effect(fail_token(token, "baton.Cancelled", reason)),
-                    None => d,
-                }
+                fail_parked(d, &to, reason)
             }
+        },
+        Input::BranchEnded { generation, step, error } => match record {
+            None => Decision::ignored(IgnoreReason::OutOfOrder),
+            Some(r) => group::on_branch_ended(plan, r, (*generation, *step), error, now),
+        },
+        Input::Resumed { generation, step } => match record {
+            None => Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed)),
+            Some(r) => group::on_resumed(r, (*generation, *step), now),
         },
         Input::Tick => on_tick(record, now),
     }
+}
+
+/// `d`, failing every token the cancelled record `r` parks on as well: the step's, or those of
+/// the group's branches it closed. That ends the execution even where a stop of a token wait is
+/// deferred (the local emulator); on AWS the tokens are already gone.
+fn fail_parked(mut d: Decision, r: &Record, reason: &str) -> Decision {
+    let closed = r.branches.iter().filter(|b| b.outcome == Some(BranchOutcome::Closed));
+    for token in r.token.iter().chain(closed.filter_map(|b| b.token.as_ref())) {
+        d = d.effect(fail_token(token, "baton.Cancelled", reason));
+    }
+    d
 }
 
 fn on_start(
@@ -873,6 +1050,8 @@ fn on_start(
             updated_at: now,
             write_id: None,
             config_version: plan.version.clone(),
+            branches: Vec::new(),
+            missed: Vec::new(),
         };
         return Decision::new(Outcome::Applied)
             .with_write(Cause::Start, None, to)
@@ -908,6 +1087,8 @@ fn on_start(
         start_events,
         created_at: now,
         config_version: plan.version.clone(),
+        branches: Vec::new(),
+        missed: Vec::new(),
         ..r.next(State::Pending, now)
     };
     Decision::new(Outcome::Applied)
@@ -958,9 +1139,12 @@ fn on_step_ready(
     }
     let expected = match r.state {
         State::Pending => Some(0),
-        State::Advancing { step: n } => n.checked_add(1),
+        State::Advancing { step: n } => plan.next_position(n),
         _ => None,
     };
+    if let Some(group) = plan.group_of(step) {
+        return group::on_branch_ready(plan, r, group, expected, (generation, step), token, deadline, now);
+    }
     if expected == Some(step) {
         // The first step's report confirms the generation's config version: the one its
         // execution runs (`plan`'s, the engine reads the report in it). It differs from the
@@ -976,6 +1160,7 @@ fn on_step_ready(
             inputs: Map::new(),
             owed: None,
             config_version,
+            branches: Vec::new(),
             ..r.next(State::Waiting { step }, now)
         };
         return Decision::new(Outcome::Applied)
@@ -1012,6 +1197,9 @@ fn on_step_input(
 ) -> Decision {
     if let Some(repeat) = repeated_input(r, (id, source), hash, step, now) {
         return repeat;
+    }
+    if let Some(decision) = group::branch_input(plan, r, (id, source), hash, step, (outcome, data), now) {
+        return decision;
     }
     if let Some(elsewhere) = not_the_waiting_step(r, step) {
         return elsewhere;
@@ -1054,6 +1242,12 @@ fn repeated_input(
     // repeat of an input of an earlier generation owes nothing.
     let d = Decision::new(Outcome::Duplicate);
     let in_this_run = seen.generation.unwrap_or(r.generation) == r.generation;
+    if in_this_run
+        && now - r.updated_at >= resend_after()
+        && let Some(again) = group::resend_for_repeat(r, step, seen)
+    {
+        return Some(again);
+    }
     Some(match (r.state, &r.owed, &r.token) {
         (State::Advancing { step: n }, Some(owed), Some(token))
             if n == step
@@ -1174,6 +1368,7 @@ fn on_finished(plan: &Plan, r: &Record, generation: u32, finish: &Finish, now: O
         return Decision::ignored(IgnoreReason::StaleGeneration);
     }
     let (to_state, cause) = match finish {
+        Finish::Succeeded if !r.missed.is_empty() => (State::Degraded, Cause::ReportSucceeded),
         Finish::Succeeded => (State::Succeeded, Cause::ReportSucceeded),
         Finish::Failed { .. } => (State::Failed, Cause::ReportFailed),
         Finish::TimedOut => (State::TimedOut, Cause::ReportTimedOut),
@@ -1184,15 +1379,15 @@ fn on_finished(plan: &Plan, r: &Record, generation: u32, finish: &Finish, now: O
     if r.state.is_terminal() {
         return Decision::ignored(IgnoreReason::Terminal);
     }
-    let last = u32::try_from(plan.steps.len().saturating_sub(1)).unwrap_or(u32::MAX);
     let fits = match finish {
-        Finish::Succeeded => r.state == State::Advancing { step: last },
+        Finish::Succeeded => r.state == State::Advancing { step: plan.last_position() },
         _ => true,
     };
     if !fits || !is_allowed(Some(r.state), to_state, cause) {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     }
-    let to = Record { token: None, deadline: None, owed: None, ..r.next(to_state, now) };
+    let mut to = Record { token: None, deadline: None, owed: None, ..r.next(to_state, now) };
+    group::close_open_branches(&mut to, matches!(finish, Finish::TimedOut).then_some(now));
     Decision::new(Outcome::Applied).with_write(cause, Some(r), to)
 }
 
@@ -1207,9 +1402,13 @@ fn on_tick(record: Option<&Record>, now: OffsetDateTime) -> Decision {
         (State::Advancing { .. }, Some(owed), Some(token)) if idle >= resend_after() => {
             Decision::new(Outcome::Applied).effect(resume_effect(token, owed))
         }
+        (State::Waiting { .. } | State::Advancing { .. }, _, _) if idle >= resend_after() => {
+            group::resend_owed(r).unwrap_or(nothing)
+        }
         _ => nothing,
     }
 }
 
+mod group;
 #[cfg(test)]
 mod tests;

@@ -29,6 +29,8 @@ pub enum Metric {
     /// A message could not be processed and went to a dead-letter queue with its reason.
     PoisonMessages,
     WorkflowsSucceeded,
+    /// A workflow finished with at least one optional parallel branch that did not succeed.
+    WorkflowsDegraded,
     WorkflowsFailed,
     /// A step missed its deadline and the workflow ended `timed_out`.
     WorkflowsTimedOut,
@@ -39,7 +41,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 11] = [
+    pub const ALL: [Metric; 12] = [
         Metric::WorkflowsStarted,
         Metric::DuplicateInputs,
         Metric::NotEligible,
@@ -47,6 +49,7 @@ impl Metric {
         Metric::InputsBuffered,
         Metric::PoisonMessages,
         Metric::WorkflowsSucceeded,
+        Metric::WorkflowsDegraded,
         Metric::WorkflowsFailed,
         Metric::WorkflowsTimedOut,
         Metric::WorkflowsCancelled,
@@ -62,6 +65,7 @@ impl Metric {
             Metric::InputsBuffered => "InputsBuffered",
             Metric::PoisonMessages => "PoisonMessages",
             Metric::WorkflowsSucceeded => "WorkflowsSucceeded",
+            Metric::WorkflowsDegraded => "WorkflowsDegraded",
             Metric::WorkflowsFailed => "WorkflowsFailed",
             Metric::WorkflowsTimedOut => "WorkflowsTimedOut",
             Metric::WorkflowsCancelled => "WorkflowsCancelled",

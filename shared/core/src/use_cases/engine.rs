@@ -230,7 +230,10 @@ fn pin_step<'i>(input: &'i Input, from: &Workflow, to: &Workflow) -> std::borrow
     };
     let mut pinned = input.clone();
     match &mut pinned {
-        Input::StepInput { step, .. } | Input::StepReady { step, .. } => *step = map(*step),
+        Input::StepInput { step, .. }
+        | Input::StepReady { step, .. }
+        | Input::BranchEnded { step, .. }
+        | Input::Resumed { step, .. } => *step = map(*step),
         _ => return Cow::Borrowed(input),
     }
     Cow::Owned(pinned)
@@ -551,6 +554,7 @@ impl Engine {
             (Outcome::Applied, Input::Finished { .. } | Input::Cancel { .. }) => {
                 decision.write.as_ref().and_then(|w| match w.to.state {
                     State::Succeeded => Some(Metric::WorkflowsSucceeded),
+                    State::Degraded => Some(Metric::WorkflowsDegraded),
                     State::Failed => Some(Metric::WorkflowsFailed),
                     State::TimedOut => Some(Metric::WorkflowsTimedOut),
                     State::Cancelled => Some(Metric::WorkflowsCancelled),
@@ -589,10 +593,18 @@ impl Engine {
         // failing the parked token (both found by review with the simulation). The first
         // failure is returned, so the input is retried. Buffering may find the input's
         // outcome otherwise than decided: that outcome is returned.
+        // The one exception: a branch's delivery mark follows its resume, and is left out when
+        // the resume failed (it stays owed, for a retry or the sweeper).
         let mut first_error = None;
         let mut found = None;
+        let mut previous_failed = false;
         for effect in &decision.effects {
-            match self.carry_out_one(workflow, key, input, effect, record, now).await {
+            if previous_failed && matches!(effect, Effect::MarkResumed { .. }) {
+                continue;
+            }
+            let result = self.carry_out_one(workflow, key, input, effect, record, now).await;
+            previous_failed = result.is_err();
+            match result {
                 Ok(outcome) => found = found.or(outcome),
                 Err(e) => {
                     warn!(error_type = e.error_type(), error = %error_chain(&e), "an effect failed; the others were still tried");
@@ -658,6 +670,10 @@ impl Engine {
                 info!(execution = %arn, "execution stopped");
             }
             Effect::Ledger { reason } => self.ledger(workflow, key, input, *reason, record, now).await?,
+            Effect::MarkResumed { generation, step } => {
+                let resumed = Input::Resumed { generation: *generation, step: *step };
+                Box::pin(self.submit(workflow, key, &resumed, now)).await?;
+            }
         }
         Ok(None)
     }
@@ -1001,6 +1017,8 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
             };
             format!("finished/g{generation}/{outcome}")
         }
+        Input::BranchEnded { generation, step, .. } => format!("branch_ended/g{generation}/s{step}"),
+        Input::Resumed { generation, step } => format!("resumed/g{generation}/s{step}"),
         Input::Cancel { .. } => format!("cancel/{}", now.unix_timestamp()),
         Input::Tick => "tick".into(),
     }
@@ -1017,6 +1035,12 @@ pub fn input_detail(input: &Input) -> Value {
         }
         Input::Finished { generation, finish } => {
             json!({"kind": "finished", "generation": generation, "finish": finish})
+        }
+        Input::BranchEnded { generation, step, error } => {
+            json!({"kind": "branch_ended", "generation": generation, "step": step, "error": error})
+        }
+        Input::Resumed { generation, step } => {
+            json!({"kind": "resumed", "generation": generation, "step": step})
         }
         Input::Cancel { reason } => json!({"kind": "cancel", "reason": reason}),
         Input::Tick => json!({"kind": "tick"}),

@@ -7,6 +7,8 @@
 //!   execution ends rather than waiting out its deadline.
 //! - `finished`: the execution reached its end (succeeded) or a Catch (failed, timed out). The
 //!   record makes its terminal transition.
+//! - `branch_ended`: an optional parallel branch's own Catch: it timed out, or its task failed.
+//!   The branch is recorded as not succeeded, and its group goes on without it.
 //!
 //! Duplicates and late reports are classified by the lifecycle (duplicate, or ignored with a
 //! ledger entry), never dropped silently. A message that names an unknown workflow or step, or
@@ -57,6 +59,18 @@ pub enum Report {
         error: Option<String>,
         #[serde(default)]
         cause: Option<String>,
+    },
+    BranchEnded {
+        workflow: String,
+        key: String,
+        generation: u32,
+        step: u32,
+        step_name: String,
+        #[serde(default)]
+        config_version: Option<String>,
+        /// The error the branch's Catch caught (`States.Timeout` when it missed its deadline).
+        #[serde(default)]
+        error: Option<String>,
     },
 }
 
@@ -131,20 +145,20 @@ pub fn parse_report<'c>(
 ) -> Result<(&'c Workflow, CorrelationKey, Input), ReportError> {
     let report: Report = serde_json::from_str(body).map_err(ReportError::Malformed)?;
     let (workflow, key) = match &report {
-        Report::StepReady { workflow, key, .. } | Report::Finished { workflow, key, .. } => (workflow, key),
+        Report::StepReady { workflow, key, .. }
+        | Report::Finished { workflow, key, .. }
+        | Report::BranchEnded { workflow, key, .. } => (workflow, key),
     };
     let wf = config.workflow(workflow).ok_or_else(|| ReportError::UnknownWorkflow(workflow.clone()))?;
     let key = CorrelationKey::parse(key.as_str())
         .map_err(|e| ReportError::Invalid { field: "key", problem: e.to_string() })?;
+    let known_step = |step: u32, name: &str| match wf.steps.get(step as usize) {
+        Some(s) if s.name.as_str() == name => Ok(()),
+        _ => Err(ReportError::UnknownStep { workflow: wf.name.to_string(), step, name: name.to_owned() }),
+    };
     let input = match report {
         Report::StepReady { generation, step, step_name, token, entered_at, timeout_seconds, .. } => {
-            if wf.steps.get(step as usize).is_none_or(|s| s.name.as_str() != step_name) {
-                return Err(ReportError::UnknownStep {
-                    workflow: wf.name.to_string(),
-                    step,
-                    name: step_name,
-                });
-            }
+            known_step(step, &step_name)?;
             let token = TaskToken::parse(token)
                 .map_err(|e| ReportError::Invalid { field: "token", problem: e.to_string() })?;
             let entered = OffsetDateTime::parse(&entered_at, &Rfc3339)
@@ -165,6 +179,18 @@ pub fn parse_report<'c>(
                 }
             };
             Input::Finished { generation, finish }
+        }
+        Report::BranchEnded { generation, step, step_name, error, .. } => {
+            known_step(step, &step_name)?;
+            if !wf.steps[step as usize].optional {
+                return Err(ReportError::Invalid {
+                    field: "step",
+                    problem: format!(
+                        "{step_name} is not an optional branch; only those report their own end"
+                    ),
+                });
+            }
+            Input::BranchEnded { generation, step, error: error.unwrap_or_default() }
         }
     };
     Ok((wf, key, input))

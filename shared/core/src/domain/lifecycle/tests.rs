@@ -14,6 +14,8 @@ const T0: OffsetDateTime = datetime!(2026-11-29 12:00 UTC);
 fn plan(steps: &[&[&str]]) -> Plan {
     Plan {
         steps: steps.iter().map(|s| s.iter().map(|r| r.to_string()).collect()).collect(),
+        groups: Vec::new(),
+        optional: Vec::new(),
         on_restart: OnRestart::AfterTerminal,
         version: Some("v1".into()),
     }
@@ -425,7 +427,10 @@ fn the_table_answers_conditions_for_each_target() {
         }
     }
     assert!(is_allowed(Some(State::Advancing { step: 0 }), State::Waiting { step: 1 }, Cause::StepReady));
-    assert!(!is_allowed(Some(State::Advancing { step: 0 }), State::Waiting { step: 2 }, Cause::StepReady));
+    // Forward only; how far (one step, or past a parallel group's branches) is the plan's, which
+    // `decide` keeps.
+    assert!(is_allowed(Some(State::Advancing { step: 0 }), State::Waiting { step: 3 }, Cause::StepReady));
+    assert!(!is_allowed(Some(State::Advancing { step: 1 }), State::Waiting { step: 1 }, Cause::StepReady));
     assert!(!is_allowed(Some(State::Waiting { step: 0 }), State::Waiting { step: 1 }, Cause::Merge));
     assert!(!is_allowed(Some(State::Succeeded), State::Failed, Cause::ReportFailed));
 }
@@ -708,6 +713,9 @@ impl World {
                 }
             }
             Effect::CreateTask { .. } | Effect::SendTaskHeartbeat { .. } | Effect::Ledger { .. } => {}
+            Effect::MarkResumed { generation, step } => {
+                self.decide_and_apply(&Input::Resumed { generation, step });
+            }
         }
     }
 
@@ -861,7 +869,7 @@ proptest! {
         actions in prop::collection::vec(action(), 1..60),
     ) {
         let on_restart = if never { OnRestart::Never } else { OnRestart::AfterTerminal };
-        let plan = Plan { steps, on_restart, version: Some("v-prop".into()) };
+        let plan = Plan { steps, groups: Vec::new(), optional: Vec::new(), on_restart, version: Some("v-prop".into()) };
         let mut world = World {
             plans: HashMap::from([("v-prop".to_owned(), plan.clone())]),
             plan,
@@ -909,3 +917,5 @@ fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
     let backwards = Write { cause: Cause::Restart, ..write.clone() };
     assert!(!backwards.follows(Some(&pending)), "pending -> waiting is no restart");
 }
+
+mod group;

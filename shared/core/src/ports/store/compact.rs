@@ -47,11 +47,14 @@ fn code(cause: Cause) -> u8 {
         Cause::ReportFailed => 7,
         Cause::ReportTimedOut => 8,
         Cause::Cancel => 9,
+        Cause::BranchReady => 10,
+        Cause::BranchDone => 11,
+        Cause::BranchResumed => 12,
     }
 }
 
 /// The causes by their stored number.
-const CAUSES: [Cause; 10] = [
+const CAUSES: [Cause; 13] = [
     Cause::Start,
     Cause::Restart,
     Cause::StepReady,
@@ -62,6 +65,9 @@ const CAUSES: [Cause; 10] = [
     Cause::ReportFailed,
     Cause::ReportTimedOut,
     Cause::Cancel,
+    Cause::BranchReady,
+    Cause::BranchDone,
+    Cause::BranchResumed,
 ];
 
 /// What an audit trail is written against: the rest of its record.
@@ -174,7 +180,10 @@ fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
         Cause::Start | Cause::Restart => State::Pending,
         Cause::StepReady if from == Some(Kind::Pending.as_str()) => State::Waiting { step: 0 },
         Cause::StepReady => State::Waiting { step: step(Kind::Advancing)?.checked_add(1)? },
-        Cause::Merge => State::Waiting { step: step(Kind::Waiting)? },
+        Cause::Merge | Cause::BranchReady | Cause::BranchResumed => {
+            State::Waiting { step: step(Kind::Waiting)? }
+        }
+        Cause::BranchDone => return from.map(str::to_owned),
         Cause::Complete | Cause::FailStep => State::Advancing { step: step(Kind::Waiting)? },
         Cause::ReportSucceeded => State::Succeeded,
         Cause::ReportFailed => State::Failed,
@@ -415,7 +424,7 @@ mod tests {
     fn a_damaged_trail_names_the_entry_and_what_is_wrong() {
         let context = Context { base: CREATED, applied: &[], start_events: &[] };
         let err = |text: &str| decode_history(text, &context).unwrap_err();
-        assert_eq!(err(r#"[[0,0],[5,10]]"#), "entry 1: the cause 10 is not one of 0..10");
+        assert_eq!(err(r#"[[0,0],[5,13]]"#), "entry 1: the cause 13 is not one of 0..13");
         assert_eq!(err(r#"[["0",0]]"#), "entry 0: the time is missing or not an integer");
         assert_eq!(err(r#"[[0,0,3]]"#), "entry 0: cause_id 3 refers to no input");
         assert_eq!(err(r#"[[0,3]]"#), "entry 0: to is missing and cannot be predicted");

@@ -301,8 +301,17 @@ impl InboxClaim {
 }
 
 /// When a record is due for the sweeper: its deadline while waiting, else its last update. Its
-/// `due_at` in the `by_due` index.
+/// `due_at` in the `by_due` index. A parallel group that waits is due at its last update while a
+/// branch's resume is owed (the sweeper re-sends it after the grace), else at its earliest open
+/// branch's deadline.
 pub fn due_at(record: &Record) -> OffsetDateTime {
+    if record.state.kind() == Kind::Waiting && !record.branches.is_empty() {
+        if record.branches.iter().any(|b| b.owed.is_some()) {
+            return record.updated_at;
+        }
+        let open = record.branches.iter().filter(|b| b.is_open());
+        return open.filter_map(|b| b.deadline).min().unwrap_or(record.updated_at);
+    }
     match (record.state, record.deadline) {
         (State::Waiting { .. }, Some(deadline)) => deadline,
         _ => record.updated_at,
@@ -760,7 +769,13 @@ mod tests {
 
     #[test]
     fn conditions_come_from_the_transition_table() {
-        let plan = Plan { steps: vec![vec![]], on_restart: OnRestart::AfterTerminal, version: None };
+        let plan = Plan {
+            steps: vec![vec![]],
+            groups: Vec::new(),
+            optional: Vec::new(),
+            on_restart: OnRestart::AfterTerminal,
+            version: None,
+        };
         let w = WorkflowName::parse("wf").unwrap();
         let k = CorrelationKey::parse("k").unwrap();
         let now = OffsetDateTime::UNIX_EPOCH;

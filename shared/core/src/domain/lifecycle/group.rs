@@ -1,0 +1,316 @@
+//! Parallel groups: branches that wait side by side, each on its own task token.
+//!
+//! A record at a group is `waiting{first}`, `first` being the index of the group's first branch,
+//! while any branch is open, and `advancing{first}` once every branch has an outcome (or a
+//! required one failed and closed the rest); the next position's `step_ready` moves it on, as
+//! after a step. Each branch keeps its own token, deadline, inputs, outcome and owed resume in
+//! [`Record::branches`], so every branch write is the same one conditional write of the record.
+//!
+//! - The first branch's `step_ready` opens the group (every branch listed, that one with its
+//!   token); each other branch's joins it. Inputs for a branch not yet reached are buffered, as
+//!   for a step not yet waiting, and drained when it is.
+//! - An input completes or fails its branch only. A required branch that fails closes its open
+//!   siblings and fails the group; an optional one is recorded in [`Record::missed`] and the
+//!   group goes on.
+//! - A branch's resume is owed until Step Functions takes it. While the group still waits, the
+//!   engine tells the record it was delivered ([`Input::Resumed`]), so the sweeper re-sends only
+//!   what is still owed.
+//! - An optional branch that times out (or whose task fails without baton) is reported by its
+//!   own catch in the definition ([`Input::BranchEnded`]).
+
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+
+use super::{
+    AppliedInput, Branch, BranchOutcome, Cause, Decision, Effect, IgnoreReason, Kind, MAX_STEP_INPUT_BYTES,
+    Outcome, Plan, REMEMBERED_INPUTS, Record, RejectReason, Resume, Source, Span, State, StepOutcome,
+    fail_token, payload_fingerprint, requirements_met, resume_effect,
+};
+use crate::domain::ids::{EventId, TaskToken};
+
+/// A branch's `step_ready`. `expected` is the first step of the position the record moves to
+/// next (`None`: it is not between positions).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn on_branch_ready(
+    plan: &Plan,
+    r: &Record,
+    group: Span,
+    expected: Option<u32>,
+    (generation, step): (u32, u32),
+    token: &TaskToken,
+    deadline: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Decision {
+    let ready = |d: Decision| {
+        d.effect(Effect::CreateTask { generation, step }).effect(Effect::DrainInbox { generation, step })
+    };
+    if expected == Some(group.first) {
+        let config_version = match r.state {
+            State::Pending => plan.version.clone().or_else(|| r.config_version.clone()),
+            _ => r.config_version.clone(),
+        };
+        let mut to = super::Record {
+            token: None,
+            deadline: None,
+            inputs: Map::new(),
+            owed: None,
+            config_version,
+            branches: (group.first..=group.last).map(Branch::new).collect(),
+            ..r.next(State::Waiting { step: group.first }, now)
+        };
+        open(&mut to, step, token, deadline);
+        return ready(Decision::new(Outcome::Applied).with_write(Cause::StepReady, Some(r), to));
+    }
+    let at_group = r.state.step() == Some(group.first) && !r.state.is_terminal();
+    match branch(r, step).filter(|_| at_group) {
+        Some(b) if b.token.as_ref() == Some(token) => ready(Decision::new(Outcome::Duplicate)),
+        Some(b) if b.token.is_none() && b.is_open() && r.state == (State::Waiting { step: group.first }) => {
+            let mut to = r.next(r.state, now);
+            open(&mut to, step, token, deadline);
+            ready(Decision::new(Outcome::Applied).with_write(Cause::BranchReady, Some(r), to))
+        }
+        // The group failed before this branch was reached: its token dies with the execution.
+        Some(b) if b.outcome == Some(BranchOutcome::Closed) => Decision::ignored(IgnoreReason::GroupFailed),
+        Some(_) => Decision::ignored(IgnoreReason::OutOfOrder),
+        None if r.state.step().is_some_and(|current| step < current) => {
+            Decision::ignored(IgnoreReason::StepAlreadyPassed)
+        }
+        None => Decision::ignored(IgnoreReason::OutOfOrder).effect(fail_token(
+            token,
+            "baton.OutOfOrder",
+            "the workflow record is not at this branch's group",
+        )),
+    }
+}
+
+fn open(to: &mut Record, step: u32, token: &TaskToken, deadline: OffsetDateTime) {
+    if let Some(b) = to.branches.iter_mut().find(|b| b.step == step) {
+        b.token = Some(token.clone());
+        b.deadline = Some(deadline);
+    }
+}
+
+fn branch(r: &Record, step: u32) -> Option<&Branch> {
+    r.branches.iter().find(|b| b.step == step)
+}
+
+/// A new input for a branch of the group the record is at, or was at when it ended. `None` when
+/// `step` is no such branch: the input is decided as any step's.
+pub(super) fn branch_input(
+    plan: &Plan,
+    r: &Record,
+    (id, source): (&EventId, Source),
+    hash: &str,
+    step: u32,
+    (outcome, data): (&StepOutcome, &Map<String, Value>),
+    now: OffsetDateTime,
+) -> Option<Decision> {
+    let b = branch(r, step)?;
+    if b.outcome == Some(BranchOutcome::Closed) {
+        return Some(Decision::ignored(IgnoreReason::GroupFailed));
+    }
+    Some(match r.state {
+        _ if r.state.is_terminal() => Decision::ignored(IgnoreReason::Terminal),
+        State::Waiting { .. } if b.token.is_none() => {
+            Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation: r.generation, step })
+        }
+        State::Waiting { .. } if b.is_open() => {
+            merge(plan, r, (id, source), hash, step, (outcome, data), now)
+        }
+        _ => Decision::ignored(IgnoreReason::StepAlreadyAdvanced),
+    })
+}
+
+/// An input merged into an open branch: its data joins the branch's inputs; its outcome fails
+/// the branch, completes it, or only adds (a heartbeat when in progress).
+fn merge(
+    plan: &Plan,
+    r: &Record,
+    (id, source): (&EventId, Source),
+    hash: &str,
+    step: u32,
+    (outcome, data): (&StepOutcome, &Map<String, Value>),
+    now: OffsetDateTime,
+) -> Decision {
+    let mut to = r.next(r.state, now);
+    let Some(i) = to.branches.iter().position(|b| b.step == step) else {
+        return Decision::ignored(IgnoreReason::OutOfOrder);
+    };
+    let Some(token) = to.branches[i].token.clone() else {
+        return Decision::ignored(IgnoreReason::OutOfOrder);
+    };
+    to.branches[i].inputs.extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // Every branch's inputs share the one item, and are held twice once their resumes are owed:
+    // the group's together are held to what one step may gather.
+    let size: usize =
+        to.branches.iter().map(|b| serde_json::to_string(&b.inputs).map_or(usize::MAX, |t| t.len())).sum();
+    if size > MAX_STEP_INPUT_BYTES {
+        return Decision::new(Outcome::Rejected(RejectReason::InputsTooLarge))
+            .effect(Effect::Ledger { reason: IgnoreReason::InputsTooLarge });
+    }
+    to.applied.push(AppliedInput {
+        id: id.clone(),
+        hash: payload_fingerprint(hash).to_owned(),
+        step: Some(step),
+        generation: Some(r.generation),
+        source: Some(source),
+    });
+    let excess = to.applied.len().saturating_sub(REMEMBERED_INPUTS);
+    to.applied.drain(..excess);
+    let owed = match outcome {
+        StepOutcome::Failed { error, cause } => {
+            Resume::Failure { error: error.clone(), cause: cause.clone() }
+        }
+        StepOutcome::Succeeded if requirements_met(plan, step, &to.branches[i].inputs) => {
+            Resume::Success { output: Value::Object(to.branches[i].inputs.clone()) }
+        }
+        StepOutcome::Succeeded => {
+            return Decision::new(Outcome::Applied).with_write(Cause::Merge, Some(r), to);
+        }
+        StepOutcome::InProgress => {
+            return Decision::new(Outcome::Applied)
+                .with_write(Cause::Merge, Some(r), to)
+                .effect(Effect::SendTaskHeartbeat { token });
+        }
+    };
+    let failed = matches!(owed, Resume::Failure { .. });
+    let resume = resume_effect(&token, &owed);
+    to.branches[i].owed = Some(owed);
+    let cause = if failed {
+        settle(plan, &mut to, step, BranchOutcome::Failed)
+    } else {
+        settle(plan, &mut to, step, BranchOutcome::Succeeded)
+    };
+    owe(Decision::new(Outcome::Applied).with_write(cause, Some(r), to), resume, r.generation, step)
+}
+
+/// Gives branch `step` its outcome in `to`, and decides the group: a required branch that did
+/// not succeed closes its open siblings and fails it; once no branch is open, it advances.
+/// Returns the cause of the write.
+fn settle(plan: &Plan, to: &mut Record, step: u32, outcome: BranchOutcome) -> Cause {
+    let required = !plan.is_optional(step);
+    if let Some(b) = to.branches.iter_mut().find(|b| b.step == step) {
+        b.outcome = Some(outcome);
+        if outcome != BranchOutcome::Succeeded {
+            b.owed = b.owed.take().filter(|o| matches!(o, Resume::Failure { .. }));
+        }
+    }
+    if outcome != BranchOutcome::Succeeded && !required && !to.missed.contains(&step) {
+        to.missed.push(step);
+    }
+    let first = to.branches.first().map_or(step, |b| b.step);
+    if outcome != BranchOutcome::Succeeded && required {
+        close_open_branches(to, None);
+        to.state = State::Advancing { step: first };
+        return Cause::FailStep;
+    }
+    // Still waiting for a sibling; or the group had advanced already (an optional branch's
+    // timeout overtook the success baton owed it).
+    if to.branches.iter().any(Branch::is_open) || to.state.kind() != Kind::Waiting {
+        return Cause::BranchDone;
+    }
+    to.state = State::Advancing { step: first };
+    Cause::Complete
+}
+
+/// `d` with the branch's resume, and, while its group still waits, the mark that it was
+/// delivered.
+fn owe(d: Decision, resume: Effect, generation: u32, step: u32) -> Decision {
+    let waits = d.write.as_ref().is_some_and(|w| w.to.state.kind() == Kind::Waiting);
+    let d = d.effect(resume);
+    if waits { d.effect(Effect::MarkResumed { generation, step }) } else { d }
+}
+
+/// Closes every branch still open: timed out if its deadline has passed by `timed_out_at` (the
+/// time of a timeout report), closed otherwise.
+pub(super) fn close_open_branches(to: &mut Record, timed_out_at: Option<OffsetDateTime>) {
+    for b in to.branches.iter_mut().filter(|b| b.is_open()) {
+        let missed_deadline = matches!((timed_out_at, b.deadline), (Some(at), Some(d)) if d <= at);
+        b.outcome = Some(if missed_deadline { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
+    }
+}
+
+/// An optional branch's catch reported that it ended without baton: timed out, or failed.
+pub(super) fn on_branch_ended(
+    plan: &Plan,
+    r: &Record,
+    (generation, step): (u32, u32),
+    error: &str,
+    now: OffsetDateTime,
+) -> Decision {
+    if generation != r.generation {
+        return Decision::ignored(IgnoreReason::StaleGeneration);
+    }
+    // Only an optional branch has a catch of its own that reports.
+    let Some(b) = branch(r, step).filter(|_| plan.is_optional(step)) else {
+        return Decision::ignored(if r.state.is_terminal() {
+            IgnoreReason::Terminal
+        } else {
+            IgnoreReason::OutOfOrder
+        });
+    };
+    let outcome = if error.starts_with("States.") && error.contains("Timeout") {
+        BranchOutcome::TimedOut
+    } else {
+        BranchOutcome::Failed
+    };
+    let undelivered_success =
+        b.outcome == Some(BranchOutcome::Succeeded) && matches!(b.owed, Some(Resume::Success { .. }));
+    if r.state.is_terminal() || !(b.is_open() && b.token.is_some() || undelivered_success) {
+        // Already decided: by baton (it failed the branch, and this is its catch's report), or
+        // the group failed and closed it.
+        return Decision::new(Outcome::Duplicate);
+    }
+    let mut to = r.next(r.state, now);
+    if let Some(b) = to.branches.iter_mut().find(|b| b.step == step) {
+        // Step Functions ended the branch: nothing owed to its token reaches it any more.
+        b.owed = None;
+        b.outcome = None;
+    }
+    let cause = settle(plan, &mut to, step, outcome);
+    Decision::new(Outcome::Applied).with_write(cause, Some(r), to)
+}
+
+/// A branch's resume was delivered while its group waits: no longer owed.
+pub(super) fn on_resumed(r: &Record, (generation, step): (u32, u32), now: OffsetDateTime) -> Decision {
+    let owed = branch(r, step).is_some_and(|b| b.owed.is_some());
+    if generation != r.generation || !owed || r.state.kind() != Kind::Waiting {
+        return Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
+    }
+    let mut to = r.next(r.state, now);
+    if let Some(b) = to.branches.iter_mut().find(|b| b.step == step) {
+        b.owed = None;
+    }
+    Decision::new(Outcome::Applied).with_write(Cause::BranchResumed, Some(r), to)
+}
+
+/// The sweeper's re-send of every branch resume still owed (`None`: none is).
+pub(super) fn resend_owed(r: &Record) -> Option<Decision> {
+    let mut d = Decision::new(Outcome::Applied);
+    for b in &r.branches {
+        if let (Some(owed), Some(token)) = (&b.owed, &b.token) {
+            d = owe_again(d, r, b.step, resume_effect(token, owed));
+        }
+    }
+    (!d.effects.is_empty()).then_some(d)
+}
+
+fn owe_again(d: Decision, r: &Record, step: u32, resume: Effect) -> Decision {
+    let d = d.effect(resume);
+    if r.state.kind() == Kind::Waiting {
+        d.effect(Effect::MarkResumed { generation: r.generation, step })
+    } else {
+        d
+    }
+}
+
+/// The same input again, for a branch: if it is the one that decided the branch and the resume
+/// is still owed, owe it again (`None`: nothing to re-send).
+pub(super) fn resend_for_repeat(r: &Record, step: u32, seen: &AppliedInput) -> Option<Decision> {
+    let b = branch(r, step)?;
+    let (owed, token) = (b.owed.as_ref()?, b.token.as_ref()?);
+    let last_for_branch =
+        r.applied.iter().rev().find(|a| a.step == Some(step) && a.generation == Some(r.generation));
+    (last_for_branch == Some(seen))
+        .then(|| owe_again(Decision::new(Outcome::Duplicate), r, step, resume_effect(token, owed)))
+}

@@ -1,0 +1,227 @@
+//! Parallel groups, decided one input at a time: review (0), then the group `checks` of fraud
+//! (1), credit (2) and the optional address (3), then payment (4).
+
+use super::*;
+
+fn grouped() -> Plan {
+    Plan {
+        groups: vec![Span { first: 1, last: 3 }],
+        optional: vec![3],
+        ..plan(&[&["decision"], &["fraud_score"], &["credit_ok"], &["address_ok"], &["payment_ref"]])
+    }
+}
+
+fn input(id: &str, step: u32, data: serde_json::Value) -> Input {
+    callback(id, step, StepOutcome::Succeeded, data)
+}
+
+fn failed(id: &str, step: u32) -> Input {
+    callback(id, step, StepOutcome::Failed { error: "no".into(), cause: "said no".into() }, json!({}))
+}
+
+/// The record with review done and every branch of the group reached.
+fn at_group(p: &Plan) -> Record {
+    let r = ready(p, &started(p), 0, "t0");
+    let r = after(&run(p, Some(&r), &input("cb-review", 0, json!({"decision": "ok"}))));
+    let r = ready(p, &r, 2, "t2");
+    let r = ready(p, &r, 1, "t1");
+    ready(p, &r, 3, "t3")
+}
+
+fn outcome(r: &Record, step: u32) -> Option<BranchOutcome> {
+    r.branches.iter().find(|b| b.step == step).and_then(|b| b.outcome)
+}
+
+#[test]
+fn the_first_branch_reached_opens_the_group_and_each_other_joins_it_once() {
+    let p = grouped();
+    let r = ready(&p, &started(&p), 0, "t0");
+    let r = after(&run(&p, Some(&r), &input("cb-review", 0, json!({"decision": "ok"}))));
+    let d = run(&p, Some(&r), &Input::StepReady { generation: 1, step: 2, token: token("t2"), deadline: T0 });
+    assert_eq!(d.transition(), Some((Some(State::Advancing { step: 0 }), State::Waiting { step: 1 })));
+    assert_eq!(
+        d.effects,
+        [Effect::CreateTask { generation: 1, step: 2 }, Effect::DrainInbox { generation: 1, step: 2 }]
+    );
+    let r = after(&d);
+    assert_eq!(
+        r.branches.iter().map(|b| (b.step, b.token.is_some())).collect::<Vec<_>>(),
+        [(1, false), (2, true), (3, false)]
+    );
+    let d = run(&p, Some(&r), &Input::StepReady { generation: 1, step: 1, token: token("t1"), deadline: T0 });
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::BranchReady));
+    let again = run(
+        &p,
+        Some(&after(&d)),
+        &Input::StepReady { generation: 1, step: 1, token: token("t1"), deadline: T0 },
+    );
+    assert_eq!(again.outcome, Outcome::Duplicate);
+    assert!(again.write.is_none());
+}
+
+#[test]
+fn the_group_advances_once_every_branch_has_an_outcome_and_the_next_step_follows_it() {
+    let p = grouped();
+    let r = at_group(&p);
+    let d = run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3})));
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::BranchDone));
+    assert_eq!(
+        d.effects,
+        [
+            Effect::SendTaskSuccess { token: token("t1"), output: json!({"fraud_score": 3}) },
+            Effect::MarkResumed { generation: 1, step: 1 }
+        ]
+    );
+    let r = after(&d);
+    assert_eq!(r.state, State::Waiting { step: 1 });
+    // A branch's input moves no sibling.
+    assert_eq!((outcome(&r, 2), outcome(&r, 3)), (None, None));
+    assert!(r.branches.iter().filter(|b| b.step != 1).all(|b| b.inputs.is_empty()));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1 }));
+    assert!(r.branches[0].owed.is_none());
+    let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
+    let d = run(&p, Some(&r), &input("cb-address", 3, json!({"address_ok": true})));
+    assert_eq!(d.transition(), Some((Some(State::Waiting { step: 1 }), State::Advancing { step: 1 })));
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::Complete));
+    // The group is decided: the last resume needs no delivery mark.
+    assert_eq!(
+        d.effects,
+        [Effect::SendTaskSuccess { token: token("t3"), output: json!({"address_ok": true}) }]
+    );
+    let r = ready(&p, &after(&d), 4, "t4");
+    assert_eq!((r.state, r.branches.len()), (State::Waiting { step: 4 }, 0));
+    let r = after(&run(&p, Some(&r), &input("cb-pay", 4, json!({"payment_ref": "p"}))));
+    let end = after(&run(&p, Some(&r), &Input::Finished { generation: 1, finish: Finish::Succeeded }));
+    assert_eq!(end.state, State::Succeeded);
+}
+
+#[test]
+fn a_required_branch_that_fails_closes_its_siblings_and_their_late_inputs_are_ignored() {
+    let p = grouped();
+    let r = at_group(&p);
+    let r = after(&run(&p, Some(&r), &input("cb-address", 3, json!({"address_ok": true}))));
+    let d = run(&p, Some(&r), &failed("cb-fraud", 1));
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::FailStep));
+    assert_eq!(
+        d.effects,
+        [Effect::SendTaskFailure { token: token("t1"), error: "no".into(), cause: "said no".into() }]
+    );
+    let r = after(&d);
+    assert_eq!(r.state, State::Advancing { step: 1 });
+    assert_eq!(
+        (outcome(&r, 1), outcome(&r, 2), outcome(&r, 3)),
+        (Some(BranchOutcome::Failed), Some(BranchOutcome::Closed), Some(BranchOutcome::Succeeded))
+    );
+    let late = run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true})));
+    assert_eq!(late.outcome, Outcome::Ignored(IgnoreReason::GroupFailed));
+    assert_eq!(late.effects, [Effect::Ledger { reason: IgnoreReason::GroupFailed }]);
+    let finish = Finish::Failed { error: "no".into(), cause: String::new() };
+    let end = after(&run(&p, Some(&r), &Input::Finished { generation: 1, finish }));
+    assert_eq!(end.state, State::Failed);
+    let later = run(&p, Some(&end), &input("cb-credit", 2, json!({"credit_ok": true})));
+    assert_eq!(later.outcome, Outcome::Ignored(IgnoreReason::GroupFailed));
+    assert!(later.write.is_none());
+}
+
+#[test]
+fn an_optional_branch_that_times_out_never_blocks_the_group_and_the_workflow_ends_degraded() {
+    let p = grouped();
+    let r = at_group(&p);
+    let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
+    let ended = Input::BranchEnded { generation: 1, step: 3, error: "States.Timeout".into() };
+    let d = run(&p, Some(&r), &ended);
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::BranchDone));
+    let r = after(&d);
+    assert_eq!(
+        (outcome(&r, 3), r.missed.clone(), r.state),
+        (Some(BranchOutcome::TimedOut), vec![3], State::Waiting { step: 1 })
+    );
+    assert_eq!(run(&p, Some(&r), &ended).outcome, Outcome::Duplicate);
+    let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
+    assert_eq!(r.state, State::Advancing { step: 1 });
+    let r = ready(&p, &r, 4, "t4");
+    let r = after(&run(&p, Some(&r), &input("cb-pay", 4, json!({"payment_ref": "p"}))));
+    let end = after(&run(&p, Some(&r), &Input::Finished { generation: 1, finish: Finish::Succeeded }));
+    assert_eq!((end.state, end.missed.clone()), (State::Degraded, vec![3]));
+}
+
+#[test]
+fn an_optional_branch_that_fails_by_callback_is_missed_and_the_group_goes_on() {
+    let p = grouped();
+    let r = at_group(&p);
+    let d = run(&p, Some(&r), &failed("cb-address", 3));
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::BranchDone));
+    let r = after(&d);
+    assert_eq!(
+        (outcome(&r, 3), r.missed.clone(), outcome(&r, 1)),
+        (Some(BranchOutcome::Failed), vec![3], None)
+    );
+    // Its own catch reports the failure baton sent: nothing new.
+    let report = Input::BranchEnded { generation: 1, step: 3, error: "no".into() };
+    assert_eq!(run(&p, Some(&r), &report).outcome, Outcome::Duplicate);
+}
+
+#[test]
+fn inputs_for_a_branch_not_yet_reached_are_buffered_until_it_is() {
+    let p = grouped();
+    // Before the workflow reaches the group at all.
+    let r = ready(&p, &started(&p), 0, "t0");
+    let d = run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true})));
+    assert_eq!(d.effects, [Effect::Buffer { generation: 1, step: 2 }]);
+    // The group is open, but this branch's step_ready is still on its way.
+    let r = after(&run(&p, Some(&r), &input("cb-review", 0, json!({"decision": "ok"}))));
+    let r = ready(&p, &r, 1, "t1");
+    let d = run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true})));
+    assert_eq!(
+        (d.outcome, d.effects.clone()),
+        (Outcome::Buffered, vec![Effect::Buffer { generation: 1, step: 2 }])
+    );
+}
+
+#[test]
+fn the_sweeper_resends_only_what_is_still_owed_and_a_cancel_fails_every_open_branch() {
+    let p = grouped();
+    let r = at_group(&p);
+    let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
+    let later = |r: &Record, input: &Input| {
+        decide(&p, (&names().0, &names().1), Some(r), input, T0 + RESEND_RESUME_AFTER)
+    };
+    assert_eq!(
+        later(&r, &Input::Tick).effects,
+        [
+            Effect::SendTaskSuccess { token: token("t1"), output: json!({"fraud_score": 3}) },
+            Effect::MarkResumed { generation: 1, step: 1 }
+        ]
+    );
+    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1 }));
+    assert_eq!(later(&r, &Input::Tick).outcome, Outcome::Ignored(IgnoreReason::NothingOwed));
+    let d = run(&p, Some(&r), &Input::Cancel { reason: "ops".into() });
+    let failed_tokens: Vec<&str> = d
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::SendTaskFailure { token, .. } => Some(token.expose()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed_tokens, ["t2", "t3"]);
+    assert_eq!(
+        (outcome(&after(&d), 2), outcome(&after(&d), 1)),
+        (Some(BranchOutcome::Closed), Some(BranchOutcome::Succeeded))
+    );
+}
+
+#[test]
+fn a_required_branch_that_times_out_is_named_and_the_rest_are_closed() {
+    let p = grouped();
+    let r = at_group(&p);
+    let mut r = r;
+    r.branches[0].deadline = Some(T0 - Duration::minutes(1));
+    r.branches[1].deadline = Some(T0 + Duration::days(1));
+    let end = after(&run(&p, Some(&r), &Input::Finished { generation: 1, finish: Finish::TimedOut }));
+    assert_eq!(end.state, State::TimedOut);
+    assert_eq!(
+        (outcome(&end, 1), outcome(&end, 2)),
+        (Some(BranchOutcome::TimedOut), Some(BranchOutcome::Closed))
+    );
+}

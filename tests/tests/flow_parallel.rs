@@ -1,0 +1,263 @@
+//! End to end, on the emulator: a parallel group's branches wait side by side, each on its own
+//! token and deadline, in the real generated `Parallel` state.
+//!
+//! - every branch succeeds: the group completes once, and the workflow goes on;
+//! - a required branch fails: its open siblings are closed, the workflow fails, and a sibling's
+//!   late callback is answered `ignored` (`group_failed`) and ledgered;
+//! - an optional branch times out: the group goes on without it, and the workflow ends
+//!   `degraded`;
+//! - a callback for a branch before its group opens is buffered, and applied once it does.
+
+use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+use baton_core::domain::lifecycle::{BranchOutcome, IgnoreReason, Record, State};
+use baton_core::ports::store::WorkflowStore;
+use baton_tests::system::{System, start_system};
+use serde_json::{Value, json};
+
+const CONFIG: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        requires: [decision]
+        timeout: 1h
+      - parallel:
+          name: checks
+          branches:
+            - name: fraud-check
+              task: { title: "Fraud check {key}", queue: fraud }
+              requires: [fraud_score]
+              timeout: 1h
+            - name: credit-check
+              task: { title: "Credit check {key}", queue: credit }
+              requires: [credit_ok]
+              timeout: 1h
+            - name: address-check
+              requires: [address_ok]
+              timeout: 4s
+              optional: true
+      - name: payment
+        requires: [payment_ref]
+        timeout: 1h
+"#;
+
+fn placed(key: &str) -> String {
+    json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop", "type": "order.placed", "subject": key})
+        .to_string()
+}
+
+fn cb(key: &str, step: &str, outcome: &str, data: Value) -> Value {
+    json!({"workflow": "order-review", "key": key, "step": step, "outcome": outcome, "data": data})
+}
+
+async fn state_is(system: &System, key: &str, what: &str, want: impl Fn(&Record) -> bool) -> Record {
+    system.until(what, || async { system.record("order-review", key).await.filter(|r| want(r)) }).await
+}
+
+fn branch(r: &Record, step: u32) -> (Option<BranchOutcome>, bool) {
+    let b = r.branches.iter().find(|b| b.step == step).expect("the branch");
+    (b.outcome, b.token.is_some())
+}
+
+/// Sends the callback and checks the answer's status and body `status`.
+async fn answered(system: &System, id: &str, body: Value, want: (u16, &str)) -> Value {
+    let (status, answer) = system.callback(id, &body).await;
+    assert_eq!((status, answer["status"].as_str()), (want.0, Some(want.1)), "{id}: {answer}");
+    answer
+}
+
+/// The workflow started and its review approved: the group opens.
+async fn at_group(system: &System, key: &str) -> Record {
+    system.send_event(&placed(key)).await;
+    state_is(system, key, "waiting on review", |r| r.state == State::Waiting { step: 0 }).await;
+    answered(
+        system,
+        &format!("{key}-review"),
+        cb(key, "manual-review", "succeeded", json!({"decision": "ok"})),
+        (200, "applied"),
+    )
+    .await;
+    state_is(system, key, "every branch reached", |r| {
+        r.state == State::Waiting { step: 1 } && r.branches.iter().all(|b| b.token.is_some())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_branch_succeeds_and_the_workflow_moves_on_once() {
+    let system = start_system(CONFIG).await;
+    let key = "k-all";
+    at_group(&system, key).await;
+    // Each branch's task is published once; the review step has none.
+    let tasks = system.published_tasks(2).await;
+    let mut steps: Vec<&str> = tasks.iter().filter_map(|t| t["data"]["step"].as_str()).collect();
+    steps.sort_unstable();
+    assert_eq!(steps, ["credit-check", "fraud-check"], "{tasks:#?}");
+
+    let answer = answered(
+        &system,
+        "k-all-fraud",
+        cb(key, "fraud-check", "succeeded", json!({"fraud_score": 2})),
+        (200, "applied"),
+    )
+    .await;
+    assert_eq!(answer["state"], "waiting{1}", "the group waits for its other branches: {answer}");
+    let r = system.record("order-review", key).await.unwrap();
+    // A branch's input moves no sibling.
+    assert_eq!(
+        (branch(&r, 1).0, branch(&r, 2).0, branch(&r, 3).0),
+        (Some(BranchOutcome::Succeeded), None, None)
+    );
+    answered(
+        &system,
+        "k-all-address",
+        cb(key, "address-check", "succeeded", json!({"address_ok": true})),
+        (200, "applied"),
+    )
+    .await;
+    answered(
+        &system,
+        "k-all-credit",
+        cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+        (200, "applied"),
+    )
+    .await;
+    state_is(&system, key, "waiting on payment", |r| r.state == State::Waiting { step: 4 }).await;
+    answered(
+        &system,
+        "k-all-pay",
+        cb(key, "payment", "succeeded", json!({"payment_ref": "p-1"})),
+        (200, "applied"),
+    )
+    .await;
+    let r = state_is(&system, key, "succeeded", |r| r.state.is_terminal()).await;
+    assert_eq!((r.state, r.missed.clone()), (State::Succeeded, vec![]));
+    system.execution_ended("order-review", "SUCCEEDED").await;
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_branch_that_fails_closes_its_siblings_and_a_late_sibling_callback_is_ignored() {
+    let system = start_system(CONFIG).await;
+    let key = "k-fail";
+    at_group(&system, key).await;
+    answered(
+        &system,
+        "k-fail-address",
+        cb(key, "address-check", "succeeded", json!({"address_ok": true})),
+        (200, "applied"),
+    )
+    .await;
+    let failed = json!({"workflow": "order-review", "key": key, "step": "fraud-check", "outcome": "failed",
+        "error": "FraudSuspected", "cause": "score 97"});
+    answered(&system, "k-fail-fraud", failed, (200, "applied")).await;
+    let r = state_is(&system, key, "failed", |r| r.state == State::Failed).await;
+    assert_eq!(
+        (branch(&r, 1).0, branch(&r, 2).0, branch(&r, 3).0),
+        (Some(BranchOutcome::Failed), Some(BranchOutcome::Closed), Some(BranchOutcome::Succeeded))
+    );
+    system.execution_ended("order-review", "FAILED").await;
+
+    // The credit team answers late: told the truth, nothing applied, kept in the ledger.
+    let answer = answered(
+        &system,
+        "k-fail-credit",
+        cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+        (200, "ignored"),
+    )
+    .await;
+    assert_eq!(answer["reason"], "group_failed", "{answer}");
+    let after = system.record("order-review", key).await.unwrap();
+    assert_eq!((after.version, branch(&after, 2).0), (r.version, Some(BranchOutcome::Closed)));
+    let (w, k) = (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse(key).unwrap());
+    let ledger = system.store.trace(&w, &k).await.unwrap().ledger;
+    assert!(
+        ledger.iter().any(|l| l.input_id == "k-fail-credit" && l.reason == IgnoreReason::GroupFailed),
+        "{ledger:?}"
+    );
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_optional_branch_that_times_out_leaves_the_workflow_degraded() {
+    let system = start_system(CONFIG).await;
+    let key = "k-degraded";
+    at_group(&system, key).await;
+    answered(
+        &system,
+        "k-deg-fraud",
+        cb(key, "fraud-check", "succeeded", json!({"fraud_score": 2})),
+        (200, "applied"),
+    )
+    .await;
+    answered(
+        &system,
+        "k-deg-credit",
+        cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+        (200, "applied"),
+    )
+    .await;
+    // The address check never answers: its own deadline (4 s) passes, its catch reports it, and
+    // the group goes on without it.
+    let r =
+        state_is(&system, key, "the optional branch timed out", |r| r.state == State::Waiting { step: 4 })
+            .await;
+    assert_eq!(r.missed, [3]);
+    answered(
+        &system,
+        "k-deg-pay",
+        cb(key, "payment", "succeeded", json!({"payment_ref": "p-2"})),
+        (200, "applied"),
+    )
+    .await;
+    let r = state_is(&system, key, "degraded", |r| r.state.is_terminal()).await;
+    assert_eq!((r.state, r.missed.clone()), (State::Degraded, vec![3]));
+    // Step Functions' view: the execution succeeded; the record says what it lacked.
+    system.execution_ended("order-review", "SUCCEEDED").await;
+    let late = answered(
+        &system,
+        "k-deg-address",
+        cb(key, "address-check", "succeeded", json!({"address_ok": true})),
+        (200, "ignored"),
+    )
+    .await;
+    assert_eq!(late["reason"], "terminal", "{late}");
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_for_a_branch_before_its_group_opens_is_buffered_then_applied() {
+    let system = start_system(CONFIG).await;
+    let key = "k-early";
+    system.send_event(&placed(key)).await;
+    state_is(&system, key, "waiting on review", |r| r.state == State::Waiting { step: 0 }).await;
+    answered(
+        &system,
+        "k-early-credit",
+        cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+        (202, "buffered"),
+    )
+    .await;
+    answered(
+        &system,
+        "k-early-review",
+        cb(key, "manual-review", "succeeded", json!({"decision": "ok"})),
+        (200, "applied"),
+    )
+    .await;
+    let r = state_is(&system, key, "the early callback applied to its branch", |r| {
+        r.state == State::Waiting { step: 1 } && r.branches.iter().any(|b| b.step == 2 && b.outcome.is_some())
+    })
+    .await;
+    assert_eq!(branch(&r, 2), (Some(BranchOutcome::Succeeded), true));
+    assert_eq!((branch(&r, 1).0, branch(&r, 3).0), (None, None));
+    // Sent again, it is the same callback.
+    let (status, again) = system
+        .callback("k-early-credit", &cb(key, "credit-check", "succeeded", json!({"credit_ok": true})))
+        .await;
+    assert_eq!((status, &again["duplicate"]), (200, &json!(true)), "{again}");
+    system.stop().await;
+}
