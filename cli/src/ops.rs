@@ -161,6 +161,16 @@ impl StepNames {
         Some(baton_core::domain::asl::definition(self.0.as_ref()?.workflow(workflow)?))
     }
 
+    /// The name of the position a record at step `index` is at: the parallel group's, when
+    /// `index` is a branch of one, else the step's.
+    pub fn position_name(&self, workflow: &str, index: u32) -> Option<String> {
+        let wf = self.0.as_ref()?.workflow(workflow)?;
+        match wf.group_of(index) {
+            Some(group) => Some(group.name.to_string()),
+            None => self.name(workflow, index),
+        }
+    }
+
     /// The name of step `index` of `workflow`, if the config has it.
     pub fn name(&self, workflow: &str, index: u32) -> Option<String> {
         let wf = self.0.as_ref()?.workflow(workflow)?;

@@ -23,7 +23,7 @@ use anyhow::{Context, Result, bail};
 use baton_aws::dynamodb::DynamoDbStore;
 use baton_aws::stepfunctions::StepFunctionsOrchestrator;
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
-use baton_core::domain::lifecycle::{AuditEntry, Record, Resume};
+use baton_core::domain::lifecycle::{AuditEntry, Branch, Record, Resume};
 use baton_core::ports::orchestrator::{
     ExecutionInfo, HistoryEvent, Orchestrator, OrchestratorError, execution_arn, execution_name,
 };
@@ -207,8 +207,12 @@ pub struct GraphState {
     /// Step Functions' state type: `Task`, `Fail`, ...
     #[serde(rename = "type")]
     pub kind: String,
-    /// The step's index, for a step's state (it waits for its task token).
+    /// The step's index, for a step's state (it waits for its task token); for a parallel
+    /// group's, its first branch's.
     pub step: Option<u32>,
+    /// A parallel group's branches, each a graph of its own, side by side.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub branches: Vec<Graph>,
     pub next: Option<String>,
     /// Where errors go: `{"errors": ["States.Timeout"], "next": "Report timed out"}`.
     pub catches: Vec<Catch>,
@@ -241,12 +245,15 @@ impl Graph {
             .map(|name| {
                 let state = &states[name];
                 let catches = state["Catch"].as_array().map(Vec::as_slice).unwrap_or_default();
+                let branches: Vec<Graph> =
+                    state["Branches"].as_array().into_iter().flatten().map(Graph::of).collect();
+                let step =
+                    state["Parameters"]["MessageBody"]["step"].as_u64().and_then(|s| u32::try_from(s).ok());
                 GraphState {
                     name: name.to_owned(),
                     kind: text(&state["Type"]).unwrap_or_default(),
-                    step: state["Parameters"]["MessageBody"]["step"]
-                        .as_u64()
-                        .and_then(|s| u32::try_from(s).ok()),
+                    step: step.or_else(|| branches.iter().filter_map(Graph::first_step).min()),
+                    branches,
                     next: text(&state["Next"]),
                     catches: catches
                         .iter()
@@ -263,6 +270,11 @@ impl Graph {
             })
             .collect();
         Graph { start_at, states }
+    }
+
+    /// The step its start state waits on.
+    fn first_step(&self) -> Option<u32> {
+        self.states.iter().find(|s| s.name == self.start_at)?.step
     }
 }
 
@@ -293,10 +305,56 @@ pub struct RecordView {
     pub owed: Option<&'static str>,
     /// Ids of the start events seen, oldest first (bounded).
     pub start_events: Vec<String>,
+    /// At a parallel group (and in a record that ended at one): each branch, side by side.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub branches: Vec<BranchView>,
+    /// The optional branches of this generation that did not succeed, by name: a workflow that
+    /// finishes with any ends `degraded`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missed: Vec<String>,
     #[serde(serialize_with = "crate::ops::ser_time")]
     pub created_at: OffsetDateTime,
     #[serde(serialize_with = "crate::ops::ser_time")]
     pub updated_at: OffsetDateTime,
+}
+
+/// One branch of the parallel group a record is at.
+#[derive(Debug, Serialize)]
+pub struct BranchView {
+    pub step: u32,
+    pub name: Option<String>,
+    /// `not_reached` (its `step_ready` is on its way), `waiting`, or its outcome: `succeeded`,
+    /// `failed`, `timed_out`, `closed`.
+    pub state: &'static str,
+    #[serde(serialize_with = "crate::ops::ser_opt_time")]
+    pub deadline: Option<OffsetDateTime>,
+    pub token_fingerprint: Option<String>,
+    pub inputs: Map<String, Value>,
+    /// The resume its token is still owed: `success`, `failure` or `null`.
+    pub owed: Option<&'static str>,
+}
+
+fn branch_view(b: &Branch, workflow: &str, names: &StepNames) -> BranchView {
+    BranchView {
+        step: b.step,
+        name: names.name(workflow, b.step),
+        state: match (b.outcome, &b.token) {
+            (Some(outcome), _) => outcome.as_str(),
+            (None, Some(_)) => "waiting",
+            (None, None) => "not_reached",
+        },
+        deadline: b.deadline,
+        token_fingerprint: b.token.as_ref().map(|t| t.fingerprint()),
+        inputs: b.inputs.clone(),
+        owed: b.owed.as_ref().map(owed_word),
+    }
+}
+
+fn owed_word(o: &Resume) -> &'static str {
+    match o {
+        Resume::Success { .. } => "success",
+        Resume::Failure { .. } => "failure",
+    }
 }
 
 /// Where a timeline entry comes from.
@@ -471,7 +529,7 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         state: r.state.to_string(),
         terminal: r.state.is_terminal(),
         step,
-        step_name: step.and_then(|s| names.name(r.workflow.as_str(), s)),
+        step_name: step.and_then(|s| names.position_name(r.workflow.as_str(), s)),
         generation: r.generation,
         version: r.version,
         config_version: r.config_version.clone(),
@@ -488,11 +546,14 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
             .filter(|_| r.state.step().is_some())
             .map(|a| a.id.to_string())
             .collect(),
-        owed: r.owed.as_ref().map(|o| match o {
-            Resume::Success { .. } => "success",
-            Resume::Failure { .. } => "failure",
-        }),
+        owed: r.owed.as_ref().map(owed_word),
         start_events: r.start_events.iter().map(ToString::to_string).collect(),
+        branches: r.branches.iter().map(|b| branch_view(b, r.workflow.as_str(), names)).collect(),
+        missed: r
+            .missed
+            .iter()
+            .map(|&s| names.name(r.workflow.as_str(), s).unwrap_or_else(|| format!("step {s}")))
+            .collect(),
         created_at: r.created_at,
         updated_at: r.updated_at,
     }
@@ -631,6 +692,7 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
             if let Some(owed) = r.owed {
                 line(&mut out, &format!("  owed      a {owed} resume to Step Functions"));
             }
+            render_branches(&mut out, r, now);
         }
         None => {
             line(&mut out, "  no record: only inputs that arrived before the start event");
@@ -665,6 +727,33 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
         }
     }
     out
+}
+
+/// A parallel group's branches, one line each: name, state, deadline, inputs, owed resume.
+fn render_branches(out: &mut String, r: &RecordView, now: OffsetDateTime) {
+    for (i, b) in r.branches.iter().enumerate() {
+        let label = if i == 0 { "  branches  " } else { "            " };
+        let name = b.name.clone().unwrap_or_else(|| format!("step {}", b.step));
+        let mut text = format!("{label}{name:<20} {:<11}", b.state);
+        if let Some(deadline) = b.deadline.filter(|_| b.state == "waiting") {
+            let when = if deadline <= now {
+                format!("overdue by {}", human(now - deadline))
+            } else {
+                format!("in {}", human(deadline - now))
+            };
+            text.push_str(&format!(" deadline {} ({when})", table_time(deadline)));
+        }
+        if !b.inputs.is_empty() {
+            text.push_str(&format!(" inputs {}", Value::Object(b.inputs.clone())));
+        }
+        if let Some(owed) = b.owed {
+            text.push_str(&format!(" owed a {owed} resume"));
+        }
+        line(out, &text);
+    }
+    if !r.missed.is_empty() {
+        line(out, &format!("  missed    {} (optional; the workflow ends degraded)", r.missed.join(", ")));
+    }
 }
 
 /// Appends one line of text, its control characters escaped (see [`terminal_safe`]).
@@ -1105,5 +1194,67 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["executions"][0]["error"], "Rejected\u{1b}]0;owned\u{7}", "--json stays exact");
         assert_eq!(terminal_safe("order-1 ok"), "order-1 ok");
+    }
+
+    #[test]
+    fn a_parallel_group_shows_each_branch_with_its_state_deadline_inputs_and_what_is_missed() {
+        use baton_core::domain::lifecycle::{Branch, BranchOutcome};
+        let config = baton_core::domain::config::Config::parse(
+            "workflows:\n  order-review:\n    start: { when: { type: [t] }, key: /subject }\n    steps:\n      \
+             - parallel:\n          name: checks\n          branches:\n            \
+             - { name: fraud-check, requires: [s], timeout: 1h }\n            \
+             - { name: address-check, requires: [a], timeout: 1h, optional: true }\n            \
+             - { name: credit-check, requires: [c], timeout: 1h }\n      \
+             - { name: payment, requires: [p], timeout: 1h }\n",
+        )
+        .unwrap();
+        let definition = baton_core::domain::asl::definition(&config.workflows[0]);
+        let step_names = StepNames::from_config(config);
+        let mut trace = trace();
+        let record = trace.record.as_mut().unwrap();
+        record.state = State::Waiting { step: 0 };
+        let branch = |step: u32, token: Option<&str>, outcome: Option<BranchOutcome>| Branch {
+            step,
+            token: token.map(|t| TaskToken::parse(t).unwrap()),
+            deadline: Some(t(3600)),
+            inputs: if outcome == Some(BranchOutcome::Succeeded) {
+                json!({"s": 1}).as_object().unwrap().clone()
+            } else {
+                Map::new()
+            },
+            outcome,
+            owed: None,
+        };
+        record.branches = vec![
+            branch(0, Some("tok-a"), Some(BranchOutcome::Succeeded)),
+            branch(1, Some("tok-b"), Some(BranchOutcome::TimedOut)),
+            branch(2, Some("tok-c"), None),
+        ];
+        record.missed = vec![1];
+        let (w, k) = names();
+        let report = build(&trace, vec![], &step_names, (&w, &k));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["record"]["step_name"], "checks", "a record at a group is at the group");
+        let states: Vec<(&str, &str)> = json["record"]["branches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b["name"].as_str().unwrap(), b["state"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            states,
+            [("fraud-check", "succeeded"), ("address-check", "timed_out"), ("credit-check", "waiting")]
+        );
+        assert_eq!(json["record"]["missed"], json!(["address-check"]));
+        assert!(!json.to_string().contains("tok-c"), "tokens are never shown");
+        let text = render(&report, t(60));
+        assert!(text.contains("  branches  fraud-check          succeeded   inputs {\"s\":1}"), "{text}");
+        assert!(text.contains("            credit-check         waiting     deadline"), "{text}");
+        assert!(text.contains("  missed    address-check (optional; the workflow ends degraded)"), "{text}");
+        // The graph draws the group as one state with its branches side by side.
+        let graph = Graph::of(&definition);
+        let group = graph.states.iter().find(|s| s.name == "checks").unwrap();
+        assert_eq!((group.kind.as_str(), group.step, group.branches.len()), ("Parallel", Some(0), 3));
+        assert_eq!(group.branches[2].start_at, "credit-check");
     }
 }

@@ -261,3 +261,65 @@ async fn a_callback_for_a_branch_before_its_group_opens_is_buffered_then_applied
     assert_eq!((status, &again["duplicate"]), (200, &json!(true)), "{again}");
     system.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_resume_lost_in_a_crash_is_sent_again_by_the_sweeper_while_its_group_waits() {
+    use baton_core::domain::lifecycle::{self, Input, Source, StepOutcome};
+    let system = start_system(CONFIG).await;
+    let key = "k-crash";
+    let waiting = at_group(&system, key).await;
+    // The fraud check's callback is decided and its record write lands; the process dies
+    // before the resume (no SendTaskSuccess).
+    let engine = system.engine();
+    let workflow = engine.config.workflow("order-review").unwrap();
+    let input = Input::StepInput {
+        id: baton_core::domain::ids::EventId::parse("k-crash-fraud").unwrap(),
+        hash: "h".into(),
+        source: Source::Callback,
+        step: 1,
+        outcome: StepOutcome::Succeeded,
+        data: json!({"fraud_score": 1}).as_object().unwrap().clone(),
+        generation: None,
+    };
+    let d = lifecycle::decide(
+        &workflow.plan(),
+        (&waiting.workflow, &waiting.key),
+        Some(&waiting),
+        &input,
+        engine.now(),
+    );
+    assert_eq!(
+        system.store.apply(d.write.as_ref().unwrap()).await.unwrap(),
+        baton_core::ports::store::Applied::Written
+    );
+    let r = system.record("order-review", key).await.unwrap();
+    assert!(r.branches[0].owed.is_some(), "the resume is owed: {:?}", r.branches[0]);
+
+    // The sweeper, past the grace, sends it and marks it delivered; the group still waits.
+    let report = system.sweep(time::OffsetDateTime::now_utc() + time::Duration::seconds(45)).await;
+    assert_eq!(report.repaired, 1, "{report:?}");
+    let r = system.record("order-review", key).await.unwrap();
+    assert_eq!(
+        (r.state, r.branches[0].owed.is_none()),
+        (State::Waiting { step: 1 }, true),
+        "{:?}",
+        r.branches
+    );
+    // Step Functions took it: once the others answer, the execution reaches payment.
+    answered(
+        &system,
+        "k-crash-credit",
+        cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+        (200, "applied"),
+    )
+    .await;
+    answered(
+        &system,
+        "k-crash-address",
+        cb(key, "address-check", "succeeded", json!({"address_ok": true})),
+        (200, "applied"),
+    )
+    .await;
+    state_is(&system, key, "waiting on payment", |r| r.state == State::Waiting { step: 4 }).await;
+    system.stop().await;
+}

@@ -143,9 +143,14 @@ function graphView() {
     const label = status.get(s.name) === "current" && ended ? "ended here" : STATUS_LABEL[status.get(s.name)];
     const meta = s.step !== null ? "step " + s.step + " · waits for its task token" : s.type;
     const catches = s.catches.map((c) => c.errors.join(", ").replace(/States\./g, "") + " → " + c.next);
+    const branches = (s.branches || []).length
+      ? [el("div", { class: "group-branches", "data-group": s.name }, s.branches.map(branchBox))]
+      : [];
     return el("div", { class: "graph-state", "data-name": s.name, "data-status": status.get(s.name) },
       el("span", { class: "name" }, s.name), el("span", { class: "status-label" }, "(" + label + ")"),
-      el("div", { class: "meta" }, meta + (catches.length ? " · on " + catches.join(", ") : "")));
+      el("div", { class: "meta" }, (s.branches && s.branches.length ? "parallel group · " + s.branches.length + " branches side by side" : meta) +
+        (catches.length ? " · on " + catches.join(", ") : "")),
+      ...branches);
   };
   const nodes = [];
   graph.states.forEach((s, i) => {
@@ -155,6 +160,24 @@ function graphView() {
     else if (next) nodes.push(el("div", { class: "branch" }, s.next ? "then → " + s.next : "end"));
   });
   return el("div", { class: "graph", id: "graph" }, nodes);
+}
+
+// One branch of a parallel group, as the record has it: its state, deadline, inputs and owed
+// resume ("not reached" before its step_ready, or once the record has moved past the group).
+function branchBox(g) {
+  const r = doc.record;
+  const name = g.start_at;
+  const b = ((r && r.branches) || []).find((x) => x.name === name);
+  const missed = ((r && r.missed) || []).includes(name);
+  const state = b ? b.state : "not_reached";
+  const meta = [];
+  if (b && b.deadline && b.state === "waiting") meta.push("deadline " + b.deadline);
+  if (b && Object.keys(b.inputs).length) meta.push("inputs " + Object.keys(b.inputs).join(", "));
+  if (b && b.owed) meta.push("owed a " + b.owed + " resume");
+  if (missed) meta.push("optional: did not succeed");
+  return el("div", { class: "graph-branch", "data-name": name, "data-state": state },
+    el("span", { class: "name" }, name), el("span", { class: "status-label" }, "(" + state.replace("_", " ") + ")"),
+    el("div", { class: "meta" }, meta.join(" · ") || "step " + ((g.states[0] || {}).step ?? "")));
 }
 
 // ---- The timeline -----------------------------------------------------------------------------

@@ -293,6 +293,10 @@ pub fn classify(
             | IgnoreReason::RefusedWhileRunning
             | IgnoreReason::NothingOwed),
         ) => (Noop, format!("would be ignored: {}", reason.as_str())),
+        // The branch was closed when its group failed: nothing can ever apply it.
+        Outcome::Ignored(IgnoreReason::GroupFailed) => {
+            (Noop, format!("its branch was closed when its group failed (record {})", state_of(record)))
+        }
         Outcome::Ignored(IgnoreReason::StepAlreadyPassed | IgnoreReason::StepAlreadyAdvanced) => {
             (NeedsHuman, format!("the step has already passed (record {})", state_of(record)))
         }

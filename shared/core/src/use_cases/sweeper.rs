@@ -6,6 +6,8 @@
 //! - A record still `advancing` after [`RESEND_RESUME_AFTER`]: the resume may never have reached
 //!   Step Functions (a crash between the `advancing` write and SendTaskSuccess). Sending again is
 //!   safe: either it is the first delivery, or the token is gone and that is classified.
+//! - A parallel group still `waiting` with a branch's resume owed after [`RESEND_RESUME_AFTER`]:
+//!   the same, for that branch's token.
 //! - A buffered input past its expiry: its step never waited in time. It is settled `expired`
 //!   and ledgered as `buffer_expired`, so it is not lost silently.
 //!
@@ -65,7 +67,14 @@ impl Sweeper {
             warn!(error_type = e.error_type(), error = %crate::domain::error::error_chain(&e), "{what} failed; the next sweep retries it");
             first_error.get_or_insert(e);
         };
-        let due = [(Kind::Pending, RESTART_PENDING_AFTER), (Kind::Advancing, RESEND_RESUME_AFTER)];
+        // A waiting record is listed when its deadline passed a grace ago (Step Functions' own
+        // timeout report is then overdue: nothing is owed, and it is counted so), or, at a
+        // parallel group, when a branch's resume has been owed for the grace.
+        let due = [
+            (Kind::Pending, RESTART_PENDING_AFTER),
+            (Kind::Advancing, RESEND_RESUME_AFTER),
+            (Kind::Waiting, RESEND_RESUME_AFTER),
+        ];
         for (kind, after) in due {
             let records = match self.engine.store.due(kind, now - after, BATCH).await {
                 Ok(records) => records,
