@@ -1224,6 +1224,7 @@ mod tests {
             },
             outcome,
             owed: None,
+            unconfirmed: false,
         };
         record.branches = vec![
             branch(0, Some("tok-a"), Some(BranchOutcome::Succeeded)),

@@ -42,10 +42,18 @@ pub enum Mutation {
     /// and the `INBOX#`/`LEDGER#` sort keys built from them exceed DynamoDB's 1,024 bytes.
     /// Only a store that keeps DynamoDB's key limits shows it.
     IdWithoutByteLimit,
+    /// An optional parallel branch's failure is taken as a required one's: it closes its
+    /// siblings and fails the group.
+    OptionalFailsGroup,
+    /// A branch's input is merged into every open branch of its group, not its own only.
+    SiblingMerge,
+    /// A workflow that finishes with an optional branch not succeeded ends `succeeded`, not
+    /// `degraded`.
+    DegradedForgotten,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
@@ -55,6 +63,9 @@ impl Mutation {
         Mutation::IgnoreDeadline,
         Mutation::UncheckedFailureText,
         Mutation::IdWithoutByteLimit,
+        Mutation::OptionalFailsGroup,
+        Mutation::SiblingMerge,
+        Mutation::DegradedForgotten,
     ];
 }
 

@@ -11,6 +11,22 @@
 //!
 //! The progress queue URL is a `DefinitionSubstitutions` placeholder, `${ProgressQueueUrl}`,
 //! filled in by SAM at deploy and by `baton local` on the emulator.
+//!
+//! A parallel group is one `Parallel` state with one branch per branch step, each branch a
+//! single token wait with its own `TimeoutSeconds` (and `HeartbeatSeconds`), so the console
+//! shows every branch and its state. Why this shape:
+//! - a required branch has no Catch of its own: its failure or timeout fails the `Parallel`
+//!   state at once, which stops the other branches (Step Functions' own semantics), and the
+//!   group's Catch reports it as a step's would be;
+//! - an optional branch catches its own failure or timeout, reports it (`branch_ended`) and ends
+//!   successfully, so it never fails or holds up the group;
+//! - `ResultPath: null` on the state: the branches' outputs stay in the record, not in the
+//!   execution's state (a Parallel state's output is an array of every branch's).
+//!
+//! A group of n branches costs n + 1 transitions on the happy path (the `Parallel` state and
+//! each branch's wait), one more than n steps in a row, and one more for each optional branch
+//! that fails or times out (its report). A retry or a Map per branch would cost more, and a
+//! Catch on the group alone would lose which branch failed.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

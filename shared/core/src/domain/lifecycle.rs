@@ -276,6 +276,9 @@ pub const TRANSITIONS: &[Transition] = &[
     t(Some(C), P, Cause::Restart, StepMove::None),
     t(Some(P), W, Cause::StepReady, StepMove::First),
     t(Some(A), W, Cause::StepReady, StepMove::Next),
+    // Step Functions left a parallel group whose optional branch ended without baton, before
+    // that branch's own report arrived.
+    t(Some(W), W, Cause::StepReady, StepMove::Next),
     t(Some(W), W, Cause::Merge, StepMove::Same),
     t(Some(W), A, Cause::Complete, StepMove::Same),
     t(Some(W), A, Cause::FailStep, StepMove::Same),
@@ -291,6 +294,9 @@ pub const TRANSITIONS: &[Transition] = &[
     t(Some(A), S, Cause::ReportSucceeded, StepMove::Leave),
     // The same, after an optional branch did not succeed.
     t(Some(A), D, Cause::ReportSucceeded, StepMove::Leave),
+    // A last parallel group that Step Functions left before an optional branch's report came.
+    t(Some(W), S, Cause::ReportSucceeded, StepMove::Leave),
+    t(Some(W), D, Cause::ReportSucceeded, StepMove::Leave),
     // A failure or timeout can outrun baton's view: the step_ready message may still be queued
     // (pending), the step may be waiting, or the resume may be owed when the deadline fires.
     t(Some(P), F, Cause::ReportFailed, StepMove::None),
@@ -533,11 +539,23 @@ pub struct Branch {
     /// The resume its token is owed, until it reaches Step Functions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owed: Option<Resume>,
+    /// Its success went out but found the token gone: Step Functions may have taken an earlier
+    /// copy, or ended the branch itself (an optional branch's catch then reports it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unconfirmed: bool,
 }
 
 impl Branch {
     fn new(step: u32) -> Branch {
-        Branch { step, token: None, deadline: None, inputs: Map::new(), outcome: None, owed: None }
+        Branch {
+            step,
+            token: None,
+            deadline: None,
+            inputs: Map::new(),
+            outcome: None,
+            owed: None,
+            unconfirmed: false,
+        }
     }
 
     pub fn is_open(&self) -> bool {
@@ -569,6 +587,23 @@ impl BranchOutcome {
 }
 
 impl Record {
+    /// Whether `step` waits for its inputs: the record's waiting step, or an open branch of the
+    /// parallel group it waits at whose token has arrived.
+    pub fn waits_at(&self, step: u32) -> bool {
+        self.token_at(step).is_some()
+    }
+
+    /// The token of `step` while it waits ([`Record::waits_at`]).
+    pub fn token_at(&self, step: u32) -> Option<&TaskToken> {
+        if self.state.kind() != Kind::Waiting {
+            return None;
+        }
+        if self.branches.is_empty() {
+            return self.token.as_ref().filter(|_| self.state.step() == Some(step));
+        }
+        self.branches.iter().find(|b| b.step == step && b.is_open()).and_then(|b| b.token.as_ref())
+    }
+
     fn next(&self, state: State, now: OffsetDateTime) -> Record {
         Record { state, version: self.version + 1, updated_at: now, write_id: None, ..self.clone() }
     }
@@ -657,8 +692,9 @@ pub enum Input {
     /// An optional branch's own catch reported that it ended without baton: it timed out
     /// (`States.Timeout`), or its task failed with `error`.
     BranchEnded { generation: u32, step: u32, error: String },
-    /// A branch's owed resume reached Step Functions (or found its token gone).
-    Resumed { generation: u32, step: u32 },
+    /// A branch's owed resume went out: it reached Step Functions (`delivered`), or found its
+    /// token gone (then an earlier copy may have reached it, or the branch ended without it).
+    Resumed { generation: u32, step: u32, delivered: bool },
     /// An operator cancels the workflow.
     Cancel { reason: String },
     /// The sweeper looks for owed work.
@@ -1005,9 +1041,9 @@ fn decide_inner(
             None => Decision::ignored(IgnoreReason::OutOfOrder),
             Some(r) => group::on_branch_ended(plan, r, (*generation, *step), error, now),
         },
-        Input::Resumed { generation, step } => match record {
+        Input::Resumed { generation, step, delivered } => match record {
             None => Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed)),
-            Some(r) => group::on_resumed(r, (*generation, *step), now),
+            Some(r) => group::on_resumed(r, (*generation, *step), *delivered, now),
         },
         Input::Tick => on_tick(record, now),
     }
@@ -1137,9 +1173,15 @@ fn on_step_ready(
             "the step is not in the workflow's config",
         ));
     }
+    // Step Functions may leave a parallel group before the record hears how its optional
+    // branches ended (their reports travel apart, on an unordered queue): the group is settled
+    // as Step Functions left it ([`group::left`]).
+    let left = group::left(plan, r, step, now);
+    let r = left.as_ref().unwrap_or(r);
     let expected = match r.state {
         State::Pending => Some(0),
         State::Advancing { step: n } => plan.next_position(n),
+        State::Waiting { step: n } if left.is_some() => plan.next_position(n),
         _ => None,
     };
     if let Some(group) = plan.group_of(step) {
@@ -1367,8 +1409,18 @@ fn on_finished(plan: &Plan, r: &Record, generation: u32, finish: &Finish, now: O
     if generation != r.generation {
         return Decision::ignored(IgnoreReason::StaleGeneration);
     }
+    let left = match finish {
+        Finish::Succeeded => group::left(plan, r, u32::MAX, now),
+        _ => None,
+    };
+    let r = left.as_ref().unwrap_or(r);
     let (to_state, cause) = match finish {
-        Finish::Succeeded if !r.missed.is_empty() => (State::Degraded, Cause::ReportSucceeded),
+        Finish::Succeeded
+            if !r.missed.is_empty()
+                && !crate::mutants::active(crate::mutants::Mutation::DegradedForgotten) =>
+        {
+            (State::Degraded, Cause::ReportSucceeded)
+        }
         Finish::Succeeded => (State::Succeeded, Cause::ReportSucceeded),
         Finish::Failed { .. } => (State::Failed, Cause::ReportFailed),
         Finish::TimedOut => (State::TimedOut, Cause::ReportTimedOut),
@@ -1380,7 +1432,10 @@ fn on_finished(plan: &Plan, r: &Record, generation: u32, finish: &Finish, now: O
         return Decision::ignored(IgnoreReason::Terminal);
     }
     let fits = match finish {
-        Finish::Succeeded => r.state == State::Advancing { step: plan.last_position() },
+        Finish::Succeeded => {
+            r.state == State::Advancing { step: plan.last_position() }
+                || left.is_some() && r.state == State::Waiting { step: plan.last_position() }
+        }
         _ => true,
     };
     if !fits || !is_allowed(Some(r.state), to_state, cause) {
@@ -1410,5 +1465,6 @@ fn on_tick(record: Option<&Record>, now: OffsetDateTime) -> Decision {
 }
 
 mod group;
+pub use group::{SETTLE_BRANCHES_WITHIN, unsettled};
 #[cfg(test)]
 mod tests;

@@ -429,8 +429,7 @@ impl Callbacks {
             && let Some(pinned) =
                 self.engine.definition(workflow.name.as_str(), r.config_version.as_deref()).await?
             && let Some(step) = pinned.step_index(step)
-            && r.state == (crate::domain::lifecycle::State::Waiting { step })
-            && let Some(token) = &r.token
+            && let Some(token) = r.token_at(step)
         {
             match self.engine.orchestrator.send_task_heartbeat(token).await {
                 Ok(()) | Err(crate::ports::orchestrator::OrchestratorError::TokenGone { .. }) => {}
@@ -481,7 +480,7 @@ impl Callbacks {
                 && let Some(pinned) =
                     self.engine.definition(workflow.name.as_str(), r.config_version.as_deref()).await?
                 && let Some(step) = pinned.step_index(&entry.step_name)
-                && r.state == (crate::domain::lifecycle::State::Waiting { step })
+                && r.waits_at(step)
             {
                 self.engine.drain(&pinned, &callback.key, r.generation, step, self.engine.now()).await?;
             }

@@ -47,6 +47,14 @@ use crate::ports::store::{
     Task, WorkflowStore,
 };
 
+/// What became of a resume sent to Step Functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivered {
+    Yes,
+    /// The token was gone: the execution moved on (maybe with an earlier copy) or ended.
+    TokenGone,
+}
+
 /// How many times a write that lost a race is decided again before giving up.
 pub const MAX_ATTEMPTS: u32 = 8;
 /// How long ledger entries are kept.
@@ -375,6 +383,10 @@ impl Engine {
             let input = &*input;
             let workflow = &*governing;
             let plan = workflow.plan();
+            if lifecycle::unsettled(&plan, record.as_ref(), input, now.max(self.now())) {
+                info!("a parallel group's report is still on its way: retried once it is in");
+                return Err(EngineError::GroupUnsettled);
+            }
             // Decide with the time of the decision, not of the message's arrival: a record
             // written with an old `updated_at` looks owed for longer than it is, and a resume
             // would be re-sent inside its grace period (found by the simulation). A later `now`
@@ -597,13 +609,22 @@ impl Engine {
         // the resume failed (it stays owed, for a retry or the sweeper).
         let mut first_error = None;
         let mut found = None;
-        let mut previous_failed = false;
+        let mut resume = None;
         for effect in &decision.effects {
-            if previous_failed && matches!(effect, Effect::MarkResumed { .. }) {
-                continue;
-            }
-            let result = self.carry_out_one(workflow, key, input, effect, record, now).await;
-            previous_failed = result.is_err();
+            let result = match effect {
+                Effect::MarkResumed { generation, step } => match resume.take() {
+                    Some(Ok(delivered)) => {
+                        self.mark_resumed(workflow, key, (*generation, *step), delivered, now).await
+                    }
+                    _ => continue,
+                },
+                Effect::SendTaskSuccess { .. } | Effect::SendTaskFailure { .. } => {
+                    let sent = self.send_resume(workflow, key, effect, record).await;
+                    resume = Some(sent.as_ref().map(|d| *d).map_err(|_| ()));
+                    sent.map(|_| None)
+                }
+                _ => self.carry_out_one(workflow, key, input, effect, record, now).await,
+            };
             match result {
                 Ok(outcome) => found = found.or(outcome),
                 Err(e) => {
@@ -652,17 +673,12 @@ impl Engine {
             Effect::Buffer { generation, step } => {
                 return self.buffer(workflow, key, input, *generation, *step, now).await;
             }
-            Effect::SendTaskSuccess { token, output } => {
-                let sent = self.orchestrator.send_task_success(token, output).await;
-                self.resumed(sent, "success", workflow, key, record).await?
-            }
-            Effect::SendTaskFailure { token, error, cause } => {
-                let sent = self.orchestrator.send_task_failure(token, error, cause).await;
-                self.resumed(sent, "failure", workflow, key, record).await?
+            Effect::SendTaskSuccess { .. } | Effect::SendTaskFailure { .. } => {
+                self.send_resume(workflow, key, effect, record).await?;
             }
             Effect::SendTaskHeartbeat { token } => {
                 let sent = self.orchestrator.send_task_heartbeat(token).await;
-                self.resumed(sent, "heartbeat", workflow, key, record).await?
+                self.resumed(sent, "heartbeat", workflow, key, record).await?;
             }
             Effect::StopExecution { generation, cause } => {
                 let arn = self.execution_arn(workflow, key, *generation);
@@ -670,11 +686,45 @@ impl Engine {
                 info!(execution = %arn, "execution stopped");
             }
             Effect::Ledger { reason } => self.ledger(workflow, key, input, *reason, record, now).await?,
-            Effect::MarkResumed { generation, step } => {
-                let resumed = Input::Resumed { generation: *generation, step: *step };
-                Box::pin(self.submit(workflow, key, &resumed, now)).await?;
-            }
+            // Only after its resume, in `carry_out`.
+            Effect::MarkResumed { .. } => {}
         }
+        Ok(None)
+    }
+
+    /// A success or failure resume, and whether it reached Step Functions.
+    async fn send_resume(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        effect: &Effect,
+        record: Option<&Record>,
+    ) -> Result<Delivered, EngineError> {
+        match effect {
+            Effect::SendTaskSuccess { token, output } => {
+                let sent = self.orchestrator.send_task_success(token, output).await;
+                self.resumed(sent, "success", workflow, key, record).await
+            }
+            Effect::SendTaskFailure { token, error, cause } => {
+                let sent = self.orchestrator.send_task_failure(token, error, cause).await;
+                self.resumed(sent, "failure", workflow, key, record).await
+            }
+            _ => Ok(Delivered::Yes),
+        }
+    }
+
+    /// Tells the record a branch's resume went out ([`Input::Resumed`]): delivered, or its token
+    /// found gone (then whether Step Functions took an earlier copy is not known).
+    async fn mark_resumed(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        (generation, step): (u32, u32),
+        delivered: Delivered,
+        now: OffsetDateTime,
+    ) -> Result<Option<Outcome>, EngineError> {
+        let resumed = Input::Resumed { generation, step, delivered: delivered == Delivered::Yes };
+        Box::pin(self.submit(workflow, key, &resumed, now)).await?;
         Ok(None)
     }
 
@@ -714,11 +764,11 @@ impl Engine {
         workflow: &Workflow,
         key: &CorrelationKey,
         record: Option<&Record>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Delivered, EngineError> {
         match result {
             Ok(()) => {
                 info!(resume = what, "resume delivered");
-                Ok(())
+                Ok(Delivered::Yes)
             }
             Err(OrchestratorError::TokenGone { fingerprint, code, .. }) => {
                 let generation = record.map_or(1, |r| r.generation);
@@ -730,7 +780,7 @@ impl Engine {
                 let classified = if status == "RUNNING" { "execution_moved_on" } else { "execution_ended" };
                 warn!(resume = what, token = %fingerprint, code = %code, execution_status = %status, classified,
                     "token gone: nothing more is owed for this step");
-                Ok(())
+                Ok(Delivered::TokenGone)
             }
             Err(e) => Err(e.into()),
         }
@@ -834,7 +884,7 @@ impl Engine {
             return Ok(None);
         }
         let current = self.store.load(&workflow.name, key).await?;
-        if current.is_some_and(|r| r.state == State::Waiting { step } && r.generation == generation) {
+        if current.is_some_and(|r| r.waits_at(step) && r.generation == generation) {
             self.drain(workflow, key, generation, step, now).await?;
         }
         Ok(None)
@@ -1018,7 +1068,7 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
             format!("finished/g{generation}/{outcome}")
         }
         Input::BranchEnded { generation, step, .. } => format!("branch_ended/g{generation}/s{step}"),
-        Input::Resumed { generation, step } => format!("resumed/g{generation}/s{step}"),
+        Input::Resumed { generation, step, .. } => format!("resumed/g{generation}/s{step}"),
         Input::Cancel { .. } => format!("cancel/{}", now.unix_timestamp()),
         Input::Tick => "tick".into(),
     }
@@ -1039,8 +1089,8 @@ pub fn input_detail(input: &Input) -> Value {
         Input::BranchEnded { generation, step, error } => {
             json!({"kind": "branch_ended", "generation": generation, "step": step, "error": error})
         }
-        Input::Resumed { generation, step } => {
-            json!({"kind": "resumed", "generation": generation, "step": step})
+        Input::Resumed { generation, step, delivered } => {
+            json!({"kind": "resumed", "generation": generation, "step": step, "delivered": delivered})
         }
         Input::Cancel { reason } => json!({"kind": "cancel", "reason": reason}),
         Input::Tick => json!({"kind": "tick"}),
@@ -1066,6 +1116,11 @@ pub enum EngineError {
         "the record is pending: the config version that reads this event is not settled until its first step"
     )]
     Unsettled,
+    /// A report that must wait for a parallel group's other report ([`lifecycle::unsettled`]):
+    /// an optional branch's end before its group opened, or the execution's success before the
+    /// end of an optional branch whose success Step Functions may not have taken.
+    #[error("a parallel group's report is still on its way; this one is retried after it")]
+    GroupUnsettled,
     /// A write (the record's, or an inbox entry's) failed without a definite answer: it may or
     /// may not have landed. A retry of the same input finds out, and applies it at most once.
     #[error("a write's outcome is unknown")]
@@ -1107,6 +1162,7 @@ impl Classified for EngineError {
             EngineError::Publish(e) => e.error_type(),
             EngineError::Contended { .. } => "record_contended",
             EngineError::Unsettled => "record_pending",
+            EngineError::GroupUnsettled => "group_unsettled",
             EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.error_type(),
         }
     }
@@ -1116,7 +1172,7 @@ impl Classified for EngineError {
             EngineError::Store(e) => e.retryable(),
             EngineError::Orchestrator(e) => e.retryable(),
             EngineError::Publish(e) => e.retryable(),
-            EngineError::Contended { .. } | EngineError::Unsettled => true,
+            EngineError::Contended { .. } | EngineError::Unsettled | EngineError::GroupUnsettled => true,
             EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.retryable(),
         }
     }
@@ -1126,7 +1182,7 @@ impl Classified for EngineError {
             EngineError::Store(e) => e.throttled(),
             EngineError::Orchestrator(e) => e.throttled(),
             EngineError::Publish(e) => e.throttled(),
-            EngineError::Contended { .. } | EngineError::Unsettled => false,
+            EngineError::Contended { .. } | EngineError::Unsettled | EngineError::GroupUnsettled => false,
             EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.throttled(),
         }
     }

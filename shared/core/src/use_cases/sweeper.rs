@@ -20,9 +20,7 @@ use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use crate::domain::error::Classified;
-use crate::domain::lifecycle::{
-    AppliedInput, IgnoreReason, Input, Kind, Outcome, State, payload_fingerprint,
-};
+use crate::domain::lifecycle::{AppliedInput, IgnoreReason, Input, Kind, Outcome, payload_fingerprint};
 use crate::limits::{RESEND_RESUME_AFTER, RESTART_PENDING_AFTER};
 use crate::use_cases::engine::{Definition, Engine, EngineError, LEDGER_RETENTION};
 
@@ -189,7 +187,7 @@ impl Sweeper {
         // drained, never expired from under it (an input both applied and ledgered expired;
         // found by review).
         if let (Some(r), Some(workflow), Some(step)) = (&record, &pinned, step)
-            && r.state == (State::Waiting { step })
+            && r.waits_at(step)
             && entry.generation.is_none_or(|g| g == r.generation)
         {
             self.engine.store.claim(entry, &InboxClaim::Release(hold.clone())).await?;

@@ -24,9 +24,10 @@ use time::OffsetDateTime;
 use super::{
     AppliedInput, Branch, BranchOutcome, Cause, Decision, Effect, IgnoreReason, Kind, MAX_STEP_INPUT_BYTES,
     Outcome, Plan, REMEMBERED_INPUTS, Record, RejectReason, Resume, Source, Span, State, StepOutcome,
-    fail_token, payload_fingerprint, requirements_met, resume_effect,
+    payload_fingerprint, requirements_met, resume_effect,
 };
 use crate::domain::ids::{EventId, TaskToken};
+use crate::mutants::{Mutation, active as mutant};
 
 /// A branch's `step_ready`. `expected` is the first step of the position the record moves to
 /// next (`None`: it is not between positions).
@@ -75,12 +76,39 @@ pub(super) fn on_branch_ready(
         None if r.state.step().is_some_and(|current| step < current) => {
             Decision::ignored(IgnoreReason::StepAlreadyPassed)
         }
-        None => Decision::ignored(IgnoreReason::OutOfOrder).effect(fail_token(
-            token,
-            "baton.OutOfOrder",
-            "the workflow record is not at this branch's group",
-        )),
+        // Its token is left alone, as a step's would be: the record may be the one behind.
+        None => Decision::ignored(IgnoreReason::OutOfOrder),
     }
+}
+
+/// The record at a parallel group, settled as Step Functions left it, when a report for a later
+/// position (`step`; `u32::MAX` for the execution's success) shows that it did while an optional
+/// branch was still open in the record: Step Functions passes a group only once every required
+/// branch took its resume, so an open branch must be an optional one that its own catch ended
+/// (its report still on its way). It is recorded as not succeeded, timed out if its deadline
+/// has passed. `None` when the record is not at such a group, or a required branch has not
+/// succeeded (then Step Functions cannot have left it).
+pub(super) fn left(plan: &Plan, r: &Record, step: u32, now: OffsetDateTime) -> Option<Record> {
+    let first = r.branches.first()?.step;
+    let later = plan.next_position(first).is_some_and(|next| step >= next);
+    let required_done =
+        r.branches.iter().all(|b| plan.is_optional(b.step) || b.outcome == Some(BranchOutcome::Succeeded));
+    let open = r.branches.iter().any(Branch::is_open);
+    if r.state != (State::Waiting { step: first }) || !later || !required_done || !open {
+        return None;
+    }
+    let mut settled = r.clone();
+    for b in settled.branches.iter_mut().filter(|b| b.is_open()) {
+        let missed_deadline = b.deadline.is_none_or(|d| d <= now);
+        b.outcome = Some(if missed_deadline { BranchOutcome::TimedOut } else { BranchOutcome::Failed });
+        if !settled.missed.contains(&b.step) {
+            settled.missed.push(b.step);
+        }
+    }
+    for b in &mut settled.branches {
+        b.owed = None;
+    }
+    Some(settled)
 }
 
 fn open(to: &mut Record, step: u32, token: &TaskToken, deadline: OffsetDateTime) {
@@ -140,6 +168,11 @@ fn merge(
         return Decision::ignored(IgnoreReason::OutOfOrder);
     };
     to.branches[i].inputs.extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
+    if mutant(Mutation::SiblingMerge) {
+        for b in to.branches.iter_mut().filter(|b| b.is_open() && b.step != step) {
+            b.inputs.extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+    }
     // Every branch's inputs share the one item, and are held twice once their resumes are owed:
     // the group's together are held to what one step may gather.
     let size: usize =
@@ -188,7 +221,7 @@ fn merge(
 /// not succeed closes its open siblings and fails it; once no branch is open, it advances.
 /// Returns the cause of the write.
 fn settle(plan: &Plan, to: &mut Record, step: u32, outcome: BranchOutcome) -> Cause {
-    let required = !plan.is_optional(step);
+    let required = !plan.is_optional(step) || mutant(Mutation::OptionalFailsGroup);
     if let Some(b) = to.branches.iter_mut().find(|b| b.step == step) {
         b.outcome = Some(outcome);
         if outcome != BranchOutcome::Succeeded {
@@ -222,15 +255,33 @@ fn owe(d: Decision, resume: Effect, generation: u32, step: u32) -> Decision {
 }
 
 /// Closes every branch still open: timed out if its deadline has passed by `timed_out_at` (the
-/// time of a timeout report), closed otherwise.
+/// time of a timeout report), closed otherwise. Nothing is owed to any branch any more: the
+/// execution has ended (or the group failed, and the failing branch's own resume is owed apart).
 pub(super) fn close_open_branches(to: &mut Record, timed_out_at: Option<OffsetDateTime>) {
-    for b in to.branches.iter_mut().filter(|b| b.is_open()) {
+    for b in &mut to.branches {
         let missed_deadline = matches!((timed_out_at, b.deadline), (Some(at), Some(d)) if d <= at);
-        b.outcome = Some(if missed_deadline { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
+        // A resume Step Functions never confirmed, past the deadline of a group that timed out:
+        // the branch timed out before its resume arrived (a failure that had arrived would have
+        // failed the group first; that timeout is the one reported).
+        let unconfirmed = matches!(b.outcome, Some(BranchOutcome::Succeeded | BranchOutcome::Failed))
+            && (b.unconfirmed || b.owed.is_some());
+        if b.is_open() || unconfirmed && missed_deadline {
+            b.outcome = Some(if missed_deadline { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
+        }
+    }
+    if to.state.is_terminal() {
+        for b in &mut to.branches {
+            b.owed = None;
+        }
     }
 }
 
 /// An optional branch's catch reported that it ended without baton: timed out, or failed.
+///
+/// Its report travels apart from the others, so it may come before the branch's `step_ready`
+/// (the branch is settled all the same), or after Step Functions left the group (then the
+/// group was settled when the record left it, or, if the record took the branch for a success
+/// that never reached Step Functions, the branch is added to [`Record::missed`] now).
 pub(super) fn on_branch_ended(
     plan: &Plan,
     r: &Record,
@@ -242,23 +293,40 @@ pub(super) fn on_branch_ended(
         return Decision::ignored(IgnoreReason::StaleGeneration);
     }
     // Only an optional branch has a catch of its own that reports.
-    let Some(b) = branch(r, step).filter(|_| plan.is_optional(step)) else {
-        return Decision::ignored(if r.state.is_terminal() {
-            IgnoreReason::Terminal
-        } else {
-            IgnoreReason::OutOfOrder
-        });
-    };
+    if !plan.is_optional(step) {
+        return Decision::ignored(IgnoreReason::OutOfOrder);
+    }
+    if r.missed.contains(&step) {
+        return Decision::new(Outcome::Duplicate);
+    }
+    if r.state.is_terminal() {
+        return Decision::ignored(IgnoreReason::Terminal);
+    }
+    let failed_group = r.branches.iter().any(|b| {
+        b.outcome == Some(BranchOutcome::Closed)
+            || !plan.is_optional(b.step)
+                && matches!(b.outcome, Some(BranchOutcome::Failed | BranchOutcome::TimedOut))
+    });
     let outcome = if error.starts_with("States.") && error.contains("Timeout") {
         BranchOutcome::TimedOut
     } else {
         BranchOutcome::Failed
     };
-    let undelivered_success =
-        b.outcome == Some(BranchOutcome::Succeeded) && matches!(b.owed, Some(Resume::Success { .. }));
-    if r.state.is_terminal() || !(b.is_open() && b.token.is_some() || undelivered_success) {
+    let Some(b) = branch(r, step) else {
+        // Its group is passed: the branch was taken for a success Step Functions never got.
+        if r.state.step().is_some_and(|current| step < current) {
+            let mut to = r.next(r.state, now);
+            to.missed.push(step);
+            return Decision::new(Outcome::Applied).with_write(Cause::BranchDone, Some(r), to);
+        }
+        // Its group is not reached yet: leaving the group settles it.
+        return Decision::ignored(IgnoreReason::OutOfOrder);
+    };
+    let undelivered_success = b.outcome == Some(BranchOutcome::Succeeded)
+        && (b.unconfirmed || matches!(b.owed, Some(Resume::Success { .. })));
+    if failed_group || !(b.is_open() || undelivered_success) {
         // Already decided: by baton (it failed the branch, and this is its catch's report), or
-        // the group failed and closed it.
+        // the group failed, and nothing is applied to its branches any more.
         return Decision::new(Outcome::Duplicate);
     }
     let mut to = r.next(r.state, now);
@@ -266,19 +334,27 @@ pub(super) fn on_branch_ended(
         // Step Functions ended the branch: nothing owed to its token reaches it any more.
         b.owed = None;
         b.outcome = None;
+        b.unconfirmed = false;
     }
     let cause = settle(plan, &mut to, step, outcome);
     Decision::new(Outcome::Applied).with_write(cause, Some(r), to)
 }
 
-/// A branch's resume was delivered while its group waits: no longer owed.
-pub(super) fn on_resumed(r: &Record, (generation, step): (u32, u32), now: OffsetDateTime) -> Decision {
+/// A branch's resume went out while its group waits: no longer owed. Found gone, its success
+/// is unconfirmed: the branch's own report may still say it ended without it.
+pub(super) fn on_resumed(
+    r: &Record,
+    (generation, step): (u32, u32),
+    delivered: bool,
+    now: OffsetDateTime,
+) -> Decision {
     let owed = branch(r, step).is_some_and(|b| b.owed.is_some());
     if generation != r.generation || !owed || r.state.kind() != Kind::Waiting {
         return Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
     }
     let mut to = r.next(r.state, now);
     if let Some(b) = to.branches.iter_mut().find(|b| b.step == step) {
+        b.unconfirmed = !delivered && matches!(b.owed, Some(Resume::Success { .. }));
         b.owed = None;
     }
     Decision::new(Outcome::Applied).with_write(Cause::BranchResumed, Some(r), to)
@@ -307,10 +383,45 @@ fn owe_again(d: Decision, r: &Record, step: u32, resume: Effect) -> Decision {
 /// The same input again, for a branch: if it is the one that decided the branch and the resume
 /// is still owed, owe it again (`None`: nothing to re-send).
 pub(super) fn resend_for_repeat(r: &Record, step: u32, seen: &AppliedInput) -> Option<Decision> {
+    if r.state.is_terminal() {
+        return None;
+    }
     let b = branch(r, step)?;
     let (owed, token) = (b.owed.as_ref()?, b.token.as_ref()?);
     let last_for_branch =
         r.applied.iter().rev().find(|a| a.step == Some(step) && a.generation == Some(r.generation));
     (last_for_branch == Some(seen))
         .then(|| owe_again(Decision::new(Outcome::Duplicate), r, step, resume_effect(token, owed)))
+}
+
+/// How long the execution's success report waits for the report of an optional branch whose
+/// success baton sent but Step Functions may not have taken (it was still owed, or found its
+/// token gone): the branch's catch sends its report before the execution can end, so it is on
+/// the queue already, unless it is failing itself.
+pub const SETTLE_BRANCHES_WITHIN: time::Duration = time::Duration::minutes(2);
+
+/// Whether `input` must wait for another report before it can be decided truly (the engine
+/// has it retried through its queue): an optional branch's `branch_ended` before its group
+/// opened (a branch's `step_ready` opens it, seconds away), or the execution's success while an
+/// optional branch's success is unconfirmed, for [`SETTLE_BRANCHES_WITHIN`] (its timeout report
+/// would make the end `degraded`).
+pub fn unsettled(plan: &Plan, record: Option<&Record>, input: &super::Input, now: OffsetDateTime) -> bool {
+    let Some(r) = record.filter(|r| !r.state.is_terminal()) else { return false };
+    match input {
+        super::Input::BranchEnded { generation, step, .. } if *generation == r.generation => {
+            let group = plan.position(*step);
+            branch(r, *step).is_none() && r.state.step().is_none_or(|current| current < group.first)
+        }
+        super::Input::Finished { generation, finish: super::Finish::Succeeded }
+            if *generation == r.generation =>
+        {
+            let unconfirmed = r.branches.iter().any(|b| {
+                plan.is_optional(b.step)
+                    && b.outcome == Some(BranchOutcome::Succeeded)
+                    && (b.unconfirmed || b.owed.is_some())
+            });
+            unconfirmed && now - r.updated_at < SETTLE_BRANCHES_WITHIN
+        }
+        _ => false,
+    }
 }

@@ -714,7 +714,7 @@ impl World {
             }
             Effect::CreateTask { .. } | Effect::SendTaskHeartbeat { .. } | Effect::Ledger { .. } => {}
             Effect::MarkResumed { generation, step } => {
-                self.decide_and_apply(&Input::Resumed { generation, step });
+                self.decide_and_apply(&Input::Resumed { generation, step, delivered: true });
             }
         }
     }
@@ -919,3 +919,4 @@ fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
 }
 
 mod group;
+mod group_races;

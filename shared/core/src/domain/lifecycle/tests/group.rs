@@ -77,7 +77,7 @@ fn the_group_advances_once_every_branch_has_an_outcome_and_the_next_step_follows
     // A branch's input moves no sibling.
     assert_eq!((outcome(&r, 2), outcome(&r, 3)), (None, None));
     assert!(r.branches.iter().filter(|b| b.step != 1).all(|b| b.inputs.is_empty()));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1 }));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1, delivered: true }));
     assert!(r.branches[0].owed.is_none());
     let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
     let d = run(&p, Some(&r), &input("cb-address", 3, json!({"address_ok": true})));
@@ -193,7 +193,7 @@ fn the_sweeper_resends_only_what_is_still_owed_and_a_cancel_fails_every_open_bra
             Effect::MarkResumed { generation: 1, step: 1 }
         ]
     );
-    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1 }));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1, delivered: true }));
     assert_eq!(later(&r, &Input::Tick).outcome, Outcome::Ignored(IgnoreReason::NothingOwed));
     let d = run(&p, Some(&r), &Input::Cancel { reason: "ops".into() });
     let failed_tokens: Vec<&str> = d
