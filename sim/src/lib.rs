@@ -82,6 +82,42 @@ workflows:
         timeout: 20m
 "#;
 
+/// The workflow with a parallel group that some schedules add to [`CONFIG`]: a step, then three
+/// branches side by side (one fed by events too, one optional with a heartbeat), then (unless
+/// the group is last, [`GROUP_LAST`]) a final step.
+pub const GROUP_WORKFLOW: &str = r#"  checks:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    on_restart: after_terminal
+    steps:
+      - name: intake-review
+        requires: [seen]
+        timeout: 10m
+      - parallel:
+          name: all-checks
+          branches:
+            - name: fraud
+              task: { title: "Fraud check {key}", queue: fraud }
+              requires: [score]
+              timeout: 15m
+            - name: credit
+              requires: [credit_ok]
+              accepts_events: { type: ["credit.checked"] }
+              timeout: 12m
+            - name: address
+              requires: [address_ok]
+              timeout: 6m
+              heartbeat: 2m
+              optional: true
+      - name: ship
+        requires: [tracking]
+        timeout: 20m
+"#;
+
+/// [`GROUP_WORKFLOW`]'s final step, which schedules with the group last leave out.
+pub const GROUP_LAST: &str = "      - name: ship\n        requires: [tracking]\n        timeout: 20m\n";
+
 /// The config a schedule may deploy in mid-flight: a step inserted before `payment` in `review`
 /// (records of version 2 wait there, and time out: no sender knows it), and `manual-review`'s
 /// task template changed. Records started before the deploy must finish on [`CONFIG`].
@@ -121,6 +157,10 @@ pub struct Outcome {
     pub points: u64,
     pub faults: BTreeMap<&'static str, u64>,
     pub checks: u64,
+    /// The checks made, by invariant.
+    pub by_invariant: BTreeMap<&'static str, u64>,
+    /// Whether the schedule ran the workflow with a parallel group.
+    pub groups: bool,
     pub violations: Vec<String>,
     /// The schedule, step by step (when traced).
     pub trace: Vec<String>,
@@ -365,6 +405,21 @@ pub fn run(options: Options) -> Outcome {
         }
         None => CONFIG.to_owned(),
     };
+    // Two schedules in five add the workflow with a parallel group (half of them with the group
+    // last), with its own senders, drawn from a generator of their own.
+    let mut groups = rng::Rng::new(options.seed ^ 0x6a0_9a11);
+    let with_groups = groups.chance(0.4);
+    let yaml = if with_groups {
+        let last = groups.chance(0.5);
+        let workflow = if last { GROUP_WORKFLOW.replace(GROUP_LAST, "") } else { GROUP_WORKFLOW.to_owned() };
+        world.note(|| {
+            format!("the checks workflow runs a parallel group{}", if last { ", last" } else { "" })
+        });
+        plan.add_groups(&mut groups, !last);
+        format!("{yaml}{workflow}")
+    } else {
+        yaml
+    };
     let stack =
         Stack::with_config(world.clone(), plan.cursed.clone().map(|k| (k, start + plan.cursed_from)), &yaml);
     // DynamoDB's `by_due` index is eventually consistent: in most schedules its reads lag
@@ -491,7 +546,7 @@ pub fn run(options: Options) -> Outcome {
     let settled_by = replay_at + crate::sqs::VISIBILITY + Duration::seconds(60);
     let mut stranded: Option<Vec<String>> = None;
     let mut long_jump = plan.long_jump.clone();
-    let mut outcome = Outcome { seed: options.seed, ..Outcome::default() };
+    let mut outcome = Outcome { seed: options.seed, groups: with_groups, ..Outcome::default() };
     // What the world looked like before the long jump, once checked: (starts, writes,
     // violations seen).
     let mut before_jump: Option<(usize, usize, usize)> = None;
@@ -601,17 +656,32 @@ fn stranded_inputs(stack: &Stack) -> Vec<String> {
     let cursed = stack.store.cursed.as_ref().map(|(k, _)| k.clone());
     let mut found = Vec::new();
     for r in stack.memory.records() {
-        let State::Waiting { step } = r.state else { continue };
         if cursed.as_deref() == Some(r.key.as_str()) {
             continue;
         }
+        // The steps that wait: the record's, or the reached and open branches of its group.
+        let steps = match r.state {
+            State::Waiting { step } if r.branches.is_empty() => vec![step],
+            State::Waiting { .. } => r.branches.iter().map(|b| b.step).filter(|&s| r.waits_at(s)).collect(),
+            _ => continue,
+        };
+        for step in steps {
+            stranded_at(stack, &r, step, &mut found);
+        }
+    }
+    found
+}
+
+/// [`stranded_inputs`] of one waiting step.
+fn stranded_at(stack: &Stack, r: &baton_core::domain::lifecycle::Record, step: u32, found: &mut Vec<String>) {
+    {
         // The step's name in the record's own config version: the inbox is kept by name.
         let Some(name) = stack
             .store
             .deployed(r.config_version.as_ref())
             .and_then(|c| Some(c.workflow(r.workflow.as_str())?.steps.get(step as usize)?.name.to_string()))
         else {
-            continue;
+            return;
         };
         let inbox = workload::block_on(baton_core::ports::store::WorkflowStore::inbox(
             &*stack.memory,
@@ -633,7 +703,6 @@ fn stranded_inputs(stack: &Stack) -> Vec<String> {
             }
         }
     }
-    found
 }
 
 /// Nothing left in the work queues, and no task waiting in Step Functions.

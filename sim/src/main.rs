@@ -64,10 +64,14 @@ fn main() {
 fn report(schedules: u64, outcomes: &[Outcome], seconds: f64) {
     let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
     let (mut checks, mut points) = (0u64, 0u64);
+    let mut by_invariant: BTreeMap<&str, u64> = BTreeMap::new();
     let mut failed = Vec::new();
     for o in outcomes {
         for (k, v) in &o.faults {
             *faults.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in &o.by_invariant {
+            *by_invariant.entry(k).or_insert(0) += v;
         }
         checks += o.checks;
         points += o.points;
@@ -81,7 +85,13 @@ fn report(schedules: u64, outcomes: &[Outcome], seconds: f64) {
     for (k, v) in &faults {
         println!("  {k}: {v}");
     }
+    let grouped = outcomes.iter().filter(|o| o.groups).count();
+    let share = if outcomes.is_empty() { 0.0 } else { 100.0 * grouped as f64 / outcomes.len() as f64 };
+    println!("schedules with a parallel group: {grouped} ({share:.1} %)");
     println!("invariant checks made: {checks}");
+    for (k, v) in &by_invariant {
+        println!("  {k}: {v}");
+    }
     if seconds > 0.0 {
         println!("time: {seconds:.1} s ({:.0} schedules/s)", outcomes.len() as f64 / seconds);
     }

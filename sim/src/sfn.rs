@@ -3,7 +3,8 @@
 //! It interprets the subset of the Amazon States Language that `baton_core::domain::asl` emits, and panics on
 //! anything else, so a change to the generator cannot drift away from the model unnoticed:
 //! `Task` states on `sqs:sendMessage` and `sqs:sendMessage.waitForTaskToken` (with
-//! `TimeoutSeconds`, `HeartbeatSeconds`, `ResultPath`, `Catch`), and `Fail`.
+//! `TimeoutSeconds`, `HeartbeatSeconds`, `ResultPath`, `Catch`), `Parallel` (branches of those,
+//! `ResultPath: null`, `Catch`), and `Fail`.
 //!
 //! The semantics baton relies on, as AWS documents them:
 //! - one execution per name; a start with the same name and input is idempotent while the
@@ -14,7 +15,11 @@
 //!   never issued `InvalidToken`;
 //! - a task that outlives `TimeoutSeconds`, or goes `HeartbeatSeconds` without a heartbeat,
 //!   fails with `States.Timeout`; `Catch` routes it to the report states;
-//! - a stopped execution is `ABORTED` at once and runs no Catch (its token closes).
+//! - a stopped execution is `ABORTED` at once and runs no Catch (its token closes);
+//! - a `Parallel` state runs every branch on a copy of its input and ends once all have ended;
+//!   a branch error no Catch inside it takes fails the whole state at once, and the other
+//!   branches stop (their tokens close: a late resume is `TaskTimedOut`), before the state's own
+//!   Catch sees the error.
 //!
 //! And AWS's limits, which the emulator does not keep (docs/EMULATOR_DEVIATIONS.md):
 //! - SendTaskFailure's and StopExecution's `error` at most [`MAX_ERROR_CHARS`] characters and
@@ -73,12 +78,37 @@ pub struct Execution {
     pub input_text: String,
     pub doc: Value,
     pub status: ExecutionStatus,
+    /// The top level's wait on a task token.
     pub wait: Option<Wait>,
+    /// The `Parallel` state running, with each branch's own wait.
+    pub parallel: Option<ParallelRun>,
     pub started_at: OffsetDateTime,
     /// When it closed (succeeded, failed or aborted).
     pub closed_at: Option<OffsetDateTime>,
     /// The error and cause it failed with.
     pub failure: Option<(String, String)>,
+}
+
+/// A `Parallel` state running: its branches, each on its own copy of the input.
+#[derive(Debug, Clone)]
+pub struct ParallelRun {
+    pub state: String,
+    pub branches: Vec<BranchRun>,
+}
+
+#[derive(Debug, Clone)]
+pub struct BranchRun {
+    pub doc: Value,
+    pub wait: Option<Wait>,
+    /// It reached its `End`.
+    pub done: bool,
+}
+
+/// Where a state runs: the machine's top level, or branch `i` of the `Parallel` state running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Top,
+    Branch(usize),
 }
 
 /// One resume the model was asked for.
@@ -121,6 +151,41 @@ impl Model {
         &self.executions[arn].definition
     }
 
+    /// The states of `scope` in `arn`'s definition.
+    fn states(&self, arn: &str, scope: Scope) -> Value {
+        let def = self.definition(arn);
+        match (scope, &self.executions[arn].parallel) {
+            (Scope::Top, _) => def["States"].clone(),
+            (Scope::Branch(i), Some(p)) => def["States"][&p.state]["Branches"][i]["States"].clone(),
+            (Scope::Branch(_), None) => panic!("a branch scope without a running Parallel state"),
+        }
+    }
+
+    fn doc_mut(&mut self, arn: &str, scope: Scope) -> &mut Value {
+        let e = self.executions.get_mut(arn).expect("execution");
+        match scope {
+            Scope::Top => &mut e.doc,
+            Scope::Branch(i) => &mut e.parallel.as_mut().expect("a Parallel state").branches[i].doc,
+        }
+    }
+
+    fn wait_mut(&mut self, arn: &str, scope: Scope) -> Option<&mut Option<Wait>> {
+        let e = self.executions.get_mut(arn)?;
+        match scope {
+            Scope::Top => Some(&mut e.wait),
+            Scope::Branch(i) => Some(&mut e.parallel.as_mut()?.branches.get_mut(i)?.wait),
+        }
+    }
+
+    /// Every wait of an execution: its top-level one and those of a running Parallel's branches.
+    fn waits(e: &Execution) -> Vec<(Scope, &Wait)> {
+        let top = e.wait.iter().map(|w| (Scope::Top, w));
+        let branches = e.parallel.iter().flat_map(|p| {
+            p.branches.iter().enumerate().filter_map(|(i, b)| b.wait.as_ref().map(|w| (Scope::Branch(i), w)))
+        });
+        top.chain(branches).collect()
+    }
+
     fn start(
         &mut self,
         machine: &str,
@@ -140,6 +205,7 @@ impl Model {
                 doc,
                 status: ExecutionStatus::Running,
                 wait: None,
+                parallel: None,
                 started_at: now,
                 closed_at: None,
                 failure: None,
@@ -147,23 +213,36 @@ impl Model {
         );
         self.starts.push((arn.to_owned(), now));
         let first = self.definition(arn)["StartAt"].as_str().expect("StartAt").to_owned();
-        self.run(arn, first, now, out);
+        self.run(arn, Scope::Top, first, now, out);
     }
 
-    /// Runs an execution from `state` until it waits on a token or ends.
-    fn run(&mut self, arn: &str, mut state: String, now: OffsetDateTime, out: &mut Vec<String>) {
+    /// Runs `scope` of an execution from `state` until it waits on a token or ends.
+    fn run(
+        &mut self,
+        arn: &str,
+        scope: Scope,
+        mut state: String,
+        now: OffsetDateTime,
+        out: &mut Vec<String>,
+    ) {
         loop {
-            let def = self.definition(arn)["States"][&state].clone();
+            if self.executions[arn].status != ExecutionStatus::Running {
+                return;
+            }
+            let def = self.states(arn, scope)[&state].clone();
             assert!(!def.is_null(), "state {state} is not in the definition");
             match def["Type"].as_str() {
                 Some("Fail") => {
-                    let failure = (
-                        def["Error"].as_str().unwrap_or_default(),
-                        def["Cause"].as_str().unwrap_or_default(),
+                    assert_eq!(scope, Scope::Top, "the generated branches have no Fail state");
+                    let text = |field: &str| def[field].as_str().unwrap_or_default().to_owned();
+                    return self.close(
+                        arn,
+                        ExecutionStatus::Failed,
+                        Some((text("Error"), text("Cause"))),
+                        now,
                     );
-                    self.close(arn, ExecutionStatus::Failed, Some((failure.0.into(), failure.1.into())), now);
-                    return;
                 }
+                Some("Parallel") => return self.open_parallel(arn, scope, &state, &def, now, out),
                 Some("Task") => {}
                 other => panic!("the model does not know state type {other:?}"),
             }
@@ -171,32 +250,29 @@ impl Model {
             let token = format!("tok-{}-{}", self.next_token, arn.len());
             self.next_token += 1;
             let context = json!({"Task": {"Token": token}, "State": {"EnteredTime": now.format(&Rfc3339).expect("a time")}});
-            let body = match render(&def["Parameters"]["MessageBody"], &self.executions[arn].doc, &context) {
+            let body = match render(&def["Parameters"]["MessageBody"], self.doc_mut(arn, scope), &context) {
                 Ok(body) => body.to_string(),
                 Err(path) => {
                     let cause = format!("The JSONPath '{path}' could not be found in the input");
-                    return self.fail_state(arn, &def, ("States.Runtime".into(), cause), now, out);
+                    return self.fail_state(arn, scope, &def, ("States.Runtime".into(), cause), now, out);
                 }
             };
             if body.len() > MAX_PAYLOAD_BYTES {
                 let cause =
                     format!("the task's message is {} bytes; the limit is {MAX_PAYLOAD_BYTES}", body.len());
-                return self.fail_state(arn, &def, ("States.DataLimitExceeded".into(), cause), now, out);
+                return self.fail_state(
+                    arn,
+                    scope,
+                    &def,
+                    ("States.DataLimitExceeded".into(), cause),
+                    now,
+                    out,
+                );
             }
             out.push(body);
             match resource {
                 "arn:aws:states:::sqs:sendMessage.waitForTaskToken" => {
-                    let timeout = Duration::seconds(def["TimeoutSeconds"].as_i64().expect("TimeoutSeconds"));
-                    let heartbeat = def["HeartbeatSeconds"].as_i64().map(Duration::seconds);
-                    self.tokens.insert(token.clone(), (arn.to_owned(), state.clone(), true));
-                    self.executions.get_mut(arn).expect("execution").wait = Some(Wait {
-                        state,
-                        token,
-                        deadline: now + timeout,
-                        heartbeat,
-                        beat_deadline: heartbeat.map(|h| now + h),
-                    });
-                    return;
+                    return self.park(arn, scope, state, &def, token, now);
                 }
                 "arn:aws:states:::sqs:sendMessage" => {
                     assert!(def["ResultPath"].is_null(), "report states discard their result");
@@ -204,8 +280,7 @@ impl Model {
                         Some(next) => state = next.to_owned(),
                         None => {
                             assert_eq!(def["End"], true, "a state without Next must End");
-                            self.close(arn, ExecutionStatus::Succeeded, None, now);
-                            return;
+                            return self.end_scope(arn, scope, now, out);
                         }
                     }
                 }
@@ -214,23 +289,95 @@ impl Model {
         }
     }
 
-    /// The task of `arn` ends with `result`: success (output) or an error caught by `Catch`.
+    /// `scope` of `arn` waits on `token` in `state`, until its deadline (or heartbeat) passes.
+    fn park(
+        &mut self,
+        arn: &str,
+        scope: Scope,
+        state: String,
+        def: &Value,
+        token: String,
+        now: OffsetDateTime,
+    ) {
+        let timeout = Duration::seconds(def["TimeoutSeconds"].as_i64().expect("TimeoutSeconds"));
+        let heartbeat = def["HeartbeatSeconds"].as_i64().map(Duration::seconds);
+        self.tokens.insert(token.clone(), (arn.to_owned(), state.clone(), true));
+        *self.wait_mut(arn, scope).expect("a scope") = Some(Wait {
+            state,
+            token,
+            deadline: now + timeout,
+            heartbeat,
+            beat_deadline: heartbeat.map(|h| now + h),
+        });
+    }
+
+    /// A `Parallel` state: every branch starts on a copy of the input; the state ends when all
+    /// of them have ended, and fails (stopping the others) as soon as one fails.
+    fn open_parallel(
+        &mut self,
+        arn: &str,
+        scope: Scope,
+        state: &str,
+        def: &Value,
+        now: OffsetDateTime,
+        out: &mut Vec<String>,
+    ) {
+        assert_eq!(scope, Scope::Top, "the generated definitions do not nest Parallel states");
+        assert!(def["ResultPath"].is_null(), "a group discards its branches' outputs");
+        let branches = def["Branches"].as_array().expect("Branches").clone();
+        let doc = self.executions[arn].doc.clone();
+        self.executions.get_mut(arn).expect("execution").parallel = Some(ParallelRun {
+            state: state.to_owned(),
+            branches: branches
+                .iter()
+                .map(|_| BranchRun { doc: doc.clone(), wait: None, done: false })
+                .collect(),
+        });
+        for (i, branch) in branches.iter().enumerate() {
+            let start = branch["StartAt"].as_str().expect("StartAt").to_owned();
+            self.run(arn, Scope::Branch(i), start, now, out);
+            // A branch that failed has failed the whole state.
+            if self.executions[arn].parallel.as_ref().is_none_or(|p| p.state != state) {
+                return;
+            }
+        }
+    }
+
+    /// `scope` reached an `End`: the execution succeeds, or the branch is done (and, with the
+    /// last one, its Parallel state moves on).
+    fn end_scope(&mut self, arn: &str, scope: Scope, now: OffsetDateTime, out: &mut Vec<String>) {
+        let Scope::Branch(i) = scope else {
+            return self.close(arn, ExecutionStatus::Succeeded, None, now);
+        };
+        let parallel =
+            self.executions.get_mut(arn).and_then(|e| e.parallel.as_mut()).expect("a Parallel state");
+        parallel.branches[i].done = true;
+        if parallel.branches.iter().all(|b| b.done) {
+            let state = parallel.state.clone();
+            self.executions.get_mut(arn).expect("execution").parallel = None;
+            let next = self.definition(arn)["States"][&state]["Next"].as_str().expect("Next").to_owned();
+            self.run(arn, Scope::Top, next, now, out);
+        }
+    }
+
+    /// The task of `scope` in `arn` ends with `result`: success (output) or an error caught by
+    /// `Catch`. Nothing when it no longer waits (its Parallel state failed meanwhile).
     fn finish_task(
         &mut self,
         arn: &str,
+        scope: Scope,
         result: Result<Value, (String, String)>,
         now: OffsetDateTime,
         out: &mut Vec<String>,
     ) {
-        let execution = self.executions.get_mut(arn).expect("execution");
-        let wait = execution.wait.take().expect("a waiting task");
+        let Some(wait) = self.wait_mut(arn, scope).and_then(Option::take) else { return };
         if let Some(t) = self.tokens.get_mut(&wait.token) {
             t.2 = false;
         }
-        let def = self.definition(arn)["States"][&wait.state].clone();
+        let def = self.states(arn, scope)[&wait.state].clone();
         match result {
             Ok(output) => {
-                let doc = &mut self.executions.get_mut(arn).expect("execution").doc;
+                let doc = self.doc_mut(arn, scope);
                 let before = doc.clone();
                 set_path(doc, &def["ResultPath"], output);
                 let size = doc.to_string().len();
@@ -238,21 +385,35 @@ impl Model {
                     *doc = before;
                     let cause =
                         format!("the state's output is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}");
-                    return self.fail_state(arn, &def, ("States.DataLimitExceeded".into(), cause), now, out);
+                    return self.fail_state(
+                        arn,
+                        scope,
+                        &def,
+                        ("States.DataLimitExceeded".into(), cause),
+                        now,
+                        out,
+                    );
                 }
-                let next = def["Next"].as_str().expect("Next").to_owned();
-                self.run(arn, next, now, out);
+                match def["Next"].as_str() {
+                    Some(next) => self.run(arn, scope, next.to_owned(), now, out),
+                    None => {
+                        assert_eq!(def["End"], true, "a state without Next must End");
+                        self.end_scope(arn, scope, now, out);
+                    }
+                }
             }
-            Err(failure) => self.fail_state(arn, &def, failure, now, out),
+            Err(failure) => self.fail_state(arn, scope, &def, failure, now, out),
         }
     }
 
-    /// The state `def` of `arn` fails with (error, cause): on to the first `Catch` that matches
-    /// (`States.ALL` matches neither `States.DataLimitExceeded` nor `States.Runtime`), or the
-    /// execution fails.
+    /// The state `def` of `scope` fails with (error, cause): on to the first `Catch` that
+    /// matches (`States.ALL` matches neither `States.DataLimitExceeded` nor `States.Runtime`);
+    /// else a branch fails its Parallel state (whose other branches stop, their tokens closed),
+    /// and the top level fails the execution.
     fn fail_state(
         &mut self,
         arn: &str,
+        scope: Scope,
         def: &Value,
         (error, cause): (String, String),
         now: OffsetDateTime,
@@ -268,14 +429,32 @@ impl Model {
             })
             .cloned();
         let Some(c) = catcher else {
-            return self.close(arn, ExecutionStatus::Failed, Some((error, cause)), now);
+            return match scope {
+                Scope::Top => self.close(arn, ExecutionStatus::Failed, Some((error, cause)), now),
+                Scope::Branch(_) => {
+                    let parallel =
+                        self.executions.get_mut(arn).and_then(|e| e.parallel.take()).expect("a Parallel");
+                    self.close_tokens(parallel.branches.iter().filter_map(|b| b.wait.as_ref()));
+                    let def = self.definition(arn)["States"][&parallel.state].clone();
+                    self.fail_state(arn, Scope::Top, &def, (error, cause), now, out);
+                }
+            };
         };
         let error_doc = json!({"Error": error, "Cause": cause});
-        set_path(&mut self.executions.get_mut(arn).expect("execution").doc, &c["ResultPath"], error_doc);
-        self.run(arn, c["Next"].as_str().expect("Next").to_owned(), now, out);
+        set_path(self.doc_mut(arn, scope), &c["ResultPath"], error_doc);
+        self.run(arn, scope, c["Next"].as_str().expect("Next").to_owned(), now, out);
     }
 
-    /// Closes `arn` with `status`; its open token, if any, closes with it.
+    fn close_tokens<'w>(&mut self, waits: impl Iterator<Item = &'w Wait>) {
+        let tokens: Vec<String> = waits.map(|w| w.token.clone()).collect();
+        for token in tokens {
+            if let Some(t) = self.tokens.get_mut(&token) {
+                t.2 = false;
+            }
+        }
+    }
+
+    /// Closes `arn` with `status`; its open tokens, if any, close with it.
     fn close(
         &mut self,
         arn: &str,
@@ -287,11 +466,15 @@ impl Model {
         execution.status = status;
         execution.closed_at = Some(now);
         execution.failure = failure;
-        if let Some(wait) = execution.wait.take()
-            && let Some(t) = self.tokens.get_mut(&wait.token)
-        {
-            t.2 = false;
-        }
+        let waits: Vec<Wait> = Self::waits(execution).into_iter().map(|(_, w)| w.clone()).collect();
+        execution.wait = None;
+        execution.parallel = None;
+        self.close_tokens(waits.iter());
+    }
+
+    /// The scope of `arn` whose wait holds `token`.
+    fn scope_of(&self, arn: &str, token: &str) -> Option<Scope> {
+        Self::waits(&self.executions[arn]).into_iter().find(|(_, w)| w.token == token).map(|(s, _)| s)
     }
 
     fn resume(
@@ -303,14 +486,13 @@ impl Model {
     ) -> Result<(), &'static str> {
         let Some((arn, _, open)) = self.tokens.get(token).cloned() else { return Err("InvalidToken") };
         let running = self.executions[&arn].status == ExecutionStatus::Running;
-        if !open || !running {
-            return Err("TaskTimedOut");
-        }
+        let scope = self.scope_of(&arn, token);
+        let (true, true, Some(scope)) = (open, running, scope) else { return Err("TaskTimedOut") };
         match what {
-            Resume::Success(output) => self.finish_task(&arn, Ok(output), now, out),
-            Resume::Failure(error, cause) => self.finish_task(&arn, Err((error, cause)), now, out),
+            Resume::Success(output) => self.finish_task(&arn, scope, Ok(output), now, out),
+            Resume::Failure(error, cause) => self.finish_task(&arn, scope, Err((error, cause)), now, out),
             Resume::Heartbeat => {
-                let wait = self.executions.get_mut(&arn).and_then(|e| e.wait.as_mut()).expect("a wait");
+                let wait = self.wait_mut(&arn, scope).and_then(Option::as_mut).expect("a wait");
                 wait.beat_deadline = wait.heartbeat.map(|h| now + h);
             }
         }
@@ -319,21 +501,29 @@ impl Model {
 
     /// Times out every task past its deadline or heartbeat at `now`.
     pub fn fire_timers(&mut self, now: OffsetDateTime, out: &mut Vec<String>) -> usize {
-        let due: Vec<String> = self
+        let due: Vec<(String, Scope, String)> = self
             .executions
             .values()
             .filter(|e| e.status == ExecutionStatus::Running)
-            .filter(|e| {
-                e.wait
-                    .as_ref()
-                    .is_some_and(|w| w.deadline <= now || w.beat_deadline.is_some_and(|b| b <= now))
+            .flat_map(|e| {
+                Self::waits(e)
+                    .into_iter()
+                    .filter(|(_, w)| w.deadline <= now || w.beat_deadline.is_some_and(|b| b <= now))
+                    .map(|(scope, w)| (e.arn.clone(), scope, w.token.clone()))
+                    .collect::<Vec<_>>()
             })
-            .map(|e| e.arn.clone())
             .collect();
-        for arn in &due {
-            self.finish_task(arn, Err(("States.Timeout".into(), String::new())), now, out);
+        let mut fired = 0;
+        for (arn, scope, token) in &due {
+            // A sibling's timeout may have failed the Parallel state and closed this wait.
+            if self.executions[arn].status == ExecutionStatus::Running
+                && self.scope_of(arn, token) == Some(*scope)
+            {
+                self.finish_task(arn, *scope, Err(("States.Timeout".into(), String::new())), now, out);
+                fired += 1;
+            }
         }
-        due.len()
+        fired
     }
 
     /// The earliest deadline of a waiting task.
@@ -341,8 +531,12 @@ impl Model {
         self.executions
             .values()
             .filter(|e| e.status == ExecutionStatus::Running)
-            .filter_map(|e| e.wait.as_ref())
-            .map(|w| w.beat_deadline.map_or(w.deadline, |b| b.min(w.deadline)))
+            .flat_map(|e| {
+                Self::waits(e)
+                    .into_iter()
+                    .map(|(_, w)| w.beat_deadline.map_or(w.deadline, |b| b.min(w.deadline)))
+                    .collect::<Vec<_>>()
+            })
             .min()
     }
 

@@ -251,6 +251,74 @@ impl Plan {
 }
 
 impl Plan {
+    /// The senders of the `checks` workflow's parallel group ([`crate::GROUP_WORKFLOW`]), drawn
+    /// from `rng`: for each key, its first step's callback, then each branch's answer (mostly a
+    /// success; some fail, some never come, so that a required branch fails or times out the
+    /// workflow and the optional one leaves it degraded), heartbeats, duplicates and early
+    /// answers, and (`ship`) the last step's callback.
+    pub fn add_groups(&mut self, rng: &mut crate::rng::Rng, ship: bool) {
+        let keys = self.keys.clone();
+        let minute = |rng: &mut crate::rng::Rng| Duration::seconds(rng.range(0, 20 * 60));
+        for key in &keys {
+            let send = |plan: &mut Plan,
+                        rng: &mut crate::rng::Rng,
+                        step: &'static str,
+                        outcome: &str,
+                        data: Value| {
+                let n = plan.callbacks.len();
+                let mut body =
+                    json!({"workflow": "checks", "key": key, "step": step, "outcome": outcome, "data": data});
+                if outcome == "failed" {
+                    body["error"] = json!("CheckFailed");
+                    body["cause"] = json!(format!("{step} said no"));
+                }
+                // Some right at the start: before the group (or the workflow) is reached.
+                let at = if rng.chance(0.25) { Duration::seconds(rng.range(0, 60)) } else { minute(rng) };
+                let id = format!("cb-{key}-{step}-{n}");
+                plan.callbacks.push(CallbackSend {
+                    at,
+                    id: id.clone(),
+                    key: key.clone(),
+                    step,
+                    body: body.clone(),
+                });
+                if rng.chance(0.25) {
+                    plan.callbacks.push(CallbackSend { at: minute(rng), id, key: key.clone(), step, body });
+                }
+            };
+            let intake_outcome = if rng.chance(0.05) { "failed" } else { "succeeded" };
+            send(self, rng, "intake-review", intake_outcome, json!({"seen": true}));
+            match rng.below(20) {
+                0 | 1 => send(self, rng, "fraud", "failed", json!({})),
+                2 => {}
+                _ => {
+                    let score = rng.range(0, 100);
+                    send(self, rng, "fraud", "succeeded", json!({ "score": score }));
+                }
+            }
+            match rng.below(10) {
+                0..=4 => {
+                    let body =
+                        event(&format!("credit-{key}"), "credit.checked", key, json!({"credit_ok": true}));
+                    self.events.push(EventSend { at: minute(rng), body, copies: rng.range(1, 3) as u32 });
+                }
+                5..=8 => send(self, rng, "credit", "succeeded", json!({"credit_ok": true})),
+                _ => {}
+            }
+            if rng.chance(0.3) {
+                send(self, rng, "address", "in_progress", json!({"checked": "street"}));
+            }
+            match rng.below(10) {
+                0..=4 => send(self, rng, "address", "succeeded", json!({"address_ok": true})),
+                5 | 6 => send(self, rng, "address", "failed", json!({})),
+                _ => {}
+            }
+            if ship {
+                send(self, rng, "ship", "succeeded", json!({"tracking": format!("t-{key}")}));
+            }
+        }
+    }
+
     /// Adds, in some schedules, inputs that AWS's limits bite on, drawn from `rng` (a generator
     /// of their own, so the rest of a seed's schedule stays what it was): event ids of up to 256
     /// characters, four bytes each (a DynamoDB sort key holds 1,024 bytes);

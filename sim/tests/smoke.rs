@@ -9,10 +9,12 @@ use baton_sim::{Options, Outcome, run};
 
 /// Schedules in the smoke run.
 const SMOKE: u64 = 2_000;
-/// The budget each deliberate bug must be caught within. Above the smoke run's: since the
-/// early-input bound (one more read before an input is buffered) and the stricter world, the
-/// lost wake-up (`SkipHandshakeRead`) first shows at seed 2915.
-const MUTANT_BUDGET: u64 = 3_000;
+/// The budget each deliberate bug must be caught within. Above the smoke run's: the lost
+/// wake-up (`SkipHandshakeRead`) needs an early input to land between a step's wait and its
+/// drain, in about one schedule in 700; since the sweeper also lists waiting records (parallel
+/// groups' owed resumes), which reshuffled every schedule's faults, it first shows at seed 4351
+/// (2915 before). Every other bug shows within the first few dozen.
+const MUTANT_BUDGET: u64 = 4_500;
 
 /// Runs seeds `1..=count` on every core; stops early (per thread) at the first violation when
 /// `stop_at_first`.

@@ -27,6 +27,7 @@ use crate::{Outcome, Stack};
 mod answers;
 mod dead_letters;
 mod executions;
+mod groups;
 mod inbox;
 mod late;
 mod lifecycle;
@@ -44,8 +45,9 @@ struct Checker<'a> {
 impl Checker<'_> {
     /// Counts one check of `invariant`; a violation, if not `ok`, is recorded as
     /// `[invariant] <violation>`.
-    fn check(&mut self, invariant: &str, ok: bool, violation: impl FnOnce() -> String) {
+    fn check(&mut self, invariant: &'static str, ok: bool, violation: impl FnOnce() -> String) {
         self.outcome.checks += 1;
+        *self.outcome.by_invariant.entry(invariant).or_default() += 1;
         if !ok {
             self.outcome.violations.push(format!("[{invariant}] {}", violation()));
         }
@@ -152,6 +154,12 @@ pub fn all(
     pinning::task_is_its_versions_step(c, &s, &versions);
     tasks::every_waiting_step_gets_its_task(c, &s, &tasks, (settled_by, waiting_at_calm));
     lifecycle::each_step_advances_at_most_once(c, &s);
+    groups::every_opened_branch_ends_with_one_outcome(c, &s);
+    groups::each_branch_token_resumed_at_most_once(c, &s);
+    groups::optional_branch_never_fails_its_group(c, &s);
+    groups::degraded_exactly_when_an_optional_branch_did_not_succeed(c, &s);
+    groups::no_input_applied_after_the_group_failed(c, &s);
+    groups::a_branch_input_never_moves_a_sibling(c, &s);
     let owed = resumes::Owed::of(&s);
     for (token, calls) in &owed.by_token {
         resumes::one_payload_per_resume(c, token, calls);
@@ -188,6 +196,7 @@ mod tests {
         ("answers.rs", include_str!("answers.rs")),
         ("dead_letters.rs", include_str!("dead_letters.rs")),
         ("executions.rs", include_str!("executions.rs")),
+        ("groups.rs", include_str!("groups.rs")),
         ("inbox.rs", include_str!("inbox.rs")),
         ("late.rs", include_str!("late.rs")),
         ("lifecycle.rs", include_str!("lifecycle.rs")),
@@ -222,8 +231,8 @@ mod tests {
             }
         }
         // Every check call of the checkers: `after_long_jump`'s two and `all`'s 35, as many as
-        // before the split.
-        assert_eq!(checks, 37);
+        // before the split, and the parallel groups' seven.
+        assert_eq!(checks, 44);
     }
 
     /// A violation starts with its invariant's name in brackets; every check is counted.

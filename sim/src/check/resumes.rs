@@ -39,6 +39,12 @@ impl<'a> Owed<'a> {
             if let (State::Advancing { .. }, Some(token)) = (w.to.state, &w.to.token) {
                 since.entry(token.expose()).or_insert(w.to.updated_at);
             }
+            // A parallel group's branches: each resume owed from the write that decided it.
+            for b in w.to.branches.iter().filter(|b| b.owed.is_some()) {
+                if let Some(token) = &b.token {
+                    since.entry(token.expose()).or_insert(w.to.updated_at);
+                }
+            }
         }
         Owed { by_token, since }
     }
