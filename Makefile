@@ -9,7 +9,7 @@
 #   make package  the four functions as Lambda zips (cargo-lambda, release profile), their sizes,
 #               and `sam validate --lint`; not part of `make test`
 #   make scale  a million workflows through the lifecycle and the sharded index (docs/SCALE.md)
-#   make cost   K two-step workflows on the local stack, every API call counted: calls, units and
+#   make cost   K two-step workflows, then K with a parallel group, on the local stack, every API call counted: calls, units and
 #               dollars per workflow (docs/COST.md)
 #   make bench  the hot path (shared/core/benches/hot_path.rs: event parse, matching for 1 to 1,000
 #               workflows, decide, whole workflows on the in-memory store), then the zips: size,
@@ -189,7 +189,7 @@ bench: package tools
 	BATON_PYTHON=$(VENV)/bin/python tools/with-emulator.sh bash -c \
 	  'target/sim/function-bench target/lambda "$$BATON_TEST_ENDPOINT" target/release/hello-lambda $(BENCH_SPAWNS)'
 
-# What a workflow costs: COST_WORKFLOWS two-step workflows on the local stack with the emulator
+# What a workflow costs: COST_WORKFLOWS two-step workflows, then as many with a parallel group, on the local stack with the emulator
 # counting every call (tests/src/bin/cost.rs; the model and prices: docs/COST.md).
 COST_WORKFLOWS ?= 20
 cost: tools

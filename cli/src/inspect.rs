@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use baton_core::domain::config::{Config, Workflow};
+use baton_core::domain::config::{Config, Position, Workflow};
 use baton_core::domain::event::Event;
 
 /// `baton validate`: a summary line per workflow, or every problem with its path.
@@ -17,13 +17,22 @@ pub fn validate(path: &Path) -> Result<()> {
 }
 
 fn summary(wf: &Workflow) -> String {
+    let step = |s: &baton_core::domain::config::Step| {
+        let requires = if s.requires.is_empty() { "any success".to_owned() } else { s.requires.join("+") };
+        let optional = if s.optional { ", optional" } else { "" };
+        format!("{} (needs {requires}, timeout {}{optional})", s.name, human(s.timeout))
+    };
+    // A parallel group: its branches side by side, in brackets.
     let steps: Vec<String> = wf
-        .steps
-        .iter()
-        .map(|s| {
-            let requires =
-                if s.requires.is_empty() { "any success".to_owned() } else { s.requires.join("+") };
-            format!("{} (needs {requires}, timeout {})", s.name, human(s.timeout))
+        .positions()
+        .into_iter()
+        .map(|p| match p {
+            Position::Step(_, s) => step(s),
+            Position::Group(g) => {
+                let branches: Vec<String> =
+                    wf.steps[g.first as usize..=g.last as usize].iter().map(step).collect();
+                format!("{} [{}]", g.name, branches.join(" | "))
+            }
         })
         .collect();
     format!(

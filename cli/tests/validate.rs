@@ -90,3 +90,45 @@ fn given_an_invalid_event_when_matched_then_it_fails_naming_the_field() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("missing required field `source`"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn a_parallel_group_is_shown_with_its_branches_side_by_side_and_a_bad_one_by_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "workflows:\n  wf:\n    start: { when: { type: [t] }, key: /subject }\n    steps:\n      \
+         - { name: review, requires: [d], timeout: 1h }\n      \
+         - parallel:\n          name: checks\n          branches:\n            \
+         - { name: fraud, requires: [s], timeout: 1d }\n            \
+         - { name: address, requires: [a], timeout: 2h, optional: true }\n",
+    )
+    .unwrap();
+    let out = baton(&["validate", good.to_str().unwrap()]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(
+            "review (needs d, timeout 1h) -> checks [fraud (needs s, timeout 1d) | address (needs a, timeout 2h, optional)]"
+        ),
+        "{}",
+        text(&out.stdout)
+    );
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "workflows:\n  wf:\n    start: { when: { type: [t] }, key: /subject }\n    steps:\n      \
+         - parallel:\n          name: checks\n          branches:\n            \
+         - { name: fraud, requires: [s] }\n",
+    )
+    .unwrap();
+    let out = baton(&["validate", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "workflows.wf.steps[0].parallel.branches: a parallel group needs at least two branches, found 1"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("workflows.wf.steps[0].parallel.branches[0].timeout: missing"), "{stderr}");
+}

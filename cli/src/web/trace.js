@@ -144,7 +144,7 @@ function graphView() {
     const meta = s.step !== null ? "step " + s.step + " · waits for its task token" : s.type;
     const catches = s.catches.map((c) => c.errors.join(", ").replace(/States\./g, "") + " → " + c.next);
     const branches = (s.branches || []).length
-      ? [el("div", { class: "group-branches", "data-group": s.name }, s.branches.map(branchBox))]
+      ? [el("div", { class: "group-branches", "data-group": s.name }, s.branches.map((g) => branchBox(g, status.get(s.name))))]
       : [];
     return el("div", { class: "graph-state", "data-name": s.name, "data-status": status.get(s.name) },
       el("span", { class: "name" }, s.name), el("span", { class: "status-label" }, "(" + label + ")"),
@@ -163,13 +163,14 @@ function graphView() {
 }
 
 // One branch of a parallel group, as the record has it: its state, deadline, inputs and owed
-// resume ("not reached" before its step_ready, or once the record has moved past the group).
-function branchBox(g) {
+// resume. Once the record has moved past the group it keeps only the branches that did not
+// succeed (`missed`): the others passed with their group.
+function branchBox(g, groupStatus) {
   const r = doc.record;
   const name = g.start_at;
   const b = ((r && r.branches) || []).find((x) => x.name === name);
   const missed = ((r && r.missed) || []).includes(name);
-  const state = b ? b.state : "not_reached";
+  const state = b ? b.state : missed ? "missed" : groupStatus === "passed" ? "passed" : "not_reached";
   const meta = [];
   if (b && b.deadline && b.state === "waiting") meta.push("deadline " + b.deadline);
   if (b && Object.keys(b.inputs).length) meta.push("inputs " + Object.keys(b.inputs).join(", "));

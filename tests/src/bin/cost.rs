@@ -1,4 +1,5 @@
-//! `make cost`: K two-step workflows of the sample config (`order-review`) on the local stack,
+//! `make cost`: K two-step workflows of the sample config (`order-review`), then K workflows
+//! with a three-branch parallel group ([`GROUPED`]), on the local stack,
 //! with the emulator counting every API call (`tools/emulator.py --count-calls`); prints, per
 //! workflow, the calls by operation, Step Functions state transitions (from each execution's
 //! history), DynamoDB units, SQS requests, Lambda invocations and HTTP API requests, and the
@@ -25,23 +26,92 @@ const SWEEPER: &str = "SweeperFunction";
 /// SQS, and the most it takes without a batching window.
 const FULL_BATCH: f64 = 10.0;
 
+/// The workflow with a three-branch parallel group `make cost` measures beside the two-step
+/// one: a review, then fraud, credit and an optional address check side by side, then payment.
+/// Named as the template's state machine is (each stack its own).
+const GROUPED: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        requires: [decision]
+        timeout: 2d
+      - parallel:
+          name: checks
+          branches:
+            - name: fraud-check
+              requires: [fraud_score]
+              timeout: 1d
+            - name: credit-check
+              requires: [credit_ok]
+              timeout: 1d
+            - name: address-check
+              requires: [address_ok]
+              timeout: 2h
+              optional: true
+      - name: payment
+        requires: [payment_ref]
+        timeout: 7d
+"#;
+
+/// One workflow shape `make cost` measures.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// The sample config's two steps.
+    TwoStep,
+    /// [`GROUPED`]: a step, a three-branch group, a step.
+    Grouped,
+}
+
+impl Shape {
+    fn workflow(self) -> &'static str {
+        match self {
+            Shape::TwoStep => "order-review",
+            Shape::Grouped => "order-review",
+        }
+    }
+
+    fn config(self) -> &'static str {
+        match self {
+            Shape::TwoStep => SAMPLE,
+            Shape::Grouped => GROUPED,
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Shape::TwoStep => "two-step workflows of order-review",
+            Shape::Grouped => "workflows with a parallel group (a step, three branches side by side, a step)",
+        }
+    }
+}
+
 #[tokio::main]
-#[expect(clippy::too_many_lines, reason = "the cost model's report, figure by figure")]
 async fn main() {
     let workflows: u64 = std::env::args().nth(1).map_or(20, |k| k.parse().expect("K: a number of workflows"));
+    measure(Shape::TwoStep, workflows).await;
+    println!();
+    measure(Shape::Grouped, workflows).await;
+}
+
+#[expect(clippy::too_many_lines, reason = "the cost model's report, figure by figure")]
+async fn measure(shape: Shape, workflows: u64) {
     let emulator = Emulator::from_env();
     let calls_url = format!("{}/_baton/calls", emulator.endpoint);
-    let system = start_system(SAMPLE).await;
+    let system = start_system(shape.config()).await;
     let indexes = [Index { keys: vec!["due_kind".into(), "due_at".into()] }];
     let prefix = format!("cost-{}", std::process::id());
 
-    run(&system, &format!("{prefix}-warm"), 0).await;
+    run(shape, &system, &format!("{prefix}-warm"), 0).await;
     expect_ok(http::delete(&calls_url).await, "reset the counts");
     let mut keys = Vec::new();
     let mut load = Load::default();
     for i in 0..workflows {
         let key = format!("{prefix}-{i}");
-        load += run(&system, &key, i).await;
+        load += run(shape, &system, &key, i).await;
         keys.push(key);
     }
     let doc = expect_ok(http::get(&calls_url).await, "read the counts");
@@ -96,9 +166,9 @@ async fn main() {
     per.http_requests = sent(load.callbacks);
     per.lambda_invocations = sqs_invocations + per.http_requests;
     per.handled = per.lambda_invocations;
-    per.state_transitions = transitions(&system, &keys).await / k;
+    per.state_transitions = transitions(&system, shape.workflow(), &keys).await / k;
 
-    print(&per);
+    print(shape, &per);
     println!("  DynamoDB by item and operation:   calls  table WCU  index WCU  RCU");
     for (item, (calls, u)) in &by_item {
         println!(
@@ -169,8 +239,52 @@ impl std::ops::AddAssign for Load {
     }
 }
 
-/// One workflow, start to `succeeded`, as a user's systems drive it.
-async fn run(system: &System, key: &str, i: u64) -> Load {
+/// One workflow of `shape`, start to its end, as a user's systems drive it.
+async fn run(shape: Shape, system: &System, key: &str, i: u64) -> Load {
+    match shape {
+        Shape::TwoStep => run_two_step(system, key, i).await,
+        Shape::Grouped => run_grouped(system, key).await,
+    }
+}
+
+/// A [`GROUPED`] workflow: each step and branch answered by callback; every fourth one's
+/// optional branch fails, so it ends `degraded`.
+async fn run_grouped(system: &System, key: &str) -> Load {
+    let placed = json!({"specversion": "1.0", "id": format!("{key}-placed"), "source": "shop",
+        "type": "order.placed", "subject": key, "data": {"total": 1500}});
+    system.send_event(&placed.to_string()).await;
+    let workflow = Shape::Grouped.workflow();
+    wait_in(system, workflow, key, State::Waiting { step: 0 }).await;
+    let degraded = key.ends_with('3') || key.ends_with('7');
+    let answers = [
+        ("manual-review", "succeeded", json!({"decision": "approve"})),
+        ("fraud-check", "succeeded", json!({"fraud_score": 3})),
+        ("credit-check", "succeeded", json!({"credit_ok": true})),
+        ("address-check", if degraded { "failed" } else { "succeeded" }, json!({"address_ok": true})),
+        ("payment", "succeeded", json!({"payment_ref": "pay-1"})),
+    ];
+    for (i, (step, outcome, data)) in answers.into_iter().enumerate() {
+        match i {
+            1 => wait_in(system, workflow, key, State::Waiting { step: 1 }).await,
+            4 => wait_in(system, workflow, key, State::Waiting { step: 4 }).await,
+            _ => {}
+        }
+        let mut body =
+            json!({"workflow": workflow, "key": key, "step": step, "outcome": outcome, "data": data});
+        if outcome == "failed" {
+            body["error"] = json!("AddressUnknown");
+            body["cause"] = json!("no such street");
+        }
+        let (status, answer) = system.callback(&format!("{key}-{step}"), &body).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let end = if degraded { State::Degraded } else { State::Succeeded };
+    wait_in(system, workflow, key, end).await;
+    Load { events: 1, callbacks: 5 }
+}
+
+/// A two-step workflow, start to `succeeded`.
+async fn run_two_step(system: &System, key: &str, i: u64) -> Load {
     let event = |id: String, r#type: &str, data: Value| {
         json!({"specversion": "1.0", "id": id, "source": "shop", "type": r#type, "subject": key, "data": data})
             .to_string()
@@ -198,18 +312,22 @@ async fn run(system: &System, key: &str, i: u64) -> Load {
 }
 
 async fn wait_for(system: &System, key: &str, state: State) {
+    wait_in(system, Shape::TwoStep.workflow(), key, state).await;
+}
+
+async fn wait_in(system: &System, workflow: &str, key: &str, state: State) {
     system
         .until(&format!("{key} {state:?}"), || async {
-            system.record("order-review", key).await.filter(|r| r.state == state).map(|_| ())
+            system.record(workflow, key).await.filter(|r| r.state == state).map(|_| ())
         })
         .await;
 }
 
 /// The state transitions Step Functions bills these workflows' executions: one per state
 /// entered, read from each execution's history.
-async fn transitions(system: &System, keys: &[String]) -> f64 {
+async fn transitions(system: &System, workflow: &str, keys: &[String]) -> f64 {
     let mut total = 0;
-    for execution in system.executions("order-review").await {
+    for execution in system.executions(workflow).await {
         if !keys.iter().any(|k| execution.name.contains(k.as_str())) {
             continue;
         }
@@ -226,8 +344,8 @@ async fn transitions(system: &System, keys: &[String]) -> f64 {
     total as f64
 }
 
-fn print(per: &PerWorkflow) {
-    println!("{} two-step workflows of order-review, per workflow:", per.workflows);
+fn print(shape: Shape, per: &PerWorkflow) {
+    println!("{} {}, per workflow:", per.workflows, shape.title());
     println!("  API calls by operation (the functions' and the state machines'):");
     for (operation, n) in &per.calls {
         println!("    {operation:<32} {n:>6.2}");
