@@ -1352,19 +1352,9 @@ fn merge_input(
     // is owed: inputs that could not be written would leave the step unable ever to advance
     // (found by the simulation). So the merge is refused first, with a trace.
     let size = serde_json::to_string(&to.inputs).map_or(usize::MAX, |t| t.len());
-    if size > MAX_STEP_INPUT_BYTES {
-        return Decision::new(Outcome::Rejected(RejectReason::InputsTooLarge))
-            .effect(Effect::Ledger { reason: IgnoreReason::InputsTooLarge });
+    if let Some(refused) = admit(&mut to, size, (id, source), hash, step) {
+        return refused;
     }
-    to.applied.push(AppliedInput {
-        id: id.clone(),
-        hash: payload_fingerprint(hash).to_owned(),
-        step: Some(step),
-        generation: Some(r.generation),
-        source: Some(source),
-    });
-    let excess = to.applied.len().saturating_sub(REMEMBERED_INPUTS);
-    to.applied.drain(..excess);
     match outcome {
         StepOutcome::Failed { error, cause } => {
             let owed = Resume::Failure { error: error.clone(), cause: cause.clone() };
@@ -1387,6 +1377,34 @@ fn merge_input(
             .with_write(Cause::Merge, Some(r), to)
             .effect(Effect::SendTaskHeartbeat { token }),
     }
+}
+
+/// Remembers that the input `id` was applied to `step` of `to` (the list bounded), unless the
+/// inputs it leaves gathered, `size` bytes as JSON, pass [`MAX_STEP_INPUT_BYTES`]: then the
+/// refusal, ledgered, is returned.
+fn admit(
+    to: &mut Record,
+    size: usize,
+    (id, source): (&EventId, Source),
+    hash: &str,
+    step: u32,
+) -> Option<Decision> {
+    if size > MAX_STEP_INPUT_BYTES {
+        return Some(
+            Decision::new(Outcome::Rejected(RejectReason::InputsTooLarge))
+                .effect(Effect::Ledger { reason: IgnoreReason::InputsTooLarge }),
+        );
+    }
+    to.applied.push(AppliedInput {
+        id: id.clone(),
+        hash: payload_fingerprint(hash).to_owned(),
+        step: Some(step),
+        generation: Some(to.generation),
+        source: Some(source),
+    });
+    let excess = to.applied.len().saturating_sub(REMEMBERED_INPUTS);
+    to.applied.drain(..excess);
+    None
 }
 
 /// Are all of the step's required inputs present (and not null)?

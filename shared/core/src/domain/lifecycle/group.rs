@@ -22,9 +22,8 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
 use super::{
-    AppliedInput, Branch, BranchOutcome, Cause, Decision, Effect, IgnoreReason, Kind, MAX_STEP_INPUT_BYTES,
-    Outcome, Plan, REMEMBERED_INPUTS, Record, RejectReason, Resume, Source, Span, State, StepOutcome,
-    payload_fingerprint, requirements_met, resume_effect,
+    AppliedInput, Branch, BranchOutcome, Cause, Decision, Effect, IgnoreReason, Kind, Outcome, Plan, Record,
+    Resume, Source, Span, State, StepOutcome, requirements_met, resume_effect,
 };
 use crate::domain::ids::{EventId, TaskToken};
 use crate::mutants::{Mutation, active as mutant};
@@ -177,19 +176,9 @@ fn merge(
     // the group's together are held to what one step may gather.
     let size: usize =
         to.branches.iter().map(|b| serde_json::to_string(&b.inputs).map_or(usize::MAX, |t| t.len())).sum();
-    if size > MAX_STEP_INPUT_BYTES {
-        return Decision::new(Outcome::Rejected(RejectReason::InputsTooLarge))
-            .effect(Effect::Ledger { reason: IgnoreReason::InputsTooLarge });
+    if let Some(refused) = super::admit(&mut to, size, (id, source), hash, step) {
+        return refused;
     }
-    to.applied.push(AppliedInput {
-        id: id.clone(),
-        hash: payload_fingerprint(hash).to_owned(),
-        step: Some(step),
-        generation: Some(r.generation),
-        source: Some(source),
-    });
-    let excess = to.applied.len().saturating_sub(REMEMBERED_INPUTS);
-    to.applied.drain(..excess);
     let owed = match outcome {
         StepOutcome::Failed { error, cause } => {
             Resume::Failure { error: error.clone(), cause: cause.clone() }
