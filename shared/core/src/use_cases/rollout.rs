@@ -6,7 +6,8 @@
 //! on (its steps, `requires`, `accepts_events`, timeouts, task templates and its execution's
 //! definition), and new starts follow the new version.
 //! - **safe**: records in flight finish on their version (steps appended, inserted, removed,
-//!   renamed or reordered; `requires`, `accepts_events`, timeouts, tasks changed), or nothing
+//!   renamed or reordered; parallel groups added, removed, renamed or regrouped, branches made
+//!   optional or required; `requires`, `accepts_events`, timeouts, tasks changed), or nothing
 //!   live is touched;
 //! - **breaking even with pinning**: a changed key pointer, always (start events and restarts
 //!   would correlate to other keys); a removed workflow with live records (their callbacks
@@ -295,6 +296,7 @@ fn workflow_changes(old: &Workflow, new: &Workflow, docs: &(Doc, Doc), live: &Li
         ));
     }
     out.extend(step_structure(old, new, live));
+    out.extend(group_structure(old, new, live));
     for (i, o) in old.steps.iter().enumerate() {
         if let Some(n) = new.steps.iter().find(|s| s.name == o.name) {
             let accepts = (
@@ -355,6 +357,66 @@ fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
                 _ => PINNED,
             };
             let (class, why) = pinned(&touches, why);
+            change(old, kind, detail, class, why, touches.clone())
+        })
+        .collect()
+}
+
+/// Parallel groups added, removed or renamed, branches moved into, out of or between groups,
+/// and branches made optional or required. Safe with pinning, as step changes are: a record at a
+/// group finishes it (and its workflow) on its version's group, its execution on the definition
+/// it started with; needs a person for records from before versions.
+fn group_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
+    // Each group by name, with its branches by name, in order.
+    let groups = |w: &Workflow| -> Vec<(String, Vec<String>)> {
+        w.groups
+            .iter()
+            .map(|g| {
+                let branches =
+                    (g.first..=g.last).filter_map(|i| w.steps.get(i as usize)).map(|s| s.name.to_string());
+                (g.name.to_string(), branches.collect())
+            })
+            .collect()
+    };
+    let (a, b) = (groups(old), groups(new));
+    let mut found: Vec<(&'static str, String)> = Vec::new();
+    for (i, (name, branches)) in a.iter().enumerate() {
+        match b.iter().find(|(n, _)| n == name) {
+            Some((_, now)) if now != branches => found.push((
+                "group_branches_changed",
+                format!("group {name}: branches {} -> {}", branches.join(", "), now.join(", ")),
+            )),
+            Some(_) => {}
+            // Renamed: the same branches under another name where it stood.
+            None => match b.get(i).filter(|(n, now)| now == branches && !a.iter().any(|(o, _)| o == n)) {
+                Some((n, _)) => found.push(("group_renamed", format!("group {name} renamed {n}"))),
+                None => {
+                    found.push(("group_removed", format!("group {name} ({}) removed", branches.join(", "))))
+                }
+            },
+        }
+    }
+    for (i, (name, branches)) in b.iter().enumerate() {
+        let renamed = a.get(i).is_some_and(|(o, was)| was == branches && !b.iter().any(|(n, _)| n == o));
+        if !a.iter().any(|(n, _)| n == name) && !renamed {
+            found.push(("group_added", format!("group {name} ({}) added", branches.join(", "))));
+        }
+    }
+    for o in old.steps.iter().filter(|o| o.optional) {
+        if new.steps.iter().any(|n| n.name == o.name && !n.optional) {
+            found.push(("branch_made_required", format!("branch {} is required now", o.name)));
+        }
+    }
+    for n in new.steps.iter().filter(|n| n.optional) {
+        if old.steps.iter().any(|o| o.name == n.name && !o.optional) {
+            found.push(("branch_made_optional", format!("branch {} is optional now", n.name)));
+        }
+    }
+    let touches = live.touching(old.name.as_str(), |_| true);
+    found
+        .into_iter()
+        .map(|(kind, detail)| {
+            let (class, why) = pinned(&touches, PINNED);
             change(old, kind, detail, class, why, touches.clone())
         })
         .collect()
@@ -575,6 +637,47 @@ workflows:
         let row = |v: &str, n| LiveVersion { workflow: "order-review".into(), version: v.into(), records: n };
         assert_eq!(by_version, [row(UNVERSIONED, 1), row("v1", 2)], "terminal records are not live");
         assert_eq!(Live::unknown().by_version(), None);
+    }
+
+    #[test]
+    fn groups_added_renamed_regrouped_or_made_optional_are_named_and_safe_with_pinning() {
+        let grouped = |name: &str, branches: &[&str], optional: &str| {
+            let branches: String = branches
+                .iter()
+                .map(|b| {
+                    let opt = if *b == optional { ", optional: true" } else { "" };
+                    format!("            - {{ name: {b}, requires: [x], timeout: 1h{opt} }}\n")
+                })
+                .collect();
+            format!(
+                "workflows:\n  order-review:\n    start: {{ when: {{ type: [\"order.placed\"] }}, key: /subject }}\n    steps:\n      \
+                 - name: manual-review\n        requires: [decision]\n        timeout: 2d\n      \
+                 - parallel:\n          name: {name}\n          branches:\n{branches}"
+            )
+        };
+        let v1 = config(&grouped("checks", &["fraud", "credit"], ""));
+        let same = plan(&v1, &v1, &live(&[State::Waiting { step: 1 }]));
+        assert!(same.changes.is_empty(), "{:?}", same.changes);
+        let renamed = plan(&v1, &config(&grouped("risk", &["fraud", "credit"], "")), &live(&[]));
+        assert_eq!(kinds(&renamed), [("group_renamed", Class::Safe)]);
+        let regrouped =
+            plan(&v1, &config(&grouped("checks", &["fraud", "credit", "address"], "address")), &live(&[]));
+        assert_eq!(
+            kinds(&regrouped),
+            [("step_appended", Class::Safe), ("group_branches_changed", Class::Safe)]
+        );
+        let optional = plan(&v1, &config(&grouped("checks", &["fraud", "credit"], "credit")), &live(&[]));
+        assert_eq!(kinds(&optional), [("branch_made_optional", Class::Safe)]);
+        let added = plan(&config(V1), &v1, &live(&[State::Waiting { step: 0 }]));
+        assert!(kinds(&added).contains(&("group_added", Class::Safe)), "{:?}", kinds(&added));
+        let mut old = records(&[State::Waiting { step: 1 }]);
+        old[0].config_version = None;
+        let unpinned = plan(&v1, &config(&grouped("risk", &["fraud", "credit"], "")), &Live::count(&old));
+        assert_eq!(
+            kinds(&unpinned),
+            [("group_renamed", Class::NeedsHuman)],
+            "unpinned records follow the new group"
+        );
     }
 
     #[test]
