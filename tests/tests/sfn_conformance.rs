@@ -34,7 +34,9 @@ use baton_tests::{Emulator, unique_name};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-/// Two workflows: two steps, the second with a short deadline; one step with a heartbeat.
+/// Three workflows: two steps, the second with a short deadline; one step with a heartbeat; a
+/// parallel group of two required branches and an optional one with a short deadline, then a
+/// step.
 const CONFIG: &str = r#"
 workflows:
   conform:
@@ -57,6 +59,20 @@ workflows:
         requires: [ok]
         timeout: 1h
         heartbeat: 10s
+  group:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - parallel:
+          name: checks
+          branches:
+            - { name: fraud, requires: [x], timeout: 1h }
+            - { name: credit, requires: [x], timeout: 1h }
+            - { name: address, requires: [x], timeout: 3s, optional: true }
+      - name: ship
+        requires: [x]
+        timeout: 1h
 "#;
 
 /// How long the emulator side waits for a report: generous, as a loaded machine needs.
@@ -200,6 +216,9 @@ impl Side {
                     Finish::Failed { error, .. } => format!("failed {error}"),
                 };
                 (format!("report {}/{key} g{generation} {finish}", workflow.name), None)
+            }
+            Input::BranchEnded { generation, step, error } => {
+                (format!("report {}/{key} g{generation} branch_ended {step} {error}", workflow.name), None)
             }
             other => bail!("{}: not a report: {other:?}", self.name()),
         })
@@ -391,6 +410,70 @@ async fn closed_name(side: &Side, config: &Config) -> Result<Vec<String>> {
 }
 
 /// The config, the model and a fresh emulator side.
+/// A group's branches report as they start, in no set order (the emulator runs them on threads
+/// of their own): the next `n` reports, sorted, with their tokens by step.
+async fn branch_reports(
+    side: &Side,
+    config: &Config,
+    n: usize,
+) -> Result<(Vec<String>, BTreeMap<u32, TaskToken>)> {
+    let mut lines = Vec::new();
+    let mut tokens = BTreeMap::new();
+    for _ in 0..n {
+        let (line, token) = side.next_report(config).await?;
+        let step: u32 = line.rsplit(' ').next().unwrap_or_default().parse().context("a step_ready")?;
+        tokens.insert(step, token.context("a token")?);
+        lines.push(line);
+    }
+    lines.sort();
+    Ok((lines, tokens))
+}
+
+/// A required branch fails while its siblings wait: the group fails at once, through its Catch,
+/// and a sibling's token is gone.
+async fn group_branch_fails(side: &Side, config: &Config) -> Result<Vec<String>> {
+    let key = unique_name("k");
+    let mut seen = vec![side.start("group", &key, 1, input("group", &key, 1)).await?];
+    let (lines, tokens) = branch_reports(side, config, 3).await?;
+    seen.extend(lines);
+    seen.push(result("fail fraud", side.orch().send_task_failure(&tokens[&0], "CheckFailed", "no").await));
+    seen.push(side.next_report(config).await?.0);
+    seen.push(side.status("group", &key, 1).await?);
+    seen.push(result(
+        "resume credit late",
+        side.orch().send_task_success(&tokens[&1], &json!({"x": 1})).await,
+    ));
+    Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
+}
+
+/// The optional branch times out while the others succeed: its own Catch reports it, and the
+/// group goes on to the next step; its token is gone.
+async fn group_optional_times_out(side: &Side, config: &Config) -> Result<Vec<String>> {
+    let key = unique_name("k");
+    let mut seen = vec![side.start("group", &key, 1, input("group", &key, 1)).await?];
+    let (lines, tokens) = branch_reports(side, config, 3).await?;
+    seen.extend(lines);
+    seen.push(result("resume fraud", side.orch().send_task_success(&tokens[&0], &json!({"x": 1})).await));
+    seen.push(result("resume credit", side.orch().send_task_success(&tokens[&1], &json!({"x": 1})).await));
+    seen.push(side.next_report(config).await?.0);
+    let (line, ship) = side.next_report(config).await?;
+    seen.push(line);
+    seen.push(result(
+        "resume ship",
+        side.orch().send_task_success(&ship.context("a token")?, &json!({"x": 1})).await,
+    ));
+    seen.push(side.next_report(config).await?.0);
+    seen.push(side.status("group", &key, 1).await?);
+    // Only once the execution has ended: while it runs, the emulator takes a resume of the
+    // timed-out branch's token silently, where AWS answers `TaskTimedOut`
+    // (EMULATOR_DEVIATIONS.md).
+    seen.push(result(
+        "resume address late",
+        side.orch().send_task_success(&tokens[&2], &json!({"x": 1})).await,
+    ));
+    Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
+}
+
 async fn sides() -> Result<(Config, Side, Side)> {
     let config = Config::parse(CONFIG)?;
     let model = Side::model(&config);
@@ -517,6 +600,50 @@ async fn the_name_of_a_closed_execution_starts_nothing_new() -> Result<()> {
             "start ok",
             "start conflict",
             "status FAILED",
+        ],
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_required_branch_that_fails_fails_its_group_and_a_siblings_late_resume_is_gone() -> Result<()> {
+    let (config, model, emulator) = sides().await?;
+    agree(
+        group_branch_fails(&model, &config).await?,
+        group_branch_fails(&emulator, &config).await?,
+        &[
+            "start ok",
+            "report group/K g1 step_ready 0",
+            "report group/K g1 step_ready 1",
+            "report group/K g1 step_ready 2",
+            "fail fraud ok",
+            "report group/K g1 failed CheckFailed",
+            "status FAILED",
+            "resume credit late token_gone",
+        ],
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_optional_branch_that_times_out_reports_itself_and_the_group_goes_on() -> Result<()> {
+    let (config, model, emulator) = sides().await?;
+    agree(
+        group_optional_times_out(&model, &config).await?,
+        group_optional_times_out(&emulator, &config).await?,
+        &[
+            "start ok",
+            "report group/K g1 step_ready 0",
+            "report group/K g1 step_ready 1",
+            "report group/K g1 step_ready 2",
+            "resume fraud ok",
+            "resume credit ok",
+            "report group/K g1 branch_ended 2 States.Timeout",
+            "report group/K g1 step_ready 3",
+            "resume ship ok",
+            "report group/K g1 succeeded",
+            "status SUCCEEDED",
+            "resume address late token_gone",
         ],
     );
     Ok(())
