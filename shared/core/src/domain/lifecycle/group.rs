@@ -174,8 +174,11 @@ fn merge(
     }
     // Every branch's inputs share the one item, and are held twice once their resumes are owed:
     // the group's together are held to what one step may gather.
-    let size: usize =
-        to.branches.iter().map(|b| serde_json::to_string(&b.inputs).map_or(usize::MAX, |t| t.len())).sum();
+    let size = to
+        .branches
+        .iter()
+        .map(|b| serde_json::to_string(&b.inputs).map_or(usize::MAX, |t| t.len()))
+        .fold(0, usize::saturating_add);
     if let Some(refused) = super::admit(&mut to, size, (id, source), hash, step) {
         return refused;
     }
@@ -195,14 +198,13 @@ fn merge(
                 .effect(Effect::SendTaskHeartbeat { token });
         }
     };
-    let failed = matches!(owed, Resume::Failure { .. });
+    let ended = match owed {
+        Resume::Failure { .. } => BranchOutcome::Failed,
+        Resume::Success { .. } => BranchOutcome::Succeeded,
+    };
     let resume = resume_effect(&token, &owed);
     to.branches[i].owed = Some(owed);
-    let cause = if failed {
-        settle(plan, &mut to, step, BranchOutcome::Failed)
-    } else {
-        settle(plan, &mut to, step, BranchOutcome::Succeeded)
-    };
+    let cause = settle(plan, &mut to, step, ended);
     owe(Decision::new(Outcome::Applied).with_write(cause, Some(r), to), resume, r.generation, step)
 }
 
