@@ -609,18 +609,19 @@ impl Engine {
         // the resume failed (it stays owed, for a retry or the sweeper).
         let mut first_error = None;
         let mut found = None;
-        let mut resume = None;
+        // What became of the last resume sent, for the delivery mark after it.
+        let mut resume: Option<Delivered> = None;
         for effect in &decision.effects {
             let result = match effect {
                 Effect::MarkResumed { generation, step } => match resume.take() {
-                    Some(Ok(delivered)) => {
+                    Some(delivered) => {
                         self.mark_resumed(workflow, key, (*generation, *step), delivered, now).await
                     }
-                    _ => continue,
+                    None => continue,
                 },
                 Effect::SendTaskSuccess { .. } | Effect::SendTaskFailure { .. } => {
                     let sent = self.send_resume(workflow, key, effect, record).await;
-                    resume = Some(sent.as_ref().map(|d| *d).map_err(|_| ()));
+                    resume = sent.as_ref().ok().copied();
                     sent.map(|_| None)
                 }
                 _ => self.carry_out_one(workflow, key, input, effect, record, now).await,
@@ -673,9 +674,9 @@ impl Engine {
             Effect::Buffer { generation, step } => {
                 return self.buffer(workflow, key, input, *generation, *step, now).await;
             }
-            Effect::SendTaskSuccess { .. } | Effect::SendTaskFailure { .. } => {
-                self.send_resume(workflow, key, effect, record).await?;
-            }
+            // Carried out by `carry_out`, which keeps what became of a resume for the delivery
+            // mark that may follow it.
+            Effect::SendTaskSuccess { .. } | Effect::SendTaskFailure { .. } | Effect::MarkResumed { .. } => {}
             Effect::SendTaskHeartbeat { token } => {
                 let sent = self.orchestrator.send_task_heartbeat(token).await;
                 self.resumed(sent, "heartbeat", workflow, key, record).await?;
@@ -686,8 +687,6 @@ impl Engine {
                 info!(execution = %arn, "execution stopped");
             }
             Effect::Ledger { reason } => self.ledger(workflow, key, input, *reason, record, now).await?,
-            // Only after its resume, in `carry_out`.
-            Effect::MarkResumed { .. } => {}
         }
         Ok(None)
     }
@@ -709,7 +708,7 @@ impl Engine {
                 let sent = self.orchestrator.send_task_failure(token, error, cause).await;
                 self.resumed(sent, "failure", workflow, key, record).await
             }
-            _ => Ok(Delivered::Yes),
+            _ => unreachable!("send_resume is given resumes only"),
         }
     }
 
