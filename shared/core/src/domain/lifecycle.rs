@@ -1192,10 +1192,7 @@ fn on_step_ready(
         // execution runs (`plan`'s, the engine reads the report in it). It differs from the
         // version written at the start only when the start crossed a deploy; no step has
         // happened yet, so the record follows its execution.
-        let config_version = match r.state {
-            State::Pending => plan.version.clone().or_else(|| r.config_version.clone()),
-            _ => r.config_version.clone(),
-        };
+        let config_version = version_at_step_ready(plan, r);
         let to = Record {
             token: Some(token.clone()),
             deadline: Some(deadline),
@@ -1221,6 +1218,16 @@ fn on_step_ready(
         return Decision::ignored(IgnoreReason::StepAlreadyPassed);
     }
     Decision::ignored(IgnoreReason::OutOfOrder)
+}
+
+/// The config version a record runs once Step Functions reports its next step (or branch):
+/// the first report confirms the one its execution runs (`plan`'s); later ones keep the
+/// record's.
+fn version_at_step_ready(plan: &Plan, r: &Record) -> Option<String> {
+    match r.state {
+        State::Pending => plan.version.clone().or_else(|| r.config_version.clone()),
+        _ => r.config_version.clone(),
+    }
 }
 
 /// A step's input: the same input again ([`repeated_input`]), an input for a step that is not

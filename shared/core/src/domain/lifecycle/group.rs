@@ -45,10 +45,7 @@ pub(super) fn on_branch_ready(
         d.effect(Effect::CreateTask { generation, step }).effect(Effect::DrainInbox { generation, step })
     };
     if expected == Some(group.first) {
-        let config_version = match r.state {
-            State::Pending => plan.version.clone().or_else(|| r.config_version.clone()),
-            _ => r.config_version.clone(),
-        };
+        let config_version = super::version_at_step_ready(plan, r);
         let mut to = super::Record {
             token: None,
             deadline: None,
@@ -205,7 +202,8 @@ fn merge(
     let resume = resume_effect(&token, &owed);
     to.branches[i].owed = Some(owed);
     let cause = settle(plan, &mut to, step, ended);
-    owe(Decision::new(Outcome::Applied).with_write(cause, Some(r), to), resume, r.generation, step)
+    let waits = to.state.kind() == Kind::Waiting;
+    owe(Decision::new(Outcome::Applied).with_write(cause, Some(r), to), resume, waits, (r.generation, step))
 }
 
 /// Gives branch `step` its outcome in `to`, and decides the group: a required branch that did
@@ -239,8 +237,7 @@ fn settle(plan: &Plan, to: &mut Record, step: u32, outcome: BranchOutcome) -> Ca
 
 /// `d` with the branch's resume, and, while its group still waits, the mark that it was
 /// delivered.
-fn owe(d: Decision, resume: Effect, generation: u32, step: u32) -> Decision {
-    let waits = d.write.as_ref().is_some_and(|w| w.to.state.kind() == Kind::Waiting);
+fn owe(d: Decision, resume: Effect, waits: bool, (generation, step): (u32, u32)) -> Decision {
     let d = d.effect(resume);
     if waits { d.effect(Effect::MarkResumed { generation, step }) } else { d }
 }
@@ -356,19 +353,10 @@ pub(super) fn resend_owed(r: &Record) -> Option<Decision> {
     let mut d = Decision::new(Outcome::Applied);
     for b in &r.branches {
         if let (Some(owed), Some(token)) = (&b.owed, &b.token) {
-            d = owe_again(d, r, b.step, resume_effect(token, owed));
+            d = owe(d, resume_effect(token, owed), r.state.kind() == Kind::Waiting, (r.generation, b.step));
         }
     }
     (!d.effects.is_empty()).then_some(d)
-}
-
-fn owe_again(d: Decision, r: &Record, step: u32, resume: Effect) -> Decision {
-    let d = d.effect(resume);
-    if r.state.kind() == Kind::Waiting {
-        d.effect(Effect::MarkResumed { generation: r.generation, step })
-    } else {
-        d
-    }
 }
 
 /// The same input again, for a branch: if it is the one that decided the branch and the resume
@@ -381,8 +369,10 @@ pub(super) fn resend_for_repeat(r: &Record, step: u32, seen: &AppliedInput) -> O
     let (owed, token) = (b.owed.as_ref()?, b.token.as_ref()?);
     let last_for_branch =
         r.applied.iter().rev().find(|a| a.step == Some(step) && a.generation == Some(r.generation));
-    (last_for_branch == Some(seen))
-        .then(|| owe_again(Decision::new(Outcome::Duplicate), r, step, resume_effect(token, owed)))
+    (last_for_branch == Some(seen)).then(|| {
+        let waits = r.state.kind() == Kind::Waiting;
+        owe(Decision::new(Outcome::Duplicate), resume_effect(token, owed), waits, (r.generation, step))
+    })
 }
 
 /// How long the execution's success report waits for the report of an optional branch whose
