@@ -267,6 +267,7 @@ mod tests {
             config_version: None,
             branches: Vec::new(),
             missed: Vec::new(),
+            confirmed: Vec::new(),
         }
     }
 

@@ -908,6 +908,7 @@ mod tests {
             config_version: Some("vfd00d5526fd9".into()),
             branches: Vec::new(),
             missed: Vec::new(),
+            confirmed: Vec::new(),
         };
         Trace {
             record: Some(record),

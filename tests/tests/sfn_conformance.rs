@@ -217,9 +217,14 @@ impl Side {
                 };
                 (format!("report {}/{key} g{generation} {finish}", workflow.name), None)
             }
-            Input::BranchEnded { generation, step, error } => {
-                (format!("report {}/{key} g{generation} branch_ended {step} {error}", workflow.name), None)
-            }
+            Input::BranchEnded { generation, step, error } => (
+                format!(
+                    "report {}/{key} g{generation} branch_ended {step} {}",
+                    workflow.name,
+                    error.as_deref().unwrap_or("succeeded")
+                ),
+                None,
+            ),
             other => bail!("{}: not a report: {other:?}", self.name()),
         })
     }
@@ -446,6 +451,33 @@ async fn group_branch_fails(side: &Side, config: &Config) -> Result<Vec<String>>
     Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
 }
 
+/// Every branch succeeds: the optional one reports its success on its way out of the group,
+/// before the group moves on, and its token is spent.
+async fn group_all_succeed(side: &Side, config: &Config) -> Result<Vec<String>> {
+    let key = unique_name("k");
+    let mut seen = vec![side.start("group", &key, 1, input("group", &key, 1)).await?];
+    let (lines, tokens) = branch_reports(side, config, 3).await?;
+    seen.extend(lines);
+    for (step, name) in [(0, "fraud"), (1, "credit"), (2, "address")] {
+        let resumed = side.orch().send_task_success(&tokens[&step], &json!({"x": 1})).await;
+        seen.push(result(&format!("resume {name}"), resumed));
+    }
+    seen.push(side.next_report(config).await?.0);
+    let (line, ship) = side.next_report(config).await?;
+    seen.push(line);
+    seen.push(result(
+        "resume ship",
+        side.orch().send_task_success(&ship.context("a token")?, &json!({"x": 1})).await,
+    ));
+    seen.push(side.next_report(config).await?.0);
+    seen.push(side.status("group", &key, 1).await?);
+    seen.push(result(
+        "resume address again",
+        side.orch().send_task_success(&tokens[&2], &json!({"x": 1})).await,
+    ));
+    Ok(seen.into_iter().map(|l| l.replace(&key, "K")).collect())
+}
+
 /// The optional branch times out while the others succeed: its own Catch reports it, and the
 /// group goes on to the next step; its token is gone.
 async fn group_optional_times_out(side: &Side, config: &Config) -> Result<Vec<String>> {
@@ -620,6 +652,31 @@ async fn a_required_branch_that_fails_fails_its_group_and_a_siblings_late_resume
             "report group/K g1 failed CheckFailed",
             "status FAILED",
             "resume credit late token_gone",
+        ],
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_optional_branch_that_succeeds_reports_its_success_before_the_group_moves_on() -> Result<()> {
+    let (config, model, emulator) = sides().await?;
+    agree(
+        group_all_succeed(&model, &config).await?,
+        group_all_succeed(&emulator, &config).await?,
+        &[
+            "start ok",
+            "report group/K g1 step_ready 0",
+            "report group/K g1 step_ready 1",
+            "report group/K g1 step_ready 2",
+            "resume fraud ok",
+            "resume credit ok",
+            "resume address ok",
+            "report group/K g1 branch_ended 2 succeeded",
+            "report group/K g1 step_ready 3",
+            "resume ship ok",
+            "report group/K g1 succeeded",
+            "status SUCCEEDED",
+            "resume address again token_gone",
         ],
     );
     Ok(())

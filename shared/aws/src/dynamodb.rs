@@ -892,6 +892,9 @@ fn record_item(r: &Record, layout: Layout) -> Item {
     if !r.missed.is_empty() {
         item.insert("missed".into(), json(&r.missed));
     }
+    if !r.confirmed.is_empty() {
+        item.insert("confirmed".into(), json(&r.confirmed));
+    }
     if let Some(write_id) = &r.write_id {
         item.insert("write_id".into(), s(write_id));
     }
@@ -940,6 +943,7 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
         config_version: r.opt_s("config_version")?.map(str::to_owned),
         branches: r.opt_s("branches")?.map(|_| r.json("branches")).transpose()?.unwrap_or_default(),
         missed: r.opt_s("missed")?.map(|_| r.json("missed")).transpose()?.unwrap_or_default(),
+        confirmed: r.opt_s("confirmed")?.map(|_| r.json("confirmed")).transpose()?.unwrap_or_default(),
     };
     record.history = compact::decode_history(r.s("history")?, &history_context(&record))
         .map_err(|e| r.corrupt(format!("attribute history: {e}")))?;

@@ -6,11 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use baton_core::domain::config::Workflow;
 use baton_core::domain::lifecycle::Cause;
 
-use super::{Checker, Seen};
+use super::{Checker, PREFIX_EXEC, Seen};
 use crate::workload::event_id;
-
-/// Execution ARNs of the simulated stack: this, then `<machine>:<name>`.
-const PREFIX_EXEC: &str = "arn:aws:states:us-east-1:123456789012:execution:sim-";
 
 /// A start event seen again never opens another generation (DESIGN §4.2): each generation was
 /// opened (a landed start or restart write) by an event of its own.

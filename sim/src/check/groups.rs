@@ -5,13 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::domain::lifecycle::{Branch, BranchOutcome, Cause, Plan, Record, State};
-use baton_core::ports::orchestrator::execution_name;
+use baton_core::domain::lifecycle::{Branch, BranchOutcome, Cause, Plan, Record, State, group_failed};
 
-use super::{Checker, Seen};
-
-/// Execution ARNs of the simulated stack: this, then `<machine>:<name>`.
-const PREFIX_EXEC: &str = "arn:aws:states:us-east-1:123456789012:execution:sim-";
+use super::{Checker, Seen, execution_arn};
 
 /// The plan of the config version `r` runs.
 fn plan_of(s: &Seen<'_>, r: &Record) -> Option<Plan> {
@@ -119,8 +115,7 @@ pub(super) fn optional_branch_never_fails_its_group(c: &mut Checker<'_>, s: &See
         let next_name = next.and_then(|i| {
             Some(config.as_ref()?.workflow(r.workflow.as_str())?.steps.get(i as usize)?.name.to_string())
         });
-        let arn =
-            format!("{PREFIX_EXEC}{}:{}", r.workflow, execution_name(&r.workflow, &r.key, r.generation));
+        let arn = execution_arn(r);
         if next_name.is_some_and(|n| s.model.tokens.values().any(|(a, st, _)| a == &arn && st == &n)) {
             continue;
         }
@@ -161,8 +156,7 @@ pub(super) fn degraded_exactly_when_an_optional_branch_did_not_succeed(c: &mut C
         if optional.is_empty() {
             continue;
         }
-        let arn =
-            format!("{PREFIX_EXEC}{}:{}", r.workflow, execution_name(&r.workflow, &r.key, r.generation));
+        let arn = execution_arn(r);
         let succeeded = |state: &str| {
             s.model.tokens.iter().filter(|(_, (a, st, _))| a == &arn && st == state).any(|(token, _)| {
                 s.model
@@ -194,12 +188,7 @@ pub(super) fn degraded_exactly_when_an_optional_branch_did_not_succeed(c: &mut C
 pub(super) fn no_input_applied_after_the_group_failed(c: &mut Checker<'_>, s: &Seen<'_>) {
     for (before, after) in group_steps(s) {
         let Some(plan) = plan_of(s, before) else { continue };
-        let failed = before.branches.iter().any(|b| {
-            b.outcome == Some(BranchOutcome::Closed)
-                || !plan.is_optional(b.step)
-                    && matches!(b.outcome, Some(BranchOutcome::Failed | BranchOutcome::TimedOut))
-        });
-        if !failed {
+        if !group_failed(&plan, before) {
             continue;
         }
         for b in &before.branches {

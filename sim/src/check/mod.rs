@@ -24,6 +24,15 @@ use crate::workload::{Evidence, Plan, block_on};
 use crate::world::lock;
 use crate::{Outcome, Stack};
 
+/// Execution ARNs of the simulated stack: this, then `<machine>:<name>`.
+const PREFIX_EXEC: &str = "arn:aws:states:us-east-1:123456789012:execution:sim-";
+
+/// The ARN of the execution of `r`'s generation.
+fn execution_arn(r: &Record) -> String {
+    let name = baton_core::ports::orchestrator::execution_name(&r.workflow, &r.key, r.generation);
+    format!("{PREFIX_EXEC}{}:{name}", r.workflow)
+}
+
 mod answers;
 mod dead_letters;
 mod executions;

@@ -19,14 +19,20 @@
 //!   state at once, which stops the other branches (Step Functions' own semantics), and the
 //!   group's Catch reports it as a step's would be;
 //! - an optional branch catches its own failure or timeout, reports it (`branch_ended`) and ends
-//!   successfully, so it never fails or holds up the group;
+//!   successfully, so it never fails or holds up the group. It reports its success too: reports
+//!   travel apart on an unordered queue, and Step Functions may leave the group before baton
+//!   hears how the branch ended. Only the branch's own report says for sure whether Step
+//!   Functions took baton's success (a resume that found its token gone, or went out just as the
+//!   deadline passed, may or may not have), and the execution's success waits for it to decide
+//!   between `succeeded` and `degraded`;
 //! - `ResultPath: null` on the state: the branches' outputs stay in the record, not in the
 //!   execution's state (a Parallel state's output is an array of every branch's).
 //!
-//! A group of n branches costs n + 1 transitions on the happy path (the `Parallel` state and
-//! each branch's wait), one more than n steps in a row, and one more for each optional branch
-//! that fails or times out (its report). A retry or a Map per branch would cost more, and a
-//! Catch on the group alone would lose which branch failed.
+//! A group of n branches, k of them optional, costs n + k + 1 transitions on the happy path
+//! (the `Parallel` state, each branch's wait, and each optional branch's report), and the same
+//! when an optional branch fails or times out (its report then comes from its Catch). A retry
+//! or a Map per branch would cost more, and a Catch on the group alone would lose which branch
+//! failed.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -150,20 +156,23 @@ fn wait_state(workflow: &Workflow, i: u32, step: &Step, what: &str) -> Value {
 /// required branch has no Catch of its own, so its failure or timeout fails the `Parallel`
 /// state (which stops the other branches) and the workflow through the group's Catch. An
 /// optional branch catches its own failure or timeout, reports it (`branch_ended`) and ends
-/// successfully, so its siblings and the group go on.
+/// successfully, so its siblings and the group go on; it reports its success as well.
 fn parallel_state(workflow: &Workflow, group: &Group) -> Value {
     let branches: Vec<Value> = (group.first..=group.last)
         .filter_map(|i| Some((i, workflow.steps.get(i as usize)?)))
         .map(|(i, step)| {
             let name = step.name.to_string();
             let mut wait = wait_state(workflow, i, step, &format!("Branch {i} of {}", group.name));
-            wait["End"] = json!(true);
             let mut states = serde_json::Map::new();
             if step.optional {
-                let ended = format!("Report {name} ended");
+                let (succeeded, ended) = (format!("Report {name} succeeded"), format!("Report {name} ended"));
+                wait["Next"] = json!(succeeded);
                 wait["Catch"] =
                     json!([{ "ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": ended }]);
-                states.insert(ended, branch_ended_report(workflow, i, step));
+                states.insert(succeeded, branch_report(workflow, i, step, None));
+                states.insert(ended, branch_report(workflow, i, step, Some("$.error.Error")));
+            } else {
+                wait["End"] = json!(true);
             }
             states.insert(name.clone(), wait);
             json!({ "StartAt": name, "States": states })
@@ -177,9 +186,10 @@ fn parallel_state(workflow: &Workflow, group: &Group) -> Value {
     })
 }
 
-/// An optional branch's own report that it ended without baton (timed out, or its task failed).
-fn branch_ended_report(workflow: &Workflow, i: u32, step: &Step) -> Value {
-    json!({
+/// An optional branch's own report of how it ended: succeeded (`error: None`), or caught by
+/// its Catch (`error`: the path of the error caught, a timeout or its task's failure).
+fn branch_report(workflow: &Workflow, i: u32, step: &Step, error: Option<&str>) -> Value {
+    let mut state = json!({
         "Type": "Task",
         "Resource": "arn:aws:states:::sqs:sendMessage",
         "Parameters": {
@@ -192,12 +202,15 @@ fn branch_ended_report(workflow: &Workflow, i: u32, step: &Step) -> Value {
                 "step": i,
                 "step_name": step.name.as_str(),
                 "config_version": workflow.config_version.as_str(),
-                "error.$": "$.error.Error",
             }
         },
         "ResultPath": null,
         "End": true,
-    })
+    });
+    if let Some(error) = error {
+        state["Parameters"]["MessageBody"]["error.$"] = json!(error);
+    }
+    state
 }
 
 /// A `finished` report to the progress queue, then `next` (or the end).
@@ -335,14 +348,22 @@ mod tests {
         assert_eq!(fraud["Parameters"]["MessageBody"]["step"], 1);
         // A required branch has no Catch: its failure fails the group, which stops the others.
         assert!(fraud.get("Catch").is_none());
-        // An optional one catches its own failure or timeout and reports it.
+        // An optional one catches its own failure or timeout and reports it, with the error.
         let address = &branches[2]["States"]["address-check"];
         assert_eq!(address["TimeoutSeconds"], 7200);
         assert_eq!(address["Catch"][0]["ErrorEquals"][0], "States.ALL");
-        let report = &branches[2]["States"][address["Catch"][0]["Next"].as_str().unwrap()];
-        assert_eq!(report["Parameters"]["MessageBody"]["kind"], "branch_ended");
-        assert_eq!(report["Parameters"]["MessageBody"]["step"], 3);
-        assert_eq!(report["End"], true);
+        let ended = &branches[2]["States"][address["Catch"][0]["Next"].as_str().unwrap()];
+        assert_eq!(ended["Parameters"]["MessageBody"]["kind"], "branch_ended");
+        assert_eq!(ended["Parameters"]["MessageBody"]["step"], 3);
+        assert_eq!(ended["Parameters"]["MessageBody"]["error.$"], "$.error.Error");
+        assert_eq!(ended["End"], true);
+        // Its success is reported too, without an error: only this report says for sure that
+        // Step Functions took baton's success.
+        let succeeded = &branches[2]["States"][address["Next"].as_str().unwrap()];
+        assert_eq!(succeeded["Parameters"]["MessageBody"]["kind"], "branch_ended");
+        assert_eq!(succeeded["Parameters"]["MessageBody"]["step"], 3);
+        assert!(succeeded["Parameters"]["MessageBody"].get("error.$").is_none());
+        assert_eq!((succeeded["End"].as_bool(), address.get("End")), (Some(true), None));
         // Every wait has a deadline, in the branches too.
         assert!(states_without_timeout(&def).is_empty());
         let mut broken = def.clone();

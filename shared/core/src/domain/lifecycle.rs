@@ -518,6 +518,10 @@ pub struct Record {
     /// The optional branches of this generation that did not succeed, by step: a workflow that
     /// finishes with any ends `degraded`.
     pub missed: Vec<u32>,
+    /// The optional branches of this generation whose success Step Functions itself reported
+    /// (each optional branch reports how it ended, on its way out of the group). The execution's
+    /// success is decided once every optional branch is here or in [`Record::missed`].
+    pub confirmed: Vec<u32>,
 }
 
 /// One branch of the parallel group a record is at.
@@ -689,9 +693,10 @@ pub enum Input {
     },
     /// The execution of `generation` finished.
     Finished { generation: u32, finish: Finish },
-    /// An optional branch's own catch reported that it ended without baton: it timed out
-    /// (`States.Timeout`), or its task failed with `error`.
-    BranchEnded { generation: u32, step: u32, error: String },
+    /// An optional branch reported how it ended: it succeeded (`error: None`: Step Functions
+    /// took baton's success), or its own catch caught `error` (`States.Timeout` when it missed
+    /// its deadline, or the error its task failed with).
+    BranchEnded { generation: u32, step: u32, error: Option<String> },
     /// A branch's owed resume went out: it reached Step Functions (`delivered`), or found its
     /// token gone (then an earlier copy may have reached it, or the branch ended without it).
     Resumed { generation: u32, step: u32, delivered: bool },
@@ -1007,7 +1012,11 @@ fn decide_inner(
             };
             match (record, *generation) {
                 (None, target) => buffer(target.unwrap_or(1)),
-                (Some(r), Some(g)) if g < r.generation => Decision::ignored(IgnoreReason::StaleGeneration),
+                // An input that an earlier run applied is the same input again, whatever the
+                // run it was sent for (found by the simulation: an early input drained into its
+                // generation, then retried after a restart, was answered `ignored`).
+                (Some(r), Some(g)) if g < r.generation => repeated_input(r, (id, *source), hash, *step, now)
+                    .unwrap_or_else(|| Decision::ignored(IgnoreReason::StaleGeneration)),
                 (Some(r), Some(g)) if g > r.generation => buffer(g),
                 (Some(r), _) => on_step_input(plan, r, (id, *source), hash, *step, outcome, data, now),
             }
@@ -1039,7 +1048,7 @@ fn decide_inner(
         },
         Input::BranchEnded { generation, step, error } => match record {
             None => Decision::ignored(IgnoreReason::OutOfOrder),
-            Some(r) => group::on_branch_ended(plan, r, (*generation, *step), error, now),
+            Some(r) => group::on_branch_ended(plan, r, (*generation, *step), error.as_deref(), now),
         },
         Input::Resumed { generation, step, delivered } => match record {
             None => Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed)),
@@ -1088,6 +1097,7 @@ fn on_start(
             config_version: plan.version.clone(),
             branches: Vec::new(),
             missed: Vec::new(),
+            confirmed: Vec::new(),
         };
         return Decision::new(Outcome::Applied)
             .with_write(Cause::Start, None, to)
@@ -1125,6 +1135,7 @@ fn on_start(
         config_version: plan.version.clone(),
         branches: Vec::new(),
         missed: Vec::new(),
+        confirmed: Vec::new(),
         ..r.next(State::Pending, now)
     };
     Decision::new(Outcome::Applied)
@@ -1490,6 +1501,6 @@ fn on_tick(record: Option<&Record>, now: OffsetDateTime) -> Decision {
 }
 
 mod group;
-pub use group::{SETTLE_BRANCHES_WITHIN, unsettled};
+pub use group::{group_failed, unsettled};
 #[cfg(test)]
 mod tests;

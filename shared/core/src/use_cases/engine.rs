@@ -383,7 +383,7 @@ impl Engine {
             let input = &*input;
             let workflow = &*governing;
             let plan = workflow.plan();
-            if lifecycle::unsettled(&plan, record.as_ref(), input, now.max(self.now())) {
+            if lifecycle::unsettled(&plan, record.as_ref(), input) {
                 info!("a parallel group's report is still on its way: retried once it is in");
                 return Err(EngineError::GroupUnsettled);
             }
@@ -1116,8 +1116,8 @@ pub enum EngineError {
     )]
     Unsettled,
     /// A report that must wait for a parallel group's other report ([`lifecycle::unsettled`]):
-    /// an optional branch's end before its group opened, or the execution's success before the
-    /// end of an optional branch whose success Step Functions may not have taken.
+    /// an optional branch's end before its group opened, or the execution's success before every
+    /// optional branch reported how it ended.
     #[error("a parallel group's report is still on its way; this one is retried after it")]
     GroupUnsettled,
     /// A write (the record's, or an inbox entry's) failed without a definite answer: it may or

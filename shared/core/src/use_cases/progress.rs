@@ -1,14 +1,16 @@
 //! The progress use case: what Step Functions reports through the progress queue.
 //!
-//! Two kinds of message, both sent by the generated state machines (`asl.rs`):
+//! Three kinds of message, all sent by the generated state machines (`asl.rs`):
 //! - `step_ready`: a step parked on a task token. The record moves to `waiting{step}` with the
 //!   token and the deadline; the operator task is created and published once; buffered inputs
 //!   for the step are drained. A record that is already terminal gets the token failed, so the
 //!   execution ends rather than waiting out its deadline.
 //! - `finished`: the execution reached its end (succeeded) or a Catch (failed, timed out). The
 //!   record makes its terminal transition.
-//! - `branch_ended`: an optional parallel branch's own Catch: it timed out, or its task failed.
-//!   The branch is recorded as not succeeded, and its group goes on without it.
+//! - `branch_ended`: an optional parallel branch reports how it ended, on its way out of the
+//!   group: it succeeded (no `error`), or its own Catch caught a timeout or its task's failure
+//!   (`error`; the branch is recorded as not succeeded, and its group goes on without it). The
+//!   execution's success is decided once every optional branch has reported.
 //!
 //! Duplicates and late reports are classified by the lifecycle (duplicate, or ignored with a
 //! ledger entry), never dropped silently. A message that names an unknown workflow or step, or
@@ -68,7 +70,8 @@ pub enum Report {
         step_name: String,
         #[serde(default)]
         config_version: Option<String>,
-        /// The error the branch's Catch caught (`States.Timeout` when it missed its deadline).
+        /// The error the branch's Catch caught (`States.Timeout` when it missed its deadline);
+        /// absent when the branch succeeded (Step Functions took baton's success).
         #[serde(default)]
         error: Option<String>,
     },
@@ -190,7 +193,7 @@ pub fn parse_report<'c>(
                     ),
                 });
             }
-            Input::BranchEnded { generation, step, error: error.unwrap_or_default() }
+            Input::BranchEnded { generation, step, error }
         }
     };
     Ok((wf, key, input))

@@ -15,8 +15,12 @@
 //! - A branch's resume is owed until Step Functions takes it. While the group still waits, the
 //!   engine tells the record it was delivered ([`Input::Resumed`]), so the sweeper re-sends only
 //!   what is still owed.
-//! - An optional branch that times out (or whose task fails without baton) is reported by its
-//!   own catch in the definition ([`Input::BranchEnded`]).
+//! - An optional branch reports how it ended ([`Input::BranchEnded`]): its success, or what its
+//!   own catch caught (a timeout, or its task failing without baton). That report is the truth
+//!   for the branch: a success baton sent may not have reached Step Functions (its token gone,
+//!   or the deadline passed on the way). The execution's success waits until every optional
+//!   branch is settled by it ([`Record::confirmed`] or [`Record::missed`]), so `succeeded` and
+//!   `degraded` are never a guess; nothing else waits for it.
 
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
@@ -81,9 +85,11 @@ pub(super) fn on_branch_ready(
 /// position (`step`; `u32::MAX` for the execution's success) shows that it did while an optional
 /// branch was still open in the record: Step Functions passes a group only once every required
 /// branch took its resume, so an open branch must be an optional one that its own catch ended
-/// (its report still on its way). It is recorded as not succeeded, timed out if its deadline
-/// has passed. `None` when the record is not at such a group, or a required branch has not
-/// succeeded (then Step Functions cannot have left it).
+/// (baton sent it nothing; the report is still on its way). It is recorded as not succeeded,
+/// timed out if its deadline has passed (the report, when it comes, is a duplicate). A success
+/// still owed may or may not have reached Step Functions: it stays a success, unconfirmed until
+/// the branch's report. `None` when the record is not at such a group, or a required branch has
+/// not succeeded (then Step Functions cannot have left it).
 pub(super) fn left(plan: &Plan, r: &Record, step: u32, now: OffsetDateTime) -> Option<Record> {
     let first = r.branches.first()?.step;
     let later = plan.next_position(first).is_some_and(|next| step >= next);
@@ -102,7 +108,7 @@ pub(super) fn left(plan: &Plan, r: &Record, step: u32, now: OffsetDateTime) -> O
         }
     }
     for b in &mut settled.branches {
-        b.owed = None;
+        b.unconfirmed |= matches!(b.owed.take(), Some(Resume::Success { .. }));
     }
     Some(settled)
 }
@@ -264,59 +270,59 @@ pub(super) fn close_open_branches(to: &mut Record, timed_out_at: Option<OffsetDa
     }
 }
 
-/// An optional branch's catch reported that it ended without baton: timed out, or failed.
+/// An optional branch reported how it ended: with `error`, its own catch caught a timeout or
+/// its task's failure; without, Step Functions took baton's success.
 ///
-/// Its report travels apart from the others, so it may come before the branch's `step_ready`
-/// (the branch is settled all the same), or after Step Functions left the group (then the
-/// group was settled when the record left it, or, if the record took the branch for a success
-/// that never reached Step Functions, the branch is added to [`Record::missed`] now).
+/// The report is the truth for the branch. It travels apart from the others, so it may come
+/// before the branch's `step_ready` (it is retried until the group opens: [`unsettled`]), or
+/// after Step Functions left the group (then the branch is settled in [`Record::missed`] or
+/// [`Record::confirmed`] alone). A failure corrects a success baton sent that never reached
+/// Step Functions.
 pub(super) fn on_branch_ended(
     plan: &Plan,
     r: &Record,
     (generation, step): (u32, u32),
-    error: &str,
+    error: Option<&str>,
     now: OffsetDateTime,
 ) -> Decision {
     if generation != r.generation {
         return Decision::ignored(IgnoreReason::StaleGeneration);
     }
-    // Only an optional branch has a catch of its own that reports.
+    // Only an optional branch reports its own end.
     if !plan.is_optional(step) {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     }
-    if r.missed.contains(&step) {
+    if r.missed.contains(&step) || r.confirmed.contains(&step) {
         return Decision::new(Outcome::Duplicate);
     }
     if r.state.is_terminal() {
         return Decision::ignored(IgnoreReason::Terminal);
     }
-    let failed_group = r.branches.iter().any(|b| {
-        b.outcome == Some(BranchOutcome::Closed)
-            || !plan.is_optional(b.step)
-                && matches!(b.outcome, Some(BranchOutcome::Failed | BranchOutcome::TimedOut))
-    });
+    // The group the record is at failed, and the execution with it: nothing is applied to its
+    // branches any more, and how an earlier group's branch ended changes nothing.
+    if group_failed(plan, r) {
+        return Decision::new(Outcome::Duplicate);
+    }
+    let Some(b) = branch(r, step) else {
+        // Its group is not reached yet: the report is retried until it is ([`unsettled`]).
+        if r.state.step().is_none_or(|current| step > current) {
+            return Decision::ignored(IgnoreReason::OutOfOrder);
+        }
+        // Its group is passed: only the branch's settlement is left to record.
+        let mut to = r.next(r.state, now);
+        if error.is_some() { &mut to.missed } else { &mut to.confirmed }.push(step);
+        return Decision::new(Outcome::Applied).with_write(Cause::BranchDone, Some(r), to);
+    };
+    let Some(error) = error else { return succeeded(r, step, now) };
+    if !(b.is_open() || b.outcome == Some(BranchOutcome::Succeeded)) {
+        // Already decided by baton: it failed the branch, and this is its catch's report.
+        return Decision::new(Outcome::Duplicate);
+    }
     let outcome = if error.starts_with("States.") && error.contains("Timeout") {
         BranchOutcome::TimedOut
     } else {
         BranchOutcome::Failed
     };
-    let Some(b) = branch(r, step) else {
-        // Its group is passed: the branch was taken for a success Step Functions never got.
-        if r.state.step().is_some_and(|current| step < current) {
-            let mut to = r.next(r.state, now);
-            to.missed.push(step);
-            return Decision::new(Outcome::Applied).with_write(Cause::BranchDone, Some(r), to);
-        }
-        // Its group is not reached yet: leaving the group settles it.
-        return Decision::ignored(IgnoreReason::OutOfOrder);
-    };
-    let undelivered_success = b.outcome == Some(BranchOutcome::Succeeded)
-        && (b.unconfirmed || matches!(b.owed, Some(Resume::Success { .. })));
-    if failed_group || !(b.is_open() || undelivered_success) {
-        // Already decided: by baton (it failed the branch, and this is its catch's report), or
-        // the group failed, and nothing is applied to its branches any more.
-        return Decision::new(Outcome::Duplicate);
-    }
     let mut to = r.next(r.state, now);
     if let Some(b) = to.branches.iter_mut().find(|b| b.step == step) {
         // Step Functions ended the branch: nothing owed to its token reaches it any more.
@@ -326,6 +332,32 @@ pub(super) fn on_branch_ended(
     }
     let cause = settle(plan, &mut to, step, outcome);
     Decision::new(Outcome::Applied).with_write(cause, Some(r), to)
+}
+
+/// An optional branch of the group the record is at reported that Step Functions took its
+/// success: baton's success is confirmed, and nothing is owed to its token any more.
+fn succeeded(r: &Record, step: u32, now: OffsetDateTime) -> Decision {
+    let Some(b) = branch(r, step).filter(|b| b.outcome == Some(BranchOutcome::Succeeded)) else {
+        // Step Functions can take only a success baton decided and wrote first.
+        return Decision::ignored(IgnoreReason::OutOfOrder);
+    };
+    let mut to = r.next(r.state, now);
+    to.confirmed.push(step);
+    if let Some(b) = to.branches.iter_mut().find(|x| x.step == b.step) {
+        b.owed = None;
+        b.unconfirmed = false;
+    }
+    Decision::new(Outcome::Applied).with_write(Cause::BranchDone, Some(r), to)
+}
+
+/// Whether the group the record is at failed: a required branch failed or timed out, or a
+/// branch was closed by such a failure.
+pub fn group_failed(plan: &Plan, r: &Record) -> bool {
+    r.branches.iter().any(|b| {
+        b.outcome == Some(BranchOutcome::Closed)
+            || !plan.is_optional(b.step)
+                && matches!(b.outcome, Some(BranchOutcome::Failed | BranchOutcome::TimedOut))
+    })
 }
 
 /// A branch's resume went out while its group waits: no longer owed. Found gone, its success
@@ -375,18 +407,13 @@ pub(super) fn resend_for_repeat(r: &Record, step: u32, seen: &AppliedInput) -> O
     })
 }
 
-/// How long the execution's success report waits for the report of an optional branch whose
-/// success baton sent but Step Functions may not have taken (it was still owed, or found its
-/// token gone): the branch's catch sends its report before the execution can end, so it is on
-/// the queue already, unless it is failing itself.
-pub const SETTLE_BRANCHES_WITHIN: time::Duration = time::Duration::minutes(2);
-
 /// Whether `input` must wait for another report before it can be decided truly (the engine
-/// has it retried through its queue): an optional branch's `branch_ended` before its group
-/// opened (a branch's `step_ready` opens it, seconds away), or the execution's success while an
-/// optional branch's success is unconfirmed, for [`SETTLE_BRANCHES_WITHIN`] (its timeout report
-/// would make the end `degraded`).
-pub fn unsettled(plan: &Plan, record: Option<&Record>, input: &super::Input, now: OffsetDateTime) -> bool {
+/// has it retried through its queue): an optional branch's report before its group opened (a
+/// branch's `step_ready` opens it, seconds away), or the execution's success before every
+/// optional branch is settled by its own report (sent before Step Functions left its group, so
+/// already on the queue). A branch still open at the group the record is at needs no report:
+/// baton sent it nothing, so Step Functions ended it without baton ([`left`]).
+pub fn unsettled(plan: &Plan, record: Option<&Record>, input: &super::Input) -> bool {
     let Some(r) = record.filter(|r| !r.state.is_terminal()) else { return false };
     match input {
         super::Input::BranchEnded { generation, step, .. } if *generation == r.generation => {
@@ -396,12 +423,11 @@ pub fn unsettled(plan: &Plan, record: Option<&Record>, input: &super::Input, now
         super::Input::Finished { generation, finish: super::Finish::Succeeded }
             if *generation == r.generation =>
         {
-            let unconfirmed = r.branches.iter().any(|b| {
-                plan.is_optional(b.step)
-                    && b.outcome == Some(BranchOutcome::Succeeded)
-                    && (b.unconfirmed || b.owed.is_some())
-            });
-            unconfirmed && now - r.updated_at < SETTLE_BRANCHES_WITHIN
+            plan.optional.iter().any(|step| {
+                !r.missed.contains(step)
+                    && !r.confirmed.contains(step)
+                    && !branch(r, *step).is_some_and(Branch::is_open)
+            })
         }
         _ => false,
     }

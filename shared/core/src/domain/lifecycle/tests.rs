@@ -369,6 +369,28 @@ fn given_an_old_generation_when_its_reports_arrive_then_they_are_stale() {
     assert!(run(&p, Some(&r), &stray).effects.iter().any(|e| matches!(e, Effect::SendTaskFailure { .. })));
 }
 
+/// Found by the simulation (seed 25220): an input for generation 1, applied there, is
+/// retried after a restart. It is the same input again, not a stale one: its sender was told
+/// `applied` the first time and must hear the same.
+#[test]
+fn given_an_input_applied_in_an_earlier_generation_when_it_comes_again_then_it_is_a_duplicate() {
+    let p = plan(&[&["decision"]]);
+    let r = ready(&p, &started(&p), 0, "t0");
+    let for_g1 = |id: &str| {
+        let mut input = callback(id, 0, StepOutcome::InProgress, json!({"note": 1}));
+        if let Input::StepInput { generation, .. } = &mut input {
+            *generation = Some(1);
+        }
+        input
+    };
+    let r = after(&run(&p, Some(&r), &for_g1("cb-1")));
+    let r = after(&run(&p, Some(&r), &Input::Cancel { reason: "test".into() }));
+    let r = after(&run(&p, Some(&r), &Input::Start { event: eid("evt-2") }));
+    assert_eq!(run(&p, Some(&r), &for_g1("cb-1")).outcome, Outcome::Duplicate);
+    let unseen = run(&p, Some(&r), &for_g1("cb-2"));
+    assert_eq!(unseen.outcome, Outcome::Ignored(IgnoreReason::StaleGeneration));
+}
+
 #[test]
 fn given_a_waiting_step_when_cancelled_then_the_execution_is_stopped() {
     let p = plan(&[&["decision"]]);

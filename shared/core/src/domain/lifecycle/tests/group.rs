@@ -128,7 +128,7 @@ fn an_optional_branch_that_times_out_never_blocks_the_group_and_the_workflow_end
     let p = grouped();
     let r = at_group(&p);
     let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
-    let ended = Input::BranchEnded { generation: 1, step: 3, error: "States.Timeout".into() };
+    let ended = Input::BranchEnded { generation: 1, step: 3, error: Some("States.Timeout".into()) };
     let d = run(&p, Some(&r), &ended);
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::BranchDone));
     let r = after(&d);
@@ -157,7 +157,7 @@ fn an_optional_branch_that_fails_by_callback_is_missed_and_the_group_goes_on() {
         (Some(BranchOutcome::Failed), vec![3], None)
     );
     // Its own catch reports the failure baton sent: nothing new.
-    let report = Input::BranchEnded { generation: 1, step: 3, error: "no".into() };
+    let report = Input::BranchEnded { generation: 1, step: 3, error: Some("no".into()) };
     assert_eq!(run(&p, Some(&r), &report).outcome, Outcome::Duplicate);
 }
 

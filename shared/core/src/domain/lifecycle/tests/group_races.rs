@@ -40,7 +40,12 @@ fn step_ready(step: u32, tok: &str) -> Input {
 }
 
 fn ended(step: u32, error: &str) -> Input {
-    Input::BranchEnded { generation: 1, step, error: error.into() }
+    Input::BranchEnded { generation: 1, step, error: Some(error.into()) }
+}
+
+/// An optional branch's report that Step Functions took its success.
+fn confirmed(step: u32) -> Input {
+    Input::BranchEnded { generation: 1, step, error: None }
 }
 
 fn outcome(r: &Record, step: u32) -> Option<BranchOutcome> {
@@ -70,7 +75,7 @@ impl Sim {
     /// ([`crate::domain::lifecycle::unsettled`]): then it is held, and tried again after each
     /// later input, as a redelivery would be.
     fn apply(&mut self, input: &Input) -> Decision {
-        if crate::domain::lifecycle::unsettled(&self.plan, self.record.as_ref(), input, self.now) {
+        if crate::domain::lifecycle::unsettled(&self.plan, self.record.as_ref(), input) {
             self.held.push(input.clone());
             return Decision::ignored(IgnoreReason::NothingOwed);
         }
@@ -310,6 +315,42 @@ fn an_optional_branchs_timeout_overtaken_by_the_next_position_still_makes_the_en
     assert_eq!(s.r().state, State::Degraded, "group last: the timeout of the optional branch was lost");
 }
 
+/// Found by the simulation (seed 28267), now fixed. The group is last, and baton's success for
+/// the optional branch was still owed when Step Functions timed the branch out. The execution's
+/// success, read first, waited two minutes for the branch's report, then was taken for
+/// `succeeded`; the report, delayed longer by faults, came too late. Every optional branch now
+/// reports how it ended, success included, and the execution's success waits for those reports
+/// however long they take.
+#[test]
+fn the_execution_success_waits_for_every_optional_branchs_own_report_however_late() {
+    for (report, end) in [(ended(3, "States.Timeout"), State::Degraded), (confirmed(3), State::Succeeded)] {
+        let mut s = Sim::before_group(grouped_last());
+        s.all(&[step_ready(1, "t1"), step_ready(2, "t2"), step_ready(3, "t3")]);
+        s.all(&[ok("cb-fraud", 1), ok("cb-credit", 2), ok("cb-address", 3)]);
+        s.apply(&Input::Finished { generation: 1, finish: Finish::Succeeded });
+        s.now += Duration::hours(1);
+        s.apply(&Input::Tick);
+        assert_eq!(s.r().state, State::Advancing { step: 1 }, "decided before the branch's report");
+        s.apply(&report);
+        assert_eq!(s.r().state, end, "after {report:?}");
+    }
+}
+
+/// A success report that comes once the record moved past the group is recorded all the same,
+/// and the execution's success needs no other.
+#[test]
+fn an_optional_branchs_success_report_after_the_group_is_passed_is_recorded() {
+    let mut s = Sim::before_group(grouped());
+    s.all(&[step_ready(1, "t1"), step_ready(2, "t2"), step_ready(3, "t3")]);
+    s.all(&[ok("cb-fraud", 1), ok("cb-credit", 2), ok("cb-address", 3), step_ready(4, "t4")]);
+    let d = s.apply(&confirmed(3));
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::BranchDone));
+    assert_eq!((s.r().confirmed.clone(), s.r().missed.clone()), (vec![3], vec![]));
+    assert_eq!(s.apply(&confirmed(3)).outcome, Outcome::Duplicate);
+    s.all(&[ok("cb-pay", 4), Input::Finished { generation: 1, finish: Finish::Succeeded }]);
+    assert_eq!(s.r().state, State::Succeeded);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Invariant 5: nothing is applied to a branch after its group failed or closed.
 
@@ -531,12 +572,19 @@ mod model {
                 Some(true) => {
                     e.done_branches.insert(step, true);
                     e.succeeded.insert(step);
+                    if optional {
+                        self.progress.push_back(Input::BranchEnded { generation, step, error: None });
+                    }
                 }
                 _ if optional => {
                     e.done_branches.insert(step, false);
                     e.caught.insert(step);
                     let error = if how.is_none() { "States.Timeout" } else { "no" };
-                    self.progress.push_back(Input::BranchEnded { generation, step, error: error.into() });
+                    self.progress.push_back(Input::BranchEnded {
+                        generation,
+                        step,
+                        error: Some(error.into()),
+                    });
                 }
                 _ => {
                     e.done = true;
@@ -786,14 +834,6 @@ mod model {
         }
     }
 
-    fn group_failed(plan: &Plan, r: &Record) -> bool {
-        r.branches.iter().any(|b| {
-            b.outcome == Some(BranchOutcome::Closed)
-                || (!plan.is_optional(b.step)
-                    && matches!(b.outcome, Some(BranchOutcome::Failed | BranchOutcome::TimedOut)))
-        })
-    }
-
     fn input_step(input: &Input) -> Option<u32> {
         match input {
             Input::StepInput { step, .. }
@@ -845,7 +885,10 @@ mod model {
             }
         }
         // (5) nothing applied to a branch after its group failed or closed.
-        if group_failed(plan, p) && d.outcome == Outcome::Applied && !p.state.is_terminal() {
+        if crate::domain::lifecycle::group_failed(plan, p)
+            && d.outcome == Outcome::Applied
+            && !p.state.is_terminal()
+        {
             assert!(
                 matches!(w.cause, Cause::ReportFailed | Cause::ReportTimedOut | Cause::Cancel),
                 "invariant 5: {:?} applied ({:?}) after the group failed",
