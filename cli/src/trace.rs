@@ -312,6 +312,10 @@ pub struct RecordView {
     /// finishes with any ends `degraded`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missed: Vec<String>,
+    /// The optional branches whose success Step Functions itself reported, by name. The
+    /// execution's success waits until each optional branch is here or in `missed`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub confirmed: Vec<String>,
     #[serde(serialize_with = "crate::ops::ser_time")]
     pub created_at: OffsetDateTime,
     #[serde(serialize_with = "crate::ops::ser_time")]
@@ -524,6 +528,12 @@ pub fn build(
 }
 
 fn record_view(r: &Record, names: &StepNames) -> RecordView {
+    let step_names = |steps: &[u32]| -> Vec<String> {
+        steps
+            .iter()
+            .map(|&s| names.name(r.workflow.as_str(), s).unwrap_or_else(|| format!("step {s}")))
+            .collect()
+    };
     let step = r.state.step();
     RecordView {
         state: r.state.to_string(),
@@ -549,11 +559,8 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         owed: r.owed.as_ref().map(owed_word),
         start_events: r.start_events.iter().map(ToString::to_string).collect(),
         branches: r.branches.iter().map(|b| branch_view(b, r.workflow.as_str(), names)).collect(),
-        missed: r
-            .missed
-            .iter()
-            .map(|&s| names.name(r.workflow.as_str(), s).unwrap_or_else(|| format!("step {s}")))
-            .collect(),
+        missed: step_names(&r.missed),
+        confirmed: step_names(&r.confirmed),
         created_at: r.created_at,
         updated_at: r.updated_at,
     }
@@ -753,6 +760,15 @@ fn render_branches(out: &mut String, r: &RecordView, now: OffsetDateTime) {
     }
     if !r.missed.is_empty() {
         line(out, &format!("  missed    {} (optional; the workflow ends degraded)", r.missed.join(", ")));
+    }
+    if !r.confirmed.is_empty() {
+        line(
+            out,
+            &format!(
+                "  confirmed {} (optional; Step Functions reported its success)",
+                r.confirmed.join(", ")
+            ),
+        );
     }
 }
 
@@ -1258,5 +1274,16 @@ mod tests {
         let group = graph.states.iter().find(|s| s.name == "checks").unwrap();
         assert_eq!((group.kind.as_str(), group.step, group.branches.len()), ("Parallel", Some(0), 3));
         assert_eq!(group.branches[2].start_at, "credit-check");
+        // An optional branch whose success Step Functions reported is named apart.
+        let record = trace.record.as_mut().unwrap();
+        record.branches[1].outcome = Some(BranchOutcome::Succeeded);
+        (record.missed, record.confirmed) = (vec![], vec![1]);
+        let report = build(&trace, vec![], &step_names, (&w, &k));
+        assert_eq!(serde_json::to_value(&report).unwrap()["record"]["confirmed"], json!(["address-check"]));
+        let text = render(&report, t(60));
+        assert!(
+            text.contains("  confirmed address-check (optional; Step Functions reported its success)"),
+            "{text}"
+        );
     }
 }

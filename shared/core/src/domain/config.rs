@@ -616,6 +616,16 @@ impl Validator {
             branches.push(self.step(&at, b, true));
         }
         let branches: Vec<Step> = branches.into_iter().collect::<Option<_>>()?;
+        // Step Functions can pass a group of optional branches only that all ended without
+        // baton, before baton read a single branch's report: the record could not tell the group
+        // passed from the group not reached. A required branch cannot end without baton's resume.
+        if branches.len() >= 2 && branches.iter().all(|b| b.optional) {
+            self.err(
+                &bp,
+                "a parallel group needs at least one branch that is not optional (make the one the workflow \
+                 cannot do without required)",
+            );
+        }
         let last = first.checked_add(u32::try_from(branches.len()).ok()?)?.checked_sub(1)?;
         Some((Group { name: name?, first, last }, branches))
     }
@@ -1083,6 +1093,11 @@ workflows:
               timeout: 1h
               optional: maybe
             - name: b
+      - parallel:
+          name: all-optional
+          branches:
+            - { name: c, timeout: 1h, optional: true }
+            - { name: d, timeout: 1h, optional: true }
 "#;
         assert_eq!(
             errors(yaml),
@@ -1094,6 +1109,7 @@ workflows:
                 "workflows.wf.steps[2].parallel.branches: a parallel group needs at least two branches, found 0",
                 "workflows.wf.steps[3].parallel.branches[0].optional: must be true or false",
                 "workflows.wf.steps[3].parallel.branches[1].timeout: missing",
+                "workflows.wf.steps[4].parallel.branches: a parallel group needs at least one branch that is not optional (make the one the workflow cannot do without required)",
                 "workflows.wf.steps[1].parallel.branches[0].name: duplicate step name \"review\"; steps, branches and groups share one namespace",
                 "workflows.wf.steps[3].parallel.name: duplicate step name \"review\"; steps, branches and groups share one namespace",
             ]

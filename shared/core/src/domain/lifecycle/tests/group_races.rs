@@ -48,6 +48,15 @@ fn confirmed(step: u32) -> Input {
     Input::BranchEnded { generation: 1, step, error: None }
 }
 
+fn finished() -> Input {
+    Input::Finished { generation: 1, finish: Finish::Succeeded }
+}
+
+/// fraud (1) required, credit (2) and address (3) optional, the group last.
+fn two_optional_last() -> Plan {
+    Plan { optional: vec![2, 3], ..grouped_last() }
+}
+
 fn outcome(r: &Record, step: u32) -> Option<BranchOutcome> {
     r.branches.iter().find(|b| b.step == step).and_then(|b| b.outcome)
 }
@@ -349,6 +358,81 @@ fn an_optional_branchs_success_report_after_the_group_is_passed_is_recorded() {
     assert_eq!(s.apply(&confirmed(3)).outcome, Outcome::Duplicate);
     s.all(&[ok("cb-pay", 4), Input::Finished { generation: 1, finish: Finish::Succeeded }]);
     assert_eq!(s.r().state, State::Succeeded);
+}
+
+// Orderings an adversarial review of the optional branches' own reports tried, which hold.
+
+/// The execution's success, read before both optional branches' reports (one success, one
+/// timeout correcting a success that found its token gone), in either order, duplicated.
+#[test]
+fn the_end_waits_for_two_optional_reports_read_in_any_order_and_twice() {
+    for first_success in [true, false] {
+        let mut s = Sim::before_group(two_optional_last());
+        s.all(&[step_ready(1, "t1"), step_ready(2, "t2"), step_ready(3, "t3")]);
+        s.all(&[ok("cb-1", 1), ok("cb-2", 2), ok("cb-3", 3)]);
+        s.apply(&Input::Resumed { generation: 1, step: 3, delivered: false });
+        s.apply(&finished());
+        assert_eq!(s.r().state, State::Advancing { step: 1 });
+        let reports = [confirmed(2), ended(3, "States.Timeout")];
+        let order: Vec<Input> =
+            if first_success { reports.to_vec() } else { reports.iter().rev().cloned().collect() };
+        for r in &order {
+            s.apply(r);
+            s.apply(r);
+        }
+        assert_eq!(s.r().state, State::Degraded, "{:#?}", s.log);
+        assert_eq!(outcome(s.r(), 2), Some(BranchOutcome::Succeeded));
+    }
+}
+
+/// An optional report read before its group opened is held, then applied; the success report
+/// read after the record left the group is recorded; the end needs nothing more.
+#[test]
+fn optional_reports_read_before_the_group_opens_or_after_it_is_passed_settle_it() {
+    let mut s = Sim::before_group(grouped());
+    s.apply(&ended(3, "States.Timeout"));
+    assert_eq!(s.held.len(), 1);
+    s.all(&[step_ready(2, "t2"), step_ready(1, "t1")]);
+    assert_eq!(s.r().missed, vec![3]);
+    s.all(&[ok("cb-1", 1), ok("cb-2", 2), step_ready(4, "t4")]);
+    s.all(&[step_ready(3, "t3"), ended(3, "States.Timeout"), ok("cb-4", 4), finished()]);
+    assert_eq!(s.r().state, State::Degraded);
+
+    // Success reported after the record moved on, before the end; and after the end was read.
+    for end_first in [false, true] {
+        let mut s = Sim::before_group(grouped());
+        s.all(&[step_ready(1, "t1"), step_ready(2, "t2"), step_ready(3, "t3")]);
+        s.all(&[ok("cb-3", 3), ok("cb-1", 1), ok("cb-2", 2)]);
+        s.all(&[step_ready(4, "t4"), ok("cb-4", 4)]);
+        if end_first {
+            s.apply(&finished());
+            assert_eq!(s.r().state, State::Advancing { step: 4 });
+        }
+        s.all(&[confirmed(3), finished(), confirmed(3)]);
+        assert_eq!(s.r().state, State::Succeeded);
+    }
+}
+
+/// A group last, the optional branch still open in the record (its Catch's report on its way):
+/// the end is not held and comes out `degraded`; the report is then a duplicate. And a
+/// required failure after an optional success: the success report changes nothing.
+#[test]
+fn an_open_optional_branch_at_the_end_needs_no_report_and_a_failed_group_takes_none() {
+    let mut s = Sim::before_group(grouped_last());
+    s.all(&[step_ready(1, "t1"), step_ready(2, "t2"), ok("cb-1", 1), ok("cb-2", 2)]);
+    s.apply(&finished());
+    assert_eq!(s.r().state, State::Degraded);
+    let before = s.r().clone();
+    s.all(&[step_ready(3, "t3"), ended(3, "States.Timeout"), confirmed(3), Input::Tick]);
+    assert_eq!(s.r().state, before.state);
+    assert_eq!(s.r().missed, before.missed);
+
+    let mut s = Sim::before_group(grouped());
+    s.all(&[step_ready(1, "t1"), step_ready(2, "t2"), step_ready(3, "t3"), ok("cb-3", 3)]);
+    s.apply(&callback("cb-1", 1, StepOutcome::Failed { error: "no".into(), cause: "c".into() }, json!({})));
+    let v = s.r().version;
+    s.all(&[confirmed(3), Input::Resumed { generation: 1, step: 3, delivered: true }]);
+    assert_eq!(s.r().version, v, "nothing applied after the group failed");
 }
 
 // ---------------------------------------------------------------------------------------------
