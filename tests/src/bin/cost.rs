@@ -265,7 +265,17 @@ async fn run_grouped(system: &System, key: &str) -> Load {
     ];
     for (i, (step, outcome, data)) in answers.into_iter().enumerate() {
         match i {
-            1 => wait_in(system, workflow, key, State::Waiting { step: 1 }).await,
+            // Every branch parked on its token: a callback before its branch's `step_ready` is
+            // buffered (202), a dearer path than the one measured here.
+            1 => {
+                system
+                    .until(&format!("{key} every branch waiting"), || async {
+                        let r = system.record(workflow, key).await?;
+                        let open = r.branches.len() == 3 && r.branches.iter().all(|b| b.token.is_some());
+                        (r.state == State::Waiting { step: 1 } && open).then_some(())
+                    })
+                    .await;
+            }
             4 => wait_in(system, workflow, key, State::Waiting { step: 4 }).await,
             _ => {}
         }
