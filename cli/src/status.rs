@@ -268,6 +268,8 @@ mod tests {
             branches: Vec::new(),
             missed: Vec::new(),
             confirmed: Vec::new(),
+            attempts: Vec::new(),
+            next_attempt_at: None,
         }
     }
 

@@ -23,7 +23,9 @@ use anyhow::{Context, Result, bail};
 use baton_aws::dynamodb::DynamoDbStore;
 use baton_aws::stepfunctions::StepFunctionsOrchestrator;
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
-use baton_core::domain::lifecycle::{AuditEntry, Branch, Record, Resume};
+use baton_core::domain::lifecycle::{
+    AuditEntry, Branch, FailedAttempt, Record, Resume, Source as InputSource,
+};
 use baton_core::ports::orchestrator::{
     ExecutionInfo, HistoryEvent, Orchestrator, OrchestratorError, execution_arn, execution_name,
 };
@@ -316,6 +318,15 @@ pub struct RecordView {
     /// execution's success waits until each optional branch is here or in `missed`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub confirmed: Vec<String>,
+    /// A step with `retry`: its failed attempts, oldest first (error, cause, the input that
+    /// failed it, when).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_attempts: Vec<FailedAttempt>,
+    /// The attempt running (or, during a backoff, next to run).
+    pub attempt: u32,
+    /// When the next attempt's task goes out, during a backoff.
+    #[serde(serialize_with = "crate::ops::ser_opt_time")]
+    pub next_attempt_at: Option<OffsetDateTime>,
     #[serde(serialize_with = "crate::ops::ser_time")]
     pub created_at: OffsetDateTime,
     #[serde(serialize_with = "crate::ops::ser_time")]
@@ -561,6 +572,9 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         branches: r.branches.iter().map(|b| branch_view(b, r.workflow.as_str(), names)).collect(),
         missed: step_names(&r.missed),
         confirmed: step_names(&r.confirmed),
+        failed_attempts: r.attempts.clone(),
+        attempt: r.attempt(),
+        next_attempt_at: r.next_attempt_at,
         created_at: r.created_at,
         updated_at: r.updated_at,
     }
@@ -699,6 +713,7 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
             if let Some(owed) = r.owed {
                 line(&mut out, &format!("  owed      a {owed} resume to Step Functions"));
             }
+            render_attempts(&mut out, r, now);
             render_branches(&mut out, r, now);
         }
         None => {
@@ -734,6 +749,33 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
         }
     }
     out
+}
+
+/// A retried step's attempts, one line each: the failed ones with their error, then the one
+/// running or due.
+fn render_attempts(out: &mut String, r: &RecordView, now: OffsetDateTime) {
+    for (i, a) in r.failed_attempts.iter().enumerate() {
+        let label = if i == 0 { "  attempts  " } else { "            " };
+        let cause = if a.cause.is_empty() { String::new() } else { format!(" ({})", a.cause) };
+        let source = match a.source {
+            InputSource::Callback => "callback",
+            InputSource::Event => "event",
+        };
+        let by = format!("{source} {}", a.input);
+        line(out, &format!("{label}{} failed {}{} {} by {by}", a.attempt, a.error, cause, table_time(a.at)));
+    }
+    if r.failed_attempts.is_empty() {
+        return;
+    }
+    let next = match r.next_attempt_at {
+        Some(due) if due > now => {
+            format!("due {} (in {}, after its backoff)", table_time(due), human(due - now))
+        }
+        Some(due) => format!("due since {} (the sweeper publishes its task)", table_time(due)),
+        None if r.state.starts_with("waiting") => "running".to_owned(),
+        None => "the last".to_owned(),
+    };
+    line(out, &format!("            {} {next}", r.attempt));
 }
 
 /// A parallel group's branches, one line each: name, state, deadline, inputs, owed resume.
@@ -925,6 +967,8 @@ mod tests {
             branches: Vec::new(),
             missed: Vec::new(),
             confirmed: Vec::new(),
+            attempts: Vec::new(),
+            next_attempt_at: None,
         };
         Trace {
             record: Some(record),
@@ -939,6 +983,8 @@ mod tests {
                 queue: "risk-review".into(),
                 created_at: t(3),
                 published: true,
+                attempt: 1,
+                previous_error: None,
             }],
             receipts: vec![Receipt {
                 workflow: w.clone(),
@@ -1211,6 +1257,40 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["executions"][0]["error"], "Rejected\u{1b}]0;owned\u{7}", "--json stays exact");
         assert_eq!(terminal_safe("order-1 ok"), "order-1 ok");
+    }
+
+    #[test]
+    fn a_retried_step_shows_each_failed_attempt_and_the_one_running_or_due() {
+        let mut trace = trace();
+        let record = trace.record.as_mut().unwrap();
+        record.state = State::Waiting { step: 0 };
+        record.attempts = vec![FailedAttempt {
+            attempt: 1,
+            error: "ReviewerUnavailable".into(),
+            cause: "timed out".into(),
+            input: baton_core::domain::ids::EventId::parse("cb-1").unwrap(),
+            source: InputSource::Callback,
+            at: t(10),
+        }];
+        record.next_attempt_at = Some(t(610));
+        let (w, k) = names();
+        let report = build(&trace, vec![], &StepNames::default(), (&w, &k));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            (json["record"]["attempt"].as_u64(), json["record"]["failed_attempts"][0]["error"].as_str()),
+            (Some(2), Some("ReviewerUnavailable"))
+        );
+        let text = render(&report, t(60));
+        assert!(text.contains("  attempts  1 failed ReviewerUnavailable (timed out) "), "{text}");
+        assert!(text.contains(" by callback cb-1\n"), "{text}");
+        assert!(
+            text.contains("            2 due ") && text.contains("(in 9m 10s, after its backoff)"),
+            "{text}"
+        );
+        let record = trace.record.as_mut().unwrap();
+        record.next_attempt_at = None;
+        let text = render(&build(&trace, vec![], &StepNames::default(), (&w, &k)), t(700));
+        assert!(text.contains("            2 running\n"), "{text}");
     }
 
     #[test]

@@ -225,6 +225,7 @@ pub fn run(scale: Scale) -> Report {
                         outcome: StepOutcome::Succeeded,
                         data,
                         generation: None,
+                        attempt: None,
                     },
                 )
             };

@@ -30,6 +30,7 @@ fn stale_decision_time_does_not_shorten_the_resend_grace() {
         outcome: baton_core::domain::lifecycle::StepOutcome::Succeeded,
         data: json!({"decision": "ok"}).as_object().unwrap().clone(),
         generation: None,
+        attempt: None,
     };
     s.world.script("sfn.SendTaskSuccess", Fault::Before);
     let arrived = s.world.now() - Duration::seconds(25);
@@ -426,6 +427,7 @@ fn a_drained_input_refused_as_a_conflict_stays_buffered_until_its_ledger_entry_i
         outcome: baton_core::domain::lifecycle::StepOutcome::Succeeded,
         data: json!({"payment_ref": "another"}).as_object().unwrap().clone(),
         generation: None,
+        attempt: None,
     };
     drive(s.engine.submit(wf, &key, &other, s.world.now())).unwrap();
     // Now the drain: the buffered copy conflicts; its ledger write fails once.

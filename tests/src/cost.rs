@@ -442,6 +442,7 @@ mod tests {
             optional: Vec::new(),
             on_restart: OnRestart::AfterTerminal,
             version: None,
+            retries: Vec::new(),
         };
         let now = time::OffsetDateTime::now_utc();
         let start = decide(&plan, (&w, &k), None, &Input::Start { event: EventId::parse("e").unwrap() }, now);

@@ -21,6 +21,7 @@ pub fn plan() -> Plan {
         optional: Vec::new(),
         on_restart: OnRestart::AfterTerminal,
         version: Some("v0123456789ab".into()),
+        retries: Vec::new(),
     }
 }
 
@@ -40,6 +41,7 @@ pub fn step_input(id: &str, step: u32, data: serde_json::Value) -> Input {
         outcome: StepOutcome::Succeeded,
         data,
         generation: None,
+        attempt: None,
     }
 }
 

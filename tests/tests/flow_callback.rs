@@ -75,6 +75,7 @@ async fn crash_after_the_advancing_write(
         outcome: lifecycle::StepOutcome::Succeeded,
         data: json!({"decision": "ok", "reviewer": "dee"}).as_object().unwrap().clone(),
         generation: None,
+        attempt: None,
     };
     let d = lifecycle::decide(
         &workflow.plan(),

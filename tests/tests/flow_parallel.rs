@@ -281,6 +281,7 @@ async fn a_branch_resume_lost_in_a_crash_is_sent_again_by_the_sweeper_while_its_
         outcome: StepOutcome::Succeeded,
         data: json!({"fraud_score": 1}).as_object().unwrap().clone(),
         generation: None,
+        attempt: None,
     };
     let d = lifecycle::decide(
         &workflow.plan(),

@@ -146,7 +146,7 @@ async fn restart_opens_a_new_generation_from_a_terminal_record(store: Arc<dyn Wo
 fn task(step: u32, title: &str) -> Task {
     let (w, k) = names("k-task");
     Task {
-        id: Task::task_id(&w, &k, 1, "manual-review"),
+        id: Task::task_id(&w, &k, 1, "manual-review", 1),
         workflow: w,
         key: k,
         generation: 1,
@@ -156,6 +156,8 @@ fn task(step: u32, title: &str) -> Task {
         queue: "risk-review".into(),
         created_at: t0(),
         published: false,
+        attempt: 1,
+        previous_error: None,
     }
 }
 

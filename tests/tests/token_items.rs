@@ -105,6 +105,7 @@ async fn the_sweeper_resends_an_owed_resume_with_the_token_from_its_item() {
         outcome: lifecycle::StepOutcome::Succeeded,
         data: json!({"decision": "ok"}).as_object().unwrap().clone(),
         generation: None,
+        attempt: None,
     };
     let decision = lifecycle::decide(
         &workflow.plan(),

@@ -895,6 +895,12 @@ fn record_item(r: &Record, layout: Layout) -> Item {
     if !r.confirmed.is_empty() {
         item.insert("confirmed".into(), json(&r.confirmed));
     }
+    if !r.attempts.is_empty() {
+        item.insert("attempts".into(), json(&r.attempts));
+    }
+    if let Some(next) = r.next_attempt_at {
+        item.insert("next_attempt_at".into(), s(&ts(next)));
+    }
     if let Some(write_id) = &r.write_id {
         item.insert("write_id".into(), s(write_id));
     }
@@ -944,6 +950,8 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
         branches: r.opt_s("branches")?.map(|_| r.json("branches")).transpose()?.unwrap_or_default(),
         missed: r.opt_s("missed")?.map(|_| r.json("missed")).transpose()?.unwrap_or_default(),
         confirmed: r.opt_s("confirmed")?.map(|_| r.json("confirmed")).transpose()?.unwrap_or_default(),
+        attempts: r.opt_s("attempts")?.map(|_| r.json("attempts")).transpose()?.unwrap_or_default(),
+        next_attempt_at: r.opt_time("next_attempt_at")?,
     };
     record.history = compact::decode_history(r.s("history")?, &history_context(&record))
         .map_err(|e| r.corrupt(format!("attribute history: {e}")))?;
@@ -1055,7 +1063,7 @@ pub fn parse_token(item: &Item) -> Result<TaskToken, StoreError> {
 }
 
 fn task_item(t: &Task) -> Item {
-    let mut item = base_item(&t.workflow, &t.key, &task_sk(t.generation, t.step));
+    let mut item = base_item(&t.workflow, &t.key, &task_sk(t.generation, t.step, t.attempt));
     item.extend([
         ("generation".into(), n(t.generation)),
         ("step".into(), n(t.step)),
@@ -1066,6 +1074,12 @@ fn task_item(t: &Task) -> Item {
         ("created_at".into(), s(&ts(t.created_at))),
         ("published".into(), AttributeValue::Bool(t.published)),
     ]);
+    if t.attempt > 1 {
+        item.insert("attempt".into(), n(t.attempt));
+    }
+    if let Some(previous) = &t.previous_error {
+        item.insert("previous_error".into(), s(previous));
+    }
     item
 }
 
@@ -1083,6 +1097,8 @@ fn parse_task(item: &Item) -> Result<Task, StoreError> {
         queue: r.s("queue")?.to_owned(),
         created_at: r.time("created_at")?,
         published: r.bool("published")?,
+        attempt: r.opt_n("attempt")?.unwrap_or(1),
+        previous_error: r.opt_s("previous_error")?.map(str::to_owned),
     })
 }
 
@@ -1345,7 +1361,7 @@ impl WorkflowStore for DynamoDbStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(&pk(&task.workflow, &task.key)))
-            .key("sk", s(&task_sk(task.generation, task.step)))
+            .key("sk", s(&task_sk(task.generation, task.step, task.attempt)))
             // Rule: only an existing task is marked; the update never creates a stray item.
             .condition_expression("attribute_exists(pk)")
             .update_expression("SET #published = :true")
@@ -1357,7 +1373,7 @@ impl WorkflowStore for DynamoDbStore {
             Ok(_) => Ok(()),
             Err(_) => Err(StoreError::Corrupt {
                 pk: pk(&task.workflow, &task.key),
-                sk: task_sk(task.generation, task.step),
+                sk: task_sk(task.generation, task.step, task.attempt),
                 problem: "the task to mark published does not exist".into(),
             }),
         }
@@ -1700,6 +1716,7 @@ mod tests {
             steps: (0..steps).map(|_| vec!["decision".to_owned()]).collect(),
             groups: Vec::new(),
             optional: Vec::new(),
+            retries: Vec::new(),
             on_restart: baton_core::domain::lifecycle::OnRestart::AfterTerminal,
             version: Some("vfd00d5526fd9".into()),
         };
@@ -1727,7 +1744,16 @@ mod tests {
             let outcome = StepOutcome::Succeeded;
             let generation = None;
             apply(
-                Input::StepInput { id, hash, source: Source::Callback, step, outcome, data, generation },
+                Input::StepInput {
+                    id,
+                    hash,
+                    source: Source::Callback,
+                    step,
+                    outcome,
+                    data,
+                    generation,
+                    attempt: None,
+                },
                 now,
                 &mut record,
             );
@@ -1934,7 +1960,8 @@ mod tests {
 
     #[test]
     fn sort_keys_order_tasks_by_generation_then_step() {
-        assert!(task_sk(1, 10) < task_sk(2, 0));
-        assert!(task_sk(2, 2) < task_sk(2, 10));
+        assert!(task_sk(1, 10, 1) < task_sk(2, 0, 1));
+        assert!(task_sk(2, 2, 1) < task_sk(2, 10, 1));
+        assert!(task_sk(2, 2, 1) < task_sk(2, 2, 2) && task_sk(2, 2, 10) < task_sk(2, 3, 1));
     }
 }

@@ -150,6 +150,7 @@ fn decide(bencher: Bencher) {
         outcome: StepOutcome::Succeeded,
         data: serde_json::Map::from_iter([("decision".to_owned(), json!("approve"))]),
         generation: None,
+        attempt: None,
     };
     bencher.counter(ItemsCount::new(1usize)).bench(|| {
         let decision =

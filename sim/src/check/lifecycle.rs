@@ -68,6 +68,7 @@ mod tests {
             optional: Vec::new(),
             on_restart: OnRestart::AfterTerminal,
             version: None,
+            retries: Vec::new(),
         };
         let (w, k) = (WorkflowName::parse("wf").unwrap(), CorrelationKey::parse("k").unwrap());
         let now = time::OffsetDateTime::UNIX_EPOCH;

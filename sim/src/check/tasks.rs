@@ -70,7 +70,7 @@ pub(super) fn every_waiting_step_gets_its_task(
         if spec.task.is_none() {
             continue;
         }
-        let id = Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str());
+        let id = Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str(), 1);
         c.check("every_waiting_step_gets_its_task", tasks.contains_key(&id), || {
             format!("{id}: the step was waiting when the faults stopped, and its task was never published")
         });

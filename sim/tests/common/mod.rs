@@ -175,6 +175,7 @@ pub fn buffer_review_copy(s: &Stack, id: &str, hash: String, data: Value) {
         outcome: baton_core::domain::lifecycle::StepOutcome::Succeeded,
         data: data.as_object().unwrap().clone(),
         generation: Some(1),
+        attempt: None,
     };
     let now = s.world.now();
     let entry = baton_core::ports::store::InboxEntry {

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::event::Event;
 use crate::domain::ids::{CorrelationKey, IdError, StepName, WorkflowName};
-use crate::domain::lifecycle::{OnRestart, Plan, Span};
+use crate::domain::lifecycle::{OnRestart, Plan, Span, StepRetry};
 use crate::domain::pattern::Pattern;
 
 /// Where `BATON_CONFIG` points by default.
@@ -111,6 +111,28 @@ pub struct Step {
     /// default false; only branches may set it). A workflow that ends with one that did not
     /// succeed ends `degraded`.
     pub optional: bool,
+    /// How many times a failed attempt runs again (`retry`; `None`: one attempt).
+    pub retry: Option<Retry>,
+}
+
+/// A step's bounded retry: `attempts` in all, the first included; before attempt n (n >= 2)
+/// baton waits `backoff` doubled n - 2 times, capped by the step's timeout. The step's deadline
+/// covers every attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    pub attempts: u32,
+    pub backoff: Duration,
+}
+
+impl Retry {
+    /// The most attempts a step may declare: retries are bounded, never a loop.
+    pub const MAX_ATTEMPTS: u32 = 10;
+
+    /// The wait before attempt `attempt` (2 or later), for a step whose timeout is `timeout`.
+    pub fn wait_before(&self, attempt: u32, timeout: Duration) -> Duration {
+        let doublings = attempt.saturating_sub(2).min(31);
+        self.backoff.saturating_mul(1 << doublings).min(timeout)
+    }
 }
 
 /// Added to a step's timeout to get the default `buffer_ttl`.
@@ -209,6 +231,10 @@ impl Workflow {
             steps: self.steps.iter().map(|s| s.requires.clone()).collect(),
             groups: self.groups.iter().map(|g| Span { first: g.first, last: g.last }).collect(),
             optional: (0..).zip(&self.steps).filter(|(_, s)| s.optional).map(|(i, _)| i).collect(),
+            retries: (0..)
+                .zip(&self.steps)
+                .filter_map(|(step, s)| Some(StepRetry { step, retry: s.retry?, timeout: s.timeout }))
+                .collect(),
             on_restart: self.on_restart,
             version: Some(self.config_version.clone()),
         }
@@ -632,7 +658,7 @@ impl Validator {
 
     /// One step, or (`branch`) one branch of a parallel group, which may also be `optional`.
     fn step(&mut self, path: &str, v: &Value, branch: bool) -> Option<Step> {
-        const FIELDS: [&str; 9] = [
+        const FIELDS: [&str; 10] = [
             "name",
             "task",
             "requires",
@@ -642,6 +668,7 @@ impl Validator {
             "accepts_callbacks",
             "buffer_ttl",
             "optional",
+            "retry",
         ];
         let map = self.object(path, v, &FIELDS)?;
         if !branch && map.contains_key("optional") {
@@ -680,15 +707,13 @@ impl Validator {
             Some(b) => self.duration(&join(path, "buffer_ttl"), b),
         };
         let accepts_callbacks = self.accepts_callbacks(path, map, &accepts_events);
-        let optional = match map.get("optional") {
-            None => Some(false),
-            Some(Value::Bool(b)) => Some(*b),
-            Some(_) => {
-                self.err(&join(path, "optional"), "must be true or false");
-                None
-            }
+        let optional = self.flag(path, map, "optional");
+        let retry = match map.get("retry") {
+            None => Some(None),
+            Some(r) => self.retry(&join(path, "retry"), r, branch, (timeout, heartbeat.flatten())).map(Some),
         };
         Some(Step {
+            retry: retry?,
             optional: optional?,
             accepts_callbacks: accepts_callbacks?,
             buffer_ttl: buffer_ttl?,
@@ -699,6 +724,74 @@ impl Validator {
             heartbeat: heartbeat?,
             accepts_events: accepts_events?,
         })
+    }
+
+    /// `retry`: `attempts` (1 to [`Retry::MAX_ATTEMPTS`]) and `backoff`, shorter than the
+    /// step's timeout; with a `heartbeat`, every wait between attempts shorter than it (Step
+    /// Functions hears no heartbeat while baton waits).
+    fn retry(
+        &mut self,
+        path: &str,
+        v: &Value,
+        branch: bool,
+        (timeout, heartbeat): (Option<Duration>, Option<Duration>),
+    ) -> Option<Retry> {
+        if branch {
+            self.err(path, "a parallel branch cannot retry yet; only a step may declare retry");
+            return None;
+        }
+        let map = self.object(path, v, &["attempts", "backoff"])?;
+        let ap = join(path, "attempts");
+        let attempts = self.required(path, map, "attempts").and_then(|a| {
+            let n = a
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| (1..=Retry::MAX_ATTEMPTS).contains(n));
+            if n.is_none() {
+                self.err(
+                    &ap,
+                    format!("expected a whole number from 1 to {}, found {a}", Retry::MAX_ATTEMPTS),
+                );
+            }
+            n
+        });
+        let bp = join(path, "backoff");
+        let backoff = self.required(path, map, "backoff").and_then(|b| self.duration(&bp, b));
+        let retry = Retry { attempts: attempts?, backoff: backoff? };
+        if retry.backoff.is_zero() {
+            self.err(&bp, "must be longer than 0s");
+            return None;
+        }
+        if let Some(t) = timeout.filter(|t| retry.backoff >= *t) {
+            self.err(&bp, format!("must be shorter than the step's timeout ({}s)", t.as_secs()));
+            return None;
+        }
+        let longest = retry.wait_before(retry.attempts, timeout.unwrap_or(MAX_TIMEOUT));
+        if let Some(h) = heartbeat.filter(|h| retry.attempts > 1 && longest >= *h) {
+            self.err(
+                &bp,
+                format!(
+                    "the longest wait between attempts ({}s) must be shorter than the heartbeat ({}s): Step \
+                     Functions hears no heartbeat while baton waits",
+                    longest.as_secs(),
+                    h.as_secs()
+                ),
+            );
+            return None;
+        }
+        Some(retry)
+    }
+
+    /// An optional boolean field, false when absent.
+    fn flag(&mut self, path: &str, map: &Map<String, Value>, name: &str) -> Option<bool> {
+        match map.get(name) {
+            None => Some(false),
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => {
+                self.err(&join(path, name), "must be true or false");
+                None
+            }
+        }
     }
 
     /// `accepts_callbacks`: a boolean, and `false` only where events can feed the step.
@@ -1065,6 +1158,64 @@ workflows:
         );
         // A branch's `accepts_events` routes like a step's.
         assert_eq!(config.routes.candidates("credit.checked"), [Route { workflow: 0, step: Some(2) }]);
+    }
+
+    #[test]
+    fn a_retry_reads_attempts_and_backoff_and_each_wait_doubles_capped_by_the_timeout() {
+        let yaml = r#"
+workflows:
+  wf:
+    start: { when: { type: ["a"] }, key: /subject }
+    steps:
+      - name: review
+        timeout: 1h
+        retry: { attempts: 4, backoff: 10m }
+      - name: pay
+        timeout: 1h
+"#;
+        let config = Config::parse(yaml).unwrap();
+        let retry = config.workflows[0].steps[0].retry.unwrap();
+        assert_eq!((retry.attempts, retry.backoff), (4, Duration::from_secs(600)));
+        let hour = Duration::from_secs(3600);
+        let waits: Vec<u64> = (2..=5).map(|n| retry.wait_before(n, hour).as_secs()).collect();
+        assert_eq!(waits, [600, 1200, 2400, 3600]);
+        assert_eq!(config.workflows[0].steps[1].retry, None);
+        let plan = config.workflows[0].plan();
+        assert_eq!(plan.retry_of(0).map(|r| r.retry), Some(retry));
+        assert_eq!(plan.retry_of(1), None);
+    }
+
+    #[test]
+    fn a_bad_retry_is_named_by_its_path() {
+        let yaml = r#"
+workflows:
+  wf:
+    start: { when: { type: ["a"] }, key: /subject }
+    steps:
+      - { name: a, timeout: 1h, retry: { attempts: 0, backoff: 1m } }
+      - { name: b, timeout: 1h, retry: { attempts: 11, backoff: 1m } }
+      - { name: c, timeout: 1h, retry: { attempts: 2, backoff: 2h } }
+      - { name: d, timeout: 1h, retry: { attempts: 2 } }
+      - { name: e, timeout: 1h, heartbeat: 15m, retry: { attempts: 3, backoff: 10m } }
+      - { name: f, timeout: 1h, retry: { attempts: 2, backoff: 1m, jitter: 1s } }
+      - parallel:
+          name: g
+          branches:
+            - { name: h, timeout: 1h, retry: { attempts: 2, backoff: 1m } }
+            - { name: i, timeout: 1h }
+"#;
+        assert_eq!(
+            errors(yaml),
+            [
+                "workflows.wf.steps[0].retry.attempts: expected a whole number from 1 to 10, found 0",
+                "workflows.wf.steps[1].retry.attempts: expected a whole number from 1 to 10, found 11",
+                "workflows.wf.steps[2].retry.backoff: must be shorter than the step's timeout (3600s)",
+                "workflows.wf.steps[3].retry.backoff: missing",
+                "workflows.wf.steps[4].retry.backoff: the longest wait between attempts (1200s) must be shorter than the heartbeat (900s): Step Functions hears no heartbeat while baton waits",
+                "workflows.wf.steps[5].retry.jitter: unknown field; expected one of: attempts, backoff",
+                "workflows.wf.steps[6].parallel.branches[0].retry: a parallel branch cannot retry yet; only a step may declare retry",
+            ]
+        );
     }
 
     #[test]

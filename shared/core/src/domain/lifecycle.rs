@@ -209,6 +209,10 @@ pub enum Cause {
     BranchDone,
     /// A branch's resume reached Step Functions while its group still waits: no longer owed.
     BranchResumed,
+    /// A failed attempt of a step with attempts left: the next one is due after its backoff.
+    AttemptFailed,
+    /// The next attempt's task was published.
+    AttemptOpened,
 }
 
 impl Cause {
@@ -227,6 +231,8 @@ impl Cause {
             Cause::BranchReady => "branch_ready",
             Cause::BranchDone => "branch_done",
             Cause::BranchResumed => "branch_resumed",
+            Cause::AttemptFailed => "attempt_failed",
+            Cause::AttemptOpened => "attempt_opened",
         }
     }
 }
@@ -289,6 +295,8 @@ pub const TRANSITIONS: &[Transition] = &[
     // An optional branch that timed out after baton owed it a success (the resume lost the race).
     t(Some(A), A, Cause::BranchDone, StepMove::Same),
     t(Some(W), W, Cause::BranchResumed, StepMove::Same),
+    t(Some(W), W, Cause::AttemptFailed, StepMove::Same),
+    t(Some(W), W, Cause::AttemptOpened, StepMove::Same),
     // Only a completed last step may report success: Step Functions reaches its final report
     // only after baton's resume of that step.
     t(Some(A), S, Cause::ReportSucceeded, StepMove::Leave),
@@ -346,9 +354,19 @@ pub struct Plan {
     pub groups: Vec<Span>,
     /// The steps that are optional branches.
     pub optional: Vec<u32>,
+    /// The steps with a bounded retry.
+    pub retries: Vec<StepRetry>,
     pub on_restart: OnRestart,
     /// The config version a new generation starts on (`None` in tests that need none).
     pub version: Option<String>,
+}
+
+/// A step's bounded retry, with the step's timeout (which caps each wait between attempts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepRetry {
+    pub step: u32,
+    pub retry: crate::domain::config::Retry,
+    pub timeout: std::time::Duration,
 }
 
 /// The steps one parallel group spans: its branches, `first..=last`.
@@ -371,6 +389,7 @@ impl Plan {
             steps,
             groups: Vec::new(),
             optional: Vec::new(),
+            retries: Vec::new(),
             on_restart: OnRestart::default(),
             version: None,
         }
@@ -388,6 +407,11 @@ impl Plan {
 
     pub fn is_optional(&self, step: u32) -> bool {
         self.optional.contains(&step)
+    }
+
+    /// The step's bounded retry, if it has one.
+    pub fn retry_of(&self, step: u32) -> Option<StepRetry> {
+        self.retries.iter().copied().find(|r| r.step == step)
     }
 
     /// The first step of the position after the one `step` belongs to.
@@ -522,6 +546,25 @@ pub struct Record {
     /// (each optional branch reports how it ended, on its way out of the group). The execution's
     /// success is decided once every optional branch is here or in [`Record::missed`].
     pub confirmed: Vec<u32>,
+    /// The failed attempts of the step the record is at, oldest first (empty: its first attempt
+    /// runs). The attempt running is the next one.
+    pub attempts: Vec<FailedAttempt>,
+    /// When the next attempt's task is due, after a failed attempt's backoff (`None`: no attempt
+    /// is waiting to be published).
+    pub next_attempt_at: Option<OffsetDateTime>,
+}
+
+/// One failed attempt of a step with `retry`: what failed it, and who said so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedAttempt {
+    pub attempt: u32,
+    pub error: String,
+    pub cause: String,
+    /// The input that failed it.
+    pub input: EventId,
+    pub source: Source,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
 }
 
 /// One branch of the parallel group a record is at.
@@ -611,6 +654,11 @@ impl Record {
     fn next(&self, state: State, now: OffsetDateTime) -> Record {
         Record { state, version: self.version + 1, updated_at: now, write_id: None, ..self.clone() }
     }
+
+    /// The attempt of the current step that is running (or, during a backoff, next to run).
+    pub fn attempt(&self) -> u32 {
+        u32::try_from(self.attempts.len()).map_or(u32::MAX, |n| n.saturating_add(1))
+    }
 }
 
 /// How many audit entries a record keeps; older ones are dropped first.
@@ -639,10 +687,25 @@ pub struct AuditEntry {
 pub enum StepOutcome {
     /// Merge the data; advance once every required input is present.
     Succeeded,
-    /// Fail the step (and, through the state machine's Catch, the workflow).
-    Failed { error: String, cause: String },
+    /// Fail the attempt: the step (and, through the state machine's Catch, the workflow) once
+    /// no attempt is left, or at once when the sender says it is not `retryable`.
+    Failed {
+        error: String,
+        cause: String,
+        #[serde(default = "retryable", skip_serializing_if = "is_retryable")]
+        retryable: bool,
+    },
     /// A heartbeat that may carry partial data.
     InProgress,
+}
+
+fn retryable() -> bool {
+    true
+}
+
+#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
+fn is_retryable(retryable: &bool) -> bool {
+    *retryable
 }
 
 /// Where a step input came from. Both follow the same rules.
@@ -690,6 +753,11 @@ pub enum Input {
         /// the generation running when it arrives.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         generation: Option<u32>,
+        /// The attempt of a step with `retry` the input answers, when the sender says (a
+        /// callback's `attempt`, from its task). Without it, the input is for the attempt
+        /// running when it arrives.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
     },
     /// The execution of `generation` finished.
     Finished { generation: u32, finish: Finish },
@@ -700,6 +768,8 @@ pub enum Input {
     /// A branch's owed resume went out: it reached Step Functions (`delivered`), or found its
     /// token gone (then an earlier copy may have reached it, or the branch ended without it).
     Resumed { generation: u32, step: u32, delivered: bool },
+    /// The task of `attempt` of `step` went out after its backoff.
+    AttemptOpened { generation: u32, step: u32, attempt: u32 },
     /// An operator cancels the workflow.
     Cancel { reason: String },
     /// The sweeper looks for owed work.
@@ -751,10 +821,13 @@ pub enum IgnoreReason {
     /// Refused: merged with what the step already has, the inputs would pass
     /// [`MAX_STEP_INPUT_BYTES`].
     InputsTooLarge,
+    /// The input answers an earlier attempt of a step with `retry`: that attempt failed, and
+    /// only the running one can complete the step.
+    EarlierAttempt,
 }
 
 impl IgnoreReason {
-    pub const ALL: [IgnoreReason; 13] = [
+    pub const ALL: [IgnoreReason; 14] = [
         IgnoreReason::Terminal,
         IgnoreReason::StepAlreadyPassed,
         IgnoreReason::StepAlreadyAdvanced,
@@ -768,6 +841,7 @@ impl IgnoreReason {
         IgnoreReason::IdempotencyKeyReused,
         IgnoreReason::InputsTooLarge,
         IgnoreReason::GroupFailed,
+        IgnoreReason::EarlierAttempt,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -785,6 +859,7 @@ impl IgnoreReason {
             IgnoreReason::IdempotencyKeyReused => "idempotency_key_reused",
             IgnoreReason::InputsTooLarge => "inputs_too_large",
             IgnoreReason::GroupFailed => "group_failed",
+            IgnoreReason::EarlierAttempt => "earlier_attempt",
         }
     }
 }
@@ -858,10 +933,12 @@ pub enum Effect {
     StartExecution {
         generation: u32,
     },
-    /// Create the operator task for this step, idempotently, and publish it once.
+    /// Create the operator task for this step's `attempt` (1 for the first), idempotently, and
+    /// publish it once.
     CreateTask {
         generation: u32,
         step: u32,
+        attempt: u32,
     },
     /// Apply the step's buffered inputs for this generation, in arrival order (strongly
     /// consistent read).
@@ -896,6 +973,13 @@ pub enum Effect {
     MarkResumed {
         generation: u32,
         step: u32,
+    },
+    /// Tell the record the attempt's task went out (submits [`Input::AttemptOpened`]), so the
+    /// sweeper does not publish it again.
+    MarkAttemptOpened {
+        generation: u32,
+        step: u32,
+        attempt: u32,
     },
     /// Record the ignored input with its reason.
     Ledger {
@@ -1003,7 +1087,7 @@ fn decide_inner(
             )),
             Some(r) => on_step_ready(plan, r, *generation, *step, token, *deadline, now),
         },
-        Input::StepInput { id, hash, step, outcome, data, generation, source } => {
+        Input::StepInput { id, hash, step, outcome, data, generation, source, attempt } => {
             if *step as usize >= plan.steps.len() {
                 return Decision::new(Outcome::Rejected(RejectReason::UnknownStep));
             }
@@ -1018,7 +1102,9 @@ fn decide_inner(
                 (Some(r), Some(g)) if g < r.generation => repeated_input(r, (id, *source), hash, *step, now)
                     .unwrap_or_else(|| Decision::ignored(IgnoreReason::StaleGeneration)),
                 (Some(r), Some(g)) if g > r.generation => buffer(g),
-                (Some(r), _) => on_step_input(plan, r, (id, *source), hash, *step, outcome, data, now),
+                (Some(r), _) => {
+                    on_step_input(plan, r, (id, *source), hash, (*step, *attempt), outcome, data, now)
+                }
             }
         }
         Input::Finished { generation, finish } => match record {
@@ -1038,7 +1124,12 @@ fn decide_inner(
             Some(r) if r.state.is_terminal() => Decision::ignored(IgnoreReason::Terminal),
             Some(r) => {
                 // The tokens stay in the cancelled record: a repeated cancel fails them again.
-                let mut to = Record { deadline: None, owed: None, ..r.next(State::Cancelled, now) };
+                let mut to = Record {
+                    deadline: None,
+                    owed: None,
+                    next_attempt_at: None,
+                    ..r.next(State::Cancelled, now)
+                };
                 group::close_open_branches(&mut to, None);
                 let d = Decision::new(Outcome::Applied)
                     .with_write(Cause::Cancel, Some(r), to.clone())
@@ -1053,6 +1144,10 @@ fn decide_inner(
         Input::Resumed { generation, step, delivered } => match record {
             None => Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed)),
             Some(r) => group::on_resumed(r, (*generation, *step), *delivered, now),
+        },
+        Input::AttemptOpened { generation, step, attempt } => match record {
+            None => Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed)),
+            Some(r) => on_attempt_opened(r, (*generation, *step, *attempt), now),
         },
         Input::Tick => on_tick(record, now),
     }
@@ -1098,6 +1193,8 @@ fn on_start(
             branches: Vec::new(),
             missed: Vec::new(),
             confirmed: Vec::new(),
+            attempts: Vec::new(),
+            next_attempt_at: None,
         };
         return Decision::new(Outcome::Applied)
             .with_write(Cause::Start, None, to)
@@ -1136,6 +1233,8 @@ fn on_start(
         branches: Vec::new(),
         missed: Vec::new(),
         confirmed: Vec::new(),
+        attempts: Vec::new(),
+        next_attempt_at: None,
         ..r.next(State::Pending, now)
     };
     Decision::new(Outcome::Applied)
@@ -1211,18 +1310,20 @@ fn on_step_ready(
             owed: None,
             config_version,
             branches: Vec::new(),
+            attempts: Vec::new(),
+            next_attempt_at: None,
             ..r.next(State::Waiting { step }, now)
         };
         return Decision::new(Outcome::Applied)
             .with_write(Cause::StepReady, Some(r), to)
-            .effect(Effect::CreateTask { generation, step })
+            .effect(Effect::CreateTask { generation, step, attempt: 1 })
             .effect(Effect::DrainInbox { generation, step });
     }
     if r.state == (State::Waiting { step }) && r.token.as_ref() == Some(token) {
         // Redelivery of the step_ready that already won. Task creation and the drain are
         // idempotent, so a crash after the write is repaired by re-running them.
         return Decision::new(Outcome::Duplicate)
-            .effect(Effect::CreateTask { generation, step })
+            .effect(Effect::CreateTask { generation, step, attempt: 1 })
             .effect(Effect::DrainInbox { generation, step });
     }
     if r.state.step().is_some_and(|current| step <= current) {
@@ -1250,7 +1351,7 @@ fn on_step_input(
     r: &Record,
     (id, source): (&EventId, Source),
     hash: &str,
-    step: u32,
+    (step, attempt): (u32, Option<u32>),
     outcome: &StepOutcome,
     data: &Map<String, Value>,
     now: OffsetDateTime,
@@ -1263,6 +1364,13 @@ fn on_step_input(
     }
     if let Some(elsewhere) = not_the_waiting_step(r, step) {
         return elsewhere;
+    }
+    match attempt {
+        // An attempt that failed: only the running one can complete the step.
+        Some(a) if a < r.attempt() => return Decision::ignored(IgnoreReason::EarlierAttempt),
+        // No task of that attempt has gone out.
+        Some(a) if a > r.attempt() => return Decision::ignored(IgnoreReason::OutOfOrder),
+        _ => {}
     }
     let Some(token) = r.token.clone() else {
         // A waiting record always has a token; without one nothing can be resumed.
@@ -1374,16 +1482,32 @@ fn merge_input(
         return refused;
     }
     match outcome {
-        StepOutcome::Failed { error, cause } => {
+        StepOutcome::Failed { error, cause, retryable } => {
+            if *retryable && let Some(due) = next_attempt_due(plan, r, step, now) {
+                to.attempts.push(FailedAttempt {
+                    attempt: r.attempt(),
+                    error: error.clone(),
+                    cause: cause.clone(),
+                    input: id.clone(),
+                    source,
+                    at: now,
+                });
+                // Each attempt gathers its own inputs.
+                to.inputs = Map::new();
+                to.next_attempt_at = Some(due);
+                return Decision::new(Outcome::Applied).with_write(Cause::AttemptFailed, Some(r), to);
+            }
             let owed = Resume::Failure { error: error.clone(), cause: cause.clone() };
             to.state = State::Advancing { step };
             to.owed = Some(owed.clone());
+            to.next_attempt_at = None;
             Decision::new(Outcome::Applied)
                 .with_write(Cause::FailStep, Some(r), to)
                 .effect(resume_effect(&token, &owed))
         }
         StepOutcome::Succeeded if requirements_met(plan, step, &to.inputs) => {
             let owed = Resume::Success { output: Value::Object(to.inputs.clone()) };
+            to.next_attempt_at = None;
             to.state = State::Advancing { step };
             to.owed = Some(owed.clone());
             Decision::new(Outcome::Applied)
@@ -1395,6 +1519,42 @@ fn merge_input(
             .with_write(Cause::Merge, Some(r), to)
             .effect(Effect::SendTaskHeartbeat { token }),
     }
+}
+
+/// When the next attempt of `step` is due, after the running one failed: `None` when the step
+/// has no `retry`, no attempt is left, or the next one could not start before the step's
+/// deadline (which covers every attempt).
+fn next_attempt_due(plan: &Plan, r: &Record, step: u32, now: OffsetDateTime) -> Option<OffsetDateTime> {
+    let policy = plan.retry_of(step)?;
+    let next = r.attempt().checked_add(1).filter(|n| *n <= policy.retry.attempts)?;
+    let wait = time::Duration::try_from(policy.retry.wait_before(next, policy.timeout)).ok()?;
+    let due = now + wait;
+    r.deadline.is_none_or(|deadline| due < deadline).then_some(due)
+}
+
+/// The next attempt's task goes out once its backoff has passed: published, then marked.
+fn open_next_attempt(r: &Record, now: OffsetDateTime) -> Option<Decision> {
+    let (State::Waiting { step }, Some(due)) = (r.state, r.next_attempt_at) else { return None };
+    let (generation, attempt) = (r.generation, r.attempt());
+    (due <= now).then(|| {
+        Decision::new(Outcome::Applied)
+            .effect(Effect::CreateTask { generation, step, attempt })
+            .effect(Effect::MarkAttemptOpened { generation, step, attempt })
+    })
+}
+
+/// The task of `attempt` went out: nothing more is due for it.
+fn on_attempt_opened(
+    r: &Record,
+    (generation, step, attempt): (u32, u32, u32),
+    now: OffsetDateTime,
+) -> Decision {
+    let due = r.next_attempt_at.is_some() && r.state == (State::Waiting { step });
+    if generation != r.generation || attempt != r.attempt() || !due {
+        return Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
+    }
+    let to = Record { next_attempt_at: None, ..r.next(r.state, now) };
+    Decision::new(Outcome::Applied).with_write(Cause::AttemptOpened, Some(r), to)
 }
 
 /// Remembers that the input `id` was applied to `step` of `to` (the list bounded), unless the
@@ -1477,7 +1637,8 @@ fn on_finished(plan: &Plan, r: &Record, generation: u32, finish: &Finish, now: O
     if !fits || !is_allowed(Some(r.state), to_state, cause) {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     }
-    let mut to = Record { token: None, deadline: None, owed: None, ..r.next(to_state, now) };
+    let mut to =
+        Record { token: None, deadline: None, owed: None, next_attempt_at: None, ..r.next(to_state, now) };
     group::close_open_branches(&mut to, matches!(finish, Finish::TimedOut).then_some(now));
     Decision::new(Outcome::Applied).with_write(cause, Some(r), to)
 }
@@ -1492,6 +1653,9 @@ fn on_tick(record: Option<&Record>, now: OffsetDateTime) -> Decision {
         }
         (State::Advancing { .. }, Some(owed), Some(token)) if idle >= resend_after() => {
             Decision::new(Outcome::Applied).effect(resume_effect(token, owed))
+        }
+        (State::Waiting { .. }, _, _) if r.next_attempt_at.is_some_and(|due| due <= now) => {
+            open_next_attempt(r, now).unwrap_or(nothing)
         }
         (State::Waiting { .. } | State::Advancing { .. }, _, _) if idle >= resend_after() => {
             group::resend_owed(r).unwrap_or(nothing)

@@ -39,6 +39,8 @@ pub fn task_event(task: &Task) -> Value {
             "step": task.step_name,
             "title": task.title,
             "queue": task.queue,
+            "attempt": task.attempt,
+            "previous_error": task.previous_error,
         },
     })
 }

@@ -115,6 +115,8 @@ struct Callback {
     data: Map<String, Value>,
     /// The generation the callback answers (its task's), when the sender says.
     generation: Option<u32>,
+    /// The attempt the callback answers (its task's), when the sender says.
+    attempt: Option<u32>,
 }
 
 /// The callback handler.
@@ -302,6 +304,7 @@ impl Callbacks {
             outcome: callback.outcome.clone(),
             data: std::mem::take(&mut callback.data),
             generation: callback.generation,
+            attempt: callback.attempt,
         };
         match self.engine.submit(workflow, &callback.key, &input, now).await {
             Ok(s) => Ok(s),
@@ -727,7 +730,8 @@ fn stored_answer(first: &Value) -> Answer {
 }
 
 /// The body's fields: infra/openapi.yaml's `Callback` schema lists the same (a test checks).
-const FIELDS: [&str; 8] = ["workflow", "key", "step", "outcome", "data", "error", "cause", "generation"];
+const FIELDS: [&str; 10] =
+    ["workflow", "key", "step", "outcome", "data", "error", "cause", "retryable", "generation", "attempt"];
 
 /// Validates the JSON body, naming the first bad field.
 fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
@@ -771,25 +775,29 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
     }
     let key =
         CorrelationKey::parse(key_text).map_err(|e| Answer::field("invalid_body", "key", e.to_string()))?;
-    let outcome = parse_outcome(&outcome, error, cause)?;
+    let retryable = parse_retryable(map.remove("retryable"), &outcome)?;
+    let outcome = parse_outcome(&outcome, error, cause, retryable)?;
     let data = match map.remove("data") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(data)) => data,
         Some(_) => return Err(Answer::field("invalid_body", "data", "data must be a JSON object")),
     };
-    let generation = match map.remove("generation") {
-        None | Some(Value::Null) => None,
+    let mut counter = |name: &'static str| match map.remove(name) {
+        None | Some(Value::Null) => Ok(None),
         Some(v) => {
-            Some(v.as_u64().and_then(|g| u32::try_from(g).ok()).filter(|g| *g > 0).ok_or_else(|| {
+            v.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|n| *n > 0).map(Some).ok_or_else(|| {
                 Answer::field(
                     "invalid_body",
-                    "generation",
-                    "generation must be a whole number above 0 (the task's)",
+                    name,
+                    format!("{name} must be a whole number above 0 (the task's)"),
                 )
-            })?)
+            })
         }
     };
-    // After `generation`, which names itself when it is past 64 bits; what is left is data.
+    let generation = counter("generation")?;
+    let attempt = counter("attempt")?;
+    // After `generation` and `attempt`, which name themselves when past 64 bits; what is left
+    // is data.
     if let Some(number) = integer_past_64_bits(body) {
         return Err(Answer::field(
             "invalid_body",
@@ -799,17 +807,35 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
             ),
         ));
     }
-    Ok(Callback { workflow, key, step, outcome, data, generation })
+    Ok(Callback { workflow, key, step, outcome, data, generation, attempt })
 }
 
-/// The `outcome` field, with the failure's `error` and `cause` when it failed.
-fn parse_outcome(outcome: &str, error: Option<String>, cause: Option<String>) -> Result<StepOutcome, Answer> {
+/// The `retryable` field: a boolean, with a failed outcome only; true when absent.
+fn parse_retryable(value: Option<Value>, outcome: &str) -> Result<bool, Answer> {
+    match value {
+        None | Some(Value::Null) => Ok(true),
+        Some(Value::Bool(b)) if outcome == "failed" => Ok(b),
+        Some(Value::Bool(_)) => {
+            Err(Answer::field("invalid_body", "retryable", "retryable is for a failed outcome only"))
+        }
+        Some(_) => Err(Answer::field("invalid_body", "retryable", "retryable must be true or false")),
+    }
+}
+
+/// The `outcome` field, with the failure's `error`, `cause` and `retryable` when it failed.
+fn parse_outcome(
+    outcome: &str,
+    error: Option<String>,
+    cause: Option<String>,
+    retryable: bool,
+) -> Result<StepOutcome, Answer> {
     match outcome {
         "succeeded" => Ok(StepOutcome::Succeeded),
         "in_progress" => Ok(StepOutcome::InProgress),
         "failed" => Ok(StepOutcome::Failed {
             error: error.unwrap_or_else(|| "baton.CallbackFailed".into()),
             cause: cause.unwrap_or_default(),
+            retryable,
         }),
         other => Err(Answer::field(
             "invalid_body",
@@ -996,7 +1022,10 @@ mod tests {
         )
         .ok()
         .unwrap();
-        assert_eq!(c.outcome, StepOutcome::Failed { error: "Rejected".into(), cause: "fraud".into() });
+        assert_eq!(
+            c.outcome,
+            StepOutcome::Failed { error: "Rejected".into(), cause: "fraud".into(), retryable: true }
+        );
     }
 
     #[test]

@@ -611,6 +611,7 @@ impl Engine {
         let mut found = None;
         // What became of the last resume sent, for the delivery mark after it.
         let mut resume: Option<Delivered> = None;
+        let mut task_created = false;
         for effect in &decision.effects {
             let result = match effect {
                 Effect::MarkResumed { generation, step } => match resume.take() {
@@ -624,6 +625,20 @@ impl Engine {
                     resume = sent.as_ref().ok().copied();
                     sent.map(|_| None)
                 }
+                Effect::CreateTask { generation, step, attempt } => {
+                    let created =
+                        self.create_task(workflow, key, (*generation, *step, *attempt), record, now).await;
+                    task_created = created.is_ok();
+                    created.map(|()| None)
+                }
+                // The attempt's mark follows its task, and is left out when the task did not go
+                // out (the sweeper tries again).
+                Effect::MarkAttemptOpened { generation, step, attempt } if task_created => {
+                    let opened =
+                        Input::AttemptOpened { generation: *generation, step: *step, attempt: *attempt };
+                    Box::pin(self.submit(workflow, key, &opened, now)).await.map(|_| None)
+                }
+                Effect::MarkAttemptOpened { .. } => continue,
                 _ => self.carry_out_one(workflow, key, input, effect, record, now).await,
             };
             match result {
@@ -665,9 +680,6 @@ impl Engine {
                     .await?;
                 info!(execution = %started.execution_arn, already_existed = started.already_existed, "execution started");
             }
-            Effect::CreateTask { generation, step } => {
-                self.create_task(workflow, key, *generation, *step, now).await?;
-            }
             Effect::DrainInbox { generation, step } => {
                 self.drain(workflow, key, *generation, *step, now).await?
             }
@@ -676,7 +688,11 @@ impl Engine {
             }
             // Carried out by `carry_out`, which keeps what became of a resume for the delivery
             // mark that may follow it.
-            Effect::SendTaskSuccess { .. } | Effect::SendTaskFailure { .. } | Effect::MarkResumed { .. } => {}
+            Effect::SendTaskSuccess { .. }
+            | Effect::SendTaskFailure { .. }
+            | Effect::MarkResumed { .. }
+            | Effect::CreateTask { .. }
+            | Effect::MarkAttemptOpened { .. } => {}
             Effect::SendTaskHeartbeat { token } => {
                 let sent = self.orchestrator.send_task_heartbeat(token).await;
                 self.resumed(sent, "heartbeat", workflow, key, record).await?;
@@ -785,12 +801,14 @@ impl Engine {
         }
     }
 
+    /// Creates the task of `attempt` of the step, idempotently, and publishes it once. From the
+    /// second attempt it carries the error that failed the one before, from `record`.
     async fn create_task(
         &self,
         workflow: &Workflow,
         key: &CorrelationKey,
-        generation: u32,
-        step: u32,
+        (generation, step, attempt): (u32, u32, u32),
+        record: Option<&Record>,
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
         let Some(spec) = workflow.steps.get(step as usize) else { return Ok(()) };
@@ -801,11 +819,16 @@ impl Engine {
             generation,
             step,
             step_name: spec.name.to_string(),
-            id: Task::task_id(&workflow.name, key, generation, spec.name.as_str()),
+            id: Task::task_id(&workflow.name, key, generation, spec.name.as_str(), attempt),
             title: template.render(workflow.name.as_str(), key.as_str(), spec.name.as_str(), generation),
             queue: template.queue.clone(),
             created_at: now,
             published: false,
+            attempt,
+            previous_error: record
+                .filter(|r| attempt > 1 && r.generation == generation)
+                .and_then(|r| r.attempts.iter().find(|a| a.attempt + 1 == attempt))
+                .map(|a| format!("{}: {}", a.error, a.cause)),
         };
         let stored = match self.store.put_task(&task).await? {
             Claim::Acquired => task,
@@ -1068,6 +1091,9 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
         }
         Input::BranchEnded { generation, step, .. } => format!("branch_ended/g{generation}/s{step}"),
         Input::Resumed { generation, step, .. } => format!("resumed/g{generation}/s{step}"),
+        Input::AttemptOpened { generation, step, attempt } => {
+            format!("attempt_opened/g{generation}/s{step}/a{attempt}")
+        }
         Input::Cancel { .. } => format!("cancel/{}", now.unix_timestamp()),
         Input::Tick => "tick".into(),
     }
@@ -1090,6 +1116,9 @@ pub fn input_detail(input: &Input) -> Value {
         }
         Input::Resumed { generation, step, delivered } => {
             json!({"kind": "resumed", "generation": generation, "step": step, "delivered": delivered})
+        }
+        Input::AttemptOpened { generation, step, attempt } => {
+            json!({"kind": "attempt_opened", "generation": generation, "step": step, "attempt": attempt})
         }
         Input::Cancel { reason } => json!({"kind": "cancel", "reason": reason}),
         Input::Tick => json!({"kind": "tick"}),
@@ -1218,6 +1247,7 @@ mod tests {
             outcome: StepOutcome::Succeeded,
             data: Default::default(),
             generation: None,
+            attempt: None,
         }
     }
 
@@ -1321,6 +1351,7 @@ mod tests {
             outcome: StepOutcome::Succeeded,
             data,
             generation: None,
+            attempt: None,
         }
     }
 

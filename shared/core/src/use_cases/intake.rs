@@ -212,6 +212,7 @@ pub fn plan_event<'c>(config: &'c Config, body: &str) -> Result<EventPlan<'c>, V
             outcome: StepOutcome::Succeeded,
             data,
             generation: None,
+            attempt: None,
         };
         inputs.push((workflow, key()?, input));
     }

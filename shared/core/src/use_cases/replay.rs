@@ -293,6 +293,11 @@ pub fn classify(
             | IgnoreReason::RefusedWhileRunning
             | IgnoreReason::NothingOwed),
         ) => (Noop, format!("would be ignored: {}", reason.as_str())),
+        // That attempt failed: only the running one can complete the step.
+        Outcome::Ignored(IgnoreReason::EarlierAttempt) => (
+            Noop,
+            format!("its attempt failed before; the step runs a later one (record {})", state_of(record)),
+        ),
         // The branch was closed when its group failed: nothing can ever apply it.
         Outcome::Ignored(IgnoreReason::GroupFailed) => {
             (Noop, format!("its branch was closed when its group failed (record {})", state_of(record)))

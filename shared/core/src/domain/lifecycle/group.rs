@@ -46,7 +46,8 @@ pub(super) fn on_branch_ready(
     now: OffsetDateTime,
 ) -> Decision {
     let ready = |d: Decision| {
-        d.effect(Effect::CreateTask { generation, step }).effect(Effect::DrainInbox { generation, step })
+        d.effect(Effect::CreateTask { generation, step, attempt: 1 })
+            .effect(Effect::DrainInbox { generation, step })
     };
     if expected == Some(group.first) {
         let config_version = super::version_at_step_ready(plan, r);
@@ -57,6 +58,8 @@ pub(super) fn on_branch_ready(
             owed: None,
             config_version,
             branches: (group.first..=group.last).map(Branch::new).collect(),
+            attempts: Vec::new(),
+            next_attempt_at: None,
             ..r.next(State::Waiting { step: group.first }, now)
         };
         open(&mut to, step, token, deadline);
@@ -186,7 +189,7 @@ fn merge(
         return refused;
     }
     let owed = match outcome {
-        StepOutcome::Failed { error, cause } => {
+        StepOutcome::Failed { error, cause, .. } => {
             Resume::Failure { error: error.clone(), cause: cause.clone() }
         }
         StepOutcome::Succeeded if requirements_met(plan, step, &to.branches[i].inputs) => {

@@ -18,6 +18,7 @@ fn plan(steps: &[&[&str]]) -> Plan {
         optional: Vec::new(),
         on_restart: OnRestart::AfterTerminal,
         version: Some("v1".into()),
+        retries: Vec::new(),
     }
 }
 
@@ -67,6 +68,7 @@ fn callback(id: &str, step: u32, outcome: StepOutcome, data: serde_json::Value) 
         outcome,
         data,
         generation: None,
+        attempt: None,
     }
 }
 
@@ -117,7 +119,10 @@ fn given_pending_when_step_ready_arrives_then_waiting_with_token_task_and_drain(
     assert_eq!(to.deadline, Some(T0 + Duration::days(2)));
     assert_eq!(
         d.effects,
-        vec![Effect::CreateTask { generation: 1, step: 0 }, Effect::DrainInbox { generation: 1, step: 0 }]
+        vec![
+            Effect::CreateTask { generation: 1, step: 0, attempt: 1 },
+            Effect::DrainInbox { generation: 1, step: 0 }
+        ]
     );
 
     // Redelivered: a duplicate that re-runs the idempotent effects, with no write.
@@ -275,7 +280,7 @@ fn given_a_callback_for_an_unknown_step_then_it_is_rejected() {
 fn given_a_failed_outcome_then_a_failure_resume_is_owed() {
     let p = plan(&[&["decision"]]);
     let r = ready(&p, &started(&p), 0, "tok-0");
-    let failed = StepOutcome::Failed { error: "Rejected".into(), cause: "fraud".into() };
+    let failed = StepOutcome::Failed { error: "Rejected".into(), cause: "fraud".into(), retryable: true };
     let d = run(&p, Some(&r), &callback("cb-1", 0, failed, json!({})));
     assert_eq!(after(&d).state, State::Advancing { step: 0 });
     assert_eq!(
@@ -734,7 +739,10 @@ impl World {
                     }
                 }
             }
-            Effect::CreateTask { .. } | Effect::SendTaskHeartbeat { .. } | Effect::Ledger { .. } => {}
+            Effect::CreateTask { .. }
+            | Effect::MarkAttemptOpened { .. }
+            | Effect::SendTaskHeartbeat { .. }
+            | Effect::Ledger { .. } => {}
             Effect::MarkResumed { generation, step } => {
                 self.decide_and_apply(&Input::Resumed { generation, step, delivered: true });
             }
@@ -801,7 +809,9 @@ impl World {
             }
             Action::Callback { id, step, outcome, keys } => {
                 let outcome = match outcome {
-                    0 => StepOutcome::Failed { error: "Rejected".into(), cause: "no".into() },
+                    0 => {
+                        StepOutcome::Failed { error: "Rejected".into(), cause: "no".into(), retryable: true }
+                    }
                     1 => StepOutcome::InProgress,
                     _ => StepOutcome::Succeeded,
                 };
@@ -822,6 +832,7 @@ impl World {
                     outcome,
                     data,
                     generation: None,
+                    attempt: None,
                 };
                 self.delivered_callbacks.push(input.clone());
                 self.decide_and_apply(&input);
@@ -891,7 +902,7 @@ proptest! {
         actions in prop::collection::vec(action(), 1..60),
     ) {
         let on_restart = if never { OnRestart::Never } else { OnRestart::AfterTerminal };
-        let plan = Plan { steps, groups: Vec::new(), optional: Vec::new(), on_restart, version: Some("v-prop".into()) };
+        let plan = Plan { steps, groups: Vec::new(), optional: Vec::new(), on_restart, version: Some("v-prop".into()), retries: Vec::new() };
         let mut world = World {
             plans: HashMap::from([("v-prop".to_owned(), plan.clone())]),
             plan,
@@ -942,3 +953,4 @@ fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
 
 mod group;
 mod group_races;
+mod retry;

@@ -50,11 +50,13 @@ fn code(cause: Cause) -> u8 {
         Cause::BranchReady => 10,
         Cause::BranchDone => 11,
         Cause::BranchResumed => 12,
+        Cause::AttemptFailed => 13,
+        Cause::AttemptOpened => 14,
     }
 }
 
 /// The causes by their stored number.
-const CAUSES: [Cause; 13] = [
+const CAUSES: [Cause; 15] = [
     Cause::Start,
     Cause::Restart,
     Cause::StepReady,
@@ -68,6 +70,8 @@ const CAUSES: [Cause; 13] = [
     Cause::BranchReady,
     Cause::BranchDone,
     Cause::BranchResumed,
+    Cause::AttemptFailed,
+    Cause::AttemptOpened,
 ];
 
 /// What an audit trail is written against: the rest of its record.
@@ -180,9 +184,11 @@ fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
         Cause::Start | Cause::Restart => State::Pending,
         Cause::StepReady if from == Some(Kind::Pending.as_str()) => State::Waiting { step: 0 },
         Cause::StepReady => State::Waiting { step: step(Kind::Advancing)?.checked_add(1)? },
-        Cause::Merge | Cause::BranchReady | Cause::BranchResumed => {
-            State::Waiting { step: step(Kind::Waiting)? }
-        }
+        Cause::Merge
+        | Cause::BranchReady
+        | Cause::BranchResumed
+        | Cause::AttemptFailed
+        | Cause::AttemptOpened => State::Waiting { step: step(Kind::Waiting)? },
         Cause::BranchDone => return from.map(str::to_owned),
         Cause::Complete | Cause::FailStep => State::Advancing { step: step(Kind::Waiting)? },
         Cause::ReportSucceeded => State::Succeeded,
@@ -424,7 +430,7 @@ mod tests {
     fn a_damaged_trail_names_the_entry_and_what_is_wrong() {
         let context = Context { base: CREATED, applied: &[], start_events: &[] };
         let err = |text: &str| decode_history(text, &context).unwrap_err();
-        assert_eq!(err(r#"[[0,0],[5,13]]"#), "entry 1: the cause 13 is not one of 0..13");
+        assert_eq!(err(r#"[[0,0],[5,15]]"#), "entry 1: the cause 15 is not one of 0..15");
         assert_eq!(err(r#"[["0",0]]"#), "entry 0: the time is missing or not an integer");
         assert_eq!(err(r#"[[0,0,3]]"#), "entry 0: cause_id 3 refers to no input");
         assert_eq!(err(r#"[[0,3]]"#), "entry 0: to is missing and cannot be predicted");

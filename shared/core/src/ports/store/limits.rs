@@ -92,8 +92,12 @@ pub fn pk(workflow: &WorkflowName, key: &CorrelationKey) -> String {
 /// The record's sort key.
 pub const RECORD_SK: &str = "RECORD";
 
-pub fn task_sk(generation: u32, step: u32) -> String {
-    format!("TASK#{generation:010}#{step:05}")
+/// A task's sort key: the first attempt's as before retries, a later one's after it.
+pub fn task_sk(generation: u32, step: u32, attempt: u32) -> String {
+    match attempt {
+        0 | 1 => format!("TASK#{generation:010}#{step:05}"),
+        n => format!("TASK#{generation:010}#{step:05}#a{n:02}"),
+    }
 }
 
 pub fn receipt_sk(id: &EventId) -> String {

@@ -57,7 +57,7 @@ struct Inner {
     // Ordered maps throughout: the same operations give the same results in the same order, so
     // a seeded simulation replays exactly.
     records: BTreeMap<RecordKey, Record>,
-    tasks: BTreeMap<(RecordKey, u32, u32), Task>,
+    tasks: BTreeMap<(RecordKey, u32, u32, u32), Task>,
     receipts: BTreeMap<(RecordKey, String), Receipt>,
     inbox: BTreeMap<(RecordKey, String, String), InboxEntry>,
     ledger: BTreeMap<(RecordKey, String, &'static str), LedgerEntry>,
@@ -307,10 +307,10 @@ impl WorkflowStore for MemoryStore {
     }
 
     async fn put_task(&self, task: &Task) -> Result<Claim<Task>, StoreError> {
-        let sk = limits::task_sk(task.generation, task.step);
+        let sk = limits::task_sk(task.generation, task.step, task.attempt);
         fits("PutItem", (&task.workflow, &task.key), &sk, || (self.sizes.task)(task))?;
         let mut inner = self.lock();
-        let k = (rk(&task.workflow, &task.key), task.generation, task.step);
+        let k = (rk(&task.workflow, &task.key), task.generation, task.step, task.attempt);
         if let Some(existing) = inner.tasks.get(&k) {
             return Ok(Claim::Exists(existing.clone()));
         }
@@ -320,7 +320,9 @@ impl WorkflowStore for MemoryStore {
 
     async fn mark_task_published(&self, task: &Task) -> Result<(), StoreError> {
         let mut inner = self.lock();
-        if let Some(t) = inner.tasks.get_mut(&(rk(&task.workflow, &task.key), task.generation, task.step)) {
+        if let Some(t) =
+            inner.tasks.get_mut(&(rk(&task.workflow, &task.key), task.generation, task.step, task.attempt))
+        {
             t.published = true;
         }
         Ok(())
@@ -471,7 +473,7 @@ impl WorkflowStore for MemoryStore {
         let k = rk(workflow, key);
         let mut trace = Trace {
             record: inner.records.get(&k).cloned(),
-            tasks: inner.tasks.iter().filter(|((r, _, _), _)| r == &k).map(|(_, t)| t.clone()).collect(),
+            tasks: inner.tasks.iter().filter(|((r, _, _, _), _)| r == &k).map(|(_, t)| t.clone()).collect(),
             receipts: inner.receipts.iter().filter(|((r, _), _)| r == &k).map(|(_, t)| t.clone()).collect(),
             inbox: inner.inbox.iter().filter(|((r, _, _), _)| r == &k).map(|(_, t)| t.clone()).collect(),
             ledger: inner.ledger.iter().filter(|((r, _, _), _)| r == &k).map(|(_, t)| t.clone()).collect(),

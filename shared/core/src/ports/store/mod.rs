@@ -101,8 +101,13 @@ pub struct Task {
     pub generation: u32,
     pub step: u32,
     pub step_name: String,
-    /// Stable id: `<workflow>/<key>/g<generation>/<step name>`. The published CloudEvent's id.
+    /// Stable id: `<workflow>/<key>/g<generation>/<step name>`, and `/a<attempt>` from the
+    /// second attempt of a step with `retry`. The published CloudEvent's id.
     pub id: String,
+    /// The attempt it is for (1: the first).
+    pub attempt: u32,
+    /// The error that failed the attempt before (`error: cause`), from the second attempt on.
+    pub previous_error: Option<String>,
     pub title: String,
     pub queue: String,
     #[serde(with = "time::serde::rfc3339")]
@@ -117,8 +122,12 @@ impl Task {
         key: &CorrelationKey,
         generation: u32,
         step_name: &str,
+        attempt: u32,
     ) -> String {
-        format!("{workflow}/{key}/g{generation}/{step_name}")
+        match attempt {
+            0 | 1 => format!("{workflow}/{key}/g{generation}/{step_name}"),
+            n => format!("{workflow}/{key}/g{generation}/{step_name}/a{n}"),
+        }
     }
 }
 
@@ -303,8 +312,11 @@ impl InboxClaim {
 /// When a record is due for the sweeper: its deadline while waiting, else its last update. Its
 /// `due_at` in the `by_due` index. A parallel group that waits is due at its last update while a
 /// branch's resume is owed (the sweeper re-sends it after the grace), else at its earliest open
-/// branch's deadline.
+/// branch's deadline. A step between attempts is due when its next attempt is.
 pub fn due_at(record: &Record) -> OffsetDateTime {
+    if let (Kind::Waiting, Some(next)) = (record.state.kind(), record.next_attempt_at) {
+        return next;
+    }
     if record.state.kind() == Kind::Waiting && !record.branches.is_empty() {
         if record.branches.iter().any(|b| b.owed.is_some()) {
             return record.updated_at;
@@ -321,7 +333,7 @@ pub fn due_at(record: &Record) -> OffsetDateTime {
 /// The order both stores return a trace in: tasks by (generation, step), receipts and ledger
 /// entries by time, the inbox by (step, arrival).
 pub fn sort_trace(trace: &mut Trace) {
-    trace.tasks.sort_by_key(|t| (t.generation, t.step));
+    trace.tasks.sort_by_key(|t| (t.generation, t.step, t.attempt));
     trace.receipts.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
     trace.inbox.sort_by(|a, b| (a.step, a.arrived_at, &a.id).cmp(&(b.step, b.arrived_at, &b.id)));
     trace.ledger.sort_by(|a, b| (a.at, &a.input_id).cmp(&(b.at, &b.input_id)));
@@ -775,6 +787,7 @@ mod tests {
             optional: Vec::new(),
             on_restart: OnRestart::AfterTerminal,
             version: None,
+            retries: Vec::new(),
         };
         let w = WorkflowName::parse("wf").unwrap();
         let k = CorrelationKey::parse("k").unwrap();

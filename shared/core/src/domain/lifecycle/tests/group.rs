@@ -16,7 +16,12 @@ fn input(id: &str, step: u32, data: serde_json::Value) -> Input {
 }
 
 fn failed(id: &str, step: u32) -> Input {
-    callback(id, step, StepOutcome::Failed { error: "no".into(), cause: "said no".into() }, json!({}))
+    callback(
+        id,
+        step,
+        StepOutcome::Failed { error: "no".into(), cause: "said no".into(), retryable: true },
+        json!({}),
+    )
 }
 
 /// The record with review done and every branch of the group reached.
@@ -41,7 +46,10 @@ fn the_first_branch_reached_opens_the_group_and_each_other_joins_it_once() {
     assert_eq!(d.transition(), Some((Some(State::Advancing { step: 0 }), State::Waiting { step: 1 })));
     assert_eq!(
         d.effects,
-        [Effect::CreateTask { generation: 1, step: 2 }, Effect::DrainInbox { generation: 1, step: 2 }]
+        [
+            Effect::CreateTask { generation: 1, step: 2, attempt: 1 },
+            Effect::DrainInbox { generation: 1, step: 2 }
+        ]
     );
     let r = after(&d);
     assert_eq!(

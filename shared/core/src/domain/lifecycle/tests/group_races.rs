@@ -32,7 +32,12 @@ fn ok(id: &str, step: u32) -> Input {
 }
 
 fn failed(id: &str, step: u32) -> Input {
-    callback(id, step, StepOutcome::Failed { error: "no".into(), cause: "said no".into() }, json!({}))
+    callback(
+        id,
+        step,
+        StepOutcome::Failed { error: "no".into(), cause: "said no".into(), retryable: true },
+        json!({}),
+    )
 }
 
 fn step_ready(step: u32, tok: &str) -> Input {
@@ -429,7 +434,12 @@ fn an_open_optional_branch_at_the_end_needs_no_report_and_a_failed_group_takes_n
 
     let mut s = Sim::before_group(grouped());
     s.all(&[step_ready(1, "t1"), step_ready(2, "t2"), step_ready(3, "t3"), ok("cb-3", 3)]);
-    s.apply(&callback("cb-1", 1, StepOutcome::Failed { error: "no".into(), cause: "c".into() }, json!({})));
+    s.apply(&callback(
+        "cb-1",
+        1,
+        StepOutcome::Failed { error: "no".into(), cause: "c".into(), retryable: true },
+        json!({}),
+    ));
     let v = s.r().version;
     s.all(&[confirmed(3), Input::Resumed { generation: 1, step: 3, delivered: true }]);
     assert_eq!(s.r().version, v, "nothing applied after the group failed");
@@ -531,6 +541,7 @@ mod model {
             optional,
             on_restart: OnRestart::AfterTerminal,
             version: Some("v1".into()),
+            retries: Vec::new(),
         };
         vec![
             p(5, vec![Span { first: 1, last: 3 }], vec![3]),
@@ -777,6 +788,7 @@ mod model {
                     Effect::MarkResumed { .. }
                     | Effect::CreateTask { .. }
                     | Effect::SendTaskHeartbeat { .. }
+                    | Effect::MarkAttemptOpened { .. }
                     | Effect::Ledger { .. } => {}
                 }
             }
@@ -832,7 +844,7 @@ mod model {
                 }
                 Action::Callback { id, step, outcome, full } => {
                     let outcome = match outcome {
-                        0 => StepOutcome::Failed { error: "no".into(), cause: "c".into() },
+                        0 => StepOutcome::Failed { error: "no".into(), cause: "c".into(), retryable: true },
                         1 => StepOutcome::InProgress,
                         _ => StepOutcome::Succeeded,
                     };
@@ -846,6 +858,7 @@ mod model {
                         outcome,
                         data,
                         generation: None,
+                        attempt: None,
                     };
                     self.callbacks.push(input.clone());
                     self.apply(&input);

@@ -1,0 +1,141 @@
+//! Bounded retry of a step: a failed attempt with attempts left waits out its backoff inside
+//! the same task-token wait, then the next attempt's task goes out; the last attempt's failure,
+//! or one the sender marks not retryable, fails the step.
+
+use super::*;
+
+/// review (0) with `retry: { attempts: 3, backoff: 10m }` and a 2-day timeout, then payment (1).
+fn retried() -> Plan {
+    let retry = crate::domain::config::Retry { attempts: 3, backoff: std::time::Duration::from_secs(600) };
+    Plan {
+        retries: vec![StepRetry { step: 0, retry, timeout: std::time::Duration::from_secs(2 * 86_400) }],
+        ..plan(&[&["decision"], &["payment_ref"]])
+    }
+}
+
+fn at(p: &Plan, r: Option<&Record>, input: &Input, now: OffsetDateTime) -> Decision {
+    let (w, k) = names();
+    decide(p, (&w, &k), r, input, now)
+}
+
+fn failure(id: &str, retryable: bool, attempt: Option<u32>) -> Input {
+    let outcome = StepOutcome::Failed { error: "Rejected".into(), cause: "said no".into(), retryable };
+    with_attempt(callback(id, 0, outcome, json!({"note": id})), attempt)
+}
+
+fn success(id: &str, attempt: Option<u32>) -> Input {
+    with_attempt(callback(id, 0, StepOutcome::Succeeded, json!({"decision": "approve"})), attempt)
+}
+
+fn with_attempt(mut input: Input, n: Option<u32>) -> Input {
+    if let Input::StepInput { attempt, .. } = &mut input {
+        *attempt = n;
+    }
+    input
+}
+
+/// The record waiting at review, its first attempt running.
+fn waiting(p: &Plan) -> Record {
+    ready(p, &started(p), 0, "t0")
+}
+
+/// Fails the running attempt at `now`, then opens the next one once its backoff has passed.
+fn fail_and_reopen(p: &Plan, r: &Record, id: &str, now: OffsetDateTime) -> Record {
+    let r = after(&at(p, Some(r), &failure(id, true, None), now));
+    let due = r.next_attempt_at.expect("a next attempt");
+    let d = at(p, Some(&r), &Input::Tick, due);
+    let attempt = r.attempt();
+    assert_eq!(
+        d.effects,
+        [
+            Effect::CreateTask { generation: 1, step: 0, attempt },
+            Effect::MarkAttemptOpened { generation: 1, step: 0, attempt }
+        ]
+    );
+    after(&at(p, Some(&r), &Input::AttemptOpened { generation: 1, step: 0, attempt }, due))
+}
+
+#[test]
+fn a_failed_attempt_with_attempts_left_waits_its_backoff_and_then_publishes_the_next_task() {
+    let p = retried();
+    let r = waiting(&p);
+    let d = at(&p, Some(&r), &failure("cb-1", true, None), T0);
+    assert_eq!(d.outcome, Outcome::Applied);
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::AttemptFailed));
+    // No resume: the step's token keeps waiting, within the same deadline.
+    assert!(d.effects.is_empty(), "{:?}", d.effects);
+    let r = after(&d);
+    assert_eq!(
+        (r.state, r.attempt(), r.deadline),
+        (State::Waiting { step: 0 }, 2, Some(T0 + Duration::days(2)))
+    );
+    assert_eq!(r.next_attempt_at, Some(T0 + Duration::minutes(10)));
+    assert_eq!((r.attempts[0].attempt, r.attempts[0].error.as_str()), (1, "Rejected"));
+    assert!(r.inputs.is_empty(), "each attempt gathers its own inputs");
+    // Not before its backoff.
+    let early = at(&p, Some(&r), &Input::Tick, T0 + Duration::minutes(9));
+    assert!(early.effects.is_empty() && early.write.is_none());
+    let r = fail_and_reopen(&p, &waiting(&p), "cb-1", T0);
+    assert_eq!((r.attempt(), r.next_attempt_at), (2, None));
+    // The mark again, or a tick after it: nothing more is due.
+    let again = at(&p, Some(&r), &Input::AttemptOpened { generation: 1, step: 0, attempt: 2 }, T0);
+    assert_eq!(again.outcome, Outcome::Ignored(IgnoreReason::NothingOwed));
+    assert!(at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1)).effects.is_empty());
+}
+
+#[test]
+fn the_backoff_doubles_and_the_last_attempts_failure_fails_the_step() {
+    let p = retried();
+    let r = fail_and_reopen(&p, &waiting(&p), "cb-1", T0);
+    let now = T0 + Duration::hours(1);
+    let second = after(&at(&p, Some(&r), &failure("cb-2", true, None), now));
+    assert_eq!(second.next_attempt_at, Some(now + Duration::minutes(20)));
+    let r = fail_and_reopen(&p, &r, "cb-2", now);
+    assert_eq!(r.attempt(), 3);
+    let d = at(&p, Some(&r), &failure("cb-3", true, None), now + Duration::hours(1));
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::FailStep));
+    assert!(matches!(d.effects.as_slice(), [Effect::SendTaskFailure { error, .. }] if error == "Rejected"));
+    assert_eq!(after(&d).attempts.len(), 2, "the failed attempts before the last stay on the record");
+}
+
+#[test]
+fn a_failure_marked_not_retryable_fails_the_step_at_once() {
+    let p = retried();
+    let d = at(&p, Some(&waiting(&p)), &failure("cb-1", false, None), T0);
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::FailStep));
+    assert_eq!(after(&d).next_attempt_at, None);
+}
+
+#[test]
+fn no_attempt_is_started_that_could_not_begin_before_the_deadline() {
+    let p = retried();
+    let d = at(
+        &p,
+        Some(&waiting(&p)),
+        &failure("cb-1", true, None),
+        T0 + Duration::days(2) - Duration::minutes(5),
+    );
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::FailStep));
+}
+
+#[test]
+fn a_late_input_for_an_earlier_attempt_is_ignored_and_never_completes_the_running_one() {
+    let p = retried();
+    let r = fail_and_reopen(&p, &waiting(&p), "cb-1", T0);
+    let late = at(&p, Some(&r), &success("cb-late", Some(1)), T0 + Duration::hours(1));
+    assert_eq!(late.outcome, Outcome::Ignored(IgnoreReason::EarlierAttempt));
+    assert_eq!(late.effects, [Effect::Ledger { reason: IgnoreReason::EarlierAttempt }]);
+    assert!(late.write.is_none());
+    // The same failure again is a duplicate, not a second failed attempt.
+    assert_eq!(at(&p, Some(&r), &failure("cb-1", true, None), T0).outcome, Outcome::Duplicate);
+    // The running attempt's own input completes the step.
+    let d = at(&p, Some(&r), &success("cb-2", Some(2)), T0 + Duration::hours(1));
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::Complete));
+}
+
+#[test]
+fn a_step_without_retry_has_one_attempt() {
+    let p = plan(&[&["decision"]]);
+    let d = at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0);
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::FailStep));
+}

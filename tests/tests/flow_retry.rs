@@ -1,0 +1,176 @@
+//! End to end, on the emulator: a step with `retry` runs a failed attempt again, inside the
+//! same task-token wait, once its backoff has passed.
+//!
+//! - it fails twice and then succeeds: three tasks, each with its own id and attempt number;
+//! - it fails on every attempt: the workflow ends `failed`;
+//! - a failure marked not retryable fails it at once;
+//! - a late callback for attempt 1 that arrives during attempt 2 is ignored and ledgered.
+
+use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+use baton_core::domain::lifecycle::{IgnoreReason, Record, State};
+use baton_core::ports::store::WorkflowStore;
+use baton_tests::system::{System, start_system};
+use serde_json::{Value, json};
+use time::{Duration, OffsetDateTime};
+
+const CONFIG: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        task: { title: "Review {key}", queue: reviews }
+        requires: [decision]
+        timeout: 1h
+        retry: { attempts: 3, backoff: 2s }
+      - name: payment
+        requires: [payment_ref]
+        timeout: 1h
+"#;
+
+fn placed(key: &str) -> String {
+    json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop", "type": "order.placed", "subject": key})
+        .to_string()
+}
+
+fn review(key: &str, outcome: &str, attempt: Option<u32>) -> Value {
+    let mut body = json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": outcome,
+        "data": {"decision": "approve"}});
+    if outcome == "failed" {
+        body["error"] = json!("ReviewerUnavailable");
+        body["cause"] = json!("the reviewer's system timed out");
+    }
+    if let Some(n) = attempt {
+        body["attempt"] = json!(n);
+    }
+    body
+}
+
+async fn state_is(system: &System, key: &str, what: &str, want: impl Fn(&Record) -> bool) -> Record {
+    system.until(what, || async { system.record("order-review", key).await.filter(|r| want(r)) }).await
+}
+
+async fn answered(system: &System, id: &str, body: Value, want: (u16, &str)) -> Value {
+    let (status, answer) = system.callback(id, &body).await;
+    assert_eq!((status, answer["status"].as_str()), (want.0, Some(want.1)), "{id}: {answer}");
+    answer
+}
+
+/// The review task of each attempt, in the order they went out: (task id, attempt, previous
+/// error).
+async fn review_tasks(system: &System, expected: usize) -> Vec<(String, u64, Value)> {
+    let tasks = system.published_tasks(expected).await;
+    tasks
+        .iter()
+        .map(|t| {
+            let d = &t["data"];
+            (
+                d["task_id"].as_str().unwrap_or_default().to_owned(),
+                d["attempt"].as_u64().unwrap_or(0),
+                d["previous_error"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Fails the running attempt, then has the sweeper open the next one once its backoff passed.
+async fn fail_attempt(system: &System, key: &str, n: u32) {
+    let answer =
+        answered(system, &format!("{key}-fail-{n}"), review(key, "failed", Some(n)), (200, "applied")).await;
+    assert_eq!(answer["state"], "waiting{0}", "attempt {n} failed, another is due: {answer}");
+    let r = system.record("order-review", key).await.unwrap();
+    let due = r.next_attempt_at.expect("the next attempt is due");
+    // Before its backoff: nothing goes out.
+    system.sweep(due - Duration::milliseconds(500)).await;
+    assert_eq!(system.record("order-review", key).await.unwrap().next_attempt_at, Some(due));
+    system.sweep(due.max(OffsetDateTime::now_utc())).await;
+    state_is(system, key, "the next attempt opened", |r| r.attempt() == n + 1 && r.next_attempt_at.is_none())
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_that_fails_twice_and_then_succeeds_moves_on() {
+    let system = start_system(CONFIG).await;
+    let key = "k-twice";
+    system.send_event(&placed(key)).await;
+    state_is(&system, key, "waiting on review", |r| r.state == State::Waiting { step: 0 }).await;
+    fail_attempt(&system, key, 1).await;
+    fail_attempt(&system, key, 2).await;
+    answered(&system, "k-twice-ok", review(key, "succeeded", Some(3)), (200, "applied")).await;
+    let r = state_is(&system, key, "waiting on payment", |r| r.state == State::Waiting { step: 1 }).await;
+    assert!(r.attempts.is_empty(), "the next step starts on its first attempt");
+    let tasks = review_tasks(&system, 3).await;
+    let base = "order-review/k-twice/g1/manual-review";
+    assert_eq!(
+        tasks.iter().map(|(id, n, _)| (id.as_str(), *n)).collect::<Vec<_>>(),
+        [(base, 1), (&*format!("{base}/a2"), 2), (&*format!("{base}/a3"), 3)]
+    );
+    assert_eq!(tasks[1].2, json!("ReviewerUnavailable: the reviewer's system timed out"));
+    // One execution, one wait: Step Functions saw no retry at all.
+    assert_eq!(system.resumes("order-review", key).await, 1);
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_that_fails_on_every_attempt_fails_the_workflow() {
+    let system = start_system(CONFIG).await;
+    let key = "k-never";
+    system.send_event(&placed(key)).await;
+    state_is(&system, key, "waiting on review", |r| r.state == State::Waiting { step: 0 }).await;
+    fail_attempt(&system, key, 1).await;
+    fail_attempt(&system, key, 2).await;
+    let last = answered(&system, "k-never-fail-3", review(key, "failed", Some(3)), (200, "applied")).await;
+    assert_eq!(last["state"], "advancing{0}", "{last}");
+    let r = state_is(&system, key, "failed", |r| r.state.is_terminal()).await;
+    assert_eq!((r.state, r.attempts.len()), (State::Failed, 2));
+    assert_eq!(review_tasks(&system, 3).await.len(), 3, "one task per attempt, no more");
+    system.execution_ended("order-review", "FAILED").await;
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_marked_not_retryable_fails_the_step_at_once() {
+    let system = start_system(CONFIG).await;
+    let key = "k-final";
+    system.send_event(&placed(key)).await;
+    state_is(&system, key, "waiting on review", |r| r.state == State::Waiting { step: 0 }).await;
+    let mut body = review(key, "failed", None);
+    body["retryable"] = json!(false);
+    answered(&system, "k-final-fail", body, (200, "applied")).await;
+    let r = state_is(&system, key, "failed", |r| r.state.is_terminal()).await;
+    assert_eq!((r.state, r.attempts.len(), r.next_attempt_at), (State::Failed, 0, None));
+    // A sweep long after publishes nothing more.
+    system.sweep(OffsetDateTime::now_utc() + Duration::minutes(5)).await;
+    assert_eq!(review_tasks(&system, 1).await.len(), 1);
+    system.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_callback_for_attempt_one_during_attempt_two_is_ignored_and_ledgered() {
+    let system = start_system(CONFIG).await;
+    let key = "k-late";
+    system.send_event(&placed(key)).await;
+    state_is(&system, key, "waiting on review", |r| r.state == State::Waiting { step: 0 }).await;
+    fail_attempt(&system, key, 1).await;
+    // Attempt 1's worker answers late, as if it had succeeded after all.
+    let late = answered(&system, "k-late-ok-1", review(key, "succeeded", Some(1)), (200, "ignored")).await;
+    assert_eq!(late["reason"], "earlier_attempt", "{late}");
+    let r = system.record("order-review", key).await.unwrap();
+    assert_eq!((r.state, r.attempt(), r.inputs.is_empty()), (State::Waiting { step: 0 }, 2, true));
+    let trace = system
+        .store
+        .trace(&WorkflowName::parse("order-review").unwrap(), &CorrelationKey::parse(key).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        trace.ledger.iter().any(|l| l.input_id == "k-late-ok-1" && l.reason == IgnoreReason::EarlierAttempt),
+        "{:?}",
+        trace.ledger
+    );
+    // Attempt 2's own answer completes the step.
+    answered(&system, "k-late-ok-2", review(key, "succeeded", Some(2)), (200, "applied")).await;
+    state_is(&system, key, "waiting on payment", |r| r.state == State::Waiting { step: 1 }).await;
+    system.stop().await;
+}
