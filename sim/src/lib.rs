@@ -115,6 +115,24 @@ pub const GROUP_WORKFLOW: &str = r#"  checks:
         timeout: 20m
 "#;
 
+/// The workflow with a retried step that some schedules add to [`CONFIG`]: `verify` has three
+/// attempts and a 30-second backoff that doubles, then `close`.
+pub const RETRY_WORKFLOW: &str = r#"  retried:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    on_restart: after_terminal
+    steps:
+      - name: verify
+        task: { title: "Verify {key}", queue: verify }
+        requires: [verdict]
+        timeout: 40m
+        retry: { attempts: 3, backoff: 30s }
+      - name: close
+        requires: [closed]
+        timeout: 10m
+"#;
+
 /// [`GROUP_WORKFLOW`]'s final step, which schedules with the group last leave out.
 pub const GROUP_LAST: &str = "      - name: ship\n        requires: [tracking]\n        timeout: 20m\n";
 
@@ -161,6 +179,8 @@ pub struct Outcome {
     pub by_invariant: BTreeMap<&'static str, u64>,
     /// Whether the schedule ran the workflow with a parallel group.
     pub groups: bool,
+    /// Whether the schedule ran the workflow with a retried step.
+    pub retries: bool,
     pub violations: Vec<String>,
     /// The schedule, step by step (when traced).
     pub trace: Vec<String>,
@@ -420,6 +440,17 @@ pub fn run(options: Options) -> Outcome {
     } else {
         yaml
     };
+    // Two schedules in five add the workflow with a retried step, with its own senders, drawn
+    // from a generator of their own.
+    let mut retries = rng::Rng::new(options.seed ^ 0x7e7_7a1e);
+    let with_retries = retries.chance(0.4);
+    let yaml = if with_retries {
+        world.note(|| "the retried workflow runs a step with three attempts".to_owned());
+        plan.add_retries(&mut retries);
+        format!("{yaml}{RETRY_WORKFLOW}")
+    } else {
+        yaml
+    };
     let stack =
         Stack::with_config(world.clone(), plan.cursed.clone().map(|k| (k, start + plan.cursed_from)), &yaml);
     // DynamoDB's `by_due` index is eventually consistent: in most schedules its reads lag
@@ -546,7 +577,8 @@ pub fn run(options: Options) -> Outcome {
     let settled_by = replay_at + crate::sqs::VISIBILITY + Duration::seconds(60);
     let mut stranded: Option<Vec<String>> = None;
     let mut long_jump = plan.long_jump.clone();
-    let mut outcome = Outcome { seed: options.seed, groups: with_groups, ..Outcome::default() };
+    let mut outcome =
+        Outcome { seed: options.seed, groups: with_groups, retries: with_retries, ..Outcome::default() };
     // What the world looked like before the long jump, once checked: (starts, writes,
     // violations seen).
     let mut before_jump: Option<(usize, usize, usize)> = None;

@@ -319,6 +319,80 @@ impl Plan {
         }
     }
 
+    /// The senders of the `retried` workflow's step with three attempts
+    /// ([`crate::RETRY_WORKFLOW`]), drawn from `rng`: for each key, a run of failures (most
+    /// naming their attempt, some not; some marked not retryable), often a success after them,
+    /// a late answer for an attempt that already failed, duplicates, and `close`'s callback.
+    pub fn add_retries(&mut self, rng: &mut crate::rng::Rng) {
+        let keys = self.keys.clone();
+        for key in &keys {
+            let mut at = Duration::seconds(rng.range(0, 4 * 60));
+            let send = |plan: &mut Plan,
+                        rng: &mut crate::rng::Rng,
+                        step: &'static str,
+                        body: Value,
+                        at: Duration| {
+                let id = format!("cb-{key}-{step}-{}", plan.callbacks.len());
+                plan.callbacks.push(CallbackSend {
+                    at,
+                    id: id.clone(),
+                    key: key.clone(),
+                    step,
+                    body: body.clone(),
+                });
+                if rng.chance(0.2) {
+                    let again = at + Duration::seconds(rng.range(0, 5 * 60));
+                    plan.callbacks.push(CallbackSend { at: again, id, key: key.clone(), step, body });
+                }
+            };
+            let answer = |outcome: &str, attempt: u32, rng: &mut crate::rng::Rng| {
+                let mut body = json!({"workflow": "retried", "key": key, "step": "verify", "outcome": outcome,
+                    "data": {"verdict": "ok"}});
+                if outcome == "failed" {
+                    body["error"] = json!("VerifierDown");
+                    body["cause"] = json!(format!("attempt {attempt} failed"));
+                    if rng.chance(0.1) {
+                        body["retryable"] = json!(false);
+                    }
+                }
+                if rng.chance(0.7) {
+                    body["attempt"] = json!(attempt);
+                }
+                body
+            };
+            // Failures before the answer that ends it: none to four (one more than the step's
+            // attempts).
+            let failures = rng.below(5) as u32;
+            for attempt in 1..=failures {
+                let body = answer("failed", attempt, rng);
+                send(self, rng, "verify", body, at);
+                // Mostly as a worker that answers each attempt's task some minutes after it is
+                // out; else at any time, in a backoff too.
+                at += if rng.chance(0.7) {
+                    Duration::seconds(rng.range(2 * 60, 12 * 60))
+                } else {
+                    Duration::seconds(rng.range(10, 5 * 60))
+                };
+            }
+            if rng.chance(0.8) {
+                let body = answer("succeeded", failures + 1, rng);
+                send(self, rng, "verify", body, at);
+            }
+            // A late answer, for an attempt that may already have failed.
+            if failures > 0 && rng.chance(0.4) {
+                let attempt = rng.range(1, i64::from(failures) + 1) as u32;
+                let mut body = answer(if rng.chance(0.5) { "succeeded" } else { "failed" }, attempt, rng);
+                body["attempt"] = json!(attempt);
+                let late = at + Duration::seconds(rng.range(0, 3 * 60));
+                send(self, rng, "verify", body, late);
+            }
+            let close = json!({"workflow": "retried", "key": key, "step": "close", "outcome": "succeeded",
+                "data": {"closed": true}});
+            let closing = at + Duration::seconds(rng.range(0, 10 * 60));
+            send(self, rng, "close", close, closing);
+        }
+    }
+
     /// Adds, in some schedules, inputs that AWS's limits bite on, drawn from `rng` (a generator
     /// of their own, so the rest of a seed's schedule stays what it was): event ids of up to 256
     /// characters, four bytes each (a DynamoDB sort key holds 1,024 bytes);

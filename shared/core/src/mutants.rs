@@ -50,10 +50,18 @@ pub enum Mutation {
     /// A workflow that finishes with an optional branch not succeeded ends `succeeded`, not
     /// `degraded`.
     DegradedForgotten,
+    /// A retried step's failed attempt always gets another: `attempts` is not a limit.
+    RetryUnbounded,
+    /// The next attempt is due at once, without its backoff.
+    RetryWithoutBackoff,
+    /// An input naming an earlier attempt is applied to the running one.
+    EarlierAttemptApplied,
+    /// A failure marked not retryable is retried all the same.
+    NonRetryableRetried,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 12] = [
+    pub const ALL: [Mutation; 16] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
@@ -66,6 +74,10 @@ impl Mutation {
         Mutation::OptionalFailsGroup,
         Mutation::SiblingMerge,
         Mutation::DegradedForgotten,
+        Mutation::RetryUnbounded,
+        Mutation::RetryWithoutBackoff,
+        Mutation::EarlierAttemptApplied,
+        Mutation::NonRetryableRetried,
     ];
 }
 

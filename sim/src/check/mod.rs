@@ -45,6 +45,7 @@ mod liveness;
 mod nothing_lost;
 mod pinning;
 mod resumes;
+mod retries;
 mod tasks;
 
 struct Checker<'a> {
@@ -169,6 +170,10 @@ pub fn all(
     groups::degraded_exactly_when_an_optional_branch_did_not_succeed(c, &s);
     groups::no_input_applied_after_the_group_failed(c, &s);
     groups::a_branch_input_never_moves_a_sibling(c, &s);
+    retries::at_most_attempts_tasks_per_step(c, &s);
+    retries::no_attempt_before_its_backoff(c, &s);
+    retries::earlier_attempt_never_completes_a_later_one(c, &s);
+    retries::non_retryable_failure_never_retried(c, &s);
     let owed = resumes::Owed::of(&s);
     for (token, calls) in &owed.by_token {
         resumes::one_payload_per_resume(c, token, calls);
@@ -214,6 +219,7 @@ mod tests {
         ("nothing_lost.rs", include_str!("nothing_lost.rs")),
         ("pinning.rs", include_str!("pinning.rs")),
         ("resumes.rs", include_str!("resumes.rs")),
+        ("retries.rs", include_str!("retries.rs")),
         ("tasks.rs", include_str!("tasks.rs")),
     ];
 

@@ -70,7 +70,9 @@ pub(super) fn every_waiting_step_gets_its_task(
         if spec.task.is_none() {
             continue;
         }
-        let id = Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str(), 1);
+        // The latest attempt whose task is due: the one before, while the next waits its backoff.
+        let attempt = if r.next_attempt_at.is_some() { r.attempt() - 1 } else { r.attempt() };
+        let id = Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str(), attempt);
         c.check("every_waiting_step_gets_its_task", tasks.contains_key(&id), || {
             format!("{id}: the step was waiting when the faults stopped, and its task was never published")
         });

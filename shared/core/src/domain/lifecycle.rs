@@ -1365,12 +1365,21 @@ fn on_step_input(
     if let Some(elsewhere) = not_the_waiting_step(r, step) {
         return elsewhere;
     }
+    let earlier_applies = crate::mutants::active(crate::mutants::Mutation::EarlierAttemptApplied);
     match attempt {
         // An attempt that failed: only the running one can complete the step.
-        Some(a) if a < r.attempt() => return Decision::ignored(IgnoreReason::EarlierAttempt),
+        Some(a) if a < r.attempt() && !earlier_applies => {
+            return Decision::ignored(IgnoreReason::EarlierAttempt);
+        }
         // No task of that attempt has gone out.
         Some(a) if a > r.attempt() => return Decision::ignored(IgnoreReason::OutOfOrder),
         _ => {}
+    }
+    // The next attempt's task is not out yet, so nothing can have failed it: a failure now is
+    // the failed attempt's, said again (found by the simulation: it used up an attempt that never
+    // ran). A success or data still counts for the step.
+    if r.next_attempt_at.is_some() && matches!(outcome, StepOutcome::Failed { .. }) {
+        return Decision::ignored(IgnoreReason::EarlierAttempt);
     }
     let Some(token) = r.token.clone() else {
         // A waiting record always has a token; without one nothing can be resumed.
@@ -1483,7 +1492,9 @@ fn merge_input(
     }
     match outcome {
         StepOutcome::Failed { error, cause, retryable } => {
-            if *retryable && let Some(due) = next_attempt_due(plan, r, step, now) {
+            let retryable =
+                *retryable || crate::mutants::active(crate::mutants::Mutation::NonRetryableRetried);
+            if retryable && let Some(due) = next_attempt_due(plan, r, step, now) {
                 to.attempts.push(FailedAttempt {
                     attempt: r.attempt(),
                     error: error.clone(),
@@ -1526,8 +1537,14 @@ fn merge_input(
 /// deadline (which covers every attempt).
 fn next_attempt_due(plan: &Plan, r: &Record, step: u32, now: OffsetDateTime) -> Option<OffsetDateTime> {
     let policy = plan.retry_of(step)?;
-    let next = r.attempt().checked_add(1).filter(|n| *n <= policy.retry.attempts)?;
+    let unbounded = crate::mutants::active(crate::mutants::Mutation::RetryUnbounded);
+    let next = r.attempt().checked_add(1).filter(|n| *n <= policy.retry.attempts || unbounded)?;
     let wait = time::Duration::try_from(policy.retry.wait_before(next, policy.timeout)).ok()?;
+    let wait = if crate::mutants::active(crate::mutants::Mutation::RetryWithoutBackoff) {
+        time::Duration::ZERO
+    } else {
+        wait
+    };
     let due = now + wait;
     r.deadline.is_none_or(|deadline| due < deadline).then_some(due)
 }

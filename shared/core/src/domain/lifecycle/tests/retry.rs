@@ -128,6 +128,14 @@ fn a_late_input_for_an_earlier_attempt_is_ignored_and_never_completes_the_runnin
     assert!(late.write.is_none());
     // The same failure again is a duplicate, not a second failed attempt.
     assert_eq!(at(&p, Some(&r), &failure("cb-1", true, None), T0).outcome, Outcome::Duplicate);
+    // During a backoff, a failure (from another sender, or the same one under another id) is
+    // the failed attempt's: it uses up no attempt that never ran.
+    let waiting_next = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
+    let again = at(&p, Some(&waiting_next), &failure("cb-other", true, None), T0 + Duration::minutes(1));
+    assert_eq!(again.outcome, Outcome::Ignored(IgnoreReason::EarlierAttempt));
+    // A success in the backoff completes the step.
+    let early = at(&p, Some(&waiting_next), &success("cb-early", None), T0 + Duration::minutes(1));
+    assert_eq!(early.write.as_ref().map(|w| (w.cause, w.to.next_attempt_at)), Some((Cause::Complete, None)));
     // The running attempt's own input completes the step.
     let d = at(&p, Some(&r), &success("cb-2", Some(2)), T0 + Duration::hours(1));
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::Complete));

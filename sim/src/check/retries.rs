@@ -1,0 +1,146 @@
+//! Bounded retry: a step with `retry` publishes at most `attempts` tasks per generation, each
+//! under its own id; no attempt's task goes out before its backoff has passed; an input for an
+//! earlier attempt never completes a later one; a failure marked not retryable is never retried.
+//! Read from the tasks published, the landed writes and the plan's callbacks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use baton_core::domain::config::Retry;
+use baton_core::domain::lifecycle::{Cause, Record};
+use baton_core::ports::store::Task;
+use serde_json::Value;
+
+use super::{Checker, Seen};
+
+/// The `retry` of `step` of `r`'s workflow, in the config version it runs, with the step's
+/// timeout.
+fn retry_of(
+    s: &Seen<'_>,
+    workflow: &str,
+    version: Option<&String>,
+    step: u32,
+) -> Option<(Retry, std::time::Duration)> {
+    let config = s.version_of(version)?;
+    let spec = config.workflow(workflow)?.steps.get(step as usize)?.clone();
+    Some((spec.retry?, spec.timeout))
+}
+
+/// The record's config version for (workflow, key, generation), from any write of it.
+fn version_at<'s>(s: &'s Seen<'_>, task: &Task) -> Option<&'s String> {
+    s.writes
+        .iter()
+        .find(|w| {
+            w.to.workflow == task.workflow && w.to.key == task.key && w.to.generation == task.generation
+        })
+        .and_then(|w| w.to.config_version.as_ref())
+}
+
+/// At most `attempts` tasks per step and generation, each attempt's under its own id.
+pub(super) fn at_most_attempts_tasks_per_step(c: &mut Checker<'_>, s: &Seen<'_>) {
+    type Step = (String, String, u32, u32);
+    let mut by_step: BTreeMap<Step, Vec<&Task>> = BTreeMap::new();
+    for t in s.published.iter().map(|p| &p.task) {
+        by_step.entry((t.workflow.to_string(), t.key.to_string(), t.generation, t.step)).or_default().push(t);
+    }
+    for ((workflow, key, generation, step), tasks) in by_step {
+        let most = retry_of(s, &workflow, version_at(s, tasks[0]), step).map_or(1, |(r, _)| r.attempts);
+        let seen: BTreeSet<(u32, &String)> = tasks.iter().map(|t| (t.attempt, &t.id)).collect();
+        let ids: BTreeSet<&String> = seen.iter().map(|(_, id)| *id).collect();
+        let numbers: BTreeSet<u32> = seen.iter().map(|(n, _)| *n).collect();
+        let ok = seen.len() <= most as usize
+            && ids.len() == seen.len()
+            && numbers.len() == seen.len()
+            && numbers.iter().all(|n| (1..=most).contains(n));
+        c.check("at_most_attempts_tasks_per_step", ok, || {
+            format!(
+                "{workflow}/{key} generation {generation} step {step}: tasks {seen:?} for {most} attempt(s)"
+            )
+        });
+    }
+}
+
+/// No attempt's task goes out before its backoff has passed: the task of attempt n (n >= 2) is
+/// published no sooner than the failure of attempt n - 1 plus its wait.
+pub(super) fn no_attempt_before_its_backoff(c: &mut Checker<'_>, s: &Seen<'_>) {
+    for p in s.published.iter().filter(|p| p.task.attempt > 1) {
+        let t = &p.task;
+        let failed = s.writes.iter().find_map(|w| {
+            let r = &w.to;
+            let same = r.workflow == t.workflow && r.key == t.key && r.generation == t.generation;
+            let a = r.attempts.last().filter(|a| a.attempt + 1 == t.attempt)?;
+            (same && r.history.last().is_some_and(|h| h.cause == Cause::AttemptFailed)).then_some(a.at)
+        });
+        let Some(failed_at) = failed else {
+            c.check("no_attempt_before_its_backoff", false, || {
+                format!("task {} went out with no failed attempt {} before it", t.id, t.attempt - 1)
+            });
+            continue;
+        };
+        let Some((retry, timeout)) = retry_of(s, t.workflow.as_str(), version_at(s, t), t.step) else {
+            continue;
+        };
+        let wait =
+            time::Duration::try_from(retry.wait_before(t.attempt, timeout)).unwrap_or(time::Duration::ZERO);
+        c.check("no_attempt_before_its_backoff", p.at >= failed_at + wait, || {
+            format!("task {} went out at {}, before its backoff passed at {}", t.id, p.at, failed_at + wait)
+        });
+    }
+}
+
+/// The plan's callbacks by id: the body each id carries.
+fn bodies<'s>(s: &'s Seen<'_>) -> BTreeMap<&'s str, &'s Value> {
+    s.plan.callbacks.iter().map(|cb| (cb.id.as_str(), &cb.body)).collect()
+}
+
+/// The input id and cause of the write that produced `r`.
+fn caused_by(r: &Record) -> Option<(Cause, &str)> {
+    let last = r.history.last()?;
+    Some((last.cause, last.cause_id.as_deref()?))
+}
+
+/// An input for an earlier attempt never completes (nor fails, nor adds to) a later one: every
+/// write a callback naming its attempt caused was made while that attempt ran.
+pub(super) fn earlier_attempt_never_completes_a_later_one(c: &mut Checker<'_>, s: &Seen<'_>) {
+    let bodies = bodies(s);
+    for w in &s.writes {
+        let r = &w.to;
+        let Some((cause, id)) = caused_by(r) else { continue };
+        let Some(named) = bodies.get(id).and_then(|b| b["attempt"].as_u64()) else { continue };
+        let ran = match cause {
+            Cause::AttemptFailed => r.attempts.last().map(|a| a.attempt),
+            Cause::Merge | Cause::Complete | Cause::FailStep => Some(r.attempt()),
+            _ => continue,
+        };
+        c.check(
+            "earlier_attempt_never_completes_a_later_one",
+            ran.is_some_and(|n| u64::from(n) == named),
+            || {
+                format!(
+                    "{}/{}: input {id} for attempt {named} was applied ({}) while attempt {ran:?} ran",
+                    r.workflow,
+                    r.key,
+                    cause.as_str()
+                )
+            },
+        );
+    }
+}
+
+/// A failure marked not retryable is never retried: no failed attempt is recorded for it.
+pub(super) fn non_retryable_failure_never_retried(c: &mut Checker<'_>, s: &Seen<'_>) {
+    let bodies = bodies(s);
+    for w in &s.writes {
+        let Some((cause, id)) = caused_by(&w.to) else { continue };
+        let Some(body) = bodies.get(id).filter(|b| b["outcome"] == "failed") else { continue };
+        let final_failure = body["retryable"] == Value::Bool(false);
+        if !final_failure {
+            continue;
+        }
+        c.check("non_retryable_failure_never_retried", cause != Cause::AttemptFailed, || {
+            format!(
+                "{}/{}: {id}, not retryable, was taken for a failed attempt to retry",
+                w.to.workflow, w.to.key
+            )
+        });
+    }
+}
