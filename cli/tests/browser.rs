@@ -21,6 +21,14 @@ fn quick_timeout() -> String {
     CONFIG.replace("timeout: 1h\n      - name: payment", "timeout: 2s\n      - name: payment")
 }
 
+/// order-review with a review that retries: two attempts, a one-second backoff.
+fn with_retry() -> String {
+    CONFIG.replace(
+        "timeout: 1h\n      - name: payment",
+        "timeout: 1h\n        retry: { attempts: 2, backoff: 1s }\n      - name: payment",
+    )
+}
+
 fn callback(key: &str, step: &str, outcome: &str, data: Value) -> Value {
     json!({"workflow": "order-review", "key": key, "step": step, "outcome": outcome, "data": data})
 }
@@ -81,6 +89,33 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     let quick = stack_with(&quick_timeout()).await;
     quick.system.send_event(&placed("slow-1")).await;
     state_of(&quick, "order-review", "slow-1", State::TimedOut).await;
+
+    // retried: the review's first attempt fails, its second runs.
+    assert_ne!(with_retry(), CONFIG, "the review retries");
+    let retried = stack_with(&with_retry()).await;
+    retried.system.send_event(&placed("retry-1")).await;
+    state_of(&retried, "order-review", "retry-1", State::Waiting { step: 0 }).await;
+    let mut unavailable = callback("retry-1", "manual-review", "failed", json!({}));
+    unavailable["error"] = json!("ReviewerUnavailable");
+    unavailable["cause"] = json!("the reviewer's system timed out");
+    answered(&retried, "cb-retry-1-first", &unavailable, 200).await;
+    let due = retried.system.record("order-review", "retry-1").await.and_then(|r| r.next_attempt_at);
+    retried.system.sweep(due.expect("a second attempt due").max(time::OffsetDateTime::now_utc())).await;
+    retried
+        .system
+        .until("retry-1's second attempt", || async {
+            let r = retried.system.record("order-review", "retry-1").await?;
+            (r.attempt() == 2 && r.next_attempt_at.is_none()).then_some(())
+        })
+        .await;
+
+    let shown = retried.baton(&["trace", "order-review", "retry-1"]).await.ok();
+    println!("baton trace of a step on its second attempt:\n{shown}");
+    assert!(
+        shown.contains("  attempts  1 failed ReviewerUnavailable (the reviewer's system timed out) "),
+        "{shown}"
+    );
+    assert!(shown.contains("            2 running\n"), "{shown}");
 
     // cancelled: by an operator, while the review waits.
     system.send_event(&placed("stop-1")).await;
@@ -172,6 +207,14 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             passed: &["manual-review", "Report timed out"],
         },
         Case {
+            name: "retried",
+            workflow: "order-review",
+            key: "retry-1",
+            state: "waiting{0}",
+            current: Some("manual-review"),
+            passed: &[],
+        },
+        Case {
             name: "cancelled",
             workflow: "order-review",
             key: "stop-1",
@@ -206,7 +249,11 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     ];
     let screens = screens_dir();
     for case in &cases {
-        let stack = if case.name == "timed-out" { &quick } else { &stack };
+        let stack = match case.name {
+            "timed-out" => &quick,
+            "retried" => &retried,
+            _ => &stack,
+        };
         // A state machine reports the end, then ends: the page is drawn once the execution has.
         let doc = stack
             .system
@@ -284,6 +331,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     let tied = select(&dom, &format!(".entry.related[data-index=\"{resumed}\"]"));
     assert_eq!(tied.len(), 1, "the execution's TaskSucceeded is marked as tied to it");
     quick.system.stop().await;
+    retried.system.stop().await;
     stack.system.stop().await;
 }
 
@@ -311,6 +359,23 @@ fn check_trace_page(browser: &Browser, file: &PathBuf, doc: &Value, case: &Case)
                 text(&state[0])
             );
             assert_eq!(only_text(&dom, "#generation"), doc["record"]["generation"].to_string(), "{what}");
+        }
+        // A retried step: each failed attempt, and the one running.
+        let failed = doc["record"]["failed_attempts"].as_array().map_or(0, Vec::len);
+        let attempts = select(&dom, "#attempts .attempt");
+        assert_eq!(attempts.len(), if failed == 0 { 0 } else { failed + 1 }, "{what}: every attempt shown");
+        for (a, shown) in doc["record"]["failed_attempts"].as_array().into_iter().flatten().zip(&attempts) {
+            let error = a["error"].as_str().unwrap_or_default();
+            assert!(
+                text(shown).contains(error),
+                "{what}: attempt {} with its error: {}",
+                a["attempt"],
+                text(shown)
+            );
+        }
+        if case.name == "retried" {
+            assert_eq!(failed, 1, "{what}");
+            assert!(attempts.last().is_some_and(|a| text(a) == "2 running"), "{what}");
         }
         let timeline = doc["timeline"].as_array().unwrap();
         let entries = select(&dom, ".entry");

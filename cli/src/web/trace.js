@@ -98,6 +98,13 @@ function header() {
     fact("token", "token", r.token_fingerprint || "none");
     fact("config version", "config-version", r.config_version || "none");
     fact("owed to Step Functions", "owed", r.owed || "nothing");
+    // A retried step: each failed attempt with its error, then the one running or due.
+    if ((r.failed_attempts || []).length) {
+      const failed = r.failed_attempts.map((a) => el("div", { class: "attempt", "data-attempt": String(a.attempt) },
+        a.attempt + " failed " + a.error + (a.cause ? " (" + a.cause + ")" : "") + " at " + a.at + " by " + a.source + " " + a.input));
+      const next = r.next_attempt_at ? "due " + r.next_attempt_at + " (after its backoff)" : r.terminal ? "the last" : "running";
+      fact("attempts", "attempts", ...failed, el("div", { class: "attempt", "data-attempt": String(r.attempt) }, r.attempt + " " + next));
+    }
     fact("created", "created", r.created_at);
     fact("updated", "updated", r.updated_at);
   } else {

@@ -57,6 +57,25 @@ workflows:
         timeout: 7d
 "#;
 
+/// The two-step workflow with bounded retry on its first step, which `make cost` measures with
+/// one failed attempt before the success.
+const RETRIED: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        task: { title: "Review order {key}", queue: risk-review }
+        requires: [decision]
+        timeout: 2d
+        retry: { attempts: 3, backoff: 1s }
+      - name: payment
+        requires: [payment_ref]
+        timeout: 7d
+"#;
+
 /// One workflow shape `make cost` measures.
 #[derive(Clone, Copy)]
 enum Shape {
@@ -64,13 +83,14 @@ enum Shape {
     TwoStep,
     /// [`GROUPED`]: a step, a three-branch group, a step.
     Grouped,
+    /// [`RETRIED`]: two steps, the first failing once and succeeding on its second attempt.
+    Retried,
 }
 
 impl Shape {
     fn workflow(self) -> &'static str {
         match self {
-            Shape::TwoStep => "order-review",
-            Shape::Grouped => "order-review",
+            Shape::TwoStep | Shape::Grouped | Shape::Retried => "order-review",
         }
     }
 
@@ -78,6 +98,7 @@ impl Shape {
         match self {
             Shape::TwoStep => SAMPLE,
             Shape::Grouped => GROUPED,
+            Shape::Retried => RETRIED,
         }
     }
 
@@ -85,6 +106,21 @@ impl Shape {
         match self {
             Shape::TwoStep => "two-step workflows of order-review",
             Shape::Grouped => "workflows with a parallel group (a step, three branches side by side, a step)",
+            Shape::Retried => {
+                "two-step workflows whose first step fails once and succeeds on its second attempt"
+            }
+        }
+    }
+
+    /// Whether a call is this shape's work: not the runner's, and not the sweeper's, but for a
+    /// retried step's next attempt, which the sweeper publishes (its writes and sends; its reads,
+    /// the due index's query and the record's, are every sweep's, once a minute whatever the
+    /// load, and left out as for the other shapes).
+    fn counts(self, caller: &str, operation: &str) -> bool {
+        match caller {
+            RUNNER => false,
+            SWEEPER => matches!(self, Shape::Retried) && !operation.ends_with("Query"),
+            _ => true,
         }
     }
 }
@@ -95,6 +131,8 @@ async fn main() {
     measure(Shape::TwoStep, workflows).await;
     println!();
     measure(Shape::Grouped, workflows).await;
+    println!();
+    measure(Shape::Retried, workflows).await;
 }
 
 #[expect(clippy::too_many_lines, reason = "the cost model's report, figure by figure")]
@@ -120,7 +158,7 @@ async fn measure(shape: Shape, workflows: u64) {
     let k = workflows as f64;
     let counted = cost::counts(&doc);
     for ((caller, operation), n) in &counted {
-        if caller != RUNNER && caller != SWEEPER {
+        if shape.counts(caller, operation) {
             *per.calls.entry(operation.clone()).or_default() += *n as f64 / k;
         }
     }
@@ -130,7 +168,7 @@ async fn measure(shape: Shape, workflows: u64) {
     let mut by_item: BTreeMap<String, (f64, Units)> = BTreeMap::new();
     for call in doc["dynamodb"].as_array().map(Vec::as_slice).unwrap_or_default() {
         let caller = call["caller"].as_str().unwrap_or_default();
-        if caller != RUNNER && caller != SWEEPER {
+        if shape.counts(caller, call["operation"].as_str().unwrap_or_default()) {
             let these = cost::units(call, &indexes);
             units += these;
             for modelled in cost::with_aws_tokens(call) {
@@ -244,7 +282,39 @@ async fn run(shape: Shape, system: &System, key: &str, i: u64) -> Load {
     match shape {
         Shape::TwoStep => run_two_step(system, key, i).await,
         Shape::Grouped => run_grouped(system, key).await,
+        Shape::Retried => run_retried(system, key).await,
     }
+}
+
+/// A [`RETRIED`] workflow: the review fails once, the sweeper publishes its second attempt once
+/// the backoff has passed, which succeeds; then payment.
+async fn run_retried(system: &System, key: &str) -> Load {
+    let placed = json!({"specversion": "1.0", "id": format!("{key}-placed"), "source": "shop",
+        "type": "order.placed", "subject": key, "data": {"total": 1500}});
+    system.send_event(&placed.to_string()).await;
+    let workflow = Shape::Retried.workflow();
+    wait_in(system, workflow, key, State::Waiting { step: 0 }).await;
+    let answer = |outcome: &str, data: Value| {
+        json!({"workflow": workflow, "key": key, "step": "manual-review", "outcome": outcome, "data": data,
+            "error": (outcome == "failed").then_some("ReviewerUnavailable")})
+    };
+    let (status, body) = system.callback(&format!("{key}-review-1"), &answer("failed", json!({}))).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("waiting{0}")), "{body}");
+    let due =
+        system.record(workflow, key).await.and_then(|r| r.next_attempt_at).expect("a second attempt due");
+    system.sweep(due.max(time::OffsetDateTime::now_utc())).await;
+    let record = system.record(workflow, key).await.expect("the record");
+    assert_eq!((record.attempt(), record.next_attempt_at), (2, None), "the second attempt opened");
+    let ok = answer("succeeded", json!({"decision": "approve"}));
+    let (status, body) = system.callback(&format!("{key}-review-2"), &ok).await;
+    assert_eq!(status, 200, "{body}");
+    wait_in(system, workflow, key, State::Waiting { step: 1 }).await;
+    let paid = json!({"workflow": workflow, "key": key, "step": "payment", "outcome": "succeeded",
+        "data": {"payment_ref": "pay-1"}});
+    let (status, body) = system.callback(&format!("{key}-pay"), &paid).await;
+    assert_eq!(status, 200, "{body}");
+    wait_in(system, workflow, key, State::Succeeded).await;
+    Load { events: 1, callbacks: 3 }
 }
 
 /// A [`GROUPED`] workflow: each step and branch answered by callback; every fourth one's

@@ -9,6 +9,12 @@
 //! one final report. Only failure paths pay for a `Fail` state, which keeps the console and the
 //! execution status honest (FAILED, not SUCCEEDED, when a step failed or timed out).
 //!
+//! A step's bounded `retry` adds nothing here: its attempts run inside the one token wait (the
+//! record decides and the sweeper publishes each next attempt's task), so a step that fails once
+//! and then succeeds costs the same one transition as a step that succeeds at once, and its
+//! `TimeoutSeconds` covers every attempt. A `Retry` on the Task state would re-enter it for each
+//! attempt, a transition and a new token each time.
+//!
 //! The progress queue URL is a `DefinitionSubstitutions` placeholder, `${ProgressQueueUrl}`,
 //! filled in by SAM at deploy and by `baton local` on the emulator.
 //!

@@ -312,10 +312,12 @@ impl InboxClaim {
 /// When a record is due for the sweeper: its deadline while waiting, else its last update. Its
 /// `due_at` in the `by_due` index. A parallel group that waits is due at its last update while a
 /// branch's resume is owed (the sweeper re-sends it after the grace), else at its earliest open
-/// branch's deadline. A step between attempts is due when its next attempt is.
+/// branch's deadline. A step between attempts is listed when its next attempt is due.
 pub fn due_at(record: &Record) -> OffsetDateTime {
     if let (Kind::Waiting, Some(next)) = (record.state.kind(), record.next_attempt_at) {
-        return next;
+        // The sweeper lists a waiting record a grace after it is due (for a deadline, or a
+        // branch's owed resume): the next attempt is listed on time.
+        return next - crate::limits::RESEND_RESUME_AFTER;
     }
     if record.state.kind() == Kind::Waiting && !record.branches.is_empty() {
         if record.branches.iter().any(|b| b.owed.is_some()) {
