@@ -430,6 +430,8 @@ pub enum What {
         title: String,
         queue: String,
         published: bool,
+        /// The attempt it is for (a retried step's later attempts have tasks of their own).
+        attempt: u32,
     },
     /// An input's idempotency receipt was written (source `receipt`).
     Receipt {
@@ -607,6 +609,7 @@ fn task(t: &Task) -> Entry {
             title: t.title.clone(),
             queue: t.queue.clone(),
             published: t.published,
+            attempt: t.attempt,
         },
     }
 }

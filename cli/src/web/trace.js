@@ -198,7 +198,7 @@ function summary(e) {
     case "execution_event":
       return [e.event_type, e.detail + " · g" + e.generation];
     case "task_created":
-      return ["task for " + e.step_name, e.published ? "published" : "not published yet"];
+      return ["task for " + e.step_name + (e.attempt > 1 ? " (attempt " + e.attempt + ")" : ""), e.published ? "published" : "not published yet"];
     case "receipt":
       return ["receipt " + e.input_id, (e.http_status ? "answered " + e.http_status + " " + (e.answer_status || "") : "status " + e.status) +
         (e.repeats ? ", sent again " + (e.repeats === 1 ? "once" : e.repeats + " times") : "")];
