@@ -554,7 +554,12 @@ pub struct Record {
     pub next_attempt_at: Option<OffsetDateTime>,
 }
 
-/// One failed attempt of a step with `retry`: what failed it, and who said so.
+/// How much of a failed attempt's `cause` the record keeps: up to ten attempts of Step
+/// Functions' 32,768 characters each would not fit the record's one item (400 KB).
+pub const MAX_ATTEMPT_CAUSE_CHARS: usize = 512;
+
+/// One failed attempt of a step with `retry`: what failed it (its `cause` cut to
+/// [`MAX_ATTEMPT_CAUSE_CHARS`]), and who said so.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailedAttempt {
     pub attempt: u32,
@@ -1498,7 +1503,7 @@ fn merge_input(
                 to.attempts.push(FailedAttempt {
                     attempt: r.attempt(),
                     error: error.clone(),
-                    cause: cause.clone(),
+                    cause: cause.chars().take(MAX_ATTEMPT_CAUSE_CHARS).collect(),
                     input: id.clone(),
                     source,
                     at: now,

@@ -99,6 +99,14 @@ fn the_backoff_doubles_and_the_last_attempts_failure_fails_the_step() {
 }
 
 #[test]
+fn a_failed_attempts_cause_is_kept_short_enough_for_ten_in_the_record() {
+    let p = retried();
+    let long = StepOutcome::Failed { error: "E".into(), cause: "x".repeat(32_768), retryable: true };
+    let d = at(&p, Some(&waiting(&p)), &callback("cb-long", 0, long, json!({})), T0);
+    assert_eq!(after(&d).attempts[0].cause.chars().count(), MAX_ATTEMPT_CAUSE_CHARS);
+}
+
+#[test]
 fn a_failure_marked_not_retryable_fails_the_step_at_once() {
     let p = retried();
     let d = at(&p, Some(&waiting(&p)), &failure("cb-1", false, None), T0);
