@@ -1380,11 +1380,19 @@ fn on_step_input(
         Some(a) if a > r.attempt() => return Decision::ignored(IgnoreReason::OutOfOrder),
         _ => {}
     }
-    // The next attempt's task is not out yet, so nothing can have failed it: a failure now is
-    // the failed attempt's, said again (found by the simulation: it used up an attempt that never
-    // ran). A success or data still counts for the step.
-    if r.next_attempt_at.is_some() && matches!(outcome, StepOutcome::Failed { .. }) {
-        return Decision::ignored(IgnoreReason::EarlierAttempt);
+    if let StepOutcome::Failed { retryable, .. } = outcome {
+        // The same failure again, under an id a failed attempt already took (its `applied` line
+        // may have been trimmed since): one failure is never two attempts (found by review).
+        if r.attempts.iter().any(|a| a.input == *id && a.source == source) {
+            return Decision::new(Outcome::Duplicate);
+        }
+        // While the next attempt's task may not be out yet, a failure that does not name it is
+        // the failed attempt's, said again (found by the simulation: it used up an attempt that
+        // never ran); one that names it came from its task, published before its mark (found by
+        // review). A failure that says no attempt can succeed still ends the step.
+        if r.next_attempt_at.is_some() && *retryable && attempt != Some(r.attempt()) {
+            return Decision::ignored(IgnoreReason::EarlierAttempt);
+        }
     }
     let Some(token) = r.token.clone() else {
         // A waiting record always has a token; without one nothing can be resumed.
@@ -1558,7 +1566,8 @@ fn next_attempt_due(plan: &Plan, r: &Record, step: u32, now: OffsetDateTime) -> 
 fn open_next_attempt(r: &Record, now: OffsetDateTime) -> Option<Decision> {
     let (State::Waiting { step }, Some(due)) = (r.state, r.next_attempt_at) else { return None };
     let (generation, attempt) = (r.generation, r.attempt());
-    (due <= now).then(|| {
+    // A sweep late past the step's deadline opens nothing: Step Functions has timed it out.
+    (due <= now && r.deadline.is_none_or(|deadline| now < deadline)).then(|| {
         Decision::new(Outcome::Applied)
             .effect(Effect::CreateTask { generation, step, attempt })
             .effect(Effect::MarkAttemptOpened { generation, step, attempt })

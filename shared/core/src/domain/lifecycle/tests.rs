@@ -954,3 +954,4 @@ fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
 mod group;
 mod group_races;
 mod retry;
+mod retry_attack;
