@@ -70,10 +70,19 @@ pub(super) fn every_waiting_step_gets_its_task(
         if spec.task.is_none() {
             continue;
         }
-        // The latest attempt whose task is due: the one before, while the next waits its backoff.
+        // A retried step: the attempt running, or (while the next waits out its backoff) the
+        // one before or any later one. (A sender may fail an attempt by name before its task went
+        // out: the next one's task stands for it.)
         let attempt = if r.next_attempt_at.is_some() { r.attempt() - 1 } else { r.attempt() };
         let id = Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str(), attempt);
-        c.check("every_waiting_step_gets_its_task", tasks.contains_key(&id), || {
+        let published = tasks.values().flatten().any(|p| {
+            let t = &p.task;
+            t.workflow == r.workflow
+                && t.key == r.key
+                && (t.generation, t.step) == (r.generation, step)
+                && t.attempt >= attempt
+        });
+        c.check("every_waiting_step_gets_its_task", published, || {
             format!("{id}: the step was waiting when the faults stopped, and its task was never published")
         });
     }
