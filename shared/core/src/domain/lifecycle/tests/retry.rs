@@ -5,7 +5,7 @@
 use super::*;
 
 /// review (0) with `retry: { attempts: 3, backoff: 10m }` and a 2-day timeout, then payment (1).
-fn retried() -> Plan {
+pub(super) fn retried() -> Plan {
     let retry = crate::domain::config::Retry { attempts: 3, backoff: std::time::Duration::from_secs(600) };
     Plan {
         retries: vec![StepRetry { step: 0, retry, timeout: std::time::Duration::from_secs(2 * 86_400) }],
@@ -13,12 +13,12 @@ fn retried() -> Plan {
     }
 }
 
-fn at(p: &Plan, r: Option<&Record>, input: &Input, now: OffsetDateTime) -> Decision {
+pub(super) fn at(p: &Plan, r: Option<&Record>, input: &Input, now: OffsetDateTime) -> Decision {
     let (w, k) = names();
     decide(p, (&w, &k), r, input, now)
 }
 
-fn failure(id: &str, retryable: bool, attempt: Option<u32>) -> Input {
+pub(super) fn failure(id: &str, retryable: bool, attempt: Option<u32>) -> Input {
     let outcome = StepOutcome::Failed { error: "Rejected".into(), cause: "said no".into(), retryable };
     with_attempt(callback(id, 0, outcome, json!({"note": id})), attempt)
 }
@@ -27,7 +27,7 @@ fn success(id: &str, attempt: Option<u32>) -> Input {
     with_attempt(callback(id, 0, StepOutcome::Succeeded, json!({"decision": "approve"})), attempt)
 }
 
-fn with_attempt(mut input: Input, n: Option<u32>) -> Input {
+pub(super) fn with_attempt(mut input: Input, n: Option<u32>) -> Input {
     if let Input::StepInput { attempt, .. } = &mut input {
         *attempt = n;
     }
@@ -35,7 +35,7 @@ fn with_attempt(mut input: Input, n: Option<u32>) -> Input {
 }
 
 /// The record waiting at review, its first attempt running.
-fn waiting(p: &Plan) -> Record {
+pub(super) fn waiting(p: &Plan) -> Record {
     ready(p, &started(p), 0, "t0")
 }
 

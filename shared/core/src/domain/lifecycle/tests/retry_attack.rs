@@ -1,34 +1,10 @@
 //! Orderings an adversarial review tried against bounded retry's invariants. The first five
 //! failed before their fixes; each comment says what went wrong then. The `held_` ones held.
-//! The helpers of `retry.rs` are private to it, so the few needed are repeated here.
+//! They share `retry.rs`'s helpers.
 
 use super::*;
 
-/// review (0) with `retry: { attempts: 3, backoff: 10m }` and a 2-day timeout, then payment (1).
-fn retried() -> Plan {
-    let retry = crate::domain::config::Retry { attempts: 3, backoff: std::time::Duration::from_secs(600) };
-    Plan {
-        retries: vec![StepRetry { step: 0, retry, timeout: std::time::Duration::from_secs(2 * 86_400) }],
-        ..plan(&[&["decision"], &["payment_ref"]])
-    }
-}
-
-fn at(p: &Plan, r: Option<&Record>, input: &Input, now: OffsetDateTime) -> Decision {
-    let (w, k) = names();
-    decide(p, (&w, &k), r, input, now)
-}
-
-fn with_attempt(mut input: Input, n: Option<u32>) -> Input {
-    if let Input::StepInput { attempt, .. } = &mut input {
-        *attempt = n;
-    }
-    input
-}
-
-fn failure(id: &str, retryable: bool, attempt: Option<u32>) -> Input {
-    let outcome = StepOutcome::Failed { error: "Rejected".into(), cause: "said no".into(), retryable };
-    with_attempt(callback(id, 0, outcome, json!({"note": id})), attempt)
-}
+use super::retry::{at, failure, retried, waiting, with_attempt};
 
 /// A domain event that fails step 0 (events name no attempt).
 fn event_failure(id: &str) -> Input {
@@ -39,10 +15,6 @@ fn event_failure(id: &str) -> Input {
         *source = Source::Event;
     }
     input
-}
-
-fn waiting(p: &Plan) -> Record {
-    ready(p, &started(p), 0, "t0")
 }
 
 fn opened(generation: u32, attempt: u32) -> Input {
