@@ -219,7 +219,10 @@ fn merge(
 /// not succeed closes its open siblings and fails it; once no branch is open, it advances.
 /// Returns the cause of the write.
 fn settle(plan: &Plan, to: &mut Record, step: u32, outcome: BranchOutcome) -> Cause {
-    let required = !plan.is_optional(step) || mutant(Mutation::OptionalFailsGroup);
+    // (The planted bug fails only a group that still waits: from one decided already, the
+    // table allows no failure, and `decide` would stop the schedule instead of the checks.)
+    let planted = mutant(Mutation::OptionalFailsGroup) && to.state.kind() == Kind::Waiting;
+    let required = !plan.is_optional(step) || planted;
     if let Some(b) = to.branches.iter_mut().find(|b| b.step == step) {
         b.outcome = Some(outcome);
         if outcome != BranchOutcome::Succeeded {
