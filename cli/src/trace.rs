@@ -347,6 +347,14 @@ pub struct BranchView {
     pub inputs: Map<String, Value>,
     /// The resume its token is still owed: `success`, `failure` or `null`.
     pub owed: Option<&'static str>,
+    /// A branch with `retry`: its failed attempts, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_attempts: Vec<FailedAttempt>,
+    /// The attempt running (or, during a backoff, next to run).
+    pub attempt: u32,
+    /// When the next attempt's task goes out, during a backoff.
+    #[serde(serialize_with = "crate::ops::ser_opt_time")]
+    pub next_attempt_at: Option<OffsetDateTime>,
 }
 
 fn branch_view(b: &Branch, workflow: &str, names: &StepNames) -> BranchView {
@@ -362,6 +370,9 @@ fn branch_view(b: &Branch, workflow: &str, names: &StepNames) -> BranchView {
         token_fingerprint: b.token.as_ref().map(|t| t.fingerprint()),
         inputs: b.inputs.clone(),
         owed: b.owed.as_ref().map(owed_word),
+        failed_attempts: b.attempts.clone(),
+        attempt: b.attempt(),
+        next_attempt_at: b.next_attempt_at,
     }
 }
 
@@ -757,28 +768,42 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
 /// A retried step's attempts, one line each: the failed ones with their error, then the one
 /// running or due.
 fn render_attempts(out: &mut String, r: &RecordView, now: OffsetDateTime) {
-    for (i, a) in r.failed_attempts.iter().enumerate() {
+    let running = r.state.starts_with("waiting");
+    for (i, text) in
+        attempt_lines(&r.failed_attempts, (r.attempt, r.next_attempt_at), running, now).enumerate()
+    {
         let label = if i == 0 { "  attempts  " } else { "            " };
+        line(out, &format!("{label}{text}"));
+    }
+}
+
+/// The attempts of a retried step or branch (none with no failed attempt): each failed one
+/// with its error, then `attempt`, running (`running`: the step or branch still waits) or due
+/// at `next`.
+fn attempt_lines<'a>(
+    failed: &'a [FailedAttempt],
+    (attempt, next): (u32, Option<OffsetDateTime>),
+    running: bool,
+    now: OffsetDateTime,
+) -> impl Iterator<Item = String> + 'a {
+    let failed_lines = failed.iter().map(|a| {
         let cause = if a.cause.is_empty() { String::new() } else { format!(" ({})", a.cause) };
         let source = match a.source {
             InputSource::Callback => "callback",
             InputSource::Event => "event",
         };
-        let by = format!("{source} {}", a.input);
-        line(out, &format!("{label}{} failed {}{} {} by {by}", a.attempt, a.error, cause, table_time(a.at)));
-    }
-    if r.failed_attempts.is_empty() {
-        return;
-    }
-    let next = match r.next_attempt_at {
+        format!("{} failed {}{} {} by {source} {}", a.attempt, a.error, cause, table_time(a.at), a.input)
+    });
+    let next = match next {
         Some(due) if due > now => {
             format!("due {} (in {}, after its backoff)", table_time(due), human(due - now))
         }
         Some(due) => format!("due since {} (the sweeper publishes its task)", table_time(due)),
-        None if r.state.starts_with("waiting") => "running".to_owned(),
+        None if running => "running".to_owned(),
         None => "the last".to_owned(),
     };
-    line(out, &format!("            {} {next}", r.attempt));
+    let last = (!failed.is_empty()).then(|| format!("{attempt} {next}"));
+    failed_lines.chain(last)
 }
 
 /// A parallel group's branches, one line each: name, state, deadline, inputs, owed resume.
@@ -802,6 +827,10 @@ fn render_branches(out: &mut String, r: &RecordView, now: OffsetDateTime) {
             text.push_str(&format!(" owed a {owed} resume"));
         }
         line(out, &text);
+        let waits = b.state == "waiting";
+        for attempt in attempt_lines(&b.failed_attempts, (b.attempt, b.next_attempt_at), waits, now) {
+            line(out, &format!("              attempt {attempt}"));
+        }
     }
     if !r.missed.is_empty() {
         line(out, &format!("  missed    {} (optional; the workflow ends degraded)", r.missed.join(", ")));
@@ -1262,19 +1291,23 @@ mod tests {
         assert_eq!(terminal_safe("order-1 ok"), "order-1 ok");
     }
 
-    #[test]
-    fn a_retried_step_shows_each_failed_attempt_and_the_one_running_or_due() {
-        let mut trace = trace();
-        let record = trace.record.as_mut().unwrap();
-        record.state = State::Waiting { step: 0 };
-        record.attempts = vec![FailedAttempt {
+    fn failed_attempt_one() -> FailedAttempt {
+        FailedAttempt {
             attempt: 1,
             error: "ReviewerUnavailable".into(),
             cause: "timed out".into(),
             input: baton_core::domain::ids::EventId::parse("cb-1").unwrap(),
             source: InputSource::Callback,
             at: t(10),
-        }];
+        }
+    }
+
+    #[test]
+    fn a_retried_step_shows_each_failed_attempt_and_the_one_running_or_due() {
+        let mut trace = trace();
+        let record = trace.record.as_mut().unwrap();
+        record.state = State::Waiting { step: 0 };
+        record.attempts = vec![failed_attempt_one()];
         record.next_attempt_at = Some(t(610));
         let (w, k) = names();
         let report = build(&trace, vec![], &StepNames::default(), (&w, &k));
@@ -1296,8 +1329,9 @@ mod tests {
         assert!(text.contains("            2 running\n"), "{text}");
     }
 
-    #[test]
-    fn a_parallel_group_shows_each_branch_with_its_state_deadline_inputs_and_what_is_missed() {
+    /// A trace of order-review at its group `checks`: fraud-check succeeded, the optional
+    /// address-check timed out (missed), credit-check waits.
+    fn group_trace() -> (Trace, StepNames, baton_core::domain::config::Config) {
         use baton_core::domain::lifecycle::{Branch, BranchOutcome};
         let config = baton_core::domain::config::Config::parse(
             "workflows:\n  order-review:\n    start: { when: { type: [t] }, key: /subject }\n    steps:\n      \
@@ -1308,8 +1342,7 @@ mod tests {
              - { name: payment, requires: [p], timeout: 1h }\n",
         )
         .unwrap();
-        let definition = baton_core::domain::asl::definition(&config.workflows[0]);
-        let step_names = StepNames::from_config(config);
+        let step_names = StepNames::from_config(config.clone());
         let mut trace = trace();
         let record = trace.record.as_mut().unwrap();
         record.state = State::Waiting { step: 0 };
@@ -1325,6 +1358,8 @@ mod tests {
             outcome,
             owed: None,
             unconfirmed: false,
+            attempts: Vec::new(),
+            next_attempt_at: None,
         };
         record.branches = vec![
             branch(0, Some("tok-a"), Some(BranchOutcome::Succeeded)),
@@ -1332,6 +1367,35 @@ mod tests {
             branch(2, Some("tok-c"), None),
         ];
         record.missed = vec![1];
+        (trace, step_names, config)
+    }
+
+    #[test]
+    fn a_retried_branch_shows_each_attempt_under_it() {
+        let (mut trace, step_names, _) = group_trace();
+        // The waiting branch: its first attempt failed, its second is due.
+        let record = trace.record.as_mut().unwrap();
+        record.branches[2].attempts = vec![failed_attempt_one()];
+        record.branches[2].next_attempt_at = Some(t(610));
+        let (w, k) = names();
+        let report = build(&trace, vec![], &step_names, (&w, &k));
+        let json = serde_json::to_value(&report).unwrap();
+        let credit = &json["record"]["branches"][2];
+        assert_eq!(
+            (credit["attempt"].as_u64(), credit["failed_attempts"][0]["error"].as_str()),
+            (Some(2), Some("ReviewerUnavailable"))
+        );
+        assert_eq!(json["record"]["failed_attempts"], Value::Null, "the record's own are a step's");
+        let text = render(&report, t(60));
+        assert!(text.contains("              attempt 1 failed ReviewerUnavailable (timed out) "), "{text}");
+        assert!(text.contains("              attempt 2 due "), "{text}");
+    }
+
+    #[test]
+    fn a_parallel_group_shows_each_branch_with_its_state_deadline_inputs_and_what_is_missed() {
+        use baton_core::domain::lifecycle::BranchOutcome;
+        let (mut trace, step_names, config) = group_trace();
+        let definition = baton_core::domain::asl::definition(&config.workflows[0]);
         let (w, k) = names();
         let report = build(&trace, vec![], &step_names, (&w, &k));
         let json = serde_json::to_value(&report).unwrap();
@@ -1351,6 +1415,7 @@ mod tests {
         let text = render(&report, t(60));
         assert!(text.contains("  branches  fraud-check          succeeded   inputs {\"s\":1}"), "{text}");
         assert!(text.contains("            credit-check         waiting     deadline"), "{text}");
+        assert!(!text.contains("attempt"), "no attempt without retry: {text}");
         assert!(text.contains("  missed    address-check (optional; the workflow ends degraded)"), "{text}");
         // The graph draws the group as one state with its branches side by side.
         let graph = Graph::of(&definition);

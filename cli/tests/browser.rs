@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use baton_core::domain::lifecycle::State;
+use baton_core::domain::lifecycle::{Record, State};
 use baton_tests::browser::{Browser, only_text, screens_dir, select, text, text_in};
 use serde_json::{Value, json};
 
@@ -21,11 +21,16 @@ fn quick_timeout() -> String {
     CONFIG.replace("timeout: 1h\n      - name: payment", "timeout: 2s\n      - name: payment")
 }
 
-/// order-review with a review that retries: two attempts, a one-second backoff.
+/// order-review with a review that retries (two attempts, a one-second backoff), then a
+/// parallel group whose `fraud-check` branch retries the same way.
 fn with_retry() -> String {
+    let group = "      - parallel:\n          name: checks\n          branches:\n            \
+                 - name: fraud-check\n              task: { title: \"Fraud check {key}\", queue: fraud }\n              \
+                 requires: [fraud_score]\n              timeout: 1h\n              retry: { attempts: 2, backoff: 1s }\n            \
+                 - name: credit-check\n              requires: [credit_ok]\n              timeout: 1h\n";
     CONFIG.replace(
         "timeout: 1h\n      - name: payment",
-        "timeout: 1h\n        retry: { attempts: 2, backoff: 1s }\n      - name: payment",
+        &format!("timeout: 1h\n        retry: {{ attempts: 2, backoff: 1s }}\n{group}      - name: payment"),
     )
 }
 
@@ -45,6 +50,40 @@ async fn state_of(stack: &Stack, workflow: &str, key: &str, state: State) {
             stack.system.record(workflow, key).await.filter(|r| r.state == state).map(|_| ())
         })
         .await;
+}
+
+/// group-retried: the review approved, the group's `fraud-check` branch fails its first attempt,
+/// and its second runs.
+async fn retry_a_branch(stack: &Stack) {
+    let (system, key) = (&stack.system, "group-retry-1");
+    system.send_event(&placed(key)).await;
+    state_of(stack, "order-review", key, State::Waiting { step: 0 }).await;
+    let approve = callback(key, "manual-review", "succeeded", json!({"decision": "approve"}));
+    answered(stack, "cb-group-retry-1-review", &approve, 200).await;
+    let reached =
+        |r: &Record| r.state == State::Waiting { step: 1 } && r.branches.iter().all(|b| b.token.is_some());
+    system.record_until("order-review", key, "every branch reached", reached).await;
+    let mut down = callback(key, "fraud-check", "failed", json!({}));
+    down["error"] = json!("ScorerDown");
+    down["cause"] = json!("the fraud scorer did not answer");
+    answered(stack, "cb-group-retry-1-fraud", &down, 200).await;
+    let fraud =
+        |r: &Record| r.branches.iter().find(|b| b.step == 1).cloned().expect("the fraud-check branch");
+    let r = system.record("order-review", key).await.expect("the record");
+    let due = fraud(&r).next_attempt_at.expect("the branch's second attempt due");
+    system.sweep(due.max(time::OffsetDateTime::now_utc())).await;
+    system
+        .record_until("order-review", key, "the branch's second attempt", |r| {
+            fraud(r).attempt() == 2 && fraud(r).next_attempt_at.is_none()
+        })
+        .await;
+    let shown = stack.baton(&["trace", "order-review", key]).await.ok();
+    println!("baton trace of a parallel branch on its second attempt:\n{shown}");
+    assert!(
+        shown.contains("              attempt 1 failed ScorerDown (the fraud scorer did not answer) "),
+        "{shown}"
+    );
+    assert!(shown.contains("              attempt 2 running\n"), "{shown}");
 }
 
 /// What each kind of trace must show: the state label, and the step highlighted (`None`: none).
@@ -116,6 +155,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
         "{shown}"
     );
     assert!(shown.contains("            2 running\n"), "{shown}");
+    retry_a_branch(&retried).await;
 
     // cancelled: by an operator, while the review waits.
     system.send_event(&placed("stop-1")).await;
@@ -215,6 +255,14 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             passed: &[],
         },
         Case {
+            name: "group-retried",
+            workflow: "order-review",
+            key: "group-retry-1",
+            state: "waiting{1}",
+            current: Some("checks"),
+            passed: &["manual-review"],
+        },
+        Case {
             name: "cancelled",
             workflow: "order-review",
             key: "stop-1",
@@ -251,7 +299,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     for case in &cases {
         let stack = match case.name {
             "timed-out" => &quick,
-            "retried" => &retried,
+            "retried" | "group-retried" => &retried,
             _ => &stack,
         };
         // A state machine reports the end, then ends: the page is drawn once the execution has.
@@ -377,6 +425,21 @@ fn check_trace_page(browser: &Browser, file: &PathBuf, doc: &Value, case: &Case)
             assert_eq!(failed, 1, "{what}");
             assert!(attempts.last().is_some_and(|a| text(a) == "2 running"), "{what}");
         }
+        // A retried branch: the same, in its box of the graph.
+        for b in doc["record"]["branches"].as_array().into_iter().flatten() {
+            let name = b["name"].as_str().unwrap_or_default();
+            let failed = b["failed_attempts"].as_array().map_or(0, Vec::len);
+            let shown = select(&dom, &format!(".graph-branch[data-name=\"{name}\"] .attempt"));
+            assert_eq!(
+                shown.len(),
+                if failed == 0 { 0 } else { failed + 1 },
+                "{what}: {name}'s attempts shown"
+            );
+            if case.name == "group-retried" && name == "fraud-check" {
+                assert!(text(&shown[0]).starts_with("1 failed ScorerDown"), "{what}: {}", text(&shown[0]));
+                assert_eq!(shown.last().map(text).as_deref(), Some("2 running"), "{what}");
+            }
+        }
         let timeline = doc["timeline"].as_array().unwrap();
         let entries = select(&dom, ".entry");
         assert_eq!(entries.len(), timeline.len(), "{what}: one entry per timeline entry");
@@ -421,7 +484,7 @@ fn check_trace_page(browser: &Browser, file: &PathBuf, doc: &Value, case: &Case)
             "{what}: every state drawn"
         );
         for s in &states {
-            let label = text_in(s, ".status-label");
+            let label = text_in(s, ":scope > .status-label");
             assert!(
                 ["(current)", "(passed)", "(not reached)", "(ended here)"].contains(&label.as_str()),
                 "{what}: each state says where it stands in words, not colour alone: {label}"

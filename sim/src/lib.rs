@@ -115,8 +115,9 @@ pub const GROUP_WORKFLOW: &str = r#"  checks:
         timeout: 20m
 "#;
 
-/// The workflow with a retried step that some schedules add to [`CONFIG`]: `verify` has three
-/// attempts and a 30-second backoff that doubles, then `close`.
+/// The workflow with retried steps that some schedules add to [`CONFIG`]: `verify` has three
+/// attempts and a 30-second backoff that doubles; then a parallel group whose branches have two
+/// attempts each, `scan` required and `notify` optional; then `close`.
 pub const RETRY_WORKFLOW: &str = r#"  retried:
     start:
       when: { type: ["order.placed"] }
@@ -128,6 +129,20 @@ pub const RETRY_WORKFLOW: &str = r#"  retried:
         requires: [verdict]
         timeout: 40m
         retry: { attempts: 3, backoff: 30s }
+      - parallel:
+          name: checks
+          branches:
+            - name: scan
+              task: { title: "Scan {key}", queue: scan }
+              requires: [verdict]
+              timeout: 30m
+              retry: { attempts: 2, backoff: 30s }
+            - name: notify
+              task: { title: "Notify {key}", queue: notify }
+              requires: [verdict]
+              timeout: 20m
+              optional: true
+              retry: { attempts: 2, backoff: 1m }
       - name: close
         requires: [closed]
         timeout: 10m
@@ -445,7 +460,7 @@ pub fn run(options: Options) -> Outcome {
     let mut retries = rng::Rng::new(options.seed ^ 0x7e7_7a1e);
     let with_retries = retries.chance(0.4);
     let yaml = if with_retries {
-        world.note(|| "the retried workflow runs a step with three attempts".to_owned());
+        world.note(|| "the retried workflow runs retried steps and branches".to_owned());
         plan.add_retries(&mut retries);
         format!("{yaml}{RETRY_WORKFLOW}")
     } else {

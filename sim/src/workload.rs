@@ -319,77 +319,99 @@ impl Plan {
         }
     }
 
-    /// The senders of the `retried` workflow's step with three attempts
-    /// ([`crate::RETRY_WORKFLOW`]), drawn from `rng`: for each key, a run of failures (most
-    /// naming their attempt, some not; some marked not retryable), often a success after them,
-    /// a late answer for an attempt that already failed, duplicates, and `close`'s callback.
+    /// The senders of the `retried` workflow ([`crate::RETRY_WORKFLOW`]), drawn from `rng`: for
+    /// each key, the answers to `verify`'s attempts, then to each branch's of the group after it
+    /// (sent side by side), and `close`'s callback.
     pub fn add_retries(&mut self, rng: &mut crate::rng::Rng) {
         let keys = self.keys.clone();
         for key in &keys {
-            let mut at = Duration::seconds(rng.range(0, 4 * 60));
-            let send = |plan: &mut Plan,
-                        rng: &mut crate::rng::Rng,
-                        step: &'static str,
-                        body: Value,
-                        at: Duration| {
-                let id = format!("cb-{key}-{step}-{}", plan.callbacks.len());
-                plan.callbacks.push(CallbackSend {
-                    at,
-                    id: id.clone(),
-                    key: key.clone(),
-                    step,
-                    body: body.clone(),
-                });
-                if rng.chance(0.2) {
-                    let again = at + Duration::seconds(rng.range(0, 5 * 60));
-                    plan.callbacks.push(CallbackSend { at: again, id, key: key.clone(), step, body });
-                }
-            };
-            let answer = |outcome: &str, attempt: u32, rng: &mut crate::rng::Rng| {
-                let mut body = json!({"workflow": "retried", "key": key, "step": "verify", "outcome": outcome,
-                    "data": {"verdict": "ok"}});
-                if outcome == "failed" {
-                    body["error"] = json!("VerifierDown");
-                    body["cause"] = json!(format!("attempt {attempt} failed"));
-                    if rng.chance(0.1) {
-                        body["retryable"] = json!(false);
-                    }
-                }
-                if rng.chance(0.7) {
-                    body["attempt"] = json!(attempt);
-                }
-                body
-            };
-            // Failures before the answer that ends it: none to four (one more than the step's
-            // attempts).
-            let failures = rng.below(5) as u32;
-            for attempt in 1..=failures {
-                let body = answer("failed", attempt, rng);
-                send(self, rng, "verify", body, at);
-                // Mostly as a worker that answers each attempt's task some minutes after it is
-                // out; else at any time, in a backoff too.
-                at += if rng.chance(0.7) {
-                    Duration::seconds(rng.range(2 * 60, 12 * 60))
-                } else {
-                    Duration::seconds(rng.range(10, 5 * 60))
-                };
-            }
-            if rng.chance(0.8) {
-                let body = answer("succeeded", failures + 1, rng);
-                send(self, rng, "verify", body, at);
-            }
-            // A late answer, for an attempt that may already have failed.
-            if failures > 0 && rng.chance(0.4) {
-                let attempt = rng.range(1, i64::from(failures) + 1) as u32;
-                let mut body = answer(if rng.chance(0.5) { "succeeded" } else { "failed" }, attempt, rng);
-                body["attempt"] = json!(attempt);
-                let late = at + Duration::seconds(rng.range(0, 3 * 60));
-                send(self, rng, "verify", body, late);
-            }
+            let start = Duration::seconds(rng.range(0, 4 * 60));
+            let verified = self.answer_attempts(rng, key, ("verify", 3), start);
+            // The group's answers from some minutes later: mostly after it opened (its branches'
+            // retries run), some early (buffered, drained when it opens).
+            let grouped = verified + Duration::seconds(rng.range(0, 20 * 60));
+            let scanned = self.answer_attempts(rng, key, ("scan", 2), grouped);
+            let notified = self.answer_attempts(rng, key, ("notify", 2), grouped);
             let close = json!({"workflow": "retried", "key": key, "step": "close", "outcome": "succeeded",
                 "data": {"closed": true}});
-            let closing = at + Duration::seconds(rng.range(0, 10 * 60));
-            send(self, rng, "close", close, closing);
+            let closing = scanned.max(notified) + Duration::seconds(rng.range(0, 10 * 60));
+            self.retry_callback(rng, key, "close", close, closing);
+        }
+    }
+
+    /// The answers from `at` to the attempts of `step` of the `retried` workflow, which has
+    /// `attempts`: a run of failures (one more than its attempts at most; most naming their
+    /// attempt, some not; some marked not retryable), often a success after them, and a late
+    /// answer for an attempt that may already have failed. Returns when the last in order was
+    /// sent.
+    fn answer_attempts(
+        &mut self,
+        rng: &mut crate::rng::Rng,
+        key: &str,
+        (step, attempts): (&'static str, u32),
+        mut at: Duration,
+    ) -> Duration {
+        let answer = |outcome: &str, attempt: u32, rng: &mut crate::rng::Rng| {
+            let mut body = json!({"workflow": "retried", "key": key, "step": step, "outcome": outcome,
+                "data": {"verdict": "ok"}});
+            if outcome == "failed" {
+                body["error"] = json!("VerifierDown");
+                body["cause"] = json!(format!("attempt {attempt} failed"));
+                if rng.chance(0.1) {
+                    body["retryable"] = json!(false);
+                }
+            }
+            if rng.chance(0.7) {
+                body["attempt"] = json!(attempt);
+            }
+            body
+        };
+        let failures = rng.below(u64::from(attempts) + 2) as u32;
+        for attempt in 1..=failures {
+            let body = answer("failed", attempt, rng);
+            self.retry_callback(rng, key, step, body, at);
+            // Mostly as a worker that answers each attempt's task some minutes after it is out;
+            // else at any time, in a backoff too.
+            at += if rng.chance(0.7) {
+                Duration::seconds(rng.range(2 * 60, 12 * 60))
+            } else {
+                Duration::seconds(rng.range(10, 5 * 60))
+            };
+        }
+        if rng.chance(0.8) {
+            let body = answer("succeeded", failures + 1, rng);
+            self.retry_callback(rng, key, step, body, at);
+        }
+        if failures > 0 && rng.chance(0.4) {
+            let attempt = rng.range(1, i64::from(failures) + 1) as u32;
+            let mut body = answer(if rng.chance(0.5) { "succeeded" } else { "failed" }, attempt, rng);
+            body["attempt"] = json!(attempt);
+            let late = at + Duration::seconds(rng.range(0, 3 * 60));
+            self.retry_callback(rng, key, step, body, late);
+        }
+        at
+    }
+
+    /// A callback of the `retried` workflow, sent again in one case in five.
+    fn retry_callback(
+        &mut self,
+        rng: &mut crate::rng::Rng,
+        key: &str,
+        step: &'static str,
+        body: Value,
+        at: Duration,
+    ) {
+        let id = format!("cb-{key}-{step}-{}", self.callbacks.len());
+        self.callbacks.push(CallbackSend {
+            at,
+            id: id.clone(),
+            key: key.to_owned(),
+            step,
+            body: body.clone(),
+        });
+        if rng.chance(0.2) {
+            let again = at + Duration::seconds(rng.range(0, 5 * 60));
+            self.callbacks.push(CallbackSend { at: again, id, key: key.to_owned(), step, body });
         }
     }
 

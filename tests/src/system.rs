@@ -197,6 +197,26 @@ impl System {
         self.store.load(&w, &k).await.expect("load")
     }
 
+    /// Waits (as [`System::until`]) for the record of (`workflow`, `key`) to satisfy `want`,
+    /// and returns it.
+    pub async fn record_until(
+        &self,
+        workflow: &str,
+        key: &str,
+        what: &str,
+        want: impl Fn(&Record) -> bool,
+    ) -> Record {
+        self.until(what, || async { self.record(workflow, key).await.filter(|r| want(r)) }).await
+    }
+
+    /// Sends the callback (as [`System::callback`]) and checks its HTTP status and the answer's
+    /// `status`; returns the answer.
+    pub async fn answered(&self, id: &str, body: Value, (status, answer_status): (u16, &str)) -> Value {
+        let (got, answer) = self.callback(id, &body).await;
+        assert_eq!((got, answer["status"].as_str()), (status, Some(answer_status)), "{id}: {answer}");
+        answer
+    }
+
     /// The executions of a workflow's state machine, newest first.
     pub async fn executions(&self, workflow: &str) -> Vec<aws_sdk_sfn::types::ExecutionListItem> {
         self.sfn

@@ -12,6 +12,7 @@ use baton_core::domain::ids::{CorrelationKey, WorkflowName};
 use baton_core::domain::lifecycle::{self, Cause, IgnoreReason, Input, State};
 use baton_core::ports::store::{InboxStatus, WorkflowStore};
 use baton_tests::logs::{captured, resumes_sent_for_inputs};
+use baton_tests::order_placed;
 use baton_tests::system::{System, TEST_SECRET, WAIT, eventually, start_system, start_system_with};
 use serde_json::{Value, json};
 
@@ -32,22 +33,8 @@ workflows:
         timeout: 1h
 "#;
 
-fn placed(key: &str) -> String {
-    json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop", "type": "order.placed", "subject": key})
-        .to_string()
-}
-
 fn cb(key: &str, step: &str, outcome: &str, data: Value) -> Value {
     json!({"workflow": "order-review", "key": key, "step": step, "outcome": outcome, "data": data})
-}
-
-async fn state_is(
-    system: &System,
-    key: &str,
-    what: &str,
-    want: impl Fn(&lifecycle::Record) -> bool,
-) -> lifecycle::Record {
-    system.until(what, || async { system.record("order-review", key).await.filter(|r| want(r)) }).await
 }
 
 async fn resumes(system: &System, key: &str) -> usize {
@@ -107,8 +94,12 @@ async fn ledger(system: &System, key: &str) -> Vec<(String, IgnoreReason)> {
 async fn callbacks_and_an_event_complete_both_steps_and_the_workflow_succeeds() {
     captured();
     let system = start_system(CONFIG).await;
-    system.send_event(&placed("k-happy")).await;
-    state_is(&system, "k-happy", "waiting on review", |r| r.state == State::Waiting { step: 0 }).await;
+    system.send_event(&order_placed("k-happy")).await;
+    system
+        .record_until("order-review", "k-happy", "waiting on review", |r| {
+            r.state == State::Waiting { step: 0 }
+        })
+        .await;
 
     // Two callbacks, each supplying one of the two required inputs: one advance, after the second.
     let (status, body) = system
@@ -125,14 +116,18 @@ async fn callbacks_and_an_event_complete_both_steps_and_the_workflow_succeeds() 
         .await;
     assert_eq!((status, body["state"].as_str()), (200, Some("advancing{0}")), "{body}");
 
-    let waiting =
-        state_is(&system, "k-happy", "waiting on payment", |r| r.state == State::Waiting { step: 1 }).await;
+    let waiting = system
+        .record_until("order-review", "k-happy", "waiting on payment", |r| {
+            r.state == State::Waiting { step: 1 }
+        })
+        .await;
     assert!(waiting.inputs.is_empty(), "inputs are per step");
     // A domain event supplies the payment step's input, as a callback would.
     let settled = json!({"specversion": "1.0", "id": "pay-1", "source": "psp", "type": "payment.settled",
         "subject": "k-happy", "data": {"payment_ref": "pay-77"}});
     system.send_event(&settled.to_string()).await;
-    let done = state_is(&system, "k-happy", "succeeded", |r| r.state == State::Succeeded).await;
+    let done =
+        system.record_until("order-review", "k-happy", "succeeded", |r| r.state == State::Succeeded).await;
     assert_eq!(resumes(&system, "k-happy").await, 2);
     let causes: Vec<Cause> = done.history.iter().map(|a| a.cause).collect();
     assert_eq!(
@@ -155,8 +150,8 @@ async fn callbacks_and_an_event_complete_both_steps_and_the_workflow_succeeds() 
 async fn a_repeated_webhook_id_gets_the_first_answer_and_a_reused_one_gets_409() {
     captured();
     let system = start_system(CONFIG).await;
-    system.send_event(&placed("k-dup")).await;
-    state_is(&system, "k-dup", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+    system.send_event(&order_placed("k-dup")).await;
+    system.record_until("order-review", "k-dup", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
     let body = cb("k-dup", "manual-review", "succeeded", json!({"decision": "approve", "reviewer": "bob"}));
     let (first_status, first) = system.callback("cb-dup", &body).await;
     let (again_status, again) = system.callback("cb-dup", &body).await;
@@ -173,7 +168,11 @@ async fn a_repeated_webhook_id_gets_the_first_answer_and_a_reused_one_gets_409()
         .await;
     assert_eq!((status, conflict["error"].as_str()), (409, Some("idempotency_key_reused")), "{conflict}");
 
-    state_is(&system, "k-dup", "waiting on payment", |r| r.state == State::Waiting { step: 1 }).await;
+    system
+        .record_until("order-review", "k-dup", "waiting on payment", |r| {
+            r.state == State::Waiting { step: 1 }
+        })
+        .await;
     assert_eq!(resumes(&system, "k-dup").await, 1, "one resume");
     system.stop().await;
 }
@@ -191,11 +190,12 @@ async fn a_callback_before_the_start_event_is_buffered_then_applied_once() {
         (200, Some("buffered"), Some(true))
     );
 
-    system.send_event(&placed("k-early")).await;
-    let r = state_is(&system, "k-early", "the buffered callback applied", |r| {
-        r.state == State::Waiting { step: 1 }
-    })
-    .await;
+    system.send_event(&order_placed("k-early")).await;
+    let r = system
+        .record_until("order-review", "k-early", "the buffered callback applied", |r| {
+            r.state == State::Waiting { step: 1 }
+        })
+        .await;
     assert_eq!(r.history.iter().filter(|a| a.cause == Cause::Complete).count(), 1);
     assert_eq!(resumes(&system, "k-early").await, 1);
     let (w, k) = names("k-early");
@@ -215,7 +215,7 @@ async fn a_callback_racing_step_ready_resumes_exactly_once_in_each_of_50_rounds(
     let progress_url = system.queue_url("ProgressQueue");
     for round in 0..50 {
         let key = format!("k-race-{round}");
-        system.send_event(&placed(&key)).await;
+        system.send_event(&order_placed(&key)).await;
         // Take this round's step_ready off the progress queue by hand.
         let message = eventually("the step_ready message", WAIT, || async {
             let out = system
@@ -252,7 +252,9 @@ async fn a_callback_racing_step_ready_resumes_exactly_once_in_each_of_50_rounds(
             tokio::join!(system.deliver(&*progress, event), system.callback(&id, &body));
         assert!(ready.batch_item_failures.is_empty(), "round {round}: {ready:?}");
         assert!(status == 200 || status == 202, "round {round}: {status} {answer}");
-        let r = state_is(&system, &key, "advanced", |r| r.state == State::Advancing { step: 0 }).await;
+        let r = system
+            .record_until("order-review", &key, "advanced", |r| r.state == State::Advancing { step: 0 })
+            .await;
         assert_eq!(r.history.iter().filter(|a| a.cause == Cause::Complete).count(), 1, "round {round}");
         system
             .until(&format!("round {round}: one resume"), || async {
@@ -276,8 +278,8 @@ async fn late_callbacks_after_the_end_or_a_timeout_are_ignored_and_ledgered() {
     captured();
     let quick = CONFIG.replacen("timeout: 1h", "timeout: 1s", 1);
     let system = start_system(&quick).await;
-    system.send_event(&placed("k-late")).await;
-    state_is(&system, "k-late", "timed out", |r| r.state == State::TimedOut).await;
+    system.send_event(&order_placed("k-late")).await;
+    system.record_until("order-review", "k-late", "timed out", |r| r.state == State::TimedOut).await;
     let (status, body) = system
         .callback("cb-late", &cb("k-late", "manual-review", "succeeded", json!({"decision": "x"})))
         .await;
@@ -298,13 +300,13 @@ async fn late_callbacks_after_the_end_or_a_timeout_are_ignored_and_ledgered() {
 async fn a_failed_outcome_ends_the_workflow_failed() {
     captured();
     let system = start_system(CONFIG).await;
-    system.send_event(&placed("k-fail")).await;
-    state_is(&system, "k-fail", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+    system.send_event(&order_placed("k-fail")).await;
+    system.record_until("order-review", "k-fail", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
     let failed = json!({"workflow": "order-review", "key": "k-fail", "step": "manual-review", "outcome": "failed",
         "error": "Rejected", "cause": "fraud suspected"});
     let (status, body) = system.callback("cb-fail", &failed).await;
     assert_eq!((status, body["state"].as_str()), (200, Some("advancing{0}")), "{body}");
-    let r = state_is(&system, "k-fail", "failed", |r| r.state == State::Failed).await;
+    let r = system.record_until("order-review", "k-fail", "failed", |r| r.state == State::Failed).await;
     assert_eq!(r.history.last().unwrap().cause, Cause::ReportFailed);
     system.execution_ended("order-review", "FAILED").await;
     // After the end, the same step's callback is ledgered, not applied.
@@ -320,8 +322,10 @@ async fn a_failed_outcome_ends_the_workflow_failed() {
 async fn a_crash_between_the_advancing_write_and_the_resume_is_repaired_by_the_sweeper() {
     captured();
     let system = start_system(CONFIG).await;
-    system.send_event(&placed("k-crash")).await;
-    let waiting = state_is(&system, "k-crash", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+    system.send_event(&order_placed("k-crash")).await;
+    let waiting = system
+        .record_until("order-review", "k-crash", "waiting", |r| r.state == State::Waiting { step: 0 })
+        .await;
 
     // The write half of a callback, then "crash": no effects carried out.
     let written = crash_after_the_advancing_write(&system, &waiting, "cb-crash").await;
@@ -335,7 +339,11 @@ async fn a_crash_between_the_advancing_write_and_the_resume_is_repaired_by_the_s
     let later = written.updated_at + baton_core::limits::RESEND_RESUME_AFTER + time::Duration::seconds(1);
     let report = system.sweep(later).await;
     assert_eq!(report.repaired, 1, "{report:?}");
-    state_is(&system, "k-crash", "the next step waiting", |r| r.state == State::Waiting { step: 1 }).await;
+    system
+        .record_until("order-review", "k-crash", "the next step waiting", |r| {
+            r.state == State::Waiting { step: 1 }
+        })
+        .await;
     assert_eq!(resumes(&system, "k-crash").await, 1, "exactly one resume");
     // Sweeping again finds nothing owed.
     assert_eq!(system.sweep(later + time::Duration::minutes(5)).await.repaired, 0);
@@ -375,8 +383,8 @@ async fn an_expired_buffer_whose_step_waits_is_drained_by_the_sweeper_not_expire
     let system = start_system_with(&config, &["ProgressFunction"]).await;
     let progress = system.baton.handlers.get("ProgressFunction").expect("progress").clone();
     let key = "k-stranded";
-    system.send_event(&placed(key)).await;
-    state_is(&system, key, "pending", |r| r.state == State::Pending).await;
+    system.send_event(&order_placed(key)).await;
+    system.record_until("order-review", key, "pending", |r| r.state == State::Pending).await;
     let beat = cb(key, "manual-review", "in_progress", json!({"reviewer": "ann"}));
     let (status, body) = system.callback("cb-stranded-beat", &beat).await;
     assert_eq!((status, body["status"].as_str()), (202, Some("buffered")), "{body}");
@@ -476,8 +484,8 @@ async fn bad_requests_get_the_documented_errors() {
 async fn an_intake_redelivery_of_a_step_event_is_a_duplicate_not_a_second_input() {
     captured();
     let system = start_system(CONFIG).await;
-    system.send_event(&placed("k-ev")).await;
-    state_is(&system, "k-ev", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+    system.send_event(&order_placed("k-ev")).await;
+    system.record_until("order-review", "k-ev", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
     let (status, body) = system
         .callback(
             "cb-ev",
@@ -485,7 +493,9 @@ async fn an_intake_redelivery_of_a_step_event_is_a_duplicate_not_a_second_input(
         )
         .await;
     assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{body}");
-    state_is(&system, "k-ev", "payment waiting", |r| r.state == State::Waiting { step: 1 }).await;
+    system
+        .record_until("order-review", "k-ev", "payment waiting", |r| r.state == State::Waiting { step: 1 })
+        .await;
     let settled = json!({"specversion": "1.0", "id": "pay-ev", "source": "psp", "type": "payment.settled",
         "subject": "k-ev", "data": {"payment_ref": "p-1"}})
     .to_string();
@@ -500,7 +510,7 @@ async fn an_intake_redelivery_of_a_step_event_is_a_duplicate_not_a_second_input(
     };
     let (a, b) = tokio::join!(system.deliver(&*intake, event(1)), system.deliver(&*intake, event(2)));
     assert!(a.batch_item_failures.is_empty() && b.batch_item_failures.is_empty());
-    state_is(&system, "k-ev", "succeeded", |r| r.state == State::Succeeded).await;
+    system.record_until("order-review", "k-ev", "succeeded", |r| r.state == State::Succeeded).await;
     assert_eq!(resumes(&system, "k-ev").await, 2, "one per step");
     system.stop().await;
 }
@@ -514,7 +524,7 @@ async fn a_resume_whose_token_is_gone_is_classified_not_failed() {
     // Progress is paused after the step waits, so the timeout report is not processed.
     let system = start_system_with(&quick, &["ProgressFunction"]).await;
     let progress = system.baton.handlers.get("ProgressFunction").unwrap().clone();
-    system.send_event(&placed("k-gone")).await;
+    system.send_event(&order_placed("k-gone")).await;
     let url = system.queue_url("ProgressQueue");
     let ready = eventually("step_ready", WAIT, || async {
         let out = system.sqs.receive_message().queue_url(&url).wait_time_seconds(1).send().await.unwrap();
@@ -524,7 +534,9 @@ async fn a_resume_whose_token_is_gone_is_classified_not_failed() {
     let handled =
         system.deliver(&*progress, baton_local::mapping::to_event(&ready, "arn:aws:sqs:us-east-1:1:p")).await;
     assert!(handled.batch_item_failures.is_empty(), "{handled:?}");
-    let waiting = state_is(&system, "k-gone", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+    let waiting = system
+        .record_until("order-review", "k-gone", "waiting", |r| r.state == State::Waiting { step: 0 })
+        .await;
 
     // The advancing write lands; the process "crashes" before the resume; the step times out.
     let written = crash_after_the_advancing_write(&system, &waiting, "cb-gone").await;
@@ -552,8 +564,8 @@ async fn in_progress_callbacks_keep_a_step_with_a_heartbeat_alive_and_merge_thei
     const BEATS: u64 = 6;
     let config = CONFIG.replacen("timeout: 1h", &format!("timeout: 1h\n        heartbeat: {HEARTBEAT}s"), 1);
     let system = start_system(&config).await;
-    system.send_event(&placed("k-beat")).await;
-    state_is(&system, "k-beat", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
+    system.send_event(&order_placed("k-beat")).await;
+    system.record_until("order-review", "k-beat", "waiting", |r| r.state == State::Waiting { step: 0 }).await;
 
     // A heartbeat every six seconds, for more than the heartbeat period: without them the step
     // would have timed out after thirty. Each beat has over twenty seconds to spare, a retried
@@ -591,7 +603,9 @@ async fn in_progress_callbacks_keep_a_step_with_a_heartbeat_alive_and_merge_thei
         )
         .await;
     assert_eq!((status, body["state"].as_str()), (200, Some("advancing{0}")), "{body}");
-    state_is(&system, "k-beat", "payment waiting", |r| r.state == State::Waiting { step: 1 }).await;
+    system
+        .record_until("order-review", "k-beat", "payment waiting", |r| r.state == State::Waiting { step: 1 })
+        .await;
     system.stop().await;
 }
 
@@ -604,7 +618,7 @@ async fn a_callback_whose_token_is_gone_is_applied_and_the_gone_token_classified
     let quick = CONFIG.replacen("timeout: 1h", "timeout: 2s", 1);
     let system = start_system_with(&quick, &["ProgressFunction"]).await;
     let progress = system.baton.handlers.get("ProgressFunction").unwrap().clone();
-    system.send_event(&placed("k-late-cb")).await;
+    system.send_event(&order_placed("k-late-cb")).await;
     let url = system.queue_url("ProgressQueue");
     let ready = eventually("step_ready", WAIT, || async {
         let out = system.sqs.receive_message().queue_url(&url).wait_time_seconds(1).send().await.unwrap();

@@ -11,6 +11,7 @@
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
 use baton_core::domain::lifecycle::{BranchOutcome, IgnoreReason, Record, State};
 use baton_core::ports::store::WorkflowStore;
+use baton_tests::order_placed;
 use baton_tests::system::{System, start_system};
 use serde_json::{Value, json};
 
@@ -44,17 +45,8 @@ workflows:
         timeout: 1h
 "#;
 
-fn placed(key: &str) -> String {
-    json!({"specversion": "1.0", "id": format!("placed-{key}"), "source": "shop", "type": "order.placed", "subject": key})
-        .to_string()
-}
-
 fn cb(key: &str, step: &str, outcome: &str, data: Value) -> Value {
     json!({"workflow": "order-review", "key": key, "step": step, "outcome": outcome, "data": data})
-}
-
-async fn state_is(system: &System, key: &str, what: &str, want: impl Fn(&Record) -> bool) -> Record {
-    system.until(what, || async { system.record("order-review", key).await.filter(|r| want(r)) }).await
 }
 
 fn branch(r: &Record, step: u32) -> (Option<BranchOutcome>, bool) {
@@ -62,28 +54,24 @@ fn branch(r: &Record, step: u32) -> (Option<BranchOutcome>, bool) {
     (b.outcome, b.token.is_some())
 }
 
-/// Sends the callback and checks the answer's status and body `status`.
-async fn answered(system: &System, id: &str, body: Value, want: (u16, &str)) -> Value {
-    let (status, answer) = system.callback(id, &body).await;
-    assert_eq!((status, answer["status"].as_str()), (want.0, Some(want.1)), "{id}: {answer}");
-    answer
-}
-
 /// The workflow started and its review approved: the group opens.
 async fn at_group(system: &System, key: &str) -> Record {
-    system.send_event(&placed(key)).await;
-    state_is(system, key, "waiting on review", |r| r.state == State::Waiting { step: 0 }).await;
-    answered(
-        system,
-        &format!("{key}-review"),
-        cb(key, "manual-review", "succeeded", json!({"decision": "ok"})),
-        (200, "applied"),
-    )
-    .await;
-    state_is(system, key, "every branch reached", |r| {
-        r.state == State::Waiting { step: 1 } && r.branches.iter().all(|b| b.token.is_some())
-    })
-    .await
+    system.send_event(&order_placed(key)).await;
+    system
+        .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
+        .await;
+    system
+        .answered(
+            &format!("{key}-review"),
+            cb(key, "manual-review", "succeeded", json!({"decision": "ok"})),
+            (200, "applied"),
+        )
+        .await;
+    system
+        .record_until("order-review", key, "every branch reached", |r| {
+            r.state == State::Waiting { step: 1 } && r.branches.iter().all(|b| b.token.is_some())
+        })
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,13 +85,13 @@ async fn every_branch_succeeds_and_the_workflow_moves_on_once() {
     steps.sort_unstable();
     assert_eq!(steps, ["credit-check", "fraud-check"], "{tasks:#?}");
 
-    let answer = answered(
-        &system,
-        "k-all-fraud",
-        cb(key, "fraud-check", "succeeded", json!({"fraud_score": 2})),
-        (200, "applied"),
-    )
-    .await;
+    let answer = system
+        .answered(
+            "k-all-fraud",
+            cb(key, "fraud-check", "succeeded", json!({"fraud_score": 2})),
+            (200, "applied"),
+        )
+        .await;
     assert_eq!(answer["state"], "waiting{1}", "the group waits for its other branches: {answer}");
     let r = system.record("order-review", key).await.unwrap();
     // A branch's input moves no sibling.
@@ -111,29 +99,31 @@ async fn every_branch_succeeds_and_the_workflow_moves_on_once() {
         (branch(&r, 1).0, branch(&r, 2).0, branch(&r, 3).0),
         (Some(BranchOutcome::Succeeded), None, None)
     );
-    answered(
-        &system,
-        "k-all-address",
-        cb(key, "address-check", "succeeded", json!({"address_ok": true})),
-        (200, "applied"),
-    )
-    .await;
-    answered(
-        &system,
-        "k-all-credit",
-        cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
-        (200, "applied"),
-    )
-    .await;
-    state_is(&system, key, "waiting on payment", |r| r.state == State::Waiting { step: 4 }).await;
-    answered(
-        &system,
-        "k-all-pay",
-        cb(key, "payment", "succeeded", json!({"payment_ref": "p-1"})),
-        (200, "applied"),
-    )
-    .await;
-    let r = state_is(&system, key, "succeeded", |r| r.state.is_terminal()).await;
+    system
+        .answered(
+            "k-all-address",
+            cb(key, "address-check", "succeeded", json!({"address_ok": true})),
+            (200, "applied"),
+        )
+        .await;
+    system
+        .answered(
+            "k-all-credit",
+            cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+            (200, "applied"),
+        )
+        .await;
+    system
+        .record_until("order-review", key, "waiting on payment", |r| r.state == State::Waiting { step: 4 })
+        .await;
+    system
+        .answered(
+            "k-all-pay",
+            cb(key, "payment", "succeeded", json!({"payment_ref": "p-1"})),
+            (200, "applied"),
+        )
+        .await;
+    let r = system.record_until("order-review", key, "succeeded", |r| r.state.is_terminal()).await;
     // The optional branch's own report confirmed that Step Functions took its success.
     assert_eq!((r.state, r.missed.clone(), r.confirmed.clone()), (State::Succeeded, vec![], vec![3]));
     system.execution_ended("order-review", "SUCCEEDED").await;
@@ -145,17 +135,17 @@ async fn a_required_branch_that_fails_closes_its_siblings_and_a_late_sibling_cal
     let system = start_system(CONFIG).await;
     let key = "k-fail";
     at_group(&system, key).await;
-    answered(
-        &system,
-        "k-fail-address",
-        cb(key, "address-check", "succeeded", json!({"address_ok": true})),
-        (200, "applied"),
-    )
-    .await;
+    system
+        .answered(
+            "k-fail-address",
+            cb(key, "address-check", "succeeded", json!({"address_ok": true})),
+            (200, "applied"),
+        )
+        .await;
     let failed = json!({"workflow": "order-review", "key": key, "step": "fraud-check", "outcome": "failed",
         "error": "FraudSuspected", "cause": "score 97"});
-    answered(&system, "k-fail-fraud", failed, (200, "applied")).await;
-    let r = state_is(&system, key, "failed", |r| r.state == State::Failed).await;
+    system.answered("k-fail-fraud", failed, (200, "applied")).await;
+    let r = system.record_until("order-review", key, "failed", |r| r.state == State::Failed).await;
     assert_eq!(
         (branch(&r, 1).0, branch(&r, 2).0, branch(&r, 3).0),
         (Some(BranchOutcome::Failed), Some(BranchOutcome::Closed), Some(BranchOutcome::Succeeded))
@@ -163,13 +153,13 @@ async fn a_required_branch_that_fails_closes_its_siblings_and_a_late_sibling_cal
     system.execution_ended("order-review", "FAILED").await;
 
     // The credit team answers late: told the truth, nothing applied, kept in the ledger.
-    let answer = answered(
-        &system,
-        "k-fail-credit",
-        cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
-        (200, "ignored"),
-    )
-    .await;
+    let answer = system
+        .answered(
+            "k-fail-credit",
+            cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+            (200, "ignored"),
+        )
+        .await;
     assert_eq!(answer["reason"], "group_failed", "{answer}");
     let after = system.record("order-review", key).await.unwrap();
     assert_eq!((after.version, branch(&after, 2).0), (r.version, Some(BranchOutcome::Closed)));
@@ -187,44 +177,46 @@ async fn an_optional_branch_that_times_out_leaves_the_workflow_degraded() {
     let system = start_system(CONFIG).await;
     let key = "k-degraded";
     at_group(&system, key).await;
-    answered(
-        &system,
-        "k-deg-fraud",
-        cb(key, "fraud-check", "succeeded", json!({"fraud_score": 2})),
-        (200, "applied"),
-    )
-    .await;
-    answered(
-        &system,
-        "k-deg-credit",
-        cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
-        (200, "applied"),
-    )
-    .await;
+    system
+        .answered(
+            "k-deg-fraud",
+            cb(key, "fraud-check", "succeeded", json!({"fraud_score": 2})),
+            (200, "applied"),
+        )
+        .await;
+    system
+        .answered(
+            "k-deg-credit",
+            cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+            (200, "applied"),
+        )
+        .await;
     // The address check never answers: its own deadline (4 s) passes, its catch reports it, and
     // the group goes on without it.
-    let r =
-        state_is(&system, key, "the optional branch timed out", |r| r.state == State::Waiting { step: 4 })
-            .await;
+    let r = system
+        .record_until("order-review", key, "the optional branch timed out", |r| {
+            r.state == State::Waiting { step: 4 }
+        })
+        .await;
     assert_eq!(r.missed, [3]);
-    answered(
-        &system,
-        "k-deg-pay",
-        cb(key, "payment", "succeeded", json!({"payment_ref": "p-2"})),
-        (200, "applied"),
-    )
-    .await;
-    let r = state_is(&system, key, "degraded", |r| r.state.is_terminal()).await;
+    system
+        .answered(
+            "k-deg-pay",
+            cb(key, "payment", "succeeded", json!({"payment_ref": "p-2"})),
+            (200, "applied"),
+        )
+        .await;
+    let r = system.record_until("order-review", key, "degraded", |r| r.state.is_terminal()).await;
     assert_eq!((r.state, r.missed.clone()), (State::Degraded, vec![3]));
     // Step Functions' view: the execution succeeded; the record says what it lacked.
     system.execution_ended("order-review", "SUCCEEDED").await;
-    let late = answered(
-        &system,
-        "k-deg-address",
-        cb(key, "address-check", "succeeded", json!({"address_ok": true})),
-        (200, "ignored"),
-    )
-    .await;
+    let late = system
+        .answered(
+            "k-deg-address",
+            cb(key, "address-check", "succeeded", json!({"address_ok": true})),
+            (200, "ignored"),
+        )
+        .await;
     assert_eq!(late["reason"], "terminal", "{late}");
     system.stop().await;
 }
@@ -233,26 +225,30 @@ async fn an_optional_branch_that_times_out_leaves_the_workflow_degraded() {
 async fn a_callback_for_a_branch_before_its_group_opens_is_buffered_then_applied() {
     let system = start_system(CONFIG).await;
     let key = "k-early";
-    system.send_event(&placed(key)).await;
-    state_is(&system, key, "waiting on review", |r| r.state == State::Waiting { step: 0 }).await;
-    answered(
-        &system,
-        "k-early-credit",
-        cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
-        (202, "buffered"),
-    )
-    .await;
-    answered(
-        &system,
-        "k-early-review",
-        cb(key, "manual-review", "succeeded", json!({"decision": "ok"})),
-        (200, "applied"),
-    )
-    .await;
-    let r = state_is(&system, key, "the early callback applied to its branch", |r| {
-        r.state == State::Waiting { step: 1 } && r.branches.iter().any(|b| b.step == 2 && b.outcome.is_some())
-    })
-    .await;
+    system.send_event(&order_placed(key)).await;
+    system
+        .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
+        .await;
+    system
+        .answered(
+            "k-early-credit",
+            cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+            (202, "buffered"),
+        )
+        .await;
+    system
+        .answered(
+            "k-early-review",
+            cb(key, "manual-review", "succeeded", json!({"decision": "ok"})),
+            (200, "applied"),
+        )
+        .await;
+    let r = system
+        .record_until("order-review", key, "the early callback applied to its branch", |r| {
+            r.state == State::Waiting { step: 1 }
+                && r.branches.iter().any(|b| b.step == 2 && b.outcome.is_some())
+        })
+        .await;
     assert_eq!(branch(&r, 2), (Some(BranchOutcome::Succeeded), true));
     assert_eq!((branch(&r, 1).0, branch(&r, 3).0), (None, None));
     // Sent again, it is the same callback.
@@ -308,20 +304,22 @@ async fn a_branch_resume_lost_in_a_crash_is_sent_again_by_the_sweeper_while_its_
         r.branches
     );
     // Step Functions took it: once the others answer, the execution reaches payment.
-    answered(
-        &system,
-        "k-crash-credit",
-        cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
-        (200, "applied"),
-    )
-    .await;
-    answered(
-        &system,
-        "k-crash-address",
-        cb(key, "address-check", "succeeded", json!({"address_ok": true})),
-        (200, "applied"),
-    )
-    .await;
-    state_is(&system, key, "waiting on payment", |r| r.state == State::Waiting { step: 4 }).await;
+    system
+        .answered(
+            "k-crash-credit",
+            cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+            (200, "applied"),
+        )
+        .await;
+    system
+        .answered(
+            "k-crash-address",
+            cb(key, "address-check", "succeeded", json!({"address_ok": true})),
+            (200, "applied"),
+        )
+        .await;
+    system
+        .record_until("order-review", key, "waiting on payment", |r| r.state == State::Waiting { step: 4 })
+        .await;
     system.stop().await;
 }

@@ -99,12 +99,8 @@ function header() {
     fact("config version", "config-version", r.config_version || "none");
     fact("owed to Step Functions", "owed", r.owed || "nothing");
     // A retried step: each failed attempt with its error, then the one running or due.
-    if ((r.failed_attempts || []).length) {
-      const failed = r.failed_attempts.map((a) => el("div", { class: "attempt", "data-attempt": String(a.attempt) },
-        a.attempt + " failed " + a.error + (a.cause ? " (" + a.cause + ")" : "") + " at " + a.at + " by " + a.source + " " + a.input));
-      const next = r.next_attempt_at ? "due " + r.next_attempt_at + " (after its backoff)" : r.terminal ? "the last" : "running";
-      fact("attempts", "attempts", ...failed, el("div", { class: "attempt", "data-attempt": String(r.attempt) }, r.attempt + " " + next));
-    }
+    const attempts = attemptLines(r, r.terminal);
+    if (attempts.length) fact("attempts", "attempts", ...attempts);
     fact("created", "created", r.created_at);
     fact("updated", "updated", r.updated_at);
   } else {
@@ -185,7 +181,18 @@ function branchBox(g, groupStatus) {
   if (missed) meta.push("optional: did not succeed");
   return el("div", { class: "graph-branch", "data-name": name, "data-state": state },
     el("span", { class: "name" }, name), el("span", { class: "status-label" }, "(" + state.replace("_", " ") + ")"),
-    el("div", { class: "meta" }, meta.join(" · ") || "step " + ((g.states[0] || {}).step ?? "")));
+    el("div", { class: "meta" }, meta.join(" · ") || "step " + ((g.states[0] || {}).step ?? "")),
+    ...(b ? attemptLines(b, b.state !== "waiting") : []));
+}
+
+// A retried step's or branch's attempts (none before one failed): each failed attempt with its
+// error, then the one running or due (`ended`: none runs any more).
+function attemptLines(x, ended) {
+  if (!(x.failed_attempts || []).length) return [];
+  const failed = x.failed_attempts.map((a) => el("div", { class: "attempt", "data-attempt": String(a.attempt) },
+    a.attempt + " failed " + a.error + (a.cause ? " (" + a.cause + ")" : "") + " at " + a.at + " by " + a.source + " " + a.input));
+  const next = x.next_attempt_at ? "due " + x.next_attempt_at + " (after its backoff)" : ended ? "the last" : "running";
+  return [...failed, el("div", { class: "attempt", "data-attempt": String(x.attempt) }, x.attempt + " " + next)];
 }
 
 // ---- The timeline -----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-//! Bounded retry: a step with `retry` publishes at most `attempts` tasks per generation, each
+//! Bounded retry: a step (or parallel branch) with `retry` publishes at most `attempts` tasks per generation, each
 //! under its own id; no attempt's task goes out before its backoff has passed; an input for an
 //! earlier attempt never completes a later one; a failure marked not retryable is never retried.
 //! Read from the tasks published, the landed writes and the plan's callbacks.
@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use baton_core::domain::config::Retry;
-use baton_core::domain::lifecycle::{Cause, Record};
+use baton_core::domain::lifecycle::{Cause, Record, running_attempt};
 use baton_core::ports::store::Task;
 use serde_json::Value;
 
@@ -67,7 +67,7 @@ pub(super) fn no_attempt_before_its_backoff(c: &mut Checker<'_>, s: &Seen<'_>) {
         let failed = s.writes.iter().find_map(|w| {
             let r = &w.to;
             let same = r.workflow == t.workflow && r.key == t.key && r.generation == t.generation;
-            let a = r.attempts.last().filter(|a| a.attempt + 1 == t.attempt)?;
+            let a = r.failed_attempts(t.step).last().filter(|a| a.attempt + 1 == t.attempt)?;
             (same && r.history.last().is_some_and(|h| h.cause == Cause::AttemptFailed)).then_some(a.at)
         });
         let Some(failed_at) = failed else {
@@ -98,6 +98,14 @@ fn caused_by(r: &Record) -> Option<(Cause, &str)> {
     Some((last.cause, last.cause_id.as_deref()?))
 }
 
+/// The index of the step `name` in `r`'s workflow, in the config version it runs.
+fn step_named(s: &Seen<'_>, r: &Record, name: Option<&str>) -> Option<u32> {
+    let config = s.version_of(r.config_version.as_ref())?;
+    let workflow = config.workflow(r.workflow.as_str())?;
+    let i = workflow.steps.iter().position(|spec| Some(spec.name.as_str()) == name)?;
+    u32::try_from(i).ok()
+}
+
 /// An input for an earlier attempt never completes (nor fails, nor adds to) a later one: every
 /// write a callback naming its attempt caused was made while that attempt ran.
 pub(super) fn earlier_attempt_never_completes_a_later_one(c: &mut Checker<'_>, s: &Seen<'_>) {
@@ -105,10 +113,15 @@ pub(super) fn earlier_attempt_never_completes_a_later_one(c: &mut Checker<'_>, s
     for w in &s.writes {
         let r = &w.to;
         let Some((cause, id)) = caused_by(r) else { continue };
-        let Some(named) = bodies.get(id).and_then(|b| b["attempt"].as_u64()) else { continue };
+        let Some(body) = bodies.get(id) else { continue };
+        let Some(named) = body["attempt"].as_u64() else { continue };
+        let Some(step) = step_named(s, r, body["step"].as_str()) else { continue };
+        let failed = r.failed_attempts(step);
         let ran = match cause {
-            Cause::AttemptFailed => r.attempts.last().map(|a| a.attempt),
-            Cause::Merge | Cause::Complete | Cause::FailStep => Some(r.attempt()),
+            Cause::AttemptFailed => failed.last().map(|a| a.attempt),
+            Cause::Merge | Cause::Complete | Cause::FailStep | Cause::BranchDone => {
+                Some(running_attempt(failed))
+            }
             _ => continue,
         };
         c.check(

@@ -13,7 +13,8 @@
 //! record decides and the sweeper publishes each next attempt's task), so a step that fails once
 //! and then succeeds costs the same one transition as a step that succeeds at once, and its
 //! `TimeoutSeconds` covers every attempt. A `Retry` on the Task state would re-enter it for each
-//! attempt, a transition and a new token each time.
+//! attempt, a transition and a new token each time. A parallel branch's retry is the same: its
+//! attempts run inside its own token wait.
 //!
 //! The progress queue URL is a `DefinitionSubstitutions` placeholder, `${ProgressQueueUrl}`,
 //! filled in by SAM at deploy and by `baton local` on the emulator.

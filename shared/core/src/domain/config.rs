@@ -710,7 +710,7 @@ impl Validator {
         let optional = self.flag(path, map, "optional");
         let retry = match map.get("retry") {
             None => Some(None),
-            Some(r) => self.retry(&join(path, "retry"), r, branch, (timeout, heartbeat.flatten())).map(Some),
+            Some(r) => self.retry(&join(path, "retry"), r, (timeout, heartbeat.flatten())).map(Some),
         };
         Some(Step {
             retry: retry?,
@@ -733,13 +733,8 @@ impl Validator {
         &mut self,
         path: &str,
         v: &Value,
-        branch: bool,
         (timeout, heartbeat): (Option<Duration>, Option<Duration>),
     ) -> Option<Retry> {
-        if branch {
-            self.err(path, "a parallel branch cannot retry yet; only a step may declare retry");
-            return None;
-        }
         let map = self.object(path, v, &["attempts", "backoff"])?;
         let ap = join(path, "attempts");
         let attempts = self.required(path, map, "attempts").and_then(|a| {
@@ -1172,6 +1167,11 @@ workflows:
         retry: { attempts: 4, backoff: 10m }
       - name: pay
         timeout: 1h
+      - parallel:
+          name: checks
+          branches:
+            - { name: fraud, timeout: 2h, retry: { attempts: 2, backoff: 5m } }
+            - { name: stock, timeout: 1h }
 "#;
         let config = Config::parse(yaml).unwrap();
         let retry = config.workflows[0].steps[0].retry.unwrap();
@@ -1183,6 +1183,10 @@ workflows:
         let plan = config.workflows[0].plan();
         assert_eq!(plan.retry_of(0).map(|r| r.retry), Some(retry));
         assert_eq!(plan.retry_of(1), None);
+        // A parallel branch retries as a step does, within its own timeout.
+        let fraud = plan.retry_of(2).expect("the branch's retry");
+        assert_eq!((fraud.retry.attempts, fraud.timeout), (2, Duration::from_secs(7200)));
+        assert_eq!(plan.retry_of(3), None);
     }
 
     #[test]
@@ -1201,8 +1205,8 @@ workflows:
       - parallel:
           name: g
           branches:
-            - { name: h, timeout: 1h, retry: { attempts: 2, backoff: 1m } }
-            - { name: i, timeout: 1h }
+            - { name: h, timeout: 1h, retry: { attempts: 2, backoff: 2h } }
+            - { name: i, timeout: 1h, retry: { attempts: 2, backoff: 1m } }
 "#;
         assert_eq!(
             errors(yaml),
@@ -1213,7 +1217,7 @@ workflows:
                 "workflows.wf.steps[3].retry.backoff: missing",
                 "workflows.wf.steps[4].retry.backoff: the longest wait between attempts (1200s) must be shorter than the heartbeat (900s): Step Functions hears no heartbeat while baton waits",
                 "workflows.wf.steps[5].retry.jitter: unknown field; expected one of: attempts, backoff",
-                "workflows.wf.steps[6].parallel.branches[0].retry: a parallel branch cannot retry yet; only a step may declare retry",
+                "workflows.wf.steps[6].parallel.branches[0].retry.backoff: must be shorter than the step's timeout (3600s)",
             ]
         );
     }

@@ -572,6 +572,18 @@ pub struct FailedAttempt {
     pub at: OffsetDateTime,
 }
 
+impl FailedAttempt {
+    fn new(
+        attempt: u32,
+        (error, cause): (&str, &str),
+        (input, source): (&EventId, Source),
+        at: OffsetDateTime,
+    ) -> FailedAttempt {
+        let cause = cause.chars().take(MAX_ATTEMPT_CAUSE_CHARS).collect();
+        FailedAttempt { attempt, error: error.to_owned(), cause, input: input.clone(), source, at }
+    }
+}
+
 /// One branch of the parallel group a record is at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Branch {
@@ -595,6 +607,12 @@ pub struct Branch {
     /// copy, or ended the branch itself (an optional branch's catch then reports it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unconfirmed: bool,
+    /// Its failed attempts, oldest first, as [`Record::attempts`] for a step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<FailedAttempt>,
+    /// When its next attempt's task is due, as [`Record::next_attempt_at`] for a step.
+    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<OffsetDateTime>,
 }
 
 impl Branch {
@@ -607,11 +625,24 @@ impl Branch {
             outcome: None,
             owed: None,
             unconfirmed: false,
+            attempts: Vec::new(),
+            next_attempt_at: None,
         }
     }
 
     pub fn is_open(&self) -> bool {
         self.outcome.is_none()
+    }
+
+    /// The branch's attempt that is running (or, during a backoff, next to run).
+    pub fn attempt(&self) -> u32 {
+        running_attempt(&self.attempts)
+    }
+
+    /// Ends the branch: no attempt of it is due any more.
+    fn end(&mut self, outcome: BranchOutcome) {
+        self.outcome = Some(outcome);
+        self.next_attempt_at = None;
     }
 }
 
@@ -662,8 +693,23 @@ impl Record {
 
     /// The attempt of the current step that is running (or, during a backoff, next to run).
     pub fn attempt(&self) -> u32 {
-        u32::try_from(self.attempts.len()).map_or(u32::MAX, |n| n.saturating_add(1))
+        running_attempt(&self.attempts)
     }
+
+    /// The failed attempts of `step`: a branch's own, when it is a branch of the group the
+    /// record is at; the record's, when it is the step the record is at; else none.
+    pub fn failed_attempts(&self, step: u32) -> &[FailedAttempt] {
+        match self.branches.iter().find(|b| b.step == step) {
+            Some(b) => &b.attempts,
+            None if self.state.step() == Some(step) => &self.attempts,
+            None => &[],
+        }
+    }
+}
+
+/// The attempt after `failed` ones.
+pub fn running_attempt(failed: &[FailedAttempt]) -> u32 {
+    u32::try_from(failed.len()).map_or(u32::MAX, |n| n.saturating_add(1))
 }
 
 /// How many audit entries a record keeps; older ones are dropped first.
@@ -1364,41 +1410,58 @@ fn on_step_input(
     if let Some(repeat) = repeated_input(r, (id, source), hash, step, now) {
         return repeat;
     }
-    if let Some(decision) = group::branch_input(plan, r, (id, source), hash, step, (outcome, data), now) {
+    if let Some(decision) =
+        group::branch_input(plan, r, (id, source), hash, (step, attempt), (outcome, data), now)
+    {
         return decision;
     }
     if let Some(elsewhere) = not_the_waiting_step(r, step) {
         return elsewhere;
     }
-    let earlier_applies = crate::mutants::active(crate::mutants::Mutation::EarlierAttemptApplied);
-    match attempt {
-        // An attempt that failed: only the running one can complete the step.
-        Some(a) if a < r.attempt() && !earlier_applies => {
-            return Decision::ignored(IgnoreReason::EarlierAttempt);
-        }
-        // No task of that attempt has gone out.
-        Some(a) if a > r.attempt() => return Decision::ignored(IgnoreReason::OutOfOrder),
-        _ => {}
-    }
-    if let StepOutcome::Failed { retryable, .. } = outcome {
-        // The same failure again, under an id a failed attempt already took (its `applied` line
-        // may have been trimmed since): one failure is never two attempts (found by review).
-        if r.attempts.iter().any(|a| a.input == *id && a.source == source) {
-            return Decision::new(Outcome::Duplicate);
-        }
-        // While the next attempt's task may not be out yet, a failure that does not name it is
-        // the failed attempt's, said again (found by the simulation: it used up an attempt that
-        // never ran); one that names it came from its task, published before its mark (found by
-        // review). A failure that says no attempt can succeed still ends the step.
-        if r.next_attempt_at.is_some() && *retryable && attempt != Some(r.attempt()) {
-            return Decision::ignored(IgnoreReason::EarlierAttempt);
-        }
+    if let Some(refused) =
+        attempt_gate((&r.attempts, r.next_attempt_at.is_some()), (id, source), attempt, outcome)
+    {
+        return refused;
     }
     let Some(token) = r.token.clone() else {
         // A waiting record always has a token; without one nothing can be resumed.
         return Decision::ignored(IgnoreReason::OutOfOrder);
     };
     merge_input(plan, r, (id, source), hash, step, (outcome, data), token, now)
+}
+
+/// What becomes of an input for a step or branch with `failed` attempts (and `backoff`: its
+/// next attempt's task may not be out yet) that names `attempt` (or none), before it is merged:
+/// `None` when it may be.
+fn attempt_gate(
+    (failed, backoff): (&[FailedAttempt], bool),
+    (id, source): (&EventId, Source),
+    attempt: Option<u32>,
+    outcome: &StepOutcome,
+) -> Option<Decision> {
+    let running = running_attempt(failed);
+    let earlier_applies = crate::mutants::active(crate::mutants::Mutation::EarlierAttemptApplied);
+    match attempt {
+        // An attempt that failed: only the running one can complete the step.
+        Some(a) if a < running && !earlier_applies => {
+            return Some(Decision::ignored(IgnoreReason::EarlierAttempt));
+        }
+        // No task of that attempt has gone out.
+        Some(a) if a > running => return Some(Decision::ignored(IgnoreReason::OutOfOrder)),
+        _ => {}
+    }
+    let StepOutcome::Failed { retryable, .. } = outcome else { return None };
+    // The same failure again, under an id a failed attempt already took (its `applied` line may
+    // have been trimmed since): one failure is never two attempts (found by review).
+    if failed.iter().any(|a| a.input == *id && a.source == source) {
+        return Some(Decision::new(Outcome::Duplicate));
+    }
+    // While the next attempt's task may not be out yet, a failure that does not name it is the
+    // failed attempt's, said again (found by the simulation: it used up an attempt that never
+    // ran); one that names it came from its task, published before its mark (found by review).
+    // A failure that says no attempt can succeed still ends the step.
+    (backoff && *retryable && attempt != Some(running))
+        .then(|| Decision::ignored(IgnoreReason::EarlierAttempt))
 }
 
 /// An input with this id applied to this step before, or to any step of an earlier generation
@@ -1505,17 +1568,10 @@ fn merge_input(
     }
     match outcome {
         StepOutcome::Failed { error, cause, retryable } => {
-            let retryable =
-                *retryable || crate::mutants::active(crate::mutants::Mutation::NonRetryableRetried);
-            if retryable && let Some(due) = next_attempt_due(plan, r, step, now) {
-                to.attempts.push(FailedAttempt {
-                    attempt: r.attempt(),
-                    error: error.clone(),
-                    cause: cause.chars().take(MAX_ATTEMPT_CAUSE_CHARS).collect(),
-                    input: id.clone(),
-                    source,
-                    at: now,
-                });
+            if may_retry(*retryable)
+                && let Some(due) = next_attempt_due(plan, step, r.attempt(), r.deadline, now)
+            {
+                to.attempts.push(FailedAttempt::new(r.attempt(), (error, cause), (id, source), now));
                 // Each attempt gathers its own inputs.
                 to.inputs = Map::new();
                 to.next_attempt_at = Some(due);
@@ -1545,13 +1601,24 @@ fn merge_input(
     }
 }
 
-/// When the next attempt of `step` is due, after the running one failed: `None` when the step
+/// Whether a failure the sender calls `retryable` (or not) may be retried.
+fn may_retry(retryable: bool) -> bool {
+    retryable || crate::mutants::active(crate::mutants::Mutation::NonRetryableRetried)
+}
+
+/// When the next attempt of `step` is due, after attempt `running` failed: `None` when the step
 /// has no `retry`, no attempt is left, or the next one could not start before the step's
-/// deadline (which covers every attempt).
-fn next_attempt_due(plan: &Plan, r: &Record, step: u32, now: OffsetDateTime) -> Option<OffsetDateTime> {
+/// `deadline` (which covers every attempt).
+fn next_attempt_due(
+    plan: &Plan,
+    step: u32,
+    running: u32,
+    deadline: Option<OffsetDateTime>,
+    now: OffsetDateTime,
+) -> Option<OffsetDateTime> {
     let policy = plan.retry_of(step)?;
     let unbounded = crate::mutants::active(crate::mutants::Mutation::RetryUnbounded);
-    let next = r.attempt().checked_add(1).filter(|n| *n <= policy.retry.attempts || unbounded)?;
+    let next = running.checked_add(1).filter(|n| *n <= policy.retry.attempts || unbounded)?;
     let wait = time::Duration::try_from(policy.retry.wait_before(next, policy.timeout)).ok()?;
     let wait = if crate::mutants::active(crate::mutants::Mutation::RetryWithoutBackoff) {
         time::Duration::ZERO
@@ -1559,19 +1626,33 @@ fn next_attempt_due(plan: &Plan, r: &Record, step: u32, now: OffsetDateTime) -> 
         wait
     };
     let due = now + wait;
-    r.deadline.is_none_or(|deadline| due < deadline).then_some(due)
+    deadline.is_none_or(|deadline| due < deadline).then_some(due)
 }
 
-/// The next attempt's task goes out once its backoff has passed: published, then marked.
-fn open_next_attempt(r: &Record, now: OffsetDateTime) -> Option<Decision> {
-    let (State::Waiting { step }, Some(due)) = (r.state, r.next_attempt_at) else { return None };
-    let (generation, attempt) = (r.generation, r.attempt());
-    // A sweep late past the step's deadline opens nothing: Step Functions has timed it out.
-    (due <= now && r.deadline.is_none_or(|deadline| now < deadline)).then(|| {
-        Decision::new(Outcome::Applied)
-            .effect(Effect::CreateTask { generation, step, attempt })
-            .effect(Effect::MarkAttemptOpened { generation, step, attempt })
-    })
+/// The next attempt's task, once its backoff has passed (`due`): published, then marked. A sweep
+/// late past the step's `deadline` opens nothing: Step Functions has timed it out.
+fn open_attempt(
+    (generation, step, attempt): (u32, u32, u32),
+    (due, deadline): (OffsetDateTime, Option<OffsetDateTime>),
+    now: OffsetDateTime,
+) -> Option<[Effect; 2]> {
+    (due <= now && deadline.is_none_or(|deadline| now < deadline)).then_some([
+        Effect::CreateTask { generation, step, attempt },
+        Effect::MarkAttemptOpened { generation, step, attempt },
+    ])
+}
+
+/// Every attempt due of the step the record waits at, or of its group's open branches.
+fn open_due_attempts(r: &Record, now: OffsetDateTime) -> Vec<Effect> {
+    let State::Waiting { step } = r.state else { return Vec::new() };
+    let g = r.generation;
+    let step_due = r.next_attempt_at.map(|due| ((g, step, r.attempt()), (due, r.deadline)));
+    let branches_due = r
+        .branches
+        .iter()
+        .filter(|b| b.is_open())
+        .filter_map(|b| b.next_attempt_at.map(|due| ((g, b.step, b.attempt()), (due, b.deadline))));
+    step_due.into_iter().chain(branches_due).filter_map(|(a, d)| open_attempt(a, d, now)).flatten().collect()
 }
 
 /// The task of `attempt` went out: nothing more is due for it.
@@ -1580,11 +1661,16 @@ fn on_attempt_opened(
     (generation, step, attempt): (u32, u32, u32),
     now: OffsetDateTime,
 ) -> Decision {
-    let due = r.next_attempt_at.is_some() && r.state == (State::Waiting { step });
-    if generation != r.generation || attempt != r.attempt() || !due {
+    let mut to = r.next(r.state, now);
+    let due = match to.branches.iter_mut().find(|b| b.step == step && b.is_open()) {
+        Some(b) if b.attempt() == attempt => b.next_attempt_at.take(),
+        Some(_) => None,
+        None if r.attempt() == attempt && r.state == (State::Waiting { step }) => to.next_attempt_at.take(),
+        None => None,
+    };
+    if generation != r.generation || r.state.kind() != Kind::Waiting || due.is_none() {
         return Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
     }
-    let to = Record { next_attempt_at: None, ..r.next(r.state, now) };
     Decision::new(Outcome::Applied).with_write(Cause::AttemptOpened, Some(r), to)
 }
 
@@ -1685,11 +1771,14 @@ fn on_tick(record: Option<&Record>, now: OffsetDateTime) -> Decision {
         (State::Advancing { .. }, Some(owed), Some(token)) if idle >= resend_after() => {
             Decision::new(Outcome::Applied).effect(resume_effect(token, owed))
         }
-        (State::Waiting { .. }, _, _) if r.next_attempt_at.is_some_and(|due| due <= now) => {
-            open_next_attempt(r, now).unwrap_or(nothing)
-        }
-        (State::Waiting { .. } | State::Advancing { .. }, _, _) if idle >= resend_after() => {
-            group::resend_owed(r).unwrap_or(nothing)
+        (State::Waiting { .. } | State::Advancing { .. }, _, _) => {
+            // A group may have attempts due and resumes owed at once.
+            let mut d = Decision::new(Outcome::Applied);
+            d.effects = open_due_attempts(r, now);
+            if idle >= resend_after() {
+                d.effects.extend(group::resend_owed(r).map(|owed| owed.effects).unwrap_or_default());
+            }
+            if d.effects.is_empty() { nothing } else { d }
         }
         _ => nothing,
     }

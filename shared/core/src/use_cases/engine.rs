@@ -827,7 +827,7 @@ impl Engine {
             attempt,
             previous_error: record
                 .filter(|r| attempt > 1 && r.generation == generation)
-                .and_then(|r| r.attempts.iter().find(|a| a.attempt + 1 == attempt))
+                .and_then(|r| r.failed_attempts(step).iter().find(|a| a.attempt + 1 == attempt))
                 .map(|a| format!("{}: {}", a.error, a.cause)),
         };
         let stored = match self.store.put_task(&task).await? {

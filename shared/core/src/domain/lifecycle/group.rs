@@ -26,8 +26,8 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
 use super::{
-    AppliedInput, Branch, BranchOutcome, Cause, Decision, Effect, IgnoreReason, Kind, Outcome, Plan, Record,
-    Resume, Source, Span, State, StepOutcome, requirements_met, resume_effect,
+    AppliedInput, Branch, BranchOutcome, Cause, Decision, Effect, FailedAttempt, IgnoreReason, Kind, Outcome,
+    Plan, Record, Resume, Source, Span, State, StepOutcome, requirements_met, resume_effect,
 };
 use crate::domain::ids::{EventId, TaskToken};
 use crate::mutants::{Mutation, active as mutant};
@@ -105,7 +105,7 @@ pub(super) fn left(plan: &Plan, r: &Record, step: u32, now: OffsetDateTime) -> O
     let mut settled = r.clone();
     for b in settled.branches.iter_mut().filter(|b| b.is_open()) {
         let missed_deadline = b.deadline.is_none_or(|d| d <= now);
-        b.outcome = Some(if missed_deadline { BranchOutcome::TimedOut } else { BranchOutcome::Failed });
+        b.end(if missed_deadline { BranchOutcome::TimedOut } else { BranchOutcome::Failed });
         if !settled.missed.contains(&b.step) {
             settled.missed.push(b.step);
         }
@@ -134,7 +134,7 @@ pub(super) fn branch_input(
     r: &Record,
     (id, source): (&EventId, Source),
     hash: &str,
-    step: u32,
+    (step, attempt): (u32, Option<u32>),
     (outcome, data): (&StepOutcome, &Map<String, Value>),
     now: OffsetDateTime,
 ) -> Option<Decision> {
@@ -148,7 +148,8 @@ pub(super) fn branch_input(
             Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation: r.generation, step })
         }
         State::Waiting { .. } if b.is_open() => {
-            merge(plan, r, (id, source), hash, step, (outcome, data), now)
+            super::attempt_gate((&b.attempts, b.next_attempt_at.is_some()), (id, source), attempt, outcome)
+                .unwrap_or_else(|| merge(plan, r, (id, source), hash, step, (outcome, data), now))
         }
         _ => Decision::ignored(IgnoreReason::StepAlreadyAdvanced),
     })
@@ -189,7 +190,17 @@ fn merge(
         return refused;
     }
     let owed = match outcome {
-        StepOutcome::Failed { error, cause, .. } => {
+        StepOutcome::Failed { error, cause, retryable } => {
+            let b = &mut to.branches[i];
+            if super::may_retry(*retryable)
+                && let Some(due) = super::next_attempt_due(plan, step, b.attempt(), b.deadline, now)
+            {
+                b.attempts.push(FailedAttempt::new(b.attempt(), (error, cause), (id, source), now));
+                // Each attempt gathers its own inputs.
+                b.inputs = Map::new();
+                b.next_attempt_at = Some(due);
+                return Decision::new(Outcome::Applied).with_write(Cause::AttemptFailed, Some(r), to);
+            }
             Resume::Failure { error: error.clone(), cause: cause.clone() }
         }
         StepOutcome::Succeeded if requirements_met(plan, step, &to.branches[i].inputs) => {
@@ -224,7 +235,7 @@ fn settle(plan: &Plan, to: &mut Record, step: u32, outcome: BranchOutcome) -> Ca
     let planted = mutant(Mutation::OptionalFailsGroup) && to.state.kind() == Kind::Waiting;
     let required = !plan.is_optional(step) || planted;
     if let Some(b) = to.branches.iter_mut().find(|b| b.step == step) {
-        b.outcome = Some(outcome);
+        b.end(outcome);
         if outcome != BranchOutcome::Succeeded {
             b.owed = b.owed.take().filter(|o| matches!(o, Resume::Failure { .. }));
         }
@@ -266,7 +277,7 @@ pub(super) fn close_open_branches(to: &mut Record, timed_out_at: Option<OffsetDa
         let unconfirmed = matches!(b.outcome, Some(BranchOutcome::Succeeded | BranchOutcome::Failed))
             && (b.unconfirmed || b.owed.is_some());
         if b.is_open() || unconfirmed && missed_deadline {
-            b.outcome = Some(if missed_deadline { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
+            b.end(if missed_deadline { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
         }
     }
     if to.state.is_terminal() {

@@ -312,19 +312,22 @@ impl InboxClaim {
 /// When a record is due for the sweeper: its deadline while waiting, else its last update. Its
 /// `due_at` in the `by_due` index. A parallel group that waits is due at its last update while a
 /// branch's resume is owed (the sweeper re-sends it after the grace), else at its earliest open
-/// branch's deadline. A step between attempts is listed when its next attempt is due.
+/// branch's deadline or next attempt. A step between attempts is listed when its next attempt is
+/// due.
 pub fn due_at(record: &Record) -> OffsetDateTime {
+    // The sweeper lists a waiting record a grace after it is due (for a deadline, or a branch's
+    // owed resume): a next attempt is listed on time.
+    let attempt_due = |next: OffsetDateTime| next - crate::limits::RESEND_RESUME_AFTER;
     if let (Kind::Waiting, Some(next)) = (record.state.kind(), record.next_attempt_at) {
-        // The sweeper lists a waiting record a grace after it is due (for a deadline, or a
-        // branch's owed resume): the next attempt is listed on time.
-        return next - crate::limits::RESEND_RESUME_AFTER;
+        return attempt_due(next);
     }
     if record.state.kind() == Kind::Waiting && !record.branches.is_empty() {
         if record.branches.iter().any(|b| b.owed.is_some()) {
             return record.updated_at;
         }
         let open = record.branches.iter().filter(|b| b.is_open());
-        return open.filter_map(|b| b.deadline).min().unwrap_or(record.updated_at);
+        let due = open.flat_map(|b| b.deadline.into_iter().chain(b.next_attempt_at.map(attempt_due)));
+        return due.min().unwrap_or(record.updated_at);
     }
     match (record.state, record.deadline) {
         (State::Waiting { .. }, Some(deadline)) => deadline,

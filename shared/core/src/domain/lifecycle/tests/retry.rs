@@ -155,3 +155,119 @@ fn a_step_without_retry_has_one_attempt() {
     let d = at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0);
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::FailStep));
 }
+
+/// review (0), then the group of fraud (1, `retry: { attempts: 2, backoff: 10m }`) and the
+/// optional address (2, the same retry), then payment (3).
+fn grouped_retried() -> Plan {
+    let retry = crate::domain::config::Retry { attempts: 2, backoff: std::time::Duration::from_secs(600) };
+    let timeout = std::time::Duration::from_secs(2 * 86_400);
+    Plan {
+        groups: vec![Span { first: 1, last: 2 }],
+        optional: vec![2],
+        retries: vec![StepRetry { step: 1, retry, timeout }, StepRetry { step: 2, retry, timeout }],
+        ..plan(&[&["decision"], &["fraud_score"], &["address_ok"], &["payment_ref"]])
+    }
+}
+
+fn branch_input(id: &str, step: u32, outcome: StepOutcome, attempt: Option<u32>) -> Input {
+    with_attempt(callback(id, step, outcome, json!({"fraud_score": 3, "address_ok": true})), attempt)
+}
+
+fn branch_failure(id: &str, step: u32, retryable: bool) -> Input {
+    let outcome = StepOutcome::Failed { error: "Rejected".into(), cause: "said no".into(), retryable };
+    branch_input(id, step, outcome, None)
+}
+
+/// The record at the group, both branches reached.
+fn at_retried_group(p: &Plan) -> Record {
+    let r = waiting(p);
+    let r = after(&at(p, Some(&r), &success("cb-review", None), T0));
+    ready(p, &ready(p, &r, 1, "t1"), 2, "t2")
+}
+
+fn branch(r: &Record, step: u32) -> &Branch {
+    r.branches.iter().find(|b| b.step == step).expect("the branch")
+}
+
+#[test]
+fn a_branchs_failed_attempt_waits_its_backoff_while_its_siblings_go_on() {
+    let p = grouped_retried();
+    let r = at_retried_group(&p);
+    let d = at(&p, Some(&r), &branch_failure("cb-f1", 1, true), T0);
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::AttemptFailed));
+    assert!(d.effects.is_empty(), "no resume: the branch's token keeps waiting: {:?}", d.effects);
+    let r = after(&d);
+    let fraud = branch(&r, 1);
+    assert_eq!(
+        (fraud.is_open(), fraud.attempt(), fraud.next_attempt_at),
+        (true, 2, Some(T0 + Duration::minutes(10)))
+    );
+    assert_eq!((r.attempts.len(), r.next_attempt_at), (0, None), "the record's own attempts are a step's");
+    assert_eq!(r.failed_attempts(1)[0].error, "Rejected");
+    assert_eq!(
+        crate::ports::store::due_at(&r),
+        T0 + Duration::minutes(10) - crate::limits::RESEND_RESUME_AFTER
+    );
+    // The sibling is untouched, and completes on its own.
+    let ok = StepOutcome::Succeeded;
+    let r = after(&at(&p, Some(&r), &branch_input("cb-a1", 2, ok, None), T0 + Duration::minutes(1)));
+    assert_eq!(
+        (branch(&r, 2).outcome, r.state),
+        (Some(BranchOutcome::Succeeded), State::Waiting { step: 1 })
+    );
+    // Not before its backoff; then the branch's second task goes out, and is marked.
+    assert!(
+        at(&p, Some(&r), &Input::Tick, T0 + Duration::minutes(9))
+            .effects
+            .iter()
+            .all(|e| !matches!(e, Effect::CreateTask { .. }))
+    );
+    let due = T0 + Duration::minutes(10);
+    let d = at(&p, Some(&r), &Input::Tick, due);
+    let opened = [
+        Effect::CreateTask { generation: 1, step: 1, attempt: 2 },
+        Effect::MarkAttemptOpened { generation: 1, step: 1, attempt: 2 },
+    ];
+    assert!(d.effects.starts_with(&opened), "{:?}", d.effects);
+    let mark = Input::AttemptOpened { generation: 1, step: 1, attempt: 2 };
+    let r = after(&at(&p, Some(&r), &mark, due));
+    assert_eq!(branch(&r, 1).next_attempt_at, None);
+    assert_eq!(at(&p, Some(&r), &mark, due).outcome, Outcome::Ignored(IgnoreReason::NothingOwed));
+    // A late success for attempt 1 is ignored; the second attempt's own completes the group.
+    let late = at(&p, Some(&r), &branch_input("cb-late", 1, StepOutcome::Succeeded, Some(1)), due);
+    assert_eq!(late.outcome, Outcome::Ignored(IgnoreReason::EarlierAttempt));
+    let d = at(&p, Some(&r), &branch_input("cb-f2", 1, StepOutcome::Succeeded, Some(2)), due);
+    assert_eq!(d.transition(), Some((Some(State::Waiting { step: 1 }), State::Advancing { step: 1 })));
+}
+
+#[test]
+fn a_branchs_last_attempt_or_a_non_retryable_failure_ends_it_as_without_retry() {
+    let p = grouped_retried();
+    // Not retryable: the required branch fails the group at once.
+    let d = at(&p, Some(&at_retried_group(&p)), &branch_failure("cb-f1", 1, false), T0);
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::FailStep));
+    assert_eq!(branch(&after(&d), 1).outcome, Some(BranchOutcome::Failed));
+    // The optional branch's last attempt: it is missed, and the group goes on.
+    let r = after(&at(&p, Some(&at_retried_group(&p)), &branch_failure("cb-a1", 2, true), T0));
+    let due = branch(&r, 2).next_attempt_at.expect("a second attempt");
+    let r = after(&at(&p, Some(&r), &Input::AttemptOpened { generation: 1, step: 2, attempt: 2 }, due));
+    let d = at(&p, Some(&r), &branch_failure("cb-a2", 2, true), due);
+    let r = after(&d);
+    assert_eq!((branch(&r, 2).outcome, r.missed.as_slice()), (Some(BranchOutcome::Failed), &[2][..]));
+    assert_eq!(branch(&r, 2).attempts.len(), 1);
+}
+
+#[test]
+fn a_group_that_fails_while_a_branch_waits_out_its_backoff_opens_no_attempt() {
+    let p = grouped_retried();
+    // The optional address in its backoff; then the required fraud fails for good.
+    let r = after(&at(&p, Some(&at_retried_group(&p)), &branch_failure("cb-a1", 2, true), T0));
+    let r = after(&at(&p, Some(&r), &branch_failure("cb-f1", 1, false), T0));
+    assert_eq!((branch(&r, 2).outcome, branch(&r, 2).next_attempt_at), (Some(BranchOutcome::Closed), None));
+    let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1));
+    assert!(!d.effects.iter().any(|e| matches!(e, Effect::CreateTask { .. })), "{:?}", d.effects);
+    // Nor does a sweep past the branch's deadline.
+    let r = after(&at(&p, Some(&at_retried_group(&p)), &branch_failure("cb-a1", 2, true), T0));
+    let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::days(3));
+    assert!(!d.effects.iter().any(|e| matches!(e, Effect::CreateTask { .. })), "{:?}", d.effects);
+}
