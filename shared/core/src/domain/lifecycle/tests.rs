@@ -955,3 +955,4 @@ mod group;
 mod group_races;
 mod retry;
 mod retry_attack;
+mod branch_retry_attack;
