@@ -80,14 +80,19 @@ async fn fail_attempt(system: &System, key: &str, n: u32) {
         .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_that_fails_twice_and_then_succeeds_moves_on() {
-    let system = start_system(CONFIG).await;
-    let key = "k-twice";
+/// Starts the workflow for `key` and waits for its review step.
+async fn waiting_on_review(system: &System, key: &str) {
     system.send_event(&order_placed(key)).await;
     system
         .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_that_fails_twice_and_then_succeeds_moves_on() {
+    let system = start_system(CONFIG).await;
+    let key = "k-twice";
+    waiting_on_review(&system, key).await;
     fail_attempt(&system, key, 1).await;
     fail_attempt(&system, key, 2).await;
     system.answered("k-twice-ok", review(key, "succeeded", Some(3)), (200, "applied")).await;
@@ -111,10 +116,7 @@ async fn a_step_that_fails_twice_and_then_succeeds_moves_on() {
 async fn a_step_that_fails_on_every_attempt_fails_the_workflow() {
     let system = start_system(CONFIG).await;
     let key = "k-never";
-    system.send_event(&order_placed(key)).await;
-    system
-        .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
-        .await;
+    waiting_on_review(&system, key).await;
     fail_attempt(&system, key, 1).await;
     fail_attempt(&system, key, 2).await;
     let last = system.answered("k-never-fail-3", review(key, "failed", Some(3)), (200, "applied")).await;
@@ -130,10 +132,7 @@ async fn a_step_that_fails_on_every_attempt_fails_the_workflow() {
 async fn a_failure_marked_not_retryable_fails_the_step_at_once() {
     let system = start_system(CONFIG).await;
     let key = "k-final";
-    system.send_event(&order_placed(key)).await;
-    system
-        .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
-        .await;
+    waiting_on_review(&system, key).await;
     let mut body = review(key, "failed", None);
     body["retryable"] = json!(false);
     system.answered("k-final-fail", body, (200, "applied")).await;
@@ -149,10 +148,7 @@ async fn a_failure_marked_not_retryable_fails_the_step_at_once() {
 async fn a_late_callback_for_attempt_one_during_attempt_two_is_ignored_and_ledgered() {
     let system = start_system(CONFIG).await;
     let key = "k-late";
-    system.send_event(&order_placed(key)).await;
-    system
-        .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
-        .await;
+    waiting_on_review(&system, key).await;
     fail_attempt(&system, key, 1).await;
     // Attempt 1's worker answers late, as if it had succeeded after all.
     let late = system.answered("k-late-ok-1", review(key, "succeeded", Some(1)), (200, "ignored")).await;
@@ -224,10 +220,7 @@ fn fraud_branch(r: &Record) -> &baton_core::domain::lifecycle::Branch {
 async fn a_parallel_branch_that_fails_once_retries_on_its_own_while_its_sibling_goes_on() {
     let system = start_system(GROUP_CONFIG).await;
     let key = "k-branch";
-    system.send_event(&order_placed(key)).await;
-    system
-        .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
-        .await;
+    waiting_on_review(&system, key).await;
     let review = json!({"workflow": "order-review", "key": key, "step": "manual-review", "outcome": "succeeded",
         "data": {"decision": "approve"}});
     system.answered("k-branch-review", review, (200, "applied")).await;

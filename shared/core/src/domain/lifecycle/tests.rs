@@ -951,8 +951,8 @@ fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
     assert!(!backwards.follows(Some(&pending)), "pending -> waiting is no restart");
 }
 
+mod branch_retry_attack;
 mod group;
 mod group_races;
 mod retry;
 mod retry_attack;
-mod branch_retry_attack;
