@@ -1418,8 +1418,7 @@ fn on_step_input(
     if let Some(elsewhere) = not_the_waiting_step(r, step) {
         return elsewhere;
     }
-    if let Some(refused) =
-        attempt_gate((&r.attempts, r.next_attempt_at.is_some()), (id, source), attempt, outcome)
+    if let Some(refused) = attempt_gate((&r.attempts, r.next_attempt_at), (id, source), attempt, outcome, now)
     {
         return refused;
     }
@@ -1430,26 +1429,33 @@ fn on_step_input(
     merge_input(plan, r, (id, source), hash, step, (outcome, data), token, now)
 }
 
-/// What becomes of an input for a step or branch with `failed` attempts (and `backoff`: its
-/// next attempt's task may not be out yet) that names `attempt` (or none), before it is merged:
-/// `None` when it may be.
+/// What becomes of an input for a step or branch with `failed` attempts (and, during a backoff,
+/// its next attempt due at `next_at`: its task may not be out yet) that names `attempt` (or
+/// none), before it is merged: `None` when it may be.
 fn attempt_gate(
-    (failed, backoff): (&[FailedAttempt], bool),
+    (failed, next_at): (&[FailedAttempt], Option<OffsetDateTime>),
     (id, source): (&EventId, Source),
     attempt: Option<u32>,
     outcome: &StepOutcome,
+    now: OffsetDateTime,
 ) -> Option<Decision> {
     let running = running_attempt(failed);
     let earlier_applies = crate::mutants::active(crate::mutants::Mutation::EarlierAttemptApplied);
+    // The next attempt's task goes out once it is due, not before (found by review: a failure
+    // naming it before then used it up, and its task was never published).
+    let unpublished = next_at.is_some_and(|due| now < due);
     match attempt {
         // An attempt that failed: only the running one can complete the step.
         Some(a) if a < running && !earlier_applies => {
             return Some(Decision::ignored(IgnoreReason::EarlierAttempt));
         }
         // No task of that attempt has gone out.
-        Some(a) if a > running => return Some(Decision::ignored(IgnoreReason::OutOfOrder)),
+        Some(a) if a > running || a == running && unpublished => {
+            return Some(Decision::ignored(IgnoreReason::OutOfOrder));
+        }
         _ => {}
     }
+    let backoff = next_at.is_some();
     let StepOutcome::Failed { retryable, .. } = outcome else { return None };
     // The same failure again, under an id a failed attempt already took (its `applied` line may
     // have been trimmed since): one failure is never two attempts (found by review).
@@ -1556,8 +1562,12 @@ fn merge_input(
     now: OffsetDateTime,
 ) -> Decision {
     let mut to = r.next(r.state, now);
-    for (k, v) in data {
-        to.inputs.insert(k.clone(), v.clone());
+    let retry = retry_due(plan, (step, r.attempt(), r.deadline), outcome, now);
+    if retry.is_some() {
+        // Each attempt gathers its own inputs: the failed one's are dropped, its data with them.
+        to.inputs = Map::new();
+    } else {
+        to.inputs.extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
     // The record is one DynamoDB item (400 KB), holding the step's inputs twice once the resume
     // is owed: inputs that could not be written would leave the step unable ever to advance
@@ -1567,13 +1577,9 @@ fn merge_input(
         return refused;
     }
     match outcome {
-        StepOutcome::Failed { error, cause, retryable } => {
-            if may_retry(*retryable)
-                && let Some(due) = next_attempt_due(plan, step, r.attempt(), r.deadline, now)
-            {
+        StepOutcome::Failed { error, cause, .. } => {
+            if let Some(due) = retry {
                 to.attempts.push(FailedAttempt::new(r.attempt(), (error, cause), (id, source), now));
-                // Each attempt gathers its own inputs.
-                to.inputs = Map::new();
                 to.next_attempt_at = Some(due);
                 return Decision::new(Outcome::Applied).with_write(Cause::AttemptFailed, Some(r), to);
             }
@@ -1601,9 +1607,18 @@ fn merge_input(
     }
 }
 
-/// Whether a failure the sender calls `retryable` (or not) may be retried.
-fn may_retry(retryable: bool) -> bool {
-    retryable || crate::mutants::active(crate::mutants::Mutation::NonRetryableRetried)
+/// When the next attempt is due if `outcome` fails attempt `running` of `step` (whose deadline
+/// is `deadline`), a failure that may be retried with an attempt left: `None` when the outcome
+/// ends the step (or is no failure).
+fn retry_due(
+    plan: &Plan,
+    (step, running, deadline): (u32, u32, Option<OffsetDateTime>),
+    outcome: &StepOutcome,
+    now: OffsetDateTime,
+) -> Option<OffsetDateTime> {
+    let StepOutcome::Failed { retryable, .. } = outcome else { return None };
+    let may_retry = *retryable || crate::mutants::active(crate::mutants::Mutation::NonRetryableRetried);
+    may_retry.then(|| next_attempt_due(plan, step, running, deadline, now)).flatten()
 }
 
 /// When the next attempt of `step` is due, after attempt `running` failed: `None` when the step

@@ -148,7 +148,7 @@ pub(super) fn branch_input(
             Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation: r.generation, step })
         }
         State::Waiting { .. } if b.is_open() => {
-            super::attempt_gate((&b.attempts, b.next_attempt_at.is_some()), (id, source), attempt, outcome)
+            super::attempt_gate((&b.attempts, b.next_attempt_at), (id, source), attempt, outcome, now)
                 .unwrap_or_else(|| merge(plan, r, (id, source), hash, step, (outcome, data), now))
         }
         _ => Decision::ignored(IgnoreReason::StepAlreadyAdvanced),
@@ -173,7 +173,14 @@ fn merge(
     let Some(token) = to.branches[i].token.clone() else {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     };
-    to.branches[i].inputs.extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let b = &to.branches[i];
+    let retry = super::retry_due(plan, (step, b.attempt(), b.deadline), outcome, now);
+    if retry.is_some() {
+        // Each attempt gathers its own inputs: the failed one's are dropped, its data with them.
+        to.branches[i].inputs = Map::new();
+    } else {
+        to.branches[i].inputs.extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
     if mutant(Mutation::SiblingMerge) {
         for b in to.branches.iter_mut().filter(|b| b.is_open() && b.step != step) {
             b.inputs.extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -190,14 +197,10 @@ fn merge(
         return refused;
     }
     let owed = match outcome {
-        StepOutcome::Failed { error, cause, retryable } => {
-            let b = &mut to.branches[i];
-            if super::may_retry(*retryable)
-                && let Some(due) = super::next_attempt_due(plan, step, b.attempt(), b.deadline, now)
-            {
+        StepOutcome::Failed { error, cause, .. } => {
+            if let Some(due) = retry {
+                let b = &mut to.branches[i];
                 b.attempts.push(FailedAttempt::new(b.attempt(), (error, cause), (id, source), now));
-                // Each attempt gathers its own inputs.
-                b.inputs = Map::new();
                 b.next_attempt_at = Some(due);
                 return Decision::new(Outcome::Applied).with_write(Cause::AttemptFailed, Some(r), to);
             }

@@ -322,12 +322,14 @@ pub fn due_at(record: &Record) -> OffsetDateTime {
         return attempt_due(next);
     }
     if record.state.kind() == Kind::Waiting && !record.branches.is_empty() {
+        let open = || record.branches.iter().filter(|b| b.is_open());
+        let attempts = open().filter_map(|b| b.next_attempt_at.map(attempt_due));
+        // An owed resume is due at once, and does not hold back a sibling's attempt (found by
+        // review: each write while the resume stayed owed put the attempt off again).
         if record.branches.iter().any(|b| b.owed.is_some()) {
-            return record.updated_at;
+            return attempts.fold(record.updated_at, OffsetDateTime::min);
         }
-        let open = record.branches.iter().filter(|b| b.is_open());
-        let due = open.flat_map(|b| b.deadline.into_iter().chain(b.next_attempt_at.map(attempt_due)));
-        return due.min().unwrap_or(record.updated_at);
+        return attempts.chain(open().filter_map(|b| b.deadline)).min().unwrap_or(record.updated_at);
     }
     match (record.state, record.deadline) {
         (State::Waiting { .. }, Some(deadline)) => deadline,
