@@ -254,7 +254,7 @@ pub fn run(scale: Scale) -> Report {
             };
             let to = write.to;
             let kind = to.state.kind();
-            let due_at = baton_core::ports::store::due_at(&to);
+            let due_at = to.due_at();
             let partition = intern(due_kind(&format!("record#{kind}"), &pk, scale.shards));
             // An index entry moved (its key changed) is a delete and a put; a new one, a put.
             if let Some((old, _)) = entry {

@@ -58,7 +58,7 @@ use baton_core::ports::store::{
     InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, StoreError, Task, Trace,
     WorkflowStore, condition_for,
 };
-use baton_core::ports::store::{ItemSizes, due_at, sort_trace};
+use baton_core::ports::store::{ItemSizes, sort_trace};
 
 /// A DynamoDB item, as the SDK holds it.
 pub type Item = HashMap<String, AttributeValue>;
@@ -865,7 +865,7 @@ fn record_item(r: &Record, layout: Layout) -> Item {
             "due_kind".into(),
             s(&due_kind(&format!("record#{}", r.state.kind()), &pk(&r.workflow, &r.key), shards)),
         ),
-        ("due_at".into(), s(&ts(due_at(r)))),
+        ("due_at".into(), s(&ts(r.due_at()))),
     ]);
     if let Some(step) = r.state.step() {
         item.insert("step".into(), n(step));

@@ -696,6 +696,34 @@ impl Record {
         running_attempt(&self.attempts)
     }
 
+    /// When the record is due for the sweeper (its `due_at` in the store's `by_due` index): its
+    /// deadline while waiting, else its last update. A parallel group that waits is due at its
+    /// last update while a branch's resume is owed (the sweeper re-sends it after the grace),
+    /// else at its earliest open branch's deadline or next attempt. A step between attempts is
+    /// listed when its next attempt is due.
+    pub fn due_at(&self) -> OffsetDateTime {
+        // The sweeper lists a waiting record a grace after it is due (for a deadline, or a branch's
+        // owed resume): a next attempt is listed on time.
+        let attempt_due = |next: OffsetDateTime| next - crate::limits::RESEND_RESUME_AFTER;
+        if let (Kind::Waiting, Some(next)) = (self.state.kind(), self.next_attempt_at) {
+            return attempt_due(next);
+        }
+        if self.state.kind() == Kind::Waiting && !self.branches.is_empty() {
+            let open = || self.branches.iter().filter(|b| b.is_open());
+            let attempts = open().filter_map(|b| b.next_attempt_at.map(attempt_due));
+            // An owed resume is due at once, and does not hold back a sibling's attempt (found by
+            // review: each write while the resume stayed owed put the attempt off again).
+            if self.branches.iter().any(|b| b.owed.is_some()) {
+                return attempts.fold(self.updated_at, OffsetDateTime::min);
+            }
+            return attempts.chain(open().filter_map(|b| b.deadline)).min().unwrap_or(self.updated_at);
+        }
+        match (self.state, self.deadline) {
+            (State::Waiting { .. }, Some(deadline)) => deadline,
+            _ => self.updated_at,
+        }
+    }
+
     /// The failed attempts of `step`: a branch's own, when it is a branch of the group the
     /// record is at; the record's, when it is the step the record is at; else none.
     pub fn failed_attempts(&self, step: u32) -> &[FailedAttempt] {

@@ -28,8 +28,7 @@ use time::OffsetDateTime;
 use super::limits::{self, MAX_ITEM_BYTES, RECORD_SK};
 use super::{
     Applied, Claim, Count, Hold, InboxClaim, InboxEntry, InboxStatus, ItemSizes, LedgerEntry, Receipt,
-    ReceiptStatus, RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for, due_at,
-    sort_trace,
+    ReceiptStatus, RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for, sort_trace,
 };
 use crate::domain::ids::{CorrelationKey, WorkflowName};
 use crate::domain::lifecycle::{IgnoreReason, Kind, Record};
@@ -483,8 +482,8 @@ impl WorkflowStore for MemoryStore {
     }
 
     async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
-        let mut due = self.lock().indexed_records(|r| r.state.kind() == kind && due_at(r) <= before);
-        due.sort_by_key(due_at);
+        let mut due = self.lock().indexed_records(|r| r.state.kind() == kind && r.due_at() <= before);
+        due.sort_by_key(Record::due_at);
         due.truncate(limit);
         Ok(due)
     }

@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 
 use crate::domain::error::Classified;
 use crate::domain::ids::{CorrelationKey, EventId, WorkflowName};
-use crate::domain::lifecycle::{Cause, IgnoreReason, Kind, Record, Source, State, Write, allowed_prior};
+use crate::domain::lifecycle::{Cause, IgnoreReason, Kind, Record, Source, Write, allowed_prior};
 
 pub mod compact;
 pub mod limits;
@@ -306,34 +306,6 @@ impl InboxClaim {
             }
             (Claim::Exists(e), claim) => e.status == claim.to(),
         }
-    }
-}
-
-/// When a record is due for the sweeper: its deadline while waiting, else its last update. Its
-/// `due_at` in the `by_due` index. A parallel group that waits is due at its last update while a
-/// branch's resume is owed (the sweeper re-sends it after the grace), else at its earliest open
-/// branch's deadline or next attempt. A step between attempts is listed when its next attempt is
-/// due.
-pub fn due_at(record: &Record) -> OffsetDateTime {
-    // The sweeper lists a waiting record a grace after it is due (for a deadline, or a branch's
-    // owed resume): a next attempt is listed on time.
-    let attempt_due = |next: OffsetDateTime| next - crate::limits::RESEND_RESUME_AFTER;
-    if let (Kind::Waiting, Some(next)) = (record.state.kind(), record.next_attempt_at) {
-        return attempt_due(next);
-    }
-    if record.state.kind() == Kind::Waiting && !record.branches.is_empty() {
-        let open = || record.branches.iter().filter(|b| b.is_open());
-        let attempts = open().filter_map(|b| b.next_attempt_at.map(attempt_due));
-        // An owed resume is due at once, and does not hold back a sibling's attempt (found by
-        // review: each write while the resume stayed owed put the attempt off again).
-        if record.branches.iter().any(|b| b.owed.is_some()) {
-            return attempts.fold(record.updated_at, OffsetDateTime::min);
-        }
-        return attempts.chain(open().filter_map(|b| b.deadline)).min().unwrap_or(record.updated_at);
-    }
-    match (record.state, record.deadline) {
-        (State::Waiting { .. }, Some(deadline)) => deadline,
-        _ => record.updated_at,
     }
 }
 

@@ -162,14 +162,14 @@ fn a_branchs_due_attempt_is_listed_on_time_while_a_siblings_resume_is_owed() {
     let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-f1", 1, true, None), T0));
     let due2 = br(&r, 1).next_attempt_at.unwrap();
     let grace = crate::limits::RESEND_RESUME_AFTER;
-    assert_eq!(crate::ports::store::due_at(&r), due2 - grace);
+    assert_eq!(r.due_at(), due2 - grace);
     let r = after(&at(&p, Some(&r), &bok("cb-a1", 2, None), due2 - Duration::seconds(10)));
     assert!(br(&r, 2).owed.is_some());
     assert!(
-        crate::ports::store::due_at(&r) <= due2 - grace,
+        r.due_at() <= due2 - grace,
         "listed only from {} (due_at {}), attempt 2 due at {due2}",
-        crate::ports::store::due_at(&r) + grace,
-        crate::ports::store::due_at(&r)
+        r.due_at() + grace,
+        r.due_at()
     );
 }
 
@@ -233,7 +233,7 @@ fn held_a_tick_with_two_branches_due_opens_both_and_each_mark_clears_its_own() {
     let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-f1", 1, true, None), T0));
     let r = after(&at(&p, Some(&r), &bfail("cb-a1", 2, true, None), T0));
     let due = T0 + Duration::minutes(10);
-    assert_eq!(crate::ports::store::due_at(&r), due - crate::limits::RESEND_RESUME_AFTER);
+    assert_eq!(r.due_at(), due - crate::limits::RESEND_RESUME_AFTER);
     let tick = at(&p, Some(&r), &Input::Tick, due);
     assert_eq!(
         tick.effects,
@@ -246,12 +246,12 @@ fn held_a_tick_with_two_branches_due_opens_both_and_each_mark_clears_its_own() {
     );
     let r = after(&at(&p, Some(&r), &opened(1, 2, 2), due));
     assert_eq!((br(&r, 1).next_attempt_at, br(&r, 2).next_attempt_at), (Some(due), None));
-    assert_eq!(crate::ports::store::due_at(&r), due - crate::limits::RESEND_RESUME_AFTER);
+    assert_eq!(r.due_at(), due - crate::limits::RESEND_RESUME_AFTER);
     assert_eq!(create_tasks(&at(&p, Some(&r), &Input::Tick, due)), [(1, 1, 2)]);
     let r = after(&at(&p, Some(&r), &opened(1, 1, 2), due));
     assert_eq!((br(&r, 1).next_attempt_at, br(&r, 2).next_attempt_at), (None, None));
     assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, due + Duration::hours(1))).is_empty());
-    assert_eq!(crate::ports::store::due_at(&r), T0 + Duration::days(2));
+    assert_eq!(r.due_at(), T0 + Duration::days(2));
 }
 
 /// Invariant 9: a branch's next attempt lists the record on time even while a sibling's resume is
@@ -262,10 +262,10 @@ fn held_the_sweeper_lists_a_group_when_any_open_branchs_attempt_is_due() {
     let grace = crate::limits::RESEND_RESUME_AFTER;
     let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-f1", 1, true, None), T0));
     let r = after(&at(&p, Some(&r), &bfail("cb-a1", 2, true, None), T0 + Duration::minutes(3)));
-    assert_eq!(crate::ports::store::due_at(&r), T0 + Duration::minutes(10) - grace);
+    assert_eq!(r.due_at(), T0 + Duration::minutes(10) - grace);
     // The optional address succeeds: its resume is owed, so the record is due at once.
     let r2 = after(&at(&p, Some(&r), &bok("cb-a2", 2, None), T0 + Duration::minutes(4)));
-    assert!(crate::ports::store::due_at(&r2) <= T0 + Duration::minutes(10) - grace);
+    assert!(r2.due_at() <= T0 + Duration::minutes(10) - grace);
     let tick = at(&p, Some(&r2), &Input::Tick, T0 + Duration::minutes(10));
     assert_eq!(create_tasks(&tick), [(1, 1, 2)]);
 }
@@ -715,7 +715,7 @@ impl Walk {
             for b in to.branches.iter().filter(|b| b.is_open()) {
                 if let Some(next) = b.next_attempt_at {
                     assert!(
-                        crate::ports::store::due_at(to) + crate::limits::RESEND_RESUME_AFTER <= next,
+                        to.due_at() + crate::limits::RESEND_RESUME_AFTER <= next,
                         "not listed by {next}: {to:?}"
                     );
                 }

@@ -204,10 +204,7 @@ fn a_branchs_failed_attempt_waits_its_backoff_while_its_siblings_go_on() {
     );
     assert_eq!((r.attempts.len(), r.next_attempt_at), (0, None), "the record's own attempts are a step's");
     assert_eq!(r.failed_attempts(1)[0].error, "Rejected");
-    assert_eq!(
-        crate::ports::store::due_at(&r),
-        T0 + Duration::minutes(10) - crate::limits::RESEND_RESUME_AFTER
-    );
+    assert_eq!(r.due_at(), T0 + Duration::minutes(10) - crate::limits::RESEND_RESUME_AFTER);
     // The sibling is untouched, and completes on its own.
     let ok = StepOutcome::Succeeded;
     let r = after(&at(&p, Some(&r), &branch_input("cb-a1", 2, ok, None), T0 + Duration::minutes(1)));
