@@ -49,6 +49,11 @@ fn cb(key: &str, step: &str, outcome: &str, data: Value) -> Value {
     json!({"workflow": "order-review", "key": key, "step": step, "outcome": outcome, "data": data})
 }
 
+/// Sends the callback and checks it was applied (200 `applied`); returns the answer.
+async fn applied(system: &System, id: &str, body: Value) -> Value {
+    system.answered(id, body, (200, "applied")).await
+}
+
 fn branch(r: &Record, step: u32) -> (Option<BranchOutcome>, bool) {
     let b = r.branches.iter().find(|b| b.step == step).expect("the branch");
     (b.outcome, b.token.is_some())
@@ -60,13 +65,12 @@ async fn at_group(system: &System, key: &str) -> Record {
     system
         .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
         .await;
-    system
-        .answered(
-            &format!("{key}-review"),
-            cb(key, "manual-review", "succeeded", json!({"decision": "ok"})),
-            (200, "applied"),
-        )
-        .await;
+    applied(
+        system,
+        &format!("{key}-review"),
+        cb(key, "manual-review", "succeeded", json!({"decision": "ok"})),
+    )
+    .await;
     system
         .record_until("order-review", key, "every branch reached", |r| {
             r.state == State::Waiting { step: 1 } && r.branches.iter().all(|b| b.token.is_some())
@@ -85,13 +89,8 @@ async fn every_branch_succeeds_and_the_workflow_moves_on_once() {
     steps.sort_unstable();
     assert_eq!(steps, ["credit-check", "fraud-check"], "{tasks:#?}");
 
-    let answer = system
-        .answered(
-            "k-all-fraud",
-            cb(key, "fraud-check", "succeeded", json!({"fraud_score": 2})),
-            (200, "applied"),
-        )
-        .await;
+    let answer =
+        applied(&system, "k-all-fraud", cb(key, "fraud-check", "succeeded", json!({"fraud_score": 2}))).await;
     assert_eq!(answer["state"], "waiting{1}", "the group waits for its other branches: {answer}");
     let r = system.record("order-review", key).await.unwrap();
     // A branch's input moves no sibling.
@@ -99,30 +98,13 @@ async fn every_branch_succeeds_and_the_workflow_moves_on_once() {
         (branch(&r, 1).0, branch(&r, 2).0, branch(&r, 3).0),
         (Some(BranchOutcome::Succeeded), None, None)
     );
-    system
-        .answered(
-            "k-all-address",
-            cb(key, "address-check", "succeeded", json!({"address_ok": true})),
-            (200, "applied"),
-        )
+    applied(&system, "k-all-address", cb(key, "address-check", "succeeded", json!({"address_ok": true})))
         .await;
-    system
-        .answered(
-            "k-all-credit",
-            cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
-            (200, "applied"),
-        )
-        .await;
+    applied(&system, "k-all-credit", cb(key, "credit-check", "succeeded", json!({"credit_ok": true}))).await;
     system
         .record_until("order-review", key, "waiting on payment", |r| r.state == State::Waiting { step: 4 })
         .await;
-    system
-        .answered(
-            "k-all-pay",
-            cb(key, "payment", "succeeded", json!({"payment_ref": "p-1"})),
-            (200, "applied"),
-        )
-        .await;
+    applied(&system, "k-all-pay", cb(key, "payment", "succeeded", json!({"payment_ref": "p-1"}))).await;
     let r = system.record_until("order-review", key, "succeeded", |r| r.state.is_terminal()).await;
     // The optional branch's own report confirmed that Step Functions took its success.
     assert_eq!((r.state, r.missed.clone(), r.confirmed.clone()), (State::Succeeded, vec![], vec![3]));
@@ -135,12 +117,7 @@ async fn a_required_branch_that_fails_closes_its_siblings_and_a_late_sibling_cal
     let system = start_system(CONFIG).await;
     let key = "k-fail";
     at_group(&system, key).await;
-    system
-        .answered(
-            "k-fail-address",
-            cb(key, "address-check", "succeeded", json!({"address_ok": true})),
-            (200, "applied"),
-        )
+    applied(&system, "k-fail-address", cb(key, "address-check", "succeeded", json!({"address_ok": true})))
         .await;
     let failed = json!({"workflow": "order-review", "key": key, "step": "fraud-check", "outcome": "failed",
         "error": "FraudSuspected", "cause": "score 97"});
@@ -177,20 +154,8 @@ async fn an_optional_branch_that_times_out_leaves_the_workflow_degraded() {
     let system = start_system(CONFIG).await;
     let key = "k-degraded";
     at_group(&system, key).await;
-    system
-        .answered(
-            "k-deg-fraud",
-            cb(key, "fraud-check", "succeeded", json!({"fraud_score": 2})),
-            (200, "applied"),
-        )
-        .await;
-    system
-        .answered(
-            "k-deg-credit",
-            cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
-            (200, "applied"),
-        )
-        .await;
+    applied(&system, "k-deg-fraud", cb(key, "fraud-check", "succeeded", json!({"fraud_score": 2}))).await;
+    applied(&system, "k-deg-credit", cb(key, "credit-check", "succeeded", json!({"credit_ok": true}))).await;
     // The address check never answers: its own deadline (4 s) passes, its catch reports it, and
     // the group goes on without it.
     let r = system
@@ -199,13 +164,7 @@ async fn an_optional_branch_that_times_out_leaves_the_workflow_degraded() {
         })
         .await;
     assert_eq!(r.missed, [3]);
-    system
-        .answered(
-            "k-deg-pay",
-            cb(key, "payment", "succeeded", json!({"payment_ref": "p-2"})),
-            (200, "applied"),
-        )
-        .await;
+    applied(&system, "k-deg-pay", cb(key, "payment", "succeeded", json!({"payment_ref": "p-2"}))).await;
     let r = system.record_until("order-review", key, "degraded", |r| r.state.is_terminal()).await;
     assert_eq!((r.state, r.missed.clone()), (State::Degraded, vec![3]));
     // Step Functions' view: the execution succeeded; the record says what it lacked.
@@ -236,12 +195,7 @@ async fn a_callback_for_a_branch_before_its_group_opens_is_buffered_then_applied
             (202, "buffered"),
         )
         .await;
-    system
-        .answered(
-            "k-early-review",
-            cb(key, "manual-review", "succeeded", json!({"decision": "ok"})),
-            (200, "applied"),
-        )
+    applied(&system, "k-early-review", cb(key, "manual-review", "succeeded", json!({"decision": "ok"})))
         .await;
     let r = system
         .record_until("order-review", key, "the early callback applied to its branch", |r| {
@@ -304,19 +258,9 @@ async fn a_branch_resume_lost_in_a_crash_is_sent_again_by_the_sweeper_while_its_
         r.branches
     );
     // Step Functions took it: once the others answer, the execution reaches payment.
-    system
-        .answered(
-            "k-crash-credit",
-            cb(key, "credit-check", "succeeded", json!({"credit_ok": true})),
-            (200, "applied"),
-        )
+    applied(&system, "k-crash-credit", cb(key, "credit-check", "succeeded", json!({"credit_ok": true})))
         .await;
-    system
-        .answered(
-            "k-crash-address",
-            cb(key, "address-check", "succeeded", json!({"address_ok": true})),
-            (200, "applied"),
-        )
+    applied(&system, "k-crash-address", cb(key, "address-check", "succeeded", json!({"address_ok": true})))
         .await;
     system
         .record_until("order-review", key, "waiting on payment", |r| r.state == State::Waiting { step: 4 })
