@@ -1,7 +1,8 @@
-//! Bounded retry: a step (or parallel branch) with `retry` publishes at most `attempts` tasks per generation, each
-//! under its own id; no attempt's task goes out before its backoff has passed; an input for an
-//! earlier attempt never completes a later one; a failure marked not retryable is never retried.
-//! Read from the tasks published, the landed writes and the plan's callbacks.
+//! Bounded retry: a step (or parallel branch) with `retry` publishes at most `attempts` tasks
+//! per generation, each under its own id; no attempt's task goes out before its backoff has
+//! passed; an input for an earlier attempt never completes a later one; a failure marked not
+//! retryable is never retried. Read from the tasks published, the landed writes and the plan's
+//! callbacks.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -101,9 +102,7 @@ fn caused_by(r: &Record) -> Option<(Cause, &str)> {
 /// The index of the step `name` in `r`'s workflow, in the config version it runs.
 fn step_named(s: &Seen<'_>, r: &Record, name: Option<&str>) -> Option<u32> {
     let config = s.version_of(r.config_version.as_ref())?;
-    let workflow = config.workflow(r.workflow.as_str())?;
-    let i = workflow.steps.iter().position(|spec| Some(spec.name.as_str()) == name)?;
-    u32::try_from(i).ok()
+    config.workflow(r.workflow.as_str())?.step_index(name?)
 }
 
 /// An input for an earlier attempt never completes (nor fails, nor adds to) a later one: every
