@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod compensate;
 mod console;
 mod inspect;
 mod local;
@@ -93,8 +94,11 @@ enum Command {
     Replay(recover::ReplayArgs),
     /// Move dead-lettered messages back to their source queue, after showing the plan.
     Redrive(recover::RedriveArgs),
-    /// Cancel a workflow: the record becomes cancelled and its execution is stopped.
+    /// Cancel a workflow: the record becomes cancelled and its execution is stopped; with
+    /// --compensate, what completed is undone first, last first.
     Cancel(recover::CancelArgs),
+    /// Compensation: `plan` shows, for one record, what would be, is being or was undone.
+    Compensate(compensate::CompensateArgs),
     /// Before a deploy: what a config change would do to the records in flight.
     Rollout(rollout::RolloutArgs),
 }
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => block_on(recover::replay(args)),
         Command::Redrive(args) => block_on(recover::redrive(args)),
         Command::Cancel(args) => block_on(recover::cancel(args)),
+        Command::Compensate(args) => block_on(compensate::run(args)),
         Command::Rollout(args) => {
             // Its own exit status: 1 breaking, 3 needs a person; 2 when no verdict could be
             // reached (the table unreadable, say), so that a pipeline never reads a failure as

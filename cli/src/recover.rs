@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 use baton_aws::wiring::Settings;
 use baton_core::domain::config::Config;
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
-use baton_core::domain::lifecycle::{Input, Outcome};
+use baton_core::domain::lifecycle::{IgnoreReason, Input, Outcome, State};
 use baton_core::ports::metrics::Metrics;
 use baton_core::use_cases::engine::Engine;
 use baton_core::use_cases::replay::{self, Applied, Classification, Done, Line, Origin};
@@ -99,13 +99,13 @@ const PLAN_SCHEMA: &str = "baton.replay-plan/v1";
 const STATE_MACHINE_ALIAS: &str = "live";
 
 /// The engine and SQS client the recovery commands act through.
-struct Tools {
-    engine: Arc<Engine>,
+pub(crate) struct Tools {
+    pub(crate) engine: Arc<Engine>,
     sqs: aws_sdk_sqs::Client,
     target: Target,
 }
 
-async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> Result<Tools> {
+pub(crate) async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> Result<Tools> {
     let mut fields = vec![Field::Table, Field::StateMachines, Field::OutboundQueueUrl];
     fields.extend_from_slice(extra);
     let target = target::resolve(args, &fields, true)?;
@@ -386,6 +386,11 @@ pub struct CancelArgs {
     /// Why: kept in the record's history and on the stopped execution.
     #[arg(long)]
     pub reason: String,
+    /// Compensate what completed, in reverse, before the workflow ends (`compensated` or
+    /// `compensation_failed`). Without it, nothing is undone. `baton compensate plan` shows
+    /// what would be undone.
+    #[arg(long)]
+    pub compensate: bool,
     #[arg(long, env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
     pub config: PathBuf,
     #[command(flatten)]
@@ -412,15 +417,28 @@ pub async fn cancel(args: CancelArgs) -> Result<()> {
         bail!("no such workflow record: {} {}", args.workflow, args.key);
     }
     let now = t.engine.now();
-    let submitted =
-        t.engine.submit(workflow, &key, &Input::Cancel { reason: args.reason.clone() }, now).await?;
-    let state = submitted.record().map(|r| r.state.to_string()).unwrap_or_default();
+    let reason = args.reason.clone();
+    let input = if args.compensate { Input::CancelCompensate { reason } } else { Input::Cancel { reason } };
+    let submitted = t.engine.submit(workflow, &key, &input, now).await?;
+    let state = submitted.record().map(|r| r.state).unwrap_or(State::Pending);
+    let (w, k) = (&args.workflow, &args.key);
     match submitted.outcome() {
-        Outcome::Applied => println!("cancelled {} {}; the execution was stopped", args.workflow, args.key),
-        Outcome::Duplicate => println!("{} {} was already cancelled", args.workflow, args.key),
-        Outcome::Ignored(_) => {
-            println!("{} {} has already ended ({state}); nothing changed", args.workflow, args.key)
+        Outcome::Applied if state == State::Compensating => println!(
+            "cancelled {w} {k}; compensating what completed, last first (see `baton compensate plan {w} {k}`)"
+        ),
+        Outcome::Applied if args.compensate => {
+            println!("cancelled {w} {k}; nothing it completed has a compensation; the execution was stopped")
         }
+        Outcome::Applied => println!("cancelled {w} {k}; the execution was stopped"),
+        Outcome::Duplicate => println!("{w} {k} was already cancelled"),
+        Outcome::Ignored(IgnoreReason::Compensating) => bail!(
+            "refused: {w} {k} is compensating; a cancel now would stop its compensations half done. \
+             Wait for compensated or compensation_failed (`baton compensate plan {w} {k}` shows progress)"
+        ),
+        Outcome::Ignored(IgnoreReason::OutOfOrder) => bail!(
+            "refused: {w} {k} is between steps ({state}); its next step is seconds away. Run the cancel again"
+        ),
+        Outcome::Ignored(_) => println!("{w} {k} has already ended ({state}); nothing changed"),
         other => bail!("unexpected outcome {other:?}"),
     }
     Ok(())

@@ -270,6 +270,7 @@ mod tests {
             confirmed: Vec::new(),
             attempts: Vec::new(),
             next_attempt_at: None,
+            compensation: None,
         }
     }
 

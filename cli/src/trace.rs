@@ -935,7 +935,7 @@ mod tests {
     use baton_core::domain::ids::{EventId, TaskToken};
     use baton_core::domain::lifecycle::{Cause, IgnoreReason, State};
     use baton_core::ports::orchestrator::ExecutionStatus;
-    use baton_core::ports::store::InboxStatus;
+    use baton_core::ports::store::{InboxStatus, TaskKind};
     use serde_json::json;
     use time::Duration;
 
@@ -1001,6 +1001,7 @@ mod tests {
             confirmed: Vec::new(),
             attempts: Vec::new(),
             next_attempt_at: None,
+            compensation: None,
         };
         Trace {
             record: Some(record),
@@ -1017,6 +1018,7 @@ mod tests {
                 published: true,
                 attempt: 1,
                 previous_error: None,
+                kind: TaskKind::Step,
             }],
             receipts: vec![Receipt {
                 workflow: w.clone(),

@@ -443,6 +443,7 @@ mod tests {
             on_restart: OnRestart::AfterTerminal,
             version: None,
             retries: Vec::new(),
+            compensations: Vec::new(),
         };
         let now = time::OffsetDateTime::now_utc();
         let start = decide(&plan, (&w, &k), None, &Input::Start { event: EventId::parse("e").unwrap() }, now);

@@ -22,6 +22,7 @@ pub fn plan() -> Plan {
         on_restart: OnRestart::AfterTerminal,
         version: Some("v0123456789ab".into()),
         retries: Vec::new(),
+        compensations: Vec::new(),
     }
 }
 

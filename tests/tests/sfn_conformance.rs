@@ -214,6 +214,7 @@ impl Side {
                     Finish::Succeeded => "succeeded".to_owned(),
                     Finish::TimedOut => "timed_out".to_owned(),
                     Finish::Failed { error, .. } => format!("failed {error}"),
+                    Finish::CompensationEnded { error, .. } => format!("compensation_ended {error}"),
                 };
                 (format!("report {}/{key} g{generation} {finish}", workflow.name), None)
             }
@@ -224,6 +225,10 @@ impl Side {
                     error.as_deref().unwrap_or("succeeded")
                 ),
                 None,
+            ),
+            Input::UndoReady { generation, step, token, error, .. } => (
+                format!("report {}/{key} g{generation} undo_ready {step} {error}", workflow.name),
+                Some(token),
             ),
             other => bail!("{}: not a report: {other:?}", self.name()),
         })

@@ -13,7 +13,7 @@ use baton_core::limits::EXPIRY_LEASE;
 use baton_core::ports::store::memory::MemoryStore;
 use baton_core::ports::store::{
     Applied, COUNT_UP_TO, Claim, Count, DrainTarget, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry,
-    Receipt, ReceiptStatus, RecordHead, RegisteredConfig, Task, WorkflowStore,
+    Receipt, ReceiptStatus, RecordHead, RegisteredConfig, Task, TaskKind, WorkflowStore,
 };
 use baton_tests::lifecycle_fixtures::{aws_length_token, decide_at, names, step_input, t0, write_of};
 use baton_tests::{Emulator, dynamo_store};
@@ -146,7 +146,7 @@ async fn restart_opens_a_new_generation_from_a_terminal_record(store: Arc<dyn Wo
 fn task(step: u32, title: &str) -> Task {
     let (w, k) = names("k-task");
     Task {
-        id: Task::task_id(&w, &k, 1, "manual-review", 1),
+        id: Task::task_id(&w, &k, 1, "manual-review", 1, TaskKind::Step),
         workflow: w,
         key: k,
         generation: 1,
@@ -158,6 +158,7 @@ fn task(step: u32, title: &str) -> Task {
         published: false,
         attempt: 1,
         previous_error: None,
+        kind: TaskKind::Step,
     }
 }
 
@@ -175,6 +176,28 @@ async fn task_creation_is_idempotent(store: Arc<dyn WorkflowStore>) {
     assert_eq!(trace.tasks.len(), 2);
     assert_eq!(trace.tasks[0], Task { published: true, ..first });
     assert!(!trace.tasks[1].published);
+}
+
+/// A step's compensation task is a task of its own beside the step's (same generation, step and
+/// attempt), claimed once, and read back as a compensation.
+async fn a_compensation_task_is_claimed_apart_from_its_steps(store: Arc<dyn WorkflowStore>) {
+    let (w, k) = names("k-task");
+    let step = task(0, "Review order k-task");
+    let undo = Task {
+        id: Task::task_id(&w, &k, 1, "manual-review", 1, TaskKind::Compensation),
+        title: "Undo the review".into(),
+        kind: TaskKind::Compensation,
+        ..step.clone()
+    };
+    assert_ne!(undo.id, step.id);
+    assert_eq!(store.put_task(&step).await.unwrap(), Claim::Acquired);
+    store.mark_task_published(&step).await.unwrap();
+    assert_eq!(store.put_task(&undo).await.unwrap(), Claim::Acquired);
+    assert_eq!(store.put_task(&undo).await.unwrap(), Claim::Exists(undo.clone()));
+    let trace = store.trace(&w, &k).await.unwrap();
+    let undone: Vec<&Task> = trace.tasks.iter().filter(|t| t.kind == TaskKind::Compensation).collect();
+    assert_eq!(undone, [&undo], "the compensation reads back as one, unpublished");
+    assert!(trace.tasks.iter().any(|t| t.kind == TaskKind::Step && t.published));
 }
 
 fn receipt(id: &str, hash: &str) -> Receipt {
@@ -744,6 +767,7 @@ contract!(
     a_write_from_a_state_the_table_forbids_is_refused,
     restart_opens_a_new_generation_from_a_terminal_record,
     task_creation_is_idempotent,
+    a_compensation_task_is_claimed_apart_from_its_steps,
     a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one,
     a_repeat_is_counted_on_its_receipt_and_never_creates_one,
     a_stale_pending_receipt_is_taken_over_by_one_attempt,

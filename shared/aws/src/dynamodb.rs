@@ -6,7 +6,7 @@
 //! | item | pk | sk |
 //! |---|---|---|
 //! | record | `WF#<workflow>#<key>` | `RECORD` |
-//! | task | same | `TASK#<generation:010>#<step:05>` |
+//! | task | same | `TASK#<generation:010>#<step:05>`, `#undo` for a compensation, `#a<attempt:02>` from the second attempt |
 //! | receipt | same | `RECEIPT#<input id>` |
 //! | inbox entry | same | `INBOX#<step name>#<input id>` (a callback's id marked with [`baton_core::ports::store::limits::CALLBACK_MARK`]; entries from before the inbox was kept by name: `INBOX#<step:05>#<input id>`) |
 //! | ledger entry | same | `LEDGER#<reason>#<input id>` |
@@ -55,8 +55,8 @@ use baton_core::ports::store::limits::record_size_bound;
 use baton_core::ports::store::limits::{RECORD_SK, inbox_sk, ledger_sk, pk, receipt_sk, task_sk};
 use baton_core::ports::store::{
     Applied, BoundedCount, CONFIG_PK, Claim, Condition, Count, DrainTarget, Hold, InboxClaim, InboxEntry,
-    InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, StoreError, Task, Trace,
-    WorkflowStore, condition_for,
+    InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, StoreError, Task,
+    TaskKind, Trace, WorkflowStore, condition_for,
 };
 use baton_core::ports::store::{ItemSizes, sort_trace};
 
@@ -895,6 +895,10 @@ fn record_item(r: &Record, layout: Layout) -> Item {
     if !r.confirmed.is_empty() {
         item.insert("confirmed".into(), json(&r.confirmed));
     }
+    // A compensation's plan and how each compensation stands, tokens included.
+    if let Some(compensation) = &r.compensation {
+        item.insert("compensation".into(), json(compensation));
+    }
     if !r.attempts.is_empty() {
         item.insert("attempts".into(), json(&r.attempts));
     }
@@ -952,6 +956,7 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
         confirmed: r.opt_s("confirmed")?.map(|_| r.json("confirmed")).transpose()?.unwrap_or_default(),
         attempts: r.opt_s("attempts")?.map(|_| r.json("attempts")).transpose()?.unwrap_or_default(),
         next_attempt_at: r.opt_time("next_attempt_at")?,
+        compensation: r.opt_s("compensation")?.map(|_| r.json("compensation")).transpose()?,
     };
     record.history = compact::decode_history(r.s("history")?, &history_context(&record))
         .map_err(|e| r.corrupt(format!("attribute history: {e}")))?;
@@ -1063,7 +1068,7 @@ pub fn parse_token(item: &Item) -> Result<TaskToken, StoreError> {
 }
 
 fn task_item(t: &Task) -> Item {
-    let mut item = base_item(&t.workflow, &t.key, &task_sk(t.generation, t.step, t.attempt));
+    let mut item = base_item(&t.workflow, &t.key, &task_sk(t.generation, t.step, t.attempt, t.kind));
     item.extend([
         ("generation".into(), n(t.generation)),
         ("step".into(), n(t.step)),
@@ -1079,6 +1084,9 @@ fn task_item(t: &Task) -> Item {
     }
     if let Some(previous) = &t.previous_error {
         item.insert("previous_error".into(), s(previous));
+    }
+    if t.kind == TaskKind::Compensation {
+        item.insert("task_kind".into(), s(t.kind.as_str()));
     }
     item
 }
@@ -1099,6 +1107,10 @@ fn parse_task(item: &Item) -> Result<Task, StoreError> {
         published: r.bool("published")?,
         attempt: r.opt_n("attempt")?.unwrap_or(1),
         previous_error: r.opt_s("previous_error")?.map(str::to_owned),
+        kind: match r.opt_s("task_kind")? {
+            Some("compensation") => TaskKind::Compensation,
+            _ => TaskKind::Step,
+        },
     })
 }
 
@@ -1361,7 +1373,7 @@ impl WorkflowStore for DynamoDbStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(&pk(&task.workflow, &task.key)))
-            .key("sk", s(&task_sk(task.generation, task.step, task.attempt)))
+            .key("sk", s(&task_sk(task.generation, task.step, task.attempt, task.kind)))
             // Rule: only an existing task is marked; the update never creates a stray item.
             .condition_expression("attribute_exists(pk)")
             .update_expression("SET #published = :true")
@@ -1373,7 +1385,7 @@ impl WorkflowStore for DynamoDbStore {
             Ok(_) => Ok(()),
             Err(_) => Err(StoreError::Corrupt {
                 pk: pk(&task.workflow, &task.key),
-                sk: task_sk(task.generation, task.step, task.attempt),
+                sk: task_sk(task.generation, task.step, task.attempt, task.kind),
                 problem: "the task to mark published does not exist".into(),
             }),
         }
@@ -1717,6 +1729,7 @@ mod tests {
             groups: Vec::new(),
             optional: Vec::new(),
             retries: Vec::new(),
+            compensations: Vec::new(),
             on_restart: baton_core::domain::lifecycle::OnRestart::AfterTerminal,
             version: Some("vfd00d5526fd9".into()),
         };
@@ -1960,8 +1973,11 @@ mod tests {
 
     #[test]
     fn sort_keys_order_tasks_by_generation_then_step() {
-        assert!(task_sk(1, 10, 1) < task_sk(2, 0, 1));
-        assert!(task_sk(2, 2, 1) < task_sk(2, 10, 1));
-        assert!(task_sk(2, 2, 1) < task_sk(2, 2, 2) && task_sk(2, 2, 10) < task_sk(2, 3, 1));
+        assert!(task_sk(1, 10, 1, TaskKind::Step) < task_sk(2, 0, 1, TaskKind::Step));
+        assert!(task_sk(2, 2, 1, TaskKind::Step) < task_sk(2, 10, 1, TaskKind::Step));
+        assert!(
+            task_sk(2, 2, 1, TaskKind::Step) < task_sk(2, 2, 2, TaskKind::Step)
+                && task_sk(2, 2, 10, TaskKind::Step) < task_sk(2, 3, 1, TaskKind::Step)
+        );
     }
 }

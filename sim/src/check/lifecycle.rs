@@ -69,6 +69,7 @@ mod tests {
             on_restart: OnRestart::AfterTerminal,
             version: None,
             retries: Vec::new(),
+            compensations: Vec::new(),
         };
         let (w, k) = (WorkflowName::parse("wf").unwrap(), CorrelationKey::parse("k").unwrap());
         let now = time::OffsetDateTime::UNIX_EPOCH;

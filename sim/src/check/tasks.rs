@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use baton_core::domain::lifecycle::{Record, State};
-use baton_core::ports::store::Task;
+use baton_core::ports::store::{Task, TaskKind};
 use time::OffsetDateTime;
 
 use super::{Checker, Seen};
@@ -74,7 +74,8 @@ pub(super) fn every_waiting_step_gets_its_task(
         // one before or any later one. (A sender may fail an attempt by name before its task went
         // out: the next one's task stands for it.)
         let attempt = if r.next_attempt_at.is_some() { r.attempt() - 1 } else { r.attempt() };
-        let id = Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str(), attempt);
+        let id =
+            Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str(), attempt, TaskKind::Step);
         let published = tasks.values().flatten().any(|p| {
             let t = &p.task;
             t.workflow == r.workflow

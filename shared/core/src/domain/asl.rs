@@ -45,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::domain::config::{Config, Group, Position, Step, Workflow};
+use crate::domain::lifecycle::CANCELLED_ERROR;
 
 /// The placeholder template.yaml's `DefinitionSubstitutions` fills in.
 pub const PROGRESS_QUEUE_PLACEHOLDER: &str = "${ProgressQueueUrl}";
@@ -56,6 +57,16 @@ const REPORT_FAILED: &str = "Report failed";
 const REPORT_TIMED_OUT: &str = "Report timed out";
 const FAILED: &str = "Failed";
 const TIMED_OUT: &str = "Timed out";
+const REPORT_COMPENSATION_ENDED: &str = "Report compensation ended";
+const COMPENSATION_ENDED: &str = "Compensation ended";
+
+/// The error name of the final `Fail` state after the compensation chain.
+pub const COMPENSATION_ENDED_ERROR: &str = "baton.CompensationEnded";
+
+/// Whether any step of the workflow declares `compensate`.
+fn compensates(workflow: &Workflow) -> bool {
+    workflow.steps.iter().any(|s| s.compensate.is_some())
+}
 
 /// The error name of the final `Fail` state after a step missed its deadline.
 pub const TIMED_OUT_ERROR: &str = "baton.StepTimedOut";
@@ -79,22 +90,46 @@ pub fn definition_path(workflow: &str) -> String {
 pub fn definition(workflow: &Workflow) -> Value {
     let mut states = serde_json::Map::new();
     let positions = workflow.positions();
-    let name_of = |p: &Position<'_>| match p {
-        Position::Step(_, step) => step.name.to_string(),
-        Position::Group(g) => g.name.to_string(),
-    };
+    let undoes = |p: &Position<'_>| steps_of(workflow, p).any(|(_, step)| step.compensate.is_some());
     for (at, position) in positions.iter().enumerate() {
         let next = positions.get(at + 1).map_or(REPORT_SUCCEEDED.to_owned(), name_of);
         let mut state = match position {
             Position::Step(i, step) => wait_state(workflow, *i, step, &format!("Step {i}")),
             Position::Group(group) => parallel_state(workflow, group),
         };
-        state["Catch"] = json!([
-            { "ErrorEquals": ["States.Timeout"], "ResultPath": "$.error", "Next": REPORT_TIMED_OUT },
-            { "ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": REPORT_FAILED }
-        ]);
+        // A failure after a step that declares `compensate` enters the compensation chain at the
+        // last such position up to this one; before any, it is reported as it always was.
+        state["Catch"] = match positions[..=at].iter().rev().find(|p| undoes(p)) {
+            Some(undo) => json!([
+                { "ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": undo_name(undo) }
+            ]),
+            None => json!([
+                { "ErrorEquals": ["States.Timeout"], "ResultPath": "$.error", "Next": REPORT_TIMED_OUT },
+                { "ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": REPORT_FAILED }
+            ]),
+        };
         state["Next"] = json!(next);
         states.insert(name_of(position), state);
+    }
+    let chain: Vec<&Position<'_>> = positions.iter().filter(|p| undoes(p)).collect();
+    for (at, position) in chain.iter().enumerate() {
+        let next =
+            at.checked_sub(1).map_or(REPORT_COMPENSATION_ENDED.to_owned(), |before| undo_name(chain[before]));
+        states.insert(undo_name(position), undo_state(workflow, position, &next));
+    }
+    if !chain.is_empty() {
+        states.insert(
+            REPORT_COMPENSATION_ENDED.into(),
+            report(
+                workflow,
+                json!({"outcome": "compensation_ended", "failure.$": "$.error"}),
+                Some(COMPENSATION_ENDED),
+            ),
+        );
+        states.insert(
+            COMPENSATION_ENDED.into(),
+            json!({"Type": "Fail", "Error": COMPENSATION_ENDED_ERROR, "Cause": "A step failed, timed out or was cancelled, and baton ran the compensations; see `baton compensate plan` for the outcome."}),
+        );
     }
     states.insert(REPORT_SUCCEEDED.into(), report(workflow, json!({"outcome": "succeeded"}), None));
     states.insert(
@@ -125,6 +160,91 @@ pub fn definition(workflow: &Workflow) -> Value {
         "StartAt": positions.first().map_or(REPORT_SUCCEEDED.to_owned(), name_of),
         "States": states,
     })
+}
+
+/// A position's name in the definition: its step's, or its group's.
+fn name_of(p: &Position<'_>) -> String {
+    match p {
+        Position::Step(_, step) => step.name.to_string(),
+        Position::Group(g) => g.name.to_string(),
+    }
+}
+
+/// The name of a position's compensation state.
+fn undo_name(p: &Position<'_>) -> String {
+    format!("Undo {}", name_of(p))
+}
+
+/// The steps of a position, by index: the step, or the group's branches.
+fn steps_of<'w>(workflow: &'w Workflow, p: &Position<'_>) -> impl Iterator<Item = (u32, &'w Step)> {
+    let (first, last) = match p {
+        Position::Step(i, _) => (*i, *i),
+        Position::Group(g) => (g.first, g.last),
+    };
+    (first..=last).filter_map(|i| Some((i, workflow.steps.get(i as usize)?)))
+}
+
+/// The compensation of a position, then `next`: a step's wait, or one `Parallel` state whose
+/// branches are the group's compensations, side by side. A wait that times out (or is failed)
+/// goes on to `next` all the same: the record says which compensation did not end, and one
+/// stuck compensation never keeps the others from running.
+fn undo_state(workflow: &Workflow, position: &Position<'_>, next: &str) -> Value {
+    let waits: Vec<(u32, &Step, Value)> = steps_of(workflow, position)
+        .filter_map(|(i, step)| Some((i, step, undo_wait(workflow, i, step)?)))
+        .collect();
+    if let (Position::Step(..), [(_, _, wait)]) = (position, waits.as_slice()) {
+        let mut state = wait.clone();
+        state["Catch"] =
+            json!([{ "ErrorEquals": ["States.ALL"], "ResultPath": "$.undo_error", "Next": next }]);
+        state["Next"] = json!(next);
+        return state;
+    }
+    let branches: Vec<Value> = waits
+        .into_iter()
+        .map(|(_, step, mut wait)| {
+            let (name, passed) = (format!("Undo {}", step.name), format!("Undo {} passed", step.name));
+            wait["End"] = json!(true);
+            wait["Catch"] =
+                json!([{ "ErrorEquals": ["States.ALL"], "ResultPath": "$.undo_error", "Next": passed }]);
+            json!({ "StartAt": name, "States": { name: wait, passed: { "Type": "Pass", "End": true } } })
+        })
+        .collect();
+    json!({
+        "Type": "Parallel",
+        "Comment": format!("The compensations of group {}, side by side", name_of(position)),
+        "Branches": branches,
+        "ResultPath": null,
+        "Next": next,
+    })
+}
+
+/// The wait for the compensation of step `i`, if it declares one: `undo_ready` with the token
+/// and the error that ended the run, parked until baton resumes it or its `timeout` passes.
+fn undo_wait(workflow: &Workflow, i: u32, step: &Step) -> Option<Value> {
+    let timeout = step.compensate.as_ref()?.timeout.as_secs();
+    Some(json!({
+        "Type": "Task",
+        "Comment": format!("Compensation of {}: parks until baton resumes the token or the deadline passes", step.name),
+        "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+        "Parameters": {
+            "QueueUrl": PROGRESS_QUEUE_PLACEHOLDER,
+            "MessageBody": {
+                "kind": "undo_ready",
+                "workflow.$": "$.workflow",
+                "key.$": "$.key",
+                "generation.$": "$.generation",
+                "step": i,
+                "step_name": step.name.as_str(),
+                "config_version": workflow.config_version.as_str(),
+                "token.$": "$$.Task.Token",
+                "entered_at.$": "$$.State.EnteredTime",
+                "timeout_seconds": timeout,
+                "failure.$": "$.error",
+            }
+        },
+        "TimeoutSeconds": timeout,
+        "ResultPath": null,
+    }))
 }
 
 /// The Task state that parks on step (or branch) `i`'s token until baton resumes it, or its
@@ -176,6 +296,16 @@ fn parallel_state(workflow: &Workflow, group: &Group) -> Value {
                 wait["Next"] = json!(succeeded);
                 wait["Catch"] =
                     json!([{ "ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": ended }]);
+                // A cancel with `--compensate` fails the group, not just this branch: caught
+                // here, it would let the group go on (and a last group end the run a success).
+                if compensates(workflow) {
+                    let cancelled = format!("{name} cancelled");
+                    let catch = json!({ "ErrorEquals": [CANCELLED_ERROR], "Next": cancelled });
+                    if let Some(list) = wait["Catch"].as_array_mut() {
+                        list.insert(0, catch);
+                    }
+                    states.insert(cancelled, json!({"Type": "Fail", "Error": CANCELLED_ERROR, "Cause": "cancelled with --compensate"}));
+                }
                 states.insert(succeeded, branch_report(workflow, i, step, None));
                 states.insert(ended, branch_report(workflow, i, step, Some("$.error.Error")));
             } else {

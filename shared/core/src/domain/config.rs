@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::event::Event;
 use crate::domain::ids::{CorrelationKey, IdError, StepName, WorkflowName};
-use crate::domain::lifecycle::{OnRestart, Plan, Span, StepRetry};
+use crate::domain::lifecycle::{OnRestart, Plan, Span, StepCompensation, StepRetry};
 use crate::domain::pattern::Pattern;
 
 /// Where `BATON_CONFIG` points by default.
@@ -113,6 +113,23 @@ pub struct Step {
     pub optional: bool,
     /// How many times a failed attempt runs again (`retry`; `None`: one attempt).
     pub retry: Option<Retry>,
+    /// How the step is undone when a later failure (or `baton cancel --compensate`) ends the
+    /// workflow after it completed (`compensate`; `None`: it is not undone).
+    pub compensate: Option<Compensate>,
+}
+
+/// A step's compensation: the task that undoes it, how long its wait may last, and how many
+/// times the task is published in all, the first included (each failure publishes it again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compensate {
+    pub task: TaskTemplate,
+    pub timeout: Duration,
+    pub attempts: u32,
+}
+
+impl Compensate {
+    /// `attempts` when the config leaves it out.
+    pub const DEFAULT_ATTEMPTS: u32 = 3;
 }
 
 /// A step's bounded retry: `attempts` in all, the first included; before attempt n (n >= 2)
@@ -234,6 +251,12 @@ impl Workflow {
             retries: (0..)
                 .zip(&self.steps)
                 .filter_map(|(step, s)| Some(StepRetry { step, retry: s.retry?, timeout: s.timeout }))
+                .collect(),
+            compensations: (0..)
+                .zip(&self.steps)
+                .filter_map(|(step, s)| {
+                    Some(StepCompensation { step, attempts: s.compensate.as_ref()?.attempts })
+                })
                 .collect(),
             on_restart: self.on_restart,
             version: Some(self.config_version.clone()),
@@ -658,7 +681,7 @@ impl Validator {
 
     /// One step, or (`branch`) one branch of a parallel group, which may also be `optional`.
     fn step(&mut self, path: &str, v: &Value, branch: bool) -> Option<Step> {
-        const FIELDS: [&str; 10] = [
+        const FIELDS: [&str; 11] = [
             "name",
             "task",
             "requires",
@@ -669,6 +692,7 @@ impl Validator {
             "buffer_ttl",
             "optional",
             "retry",
+            "compensate",
         ];
         let map = self.object(path, v, &FIELDS)?;
         if !branch && map.contains_key("optional") {
@@ -679,29 +703,20 @@ impl Validator {
             let s = self.string(&np, n)?;
             StepName::parse(s).map_err(|e| self.err(&np, e.to_string())).ok()
         });
-        let task = match map.get("task") {
-            None => Some(None),
-            Some(t) => self.task(&join(path, "task"), t).map(Some),
-        };
+        let task = self.optional(path, map, "task", Self::task);
         let requires = match map.get("requires") {
             None => Some(Vec::new()),
             Some(r) => self.requires(&join(path, "requires"), r),
         };
         let timeout =
             self.required(path, map, "timeout").and_then(|t| self.duration(&join(path, "timeout"), t));
-        let heartbeat = match map.get("heartbeat") {
-            None => Some(None),
-            Some(h) => self.duration(&join(path, "heartbeat"), h).map(Some),
-        };
+        let heartbeat = self.optional(path, map, "heartbeat", Self::duration);
         if let (Some(t), Some(Some(h))) = (timeout, heartbeat)
             && h >= t
         {
             self.err(&join(path, "heartbeat"), "must be shorter than the step's timeout");
         }
-        let accepts_events = match map.get("accepts_events") {
-            None => Some(None),
-            Some(p) => self.pattern(&join(path, "accepts_events"), p).map(Some),
-        };
+        let accepts_events = self.optional(path, map, "accepts_events", Self::pattern);
         let buffer_ttl = match map.get("buffer_ttl") {
             None => timeout.map(|t| t + BUFFER_MARGIN),
             Some(b) => self.duration(&join(path, "buffer_ttl"), b),
@@ -712,7 +727,9 @@ impl Validator {
             None => Some(None),
             Some(r) => self.retry(&join(path, "retry"), r, (timeout, heartbeat.flatten())).map(Some),
         };
+        let compensate = self.optional(path, map, "compensate", Self::compensate);
         Some(Step {
+            compensate: compensate?,
             retry: retry?,
             optional: optional?,
             accepts_callbacks: accepts_callbacks?,
@@ -737,19 +754,7 @@ impl Validator {
     ) -> Option<Retry> {
         let map = self.object(path, v, &["attempts", "backoff"])?;
         let ap = join(path, "attempts");
-        let attempts = self.required(path, map, "attempts").and_then(|a| {
-            let n = a
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|n| (1..=Retry::MAX_ATTEMPTS).contains(n));
-            if n.is_none() {
-                self.err(
-                    &ap,
-                    format!("expected a whole number from 1 to {}, found {a}", Retry::MAX_ATTEMPTS),
-                );
-            }
-            n
-        });
+        let attempts = self.required(path, map, "attempts").and_then(|a| self.attempts(&ap, a));
         let bp = join(path, "backoff");
         let backoff = self.required(path, map, "backoff").and_then(|b| self.duration(&bp, b));
         let retry = Retry { attempts: attempts?, backoff: backoff? };
@@ -775,6 +780,50 @@ impl Validator {
             return None;
         }
         Some(retry)
+    }
+
+    /// `compensate`: the `task` that undoes the step (required), the `timeout` of its wait
+    /// (required) and `attempts` (1 to [`Retry::MAX_ATTEMPTS`], default
+    /// [`Compensate::DEFAULT_ATTEMPTS`]).
+    fn compensate(&mut self, path: &str, v: &Value) -> Option<Compensate> {
+        let map = self.object(path, v, &["task", "timeout", "attempts"])?;
+        let task = self.required(path, map, "task").and_then(|t| self.task(&join(path, "task"), t));
+        let timeout =
+            self.required(path, map, "timeout").and_then(|t| self.duration(&join(path, "timeout"), t));
+        let attempts = match map.get("attempts") {
+            None => Some(Compensate::DEFAULT_ATTEMPTS),
+            Some(a) => self.attempts(&join(path, "attempts"), a),
+        };
+        if timeout.is_some_and(|t| t.is_zero()) {
+            self.err(&join(path, "timeout"), "must be longer than 0s");
+            return None;
+        }
+        Some(Compensate { task: task?, timeout: timeout?, attempts: attempts? })
+    }
+
+    /// A number of attempts: a whole number from 1 to [`Retry::MAX_ATTEMPTS`].
+    fn attempts(&mut self, path: &str, a: &Value) -> Option<u32> {
+        let n =
+            a.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|n| (1..=Retry::MAX_ATTEMPTS).contains(n));
+        if n.is_none() {
+            self.err(path, format!("expected a whole number from 1 to {}, found {a}", Retry::MAX_ATTEMPTS));
+        }
+        n
+    }
+
+    /// An optional field, read by `parse` when present: `Some(None)` when absent, `None` when
+    /// present and invalid.
+    fn optional<T>(
+        &mut self,
+        path: &str,
+        map: &Map<String, Value>,
+        field: &str,
+        parse: impl FnOnce(&mut Self, &str, &Value) -> Option<T>,
+    ) -> Option<Option<T>> {
+        match map.get(field) {
+            None => Some(None),
+            Some(v) => parse(self, &join(path, field), v).map(Some),
+        }
     }
 
     /// An optional boolean field, false when absent.

@@ -63,10 +63,17 @@ pub enum Kind {
     Failed,
     TimedOut,
     Cancelled,
+    /// The forward run ended (failed, timed out, or cancelled with `--compensate`) and the
+    /// completed steps' compensations run, in reverse.
+    Compensating,
+    /// Every planned compensation was acknowledged.
+    Compensated,
+    /// A compensation failed on its last attempt or timed out: some steps stay undone.
+    CompensationFailed,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Pending,
         Kind::Waiting,
         Kind::Advancing,
@@ -75,9 +82,19 @@ impl Kind {
         Kind::Failed,
         Kind::TimedOut,
         Kind::Cancelled,
+        Kind::Compensating,
+        Kind::Compensated,
+        Kind::CompensationFailed,
     ];
-    pub const TERMINAL: [Kind; 5] =
-        [Kind::Succeeded, Kind::Degraded, Kind::Failed, Kind::TimedOut, Kind::Cancelled];
+    pub const TERMINAL: [Kind; 7] = [
+        Kind::Succeeded,
+        Kind::Degraded,
+        Kind::Failed,
+        Kind::TimedOut,
+        Kind::Cancelled,
+        Kind::Compensated,
+        Kind::CompensationFailed,
+    ];
 
     pub fn is_terminal(self) -> bool {
         Self::TERMINAL.contains(&self)
@@ -94,6 +111,9 @@ impl Kind {
             Kind::Failed => "failed",
             Kind::TimedOut => "timed_out",
             Kind::Cancelled => "cancelled",
+            Kind::Compensating => "compensating",
+            Kind::Compensated => "compensated",
+            Kind::CompensationFailed => "compensation_failed",
         }
     }
 
@@ -125,6 +145,10 @@ pub enum State {
     Failed,
     TimedOut,
     Cancelled,
+    /// The compensations of [`Record::compensation`] run.
+    Compensating,
+    Compensated,
+    CompensationFailed,
 }
 
 impl State {
@@ -138,6 +162,9 @@ impl State {
             State::Failed => Kind::Failed,
             State::TimedOut => Kind::TimedOut,
             State::Cancelled => Kind::Cancelled,
+            State::Compensating => Kind::Compensating,
+            State::Compensated => Kind::Compensated,
+            State::CompensationFailed => Kind::CompensationFailed,
         }
     }
 
@@ -163,6 +190,9 @@ impl State {
             (Kind::Failed, None) => Some(State::Failed),
             (Kind::TimedOut, None) => Some(State::TimedOut),
             (Kind::Cancelled, None) => Some(State::Cancelled),
+            (Kind::Compensating, None) => Some(State::Compensating),
+            (Kind::Compensated, None) => Some(State::Compensated),
+            (Kind::CompensationFailed, None) => Some(State::CompensationFailed),
             _ => None,
         }
     }
@@ -213,6 +243,14 @@ pub enum Cause {
     AttemptFailed,
     /// The next attempt's task was published.
     AttemptOpened,
+    /// Compensation began: the forward run failed, timed out, or was cancelled with
+    /// `--compensate`. The plan is fixed by this write.
+    Compensate,
+    /// A compensation's wait was reached, acknowledged, failed an attempt, or had its resume
+    /// delivered.
+    Undo,
+    /// Step Functions passed the last compensation: the outcome is decided.
+    CompensationEnded,
 }
 
 impl Cause {
@@ -233,6 +271,9 @@ impl Cause {
             Cause::BranchResumed => "branch_resumed",
             Cause::AttemptFailed => "attempt_failed",
             Cause::AttemptOpened => "attempt_opened",
+            Cause::Compensate => "compensate",
+            Cause::Undo => "undo",
+            Cause::CompensationEnded => "compensation_ended",
         }
     }
 }
@@ -267,8 +308,8 @@ const fn t(from: Option<Kind>, to: Kind, cause: Cause, step: StepMove) -> Transi
 }
 
 use Kind::{
-    Advancing as A, Cancelled as C, Degraded as D, Failed as F, Pending as P, Succeeded as S, TimedOut as T,
-    Waiting as W,
+    Advancing as A, Cancelled as C, Compensated as CD, Compensating as K, CompensationFailed as CF,
+    Degraded as D, Failed as F, Pending as P, Succeeded as S, TimedOut as T, Waiting as W,
 };
 
 /// Every transition baton may make. Anything else is refused by `decide`, by the store's
@@ -280,6 +321,8 @@ pub const TRANSITIONS: &[Transition] = &[
     t(Some(F), P, Cause::Restart, StepMove::None),
     t(Some(T), P, Cause::Restart, StepMove::None),
     t(Some(C), P, Cause::Restart, StepMove::None),
+    t(Some(CD), P, Cause::Restart, StepMove::None),
+    t(Some(CF), P, Cause::Restart, StepMove::None),
     t(Some(P), W, Cause::StepReady, StepMove::First),
     t(Some(A), W, Cause::StepReady, StepMove::Next),
     // Step Functions left a parallel group whose optional branch ended without baton, before
@@ -316,6 +359,29 @@ pub const TRANSITIONS: &[Transition] = &[
     t(Some(P), C, Cause::Cancel, StepMove::None),
     t(Some(W), C, Cause::Cancel, StepMove::Leave),
     t(Some(A), C, Cause::Cancel, StepMove::Leave),
+    // Compensation begins where the forward run stood: its first compensation's wait reached
+    // (or the execution's end, should every wait's report be lost), or `cancel --compensate`.
+    t(Some(P), K, Cause::Compensate, StepMove::None),
+    t(Some(W), K, Cause::Compensate, StepMove::Leave),
+    t(Some(A), K, Cause::Compensate, StepMove::Leave),
+    t(Some(K), K, Cause::Undo, StepMove::None),
+    // The outcome: every compensation acknowledged, or one not; with nothing to undo, how the
+    // forward run ended.
+    t(Some(K), CD, Cause::CompensationEnded, StepMove::None),
+    t(Some(K), CF, Cause::CompensationEnded, StepMove::None),
+    t(Some(K), F, Cause::CompensationEnded, StepMove::None),
+    t(Some(K), T, Cause::CompensationEnded, StepMove::None),
+    t(Some(K), C, Cause::CompensationEnded, StepMove::None),
+    // Every wait's report was lost: the end report begins and ends compensation in one write.
+    t(Some(P), CF, Cause::CompensationEnded, StepMove::None),
+    t(Some(P), F, Cause::CompensationEnded, StepMove::None),
+    t(Some(P), T, Cause::CompensationEnded, StepMove::None),
+    t(Some(W), CF, Cause::CompensationEnded, StepMove::Leave),
+    t(Some(W), F, Cause::CompensationEnded, StepMove::Leave),
+    t(Some(W), T, Cause::CompensationEnded, StepMove::Leave),
+    t(Some(A), CF, Cause::CompensationEnded, StepMove::Leave),
+    t(Some(A), F, Cause::CompensationEnded, StepMove::Leave),
+    t(Some(A), T, Cause::CompensationEnded, StepMove::Leave),
 ];
 
 /// Is `from → to` by `cause` a row of [`TRANSITIONS`], steps included?
@@ -356,6 +422,8 @@ pub struct Plan {
     pub optional: Vec<u32>,
     /// The steps with a bounded retry.
     pub retries: Vec<StepRetry>,
+    /// The steps that declare `compensate`.
+    pub compensations: Vec<StepCompensation>,
     pub on_restart: OnRestart,
     /// The config version a new generation starts on (`None` in tests that need none).
     pub version: Option<String>,
@@ -367,6 +435,13 @@ pub struct StepRetry {
     pub step: u32,
     pub retry: crate::domain::config::Retry,
     pub timeout: std::time::Duration,
+}
+
+/// A step's compensation, as far as `decide` needs it: how many times its task may go out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepCompensation {
+    pub step: u32,
+    pub attempts: u32,
 }
 
 /// The steps one parallel group spans: its branches, `first..=last`.
@@ -390,6 +465,7 @@ impl Plan {
             groups: Vec::new(),
             optional: Vec::new(),
             retries: Vec::new(),
+            compensations: Vec::new(),
             on_restart: OnRestart::default(),
             version: None,
         }
@@ -412,6 +488,11 @@ impl Plan {
     /// The step's bounded retry, if it has one.
     pub fn retry_of(&self, step: u32) -> Option<StepRetry> {
         self.retries.iter().copied().find(|r| r.step == step)
+    }
+
+    /// The step's compensation, if it declares one.
+    pub fn compensation_of(&self, step: u32) -> Option<StepCompensation> {
+        self.compensations.iter().copied().find(|c| c.step == step)
     }
 
     /// The first step of the position after the one `step` belongs to.
@@ -552,6 +633,9 @@ pub struct Record {
     /// When the next attempt's task is due, after a failed attempt's backoff (`None`: no attempt
     /// is waiting to be published).
     pub next_attempt_at: Option<OffsetDateTime>,
+    /// The compensation of this generation, once it began: its plan, fixed then, and how each
+    /// compensation stands. It stays in the record that ended it.
+    pub compensation: Option<Compensation>,
 }
 
 /// How much of a failed attempt's `cause` the record keeps: up to ten attempts of Step
@@ -705,6 +789,9 @@ impl Record {
         // The sweeper lists a waiting record a grace after it is due (for a deadline, or a branch's
         // owed resume): a next attempt is listed on time.
         let attempt_due = |next: OffsetDateTime| next - crate::limits::RESEND_RESUME_AFTER;
+        if self.state == State::Compensating {
+            return compensation::due_at(self).unwrap_or(self.updated_at);
+        }
         if let (Kind::Waiting, Some(next)) = (self.state.kind(), self.next_attempt_at) {
             return attempt_due(next);
         }
@@ -727,6 +814,9 @@ impl Record {
     /// The failed attempts of `step`: a branch's own, when it is a branch of the group the
     /// record is at; the record's, when it is the step the record is at; else none.
     pub fn failed_attempts(&self, step: u32) -> &[FailedAttempt] {
+        if let Some(c) = &self.compensation {
+            return c.undos.iter().find(|u| u.step == step).map_or(&[], |u| &u.attempts);
+        }
         match self.branches.iter().find(|b| b.step == step) {
             Some(b) => &b.attempts,
             None if self.state.step() == Some(step) => &self.attempts,
@@ -800,8 +890,17 @@ pub enum Source {
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Finish {
     Succeeded,
-    Failed { error: String, cause: String },
+    Failed {
+        error: String,
+        cause: String,
+    },
     TimedOut,
+    /// Step Functions passed the last compensation of a run that ended with `error` (and
+    /// `cause`): `States.Timeout` for a missed deadline, `baton.Cancelled` for a cancel.
+    CompensationEnded {
+        error: String,
+        cause: String,
+    },
 }
 
 /// Everything that can happen to a record. Serializable, so a buffered input can wait in the
@@ -851,6 +950,31 @@ pub enum Input {
     AttemptOpened { generation: u32, step: u32, attempt: u32 },
     /// An operator cancels the workflow.
     Cancel { reason: String },
+    /// An operator cancels the workflow and has what completed compensated.
+    CancelCompensate { reason: String },
+    /// Step Functions reached the compensation of `step` (the run having failed with `error`
+    /// and `cause`) and parked on `token` until `deadline`.
+    UndoReady {
+        generation: u32,
+        step: u32,
+        token: TaskToken,
+        #[serde(with = "time::serde::rfc3339")]
+        deadline: OffsetDateTime,
+        error: String,
+        cause: String,
+    },
+    /// A callback acknowledges (or fails an attempt of) the compensation of `step`.
+    UndoInput {
+        id: EventId,
+        hash: String,
+        source: Source,
+        step: u32,
+        outcome: StepOutcome,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        generation: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
+    },
     /// The sweeper looks for owed work.
     Tick,
 }
@@ -860,7 +984,7 @@ impl Input {
     pub fn id(&self) -> Option<&EventId> {
         match self {
             Input::Start { event } => Some(event),
-            Input::StepInput { id, .. } => Some(id),
+            Input::StepInput { id, .. } | Input::UndoInput { id, .. } => Some(id),
             _ => None,
         }
     }
@@ -903,10 +1027,13 @@ pub enum IgnoreReason {
     /// The input answers an earlier attempt of a step with `retry`: that attempt failed, and
     /// only the running one can complete the step.
     EarlierAttempt,
+    /// The workflow is compensating: no forward step moves any more, and a cancel would leave
+    /// its compensations half done.
+    Compensating,
 }
 
 impl IgnoreReason {
-    pub const ALL: [IgnoreReason; 14] = [
+    pub const ALL: [IgnoreReason; 15] = [
         IgnoreReason::Terminal,
         IgnoreReason::StepAlreadyPassed,
         IgnoreReason::StepAlreadyAdvanced,
@@ -921,6 +1048,7 @@ impl IgnoreReason {
         IgnoreReason::InputsTooLarge,
         IgnoreReason::GroupFailed,
         IgnoreReason::EarlierAttempt,
+        IgnoreReason::Compensating,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -939,6 +1067,7 @@ impl IgnoreReason {
             IgnoreReason::InputsTooLarge => "inputs_too_large",
             IgnoreReason::GroupFailed => "group_failed",
             IgnoreReason::EarlierAttempt => "earlier_attempt",
+            IgnoreReason::Compensating => "compensating",
         }
     }
 }
@@ -1053,6 +1182,13 @@ pub enum Effect {
         generation: u32,
         step: u32,
     },
+    /// Create the task of `attempt` of the compensation of `step`, idempotently, and publish it
+    /// once (a `baton.compensation.requested` event).
+    CreateUndoTask {
+        generation: u32,
+        step: u32,
+        attempt: u32,
+    },
     /// Tell the record the attempt's task went out (submits [`Input::AttemptOpened`]), so the
     /// sweeper does not publish it again.
     MarkAttemptOpened {
@@ -1156,8 +1292,17 @@ fn decide_inner(
     input: &Input,
     now: OffsetDateTime,
 ) -> Decision {
+    if let Some(d) = compensation::route(plan, record, input, now) {
+        return d;
+    }
     match input {
         Input::Start { event } => on_start(plan, workflow, key, record, event, now),
+        // With nothing completed to undo, `cancel --compensate` is a plain cancel.
+        Input::CancelCompensate { reason } => {
+            decide_inner(plan, (workflow, key), record, &Input::Cancel { reason: reason.clone() }, now)
+        }
+        // Decided by `compensation::route`.
+        Input::UndoReady { .. } | Input::UndoInput { .. } => Decision::ignored(IgnoreReason::OutOfOrder),
         Input::StepReady { generation, step, token, deadline } => match record {
             None => Decision::ignored(IgnoreReason::OutOfOrder).effect(fail_token(
                 token,
@@ -1192,29 +1337,7 @@ fn decide_inner(
         },
         Input::Cancel { reason } => match record {
             None => Decision::ignored(IgnoreReason::OutOfOrder),
-            // Cancelling again finishes what the first cancel may have left undone: its stop (or
-            // the answer to it) may have failed, so the execution could still be running. Both
-            // calls are idempotent (found by the simulation).
-            Some(r) if r.state == State::Cancelled => {
-                let d = Decision::new(Outcome::Duplicate)
-                    .effect(Effect::StopExecution { generation: r.generation, cause: reason.clone() });
-                fail_parked(d, r, reason)
-            }
-            Some(r) if r.state.is_terminal() => Decision::ignored(IgnoreReason::Terminal),
-            Some(r) => {
-                // The tokens stay in the cancelled record: a repeated cancel fails them again.
-                let mut to = Record {
-                    deadline: None,
-                    owed: None,
-                    next_attempt_at: None,
-                    ..r.next(State::Cancelled, now)
-                };
-                group::close_open_branches(&mut to, None);
-                let d = Decision::new(Outcome::Applied)
-                    .with_write(Cause::Cancel, Some(r), to.clone())
-                    .effect(Effect::StopExecution { generation: r.generation, cause: reason.clone() });
-                fail_parked(d, &to, reason)
-            }
+            Some(r) => on_cancel(r, reason, now),
         },
         Input::BranchEnded { generation, step, error } => match record {
             None => Decision::ignored(IgnoreReason::OutOfOrder),
@@ -1230,6 +1353,26 @@ fn decide_inner(
         },
         Input::Tick => on_tick(record, now),
     }
+}
+
+/// An operator's cancel (without `--compensate`).
+fn on_cancel(r: &Record, reason: &str, now: OffsetDateTime) -> Decision {
+    let stop = Effect::StopExecution { generation: r.generation, cause: reason.to_owned() };
+    if r.state == State::Cancelled {
+        // Cancelling again finishes what the first cancel may have left undone: its stop (or
+        // the answer to it) may have failed, so the execution could still be running. Both
+        // calls are idempotent (found by the simulation).
+        return fail_parked(Decision::new(Outcome::Duplicate).effect(stop), r, reason);
+    }
+    if r.state.is_terminal() {
+        return Decision::ignored(IgnoreReason::Terminal);
+    }
+    // The tokens stay in the cancelled record: a repeated cancel fails them again.
+    let mut to =
+        Record { deadline: None, owed: None, next_attempt_at: None, ..r.next(State::Cancelled, now) };
+    group::close_open_branches(&mut to, None);
+    let d = Decision::new(Outcome::Applied).with_write(Cause::Cancel, Some(r), to.clone()).effect(stop);
+    fail_parked(d, &to, reason)
 }
 
 /// `d`, failing every token the cancelled record `r` parks on as well: the step's, or those of
@@ -1274,6 +1417,7 @@ fn on_start(
             confirmed: Vec::new(),
             attempts: Vec::new(),
             next_attempt_at: None,
+            compensation: None,
         };
         return Decision::new(Outcome::Applied)
             .with_write(Cause::Start, None, to)
@@ -1314,6 +1458,7 @@ fn on_start(
         confirmed: Vec::new(),
         attempts: Vec::new(),
         next_attempt_at: None,
+        compensation: None,
         ..r.next(State::Pending, now)
     };
     Decision::new(Outcome::Applied)
@@ -1780,6 +1925,9 @@ fn on_finished(plan: &Plan, r: &Record, generation: u32, finish: &Finish, now: O
         Finish::Succeeded => (State::Succeeded, Cause::ReportSucceeded),
         Finish::Failed { .. } => (State::Failed, Cause::ReportFailed),
         Finish::TimedOut => (State::TimedOut, Cause::ReportTimedOut),
+        Finish::CompensationEnded { error, cause } => {
+            return compensation::on_ended(plan, r, generation, (error, cause), now);
+        }
     };
     if r.state == to_state {
         return Decision::new(Outcome::Duplicate);
@@ -1827,7 +1975,12 @@ fn on_tick(record: Option<&Record>, now: OffsetDateTime) -> Decision {
     }
 }
 
+mod compensation;
 mod group;
+pub use compensation::{
+    CANCELLED_ERROR, COMPENSATING_ERROR, Compensation, SkipReason, Trigger, Undo, UndoOutcome,
+    plan as compensation_plan,
+};
 pub use group::{group_failed, unsettled};
 #[cfg(test)]
 mod tests;

@@ -35,13 +35,18 @@ pub enum Metric {
     /// A step missed its deadline and the workflow ended `timed_out`.
     WorkflowsTimedOut,
     WorkflowsCancelled,
+    /// A workflow's compensations were all acknowledged.
+    WorkflowsCompensated,
+    /// A compensation failed on its last attempt or timed out: some completed steps stay
+    /// undone. Alarmed: a person must finish them (RUNBOOK).
+    WorkflowsCompensationFailed,
     /// The webhook secret's value, read again after a rotation, cannot be used: the callback
     /// function keeps the secrets it had until its next cold start, which will fail.
     SecretsInvalid,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 12] = [
+    pub const ALL: [Metric; 14] = [
         Metric::WorkflowsStarted,
         Metric::DuplicateInputs,
         Metric::NotEligible,
@@ -53,6 +58,8 @@ impl Metric {
         Metric::WorkflowsFailed,
         Metric::WorkflowsTimedOut,
         Metric::WorkflowsCancelled,
+        Metric::WorkflowsCompensated,
+        Metric::WorkflowsCompensationFailed,
         Metric::SecretsInvalid,
     ];
 
@@ -69,6 +76,8 @@ impl Metric {
             Metric::WorkflowsFailed => "WorkflowsFailed",
             Metric::WorkflowsTimedOut => "WorkflowsTimedOut",
             Metric::WorkflowsCancelled => "WorkflowsCancelled",
+            Metric::WorkflowsCompensated => "WorkflowsCompensated",
+            Metric::WorkflowsCompensationFailed => "WorkflowsCompensationFailed",
             Metric::SecretsInvalid => "SecretsInvalid",
         }
     }

@@ -10,10 +10,12 @@ use serde_json::{Value, json};
 use time::format_description::well_known::Rfc3339;
 
 use crate::domain::error::Classified;
-use crate::ports::store::Task;
+use crate::ports::store::{Task, TaskKind};
 
 /// The CloudEvents `type` of a published task.
 pub const TASK_CREATED: &str = "baton.task.created";
+/// The CloudEvents `type` of a published compensation task: undo a step that completed.
+pub const COMPENSATION_REQUESTED: &str = "baton.compensation.requested";
 
 /// Where operator tasks go.
 #[async_trait]
@@ -27,7 +29,10 @@ pub fn task_event(task: &Task) -> Value {
         "specversion": "1.0",
         "id": task.id,
         "source": "baton",
-        "type": TASK_CREATED,
+        "type": match task.kind {
+            TaskKind::Step => TASK_CREATED,
+            TaskKind::Compensation => COMPENSATION_REQUESTED,
+        },
         "subject": task.key.as_str(),
         "time": task.created_at.format(&Rfc3339).unwrap_or_default(),
         "datacontenttype": "application/json",
@@ -41,6 +46,7 @@ pub fn task_event(task: &Task) -> Value {
             "queue": task.queue,
             "attempt": task.attempt,
             "previous_error": task.previous_error,
+            "compensation": task.kind == TaskKind::Compensation,
         },
     })
 }

@@ -117,6 +117,8 @@ struct Callback {
     generation: Option<u32>,
     /// The attempt the callback answers (its task's), when the sender says.
     attempt: Option<u32>,
+    /// It acknowledges (or fails an attempt of) the step's compensation, not the step.
+    compensation: bool,
 }
 
 /// The callback handler.
@@ -296,15 +298,28 @@ impl Callbacks {
         maybe: MaybeApplied,
         now: OffsetDateTime,
     ) -> Result<Submitted, Answer> {
-        let input = Input::StepInput {
-            id: receipt.id.clone(),
-            hash: receipt.hash.clone(),
-            source: Source::Callback,
-            step: workflow.step_index(&callback.step).unwrap_or(u32::MAX),
-            outcome: callback.outcome.clone(),
-            data: std::mem::take(&mut callback.data),
-            generation: callback.generation,
-            attempt: callback.attempt,
+        let step = workflow.step_index(&callback.step).unwrap_or(u32::MAX);
+        let input = if callback.compensation {
+            Input::UndoInput {
+                id: receipt.id.clone(),
+                hash: receipt.hash.clone(),
+                source: Source::Callback,
+                step,
+                outcome: callback.outcome.clone(),
+                generation: callback.generation,
+                attempt: callback.attempt,
+            }
+        } else {
+            Input::StepInput {
+                id: receipt.id.clone(),
+                hash: receipt.hash.clone(),
+                source: Source::Callback,
+                step,
+                outcome: callback.outcome.clone(),
+                data: std::mem::take(&mut callback.data),
+                generation: callback.generation,
+                attempt: callback.attempt,
+            }
         };
         match self.engine.submit(workflow, &callback.key, &input, now).await {
             Ok(s) => Ok(s),
@@ -384,7 +399,9 @@ impl Callbacks {
             ));
         }
         let definition = self.step_of(&callback).await?;
-        if definition.steps.iter().any(|s| s.name.as_str() == callback.step && !s.accepts_callbacks) {
+        // A compensation is acknowledged by callback only, whatever feeds its step.
+        let refuses = |s: &crate::domain::config::Step| !s.accepts_callbacks && !callback.compensation;
+        if definition.steps.iter().any(|s| s.name.as_str() == callback.step && refuses(s)) {
             return Err(Answer::error(
                 StatusCode::FORBIDDEN,
                 "callbacks_refused",
@@ -730,8 +747,19 @@ fn stored_answer(first: &Value) -> Answer {
 }
 
 /// The body's fields: infra/openapi.yaml's `Callback` schema lists the same (a test checks).
-const FIELDS: [&str; 10] =
-    ["workflow", "key", "step", "outcome", "data", "error", "cause", "retryable", "generation", "attempt"];
+const FIELDS: [&str; 11] = [
+    "workflow",
+    "key",
+    "step",
+    "outcome",
+    "data",
+    "error",
+    "cause",
+    "retryable",
+    "generation",
+    "attempt",
+    "compensation",
+];
 
 /// Validates the JSON body, naming the first bad field.
 fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
@@ -796,6 +824,7 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
     };
     let generation = counter("generation")?;
     let attempt = counter("attempt")?;
+    let compensation = parse_compensation(map.remove("compensation"), &outcome, &data)?;
     // After `generation` and `attempt`, which name themselves when past 64 bits; what is left
     // is data.
     if let Some(number) = integer_past_64_bits(body) {
@@ -807,7 +836,38 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
             ),
         ));
     }
-    Ok(Callback { workflow, key, step, outcome, data, generation, attempt })
+    Ok(Callback { workflow, key, step, outcome, data, generation, attempt, compensation })
+}
+
+/// The `compensation` field: a boolean, false when absent. A compensation's acknowledgement
+/// says it succeeded or failed, and carries no data.
+fn parse_compensation(
+    value: Option<Value>,
+    outcome: &StepOutcome,
+    data: &Map<String, Value>,
+) -> Result<bool, Answer> {
+    let compensation = match value {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => {
+            return Err(Answer::field("invalid_body", "compensation", "compensation must be true or false"));
+        }
+    };
+    if compensation && *outcome == StepOutcome::InProgress {
+        return Err(Answer::field(
+            "invalid_body",
+            "outcome",
+            "a compensation's outcome is succeeded or failed; its wait takes no heartbeat",
+        ));
+    }
+    if compensation && !data.is_empty() {
+        return Err(Answer::field(
+            "invalid_body",
+            "data",
+            "a compensation's acknowledgement carries no data; keep what the undo produced in your own system",
+        ));
+    }
+    Ok(compensation)
 }
 
 /// The `retryable` field: a boolean, with a failed outcome only; true when absent.

@@ -44,7 +44,7 @@ use crate::ports::outbound::{PublishError, TaskPublisher};
 use crate::ports::store::limits::MAX_ITEM_BYTES;
 use crate::ports::store::{
     Applied, Claim, DrainTarget, InboxClaim, InboxEntry, InboxStatus, ItemSizes, LedgerEntry, StoreError,
-    Task, WorkflowStore,
+    Task, TaskKind, WorkflowStore,
 };
 
 /// What became of a resume sent to Step Functions.
@@ -563,13 +563,21 @@ impl Engine {
         let wf = Some(workflow.name.as_str());
         let metric = match (decision.outcome, input) {
             (Outcome::Applied, Input::Start { .. }) => Some(Metric::WorkflowsStarted),
-            (Outcome::Applied, Input::Finished { .. } | Input::Cancel { .. }) => {
+            // The write that ends the workflow, whatever input made it.
+            (Outcome::Applied, _)
+                if decision
+                    .write
+                    .as_ref()
+                    .is_some_and(|w| w.to.state.is_terminal() && !w.from.is_some_and(State::is_terminal)) =>
+            {
                 decision.write.as_ref().and_then(|w| match w.to.state {
                     State::Succeeded => Some(Metric::WorkflowsSucceeded),
                     State::Degraded => Some(Metric::WorkflowsDegraded),
                     State::Failed => Some(Metric::WorkflowsFailed),
                     State::TimedOut => Some(Metric::WorkflowsTimedOut),
                     State::Cancelled => Some(Metric::WorkflowsCancelled),
+                    State::Compensated => Some(Metric::WorkflowsCompensated),
+                    State::CompensationFailed => Some(Metric::WorkflowsCompensationFailed),
                     _ => None,
                 })
             }
@@ -626,8 +634,30 @@ impl Engine {
                     sent.map(|_| None)
                 }
                 Effect::CreateTask { generation, step, attempt } => {
-                    let created =
-                        self.create_task(workflow, key, (*generation, *step, *attempt), record, now).await;
+                    let created = self
+                        .create_task(
+                            workflow,
+                            key,
+                            (*generation, *step, *attempt),
+                            TaskKind::Step,
+                            record,
+                            now,
+                        )
+                        .await;
+                    task_created = created.is_ok();
+                    created.map(|()| None)
+                }
+                Effect::CreateUndoTask { generation, step, attempt } => {
+                    let created = self
+                        .create_task(
+                            workflow,
+                            key,
+                            (*generation, *step, *attempt),
+                            TaskKind::Compensation,
+                            record,
+                            now,
+                        )
+                        .await;
                     task_created = created.is_ok();
                     created.map(|()| None)
                 }
@@ -692,6 +722,7 @@ impl Engine {
             | Effect::SendTaskFailure { .. }
             | Effect::MarkResumed { .. }
             | Effect::CreateTask { .. }
+            | Effect::CreateUndoTask { .. }
             | Effect::MarkAttemptOpened { .. } => {}
             Effect::SendTaskHeartbeat { token } => {
                 let sent = self.orchestrator.send_task_heartbeat(token).await;
@@ -808,18 +839,24 @@ impl Engine {
         workflow: &Workflow,
         key: &CorrelationKey,
         (generation, step, attempt): (u32, u32, u32),
+        kind: TaskKind,
         record: Option<&Record>,
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
         let Some(spec) = workflow.steps.get(step as usize) else { return Ok(()) };
-        let Some(template) = &spec.task else { return Ok(()) };
+        let template = match kind {
+            TaskKind::Step => spec.task.as_ref(),
+            TaskKind::Compensation => spec.compensate.as_ref().map(|c| &c.task),
+        };
+        let Some(template) = template else { return Ok(()) };
         let task = Task {
+            kind,
             workflow: workflow.name.clone(),
             key: key.clone(),
             generation,
             step,
             step_name: spec.name.to_string(),
-            id: Task::task_id(&workflow.name, key, generation, spec.name.as_str(), attempt),
+            id: Task::task_id(&workflow.name, key, generation, spec.name.as_str(), attempt, kind),
             title: template.render(workflow.name.as_str(), key.as_str(), spec.name.as_str(), generation),
             queue: template.queue.clone(),
             created_at: now,
@@ -1086,6 +1123,7 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
                 lifecycle::Finish::Succeeded => "succeeded",
                 lifecycle::Finish::Failed { .. } => "failed",
                 lifecycle::Finish::TimedOut => "timed_out",
+                lifecycle::Finish::CompensationEnded { .. } => "compensation_ended",
             };
             format!("finished/g{generation}/{outcome}")
         }
@@ -1095,6 +1133,11 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
             format!("attempt_opened/g{generation}/s{step}/a{attempt}")
         }
         Input::Cancel { .. } => format!("cancel/{}", now.unix_timestamp()),
+        Input::CancelCompensate { .. } => format!("cancel_compensate/{}", now.unix_timestamp()),
+        Input::UndoReady { generation, step, token, .. } => {
+            format!("undo_ready/g{generation}/s{step}/{}", token.fingerprint())
+        }
+        Input::UndoInput { id, .. } => id.to_string(),
         Input::Tick => "tick".into(),
     }
 }
@@ -1104,7 +1147,12 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
 /// a summary, and a task token only as its fingerprint.
 pub fn input_detail(input: &Input) -> Value {
     match input {
-        Input::Start { .. } | Input::StepInput { .. } => serde_json::to_value(input).unwrap_or(Value::Null),
+        Input::Start { .. } | Input::StepInput { .. } | Input::UndoInput { .. } => {
+            serde_json::to_value(input).unwrap_or(Value::Null)
+        }
+        Input::UndoReady { generation, step, token, .. } => {
+            json!({"kind": "undo_ready", "generation": generation, "step": step, "token": token.fingerprint()})
+        }
         Input::StepReady { generation, step, token, .. } => {
             json!({"kind": "step_ready", "generation": generation, "step": step, "token": token.fingerprint()})
         }
@@ -1121,6 +1169,7 @@ pub fn input_detail(input: &Input) -> Value {
             json!({"kind": "attempt_opened", "generation": generation, "step": step, "attempt": attempt})
         }
         Input::Cancel { reason } => json!({"kind": "cancel", "reason": reason}),
+        Input::CancelCompensate { reason } => json!({"kind": "cancel_compensate", "reason": reason}),
         Input::Tick => json!({"kind": "tick"}),
     }
 }

@@ -7,6 +7,11 @@
 //!   execution ends rather than waiting out its deadline.
 //! - `finished`: the execution reached its end (succeeded) or a Catch (failed, timed out). The
 //!   record makes its terminal transition.
+//! - `undo_ready`: a compensation's wait parked on a task token, with the error that ended the
+//!   run. The first one moves the record into compensation; the compensation's task is created
+//!   and published once (or, for a step in the plan as skipped, its wait is resumed at once).
+//! - `finished` with `compensation_ended`: Step Functions passed the last compensation, and the
+//!   record ends `compensated`, `compensation_failed`, or (nothing undone) as the run ended.
 //! - `branch_ended`: an optional parallel branch reports how it ended, on its way out of the
 //!   group: it succeeded (no `error`), or its own Catch caught a timeout or its task's failure
 //!   (`error`; the branch is recorded as not succeeded, and its group goes on without it). The
@@ -61,6 +66,24 @@ pub enum Report {
         error: Option<String>,
         #[serde(default)]
         cause: Option<String>,
+        /// The error that ended the run, as its Catch caught it (`compensation_ended`).
+        #[serde(default)]
+        failure: Option<Failure>,
+    },
+    /// A compensation's wait parked on a token: as `step_ready`, with the error that ended the
+    /// run.
+    UndoReady {
+        workflow: String,
+        key: String,
+        generation: u32,
+        step: u32,
+        step_name: String,
+        #[serde(default)]
+        config_version: Option<String>,
+        token: String,
+        entered_at: String,
+        timeout_seconds: i64,
+        failure: Failure,
     },
     BranchEnded {
         workflow: String,
@@ -83,6 +106,18 @@ pub enum FinishedOutcome {
     Succeeded,
     Failed,
     TimedOut,
+    /// Step Functions passed the last compensation.
+    CompensationEnded,
+}
+
+/// An error as a Catch keeps it (`ResultPath: $.error`): the emulator drops `Cause` to null, and
+/// a timeout may have none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Failure {
+    #[serde(rename = "Error", default)]
+    pub error: Option<String>,
+    #[serde(rename = "Cause", default)]
+    pub cause: Option<String>,
 }
 
 /// Why a progress message cannot be used. Every case is permanent.
@@ -150,6 +185,7 @@ pub fn parse_report<'c>(
     let (workflow, key) = match &report {
         Report::StepReady { workflow, key, .. }
         | Report::Finished { workflow, key, .. }
+        | Report::UndoReady { workflow, key, .. }
         | Report::BranchEnded { workflow, key, .. } => (workflow, key),
     };
     let wf = config.workflow(workflow).ok_or_else(|| ReportError::UnknownWorkflow(workflow.clone()))?;
@@ -162,26 +198,32 @@ pub fn parse_report<'c>(
     let input = match report {
         Report::StepReady { generation, step, step_name, token, entered_at, timeout_seconds, .. } => {
             known_step(step, &step_name)?;
-            let token = TaskToken::parse(token)
-                .map_err(|e| ReportError::Invalid { field: "token", problem: e.to_string() })?;
-            let entered = OffsetDateTime::parse(&entered_at, &Rfc3339)
-                .map_err(|e| ReportError::Invalid { field: "entered_at", problem: e.to_string() })?;
-            Input::StepReady {
-                generation,
-                step,
-                token,
-                deadline: entered + Duration::seconds(timeout_seconds),
-            }
+            let (token, deadline) = parked(token, &entered_at, timeout_seconds)?;
+            Input::StepReady { generation, step, token, deadline }
         }
-        Report::Finished { generation, outcome, error, cause, .. } => {
-            let finish = match outcome {
-                FinishedOutcome::Succeeded => Finish::Succeeded,
-                FinishedOutcome::TimedOut => Finish::TimedOut,
-                FinishedOutcome::Failed => {
-                    Finish::Failed { error: error.unwrap_or_default(), cause: cause.unwrap_or_default() }
-                }
-            };
-            Input::Finished { generation, finish }
+        Report::UndoReady {
+            generation,
+            step,
+            step_name,
+            token,
+            entered_at,
+            timeout_seconds,
+            failure,
+            ..
+        } => {
+            known_step(step, &step_name)?;
+            if wf.steps[step as usize].compensate.is_none() {
+                return Err(ReportError::Invalid {
+                    field: "step",
+                    problem: format!("{step_name} declares no compensate"),
+                });
+            }
+            let (token, deadline) = parked(token, &entered_at, timeout_seconds)?;
+            let (error, cause) = (failure.error.unwrap_or_default(), failure.cause.unwrap_or_default());
+            Input::UndoReady { generation, step, token, deadline, error, cause }
+        }
+        Report::Finished { generation, outcome, error, cause, failure, .. } => {
+            Input::Finished { generation, finish: finish_of(outcome, (error, cause), failure) }
         }
         Report::BranchEnded { generation, step, step_name, error, .. } => {
             known_step(step, &step_name)?;
@@ -197,6 +239,41 @@ pub fn parse_report<'c>(
         }
     };
     Ok((wf, key, input))
+}
+
+/// How a `finished` report says the execution ended.
+fn finish_of(
+    outcome: FinishedOutcome,
+    (error, cause): (Option<String>, Option<String>),
+    failure: Option<Failure>,
+) -> Finish {
+    match outcome {
+        FinishedOutcome::Succeeded => Finish::Succeeded,
+        FinishedOutcome::TimedOut => Finish::TimedOut,
+        FinishedOutcome::Failed => {
+            Finish::Failed { error: error.unwrap_or_default(), cause: cause.unwrap_or_default() }
+        }
+        FinishedOutcome::CompensationEnded => {
+            let failure = failure.unwrap_or_default();
+            Finish::CompensationEnded {
+                error: failure.error.unwrap_or_default(),
+                cause: failure.cause.unwrap_or_default(),
+            }
+        }
+    }
+}
+
+/// A parked wait's token and deadline, from its report.
+fn parked(
+    token: String,
+    entered_at: &str,
+    timeout_seconds: i64,
+) -> Result<(TaskToken, OffsetDateTime), ReportError> {
+    let token = TaskToken::parse(token)
+        .map_err(|e| ReportError::Invalid { field: "token", problem: e.to_string() })?;
+    let entered = OffsetDateTime::parse(entered_at, &Rfc3339)
+        .map_err(|e| ReportError::Invalid { field: "entered_at", problem: e.to_string() })?;
+    Ok((token, entered + Duration::seconds(timeout_seconds)))
 }
 
 #[async_trait::async_trait]

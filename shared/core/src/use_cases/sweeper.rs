@@ -65,13 +65,15 @@ impl Sweeper {
             warn!(error_type = e.error_type(), error = %crate::domain::error::error_chain(&e), "{what} failed; the next sweep retries it");
             first_error.get_or_insert(e);
         };
-        // A waiting record is listed when its deadline passed a grace ago (Step Functions' own
+        // A waiting (or compensating) record is listed when its deadline passed a grace ago (Step Functions' own
         // timeout report is then overdue: nothing is owed, and it is counted so), or, at a
         // parallel group, when a branch's resume has been owed for the grace.
         let due = [
             (Kind::Pending, RESTART_PENDING_AFTER),
             (Kind::Advancing, RESEND_RESUME_AFTER),
             (Kind::Waiting, RESEND_RESUME_AFTER),
+            // A compensation's owed resume, or its next attempt's task.
+            (Kind::Compensating, RESEND_RESUME_AFTER),
         ];
         for (kind, after) in due {
             let records = match self.engine.store.due(kind, now - after, BATCH).await {

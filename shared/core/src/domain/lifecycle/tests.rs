@@ -19,6 +19,7 @@ fn plan(steps: &[&[&str]]) -> Plan {
         on_restart: OnRestart::AfterTerminal,
         version: Some("v1".into()),
         retries: Vec::new(),
+        compensations: Vec::new(),
     }
 }
 
@@ -740,6 +741,7 @@ impl World {
                 }
             }
             Effect::CreateTask { .. }
+            | Effect::CreateUndoTask { .. }
             | Effect::MarkAttemptOpened { .. }
             | Effect::SendTaskHeartbeat { .. }
             | Effect::Ledger { .. } => {}
@@ -902,7 +904,7 @@ proptest! {
         actions in prop::collection::vec(action(), 1..60),
     ) {
         let on_restart = if never { OnRestart::Never } else { OnRestart::AfterTerminal };
-        let plan = Plan { steps, groups: Vec::new(), optional: Vec::new(), on_restart, version: Some("v-prop".into()), retries: Vec::new() };
+        let plan = Plan { steps, groups: Vec::new(), optional: Vec::new(), on_restart, version: Some("v-prop".into()), retries: Vec::new(), compensations: Vec::new() };
         let mut world = World {
             plans: HashMap::from([("v-prop".to_owned(), plan.clone())]),
             plan,
@@ -952,6 +954,7 @@ fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
 }
 
 mod branch_retry_attack;
+mod compensation;
 mod group;
 mod group_races;
 mod retry;

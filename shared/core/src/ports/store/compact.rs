@@ -52,11 +52,14 @@ fn code(cause: Cause) -> u8 {
         Cause::BranchResumed => 12,
         Cause::AttemptFailed => 13,
         Cause::AttemptOpened => 14,
+        Cause::Compensate => 15,
+        Cause::Undo => 16,
+        Cause::CompensationEnded => 17,
     }
 }
 
 /// The causes by their stored number.
-const CAUSES: [Cause; 15] = [
+const CAUSES: [Cause; 18] = [
     Cause::Start,
     Cause::Restart,
     Cause::StepReady,
@@ -72,6 +75,9 @@ const CAUSES: [Cause; 15] = [
     Cause::BranchResumed,
     Cause::AttemptFailed,
     Cause::AttemptOpened,
+    Cause::Compensate,
+    Cause::Undo,
+    Cause::CompensationEnded,
 ];
 
 /// What an audit trail is written against: the rest of its record.
@@ -195,6 +201,9 @@ fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
         Cause::ReportFailed => State::Failed,
         Cause::ReportTimedOut => State::TimedOut,
         Cause::Cancel => State::Cancelled,
+        Cause::Compensate | Cause::Undo => State::Compensating,
+        // Compensated, compensation_failed, or how the run ended: written out.
+        Cause::CompensationEnded => return None,
     };
     Some(to.to_string())
 }
@@ -430,7 +439,7 @@ mod tests {
     fn a_damaged_trail_names_the_entry_and_what_is_wrong() {
         let context = Context { base: CREATED, applied: &[], start_events: &[] };
         let err = |text: &str| decode_history(text, &context).unwrap_err();
-        assert_eq!(err(r#"[[0,0],[5,15]]"#), "entry 1: the cause 15 is not one of 0..15");
+        assert_eq!(err(r#"[[0,0],[5,18]]"#), "entry 1: the cause 18 is not one of 0..18");
         assert_eq!(err(r#"[["0",0]]"#), "entry 0: the time is missing or not an integer");
         assert_eq!(err(r#"[[0,0,3]]"#), "entry 0: cause_id 3 refers to no input");
         assert_eq!(err(r#"[[0,3]]"#), "entry 0: to is missing and cannot be predicted");

@@ -92,11 +92,16 @@ pub fn pk(workflow: &WorkflowName, key: &CorrelationKey) -> String {
 /// The record's sort key.
 pub const RECORD_SK: &str = "RECORD";
 
-/// A task's sort key: the first attempt's as before retries, a later one's after it.
-pub fn task_sk(generation: u32, step: u32, attempt: u32) -> String {
+/// A task's sort key: the first attempt's as before retries, a later one's after it; a
+/// compensation's after its step's.
+pub fn task_sk(generation: u32, step: u32, attempt: u32, kind: super::TaskKind) -> String {
+    let undo = match kind {
+        super::TaskKind::Step => "",
+        super::TaskKind::Compensation => "#undo",
+    };
     match attempt {
-        0 | 1 => format!("TASK#{generation:010}#{step:05}"),
-        n => format!("TASK#{generation:010}#{step:05}#a{n:02}"),
+        0 | 1 => format!("TASK#{generation:010}#{step:05}{undo}"),
+        n => format!("TASK#{generation:010}#{step:05}{undo}#a{n:02}"),
     }
 }
 

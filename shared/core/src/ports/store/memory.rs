@@ -56,7 +56,8 @@ struct Inner {
     // Ordered maps throughout: the same operations give the same results in the same order, so
     // a seeded simulation replays exactly.
     records: BTreeMap<RecordKey, Record>,
-    tasks: BTreeMap<(RecordKey, u32, u32, u32), Task>,
+    /// By (record, generation, step, (attempt, a step's task rather than a compensation's)).
+    tasks: BTreeMap<(RecordKey, u32, u32, (u32, bool)), Task>,
     receipts: BTreeMap<(RecordKey, String), Receipt>,
     inbox: BTreeMap<(RecordKey, String, String), InboxEntry>,
     ledger: BTreeMap<(RecordKey, String, &'static str), LedgerEntry>,
@@ -306,10 +307,11 @@ impl WorkflowStore for MemoryStore {
     }
 
     async fn put_task(&self, task: &Task) -> Result<Claim<Task>, StoreError> {
-        let sk = limits::task_sk(task.generation, task.step, task.attempt);
+        let sk = limits::task_sk(task.generation, task.step, task.attempt, task.kind);
         fits("PutItem", (&task.workflow, &task.key), &sk, || (self.sizes.task)(task))?;
         let mut inner = self.lock();
-        let k = (rk(&task.workflow, &task.key), task.generation, task.step, task.attempt);
+        let k =
+            (rk(&task.workflow, &task.key), task.generation, task.step, (task.attempt, task.kind.is_step()));
         if let Some(existing) = inner.tasks.get(&k) {
             return Ok(Claim::Exists(existing.clone()));
         }
@@ -319,9 +321,12 @@ impl WorkflowStore for MemoryStore {
 
     async fn mark_task_published(&self, task: &Task) -> Result<(), StoreError> {
         let mut inner = self.lock();
-        if let Some(t) =
-            inner.tasks.get_mut(&(rk(&task.workflow, &task.key), task.generation, task.step, task.attempt))
-        {
+        if let Some(t) = inner.tasks.get_mut(&(
+            rk(&task.workflow, &task.key),
+            task.generation,
+            task.step,
+            (task.attempt, task.kind.is_step()),
+        )) {
             t.published = true;
         }
         Ok(())

@@ -101,8 +101,8 @@ pub struct Task {
     pub generation: u32,
     pub step: u32,
     pub step_name: String,
-    /// Stable id: `<workflow>/<key>/g<generation>/<step name>`, and `/a<attempt>` from the
-    /// second attempt of a step with `retry`. The published CloudEvent's id.
+    /// Stable id: `<workflow>/<key>/g<generation>/<step name>`, then `/undo` for a
+    /// compensation, and `/a<attempt>` from the second attempt. The published CloudEvent's id.
     pub id: String,
     /// The attempt it is for (1: the first).
     pub attempt: u32,
@@ -114,6 +114,33 @@ pub struct Task {
     pub created_at: OffsetDateTime,
     /// Set once the `baton.task.created` event went out.
     pub published: bool,
+    /// A step's task, or the task that undoes a completed step.
+    #[serde(default, skip_serializing_if = "TaskKind::is_step")]
+    pub kind: TaskKind,
+}
+
+/// What a task asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskKind {
+    /// The work of a step (`baton.task.created`).
+    #[default]
+    Step,
+    /// The compensation of a completed step (`baton.compensation.requested`).
+    Compensation,
+}
+
+impl TaskKind {
+    pub fn is_step(&self) -> bool {
+        *self == TaskKind::Step
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::Step => "step",
+            TaskKind::Compensation => "compensation",
+        }
+    }
 }
 
 impl Task {
@@ -123,10 +150,15 @@ impl Task {
         generation: u32,
         step_name: &str,
         attempt: u32,
+        kind: TaskKind,
     ) -> String {
+        let undo = match kind {
+            TaskKind::Step => "",
+            TaskKind::Compensation => "/undo",
+        };
         match attempt {
-            0 | 1 => format!("{workflow}/{key}/g{generation}/{step_name}"),
-            n => format!("{workflow}/{key}/g{generation}/{step_name}/a{n}"),
+            0 | 1 => format!("{workflow}/{key}/g{generation}/{step_name}{undo}"),
+            n => format!("{workflow}/{key}/g{generation}/{step_name}{undo}/a{n}"),
         }
     }
 }
@@ -767,6 +799,7 @@ mod tests {
             on_restart: OnRestart::AfterTerminal,
             version: None,
             retries: Vec::new(),
+            compensations: Vec::new(),
         };
         let w = WorkflowName::parse("wf").unwrap();
         let k = CorrelationKey::parse("k").unwrap();

@@ -542,6 +542,7 @@ mod model {
             on_restart: OnRestart::AfterTerminal,
             version: Some("v1".into()),
             retries: Vec::new(),
+            compensations: Vec::new(),
         };
         vec![
             p(5, vec![Span { first: 1, last: 3 }], vec![3]),
@@ -787,6 +788,7 @@ mod model {
                     }
                     Effect::MarkResumed { .. }
                     | Effect::CreateTask { .. }
+                    | Effect::CreateUndoTask { .. }
                     | Effect::SendTaskHeartbeat { .. }
                     | Effect::MarkAttemptOpened { .. }
                     | Effect::Ledger { .. } => {}
