@@ -119,16 +119,10 @@ fn step_entry(workflow: &Workflow, r: &Record, undo: Option<&Undo>, step: u32) -
         })
     });
     let completed = undo.is_some_and(|u| u.skip != Some(lifecycle::SkipReason::NotCompleted));
-    let begun = r.compensation.is_some();
     let state = match undo {
         None => "not_in_plan",
-        Some(u) => match (u.outcome, u.skip, begun) {
-            (Some(outcome), _, _) => outcome.as_str(),
-            (None, Some(_), _) => "skipped",
-            (None, None, false) => "would_run",
-            (None, None, true) if u.waits() => "waiting",
-            (None, None, true) => "pending",
-        },
+        Some(u) if r.compensation.is_none() && u.skip.is_none() => "would_run",
+        Some(u) => u.state(),
     };
     let errors: Vec<Value> = undo
         .map(|u| {

@@ -20,7 +20,10 @@ fn summary(wf: &Workflow) -> String {
     let step = |s: &baton_core::domain::config::Step| {
         let requires = if s.requires.is_empty() { "any success".to_owned() } else { s.requires.join("+") };
         let optional = if s.optional { ", optional" } else { "" };
-        format!("{} (needs {requires}, timeout {}{optional})", s.name, human(s.timeout))
+        let undo = s.compensate.as_ref().map_or(String::new(), |c| {
+            format!(", undone by {:?} within {}, {} attempt(s)", c.task.title, human(c.timeout), c.attempts)
+        });
+        format!("{} (needs {requires}, timeout {}{optional}{undo})", s.name, human(s.timeout))
     };
     // A parallel group: its branches side by side, in brackets.
     let steps: Vec<String> = wf

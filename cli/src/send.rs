@@ -79,6 +79,13 @@ pub struct CallbackArgs {
     /// With --outcome failed: a description.
     #[arg(long)]
     pub cause: Option<String>,
+    /// Acknowledge the step's compensation (a `baton.compensation.requested` task) instead of
+    /// answering the step: --outcome succeeded (undone) or failed (this attempt failed).
+    #[arg(long)]
+    pub compensation: bool,
+    /// The attempt the callback answers (the task's `attempt`).
+    #[arg(long)]
+    pub attempt: Option<u32>,
     /// The `webhook-id`, the callback's idempotency key [default: a fresh unique id].
     #[arg(long = "id", value_name = "WEBHOOK_ID")]
     pub id: Option<String>,
@@ -245,6 +252,12 @@ fn callback_body(args: &CallbackArgs) -> Result<String> {
     if let Some(cause) = &args.cause {
         body.insert("cause".into(), json!(cause));
     }
+    if args.compensation {
+        body.insert("compensation".into(), json!(true));
+    }
+    if let Some(attempt) = args.attempt {
+        body.insert("attempt".into(), json!(attempt));
+    }
     Ok(Value::Object(body).to_string())
 }
 
@@ -343,10 +356,21 @@ mod tests {
             data: Some(r#"{"decision": "approve"}"#.into()),
             error: None,
             cause: None,
+            compensation: false,
+            attempt: None,
             id: None,
             attempts: 3,
             target: TargetArgs::default(),
         }
+    }
+
+    #[test]
+    fn a_compensation_acknowledgement_is_marked_and_names_its_attempt() {
+        let args = CallbackArgs { data: None, compensation: true, attempt: Some(2), ..callback_args() };
+        assert_eq!(
+            callback_body(&args).unwrap(),
+            r#"{"workflow":"order-review","key":"k1","step":"manual-review","outcome":"succeeded","compensation":true,"attempt":2}"#
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use baton_aws::dynamodb::DynamoDbStore;
 use baton_aws::stepfunctions::StepFunctionsOrchestrator;
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
 use baton_core::domain::lifecycle::{
-    AuditEntry, Branch, FailedAttempt, Record, Resume, Source as InputSource,
+    AuditEntry, Branch, Compensation, FailedAttempt, Record, Resume, Source as InputSource,
 };
 use baton_core::ports::orchestrator::{
     ExecutionInfo, HistoryEvent, Orchestrator, OrchestratorError, execution_arn, execution_name,
@@ -327,10 +327,69 @@ pub struct RecordView {
     /// When the next attempt's task goes out, during a backoff.
     #[serde(serialize_with = "crate::ops::ser_opt_time")]
     pub next_attempt_at: Option<OffsetDateTime>,
+    /// The compensation phase, once it began: why, when, and each step of its plan (`null`
+    /// before).
+    pub compensation: Option<CompensationView>,
     #[serde(serialize_with = "crate::ops::ser_time")]
     pub created_at: OffsetDateTime,
     #[serde(serialize_with = "crate::ops::ser_time")]
     pub updated_at: OffsetDateTime,
+}
+
+/// A record's compensation: what ended the run, and each step of the plan, last position first.
+#[derive(Debug, Serialize)]
+pub struct CompensationView {
+    /// `failed`, `timed_out` or `cancelled`.
+    pub trigger: &'static str,
+    /// The run's error (a failure), or the cancel's reason.
+    pub detail: Option<String>,
+    #[serde(serialize_with = "crate::ops::ser_time")]
+    pub began_at: OffsetDateTime,
+    pub steps: Vec<UndoView>,
+}
+
+/// One step of a compensation plan.
+#[derive(Debug, Serialize)]
+pub struct UndoView {
+    pub step: u32,
+    pub name: Option<String>,
+    /// `acknowledged`, `failed`, `timed_out`, `skipped`, `waiting` (its task out) or `pending`.
+    pub state: &'static str,
+    /// Why a skipped step is not compensated: `not_completed`, `no_compensate_declared`.
+    pub skip_reason: Option<&'static str>,
+    #[serde(serialize_with = "crate::ops::ser_opt_time")]
+    pub deadline: Option<OffsetDateTime>,
+    /// Its failed attempts, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_attempts: Vec<FailedAttempt>,
+    /// The attempt running, or the last.
+    pub attempt: u32,
+}
+
+fn compensation_view(c: &Compensation, workflow: &str, names: &StepNames) -> CompensationView {
+    use baton_core::domain::lifecycle::Trigger;
+    CompensationView {
+        trigger: c.trigger.as_str(),
+        detail: match &c.trigger {
+            Trigger::Failed { error, .. } => Some(error.clone()),
+            Trigger::Cancelled { reason } => Some(reason.clone()),
+            Trigger::TimedOut => None,
+        },
+        began_at: c.began_at,
+        steps: c
+            .undos
+            .iter()
+            .map(|u| UndoView {
+                step: u.step,
+                name: names.name(workflow, u.step),
+                state: u.state(),
+                skip_reason: u.skip.map(|s| s.as_str()),
+                deadline: u.deadline,
+                failed_attempts: u.attempts.clone(),
+                attempt: u.attempt(),
+            })
+            .collect(),
+    }
 }
 
 /// One branch of the parallel group a record is at.
@@ -443,6 +502,8 @@ pub enum What {
         published: bool,
         /// The attempt it is for (a retried step's later attempts have tasks of their own).
         attempt: u32,
+        /// `step`, or `compensation` for a task that undoes the step.
+        task_kind: &'static str,
     },
     /// An input's idempotency receipt was written (source `receipt`).
     Receipt {
@@ -588,6 +649,7 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         failed_attempts: r.attempts.clone(),
         attempt: r.attempt(),
         next_attempt_at: r.next_attempt_at,
+        compensation: r.compensation.as_ref().map(|c| compensation_view(c, r.workflow.as_str(), names)),
         created_at: r.created_at,
         updated_at: r.updated_at,
     }
@@ -621,6 +683,7 @@ fn task(t: &Task) -> Entry {
             queue: t.queue.clone(),
             published: t.published,
             attempt: t.attempt,
+            task_kind: t.kind.as_str(),
         },
     }
 }
@@ -729,6 +792,7 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
             }
             render_attempts(&mut out, r, now);
             render_branches(&mut out, r, now);
+            render_compensation(&mut out, r);
         }
         None => {
             line(&mut out, "  no record: only inputs that arrived before the start event");
@@ -846,6 +910,29 @@ fn render_branches(out: &mut String, r: &RecordView, now: OffsetDateTime) {
     }
 }
 
+/// The compensation phase: why it began, then each step of its plan, last position first.
+fn render_compensation(out: &mut String, r: &RecordView) {
+    let Some(c) = &r.compensation else { return };
+    let detail = c.detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default();
+    line(
+        out,
+        &format!("  compensation began {} after the run {}{detail}", table_time(c.began_at), c.trigger),
+    );
+    for u in &c.steps {
+        let name = u.name.clone().unwrap_or_else(|| format!("step {}", u.step));
+        let why = u.skip_reason.map(|s| format!(" ({s})")).unwrap_or_default();
+        let attempts =
+            if u.failed_attempts.is_empty() { String::new() } else { format!(", attempt {}", u.attempt) };
+        line(out, &format!("              undo {name:<20} {}{why}{attempts}", u.state));
+        for a in &u.failed_attempts {
+            line(
+                out,
+                &format!("                attempt {} failed {} {}", a.attempt, a.error, table_time(a.at)),
+            );
+        }
+    }
+}
+
 /// Appends one line of text, its control characters escaped (see [`terminal_safe`]).
 fn line(out: &mut String, text: &str) {
     out.push_str(&terminal_safe(text));
@@ -888,9 +975,12 @@ fn describe(what: &What) -> String {
             let id = cause_id.as_ref().map(|i| format!(" [{i}]")).unwrap_or_default();
             format!("{from} -> {to}  {cause}{id}  g{generation} v{version}")
         }
-        What::TaskCreated { generation, step_name, task_id, queue, published, .. } => {
+        What::TaskCreated { generation, step_name, task_id, queue, published, task_kind, .. } => {
             let published = if *published { "published" } else { "NOT published" };
-            format!("task created for {step_name} (g{generation}) on queue {queue}, {published}  [{task_id}]")
+            let what = if *task_kind == "compensation" { "compensation task" } else { "task" };
+            format!(
+                "{what} created for {step_name} (g{generation}) on queue {queue}, {published}  [{task_id}]"
+            )
         }
         What::Receipt { input_id, status, http_status, answer_status, answer, repeats, last_repeat_at } => {
             let mut text = format!("input {input_id}: {status}");

@@ -13,7 +13,7 @@ use baton_tests::browser::{Browser, only_text, screens_dir, select, text, text_i
 use serde_json::{Value, json};
 
 mod common;
-use common::{CONFIG, Stack, placed, stack_with};
+use common::{CONFIG, SAGA, Stack, compensated, placed, stack_with};
 
 /// order-review with a review that times out after 2 seconds. (Its own stack: the template
 /// declares a state machine for each workflow of the sample only.)
@@ -122,6 +122,10 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     rejected["cause"] = json!("the reviewer refused the order");
     answered(&stack, "cb-bad-1", &rejected, 200).await;
     state_of(&stack, "order-review", "bad-1", State::Failed).await;
+
+    // compensated: shipping fails after reserve-stock and payment completed; both are undone.
+    let saga = stack_with(SAGA).await;
+    compensated(&saga, "undo-1").await;
 
     // timed_out: nobody answers within the review's 2 seconds.
     assert_ne!(quick_timeout(), CONFIG, "the review's timeout is shortened");
@@ -263,6 +267,21 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             passed: &["manual-review"],
         },
         Case {
+            name: "compensated",
+            workflow: "order-review",
+            key: "undo-1",
+            state: "compensated",
+            current: Some("Compensation ended"),
+            passed: &[
+                "reserve-stock",
+                "payment",
+                "shipping",
+                "Undo payment",
+                "Undo reserve-stock",
+                "Report compensation ended",
+            ],
+        },
+        Case {
             name: "cancelled",
             workflow: "order-review",
             key: "stop-1",
@@ -300,6 +319,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
         let stack = match case.name {
             "timed-out" => &quick,
             "retried" | "group-retried" => &retried,
+            "compensated" => &saga,
             _ => &stack,
         };
         // A state machine reports the end, then ends: the page is drawn once the execution has.
@@ -439,6 +459,27 @@ fn check_trace_page(browser: &Browser, file: &PathBuf, doc: &Value, case: &Case)
                 assert!(text(&shown[0]).starts_with("1 failed ScorerDown"), "{what}: {}", text(&shown[0]));
                 assert_eq!(shown.last().map(text).as_deref(), Some("2 running"), "{what}");
             }
+        }
+        // A compensation: each step of its plan with its state, and each compensation's state
+        // in the graph.
+        let undos = doc["record"]["compensation"]["steps"].as_array().cloned().unwrap_or_default();
+        let shown = select(&dom, "#compensation .undo");
+        assert_eq!(shown.len(), undos.len(), "{what}: every step of the plan shown");
+        for (u, s) in undos.iter().zip(&shown) {
+            assert_eq!(s.value().attr("data-state"), u["state"].as_str(), "{what}: {u}");
+            let undo = format!(".graph-state[data-name=\"Undo {}\"]", u["name"].as_str().unwrap_or_default());
+            if u["state"] != "skipped" {
+                let drawn = select(&dom, &undo);
+                assert_eq!(
+                    drawn.first().and_then(|d| d.value().attr("data-undo")),
+                    u["state"].as_str(),
+                    "{what}: {undo}"
+                );
+            }
+        }
+        if case.name == "compensated" {
+            assert_eq!(shown.len(), 2, "{what}");
+            assert!(only_text(&dom, "#compensation").contains("after the run failed (NoCarrier)"), "{what}");
         }
         let timeline = doc["timeline"].as_array().unwrap();
         let entries = select(&dom, ".entry");

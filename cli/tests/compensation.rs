@@ -15,33 +15,7 @@ use baton_core::ports::outbound::COMPENSATION_REQUESTED;
 use serde_json::{Value, json};
 
 mod common;
-use common::{Stack, placed, stack_with};
-
-const SAGA: &str = r#"
-workflows:
-  order-review:
-    start:
-      when: { type: ["order.placed"] }
-      key: /subject
-    steps:
-      - name: reserve-stock
-        task: { title: "Reserve stock for {key}", queue: stock }
-        requires: [hold]
-        timeout: 1h
-        compensate:
-          task: { title: "Release stock for {key}", queue: stock }
-          timeout: 1h
-      - name: payment
-        requires: [payment_ref]
-        timeout: 7d
-        compensate:
-          task: { title: "Refund payment for {key}", queue: payments }
-          timeout: 3d
-          attempts: 2
-      - name: shipping
-        requires: [tracking]
-        timeout: 5d
-"#;
+use common::{SAGA, Stack, placed, stack_with};
 
 const WF: &str = "order-review";
 

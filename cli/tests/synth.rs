@@ -107,3 +107,52 @@ fn check_fails_when_a_states_grant_misses_a_workflows_state_machine() {
         );
     }
 }
+
+/// The compensation example of the docs (a workflow named as the template's state machine).
+const SAGA: &str = r#"
+workflows:
+  order-review:
+    start: { when: { type: ["order.placed"] }, key: /subject }
+    steps:
+      - name: payment
+        requires: [payment_ref]
+        timeout: 7d
+        compensate:
+          task: { title: "Refund payment for {key}", queue: payments }
+          timeout: 3d
+          attempts: 3          # optional, default 3: the task is published again after each failure
+      - name: shipping
+        requires: [tracking]
+        timeout: 5d
+"#;
+
+#[test]
+fn a_compensated_step_passes_validate_and_synth_into_a_reverse_chain_that_asl_validator_accepts() {
+    let dir = scratch();
+    let config = dir.path().join("infra/workflows.yaml");
+    std::fs::write(&config, SAGA).unwrap();
+    let out = baton(dir.path(), &["validate", "infra/workflows.yaml"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout.contains(r#"payment (needs payment_ref, timeout 7d, undone by "Refund payment for {key}" within 3d, 3 attempt(s))"#),
+        "{stdout}"
+    );
+    println!("{stdout}");
+    let out = baton(dir.path(), &["synth"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(baton(dir.path(), &["synth", "--check"]).status.success());
+    let path = dir.path().join(DEF);
+    let def: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    // Both steps' failures enter the chain at payment's compensation, which reports the end.
+    for step in ["payment", "shipping"] {
+        assert_eq!(def["States"][step]["Catch"][0]["Next"], "Undo payment", "{step}");
+    }
+    assert_eq!(def["States"]["Undo payment"]["TimeoutSeconds"], 3 * 86_400);
+    assert_eq!(def["States"]["Undo payment"]["Next"], "Report compensation ended");
+    // The state machine check: asl-validator, installed by `make test` (`make tools`).
+    let validator = root().join("node_modules/.bin/asl-validator");
+    assert!(validator.exists(), "asl-validator is missing: run `make tools` (make test does)");
+    let checked = std::process::Command::new(validator).arg("--json-path").arg(&path).output().unwrap();
+    assert!(checked.status.success(), "{}{}", String::from_utf8_lossy(&checked.stdout), stderr(&checked));
+}

@@ -101,6 +101,8 @@ function header() {
     // A retried step: each failed attempt with its error, then the one running or due.
     const attempts = attemptLines(r, r.terminal);
     if (attempts.length) fact("attempts", "attempts", ...attempts);
+    // The compensation phase: what ended the run, then each step of the plan, last first.
+    if (r.compensation) fact("compensation", "compensation", ...compensationLines(r.compensation));
     fact("created", "created", r.created_at);
     fact("updated", "updated", r.updated_at);
   } else {
@@ -149,8 +151,10 @@ function graphView() {
     const branches = (s.branches || []).length
       ? [el("div", { class: "group-branches", "data-group": s.name }, s.branches.map((g) => branchBox(g, status.get(s.name))))]
       : [];
-    return el("div", { class: "graph-state", "data-name": s.name, "data-status": status.get(s.name) },
+    const undo = undoOf(s.name);
+    return el("div", { class: "graph-state", "data-name": s.name, "data-status": status.get(s.name), ...(undo ? { "data-undo": undo.state } : {}) },
       el("span", { class: "name" }, s.name), el("span", { class: "status-label" }, "(" + label + ")"),
+      ...(undo ? [el("div", { class: "undo-state" }, "compensation of " + undo.name + ": " + undo.state.replace("_", " "))] : []),
       el("div", { class: "meta" }, (s.branches && s.branches.length ? "parallel group · " + s.branches.length + " branches side by side" : meta) +
         (catches.length ? " · on " + catches.join(", ") : "")),
       ...branches);
@@ -171,6 +175,12 @@ function graphView() {
 function branchBox(g, groupStatus) {
   const r = doc.record;
   const name = g.start_at;
+  const undo = undoOf(name);
+  if (undo) {
+    return el("div", { class: "graph-branch", "data-name": name, "data-state": undo.state },
+      el("span", { class: "name" }, name), el("span", { class: "status-label" }, "(" + undo.state.replace("_", " ") + ")"),
+      el("div", { class: "meta" }, "compensation of " + undo.name));
+  }
   const b = ((r && r.branches) || []).find((x) => x.name === name);
   const missed = ((r && r.missed) || []).includes(name);
   const state = b ? b.state : missed ? "missed" : groupStatus === "passed" ? "passed" : "not_reached";
@@ -183,6 +193,22 @@ function branchBox(g, groupStatus) {
     el("span", { class: "name" }, name), el("span", { class: "status-label" }, "(" + state.replace("_", " ") + ")"),
     el("div", { class: "meta" }, meta.join(" · ") || "step " + ((g.states[0] || {}).step ?? "")),
     ...(b ? attemptLines(b, b.state !== "waiting") : []));
+}
+
+function compensationLines(c) {
+  const began = el("div", { class: "undo-began" },
+    "began " + c.began_at + " after the run " + c.trigger.replace("_", " ") + (c.detail ? " (" + c.detail + ")" : ""));
+  const steps = c.steps.map((u) => el("div", { class: "undo", "data-step": u.name, "data-state": u.state },
+    badge(u.state, (u.name || "step " + u.step) + ": " + u.state.replace("_", " ") + (u.skip_reason ? " (" + u.skip_reason.replace(/_/g, " ") + ")" : "") +
+      (u.failed_attempts && u.failed_attempts.length ? " · " + u.failed_attempts.length + " failed attempt(s)" : ""))));
+  return [began, ...steps];
+}
+
+// The compensation of the step a graph state undoes ("Undo <step>"), as the record has it.
+function undoOf(stateName) {
+  const c = doc.record && doc.record.compensation;
+  if (!c || !stateName.startsWith("Undo ")) return null;
+  return c.steps.find((u) => "Undo " + u.name === stateName) || null;
 }
 
 // A retried step's or branch's attempts (none before one failed): each failed attempt with its
@@ -205,7 +231,8 @@ function summary(e) {
     case "execution_event":
       return [e.event_type, e.detail + " · g" + e.generation];
     case "task_created":
-      return ["task for " + e.step_name + (e.attempt > 1 ? " (attempt " + e.attempt + ")" : ""), e.published ? "published" : "not published yet"];
+      return [(e.task_kind === "compensation" ? "compensation task for " : "task for ") + e.step_name +
+        (e.attempt > 1 ? " (attempt " + e.attempt + ")" : ""), e.published ? "published" : "not published yet"];
     case "receipt":
       return ["receipt " + e.input_id, (e.http_status ? "answered " + e.http_status + " " + (e.answer_status || "") : "status " + e.status) +
         (e.repeats ? ", sent again " + (e.repeats === 1 ? "once" : e.repeats + " times") : "")];

@@ -76,6 +76,32 @@ workflows:
         timeout: 7d
 "#;
 
+/// The failure path of a workflow with compensation: two steps that declare `compensate`
+/// complete, the third fails, and both compensations are acknowledged.
+const COMPENSATED: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: reserve-stock
+        requires: [hold]
+        timeout: 1h
+        compensate:
+          task: { title: "Release stock for {key}", queue: stock }
+          timeout: 1h
+      - name: payment
+        requires: [payment_ref]
+        timeout: 7d
+        compensate:
+          task: { title: "Refund payment for {key}", queue: payments }
+          timeout: 3d
+      - name: shipping
+        requires: [tracking]
+        timeout: 5d
+"#;
+
 /// One workflow shape `make cost` measures.
 #[derive(Clone, Copy)]
 enum Shape {
@@ -85,12 +111,14 @@ enum Shape {
     Grouped,
     /// [`RETRIED`]: two steps, the first failing once and succeeding on its second attempt.
     Retried,
+    /// [`COMPENSATED`]: the failure path, two compensations acknowledged.
+    Compensated,
 }
 
 impl Shape {
     fn workflow(self) -> &'static str {
         match self {
-            Shape::TwoStep | Shape::Grouped | Shape::Retried => "order-review",
+            Shape::TwoStep | Shape::Grouped | Shape::Retried | Shape::Compensated => "order-review",
         }
     }
 
@@ -99,6 +127,7 @@ impl Shape {
             Shape::TwoStep => SAMPLE,
             Shape::Grouped => GROUPED,
             Shape::Retried => RETRIED,
+            Shape::Compensated => COMPENSATED,
         }
     }
 
@@ -108,6 +137,9 @@ impl Shape {
             Shape::Grouped => "workflows with a parallel group (a step, three branches side by side, a step)",
             Shape::Retried => {
                 "two-step workflows whose first step fails once and succeeds on its second attempt"
+            }
+            Shape::Compensated => {
+                "failures after two completed steps, both compensated (the failure path, per failure)"
             }
         }
     }
@@ -133,6 +165,8 @@ async fn main() {
     measure(Shape::Grouped, workflows).await;
     println!();
     measure(Shape::Retried, workflows).await;
+    println!();
+    measure(Shape::Compensated, workflows).await;
 }
 
 #[expect(clippy::too_many_lines, reason = "the cost model's report, figure by figure")]
@@ -283,7 +317,48 @@ async fn run(shape: Shape, system: &System, key: &str, i: u64) -> Load {
         Shape::TwoStep => run_two_step(system, key, i).await,
         Shape::Grouped => run_grouped(system, key).await,
         Shape::Retried => run_retried(system, key).await,
+        Shape::Compensated => run_compensated(system, key).await,
     }
+}
+
+/// A [`COMPENSATED`] workflow: reserve-stock and payment complete, shipping fails, and the
+/// compensations of payment and then reserve-stock are acknowledged: it ends `compensated`.
+async fn run_compensated(system: &System, key: &str) -> Load {
+    let placed = json!({"specversion": "1.0", "id": format!("{key}-placed"), "source": "shop",
+        "type": "order.placed", "subject": key, "data": {"total": 1500}});
+    system.send_event(&placed.to_string()).await;
+    let workflow = Shape::Compensated.workflow();
+    let answer = |step: &str, body: Value| {
+        let mut base = json!({"workflow": workflow, "key": key, "step": step});
+        if let (Some(base), Value::Object(extra)) = (base.as_object_mut(), body) {
+            base.extend(extra);
+        }
+        base
+    };
+    let steps = [
+        ("reserve-stock", json!({"outcome": "succeeded", "data": {"hold": "h-1"}})),
+        ("payment", json!({"outcome": "succeeded", "data": {"payment_ref": "pay-1"}})),
+        ("shipping", json!({"outcome": "failed", "error": "NoCarrier"})),
+    ];
+    for (i, (step, body)) in (0..).zip(steps) {
+        wait_in(system, workflow, key, State::Waiting { step: i }).await;
+        let (status, reply) = system.callback(&format!("{key}-{step}"), &answer(step, body)).await;
+        assert_eq!(status, 200, "{reply}");
+    }
+    // Each compensation's wait in turn: payment's, then reserve-stock's.
+    for (index, step) in [(1, "payment"), (0, "reserve-stock")] {
+        system
+            .until(&format!("{key}: {step}'s compensation waits"), || async {
+                let r = system.record(workflow, key).await?;
+                r.compensation?.undos.iter().any(|u| u.step == index && u.waits()).then_some(())
+            })
+            .await;
+        let ack = json!({"outcome": "succeeded", "compensation": true});
+        let (status, reply) = system.callback(&format!("{key}-undo-{step}"), &answer(step, ack)).await;
+        assert_eq!((status, reply["status"].as_str()), (200, Some("applied")), "{reply}");
+    }
+    wait_in(system, workflow, key, State::Compensated).await;
+    Load { events: 1, callbacks: 5 }
 }
 
 /// A [`RETRIED`] workflow: the review fails once, the sweeper publishes its second attempt once

@@ -145,12 +145,12 @@ pub struct LiveVersion {
 /// Live records counted per state at most (a Query of the `by_due` index per live state).
 pub const LIVE_LIMIT: usize = 1_000_000;
 
-/// Counts the live records in the store: pending, waiting and advancing ones, from the due-time
+/// Counts the live records in the store: pending, waiting, advancing and compensating ones, from the due-time
 /// index, never a scan, and nothing else (no task token is read).
 pub async fn count_live(store: &dyn WorkflowStore, now: OffsetDateTime) -> Result<Live, StoreError> {
     let mut records = Vec::new();
     let far = now + time::Duration::days(3650);
-    for kind in [Kind::Pending, Kind::Waiting, Kind::Advancing] {
+    for kind in [Kind::Pending, Kind::Waiting, Kind::Advancing, Kind::Compensating] {
         records.extend(store.due_heads(kind, far, LIVE_LIMIT).await?);
     }
     Ok(Live::count(&records))
@@ -490,6 +490,9 @@ fn step_changes(
             None,
         ));
     }
+    if old.compensate != new.compensate {
+        out.push(compensation_change(wf, index, (old, new), live));
+    }
     if old.buffer_ttl != new.buffer_ttl {
         let detail = format!(
             "{}: buffer_ttl {}s -> {}s",
@@ -501,6 +504,37 @@ fn step_changes(
         out.push(change(wf, "buffer_ttl_changed", detail, Class::Safe, why.into(), None));
     }
     out
+}
+
+/// A step's `compensate` added, changed or removed. Safe with pinning: a record in flight runs
+/// (and compensates) on its version's config and the definition its execution started with,
+/// whose compensation chain has that version's compensations; new starts get the new ones. The
+/// records it touches are those that completed the step or may yet: at it or later, or
+/// compensating.
+fn compensation_change(wf: &Workflow, index: u32, (old, new): (&Step, &Step), live: &Live) -> Change {
+    let describe = |s: &Step| {
+        s.compensate.as_ref().map_or("none".to_owned(), |c| {
+            format!(
+                "{:?} on {} within {}s, {} attempt(s)",
+                c.task.title,
+                c.task.queue,
+                c.timeout.as_secs(),
+                c.attempts
+            )
+        })
+    };
+    let kind = match (&old.compensate, &new.compensate) {
+        (None, _) => "compensation_added",
+        (_, None) => "compensation_removed",
+        _ => "compensation_changed",
+    };
+    let detail = format!("{}: compensate {} -> {}", old.name, describe(old), describe(new));
+    let reached = |state: State| state == State::Compensating || state.step().is_some_and(|s| s >= index);
+    let touches = live.touching(wf.name.as_str(), reached);
+    let why = "records in flight are compensated as the config version they started on says, through the \
+        compensation chain their execution started with; new starts follow the new one";
+    let (class, why) = pinned(&touches, why);
+    change(wf, kind, detail, class, why, touches)
 }
 
 #[cfg(test)]
@@ -798,6 +832,36 @@ workflows:
         let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 0 }, State::Succeeded]));
         assert_eq!(kinds(&p), [("accepts_events_changed", Class::Safe)]);
         assert_eq!(p.changes[0].touches.iter().map(|t| t.records).sum::<u64>(), 1);
+    }
+
+    #[test]
+    fn compensations_added_changed_or_removed_are_classified_against_the_records_that_reached_the_step() {
+        let undo = |attempts: u32| {
+            format!(
+                "requires: [payment_ref]\n        compensate: {{ task: {{ title: \"Refund {{key}}\", queue: q }}, timeout: 1d, attempts: {attempts} }}\n"
+            )
+        };
+        let (v1, added) = (config(V1), config(&V1.replace("requires: [payment_ref]\n", &undo(3))));
+        let changed = config(&V1.replace("requires: [payment_ref]\n", &undo(5)));
+        let reached = [State::Waiting { step: 0 }, State::Waiting { step: 1 }, State::Compensating];
+        let p = plan(&v1, &added, &live(&reached));
+        assert_eq!(kinds(&p), [("compensation_added", Class::Safe)]);
+        // Only the records at payment or compensating: the one at review has not reached it.
+        assert_eq!(p.changes[0].touches.iter().map(|t| t.records).sum::<u64>(), 2);
+        assert!(
+            p.changes[0].detail.contains(r#"none -> "Refund {key}" on q within 86400s, 3 attempt(s)"#),
+            "{}",
+            p.changes[0].detail
+        );
+        assert_eq!(kinds(&plan(&added, &changed, &live(&reached))), [("compensation_changed", Class::Safe)]);
+        assert_eq!(kinds(&plan(&changed, &v1, &live(&reached))), [("compensation_removed", Class::Safe)]);
+        // A compensating record from before config versions follows the deployed config.
+        let mut old = records(&[State::Compensating]);
+        old[0].config_version = None;
+        assert_eq!(
+            kinds(&plan(&added, &v1, &Live::count(&old))),
+            [("compensation_removed", Class::NeedsHuman)]
+        );
     }
 
     #[test]

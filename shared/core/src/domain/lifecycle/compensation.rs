@@ -162,6 +162,17 @@ impl Undo {
         running_attempt(&self.attempts)
     }
 
+    /// Where it stands once compensation began: its outcome, or `skipped`, `waiting` (its task
+    /// out), `pending` (its wait not reached yet).
+    pub fn state(&self) -> &'static str {
+        match (self.outcome, self.skip) {
+            (Some(outcome), _) => outcome.as_str(),
+            (None, Some(_)) => "skipped",
+            (None, None) if self.waits() => "waiting",
+            (None, None) => "pending",
+        }
+    }
+
     /// Waiting for its acknowledgement: reached, run, and not ended.
     pub fn waits(&self) -> bool {
         self.token.is_some() && self.skip.is_none() && self.outcome.is_none()
