@@ -148,6 +148,36 @@ pub const RETRY_WORKFLOW: &str = r#"  retried:
         timeout: 10m
 "#;
 
+/// The workflow with compensation that some schedules add to [`CONFIG`]: `reserve` (2 attempts
+/// to undo), a group whose required `charge` and optional `points` both declare `compensate`,
+/// and `ship`, whose failure (or timeout, or a cancel with --compensate) undoes what completed.
+pub const SAGA_WORKFLOW: &str = r#"  saga:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    on_restart: after_terminal
+    steps:
+      - name: reserve
+        requires: [hold]
+        timeout: 20m
+        compensate: { task: { title: "Release {key}", queue: stock }, timeout: 15m, attempts: 2 }
+      - parallel:
+          name: settle
+          branches:
+            - name: charge
+              requires: [charge_ref]
+              timeout: 20m
+              compensate: { task: { title: "Refund {key}", queue: billing }, timeout: 15m }
+            - name: points
+              requires: [points]
+              timeout: 15m
+              optional: true
+              compensate: { task: { title: "Take back points {key}", queue: loyalty }, timeout: 10m, attempts: 1 }
+      - name: ship
+        requires: [tracking]
+        timeout: 20m
+"#;
+
 /// [`GROUP_WORKFLOW`]'s final step, which schedules with the group last leave out.
 pub const GROUP_LAST: &str = "      - name: ship\n        requires: [tracking]\n        timeout: 20m\n";
 
@@ -196,6 +226,8 @@ pub struct Outcome {
     pub groups: bool,
     /// Whether the schedule ran the workflow with a retried step.
     pub retries: bool,
+    /// Whether a record of the schedule entered compensation.
+    pub compensated: bool,
     pub violations: Vec<String>,
     /// The schedule, step by step (when traced).
     pub trace: Vec<String>,
@@ -463,6 +495,16 @@ pub fn run(options: Options) -> Outcome {
         world.note(|| "the retried workflow runs retried steps and branches".to_owned());
         plan.add_retries(&mut retries);
         format!("{yaml}{RETRY_WORKFLOW}")
+    } else {
+        yaml
+    };
+    // About half the schedules add the workflow with compensation, with its own senders (and
+    // operators who cancel with --compensate), drawn from a generator of their own.
+    let mut sagas = rng::Rng::new(options.seed ^ 0x5a6a_c0de);
+    let yaml = if sagas.chance(0.5) {
+        world.note(|| "the saga workflow compensates what completed when ship fails".to_owned());
+        plan.add_sagas(&mut sagas);
+        format!("{yaml}{SAGA_WORKFLOW}")
     } else {
         yaml
     };

@@ -91,6 +91,9 @@ fn report(schedules: u64, outcomes: &[Outcome], seconds: f64) {
     let retried = outcomes.iter().filter(|o| o.retries).count();
     let share = if outcomes.is_empty() { 0.0 } else { 100.0 * retried as f64 / outcomes.len() as f64 };
     println!("schedules with retried steps and branches: {retried} ({share:.1} %)");
+    let compensated = outcomes.iter().filter(|o| o.compensated).count();
+    let share = if outcomes.is_empty() { 0.0 } else { 100.0 * compensated as f64 / outcomes.len() as f64 };
+    println!("schedules where a workflow compensated: {compensated} ({share:.1} %)");
     println!("invariant checks made: {checks}");
     for (k, v) in &by_invariant {
         println!("  {k}: {v}");

@@ -4,7 +4,7 @@
 //! anything else, so a change to the generator cannot drift away from the model unnoticed:
 //! `Task` states on `sqs:sendMessage` and `sqs:sendMessage.waitForTaskToken` (with
 //! `TimeoutSeconds`, `HeartbeatSeconds`, `ResultPath`, `Catch`), `Parallel` (branches of those,
-//! `ResultPath: null`, `Catch`), and `Fail`.
+//! `ResultPath: null`, `Catch`), `Pass` (no fields but `Next` or `End`) and `Fail`.
 //!
 //! The semantics baton relies on, as AWS documents them:
 //! - one execution per name; a start with the same name and input is idempotent while the
@@ -233,15 +233,23 @@ impl Model {
             assert!(!def.is_null(), "state {state} is not in the definition");
             match def["Type"].as_str() {
                 Some("Fail") => {
-                    assert_eq!(scope, Scope::Top, "the generated branches have no Fail state");
                     let text = |field: &str| def[field].as_str().unwrap_or_default().to_owned();
-                    return self.close(
-                        arn,
-                        ExecutionStatus::Failed,
-                        Some((text("Error"), text("Cause"))),
-                        now,
-                    );
+                    let failure = (text("Error"), text("Cause"));
+                    if scope != Scope::Top {
+                        // A branch's Fail fails its Parallel state (an optional branch's
+                        // `baton.Cancelled`, so that a cancel with --compensate fails the group).
+                        return self.fail_state(arn, scope, &json!({}), failure, now, out);
+                    }
+                    return self.close(arn, ExecutionStatus::Failed, Some(failure), now);
                 }
+                // A compensation wait's catch inside a group's compensations: the branch ends.
+                Some("Pass") => match def["Next"].as_str() {
+                    Some(next) => {
+                        state = next.to_owned();
+                        continue;
+                    }
+                    None => return self.end_scope(arn, scope, now, out),
+                },
                 Some("Parallel") => return self.open_parallel(arn, scope, &state, &def, now, out),
                 Some("Task") => {}
                 other => panic!("the model does not know state type {other:?}"),

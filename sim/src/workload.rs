@@ -47,6 +47,8 @@ pub struct Plan {
     pub events: Vec<EventSend>,
     pub callbacks: Vec<CallbackSend>,
     pub cancels: Vec<(Duration, String)>,
+    /// Operators' `baton cancel --compensate` of the `saga` workflow.
+    pub compensating_cancels: Vec<(Duration, String)>,
     pub replays: Vec<Duration>,
     pub sweeps: Vec<Duration>,
     pub rates: Rates,
@@ -75,6 +77,7 @@ impl Plan {
             events: Vec::new(),
             callbacks: Vec::new(),
             cancels: Vec::new(),
+            compensating_cancels: Vec::new(),
             replays: Vec::new(),
             sweeps: Vec::new(),
             rates: Rates::default(),
@@ -415,6 +418,129 @@ impl Plan {
         }
     }
 
+    /// The senders of the `saga` workflow ([`crate::SAGA_WORKFLOW`]), drawn from `rng`: for each
+    /// key, `reserve`'s callback, the group's (`charge` mostly, `points` often), and `ship`'s,
+    /// mostly a failure, so that what completed is compensated; then the compensations'
+    /// acknowledgements as a worker sends them some minutes after the failure (a failed attempt
+    /// or two first, some twice, some early, some for the wrong attempt); and now and then an
+    /// operator's cancel with --compensate instead.
+    pub fn add_sagas(&mut self, rng: &mut crate::rng::Rng) {
+        let keys = self.keys.clone();
+        for key in &keys {
+            let start = Duration::seconds(rng.range(0, 3 * 60));
+            let step = |outcome: &str, data: Value, name: &str| {
+                let mut body =
+                    json!({"workflow": "saga", "key": key, "step": name, "outcome": outcome, "data": data});
+                if outcome == "failed" {
+                    body["error"] = json!("NoCarrier");
+                    body["cause"] = json!("no carrier takes it");
+                }
+                body
+            };
+            let reserved = start + Duration::seconds(rng.range(0, 4 * 60));
+            self.saga_callback(
+                rng,
+                key,
+                "reserve",
+                step("succeeded", json!({"hold": "h"}), "reserve"),
+                reserved,
+            );
+            let settled = reserved + Duration::seconds(rng.range(30, 6 * 60));
+            if rng.chance(0.9) {
+                self.saga_callback(
+                    rng,
+                    key,
+                    "charge",
+                    step("succeeded", json!({"charge_ref": "c"}), "charge"),
+                    settled,
+                );
+            }
+            if rng.chance(0.6) {
+                let at = settled + Duration::seconds(rng.range(0, 60));
+                self.saga_callback(
+                    rng,
+                    key,
+                    "points",
+                    step("succeeded", json!({"points": 10}), "points"),
+                    at,
+                );
+            }
+            let shipped = settled + Duration::seconds(rng.range(60, 6 * 60));
+            if rng.chance(0.15) {
+                self.compensating_cancels.push((shipped, key.clone()));
+            } else {
+                let outcome = if rng.chance(0.85) { "failed" } else { "succeeded" };
+                let data = json!({"tracking": "t"});
+                self.saga_callback(rng, key, "ship", step(outcome, data, "ship"), shipped);
+            }
+            // The compensations' worker, last position first, each some minutes after the
+            // one before (some acknowledgements come early: before their task is out).
+            let mut at = shipped;
+            for (name, attempts) in [("points", 1), ("charge", 3), ("reserve", 2)] {
+                at += Duration::seconds(rng.range(20, 4 * 60));
+                at = self.acknowledge(rng, key, (name, attempts), at);
+            }
+        }
+    }
+
+    /// The acknowledgements of the compensation of `step` (which has `attempts`) from `at`: a
+    /// failed attempt or more (some past the last), mostly a success after, some naming no
+    /// attempt or a wrong one. Returns when the last was sent.
+    fn acknowledge(
+        &mut self,
+        rng: &mut crate::rng::Rng,
+        key: &str,
+        (step, attempts): (&'static str, u32),
+        mut at: Duration,
+    ) -> Duration {
+        let ack = |outcome: &str, attempt: u32, rng: &mut crate::rng::Rng| {
+            let mut body = json!({"workflow": "saga", "key": key, "step": step, "outcome": outcome,
+                "compensation": true, "generation": 1});
+            if outcome == "failed" {
+                body["error"] = json!("UndoFailed");
+                body["cause"] = json!(format!("attempt {attempt} could not undo"));
+            }
+            if rng.chance(0.8) {
+                body["attempt"] = json!(attempt);
+            }
+            body
+        };
+        let failures = rng.below(u64::from(attempts) + 1) as u32;
+        for attempt in 1..=failures {
+            let body = ack("failed", attempt, rng);
+            self.saga_callback(rng, key, step, body, at);
+            at += Duration::seconds(rng.range(20, 3 * 60));
+        }
+        if rng.chance(0.85) {
+            let body = ack("succeeded", failures + 1, rng);
+            self.saga_callback(rng, key, step, body, at);
+        }
+        at
+    }
+
+    /// A callback of the `saga` workflow, sent again in one case in five.
+    fn saga_callback(
+        &mut self,
+        rng: &mut crate::rng::Rng,
+        key: &str,
+        step: &'static str,
+        body: Value,
+        at: Duration,
+    ) {
+        let id = format!("cb-{key}-{step}-{}", self.callbacks.len());
+        self.callbacks.push(CallbackSend {
+            at,
+            id: id.clone(),
+            key: key.to_owned(),
+            step,
+            body: body.clone(),
+        });
+        if rng.chance(0.2) {
+            let again = at + Duration::seconds(rng.range(0, 4 * 60));
+            self.callbacks.push(CallbackSend { at: again, id, key: key.to_owned(), step, body });
+        }
+    }
+
     /// Adds, in some schedules, inputs that AWS's limits bite on, drawn from `rng` (a generator
     /// of their own, so the rest of a seed's schedule stays what it was): event ids of up to 256
     /// characters, four bytes each (a DynamoDB sort key holds 1,024 bytes);
@@ -538,6 +664,10 @@ pub fn spawn_all(stack: &Stack, plan: &Plan) {
     for (at, key) in &plan.cancels {
         let operator = cancel(stack_parts(stack), start + *at, key.clone());
         world.spawn(format!("cancel:{key}"), ActorKind::External, Box::pin(operator));
+    }
+    for (at, key) in &plan.compensating_cancels {
+        let operator = cancel_compensating(stack_parts(stack), start + *at, key.clone());
+        world.spawn(format!("cancel-compensate:{key}"), ActorKind::External, Box::pin(operator));
     }
     for (n, at) in plan.replays.iter().enumerate() {
         let operator = replay_dlqs(stack_parts(stack), start + *at);
@@ -748,6 +878,23 @@ async fn cancel(parts: Parts, at: OffsetDateTime, key: String) {
                 }
                 return;
             }
+            Err(_) => sleep_until(world.clone(), world.now() + Duration::seconds(10)).await,
+        }
+    }
+}
+
+/// `baton cancel saga KEY --compensate` at `at`, run again until it gets an answer (a refusal
+/// is an answer: the record was compensating or had ended, or it was between steps).
+async fn cancel_compensating(parts: Parts, at: OffsetDateTime, key: String) {
+    let world = parts.world.clone();
+    sleep_until(world.clone(), at).await;
+    let k = CorrelationKey::parse(key.as_str()).expect("a key");
+    for _ in 0..5 {
+        let live = parts.live();
+        let Some(workflow) = live.config.workflow("saga") else { return };
+        let input = Input::CancelCompensate { reason: "operator".into() };
+        match live.engine.submit(workflow, &k, &input, world.now()).await {
+            Ok(_) => return,
             Err(_) => sleep_until(world.clone(), world.now() + Duration::seconds(10)).await,
         }
     }

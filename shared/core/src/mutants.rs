@@ -58,10 +58,18 @@ pub enum Mutation {
     EarlierAttemptApplied,
     /// A failure marked not retryable is retried all the same.
     NonRetryableRetried,
+    /// A workflow whose compensation failed or timed out ends `compensated` all the same.
+    CompensatedDespiteFailure,
+    /// The compensation plan runs a step that declares `compensate` whether it completed or not.
+    UndoOfIncompleteStep,
+    /// A compensation's failed attempt always gets another: `compensate.attempts` is no limit.
+    UndoRetryUnbounded,
+    /// A forward input that arrives while the workflow compensates is ignored, but not ledgered.
+    CompensatingNotLedgered,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 16] = [
+    pub const ALL: [Mutation; 20] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
@@ -78,6 +86,10 @@ impl Mutation {
         Mutation::RetryWithoutBackoff,
         Mutation::EarlierAttemptApplied,
         Mutation::NonRetryableRetried,
+        Mutation::CompensatedDespiteFailure,
+        Mutation::UndoOfIncompleteStep,
+        Mutation::UndoRetryUnbounded,
+        Mutation::CompensatingNotLedgered,
     ];
 }
 

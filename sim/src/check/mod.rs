@@ -34,6 +34,7 @@ fn execution_arn(r: &Record) -> String {
 }
 
 mod answers;
+mod compensation;
 mod dead_letters;
 mod executions;
 mod groups;
@@ -174,6 +175,7 @@ pub fn all(
     retries::no_attempt_before_its_backoff(c, &s);
     retries::earlier_attempt_never_completes_a_later_one(c, &s);
     retries::non_retryable_failure_never_retried(c, &s);
+    compensation::all(c, &s);
     let owed = resumes::Owed::of(&s);
     for (token, calls) in &owed.by_token {
         resumes::one_payload_per_resume(c, token, calls);

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use baton_core::domain::lifecycle::State;
 
+use baton_core::ports::store::TaskKind;
+
 use super::{Checker, Seen};
 use crate::store::Landed;
 
@@ -75,12 +77,13 @@ pub(super) fn task_is_its_versions_step(c: &mut Checker<'_>, s: &Seen<'_>, versi
         let Some(wf) = config.workflow(t.workflow.as_str()) else { continue };
         let spec = wf.steps.get(t.step as usize);
         let expected = spec.and_then(|spec| {
-            let title = spec.task.as_ref()?.render(
-                t.workflow.as_str(),
-                t.key.as_str(),
-                spec.name.as_str(),
-                t.generation,
-            );
+            // A compensation's task is its version's `compensate.task`.
+            let template = match t.kind {
+                TaskKind::Step => spec.task.as_ref()?,
+                TaskKind::Compensation => &spec.compensate.as_ref()?.task,
+            };
+            let title =
+                template.render(t.workflow.as_str(), t.key.as_str(), spec.name.as_str(), t.generation);
             Some((spec.name.to_string(), title))
         });
         c.check(

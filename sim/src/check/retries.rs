@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use baton_core::domain::config::Retry;
 use baton_core::domain::lifecycle::{Cause, Record, running_attempt};
-use baton_core::ports::store::Task;
+use baton_core::ports::store::{Task, TaskKind};
 use serde_json::Value;
 
 use super::{Checker, Seen};
@@ -40,7 +40,8 @@ fn version_at<'s>(s: &'s Seen<'_>, task: &Task) -> Option<&'s String> {
 pub(super) fn at_most_attempts_tasks_per_step(c: &mut Checker<'_>, s: &Seen<'_>) {
     type Step = (String, String, u32, u32);
     let mut by_step: BTreeMap<Step, Vec<&Task>> = BTreeMap::new();
-    for t in s.published.iter().map(|p| &p.task) {
+    // A compensation's attempts are checked with compensation's invariants.
+    for t in s.published.iter().map(|p| &p.task).filter(|t| t.kind == TaskKind::Step) {
         by_step.entry((t.workflow.to_string(), t.key.to_string(), t.generation, t.step)).or_default().push(t);
     }
     for ((workflow, key, generation, step), tasks) in by_step {
@@ -63,7 +64,7 @@ pub(super) fn at_most_attempts_tasks_per_step(c: &mut Checker<'_>, s: &Seen<'_>)
 /// No attempt's task goes out before its backoff has passed: the task of attempt n (n >= 2) is
 /// published no sooner than the failure of attempt n - 1 plus its wait.
 pub(super) fn no_attempt_before_its_backoff(c: &mut Checker<'_>, s: &Seen<'_>) {
-    for p in s.published.iter().filter(|p| p.task.attempt > 1) {
+    for p in s.published.iter().filter(|p| p.task.attempt > 1 && p.task.kind == TaskKind::Step) {
         let t = &p.task;
         let failed = s.writes.iter().find_map(|w| {
             let r = &w.to;

@@ -36,6 +36,7 @@ use super::{
     payload_fingerprint, resend_after, resume_effect, running_attempt,
 };
 use crate::domain::ids::{EventId, TaskToken};
+use crate::mutants::{Mutation, active as mutant};
 
 /// The error a cancel with `--compensate` fails the parked tokens with: the state machine's
 /// Catch leads it into the compensation chain.
@@ -90,6 +91,9 @@ pub struct Compensation {
     pub trigger: Trigger,
     #[serde(with = "time::serde::rfc3339")]
     pub began_at: OffsetDateTime,
+    /// The step the record was at when it began (a group's first branch; `None`: pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<u32>,
     /// In the order they run: by position, last first; a group's branches side by side.
     pub undos: Vec<Undo>,
 }
@@ -128,7 +132,9 @@ pub struct Undo {
     pub deadline: Option<OffsetDateTime>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<FailedAttempt>,
-    /// When the next attempt's task is due (at once after a failure; set until it went out).
+    /// Set while the running attempt's task is not known to be out (the first's from when its
+    /// wait is reached, a next one's from the failure before it): until its mark, nothing
+    /// answers that attempt, and the sweeper publishes it again when it is due.
     #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
     pub next_attempt_at: Option<OffsetDateTime>,
     /// How it ended (`None`: not yet).
@@ -233,7 +239,7 @@ pub fn plan(plan: &Plan, r: &Record) -> Vec<Undo> {
     let mut last = current.last;
     loop {
         for step in first..=last {
-            let completed = completed(plan, r, step, current.first);
+            let completed = completed(plan, r, step, current.first) || mutant(Mutation::UndoOfIncompleteStep);
             let declared = plan.compensation_of(step).is_some();
             match (completed, declared) {
                 (true, true) => undos.push(Undo::new(step, None)),
@@ -270,7 +276,7 @@ fn begin(p: &Plan, r: &Record, trigger: Trigger, now: OffsetDateTime) -> Record 
         deadline: None,
         owed: None,
         next_attempt_at: None,
-        compensation: Some(Compensation { trigger, began_at: now, undos }),
+        compensation: Some(Compensation { trigger, began_at: now, at: r.state.step(), undos }),
         ..r.next(State::Compensating, now)
     };
     for b in &mut to.branches {
@@ -320,14 +326,29 @@ pub(super) fn route(
 pub(super) fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decision {
     match input {
         Input::Start { .. } => Decision::ignored(IgnoreReason::AlreadyRunning),
-        Input::StepReady { token, .. } => Decision::ignored(IgnoreReason::Compensating).effect(fail_token(
-            token,
-            COMPENSATING_ERROR,
-            "the workflow is compensating; no forward step runs",
-        )),
+        Input::StepReady { step, token, .. } => {
+            // A step the run had reached: its token was resumed, failed or closed already, and
+            // is owed nothing more (found by the simulation: a redelivered step_ready had a
+            // resumed token failed as well). A step past it (a group a cancel's failure of
+            // optional branches let go on) is failed, so the chain runs.
+            let at = r.compensation.as_ref().and_then(|c| c.at);
+            let d = Decision::ignored(IgnoreReason::Compensating);
+            if at.is_some_and(|at| *step <= plan.position(at).last) {
+                return d;
+            }
+            d.effect(fail_token(
+                token,
+                COMPENSATING_ERROR,
+                "the workflow is compensating; no forward step runs",
+            ))
+        }
         Input::StepInput { id, hash, source, step, .. } => {
-            super::repeated_input(r, (id, *source), hash, *step, now)
-                .unwrap_or_else(|| Decision::ignored(IgnoreReason::Compensating))
+            super::repeated_input(r, (id, *source), hash, *step, now).unwrap_or_else(|| {
+                if mutant(Mutation::CompensatingNotLedgered) {
+                    return Decision::new(Outcome::Ignored(IgnoreReason::Compensating));
+                }
+                Decision::ignored(IgnoreReason::Compensating)
+            })
         }
         Input::UndoReady { generation, step, token, deadline, .. } => {
             on_undo_ready(r, (*generation, *step), token, *deadline, now)
@@ -370,7 +391,7 @@ pub(super) fn begin_at_undo_ready(plan: &Plan, r: &Record, input: &Input, now: O
     }
     let mut to = begin(plan, r, Trigger::from_error(error, cause), now);
     let effects = match to.compensation.as_ref().and_then(|c| c.undo(*step)) {
-        Some(_) => reach(&mut to, (*generation, *step), token, *deadline),
+        Some(_) => reach(&mut to, (*generation, *step), token, (*deadline, now)),
         None => vec![skip_unplanned(token)],
     };
     let mut d = Decision::new(Outcome::Applied).with_write(Cause::Compensate, Some(r), to);
@@ -404,17 +425,21 @@ fn on_undo_ready(
         // Redelivery of the wait that already won: the task's creation and the resume are
         // idempotent, so a crash after the write is repaired by running them again.
         let d = Decision::new(Outcome::Duplicate);
-        return match (&u.owed, u.waits()) {
+        return match (&u.owed, u.next_attempt_at) {
             (Some(owed), _) => d.effect(resume_effect(token, owed)),
-            (None, true) => d.effect(Effect::CreateUndoTask { generation, step, attempt: u.attempt() }),
-            (None, false) => d,
+            (None, Some(_)) if u.waits() => {
+                let mut d = d;
+                d.effects.extend(open_attempt(generation, step, u.attempt()));
+                d
+            }
+            (None, _) => d,
         };
     }
     if u.token.is_some() || u.outcome.is_some() {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     }
     let mut to = r.next(r.state, now);
-    let effects = reach(&mut to, (generation, step), token, deadline);
+    let effects = reach(&mut to, (generation, step), token, (deadline, now));
     let mut d = Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to);
     d.effects = effects;
     d
@@ -427,7 +452,7 @@ fn reach(
     to: &mut Record,
     (generation, step): (u32, u32),
     token: &TaskToken,
-    deadline: OffsetDateTime,
+    (deadline, now): (OffsetDateTime, OffsetDateTime),
 ) -> Vec<Effect> {
     let Some(c) = to.compensation.as_mut() else { return Vec::new() };
     let index = c.undos.iter().position(|x| x.step == step).unwrap_or(0);
@@ -442,12 +467,22 @@ fn reach(
     u.token = Some(token.clone());
     u.deadline = Some(deadline);
     let Some(reason) = u.skip else {
-        return vec![Effect::CreateUndoTask { generation, step, attempt: 1 }];
+        // Until its task is marked out, nothing answers the attempt (see `next_attempt_at`).
+        u.next_attempt_at = Some(now);
+        return open_attempt(generation, step, 1).to_vec();
     };
     let owed = Resume::Success { output: json!({"compensation": "skipped", "reason": reason.as_str()}) };
     u.outcome = Some(UndoOutcome::Skipped);
     u.owed = Some(owed.clone());
     vec![resume_effect(token, &owed), Effect::MarkResumed { generation, step }]
+}
+
+/// The task of `attempt` of the compensation of `step`: published, then marked out.
+fn open_attempt(generation: u32, step: u32, attempt: u32) -> [Effect; 2] {
+    [
+        Effect::CreateUndoTask { generation, step, attempt },
+        Effect::MarkAttemptOpened { generation, step, attempt },
+    ]
 }
 
 /// Where the group of the plan's `index`-th compensation starts in the plan: the compensations
@@ -497,9 +532,13 @@ pub(super) fn on_undo_input(plan: &Plan, r: &Record, input: &Input, now: OffsetD
     if u.outcome.is_some() {
         return Decision::ignored(IgnoreReason::StepAlreadyAdvanced);
     }
-    if let Some(refused) =
-        attempt_gate((&u.attempts, u.next_attempt_at), (id, *source), *attempt, outcome, now)
-    {
+    // The running attempt's task is not known to be out: nothing can answer it yet (found by
+    // the simulation: a failure named the attempt before its task went out, and the next
+    // attempt's was published with it skipped).
+    if u.next_attempt_at.is_some() {
+        return Decision::ignored(IgnoreReason::OutOfOrder);
+    }
+    if let Some(refused) = attempt_gate((&u.attempts, None), (id, *source), *attempt, outcome, now) {
         return refused;
     }
     acknowledge(plan, r, (id, *source, hash), *step, outcome, now)
@@ -533,7 +572,7 @@ fn acknowledge(
         StepOutcome::Succeeded => UndoOutcome::Acknowledged,
         StepOutcome::Failed { error, cause, retryable } => {
             let attempts = plan.compensation_of(step).map_or(1, |c| c.attempts);
-            if *retryable && running < attempts {
+            if *retryable && (running < attempts || mutant(Mutation::UndoRetryUnbounded)) {
                 // The next attempt is due at once; the sweeper publishes it (the callback
                 // function has no access to the outbound queue), as a retried step's.
                 u.attempts.push(FailedAttempt::new(running, (error, cause), (id, source), now));
@@ -594,7 +633,9 @@ pub(super) fn on_ended(
     }
     to.state = if c.run().next().is_none() {
         c.trigger.plain_end()
-    } else if c.undone().next().is_none() {
+    } else if c.undone().next().is_none()
+        || (mutant(Mutation::CompensatedDespiteFailure) && r.state == State::Compensating)
+    {
         State::Compensated
     } else {
         State::CompensationFailed
@@ -674,10 +715,7 @@ fn on_tick(r: &Record, now: OffsetDateTime) -> Decision {
                     .effect(Effect::MarkResumed { generation: g, step: u.step });
             }
             (None, Some(_), Some(due)) if u.waits() && due <= now => {
-                let (step, attempt) = (u.step, u.attempt());
-                d = d
-                    .effect(Effect::CreateUndoTask { generation: g, step, attempt })
-                    .effect(Effect::MarkAttemptOpened { generation: g, step, attempt });
+                d.effects.extend(open_attempt(g, u.step, u.attempt()));
             }
             _ => {}
         }

@@ -45,6 +45,17 @@ fn undo_ready(step: u32, error: &str) -> Input {
     }
 }
 
+/// The compensation of `step` reached, its first attempt's task out (and marked so).
+fn reached(p: &Plan, r: &Record, step: u32, error: &str) -> Record {
+    let r = after(&run(p, Some(r), &undo_ready(step, error)));
+    opened(p, &r, step, 1)
+}
+
+/// The task of `attempt` of the compensation of `step` marked out.
+fn opened(p: &Plan, r: &Record, step: u32, attempt: u32) -> Record {
+    after(&run(p, Some(r), &Input::AttemptOpened { generation: 1, step, attempt }))
+}
+
 fn ack(id: &str, step: u32, outcome: StepOutcome, attempt: Option<u32>) -> Input {
     Input::UndoInput {
         id: eid(id),
@@ -85,8 +96,18 @@ fn a_failure_after_completed_steps_undoes_them_in_reverse_and_ends_compensated()
     let d = run(&p, Some(&r), &undo_ready(1, "NoCarrier"));
     assert_eq!(d.transition(), Some((Some(State::Advancing { step: 3 }), State::Compensating)));
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::Compensate));
-    assert_eq!(d.effects, [Effect::CreateUndoTask { generation: 1, step: 1, attempt: 1 }]);
+    assert_eq!(
+        d.effects,
+        [
+            Effect::CreateUndoTask { generation: 1, step: 1, attempt: 1 },
+            Effect::MarkAttemptOpened { generation: 1, step: 1, attempt: 1 }
+        ]
+    );
     let r = after(&d);
+    // Until its task is marked out, nothing answers it.
+    let unmarked = run(&p, Some(&r), &ack("ack-unmarked", 1, StepOutcome::Succeeded, Some(1)));
+    assert_eq!(unmarked.outcome, Outcome::Ignored(IgnoreReason::OutOfOrder));
+    let r = opened(&p, &r, 1, 1);
     let c = r.compensation.as_ref().unwrap();
     assert_eq!(c.trigger, Trigger::Failed { error: "NoCarrier".into(), cause: "why".into() });
     assert_eq!(outcomes(&r), [(2, Some(UndoOutcome::Skipped)), (1, None), (0, None)]);
@@ -99,6 +120,13 @@ fn a_failure_after_completed_steps_undoes_them_in_reverse_and_ends_compensated()
     let cancel = run(&p, Some(&r), &Input::Cancel { reason: "ops".into() });
     assert_eq!((cancel.outcome, cancel.write), (Outcome::Ignored(IgnoreReason::Compensating), None));
 
+    acknowledged_in_turn(&p, &r);
+}
+
+/// The rest of [`a_failure_after_completed_steps_undoes_them_in_reverse_and_ends_compensated`]:
+/// payment's compensation, then reserve's after a failed attempt, then the end.
+fn acknowledged_in_turn(p: &Plan, r: &Record) {
+    let (p, r) = (p.clone(), r.clone());
     // Reserve's acknowledgement before its wait is reached: its task has not gone out.
     let early = run(&p, Some(&r), &ack("ack-early", 0, StepOutcome::Succeeded, Some(1)));
     assert_eq!((early.outcome, early.write), (Outcome::Ignored(IgnoreReason::OutOfOrder), None));
@@ -116,7 +144,7 @@ fn a_failure_after_completed_steps_undoes_them_in_reverse_and_ends_compensated()
     let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1, delivered: true }));
 
     // Reserve: attempt 1 fails, attempt 2 goes out at once and is acknowledged.
-    let r = after(&run(&p, Some(&r), &undo_ready(0, "NoCarrier")));
+    let r = reached(&p, &r, 0, "NoCarrier");
     let d = run(&p, Some(&r), &ack("ack-res-1", 0, refused("BankDown"), Some(1)));
     // Attempt 2 is due at once; the sweeper publishes it.
     assert!(d.effects.is_empty(), "{:?}", d.effects);
@@ -128,7 +156,7 @@ fn a_failure_after_completed_steps_undoes_them_in_reverse_and_ends_compensated()
             Effect::MarkAttemptOpened { generation: 1, step: 0, attempt: 2 }
         ]
     );
-    let r = after(&run(&p, Some(&r), &Input::AttemptOpened { generation: 1, step: 0, attempt: 2 }));
+    let r = opened(&p, &r, 0, 2);
     let stale = run(&p, Some(&r), &ack("ack-res-late", 0, StepOutcome::Succeeded, Some(1)));
     assert_eq!(stale.outcome, Outcome::Ignored(IgnoreReason::EarlierAttempt));
     let r = after(&run(&p, Some(&r), &ack("ack-res-2", 0, StepOutcome::Succeeded, Some(2))));
@@ -161,9 +189,12 @@ fn a_compensation_that_fails_every_attempt_ends_compensation_failed_and_the_chai
         ],
         ..saga()
     };
-    let r = after(&run(&p, Some(&shipping_failed(&p)), &undo_ready(1, "NoCarrier")));
+    let r = reached(&p, &shipping_failed(&p), 1, "NoCarrier");
     let r = after(&run(&p, Some(&r), &ack("a1", 1, refused("BankDown"), Some(1))));
-    let r = after(&run(&p, Some(&r), &Input::AttemptOpened { generation: 1, step: 1, attempt: 2 }));
+    // Attempt 2 named before its task went out: nothing to answer yet (the attempt is not used).
+    let early = run(&p, Some(&r), &ack("a2-early", 1, refused("BankDown"), Some(2)));
+    assert_eq!((early.outcome, early.write), (Outcome::Ignored(IgnoreReason::OutOfOrder), None));
+    let r = opened(&p, &r, 1, 2);
     let d = run(&p, Some(&r), &ack("a2", 1, refused("BankDown"), Some(2)));
     // The last attempt failed: the wait is resumed all the same, so the chain goes on.
     assert!(
@@ -172,7 +203,7 @@ fn a_compensation_that_fails_every_attempt_ends_compensation_failed_and_the_chai
         d.effects
     );
     let r = after(&d);
-    let r = after(&run(&p, Some(&r), &undo_ready(0, "NoCarrier")));
+    let r = reached(&p, &r, 0, "NoCarrier");
     let r = after(&run(&p, Some(&r), &ack("a0", 0, StepOutcome::Succeeded, Some(1))));
     let r = after(&run(&p, Some(&r), &ended("NoCarrier")));
     assert_eq!(r.state, State::CompensationFailed);
@@ -185,9 +216,9 @@ fn a_compensation_that_fails_every_attempt_ends_compensation_failed_and_the_chai
 #[test]
 fn a_wait_passed_without_an_answer_timed_out() {
     let p = saga();
-    let r = after(&run(&p, Some(&shipping_failed(&p)), &undo_ready(1, "NoCarrier")));
+    let r = reached(&p, &shipping_failed(&p), 1, "NoCarrier");
     // Payment's wait timed out: Step Functions moved on to reserve's.
-    let r = after(&run(&p, Some(&r), &undo_ready(0, "NoCarrier")));
+    let r = reached(&p, &r, 0, "NoCarrier");
     assert_eq!(outcomes(&r)[1], (1, Some(UndoOutcome::TimedOut)));
     // Its acknowledgement, late, changes nothing.
     let late = run(&p, Some(&r), &ack("a-late", 1, StepOutcome::Succeeded, Some(1)));
@@ -273,7 +304,7 @@ fn in_a_failed_group_only_the_branches_that_completed_are_undone_side_by_side() 
     assert_eq!(listed, [(1, None), (2, Some(SkipReason::NotCompleted)), (0, Some(SkipReason::NotDeclared))]);
     // Both waits of the group's compensation arrive, in either order; credit's is skipped.
     let r = after(&run(&p, Some(&r), &undo_ready(2, "NoCredit")));
-    let r = after(&run(&p, Some(&r), &undo_ready(1, "NoCredit")));
+    let r = reached(&p, &r, 1, "NoCredit");
     assert_eq!(outcomes(&r), [(1, None), (2, Some(UndoOutcome::Skipped)), (0, None)]);
     let r = after(&run(&p, Some(&r), &ack("a1", 1, StepOutcome::Succeeded, None)));
     assert_eq!(after(&run(&p, Some(&r), &ended("NoCredit"))).state, State::Compensated);
@@ -282,7 +313,7 @@ fn in_a_failed_group_only_the_branches_that_completed_are_undone_side_by_side() 
 #[test]
 fn the_sweeper_re_sends_an_owed_resume_and_republishes_an_attempt_that_did_not_go_out() {
     let p = saga();
-    let r = after(&run(&p, Some(&shipping_failed(&p)), &undo_ready(1, "NoCarrier")));
+    let r = reached(&p, &shipping_failed(&p), 1, "NoCarrier");
     let r = after(&run(&p, Some(&r), &ack("a1", 1, refused("BankDown"), Some(1))));
     // The next attempt is due at once: the sweeper lists it on time, and publishes its task.
     assert_eq!(r.due_at(), r.updated_at - crate::limits::RESEND_RESUME_AFTER);
@@ -294,11 +325,34 @@ fn the_sweeper_re_sends_an_owed_resume_and_republishes_an_attempt_that_did_not_g
             Effect::MarkAttemptOpened { generation: 1, step: 1, attempt: 2 }
         ]
     );
-    let r = after(&run(&p, Some(&r), &Input::AttemptOpened { generation: 1, step: 1, attempt: 2 }));
+    let r = opened(&p, &r, 1, 2);
     assert_eq!(r.due_at(), T0 + Duration::days(3), "then it is due at its wait's deadline");
     let r = after(&run(&p, Some(&r), &ack("a2", 1, StepOutcome::Succeeded, Some(2))));
     // Acknowledged, its resume not marked delivered: re-sent after the grace only.
     assert!(run(&p, Some(&r), &Input::Tick).effects.is_empty());
     let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::minutes(5));
     assert!(matches!(&d.effects[..], [Effect::SendTaskSuccess { .. }, Effect::MarkResumed { step: 1, .. }]));
+}
+
+#[test]
+fn a_redelivered_step_ready_of_a_step_the_run_reached_is_not_failed_while_compensating() {
+    let p = saga();
+    let r = reached(&p, &shipping_failed(&p), 1, "NoCarrier");
+    // Payment's token was resumed with its success, shipping's failed: a copy of either
+    // step_ready is owed nothing (a failure now would be a second, different resume).
+    for step in [1, 3] {
+        let ready = Input::StepReady { generation: 1, step, token: token(&format!("t{step}")), deadline: T0 };
+        let d = run(&p, Some(&r), &ready);
+        assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::Compensating));
+        assert_eq!(d.effects, [Effect::Ledger { reason: IgnoreReason::Compensating }], "step {step}");
+    }
+    // A step past where compensation began (a group a cancel let go on) is failed into the chain.
+    let at_payment = reached(&p, &done(&p, &started(&p), 0, json!({"hold": "h-1"})), 0, CANCELLED_ERROR);
+    let later = Input::StepReady { generation: 1, step: 2, token: token("t2"), deadline: T0 };
+    let d = run(&p, Some(&at_payment), &later);
+    assert!(
+        matches!(&d.effects[..], [Effect::Ledger { .. }, Effect::SendTaskFailure { error, .. }] if error == COMPENSATING_ERROR),
+        "{:?}",
+        d.effects
+    );
 }
