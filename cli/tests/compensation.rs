@@ -145,6 +145,15 @@ async fn a_failure_after_two_completed_steps_undoes_both_in_reverse_and_ends_com
         pairs(&[("payment", "acknowledged"), ("reserve-stock", "acknowledged"), ("shipping", "not_in_plan")])
     );
     assert!(text.contains("state compensated"), "{text}");
+    // The trace shows the phase: why it began, and each step of the plan.
+    let trace = stack.baton(&["trace", WF, key]).await.ok();
+    println!("{trace}");
+    assert!(
+        trace.contains("compensation began") && trace.contains("after the run failed (NoCarrier)"),
+        "{trace}"
+    );
+    assert!(trace.lines().any(|l| l.contains("undo payment") && l.contains("acknowledged")), "{trace}");
+    assert!(trace.contains("compensation task created for payment"), "{trace}");
     assert_eq!(stack.system.metrics.count(Metric::WorkflowsCompensated, Some(WF)), 1);
     stack.system.stop().await;
 }

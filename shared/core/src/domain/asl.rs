@@ -35,6 +35,26 @@
 //! - `ResultPath: null` on the state: the branches' outputs stay in the record, not in the
 //!   execution's state (a Parallel state's output is an array of every branch's).
 //!
+//! Compensation is a reverse chain of token waits, one state per position with a step that
+//! declares `compensate` (a group's compensations one `Parallel` state, a wait per branch that
+//! declares one). From the first such position on, each position's Catch (`States.ALL`, keeping
+//! the error in `$.error`) leads to the chain's state for the last such position up to it, so
+//! the chain starts where the run stopped and runs last position first. Each wait sends
+//! `undo_ready` with its token and the run's error, and parks until baton resumes it (the
+//! compensation acknowledged, failed, or skipped) or its `compensate.timeout` passes; either
+//! way it goes on (its Catch keeps the error apart, in `$.undo_error`), so one stuck
+//! compensation never keeps the others from running, and the record says which one did not end.
+//! Then `Report compensation ended` and a `Fail` state (`baton.CompensationEnded`): the
+//! execution is FAILED, as the run was. Why this shape, rather than a Map over a plan baton
+//! computes: every compensation is a state of its own in the console, with its own deadline,
+//! as a step is; the chain is fixed at synth time, and the record fixes the plan (a step that
+//! did not complete has its wait answered at once); and it costs nothing on the happy path.
+//! A failure path costs, besides the forward states it entered, one transition per
+//! compensation wait reached (a group's: its `Parallel` state and each branch's wait, plus a
+//! `Pass` for a branch that timed out), then the report and the `Fail`: the same two states a
+//! failure without compensation ends with. A workflow without `compensate` gets the definition
+//! it always had.
+//!
 //! A group of n branches, k of them optional, costs n + k + 1 transitions on the happy path
 //! (the `Parallel` state, each branch's wait, and each optional branch's report), and the same
 //! when an optional branch fails or times out (its report then comes from its Catch). A retry

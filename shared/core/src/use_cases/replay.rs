@@ -330,6 +330,7 @@ fn effects_in_words(decision: &lifecycle::Decision) -> String {
         .filter_map(|e| match e {
             lifecycle::Effect::StartExecution { .. } => Some("start the execution"),
             lifecycle::Effect::CreateTask { .. } => Some("create the task"),
+            lifecycle::Effect::CreateUndoTask { .. } => Some("create the compensation task"),
             lifecycle::Effect::SendTaskSuccess { .. } => Some("resume the step"),
             lifecycle::Effect::SendTaskFailure { .. } => Some("fail the step"),
             lifecycle::Effect::SendTaskHeartbeat { .. } => Some("heartbeat"),
