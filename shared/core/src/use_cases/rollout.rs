@@ -145,12 +145,15 @@ pub struct LiveVersion {
 /// Live records counted per state at most (a Query of the `by_due` index per live state).
 pub const LIVE_LIMIT: usize = 1_000_000;
 
+/// The states of a record in flight: what `count_live` queries the index for.
+pub const LIVE_KINDS: [Kind; 4] = [Kind::Pending, Kind::Waiting, Kind::Advancing, Kind::Compensating];
+
 /// Counts the live records in the store: pending, waiting, advancing and compensating ones, from the due-time
 /// index, never a scan, and nothing else (no task token is read).
 pub async fn count_live(store: &dyn WorkflowStore, now: OffsetDateTime) -> Result<Live, StoreError> {
     let mut records = Vec::new();
     let far = now + time::Duration::days(3650);
-    for kind in [Kind::Pending, Kind::Waiting, Kind::Advancing, Kind::Compensating] {
+    for kind in LIVE_KINDS {
         records.extend(store.due_heads(kind, far, LIVE_LIMIT).await?);
     }
     Ok(Live::count(&records))
