@@ -382,6 +382,10 @@ pub const TRANSITIONS: &[Transition] = &[
     t(Some(A), CF, Cause::CompensationEnded, StepMove::Leave),
     t(Some(A), F, Cause::CompensationEnded, StepMove::Leave),
     t(Some(A), T, Cause::CompensationEnded, StepMove::Leave),
+    // The same, for a run a step's failure named `baton.Cancelled` ended.
+    t(Some(P), C, Cause::CompensationEnded, StepMove::None),
+    t(Some(W), C, Cause::CompensationEnded, StepMove::Leave),
+    t(Some(A), C, Cause::CompensationEnded, StepMove::Leave),
 ];
 
 /// Is `from → to` by `cause` a row of [`TRANSITIONS`], steps included?
@@ -1493,6 +1497,12 @@ fn on_step_ready(
             "the workflow record has moved to another generation",
         ));
     }
+    // After a compensation, the execution has ended with its chain: a copy of a step_ready it
+    // reported (its token resumed, or failed into the chain) is owed nothing more (found by
+    // review: such a token got a second, different resume).
+    if r.state.is_terminal() && r.compensation.is_some() {
+        return Decision::ignored(IgnoreReason::Terminal);
+    }
     if r.state.is_terminal() {
         return Decision::ignored(IgnoreReason::Terminal).effect(fail_token(
             token,
@@ -1979,7 +1989,7 @@ mod compensation;
 mod group;
 pub use compensation::{
     CANCELLED_ERROR, COMPENSATING_ERROR, Compensation, SkipReason, Trigger, Undo, UndoOutcome,
-    plan as compensation_plan,
+    plan as compensation_plan, task_not_out,
 };
 pub use group::{group_failed, unsettled};
 #[cfg(test)]

@@ -579,6 +579,11 @@ impl Callbacks {
             warn!(error_type = e.error_type(), error = %error_chain(e), maybe_applied = maybe == MaybeApplied::Yes,
                 "dependency unavailable; asking the caller to retry");
             let message = match maybe {
+                // Nothing is down: the acknowledged attempt's task is still going out.
+                MaybeApplied::No if e.error_type() == "task_not_out" => {
+                    "the compensation attempt's task is not marked out yet; nothing was applied; retry in a moment \
+                     with the same webhook-id"
+                }
                 MaybeApplied::No => {
                     "a dependency is unavailable; nothing was applied; retry later with the same webhook-id"
                 }

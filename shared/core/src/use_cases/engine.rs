@@ -387,6 +387,12 @@ impl Engine {
                 info!("a parallel group's report is still on its way: retried once it is in");
                 return Err(EngineError::GroupUnsettled);
             }
+            if lifecycle::task_not_out(record.as_ref(), input) {
+                info!(
+                    "the compensation attempt's task is not marked out yet: the sender retries in a moment"
+                );
+                return Err(EngineError::TaskNotOut);
+            }
             // Decide with the time of the decision, not of the message's arrival: a record
             // written with an old `updated_at` looks owed for longer than it is, and a resume
             // would be re-sent inside its grace period (found by the simulation). A later `now`
@@ -1198,6 +1204,10 @@ pub enum EngineError {
     /// optional branch reported how it ended.
     #[error("a parallel group's report is still on its way; this one is retried after it")]
     GroupUnsettled,
+    /// An acknowledgement of a compensation attempt whose task is not marked out yet (the mark
+    /// follows the publish, or the sweeper publishes it again): retried in a moment.
+    #[error("the compensation attempt's task is not marked out yet; retry in a moment")]
+    TaskNotOut,
     /// A write (the record's, or an inbox entry's) failed without a definite answer: it may or
     /// may not have landed. A retry of the same input finds out, and applies it at most once.
     #[error("a write's outcome is unknown")]
@@ -1228,7 +1238,7 @@ fn outcome_word(outcome: Outcome) -> &'static str {
 
 impl EngineError {
     /// The error types the engine adds to those of its ports.
-    pub const OWN_ERROR_TYPES: &[&str] = &["record_contended", "record_pending"];
+    pub const OWN_ERROR_TYPES: &[&str] = &["record_contended", "record_pending", "task_not_out"];
 }
 
 impl Classified for EngineError {
@@ -1240,6 +1250,7 @@ impl Classified for EngineError {
             EngineError::Contended { .. } => "record_contended",
             EngineError::Unsettled => "record_pending",
             EngineError::GroupUnsettled => "group_unsettled",
+            EngineError::TaskNotOut => "task_not_out",
             EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.error_type(),
         }
     }
@@ -1249,7 +1260,10 @@ impl Classified for EngineError {
             EngineError::Store(e) => e.retryable(),
             EngineError::Orchestrator(e) => e.retryable(),
             EngineError::Publish(e) => e.retryable(),
-            EngineError::Contended { .. } | EngineError::Unsettled | EngineError::GroupUnsettled => true,
+            EngineError::Contended { .. }
+            | EngineError::Unsettled
+            | EngineError::GroupUnsettled
+            | EngineError::TaskNotOut => true,
             EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.retryable(),
         }
     }
@@ -1259,7 +1273,10 @@ impl Classified for EngineError {
             EngineError::Store(e) => e.throttled(),
             EngineError::Orchestrator(e) => e.throttled(),
             EngineError::Publish(e) => e.throttled(),
-            EngineError::Contended { .. } | EngineError::Unsettled | EngineError::GroupUnsettled => false,
+            EngineError::Contended { .. }
+            | EngineError::Unsettled
+            | EngineError::GroupUnsettled
+            | EngineError::TaskNotOut => false,
             EngineError::Uncertain { source } | EngineError::Unfinished { source, .. } => source.throttled(),
         }
     }

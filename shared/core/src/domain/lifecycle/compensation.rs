@@ -271,8 +271,8 @@ fn completed(plan: &Plan, r: &Record, step: u32, current: u32) -> bool {
 /// and owed resume dropped, and open branches closed.
 fn begin(p: &Plan, r: &Record, trigger: Trigger, now: OffsetDateTime) -> Record {
     let undos = plan(p, r);
+    // The token stays, as in a cancelled record: a copy of its step_ready is then known.
     let mut to = Record {
-        token: None,
         deadline: None,
         owed: None,
         next_attempt_at: None,
@@ -325,31 +325,25 @@ pub(super) fn route(
 /// Decides an input for a record that is compensating.
 pub(super) fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decision {
     match input {
+        Input::Start { event } if r.start_events.contains(event) => Decision::new(Outcome::Duplicate),
         Input::Start { .. } => Decision::ignored(IgnoreReason::AlreadyRunning),
-        Input::StepReady { step, token, .. } => {
-            // A step the run had reached: its token was resumed, failed or closed already, and
-            // is owed nothing more (found by the simulation: a redelivered step_ready had a
-            // resumed token failed as well). A step past it (a group a cancel's failure of
-            // optional branches let go on) is failed, so the chain runs.
-            let at = r.compensation.as_ref().and_then(|c| c.at);
-            let d = Decision::ignored(IgnoreReason::Compensating);
-            if at.is_some_and(|at| *step <= plan.position(at).last) {
-                return d;
-            }
-            d.effect(fail_token(
-                token,
-                COMPENSATING_ERROR,
-                "the workflow is compensating; no forward step runs",
-            ))
+        Input::StepReady { generation, step, token, .. } => {
+            on_step_ready(plan, r, (*generation, *step), token)
         }
-        Input::StepInput { id, hash, source, step, .. } => {
-            super::repeated_input(r, (id, *source), hash, *step, now).unwrap_or_else(|| {
+        Input::StepInput { id, hash, source, step, generation, .. } => match generation {
+            Some(g) if *g > r.generation => {
+                Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation: *g, step: *step })
+            }
+            _ => super::repeated_input(r, (id, *source), hash, *step, now).unwrap_or_else(|| {
+                if generation.is_some_and(|g| g < r.generation) {
+                    return Decision::ignored(IgnoreReason::StaleGeneration);
+                }
                 if mutant(Mutation::CompensatingNotLedgered) {
                     return Decision::new(Outcome::Ignored(IgnoreReason::Compensating));
                 }
                 Decision::ignored(IgnoreReason::Compensating)
-            })
-        }
+            }),
+        },
         Input::UndoReady { generation, step, token, deadline, .. } => {
             on_undo_ready(r, (*generation, *step), token, *deadline, now)
         }
@@ -369,18 +363,41 @@ pub(super) fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime
     }
 }
 
+/// A step's `step_ready` while compensating. A token the record knows (the one it was parked on,
+/// or a branch's), or a step before where the run stood, was resumed, failed or closed already:
+/// a copy of its report is owed nothing (found by the simulation: a resumed token got a second,
+/// different resume). Any other (a step past where the run stood, which a cancel's failure of
+/// optional branches let Step Functions reach; or a branch of that group never reached) is
+/// failed, so that the chain runs. Another generation's is owed nothing either: its execution
+/// ended before this generation started.
+fn on_step_ready(plan: &Plan, r: &Record, (generation, step): (u32, u32), token: &TaskToken) -> Decision {
+    if generation != r.generation {
+        return Decision::ignored(IgnoreReason::StaleGeneration);
+    }
+    let d = Decision::ignored(IgnoreReason::Compensating);
+    let known = r.token.as_ref() == Some(token) || r.branches.iter().any(|b| b.token.as_ref() == Some(token));
+    let at = r.compensation.as_ref().and_then(|c| c.at).map(|at| plan.position(at).first);
+    if known || at.is_some_and(|first| step < first) {
+        return d;
+    }
+    d.effect(fail_token(token, COMPENSATING_ERROR, "the workflow is compensating; no forward step runs"))
+}
+
 /// Step Functions reached a compensation's wait. A record not compensating yet begins, with the
 /// run's error as its trigger, in the same write.
 pub(super) fn begin_at_undo_ready(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decision {
     let Input::UndoReady { generation, step, token, deadline, error, cause } = input else {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     };
+    // Another generation's execution ended before this one started (a record restarts only
+    // once terminal): its wait is owed nothing, and was perhaps resumed already.
     if *generation != r.generation {
-        return Decision::ignored(IgnoreReason::StaleGeneration).effect(fail_token(
-            token,
-            "baton.StaleGeneration",
-            "the workflow record has moved to another generation",
-        ));
+        return Decision::ignored(IgnoreReason::StaleGeneration);
+    }
+    // The record ended after compensating: the execution ended with its chain, and every wait
+    // of it was resumed or passed (a copy after the end is owed nothing more).
+    if r.state.is_terminal() && r.compensation.is_some() {
+        return Decision::ignored(IgnoreReason::Terminal);
     }
     if r.state.is_terminal() {
         return Decision::ignored(IgnoreReason::Terminal).effect(fail_token(
@@ -427,7 +444,7 @@ fn on_undo_ready(
         let d = Decision::new(Outcome::Duplicate);
         return match (&u.owed, u.next_attempt_at) {
             (Some(owed), _) => d.effect(resume_effect(token, owed)),
-            (None, Some(_)) if u.waits() => {
+            (None, Some(_)) if u.waits() && u.deadline.is_none_or(|d| now < d) => {
                 let mut d = d;
                 d.effects.extend(open_attempt(generation, step, u.attempt()));
                 d
@@ -466,6 +483,12 @@ fn reach(
     let Some(u) = c.undo_mut(step) else { return Vec::new() };
     u.token = Some(token.clone());
     u.deadline = Some(deadline);
+    // Reported after its deadline: Step Functions has passed the wait (found by review: its task
+    // went out for a wait already timed out).
+    if deadline <= now && u.skip.is_none() {
+        u.outcome = Some(UndoOutcome::TimedOut);
+        return Vec::new();
+    }
     let Some(reason) = u.skip else {
         // Until its task is marked out, nothing answers the attempt (see `next_attempt_at`).
         u.next_attempt_at = Some(now);
@@ -493,6 +516,23 @@ fn group_start(c: &Compensation, index: usize) -> usize {
         start -= 1;
     }
     start
+}
+
+/// Whether `input`, an acknowledgement of the running attempt of a compensation of `record`,
+/// comes while that attempt's task is not yet marked out: its task may be out (the mark
+/// follows the publish), so the engine has the sender retry in a moment rather than answer for
+/// good (found by review: an acknowledgement in that window was answered `ignored` and lost).
+pub fn task_not_out(record: Option<&Record>, input: &Input) -> bool {
+    let Input::UndoInput { id, step, generation, attempt, .. } = input else { return false };
+    let Some(r) = record.filter(|r| r.state == State::Compensating) else { return false };
+    let Some(u) = r.compensation.as_ref().and_then(|c| c.undo(*step)) else { return false };
+    let repeat = u.acks.iter().any(|a| a.id == *id);
+    let this_run = generation.is_none_or(|g| g == r.generation);
+    u.waits()
+        && u.next_attempt_at.is_some()
+        && !repeat
+        && this_run
+        && attempt.is_none_or(|a| a == u.attempt())
 }
 
 /// A callback for a compensation: acknowledged, or an attempt failed.
@@ -714,7 +754,8 @@ fn on_tick(r: &Record, now: OffsetDateTime) -> Decision {
                     .effect(resume_effect(token, owed))
                     .effect(Effect::MarkResumed { generation: g, step: u.step });
             }
-            (None, Some(_), Some(due)) if u.waits() && due <= now => {
+            // Not past its wait's deadline: Step Functions has passed it then.
+            (None, Some(_), Some(due)) if u.waits() && due <= now && u.deadline.is_none_or(|d| now < d) => {
                 d.effects.extend(open_attempt(g, u.step, u.attempt()));
             }
             _ => {}

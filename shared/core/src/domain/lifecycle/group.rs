@@ -434,7 +434,10 @@ pub(super) fn resend_for_repeat(r: &Record, step: u32, seen: &AppliedInput) -> O
 /// already on the queue). A branch still open at the group the record is at needs no report:
 /// baton sent it nothing, so Step Functions ended it without baton ([`left`]).
 pub fn unsettled(plan: &Plan, record: Option<&Record>, input: &super::Input) -> bool {
-    let Some(r) = record.filter(|r| !r.state.is_terminal()) else { return false };
+    // A compensating record has no step and no group to wait for: its answer is final.
+    let Some(r) = record.filter(|r| !r.state.is_terminal() && r.state != State::Compensating) else {
+        return false;
+    };
     match input {
         super::Input::BranchEnded { generation, step, .. } if *generation == r.generation => {
             let group = plan.position(*step);

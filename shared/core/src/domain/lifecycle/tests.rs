@@ -955,6 +955,7 @@ fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
 
 mod branch_retry_attack;
 mod compensation;
+mod compensation_attack;
 mod group;
 mod group_races;
 mod retry;
