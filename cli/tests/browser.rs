@@ -13,7 +13,8 @@ use baton_tests::browser::{Browser, only_text, screens_dir, select, text, text_i
 use serde_json::{Value, json};
 
 mod common;
-use common::{CONFIG, SAGA, Stack, compensated, placed, stack_with};
+use baton_tests::{SAGA, compensated};
+use common::{CONFIG, Stack, placed, stack_with};
 
 /// order-review with a review that times out after 2 seconds. (Its own stack: the template
 /// declares a state machine for each workflow of the sample only.)
@@ -125,7 +126,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
 
     // compensated: shipping fails after reserve-stock and payment completed; both are undone.
     let saga = stack_with(SAGA).await;
-    compensated(&saga, "undo-1").await;
+    compensated(&saga.system, "undo-1").await;
 
     // timed_out: nobody answers within the review's 2 seconds.
     assert_ne!(quick_timeout(), CONFIG, "the review's timeout is shortened");

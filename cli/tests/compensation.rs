@@ -15,7 +15,8 @@ use baton_core::ports::outbound::COMPENSATION_REQUESTED;
 use serde_json::{Value, json};
 
 mod common;
-use common::{SAGA, Stack, placed, stack_with};
+use baton_tests::SAGA;
+use common::{Stack, placed, stack_with};
 
 const WF: &str = "order-review";
 

@@ -162,3 +162,68 @@ pub fn approval(key: &str, decision: &str) -> serde_json::Value {
     serde_json::json!({"workflow": "order-review", "key": key, "step": "manual-review",
         "outcome": "succeeded", "data": {"decision": decision}})
 }
+
+/// A workflow whose first two steps declare `compensate` (payment with 2 attempts), and a third
+/// that can fail after them (the CLI's compensation and browser tests, `make cost`).
+pub const SAGA: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: reserve-stock
+        task: { title: "Reserve stock for {key}", queue: stock }
+        requires: [hold]
+        timeout: 1h
+        compensate:
+          task: { title: "Release stock for {key}", queue: stock }
+          timeout: 1h
+      - name: payment
+        requires: [payment_ref]
+        timeout: 7d
+        compensate:
+          task: { title: "Refund payment for {key}", queue: payments }
+          timeout: 3d
+          attempts: 2
+      - name: shipping
+        requires: [tracking]
+        timeout: 5d
+"#;
+
+/// Runs `key` of [`SAGA`] to `compensated`: reserve-stock and payment complete, shipping
+/// fails, and both compensations are acknowledged, payment's first.
+pub async fn compensated(system: &crate::system::System, key: &str) {
+    use baton_core::domain::lifecycle::State;
+    use serde_json::{Value, json};
+    let wait = |state: State| async move {
+        system.record_until("order-review", key, &format!("{key} in {state}"), |r| r.state == state).await
+    };
+    let body = |step: &str, extra: Value| {
+        let mut body = json!({"workflow": "order-review", "key": key, "step": step});
+        if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), extra) {
+            b.extend(extra);
+        }
+        body
+    };
+    system.send_event(&order_placed(key)).await;
+    let steps = [
+        ("reserve-stock", json!({"outcome": "succeeded", "data": {"hold": "h-1"}})),
+        ("payment", json!({"outcome": "succeeded", "data": {"payment_ref": "pay-1"}})),
+        ("shipping", json!({"outcome": "failed", "error": "NoCarrier", "cause": "no carrier takes it"})),
+    ];
+    for (i, (step, extra)) in (0..).zip(steps) {
+        wait(State::Waiting { step: i }).await;
+        system.answered(&format!("{key}-{step}"), body(step, extra), (200, "applied")).await;
+    }
+    for (index, step) in [(1, "payment"), (0, "reserve-stock")] {
+        system
+            .record_until("order-review", key, &format!("{step}'s compensation waits"), |r| {
+                r.compensation.as_ref().is_some_and(|c| c.undos.iter().any(|u| u.step == index && u.waits()))
+            })
+            .await;
+        let ack = json!({"outcome": "succeeded", "compensation": true});
+        system.answered(&format!("{key}-undo-{step}"), body(step, ack), (200, "applied")).await;
+    }
+    wait(State::Compensated).await;
+}

@@ -76,32 +76,6 @@ workflows:
         timeout: 7d
 "#;
 
-/// The failure path of a workflow with compensation: two steps that declare `compensate`
-/// complete, the third fails, and both compensations are acknowledged.
-const COMPENSATED: &str = r#"
-workflows:
-  order-review:
-    start:
-      when: { type: ["order.placed"] }
-      key: /subject
-    steps:
-      - name: reserve-stock
-        requires: [hold]
-        timeout: 1h
-        compensate:
-          task: { title: "Release stock for {key}", queue: stock }
-          timeout: 1h
-      - name: payment
-        requires: [payment_ref]
-        timeout: 7d
-        compensate:
-          task: { title: "Refund payment for {key}", queue: payments }
-          timeout: 3d
-      - name: shipping
-        requires: [tracking]
-        timeout: 5d
-"#;
-
 /// One workflow shape `make cost` measures.
 #[derive(Clone, Copy)]
 enum Shape {
@@ -111,7 +85,7 @@ enum Shape {
     Grouped,
     /// [`RETRIED`]: two steps, the first failing once and succeeding on its second attempt.
     Retried,
-    /// [`COMPENSATED`]: the failure path, two compensations acknowledged.
+    /// [`baton_tests::SAGA`]: the failure path, two compensations acknowledged.
     Compensated,
 }
 
@@ -127,7 +101,7 @@ impl Shape {
             Shape::TwoStep => SAMPLE,
             Shape::Grouped => GROUPED,
             Shape::Retried => RETRIED,
-            Shape::Compensated => COMPENSATED,
+            Shape::Compensated => baton_tests::SAGA,
         }
     }
 
@@ -321,43 +295,10 @@ async fn run(shape: Shape, system: &System, key: &str, i: u64) -> Load {
     }
 }
 
-/// A [`COMPENSATED`] workflow: reserve-stock and payment complete, shipping fails, and the
-/// compensations of payment and then reserve-stock are acknowledged: it ends `compensated`.
+/// A [`baton_tests::SAGA`] workflow: reserve-stock and payment complete, shipping fails, and
+/// the compensations of payment and then reserve-stock are acknowledged: it ends `compensated`.
 async fn run_compensated(system: &System, key: &str) -> Load {
-    let placed = json!({"specversion": "1.0", "id": format!("{key}-placed"), "source": "shop",
-        "type": "order.placed", "subject": key, "data": {"total": 1500}});
-    system.send_event(&placed.to_string()).await;
-    let workflow = Shape::Compensated.workflow();
-    let answer = |step: &str, body: Value| {
-        let mut base = json!({"workflow": workflow, "key": key, "step": step});
-        if let (Some(base), Value::Object(extra)) = (base.as_object_mut(), body) {
-            base.extend(extra);
-        }
-        base
-    };
-    let steps = [
-        ("reserve-stock", json!({"outcome": "succeeded", "data": {"hold": "h-1"}})),
-        ("payment", json!({"outcome": "succeeded", "data": {"payment_ref": "pay-1"}})),
-        ("shipping", json!({"outcome": "failed", "error": "NoCarrier"})),
-    ];
-    for (i, (step, body)) in (0..).zip(steps) {
-        wait_in(system, workflow, key, State::Waiting { step: i }).await;
-        let (status, reply) = system.callback(&format!("{key}-{step}"), &answer(step, body)).await;
-        assert_eq!(status, 200, "{reply}");
-    }
-    // Each compensation's wait in turn: payment's, then reserve-stock's.
-    for (index, step) in [(1, "payment"), (0, "reserve-stock")] {
-        system
-            .until(&format!("{key}: {step}'s compensation waits"), || async {
-                let r = system.record(workflow, key).await?;
-                r.compensation?.undos.iter().any(|u| u.step == index && u.waits()).then_some(())
-            })
-            .await;
-        let ack = json!({"outcome": "succeeded", "compensation": true});
-        let (status, reply) = system.callback(&format!("{key}-undo-{step}"), &answer(step, ack)).await;
-        assert_eq!((status, reply["status"].as_str()), (200, Some("applied")), "{reply}");
-    }
-    wait_in(system, workflow, key, State::Compensated).await;
+    baton_tests::compensated(system, key).await;
     Load { events: 1, callbacks: 5 }
 }
 

@@ -256,44 +256,42 @@ fn undo_state(workflow: &Workflow, position: &Position<'_>, next: &str) -> Value
 /// The wait for the compensation of step `i`, if it declares one: `undo_ready` with the token
 /// and the error that ended the run, parked until baton resumes it or its `timeout` passes.
 fn undo_wait(workflow: &Workflow, i: u32, step: &Step) -> Option<Value> {
-    let timeout = step.compensate.as_ref()?.timeout.as_secs();
-    Some(json!({
-        "Type": "Task",
-        "Comment": format!("Compensation of {}: parks until baton resumes the token or the deadline passes", step.name),
-        "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
-        "Parameters": {
-            "QueueUrl": PROGRESS_QUEUE_PLACEHOLDER,
-            "MessageBody": {
-                "kind": "undo_ready",
-                "workflow.$": "$.workflow",
-                "key.$": "$.key",
-                "generation.$": "$.generation",
-                "step": i,
-                "step_name": step.name.as_str(),
-                "config_version": workflow.config_version.as_str(),
-                "token.$": "$$.Task.Token",
-                "entered_at.$": "$$.State.EnteredTime",
-                "timeout_seconds": timeout,
-                "failure.$": "$.error",
-            }
-        },
-        "TimeoutSeconds": timeout,
-        "ResultPath": null,
-    }))
+    let timeout = step.compensate.as_ref()?.timeout;
+    let mut state =
+        parked(workflow, (i, step), ("undo_ready", timeout), &format!("Compensation of {}", step.name));
+    state["Parameters"]["MessageBody"]["failure.$"] = json!("$.error");
+    state["ResultPath"] = Value::Null;
+    Some(state)
 }
 
 /// The Task state that parks on step (or branch) `i`'s token until baton resumes it, or its
 /// deadline passes.
 fn wait_state(workflow: &Workflow, i: u32, step: &Step, what: &str) -> Value {
-    let timeout = step.timeout.as_secs();
-    let mut state = json!({
+    let mut state = parked(workflow, (i, step), ("step_ready", step.timeout), what);
+    state["ResultPath"] = json!("$.result");
+    if let Some(heartbeat) = step.heartbeat {
+        state["HeartbeatSeconds"] = json!(heartbeat.as_secs());
+    }
+    state
+}
+
+/// A `waitForTaskToken` state for step `i` that reports `kind` with its token and parks until
+/// `timeout` passes.
+fn parked(
+    workflow: &Workflow,
+    (i, step): (u32, &Step),
+    (kind, timeout): (&str, std::time::Duration),
+    what: &str,
+) -> Value {
+    let timeout = timeout.as_secs();
+    json!({
         "Type": "Task",
         "Comment": format!("{what}: parks until baton resumes the token or the deadline passes"),
         "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
         "Parameters": {
             "QueueUrl": PROGRESS_QUEUE_PLACEHOLDER,
             "MessageBody": {
-                "kind": "step_ready",
+                "kind": kind,
                 "workflow.$": "$.workflow",
                 "key.$": "$.key",
                 "generation.$": "$.generation",
@@ -306,12 +304,7 @@ fn wait_state(workflow: &Workflow, i: u32, step: &Step, what: &str) -> Value {
             }
         },
         "TimeoutSeconds": timeout,
-        "ResultPath": "$.result",
-    });
-    if let Some(heartbeat) = step.heartbeat {
-        state["HeartbeatSeconds"] = json!(heartbeat.as_secs());
-    }
-    state
+    })
 }
 
 /// A parallel group: one branch per branch step, each a token wait with its own deadline. A

@@ -4,7 +4,7 @@
 use super::retry::at;
 use super::*;
 
-fn saga() -> Plan {
+pub(super) fn saga() -> Plan {
     Plan {
         compensations: vec![
             StepCompensation { step: 0, attempts: 3 },
@@ -14,13 +14,13 @@ fn saga() -> Plan {
     }
 }
 
-fn done(p: &Plan, r: &Record, step: u32, data: serde_json::Value) -> Record {
+pub(super) fn done(p: &Plan, r: &Record, step: u32, data: serde_json::Value) -> Record {
     let r = ready(p, r, step, &format!("t{step}"));
     after(&run(p, Some(&r), &callback(&format!("cb-{step}"), step, StepOutcome::Succeeded, data)))
 }
 
 /// Reserve, payment and notify done; shipping waits.
-fn shipping(p: &Plan) -> Record {
+pub(super) fn shipping(p: &Plan) -> Record {
     let r = done(p, &started(p), 0, json!({"hold": "h-1"}));
     let r = done(p, &r, 1, json!({"payment_ref": "pay-1"}));
     let r = done(p, &r, 2, json!({"sent": true}));
@@ -28,15 +28,19 @@ fn shipping(p: &Plan) -> Record {
 }
 
 /// Shipping failed: its failure resume is owed.
-fn shipping_failed(p: &Plan) -> Record {
+pub(super) fn shipping_failed(p: &Plan) -> Record {
     let outcome =
         StepOutcome::Failed { error: "NoCarrier".into(), cause: "no carrier".into(), retryable: true };
     after(&run(p, Some(&shipping(p)), &callback("cb-ship", 3, outcome, json!({}))))
 }
 
-fn undo_ready(step: u32, error: &str) -> Input {
+pub(super) fn undo_ready(step: u32, error: &str) -> Input {
+    undo_ready_of(1, step, error)
+}
+
+pub(super) fn undo_ready_of(generation: u32, step: u32, error: &str) -> Input {
     Input::UndoReady {
-        generation: 1,
+        generation,
         step,
         token: token(&format!("u{step}")),
         deadline: T0 + Duration::days(3),
@@ -46,40 +50,50 @@ fn undo_ready(step: u32, error: &str) -> Input {
 }
 
 /// The compensation of `step` reached, its first attempt's task out (and marked so).
-fn reached(p: &Plan, r: &Record, step: u32, error: &str) -> Record {
+pub(super) fn reached(p: &Plan, r: &Record, step: u32, error: &str) -> Record {
     let r = after(&run(p, Some(r), &undo_ready(step, error)));
     opened(p, &r, step, 1)
 }
 
 /// The task of `attempt` of the compensation of `step` marked out.
-fn opened(p: &Plan, r: &Record, step: u32, attempt: u32) -> Record {
+pub(super) fn opened(p: &Plan, r: &Record, step: u32, attempt: u32) -> Record {
     after(&run(p, Some(r), &Input::AttemptOpened { generation: 1, step, attempt }))
 }
 
-fn ack(id: &str, step: u32, outcome: StepOutcome, attempt: Option<u32>) -> Input {
+pub(super) fn ack(id: &str, step: u32, outcome: StepOutcome, attempt: Option<u32>) -> Input {
+    ack_of(Some(1), id, step, outcome, attempt)
+}
+
+pub(super) fn ack_of(
+    generation: Option<u32>,
+    id: &str,
+    step: u32,
+    outcome: StepOutcome,
+    attempt: Option<u32>,
+) -> Input {
     Input::UndoInput {
         id: eid(id),
         hash: format!("h-{id}"),
         source: Source::Callback,
         step,
         outcome,
-        generation: Some(1),
+        generation,
         attempt,
     }
 }
 
-fn refused(error: &str) -> StepOutcome {
+pub(super) fn refused(error: &str) -> StepOutcome {
     StepOutcome::Failed { error: error.into(), cause: "the bank said no".into(), retryable: true }
 }
 
-fn ended(error: &str) -> Input {
+pub(super) fn ended(error: &str) -> Input {
     Input::Finished {
         generation: 1,
         finish: Finish::CompensationEnded { error: error.into(), cause: "why".into() },
     }
 }
 
-fn outcomes(r: &Record) -> Vec<(u32, Option<UndoOutcome>)> {
+pub(super) fn outcomes(r: &Record) -> Vec<(u32, Option<UndoOutcome>)> {
     r.compensation.as_ref().map(|c| c.undos.iter().map(|u| (u.step, u.outcome)).collect()).unwrap_or_default()
 }
 

@@ -3,11 +3,15 @@
 //! decision (written by an adversarial review). `held_…` tests pinned what held; the others each
 //! failed on a finding, fixed since (`docs/SIMULATION_BUGS.md` rows 66 to 74), and now pin it.
 //!
-//! The helpers repeat `compensation.rs`'s, which keeps its own private.
+//! The plans and helpers are `compensation.rs`'s.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use super::compensation::{
+    ack, ack_of, done, ended, opened, outcomes, reached, refused, saga, shipping_failed, undo_ready,
+    undo_ready_of,
+};
 use super::retry::at;
 use super::*;
 
@@ -16,18 +20,6 @@ use super::*;
 
 /// The error Step Functions gives a missed deadline.
 const TIMEOUT_ERROR_NAME: &str = "States.Timeout";
-
-/// reserve (0) and payment (1) declare `compensate` (3 attempts), notify (2) does not, shipping
-/// (3) fails.
-fn saga() -> Plan {
-    Plan {
-        compensations: vec![
-            StepCompensation { step: 0, attempts: 3 },
-            StepCompensation { step: 1, attempts: 3 },
-        ],
-        ..plan(&[&["hold"], &["payment_ref"], &["sent"], &["tracking"]])
-    }
-}
 
 /// review (0), the group of fraud (1) and the optional address (2), then payment (3); review,
 /// fraud and address declare `compensate`.
@@ -42,82 +34,6 @@ fn grouped() -> Plan {
         ],
         ..plan(&[&["decision"], &["fraud_score"], &["address_ok"], &["payment_ref"]])
     }
-}
-
-fn done(p: &Plan, r: &Record, step: u32, data: serde_json::Value) -> Record {
-    let r = ready(p, r, step, &format!("t{step}"));
-    after(&run(p, Some(&r), &callback(&format!("cb-{step}"), step, StepOutcome::Succeeded, data)))
-}
-
-/// Reserve, payment and notify done; shipping waits.
-fn shipping(p: &Plan) -> Record {
-    let r = done(p, &started(p), 0, json!({"hold": "h-1"}));
-    let r = done(p, &r, 1, json!({"payment_ref": "pay-1"}));
-    let r = done(p, &r, 2, json!({"sent": true}));
-    ready(p, &r, 3, "t3")
-}
-
-/// Shipping failed: its failure resume is owed.
-fn shipping_failed(p: &Plan) -> Record {
-    let outcome =
-        StepOutcome::Failed { error: "NoCarrier".into(), cause: "no carrier".into(), retryable: true };
-    after(&run(p, Some(&shipping(p)), &callback("cb-ship", 3, outcome, json!({}))))
-}
-
-fn undo_ready(step: u32, error: &str) -> Input {
-    undo_ready_of(1, step, error)
-}
-
-fn undo_ready_of(generation: u32, step: u32, error: &str) -> Input {
-    Input::UndoReady {
-        generation,
-        step,
-        token: token(&format!("u{step}")),
-        deadline: T0 + Duration::days(3),
-        error: error.into(),
-        cause: "why".into(),
-    }
-}
-
-/// The compensation of `step` reached, its first attempt's task out (and marked so).
-fn reached(p: &Plan, r: &Record, step: u32, error: &str) -> Record {
-    let r = after(&run(p, Some(r), &undo_ready(step, error)));
-    opened(p, &r, step, 1)
-}
-
-fn opened(p: &Plan, r: &Record, step: u32, attempt: u32) -> Record {
-    after(&run(p, Some(r), &Input::AttemptOpened { generation: 1, step, attempt }))
-}
-
-fn ack(id: &str, step: u32, outcome: StepOutcome, attempt: Option<u32>) -> Input {
-    ack_of(Some(1), id, step, outcome, attempt)
-}
-
-fn ack_of(generation: Option<u32>, id: &str, step: u32, outcome: StepOutcome, attempt: Option<u32>) -> Input {
-    Input::UndoInput {
-        id: eid(id),
-        hash: format!("h-{id}"),
-        source: Source::Callback,
-        step,
-        outcome,
-        generation,
-        attempt,
-    }
-}
-
-fn refused(error: &str) -> StepOutcome {
-    StepOutcome::Failed { error: error.into(), cause: "the bank said no".into(), retryable: true }
-}
-
-fn ended(error: &str) -> Input {
-    Input::Finished {
-        generation: 1,
-        finish: Finish::CompensationEnded { error: error.into(), cause: "why".into() },
-    }
-}
-
-fn outcomes(r: &Record) -> Vec<(u32, Option<UndoOutcome>)> {
-    r.compensation.as_ref().map(|c| c.undos.iter().map(|u| (u.step, u.outcome)).collect()).unwrap_or_default()
 }
 
 fn undo_of(r: &Record, step: u32) -> &Undo {
