@@ -218,8 +218,10 @@ pub async fn compensated(system: &crate::system::System, key: &str) {
     }
     for (index, step) in [(1, "payment"), (0, "reserve-stock")] {
         system
-            .record_until("order-review", key, &format!("{step}'s compensation waits"), |r| {
-                r.compensation.as_ref().is_some_and(|c| c.undos.iter().any(|u| u.step == index && u.waits()))
+            .record_until("order-review", key, &format!("{step}'s compensation task is out"), |r| {
+                // As a worker answers: once the task is out (its mark follows the publish).
+                let out = |u: &baton_core::domain::lifecycle::Undo| u.waits() && u.next_attempt_at.is_none();
+                r.compensation.as_ref().is_some_and(|c| c.undos.iter().any(|u| u.step == index && out(u)))
             })
             .await;
         let ack = json!({"outcome": "succeeded", "compensation": true});
