@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use baton_core::domain::lifecycle::{Record, State};
-use baton_tests::browser::{Browser, only_text, screens_dir, select, text, text_in};
+use baton_tests::browser::{Browser, Html, only_text, screens_dir, select, text, text_in};
 use serde_json::{Value, json};
 
 mod common;
@@ -23,12 +23,15 @@ fn quick_timeout() -> String {
 }
 
 /// order-review with a review that retries (two attempts, a one-second backoff), then a
-/// parallel group whose `fraud-check` branch retries the same way.
+/// parallel group whose `fraud-check` branch retries the same way, and whose `address-check`
+/// branch is optional.
 fn with_retry() -> String {
     let group = "      - parallel:\n          name: checks\n          branches:\n            \
                  - name: fraud-check\n              task: { title: \"Fraud check {key}\", queue: fraud }\n              \
                  requires: [fraud_score]\n              timeout: 1h\n              retry: { attempts: 2, backoff: 1s }\n            \
-                 - name: credit-check\n              requires: [credit_ok]\n              timeout: 1h\n";
+                 - name: credit-check\n              requires: [credit_ok]\n              timeout: 1h\n            \
+                 - name: address-check\n              requires: [address_ok]\n              timeout: 1h\n              \
+                 optional: true\n";
     CONFIG.replace(
         "timeout: 1h\n      - name: payment",
         &format!("timeout: 1h\n        retry: {{ attempts: 2, backoff: 1s }}\n{group}      - name: payment"),
@@ -85,6 +88,41 @@ async fn retry_a_branch(stack: &Stack) {
         "{shown}"
     );
     assert!(shown.contains("              attempt 2 running\n"), "{shown}");
+}
+
+/// degraded: the group's optional `address-check` branch fails, the others succeed, and the
+/// payment completes the run without it.
+async fn degrade_a_group(stack: &Stack) {
+    let key = "degraded-1";
+    stack.system.send_event(&placed(key)).await;
+    state_of(stack, "order-review", key, State::Waiting { step: 0 }).await;
+    let approve = callback(key, "manual-review", "succeeded", json!({"decision": "approve"}));
+    answered(stack, "cb-degraded-1-review", &approve, 200).await;
+    let reached =
+        |r: &Record| r.state == State::Waiting { step: 1 } && r.branches.iter().all(|b| b.token.is_some());
+    stack.system.record_until("order-review", key, "every branch reached", reached).await;
+    let mut unknown = callback(key, "address-check", "failed", json!({}));
+    unknown["error"] = json!("AddressUnknown");
+    unknown["cause"] = json!("the address service does not know the street");
+    answered(stack, "cb-degraded-1-address", &unknown, 200).await;
+    answered(
+        stack,
+        "cb-degraded-1-fraud",
+        &callback(key, "fraud-check", "succeeded", json!({"fraud_score": 3})),
+        200,
+    )
+    .await;
+    answered(
+        stack,
+        "cb-degraded-1-credit",
+        &callback(key, "credit-check", "succeeded", json!({"credit_ok": true})),
+        200,
+    )
+    .await;
+    state_of(stack, "order-review", key, State::Waiting { step: 4 }).await;
+    let paid = callback(key, "payment", "succeeded", json!({"payment_ref": "pay-d"}));
+    answered(stack, "cb-degraded-1-paid", &paid, 200).await;
+    state_of(stack, "order-review", key, State::Degraded).await;
 }
 
 /// What each kind of trace must show: the state label, and the step highlighted (`None`: none).
@@ -161,6 +199,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     );
     assert!(shown.contains("            2 running\n"), "{shown}");
     retry_a_branch(&retried).await;
+    degrade_a_group(&retried).await;
 
     // cancelled: by an operator, while the review waits.
     system.send_event(&placed("stop-1")).await;
@@ -268,6 +307,14 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             passed: &["manual-review"],
         },
         Case {
+            name: "degraded",
+            workflow: "order-review",
+            key: "degraded-1",
+            state: "degraded",
+            current: Some("Report succeeded"),
+            passed: &["manual-review", "checks", "payment"],
+        },
+        Case {
             name: "compensated",
             workflow: "order-review",
             key: "undo-1",
@@ -319,7 +366,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     for case in &cases {
         let stack = match case.name {
             "timed-out" => &quick,
-            "retried" | "group-retried" => &retried,
+            "retried" | "group-retried" | "degraded" => &retried,
             "compensated" => &saga,
             _ => &stack,
         };
@@ -342,11 +389,10 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
         out.ok();
         assert!(out.stderr().contains(&format!("wrote {}", file.display())), "{}", out.stderr());
         check_trace_page(&browser, &file, &doc, case);
-        // The story's page whole (README's picture), the others their first 2,600 pixels.
-        let height = if case.name == "early-duplicate-late" { 3600 } else { 2600 };
+        // The page as it opens: the header, the overview and the executions.
         for width in [1280, 800] {
             let png = screens.join(format!("trace-{}-{width}.png", case.name));
-            browser.screenshot(&url(&file), &png, width, height);
+            browser.screenshot(&url(&file), &png, width, 1000);
             println!("screenshot: {}", png.display());
         }
     }
@@ -404,6 +450,105 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     stack.system.stop().await;
 }
 
+/// The overview holds the document: a row per step, group, branch and compensation in the
+/// graph's order, each in its state; every task and input that names one marked on its row; the
+/// timeline with Step Functions' events folded under their state; and no word broken.
+fn check_overview(dom: &Html, doc: &Value, what: &str) {
+    let broken =
+        select(dom, "body").first().and_then(|b| b.value().attr("data-broken-words")).map(str::to_owned);
+    assert_eq!(broken.as_deref(), Some("[]"), "{what}: words broken across lines");
+    let Some(states) = doc["graph"]["states"].as_array() else {
+        return assert_eq!(select(dom, ".ov-row").len(), 0, "{what}");
+    };
+    let record = &doc["record"];
+    let undos = record["compensation"]["steps"].as_array().cloned().unwrap_or_default();
+    let mut expected: Vec<(String, String)> = Vec::new();
+    for s in states {
+        let name = s["name"].as_str().unwrap_or_default();
+        if let Some(u) = undos.iter().find(|u| name.strip_prefix("Undo ") == u["name"].as_str()) {
+            expected.push((name.to_owned(), u["state"].as_str().unwrap_or_default().to_owned()));
+        } else if let Some(branches) = s["branches"].as_array().filter(|b| !b.is_empty()) {
+            expected.push((name.to_owned(), String::new()));
+            for g in branches {
+                let branch = g["start_at"].as_str().unwrap_or_default();
+                let state = record["branches"].as_array().into_iter().flatten().find(|b| b["name"] == branch);
+                let missed = record["missed"].as_array().into_iter().flatten().any(|m| m == branch);
+                let state = state.and_then(|b| b["state"].as_str()).or(missed.then_some("missed"));
+                expected.push((branch.to_owned(), state.unwrap_or_default().to_owned()));
+            }
+        } else if s["step"].is_u64() && s["type"] == "Task" {
+            expected.push((name.to_owned(), step_state(doc, s["step"].as_u64().unwrap_or_default())));
+        }
+    }
+    let rows = select(dom, ".ov-row");
+    let shown: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.value().attr("data-row").unwrap_or_default().to_owned(),
+                r.value().attr("data-state").unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(shown.len(), expected.len(), "{what}: a row per step, branch and compensation: {shown:?}");
+    for ((name, state), (row, drawn)) in expected.iter().zip(&shown) {
+        assert_eq!(name, row, "{what}: the rows in the graph's order");
+        assert!(state.is_empty() || state == drawn, "{what}: {name} is {state}, drawn {drawn}");
+    }
+    // Every input that names a step, and every task, on a row.
+    let timeline = doc["timeline"].as_array().cloned().unwrap_or_default();
+    let generation = record["generation"].as_u64();
+    let this_run = |e: &Value| e["generation"].as_u64().is_none() || e["generation"].as_u64() == generation;
+    let inputs = timeline
+        .iter()
+        .filter(|e| {
+            this_run(e)
+                && (e["answer"]["step"].is_string() && e["kind"] == "receipt" || e["kind"] == "buffered")
+        })
+        .count();
+    let tasks = timeline.iter().filter(|e| this_run(e) && e["kind"] == "task_created").count();
+    let sum =
+        |attr: &str| rows.iter().filter_map(|r| r.value().attr(attr)?.parse::<usize>().ok()).sum::<usize>();
+    if record.is_object() {
+        assert_eq!(
+            (sum("data-inputs"), sum("data-tasks")),
+            (inputs, tasks),
+            "{what}: inputs and tasks marked"
+        );
+    }
+    // Step Functions' per-state events folded under their state: fewer rows than entries.
+    let folded = select(dom, "details.fold .entry");
+    assert!(folded.iter().all(|e| e.value().attr("data-kind") == Some("execution_event")), "{what}");
+    let events = timeline.iter().filter(|e| e["kind"] == "execution_event").count();
+    let row_heads = select(dom, ".timeline .time[role=rowheader]").len();
+    assert_eq!(row_heads + folded.len(), timeline.len(), "{what}: each entry a row, or folded under one");
+    if events > 2 {
+        assert!(!folded.is_empty(), "{what}: the execution's events folded");
+    }
+}
+
+/// A forward step's state as the record's transitions say: how it left its wait, or where it
+/// stands (what the overview draws for it).
+fn step_state(doc: &Value, step: u64) -> String {
+    let record = &doc["record"];
+    if record["terminal"] == false && record["step"].as_u64() == Some(step) {
+        return record["state"].as_str().unwrap_or_default().split('{').next().unwrap_or_default().to_owned();
+    }
+    let waiting = format!("waiting{{{step}}}");
+    let left = doc["timeline"].as_array().into_iter().flatten().find_map(|e| {
+        let leaves = e["kind"] == "transition" && e["from"] == waiting.as_str() && e["to"] != e["from"];
+        let state = match e["cause"].as_str()? {
+            "complete" => "succeeded",
+            "fail_step" | "report_failed" => "failed",
+            "report_timed_out" => "timed_out",
+            "cancel" => "cancelled",
+            _ => return None,
+        };
+        leaves.then_some(state)
+    });
+    left.unwrap_or_default().to_owned()
+}
+
 fn url(file: &Path) -> String {
     format!("file://{}", file.display())
 }
@@ -415,8 +560,10 @@ fn check_trace_page(browser: &Browser, file: &PathBuf, doc: &Value, case: &Case)
     let html = std::fs::read_to_string(file).unwrap();
     assert!(!html.contains("src=\"http") && !html.contains("href=\"http"), "{}: fetches nothing", case.name);
     for width in [1280, 800] {
-        let dom = browser.dom(&url(file), width);
+        // With the full timeline open (an entry selected), so that every word on the page is drawn.
+        let dom = browser.dom(&format!("{}#entry-0", url(file)), width);
         let what = format!("{} at {width} px", case.name);
+        check_overview(&dom, doc, &what);
         assert_eq!(select(&dom, "body[data-rendered=true]").len(), 1, "{what}: the script ran to the end");
         let state = select(&dom, "#state [data-state]");
         assert_eq!(state.len(), 1, "{what}");
