@@ -22,6 +22,7 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
                                "status": 500, "code": "InternalServerError"}
        GET    /_baton/faults  every rule, with how often it fired ("hits")
        DELETE /_baton/faults  removes every rule
+       DELETE /_baton/faults?id=N  retires rule N (it keeps its hits), leaving the others
 
    `operation` is the X-Amz-Target of the JSON protocols (DynamoDB, SQS, Step Functions);
    `match` lists substrings that must all be in the request body, so tests sharing one
@@ -91,6 +92,7 @@ import random
 import signal
 import sys
 import threading
+import urllib.parse
 
 
 def main() -> None:
@@ -251,7 +253,14 @@ class Faults:
             with self.lock:
                 return _json(start_response, 200, {"rules": self.rules})
         if method == "DELETE":
+            query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
             with self.lock:
+                if "id" in query:
+                    # One rule retired: it fires no more, and keeps its hits for GET.
+                    for r in self.rules:
+                        if str(r["id"]) in query["id"]:
+                            r["times"] = 0
+                    return _json(start_response, 200, {"rules": self.rules})
                 self.rules = []
                 self.draws = {}
             return _json(start_response, 200, {"rules": []})

@@ -188,6 +188,54 @@ async fn a_compensation_that_fails_every_attempt_ends_compensation_failed_and_co
     stack.system.stop().await;
 }
 
+/// A worker that acknowledges a compensation task the moment it has it, before baton has marked
+/// the task out (here the publish's answer is lost each time, so no mark is written): 503
+/// `task_not_out` with a one-second Retry-After, and nothing kept for the webhook-id. Once the
+/// task is marked, the same request is applied at once, not answered `in_progress` for the 30
+/// seconds a kept receipt would be held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledgement_before_its_task_is_marked_out_is_answered_503_and_its_retry_a_second_later_applied()
+ {
+    let emulator = baton_tests::Emulator::from_env();
+    let stack = stack_with(SAGA).await;
+    let key = "k-fast";
+    at_shipping(&stack, key).await;
+    let lost = emulator
+        .inject(
+            json!({"operation": "AmazonSQS.SendMessage", "match": [format!("{WF}/{key}/g1/payment/undo")],
+            "when": "after", "status": 500, "code": "InternalError"}),
+        )
+        .await;
+    let failed =
+        json!({"workflow": WF, "key": key, "step": "shipping", "outcome": "failed", "error": "NoCarrier"});
+    stack.system.answered("k-fast-ship", failed, (200, "applied")).await;
+    // The task is out (on the queue), its mark is not.
+    assert_eq!(compensation_tasks(&stack, 1).await[0], (format!("{WF}/{key}/g1/payment/undo"), 1));
+    let early = stack.system.callback_once("k-fast-refund", &ack(key, "payment", "succeeded", 1)).await;
+    assert_eq!((early.status, early.body["error"].as_str()), (503, Some("unavailable")), "{}", early.body);
+    assert_eq!(early.body["maybe_applied"], false, "{}", early.body);
+    assert!(early.body["message"].as_str().is_some_and(|m| m.contains("not marked out")), "{}", early.body);
+    assert_eq!(early.retry_after, Some(1), "the mark follows the publish within milliseconds");
+    // The sweeper publishes the task again, and this time marks it.
+    emulator.retire(lost).await;
+    stack.system.sweep(time::OffsetDateTime::now_utc()).await;
+    stack
+        .system
+        .record_until(WF, key, "payment's compensation task marked out", |r| {
+            let out = |u: &baton_core::domain::lifecycle::Undo| u.waits() && u.next_attempt_at.is_none();
+            r.compensation.as_ref().is_some_and(|c| c.undos.iter().any(|u| u.step == 1 && out(u)))
+        })
+        .await;
+    let retried = stack.system.callback_once("k-fast-refund", &ack(key, "payment", "succeeded", 1)).await;
+    assert_eq!(
+        (retried.status, retried.body["status"].as_str(), retried.body["duplicate"].as_bool()),
+        (200, Some("applied"), Some(false)),
+        "{}",
+        retried.body
+    );
+    stack.system.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_with_compensate_in_mid_flight_undoes_what_completed_and_a_second_cancel_is_refused() {
     let stack = stack_with(SAGA).await;

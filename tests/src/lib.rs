@@ -63,6 +63,12 @@ impl Emulator {
         reply.body["id"].as_u64().expect("a rule id")
     }
 
+    /// Retires the fault rule `id`: it fires no more (other tests' rules are left alone).
+    pub async fn retire(&self, id: u64) {
+        let reply = http::delete(&format!("{}/_baton/faults?id={id}", self.endpoint)).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+
     /// How often the fault rule `id` has fired.
     pub async fn fault_hits(&self, id: u64) -> u64 {
         let reply = http::get(&format!("{}/_baton/faults", self.endpoint)).await;

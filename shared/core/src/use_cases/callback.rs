@@ -49,6 +49,8 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const RECEIPT_TTL: Duration = Duration::days(7);
 /// What a 503 asks the caller to wait.
 pub const RETRY_AFTER_SECONDS: u32 = 5;
+/// What a 503 `task_not_out` asks: the task's mark follows its publish within milliseconds.
+pub const TASK_NOT_OUT_RETRY_SECONDS: u32 = 1;
 use crate::limits::RECEIPT_LEASE;
 
 /// Every `error` code a callback answer can carry (RUNBOOK.md explains each).
@@ -161,6 +163,9 @@ impl Callbacks {
             last_repeat_at: None,
             lease: None,
         };
+        if let Some(answer) = self.not_out_yet(workflow, &callback, &receipt).await {
+            return answer;
+        }
         let maybe = match self.claim(workflow, &callback, &receipt, body, now).await {
             Claimed::First => MaybeApplied::No,
             Claimed::Again => MaybeApplied::Yes,
@@ -191,6 +196,34 @@ impl Callbacks {
         if let Err(e) = self.engine.store.complete_receipt(receipt, answer).await {
             warn!(error = %error_chain(&e), "cannot complete the receipt");
         }
+    }
+
+    /// A compensation's acknowledgement sent while its attempt's task is still going out (the
+    /// task published, its mark not yet written: a worker that answers within milliseconds of
+    /// the publish) gets its 503 before its receipt is written. A receipt written would be held
+    /// for [`RECEIPT_LEASE`], and the sender's retry a second later answered `in_progress` until
+    /// the lease ran out (found by the task workers in `examples/`). The engine checks again
+    /// under its write, for a mark that lands in between.
+    async fn not_out_yet(
+        &self,
+        workflow: &Workflow,
+        callback: &Callback,
+        receipt: &Receipt,
+    ) -> Option<Answer> {
+        if !callback.compensation {
+            return None;
+        }
+        let record = match self.engine.store.load(&workflow.name, &callback.key).await {
+            Ok(record) => record,
+            Err(e) => return Some(self.failed(&e, MaybeApplied::No)),
+        };
+        let input = undo_input(workflow, callback, receipt);
+        crate::domain::lifecycle::task_not_out(record.as_ref(), &input).then(|| {
+            info!("the compensation attempt's task is not marked out yet: the sender retries in a moment");
+            let mut answer = self.failed(&EngineError::TaskNotOut, MaybeApplied::No);
+            answer.retry_after = Some(TASK_NOT_OUT_RETRY_SECONDS);
+            answer
+        })
     }
 
     /// Step 1 of the receipt protocol: writes the receipt, or answers from the one there.
@@ -300,15 +333,7 @@ impl Callbacks {
     ) -> Result<Submitted, Answer> {
         let step = workflow.step_index(&callback.step).unwrap_or(u32::MAX);
         let input = if callback.compensation {
-            Input::UndoInput {
-                id: receipt.id.clone(),
-                hash: receipt.hash.clone(),
-                source: Source::Callback,
-                step,
-                outcome: callback.outcome.clone(),
-                generation: callback.generation,
-                attempt: callback.attempt,
-            }
+            undo_input(workflow, callback, receipt)
         } else {
             Input::StepInput {
                 id: receipt.id.clone(),
@@ -706,6 +731,19 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 fn ceil_seconds(d: Duration) -> u32 {
     let whole = d.whole_seconds() + i64::from(d.subsec_nanoseconds() > 0);
     u32::try_from(whole.max(1)).unwrap_or(u32::MAX)
+}
+
+/// The input of a compensation's acknowledgement.
+fn undo_input(workflow: &Workflow, callback: &Callback, receipt: &Receipt) -> Input {
+    Input::UndoInput {
+        id: receipt.id.clone(),
+        hash: receipt.hash.clone(),
+        source: Source::Callback,
+        step: workflow.step_index(&callback.step).unwrap_or(u32::MAX),
+        outcome: callback.outcome.clone(),
+        generation: callback.generation,
+        attempt: callback.attempt,
+    }
 }
 
 fn in_progress(held: Duration) -> Answer {
