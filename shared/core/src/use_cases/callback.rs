@@ -203,7 +203,9 @@ impl Callbacks {
     /// the publish) gets its 503 before its receipt is written. A receipt written would be held
     /// for [`RECEIPT_LEASE`], and the sender's retry a second later answered `in_progress` until
     /// the lease ran out (found by the task workers in `examples/`). The engine checks again
-    /// under its write, for a mark that lands in between.
+    /// under its write. An acknowledgement applied before is in the compensation's `acks`, so
+    /// its repeat is answered from its receipt as ever; the repeat of one that was ignored gets
+    /// this 503 until the mark, then its first answer.
     async fn not_out_yet(
         &self,
         workflow: &Workflow,
@@ -213,10 +215,9 @@ impl Callbacks {
         if !callback.compensation {
             return None;
         }
-        let record = match self.engine.store.load(&workflow.name, &callback.key).await {
-            Ok(record) => record,
-            Err(e) => return Some(self.failed(&e, MaybeApplied::No)),
-        };
+        // Unreadable: the usual path decides. Answered here, "nothing was applied" could be
+        // untrue of an earlier attempt with this id (found by the simulation).
+        let record = self.engine.store.load(&workflow.name, &callback.key).await.ok()?;
         let input = undo_input(workflow, callback, receipt);
         crate::domain::lifecycle::task_not_out(record.as_ref(), &input).then(|| {
             info!("the compensation attempt's task is not marked out yet: the sender retries in a moment");
