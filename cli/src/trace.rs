@@ -1139,6 +1139,7 @@ mod tests {
                 expires_at: t(7200),
                 expiry_hold: None,
                 drain_target: None,
+                drained_at: None,
                 callback_key: false,
             }],
             ledger: vec![LedgerEntry {

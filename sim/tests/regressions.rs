@@ -763,3 +763,33 @@ fn an_event_read_while_its_record_restarts_onto_a_new_version_is_not_dropped() {
         trace(&s, "k").ledger
     );
 }
+
+/// Found by the simulation (seed 4675): an early callback's last attempt took its buffered input
+/// to drain it (its step waited by then) and died on the record write; its sender had no attempt
+/// left. Nothing else drains a step that already waits, so the input sat beside the waiting step
+/// until its buffer expired, and the step could time out first. A drain now holds an entry for
+/// `DRAIN_LEASE`; past it the entry is due, and the sweeper finishes the drain.
+#[test]
+fn a_drain_that_died_holding_an_input_is_finished_by_the_sweeper_past_its_lease() {
+    use baton_core::ports::store::{DrainTarget, InboxClaim, WorkflowStore};
+    let s = stack();
+    waiting_on_review(&s, "k");
+    buffer_review_copy(
+        &s,
+        "cb-late",
+        baton_core::domain::ids::payload_hash(b"late"),
+        json!({"decision": "ok"}),
+    );
+    let entry = trace(&s, "k").inbox[0].clone();
+    let drain = InboxClaim::Drain(DrainTarget { generation: 1, step: 0 }, s.world.now());
+    assert!(drain.held(&drive(s.memory.claim(&entry, &drain)).unwrap()), "the drain that dies");
+    s.world.advance(baton_core::limits::DRAIN_LEASE - Duration::seconds(1));
+    drive(s.sweeper.run_once(s.world.now())).unwrap();
+    assert_eq!(record(&s, "k").state, State::Waiting { step: 0 }, "inside the drain's lease");
+    s.world.advance(Duration::seconds(1));
+    drive(s.sweeper.run_once(s.world.now())).unwrap();
+    settle(&s);
+    let r = record(&s, "k");
+    assert!(r.applied.iter().any(|a| a.id.as_str() == "cb-late"), "the input applied: {:?}", r.state);
+    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Applied);
+}

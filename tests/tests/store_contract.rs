@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use baton_core::domain::ids::{EventId, TaskToken};
 use baton_core::domain::lifecycle::{Finish, IgnoreReason, Input, Kind, Record, State, Write};
-use baton_core::limits::EXPIRY_LEASE;
+use baton_core::limits::{DRAIN_LEASE, EXPIRY_LEASE};
 use baton_core::ports::store::memory::MemoryStore;
 use baton_core::ports::store::{
     Applied, COUNT_UP_TO, Claim, Count, DrainTarget, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry,
@@ -300,6 +300,7 @@ fn entry(id: &str, step: u32, arrived: i64) -> InboxEntry {
         expires_at: t0() + Duration::seconds(100 + arrived),
         expiry_hold: None,
         drain_target: None,
+        drained_at: None,
         callback_key: false,
     }
 }
@@ -392,7 +393,7 @@ async fn a_drain_and_the_sweeper_never_hold_an_entry_at_once(store: Arc<dyn Work
         }
     };
     // Drains share their claim; the sweeper cannot take an entry a drain holds.
-    let drain = InboxClaim::Drain(DrainTarget { generation: 1, step: 0 });
+    let drain = InboxClaim::Drain(DrainTarget { generation: 1, step: 0 }, t0());
     assert!(drain.held(&store.claim(&drained, &drain).await.unwrap()));
     assert_eq!(store.claim(&drained, &drain).await.unwrap(), Claim::Acquired, "a second drain shares it");
     assert_eq!(status_of("cb-drained").await.drain_target, Some(DrainTarget { generation: 1, step: 0 }));
@@ -453,6 +454,33 @@ async fn a_drain_and_the_sweeper_never_hold_an_entry_at_once(store: Arc<dyn Work
         ["cb-expired"],
         "settled leaves the index"
     );
+}
+
+/// A drain holds an entry for `DRAIN_LEASE`. Past it, the entry is due for the sweeper (which
+/// finishes a drain that died) long before its own expiry; given back, it is due at its expiry
+/// again.
+async fn a_drain_that_outlives_its_lease_is_due_before_the_entry_expires(store: Arc<dyn WorkflowStore>) {
+    let mut long = entry("cb-long", 0, 0);
+    long.expires_at = t0() + Duration::days(1);
+    assert_eq!(store.buffer(&long).await.unwrap(), Claim::Acquired);
+    let due = |after: Duration| {
+        let store = store.clone();
+        async move {
+            let due = store.expired_buffers(t0() + after, 10).await.unwrap();
+            due.into_iter().map(|e| e.id.to_string()).collect::<Vec<_>>()
+        }
+    };
+    assert!(due(DRAIN_LEASE).await.is_empty(), "buffered: due at its expiry");
+    let drain = InboxClaim::Drain(DrainTarget { generation: 1, step: 0 }, t0());
+    assert_eq!(store.claim(&long, &drain).await.unwrap(), Claim::Acquired);
+    assert!(due(DRAIN_LEASE - Duration::seconds(1)).await.is_empty(), "inside the drain's lease");
+    assert_eq!(due(DRAIN_LEASE).await, ["cb-long"], "the drain's lease ran out");
+    let (w, k) = names("k-inbox");
+    let stored = store.inbox(&w, &k, "step-0").await.unwrap();
+    assert_eq!(stored[0].drained_at, Some(t0()));
+    assert_eq!(store.claim(&long, &InboxClaim::Undrain).await.unwrap(), Claim::Acquired);
+    assert!(due(DRAIN_LEASE).await.is_empty(), "given back: due at its expiry again");
+    assert_eq!(due(Duration::days(1)).await, ["cb-long"]);
 }
 
 async fn ledger_entries_are_idempotent_and_traced(store: Arc<dyn WorkflowStore>) {
@@ -774,6 +802,7 @@ contract!(
     the_inbox_keeps_arrival_order_and_settles_once,
     an_event_and_a_callback_with_one_id_are_two_entries,
     a_drain_and_the_sweeper_never_hold_an_entry_at_once,
+    a_drain_that_outlives_its_lease_is_due_before_the_entry_expires,
     ledger_entries_are_idempotent_and_traced,
     due_records_and_counts_by_state,
     exactly_one_of_fifty_concurrent_transitions_wins,

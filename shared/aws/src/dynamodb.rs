@@ -1193,12 +1193,15 @@ fn inbox_item(e: &InboxEntry, shards: u32) -> Item {
         item.insert("drain_generation".into(), n(target.generation));
         item.insert("drain_step".into(), n(target.step));
     }
+    if let Some(at) = e.drained_at {
+        item.insert("drain_at".into(), s(&ts(at)));
+    }
     if e.callback_key {
         item.insert("callback_key".into(), AttributeValue::Bool(true));
     }
     if !e.status.is_final() {
         item.insert("due_kind".into(), s(&due_kind("inbox#buffered", &pk(&e.workflow, &e.key), shards)));
-        item.insert("due_at".into(), s(&ts(e.expires_at)));
+        item.insert("due_at".into(), s(&ts(e.due_at())));
     }
     item
 }
@@ -1233,6 +1236,7 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
             None => r.epoch(TTL_ATTRIBUTE)?,
         },
         expiry_hold: hold(&r, "expiry_by", "expiry_at")?,
+        drained_at: r.opt_time("drain_at")?,
         drain_target: match (r.opt_n("drain_generation")?, r.opt_n("drain_step")?) {
             (Some(generation), Some(step)) => Some(DrainTarget { generation, step }),
             _ => None,
@@ -1515,13 +1519,21 @@ impl WorkflowStore for DynamoDbStore {
         // Each condition is the rule InboxClaim::allows states; the entry stays in the due index,
         // so a claimer that dies is finished by a later sweep.
         let hold = [("#hold_by", "expiry_by"), ("#hold_at", "expiry_at")];
-        let target_names = [("#drain_generation", "drain_generation"), ("#drain_step", "drain_step")];
+        let target_names = [
+            ("#drain_generation", "drain_generation"),
+            ("#drain_step", "drain_step"),
+            ("#drain_at", "drain_at"),
+            ("#due_at", "due_at"),
+        ];
         let (expressions, names, values): ((&str, &str), &[(&str, &str)], _) = match claim {
             // Rule: drains share an entry, and never take one a sweep is expiring.
-            InboxClaim::Drain(target) => (
+            // The entry is due for the sweeper when the drain's lease runs out (its expiry, if
+            // sooner), and at its expiry again once given back.
+            InboxClaim::Drain(target, at) => (
                 (
                     "#status IN (:buffered, :draining)",
-                    "SET #status = :to, #drain_generation = :generation, #drain_step = :step",
+                    "SET #status = :to, #drain_generation = :generation, #drain_step = :step, \
+                     #drain_at = :at, #due_at = :due",
                 ),
                 &target_names,
                 vec![
@@ -1529,13 +1541,18 @@ impl WorkflowStore for DynamoDbStore {
                     (":draining", status(Draining)),
                     (":generation", n(target.generation)),
                     (":step", n(target.step)),
+                    (":at", s(&ts(*at))),
+                    (":due", s(&ts(claim.apply(entry).due_at()))),
                 ],
             ),
             // Rule: only a drained entry is given back by a drain.
             InboxClaim::Undrain => (
-                ("#status = :draining", "SET #status = :to REMOVE #drain_generation, #drain_step"),
+                (
+                    "#status = :draining",
+                    "SET #status = :to, #due_at = :due REMOVE #drain_generation, #drain_step, #drain_at",
+                ),
                 &target_names,
-                vec![(":draining", status(Draining))],
+                vec![(":draining", status(Draining)), (":due", s(&ts(entry.expires_at)))],
             ),
             // Rule: one sweep expires an entry; another takes it over only past the holder's lease.
             InboxClaim::Expire(h) => (

@@ -31,6 +31,12 @@ pub const RECEIPT_LEASE: Duration = Duration::seconds(30);
 /// sweeper function's timeout, so the holder is gone by then.
 pub const EXPIRY_LEASE: Duration = Duration::minutes(5);
 
+/// How long a drain holds a buffered input before the sweeper finishes the drain for it: past
+/// the longest run of anything that drains (a sweep). A drain whose invocation died, and whose
+/// sender then gave up, would otherwise leave the input beside its waiting step until the
+/// buffer expired (found by the simulation, seed 4675).
+pub const DRAIN_LEASE: Duration = Duration::minutes(2);
+
 /// How long a resume may stay owed (`advancing`) before the sweeper, or a retry of the input
 /// that caused it, sends it again. Shorter than this, the first sender may still be at work.
 pub const RESEND_RESUME_AFTER: Duration = Duration::seconds(30);
@@ -51,6 +57,8 @@ const _: () = assert!(DEADLINE_RESERVE.as_secs() * 4 <= FUNCTION_TIMEOUT.as_secs
 const _: () = assert!(RECEIPT_LEASE.whole_seconds() >= secs(FUNCTION_TIMEOUT));
 // An expiry is taken over only once the sweep that holds it has surely ended.
 const _: () = assert!(EXPIRY_LEASE.whole_seconds() > secs(SWEEPER_TIMEOUT));
+// A drain is finished by the sweeper only once whatever held it has surely ended.
+const _: () = assert!(DRAIN_LEASE.whole_seconds() > secs(SWEEPER_TIMEOUT));
 // A resume is sent again only once the intake, progress or callback invocation that owed it has
 // surely ended. A sweep, which owes one when it drains an inbox, may run for its longer timeout:
 // a resume it still sends after another sent it again is answered `TokenGone`, which settles the

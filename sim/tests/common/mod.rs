@@ -192,6 +192,7 @@ pub fn buffer_review_copy(s: &Stack, id: &str, hash: String, data: Value) {
         expires_at: now + time::Duration::hours(1),
         expiry_hold: None,
         drain_target: None,
+        drained_at: None,
         callback_key: false,
     };
     drive(s.memory.buffer(&entry)).unwrap();

@@ -912,6 +912,7 @@ impl Engine {
             expires_at: now + ttl,
             expiry_hold: None,
             drain_target: None,
+            drained_at: None,
             callback_key: matches!(input, Input::StepInput { source: lifecycle::Source::Callback, .. }),
         };
         if let Some(refused) = self.refuse_overflow(workflow, key, input, &entry, now).await? {
@@ -1014,7 +1015,7 @@ impl Engine {
             }
             // Taken first: the sweeper may be expiring it (then it is left to the sweeper, which
             // sees this step waiting and gives it back, or expires it for good: InboxClaim).
-            let claim = InboxClaim::Drain(DrainTarget { generation, step });
+            let claim = InboxClaim::Drain(DrainTarget { generation, step }, now);
             match self.store.claim(&entry, &claim).await {
                 Ok(answer) if claim.held(&answer) => {}
                 Ok(_) => continue,

@@ -147,6 +147,11 @@ impl Sweeper {
     ) -> Result<bool, EngineError> {
         let Some(entry) = self.fresh(listed).await? else { return Ok(false) };
         let entry = &entry;
+        // Listed early for a drain's lease (InboxEntry::due_at), and given back since by the
+        // drain, as the index had not yet seen: not expired before its time.
+        if entry.status == InboxStatus::Buffered && entry.expires_at > now {
+            return Ok(false);
+        }
         let expire = InboxClaim::Expire(hold.clone());
         let claimed = if crate::mutants::active(crate::mutants::Mutation::ExpireWithoutClaim) {
             Claim::Acquired
@@ -306,13 +311,13 @@ impl Sweeper {
             })
         {
             self.engine.store.settle(entry, InboxStatus::Draining, InboxStatus::Applied).await?;
-            info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "unfinished drain of an expired buffer: it had applied the input; settled");
+            info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "unfinished drain: it had applied the input; settled");
             return Ok(false);
         }
         match (&record, pinned, step) {
             (Some(r), Some(workflow), Some(step)) if entry.generation.is_none_or(|g| g == r.generation) => {
                 self.engine.drain(&workflow, &entry.key, r.generation, step, now).await?;
-                info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "unfinished drain of an expired buffer finished");
+                info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "unfinished drain finished");
             }
             // Its generation has ended: applied before it did, or given back to expire.
             _ if twin(entry, record.as_ref(), step) == Some(Twin::Same) => {

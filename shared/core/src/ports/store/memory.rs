@@ -498,8 +498,8 @@ impl WorkflowStore for MemoryStore {
         before: OffsetDateTime,
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        let mut expired = self.lock().indexed_inbox(|e| !e.status.is_final() && e.expires_at <= before);
-        expired.sort_by_key(|e| e.expires_at);
+        let mut expired = self.lock().indexed_inbox(|e| !e.status.is_final() && e.due_at() <= before);
+        expired.sort_by_key(InboxEntry::due_at);
         expired.truncate(limit);
         Ok(expired)
     }

@@ -259,8 +259,8 @@ impl InboxStatus {
 /// it over only once the holder's lease has run out ([`EXPIRY_LEASE`], past any sweep's run).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InboxClaim {
-    /// `buffered | draining` → `draining`, into that (generation, step).
-    Drain(DrainTarget),
+    /// `buffered | draining` → `draining`, into that (generation, step), taken at that time.
+    Drain(DrainTarget, OffsetDateTime),
     /// `draining` → `buffered`: the drain found its step no longer waiting.
     Undrain,
     /// `buffered`, or `expiring` held by this sweep or past its lease → `expiring`, held.
@@ -295,7 +295,7 @@ impl InboxClaim {
     /// The status it moves the entry to.
     pub fn to(&self) -> InboxStatus {
         match self {
-            InboxClaim::Drain(_) => InboxStatus::Draining,
+            InboxClaim::Drain(..) => InboxStatus::Draining,
             InboxClaim::Undrain | InboxClaim::Release(_) => InboxStatus::Buffered,
             InboxClaim::Expire(_) => InboxStatus::Expiring,
         }
@@ -307,7 +307,7 @@ impl InboxClaim {
         use InboxStatus::*;
         let held_by = |hold: &Hold| entry.expiry_hold.as_ref().is_some_and(|h| h.by == hold.by);
         match (self, entry.status) {
-            (InboxClaim::Drain(_), Buffered | Draining) | (InboxClaim::Undrain, Draining) => true,
+            (InboxClaim::Drain(..), Buffered | Draining) | (InboxClaim::Undrain, Draining) => true,
             (InboxClaim::Expire(_), Buffered) => true,
             (InboxClaim::Expire(hold), Expiring) => {
                 held_by(hold) || entry.expiry_hold.as_ref().is_none_or(|h| h.at + EXPIRY_LEASE <= hold.at)
@@ -319,13 +319,13 @@ impl InboxClaim {
 
     /// `entry` as the claim leaves it.
     pub fn apply(&self, entry: &InboxEntry) -> InboxEntry {
-        let (expiry_hold, drain_target) = match self {
-            InboxClaim::Expire(hold) => (Some(hold.clone()), entry.drain_target),
-            InboxClaim::Release(_) => (None, entry.drain_target),
-            InboxClaim::Drain(target) => (entry.expiry_hold.clone(), Some(*target)),
-            InboxClaim::Undrain => (entry.expiry_hold.clone(), None),
+        let (expiry_hold, drain_target, drained_at) = match self {
+            InboxClaim::Expire(hold) => (Some(hold.clone()), entry.drain_target, entry.drained_at),
+            InboxClaim::Release(_) => (None, entry.drain_target, entry.drained_at),
+            InboxClaim::Drain(target, at) => (entry.expiry_hold.clone(), Some(*target), Some(*at)),
+            InboxClaim::Undrain => (entry.expiry_hold.clone(), None, None),
         };
-        InboxEntry { status: self.to(), expiry_hold, drain_target, ..entry.clone() }
+        InboxEntry { status: self.to(), expiry_hold, drain_target, drained_at, ..entry.clone() }
     }
 
     /// Whether the store's answer leaves the entry claimed as asked: moved now, or found so (a
@@ -420,6 +420,10 @@ pub struct InboxEntry {
     /// Where the drain holding it applies it ([`InboxClaim::Drain`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_target: Option<DrainTarget>,
+    /// When the drain holding it took it ([`InboxClaim::Drain`]): the entry is due for the
+    /// sweeper a [`DRAIN_LEASE`](crate::limits::DRAIN_LEASE) later, to finish a drain that died.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "time::serde::rfc3339::option")]
+    pub drained_at: Option<OffsetDateTime>,
     /// Kept under a key of the callbacks' own ([`limits::inbox_sk`]): a domain event's id and
     /// a callback's `webhook-id` are chosen by different parties, so an early event and an
     /// early callback with one id are two inputs (found by review: the second was refused as
@@ -429,6 +433,15 @@ pub struct InboxEntry {
 }
 
 impl InboxEntry {
+    /// When the sweeper is due to look at it: its expiry, or sooner while a drain holds it, once
+    /// the drain's lease has run out (a drain that died is finished there).
+    pub fn due_at(&self) -> OffsetDateTime {
+        match (self.status, self.drained_at) {
+            (InboxStatus::Draining, Some(at)) => self.expires_at.min(at + crate::limits::DRAIN_LEASE),
+            _ => self.expires_at,
+        }
+    }
+
     /// Where its input came from, as the input says (`None`: not a step input).
     pub fn source(&self) -> Option<Source> {
         Source::deserialize(self.input.get("source")?).ok()
