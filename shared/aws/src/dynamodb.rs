@@ -1519,6 +1519,8 @@ impl WorkflowStore for DynamoDbStore {
         // Each condition is the rule InboxClaim::allows states; the entry stays in the due index,
         // so a claimer that dies is finished by a later sweep.
         let hold = [("#hold_by", "expiry_by"), ("#hold_at", "expiry_at")];
+        let expire_names =
+            [("#hold_by", "expiry_by"), ("#hold_at", "expiry_at"), ("#buffer_until", "buffer_until")];
         let target_names = [
             ("#drain_generation", "drain_generation"),
             ("#drain_step", "drain_step"),
@@ -1557,10 +1559,10 @@ impl WorkflowStore for DynamoDbStore {
             // Rule: one sweep expires an entry; another takes it over only past the holder's lease.
             InboxClaim::Expire(h) => (
                 (
-                    "#status = :buffered OR (#status = :expiring AND (attribute_not_exists(#hold_by) OR #hold_by = :by OR #hold_at <= :stale))",
+                    "(#status = :buffered AND #buffer_until <= :at) OR (#status = :expiring AND (attribute_not_exists(#hold_by) OR #hold_by = :by OR #hold_at <= :stale))",
                     "SET #status = :to, #hold_by = :by, #hold_at = :at",
                 ),
-                &hold,
+                &expire_names,
                 vec![
                     (":buffered", status(Buffered)),
                     (":expiring", status(Expiring)),

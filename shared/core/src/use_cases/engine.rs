@@ -1015,7 +1015,8 @@ impl Engine {
             }
             // Taken first: the sweeper may be expiring it (then it is left to the sweeper, which
             // sees this step waiting and gives it back, or expires it for good: InboxClaim).
-            let claim = InboxClaim::Drain(DrainTarget { generation, step }, now);
+            // Held from now, not from when a sweep began: a lease never starts before the claim.
+            let claim = InboxClaim::Drain(DrainTarget { generation, step }, now.max(self.now()));
             match self.store.claim(&entry, &claim).await {
                 Ok(answer) if claim.held(&answer) => {}
                 Ok(_) => continue,

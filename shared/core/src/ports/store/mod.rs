@@ -263,7 +263,8 @@ pub enum InboxClaim {
     Drain(DrainTarget, OffsetDateTime),
     /// `draining` → `buffered`: the drain found its step no longer waiting.
     Undrain,
-    /// `buffered`, or `expiring` held by this sweep or past its lease → `expiring`, held.
+    /// `buffered` past its expiry, or `expiring` held by this sweep or past its lease →
+    /// `expiring`, held.
     Expire(Hold),
     /// `expiring` held by this sweep → `buffered`: the step waits after all.
     Release(Hold),
@@ -308,7 +309,9 @@ impl InboxClaim {
         let held_by = |hold: &Hold| entry.expiry_hold.as_ref().is_some_and(|h| h.by == hold.by);
         match (self, entry.status) {
             (InboxClaim::Drain(..), Buffered | Draining) | (InboxClaim::Undrain, Draining) => true,
-            (InboxClaim::Expire(_), Buffered) => true,
+            // Rule: a buffered entry is expired only past its expiry, whoever listed it early (a
+            // drain's lease, then a give-back between a sweep's read and its claim: found by attack).
+            (InboxClaim::Expire(hold), Buffered) => entry.expires_at <= hold.at,
             (InboxClaim::Expire(hold), Expiring) => {
                 held_by(hold) || entry.expiry_hold.as_ref().is_none_or(|h| h.at + EXPIRY_LEASE <= hold.at)
             }
