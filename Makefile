@@ -33,7 +33,7 @@ test fmt-check clippy lint-infra unit: export CARGO_INCREMENTAL = 0
 
 # Disk is what a CI machine runs short of, and a build that runs out fails far from the cause (a
 # linker's bus error). So `make test` first checks that the filesystem of the target directory
-# has room for what a clean run leaves there (README "Disk and time"), less what is already
+# has room for what a clean run leaves there (docs/TESTING.md, disk), less what is already
 # built, and otherwise stops and says how much is missing.
 TEST_DISK_MB ?= 3200
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
@@ -156,7 +156,7 @@ measure-local: tools
 # profile (Cargo.toml: fat LTO, one codegen unit, opt-level "s", stripped, panics unwind so
 # they reach Lambda as errors) and zips it into target/lambda/<function>/bootstrap.zip.
 # x86_64 only here: this machine has no aarch64 standard library (template.yaml deploys arm64;
-# README "Packaging" has the one-line change for x86_64). cargo-lambda links with the zig that
+# docs/DEPLOYING.md, "arm64 or x86_64", has the one-line change). cargo-lambda links with the zig that
 # its PyPI wheel brings, for Lambda's glibc.
 PACKAGE_VENV := .venv-package
 PACKAGE_STAMP := $(PACKAGE_VENV)/.installed-$(shell sha1sum requirements-package.txt | cut -c1-12)

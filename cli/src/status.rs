@@ -7,7 +7,7 @@
 //! deadline therefore means that report was lost or is stuck: the first thing to look at, with
 //! `baton trace`. Both questions are answered from the table's due-time index (no Scan).
 //!
-//! `--json` is a contract like `baton trace --json`: `baton.status/v2` (README).
+//! `--json` is a contract like `baton trace --json`: `baton.status/v2` (docs/OPERATING.md).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -36,7 +36,7 @@ pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
     /// Count each state up to this many records; a state with more shows as "more than". What
-    /// a status reads grows with this bound, not with the table (README, `baton status`).
+    /// a status reads grows with this bound, not with the table (docs/OPERATING.md, `baton status`).
     #[arg(long, default_value_t = COUNT_UP_TO)]
     pub count_up_to: u64,
     /// The workflow config, for step names [default: infra/workflows.yaml when present].

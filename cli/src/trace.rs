@@ -8,7 +8,7 @@
 //! Rules kept here:
 //! - **Never the task token**: the record shows its fingerprint only, and execution history
 //!   events carry summaries, never a state's input ([`baton_core::ports::orchestrator::HistoryEvent`]).
-//! - **`--json` is a contract** (`baton.trace/v1`, README "baton trace --json"): fields are
+//! - **`--json` is a contract** (`baton.trace/v1`, docs/OPERATING.md): fields are
 //!   added, never renamed or removed, without a new schema version. [`Report`] is that schema.
 //! - **Building is pure**: [`build`] and [`render`] take what was read and the current time, so
 //!   ordering and rendering are tested without AWS.

@@ -1149,7 +1149,7 @@ workflows:
         assert_eq!(config.routes.candidates("c").len(), 5, "{:?}", config.routes.candidates("c"));
     }
 
-    /// The parallel group of the README's config format, as a whole workflow.
+    /// The parallel group of docs/WORKFLOWS.md's config format, as a whole workflow.
     pub(crate) const GROUPED: &str = r#"
 workflows:
   order-review:

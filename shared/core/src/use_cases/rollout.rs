@@ -30,7 +30,7 @@ use crate::domain::lifecycle::{Kind, State};
 use crate::ports::store::{RecordHead, StoreError, WorkflowStore};
 
 /// How a change affects the records in flight. In `--json` as in the text: `needs-human`, as
-/// the README and replay's classifications spell it.
+/// docs/WORKFLOWS.md and replay's classifications spell it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Class {
