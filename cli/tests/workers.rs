@@ -187,8 +187,21 @@ async fn a_worker_answers_every_documented_answer(prefix: &str, start: impl FnOn
     the_saga_s_compensations(&local, &info, &keys.ok, &mut lines).await;
 
     // Nothing left on the queue but the refused message, for the redrive (a task published twice
-    // has its copy answered `duplicate` and deleted in a moment).
+    // has its copy answered `duplicate` and deleted in a moment), which moves it to the outbound
+    // dead-letter queue after ten receives.
     let sqs = aws_sdk_sqs::Client::new(&baton_local::emulator_sdk_config(&info.aws_endpoint).await);
+    let redrive = sqs
+        .get_queue_attributes()
+        .queue_url(&info.queues.outbound)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy)
+        .send()
+        .await
+        .unwrap();
+    let redrive =
+        redrive.attributes().and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy));
+    let redrive: Value = serde_json::from_str(redrive.expect("a redrive policy")).unwrap();
+    assert_eq!(redrive["maxReceiveCount"].to_string().trim_matches('"'), "10", "{redrive}");
+    assert!(redrive["deadLetterTargetArn"].as_str().is_some_and(|a| a.contains("OutboundDLQ")), "{redrive}");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let left = on_the_queue(&sqs, &info.queues.outbound).await;

@@ -13,7 +13,8 @@ on each answer baton documents (docs/TASK_WORKERS.md):
 
 Configuration, from the environment (a deployed stack's outputs):
     BATON_OUTBOUND_QUEUE_URL  the OutboundQueueUrl output
-    BATON_API_URL             the ApiUrl output (callbacks go to {BATON_API_URL}/v1/callbacks)
+    BATON_API_URL             the CallbackUrl output without its /v1/callbacks (callbacks go to
+                              {BATON_API_URL}/v1/callbacks), as the baton CLI takes it
     BATON_WEBHOOK_SECRET      a whsec_ secret from the callback secret in Secrets Manager
     AWS_REGION, AWS credentials as boto3 finds them
 or, against `make run`: `--local .baton/local.json`, which names all of these.

@@ -1061,7 +1061,7 @@ mod tests {
     fn data_outlives_the_stack_and_every_alarm_notifies() {
         let doc: Value = serde_saphyr::from_str(TEMPLATE).expect("template.yaml parses as YAML");
         let resources = doc["Resources"].as_object().expect("Resources");
-        for name in ["Table", "IntakeDLQ", "ProgressDLQ"] {
+        for name in ["Table", "IntakeDLQ", "ProgressDLQ", "OutboundDLQ"] {
             let r = &resources[name];
             assert_eq!(
                 (r["DeletionPolicy"].as_str(), r["UpdateReplacePolicy"].as_str()),
@@ -1094,7 +1094,15 @@ mod tests {
             assert_eq!(dlq.message_retention, Some(1_209_600));
             assert_eq!(dlq.redrive, None);
         }
-        assert!(template.queue("OutboundQueue").is_some());
+        // Tasks a worker could not deliver: after ten receives (a worker answers a 503 by
+        // making the task visible again after Retry-After, and each of those is a receive).
+        let outbound = template.queue("OutboundQueue").expect("the outbound queue");
+        assert_eq!(
+            outbound.redrive,
+            Some(Redrive { dlq_logical_id: "OutboundDLQ".into(), max_receive_count: 10 })
+        );
+        let dlq = template.queue("OutboundDLQ").expect("its dead-letter queue");
+        assert_eq!((dlq.message_retention, dlq.redrive.as_ref()), (Some(1_209_600), None));
     }
 
     #[test]

@@ -42,7 +42,8 @@ pub struct Settings {
 
 impl Settings {
     /// From a deployed stack's outputs in the environment: `BATON_OUTBOUND_QUEUE_URL`,
-    /// `BATON_API_URL`, `BATON_WEBHOOK_SECRET`; AWS region and credentials as the SDK finds them.
+    /// `BATON_API_URL` (the `CallbackUrl` output without its `/v1/callbacks`),
+    /// `BATON_WEBHOOK_SECRET`; AWS region and credentials as the SDK finds them.
     pub fn from_env() -> Result<Settings> {
         let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
         Ok(Settings {
