@@ -147,11 +147,6 @@ impl Sweeper {
     ) -> Result<bool, EngineError> {
         let Some(entry) = self.fresh(listed).await? else { return Ok(false) };
         let entry = &entry;
-        // Listed early for a drain's lease (InboxEntry::due_at), and given back since by the
-        // drain, as the index had not yet seen: not expired before its time.
-        if entry.status == InboxStatus::Buffered && entry.expires_at > now {
-            return Ok(false);
-        }
         let expire = InboxClaim::Expire(hold.clone());
         let claimed = if crate::mutants::active(crate::mutants::Mutation::ExpireWithoutClaim) {
             Claim::Acquired
@@ -165,7 +160,7 @@ impl Sweeper {
                 Claim::Exists(drained) if drained.status == InboxStatus::Draining => {
                     self.finish_drain(&drained, now).await
                 }
-                // Settled, or another sweep holds its expiry.
+                // Settled, another sweep holds its expiry, or given back before its expiry.
                 _ => Ok(false),
             };
         }

@@ -310,7 +310,8 @@ impl InboxClaim {
         match (self, entry.status) {
             (InboxClaim::Drain(..), Buffered | Draining) | (InboxClaim::Undrain, Draining) => true,
             // Rule: a buffered entry is expired only past its expiry, whoever listed it early (a
-            // drain's lease, then a give-back between a sweep's read and its claim: found by attack).
+            // drain's lease, then a give-back before the sweep's claim, or seen by a lagging
+            // index: found by attack).
             (InboxClaim::Expire(hold), Buffered) => entry.expires_at <= hold.at,
             (InboxClaim::Expire(hold), Expiring) => {
                 held_by(hold) || entry.expiry_hold.as_ref().is_none_or(|h| h.at + EXPIRY_LEASE <= hold.at)
