@@ -203,13 +203,12 @@ function overviewRows() {
   return rows;
 }
 
-// What a row's bar marks: its tasks going out, and the inputs that named it.
-function marksOf(row) {
+// What a row's bar marks: its tasks going out, and the inputs that named it. `causeOf`: each
+// input id's transition cause (an input acknowledging a compensation is `undo`).
+function marksOf(row, causeOf) {
   const gen = currentGeneration();
   const compensation = row.kind === "compensation";
   const stepName = compensation ? row.name.replace(/^Undo /, "") : row.name;
-  const causeOf = new Map();
-  for (const e of doc.timeline) if (e.kind === "transition" && e.cause_id) causeOf.set(e.cause_id, e.cause);
   const marks = [];
   doc.timeline.forEach((e, i) => {
     if (e.generation !== undefined && e.generation !== null && e.generation !== gen) return;
@@ -258,8 +257,10 @@ function overviewView() {
     el("span", {}, duration(t1 - t0) + " in all"), el("span", {}, clock(new Date(t1).toISOString()))),
   el("p", { class: "ov-legend" }, "A bar is the time the execution spent in the state (dashed end: still there); ",
     el("span", { class: "task" }, "▲"), " a task went out, ", el("span", { class: "input" }, "●"), " an input named it. Click one for its entry in the timeline."));
+  const causeOf = new Map();
+  for (const e of doc.timeline) if (e.kind === "transition" && e.cause_id) causeOf.set(e.cause_id, e.cause);
   for (const row of rows) {
-    const marks = marksOf(row);
+    const marks = marksOf(row, causeOf);
     const deadline = deadlineOf(row);
     const meta = [];
     if (row.span) meta.push((row.span.to ? "took " : "so far ") + duration((row.span.to ? ms(row.span.to) : t1) - ms(row.span.from)));
