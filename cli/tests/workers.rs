@@ -9,7 +9,6 @@
 //! - `202 buffered` and `409` (one task id delivered with two different answers: the first is
 //!   kept early, the second is refused and left on the queue for its redrive).
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -78,7 +77,7 @@ impl Keys {
 }
 
 /// Starts `baton local` with the saga workflow and sets the scene before any worker runs.
-async fn scene(keys: &Keys) -> (Local, LocalInfo, PathBuf, tempfile::TempDir) {
+async fn scene(keys: &Keys) -> (Local, LocalInfo, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("workflows.yaml");
     std::fs::write(&config, SAGA).unwrap();
@@ -118,13 +117,7 @@ async fn scene(keys: &Keys) -> (Local, LocalInfo, PathBuf, tempfile::TempDir) {
     // lost each time the callback tries: baton cannot know, and answers 503.
     let rule = json!({"operation": "DynamoDB_20120810.PutItem", "match": [&keys.unavailable, r#"{"S":"advancing"}"#],
         "times": baton_aws::sdk::SDK_MAX_ATTEMPTS, "when": "after", "status": 500, "code": "InternalServerError"});
-    let reply = baton_tests::http::post(
-        &format!("{}/_baton/faults", info.aws_endpoint),
-        &[],
-        rule.to_string().into_bytes(),
-    )
-    .await;
-    assert_eq!(reply.status, 200, "{}", reply.body);
+    baton_tests::Emulator { endpoint: info.aws_endpoint.clone() }.inject(rule).await;
     // One task id delivered with two different answers (generation 1, then 2).
     for generation in [1, 2] {
         let task_id = format!("order-review/{}/1/reserve-stock", keys.twice);
@@ -139,13 +132,13 @@ async fn scene(keys: &Keys) -> (Local, LocalInfo, PathBuf, tempfile::TempDir) {
             .await
             .unwrap();
     }
-    (local, info, config, dir)
+    (local, info, dir)
 }
 
 /// The story both workers must pass: `start` starts the worker and returns what it logs.
 async fn a_worker_answers_every_documented_answer(prefix: &str, start: impl FnOnce(&Local) -> Lines) {
     let keys = Keys::new(prefix);
-    let (local, info, _config, _dir) = scene(&keys).await;
+    let (local, info, _dir) = scene(&keys).await;
     let mut lines = start(&local);
 
     let seen = lines
