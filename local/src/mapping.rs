@@ -225,6 +225,12 @@ mod tests {
         assert_eq!(window, MAX_BATCHING_WINDOW.as_secs());
         let sqs_functions: Vec<_> = template.functions.iter().filter(|f| !f.sqs_events.is_empty()).collect();
         assert!(sqs_functions.len() >= 2, "intake and progress are fed by SQS");
+        // The lag a retried step's next attempt may take (ATTEMPT_OPEN_LAG, which `baton
+        // validate` holds below a heartbeat) is reckoned on the sweeper's schedule.
+        let sweeper =
+            template.functions.iter().find(|f| f.logical_id == "SweeperFunction").expect("a sweeper");
+        let every = sweeper.schedule_events.first().and_then(|s| crate::in_process::rate(&s.expression));
+        assert_eq!(every, Some(baton_core::limits::SWEEP_INTERVAL), "the sweeper's schedule");
         // The leases in baton_core::limits are reckoned on these timeouts.
         for function in &template.functions {
             let expected =

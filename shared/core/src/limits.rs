@@ -15,6 +15,17 @@ pub const FUNCTION_TIMEOUT: StdDuration = StdDuration::from_secs(30);
 /// The sweeper function's own timeout in template.yaml.
 pub const SWEEPER_TIMEOUT: StdDuration = StdDuration::from_secs(60);
 
+/// How often the sweeper runs: template.yaml's schedule for it (`rate(1 minute)`).
+pub const SWEEP_INTERVAL: StdDuration = StdDuration::from_secs(60);
+
+/// How late past its due time a retried step's next attempt may go out: a sweep starts at most
+/// [`SWEEP_INTERVAL`] after it is due, and may take its whole timeout to reach it. Step Functions
+/// hears nothing from the failed attempt's heartbeat (baton's own, sent as the attempt failed) to
+/// the next attempt's (baton's again, sent as its task goes out), so `baton validate` holds every
+/// wait between attempts plus this lag below the step's `heartbeat`.
+pub const ATTEMPT_OPEN_LAG: StdDuration =
+    StdDuration::from_secs(SWEEP_INTERVAL.as_secs() + SWEEPER_TIMEOUT.as_secs());
+
 /// Below this much time left, a batch takes no new message, and the message in flight is given
 /// up: what is left is for giving the unfinished messages back (a requeue each, on their last
 /// receive) and answering. A requeue is one SQS send, tens of milliseconds when SQS is well.

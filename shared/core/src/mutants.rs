@@ -66,6 +66,10 @@ pub enum Mutation {
     UndoRetryUnbounded,
     /// A forward input that arrives while the workflow compensates is ignored, but not ledgered.
     CompensatingNotLedgered,
+    /// baton sends no heartbeat when a retried step's attempt fails or its next attempt opens:
+    /// Step Functions times a step with a `heartbeat` out during a backoff. Only a world with
+    /// heartbeats on retried steps, and attempts failing late in their window, shows it.
+    SilentBackoff,
 }
 
 impl Mutation {

@@ -22,6 +22,7 @@ use crate::domain::event::Event;
 use crate::domain::ids::{CorrelationKey, IdError, StepName, WorkflowName};
 use crate::domain::lifecycle::{OnRestart, Plan, Span, StepCompensation, StepRetry};
 use crate::domain::pattern::Pattern;
+use crate::limits::ATTEMPT_OPEN_LAG;
 
 /// Where `BATON_CONFIG` points by default.
 pub const DEFAULT_PATH: &str = "infra/workflows.yaml";
@@ -250,7 +251,9 @@ impl Workflow {
             optional: (0..).zip(&self.steps).filter(|(_, s)| s.optional).map(|(i, _)| i).collect(),
             retries: (0..)
                 .zip(&self.steps)
-                .filter_map(|(step, s)| Some(StepRetry { step, retry: s.retry?, timeout: s.timeout }))
+                .filter_map(|(step, s)| {
+                    Some(StepRetry { step, retry: s.retry?, timeout: s.timeout, heartbeat: s.heartbeat })
+                })
                 .collect(),
             compensations: (0..)
                 .zip(&self.steps)
@@ -744,8 +747,10 @@ impl Validator {
     }
 
     /// `retry`: `attempts` (1 to [`Retry::MAX_ATTEMPTS`]) and `backoff`, shorter than the
-    /// step's timeout; with a `heartbeat`, every wait between attempts shorter than it (Step
-    /// Functions hears no heartbeat while baton waits).
+    /// step's timeout; with a `heartbeat`, every wait between attempts, and the lag of the sweep
+    /// that opens the next attempt ([`ATTEMPT_OPEN_LAG`]), shorter than it: Step Functions hears
+    /// nothing from baton's heartbeat as an attempt fails to its heartbeat as the next attempt's
+    /// task goes out.
     fn retry(
         &mut self,
         path: &str,
@@ -767,13 +772,16 @@ impl Validator {
             return None;
         }
         let longest = retry.wait_before(retry.attempts, timeout.unwrap_or(MAX_TIMEOUT));
-        if let Some(h) = heartbeat.filter(|h| retry.attempts > 1 && longest >= *h) {
+        let silent = longest.saturating_add(ATTEMPT_OPEN_LAG);
+        if let Some(h) = heartbeat.filter(|h| retry.attempts > 1 && silent >= *h) {
             self.err(
                 &bp,
                 format!(
-                    "the longest wait between attempts ({}s) must be shorter than the heartbeat ({}s): Step \
-                     Functions hears no heartbeat while baton waits",
+                    "the longest wait between attempts ({}s), plus up to {}s for the sweep that opens the \
+                     next attempt, must be shorter than the heartbeat ({}s): Step Functions hears no \
+                     heartbeat while baton waits",
                     longest.as_secs(),
+                    ATTEMPT_OPEN_LAG.as_secs(),
                     h.as_secs()
                 ),
             );
@@ -1264,9 +1272,28 @@ workflows:
                 "workflows.wf.steps[1].retry.attempts: expected a whole number from 1 to 10, found 11",
                 "workflows.wf.steps[2].retry.backoff: must be shorter than the step's timeout (3600s)",
                 "workflows.wf.steps[3].retry.backoff: missing",
-                "workflows.wf.steps[4].retry.backoff: the longest wait between attempts (1200s) must be shorter than the heartbeat (900s): Step Functions hears no heartbeat while baton waits",
+                "workflows.wf.steps[4].retry.backoff: the longest wait between attempts (1200s), plus up to 120s for the sweep that opens the next attempt, must be shorter than the heartbeat (900s): Step Functions hears no heartbeat while baton waits",
                 "workflows.wf.steps[5].retry.jitter: unknown field; expected one of: attempts, backoff",
                 "workflows.wf.steps[6].parallel.branches[0].retry.backoff: must be shorter than the step's timeout (3600s)",
+            ]
+        );
+    }
+
+    /// The review's example: timeout 30m, heartbeat 10m, 3 attempts with a 4m backoff. The
+    /// second wait is 8m: with the sweep that opens the attempt (up to 2m late), Step Functions
+    /// could hear nothing for the whole heartbeat. Two attempts (one 4m wait) fit.
+    #[test]
+    fn a_heartbeat_must_outlast_the_longest_wait_between_attempts_and_the_sweep_that_ends_it() {
+        let yaml = |attempts: u32| {
+            format!(
+                "workflows:\n  wf:\n    start: {{ when: {{ type: [\"a\"] }}, key: /subject }}\n    steps:\n      - {{ name: s, timeout: 30m, heartbeat: 10m, retry: {{ attempts: {attempts}, backoff: 4m }} }}\n"
+            )
+        };
+        assert!(Config::parse(&yaml(2)).is_ok());
+        assert_eq!(
+            errors(&yaml(3)),
+            [
+                "workflows.wf.steps[0].retry.backoff: the longest wait between attempts (480s), plus up to 120s for the sweep that opens the next attempt, must be shorter than the heartbeat (600s): Step Functions hears no heartbeat while baton waits"
             ]
         );
     }

@@ -433,12 +433,15 @@ pub struct Plan {
     pub version: Option<String>,
 }
 
-/// A step's bounded retry, with the step's timeout (which caps each wait between attempts).
+/// A step's bounded retry, with the step's timeout (which caps each wait between attempts) and
+/// heartbeat: Step Functions hears no worker while baton waits between attempts, so baton itself
+/// beats when an attempt fails and when the next one's task goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepRetry {
     pub step: u32,
     pub retry: crate::domain::config::Retry,
     pub timeout: std::time::Duration,
+    pub heartbeat: Option<std::time::Duration>,
 }
 
 /// A step's compensation, as far as `decide` needs it: how many times its task may go out.
@@ -492,6 +495,13 @@ impl Plan {
     /// The step's bounded retry, if it has one.
     pub fn retry_of(&self, step: u32) -> Option<StepRetry> {
         self.retries.iter().copied().find(|r| r.step == step)
+    }
+
+    /// Whether baton keeps `step`'s token alive between its attempts: it is retried and
+    /// declares a heartbeat.
+    pub fn beats_between_attempts(&self, step: u32) -> bool {
+        self.retry_of(step).is_some_and(|r| r.heartbeat.is_some())
+            && !crate::mutants::active(crate::mutants::Mutation::SilentBackoff)
     }
 
     /// The step's compensation, if it declares one.
@@ -1355,7 +1365,7 @@ fn decide_inner(
             None => Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed)),
             Some(r) => on_attempt_opened(r, (*generation, *step, *attempt), now),
         },
-        Input::Tick => on_tick(record, now),
+        Input::Tick => on_tick(plan, record, now),
     }
 }
 
@@ -1764,7 +1774,8 @@ fn merge_input(
             if let Some(due) = retry {
                 to.attempts.push(FailedAttempt::new(r.attempt(), (error, cause), (id, source), now));
                 to.next_attempt_at = Some(due);
-                return Decision::new(Outcome::Applied).with_write(Cause::AttemptFailed, Some(r), to);
+                let d = Decision::new(Outcome::Applied).with_write(Cause::AttemptFailed, Some(r), to);
+                return beat_between_attempts(d, plan, step, &token);
             }
             let owed = Resume::Failure { error: error.clone(), cause: cause.clone() };
             to.state = State::Advancing { step };
@@ -1827,30 +1838,50 @@ fn next_attempt_due(
     deadline.is_none_or(|deadline| due < deadline).then_some(due)
 }
 
-/// The next attempt's task, once its backoff has passed (`due`): published, then marked. A sweep
+/// `d` with a heartbeat on `token` when `step` keeps its token alive between attempts
+/// ([`Plan::beats_between_attempts`]): Step Functions restarts a heartbeat timer only on
+/// SendTaskHeartbeat, and hears no worker while baton waits out a backoff (found by review: a
+/// step whose attempt failed late in its heartbeat window was timed out during the backoff,
+/// with attempts left).
+fn beat_between_attempts(d: Decision, plan: &Plan, step: u32, token: &TaskToken) -> Decision {
+    if plan.beats_between_attempts(step) {
+        d.effect(Effect::SendTaskHeartbeat { token: token.clone() })
+    } else {
+        d
+    }
+}
+
+/// The next attempt's task, once its backoff has passed (`due`): a heartbeat first when the
+/// step keeps its token alive between attempts, then the task published, then marked. A sweep
 /// late past the step's `deadline` opens nothing: Step Functions has timed it out.
 fn open_attempt(
+    plan: &Plan,
     (generation, step, attempt): (u32, u32, u32),
-    (due, deadline): (OffsetDateTime, Option<OffsetDateTime>),
+    (due, deadline, token): (OffsetDateTime, Option<OffsetDateTime>, Option<&TaskToken>),
     now: OffsetDateTime,
-) -> Option<[Effect; 2]> {
-    (due <= now && deadline.is_none_or(|deadline| now < deadline)).then_some([
-        Effect::CreateTask { generation, step, attempt },
-        Effect::MarkAttemptOpened { generation, step, attempt },
-    ])
+) -> Vec<Effect> {
+    if due > now || deadline.is_some_and(|deadline| now >= deadline) {
+        return Vec::new();
+    }
+    let beat = token.filter(|_| plan.beats_between_attempts(step));
+    beat.map(|token| Effect::SendTaskHeartbeat { token: token.clone() })
+        .into_iter()
+        .chain([
+            Effect::CreateTask { generation, step, attempt },
+            Effect::MarkAttemptOpened { generation, step, attempt },
+        ])
+        .collect()
 }
 
 /// Every attempt due of the step the record waits at, or of its group's open branches.
-fn open_due_attempts(r: &Record, now: OffsetDateTime) -> Vec<Effect> {
+fn open_due_attempts(plan: &Plan, r: &Record, now: OffsetDateTime) -> Vec<Effect> {
     let State::Waiting { step } = r.state else { return Vec::new() };
     let g = r.generation;
-    let step_due = r.next_attempt_at.map(|due| ((g, step, r.attempt()), (due, r.deadline)));
-    let branches_due = r
-        .branches
-        .iter()
-        .filter(|b| b.is_open())
-        .filter_map(|b| b.next_attempt_at.map(|due| ((g, b.step, b.attempt()), (due, b.deadline))));
-    step_due.into_iter().chain(branches_due).filter_map(|(a, d)| open_attempt(a, d, now)).flatten().collect()
+    let step_due = r.next_attempt_at.map(|due| ((g, step, r.attempt()), (due, r.deadline, r.token.as_ref())));
+    let branches_due = r.branches.iter().filter(|b| b.is_open()).filter_map(|b| {
+        b.next_attempt_at.map(|due| ((g, b.step, b.attempt()), (due, b.deadline, b.token.as_ref())))
+    });
+    step_due.into_iter().chain(branches_due).flat_map(|(a, d)| open_attempt(plan, a, d, now)).collect()
 }
 
 /// The task of `attempt` went out: nothing more is due for it.
@@ -1961,7 +1992,7 @@ fn on_finished(plan: &Plan, r: &Record, generation: u32, finish: &Finish, now: O
     Decision::new(Outcome::Applied).with_write(cause, Some(r), to)
 }
 
-fn on_tick(record: Option<&Record>, now: OffsetDateTime) -> Decision {
+fn on_tick(plan: &Plan, record: Option<&Record>, now: OffsetDateTime) -> Decision {
     let nothing = Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
     let Some(r) = record else { return nothing };
     let idle = now - r.updated_at;
@@ -1975,7 +2006,7 @@ fn on_tick(record: Option<&Record>, now: OffsetDateTime) -> Decision {
         (State::Waiting { .. } | State::Advancing { .. }, _, _) => {
             // A group may have attempts due and resumes owed at once.
             let mut d = Decision::new(Outcome::Applied);
-            d.effects = open_due_attempts(r, now);
+            d.effects = open_due_attempts(plan, r, now);
             if idle >= resend_after() {
                 d.effects.extend(group::resend_owed(r).map(|owed| owed.effects).unwrap_or_default());
             }

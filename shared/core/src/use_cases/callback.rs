@@ -219,6 +219,10 @@ impl Callbacks {
         // untrue of an earlier attempt with this id (found by the simulation).
         let record = self.engine.store.load(&workflow.name, &callback.key).await.ok()?;
         let input = undo_input(workflow, callback, receipt);
+        // The step as the record's own config version numbers it, as the engine will decide it
+        // (found by review: after a deploy that renumbered steps, another compensation's task
+        // was asked about).
+        let (_, input) = self.engine.pinned(workflow, record.as_ref(), &input).await.ok()?;
         crate::domain::lifecycle::task_not_out(record.as_ref(), &input).then(|| {
             info!("the compensation attempt's task is not marked out yet: the sender retries in a moment");
             let mut answer = self.failed(&EngineError::TaskNotOut, MaybeApplied::No);
@@ -302,8 +306,11 @@ impl Callbacks {
             Ok(Some(answer)) => {
                 info!("receipt pending: an earlier attempt took effect; answering as it earned");
                 // A progress report's heartbeat is what the earlier attempt may have missed, and
-                // nothing else owes it: sent again while its step waits (found by review).
-                if callback.outcome == StepOutcome::InProgress
+                // nothing else owes it: sent again while its step waits (found by review). So is
+                // the heartbeat of a failed attempt whose step waits out its backoff.
+                let beats = matches!(callback.outcome, StepOutcome::InProgress | StepOutcome::Failed { .. });
+                if beats
+                    && !callback.compensation
                     && let Err(e) = self.beat_again(workflow, &callback.key, &callback.step).await
                 {
                     return Claimed::Answered(self.failed_holding(&e, MaybeApplied::Yes, now));

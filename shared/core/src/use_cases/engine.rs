@@ -242,6 +242,17 @@ fn pin_step<'i>(input: &'i Input, from: &Workflow, to: &Workflow) -> std::borrow
         | Input::StepReady { step, .. }
         | Input::BranchEnded { step, .. }
         | Input::Resumed { step, .. } => *step = map(*step),
+        // A compensation is acknowledged by callback whatever feeds its step, and its wait is
+        // reported by the execution: both found by name, as a step's input is (found by review:
+        // after a deploy that inserted a step, the refund of `charge` was recorded as `points`
+        // acknowledged).
+        Input::UndoInput { step, .. } | Input::UndoReady { step, .. } => {
+            *step = from
+                .steps
+                .get(*step as usize)
+                .and_then(|s| to.step_index(s.name.as_str()))
+                .unwrap_or(u32::MAX);
+        }
         _ => return Cow::Borrowed(input),
     }
     Cow::Owned(pinned)
@@ -1500,6 +1511,48 @@ mod tests {
             u32::MAX,
             "a callback admitted under v2 reaches v1's pay, which refuses callbacks"
         );
+    }
+
+    /// A compensation's acknowledgement and its wait's report name their step by its index in
+    /// the version the caller read: a deploy that inserted a step before the compensable ones
+    /// must not move an acknowledgement of `charge` onto `points` (found by review).
+    #[test]
+    fn a_compensation_input_read_under_another_version_is_found_again_by_step_name() {
+        let undo = "compensate: { task: { title: t, queue: q }, timeout: 1h }";
+        let v1 = workflow(&format!(
+            "      - {{ name: charge, timeout: 1h, {undo} }}\n      - {{ name: points, timeout: 1h, {undo} }}\n"
+        ));
+        let mut v2 = workflow(&format!(
+            "      - {{ name: check, timeout: 1h }}\n      - {{ name: charge, timeout: 1h, {undo} }}\n      - {{ name: points, timeout: 1h, {undo} }}\n"
+        ));
+        v2.config_version = format!("{}-2", v2.config_version);
+        let ack = |step| Input::UndoInput {
+            id: crate::domain::ids::EventId::parse("ack-1").unwrap(),
+            hash: "h".into(),
+            source: Source::Callback,
+            step,
+            outcome: StepOutcome::Succeeded,
+            generation: Some(1),
+            attempt: Some(1),
+        };
+        let step = |input: &Input| match input {
+            Input::UndoInput { step, .. } | Input::UndoReady { step, .. } => *step,
+            _ => panic!("not a compensation input"),
+        };
+        // charge is step 1 in v2 (the callback function's) and step 0 in v1 (the record's).
+        assert_eq!(step(&pin_step(&ack(1), &v2, &v1)), 0, "charge's acknowledgement left charge");
+        assert_eq!(step(&pin_step(&ack(2), &v2, &v1)), 1);
+        // A step the record's version lacks maps past its end.
+        assert_eq!(step(&pin_step(&ack(0), &v2, &v1)), u32::MAX);
+        let ready = Input::UndoReady {
+            generation: 1,
+            step: 2,
+            token: crate::domain::ids::TaskToken::parse("t").unwrap(),
+            deadline: OffsetDateTime::UNIX_EPOCH,
+            error: "e".into(),
+            cause: "c".into(),
+        };
+        assert_eq!(step(&pin_step(&ready, &v2, &v1)), 1);
     }
 
     #[test]

@@ -202,7 +202,8 @@ fn merge(
                 let b = &mut to.branches[i];
                 b.attempts.push(FailedAttempt::new(b.attempt(), (error, cause), (id, source), now));
                 b.next_attempt_at = Some(due);
-                return Decision::new(Outcome::Applied).with_write(Cause::AttemptFailed, Some(r), to);
+                let d = Decision::new(Outcome::Applied).with_write(Cause::AttemptFailed, Some(r), to);
+                return super::beat_between_attempts(d, plan, step, &token);
             }
             Resume::Failure { error: error.clone(), cause: cause.clone() }
         }

@@ -24,7 +24,10 @@ fn grouped(attempts: u32, group_last: bool) -> Plan {
     Plan {
         groups: vec![Span { first: 1, last: 2 }],
         optional: vec![2],
-        retries: vec![StepRetry { step: 1, retry, timeout }, StepRetry { step: 2, retry, timeout }],
+        retries: vec![
+            StepRetry { step: 1, retry, timeout, heartbeat: None },
+            StepRetry { step: 2, retry, timeout, heartbeat: None },
+        ],
         ..plan(steps)
     }
 }

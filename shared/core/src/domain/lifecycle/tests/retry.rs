@@ -8,7 +8,12 @@ use super::*;
 pub(super) fn retried() -> Plan {
     let retry = crate::domain::config::Retry { attempts: 3, backoff: std::time::Duration::from_secs(600) };
     Plan {
-        retries: vec![StepRetry { step: 0, retry, timeout: std::time::Duration::from_secs(2 * 86_400) }],
+        retries: vec![StepRetry {
+            step: 0,
+            retry,
+            timeout: std::time::Duration::from_secs(2 * 86_400),
+            heartbeat: None,
+        }],
         ..plan(&[&["decision"], &["payment_ref"]])
     }
 }
@@ -81,6 +86,44 @@ fn a_failed_attempt_with_attempts_left_waits_its_backoff_and_then_publishes_the_
     let again = at(&p, Some(&r), &Input::AttemptOpened { generation: 1, step: 0, attempt: 2 }, T0);
     assert_eq!(again.outcome, Outcome::Ignored(IgnoreReason::NothingOwed));
     assert!(at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1)).effects.is_empty());
+}
+
+/// Step Functions restarts a step's heartbeat timer only on SendTaskHeartbeat, and hears no
+/// worker while baton waits out a backoff: with a `heartbeat`, baton beats as the attempt fails
+/// and again as the next attempt's task goes out, before it is published (found by review: an
+/// attempt failing late in its heartbeat window left the step timed out during the backoff).
+#[test]
+fn a_retried_step_with_a_heartbeat_is_kept_alive_across_its_backoff() {
+    let p = Plan {
+        retries: retried()
+            .retries
+            .into_iter()
+            .map(|r| StepRetry { heartbeat: Some(std::time::Duration::from_secs(3600)), ..r })
+            .collect(),
+        ..retried()
+    };
+    let r = waiting(&p);
+    let d = at(&p, Some(&r), &failure("cb-1", true, None), T0);
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::AttemptFailed));
+    assert_eq!(
+        d.effects,
+        [Effect::SendTaskHeartbeat { token: token("t0") }],
+        "no beat as the attempt failed"
+    );
+    let r = after(&d);
+    let due = r.next_attempt_at.expect("a next attempt");
+    let opened = at(&p, Some(&r), &Input::Tick, due);
+    assert_eq!(
+        opened.effects,
+        [
+            Effect::SendTaskHeartbeat { token: token("t0") },
+            Effect::CreateTask { generation: 1, step: 0, attempt: 2 },
+            Effect::MarkAttemptOpened { generation: 1, step: 0, attempt: 2 }
+        ],
+        "no beat as the next attempt opened"
+    );
+    // Without a heartbeat declared, nothing is sent but the task.
+    assert!(at(&retried(), Some(&waiting(&retried())), &failure("cb-1", true, None), T0).effects.is_empty());
 }
 
 #[test]
@@ -164,7 +207,10 @@ fn grouped_retried() -> Plan {
     Plan {
         groups: vec![Span { first: 1, last: 2 }],
         optional: vec![2],
-        retries: vec![StepRetry { step: 1, retry, timeout }, StepRetry { step: 2, retry, timeout }],
+        retries: vec![
+            StepRetry { step: 1, retry, timeout, heartbeat: None },
+            StepRetry { step: 2, retry, timeout, heartbeat: None },
+        ],
         ..plan(&[&["decision"], &["fraud_score"], &["address_ok"], &["payment_ref"]])
     }
 }
