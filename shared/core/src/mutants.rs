@@ -70,6 +70,11 @@ pub enum Mutation {
     /// Step Functions times a step with a `heartbeat` out during a backoff. Only a world with
     /// heartbeats on retried steps, and attempts failing late in their window, shows it.
     SilentBackoff,
+    /// Whether a retried step's next attempt's task is out is judged by the clock against its
+    /// due time, not by its mark: an answer within the skew between the callback function's
+    /// clock and the sweeper's is ignored for good. Only a world with a clock per function
+    /// shows it.
+    PublishedByTheClock,
 }
 
 impl Mutation {

@@ -1634,9 +1634,14 @@ fn attempt_gate(
 ) -> Option<Decision> {
     let running = running_attempt(failed);
     let earlier_applies = crate::mutants::active(crate::mutants::Mutation::EarlierAttemptApplied);
-    // The next attempt's task goes out once it is due, not before (found by review: a failure
-    // naming it before then used it up, and its task was never published).
-    let unpublished = next_at.is_some_and(|due| now < due);
+    // The next attempt's task is out once it is marked (found by review: a failure naming it
+    // before then used it up, and its task was never published). Judged by the mark, never by
+    // a clock: the sweeper publishes by its own, and a worker that answered within the skew
+    // between two functions' clocks was told `ignored` for good (found by review). The engine
+    // answers such an input 503 before it gets here ([`task_not_out`]).
+    let unpublished = next_at.is_some()
+        && !(crate::mutants::active(crate::mutants::Mutation::PublishedByTheClock)
+            && next_at.is_some_and(|due| now >= due));
     match attempt {
         // An attempt that failed: only the running one can complete the step.
         Some(a) if a < running && !earlier_applies => {
@@ -2016,11 +2021,34 @@ fn on_tick(plan: &Plan, record: Option<&Record>, now: OffsetDateTime) -> Decisio
     }
 }
 
+/// Whether `input` answers, by name, the running attempt of a step, branch or compensation of
+/// `record` whose task is not yet marked out: the mark follows the publish (by milliseconds, or,
+/// after a crash between them, by a sweep), so the engine has the sender retry in a moment
+/// rather than answer it for good (found by review: such an answer was `ignored` and lost).
+pub fn task_not_out(record: Option<&Record>, input: &Input) -> bool {
+    let Input::StepInput { id, source, step, generation, attempt: Some(attempt), .. } = input else {
+        return compensation::task_not_out(record, input);
+    };
+    let Some(r) = record.filter(|r| r.state.kind() == Kind::Waiting) else { return false };
+    let wait = match r.branches.iter().find(|b| b.step == *step && b.is_open()) {
+        Some(b) => Some((&b.attempts, b.next_attempt_at)),
+        None => (r.state.step() == Some(*step)).then_some((&r.attempts, r.next_attempt_at)),
+    };
+    let Some((failed, next_at)) = wait else { return false };
+    let repeat = r.applied.iter().any(|a| &a.id == id && a.source.is_none_or(|s| s == *source));
+    let this_run = generation.is_none_or(|g| g == r.generation);
+    next_at.is_some()
+        && *attempt == running_attempt(failed)
+        && this_run
+        && !repeat
+        && !crate::mutants::active(crate::mutants::Mutation::PublishedByTheClock)
+}
+
 mod compensation;
 mod group;
 pub use compensation::{
     CANCELLED_ERROR, COMPENSATING_ERROR, Compensation, SkipReason, Trigger, Undo, UndoOutcome,
-    plan as compensation_plan, task_not_out,
+    plan as compensation_plan,
 };
 pub use group::{group_failed, unsettled};
 #[cfg(test)]

@@ -198,33 +198,37 @@ impl Callbacks {
         }
     }
 
-    /// A compensation's acknowledgement sent while its attempt's task is still going out (the
-    /// task published, its mark not yet written: a worker that answers within milliseconds of
-    /// the publish) gets its 503 before its receipt is written. A receipt written would be held
-    /// for [`RECEIPT_LEASE`], and the sender's retry a second later answered `in_progress` until
-    /// the lease ran out (found by the task workers in `examples/`). The engine checks again
-    /// under its write. An acknowledgement applied before is in the compensation's `acks`, so
-    /// its repeat is answered from its receipt as ever; the repeat of one that was ignored gets
-    /// this 503 until the mark, then its first answer.
+    /// An answer sent while its attempt's task is still going out (a compensation's, or a
+    /// retried step's next attempt; the task published, its mark not yet written: a worker that
+    /// answers within milliseconds of the publish) gets its 503 before its receipt is written.
+    /// A receipt written would be held for [`RECEIPT_LEASE`], and the sender's retry a second
+    /// later answered `in_progress` until the lease ran out (found by the task workers in
+    /// `examples/`). The engine checks again under its write. An answer applied before is in the
+    /// record (`applied`, or the compensation's `acks`), so its repeat is answered from its
+    /// receipt as ever; the repeat of one that was ignored gets this 503 until the mark, then
+    /// its first answer.
     async fn not_out_yet(
         &self,
         workflow: &Workflow,
         callback: &Callback,
         receipt: &Receipt,
     ) -> Option<Answer> {
-        if !callback.compensation {
+        // Only a compensation's attempt, or a step's later attempt, is published by a write
+        // apart from its wait's (the first attempt of a step goes out with its step_ready): the
+        // common callback pays no extra read.
+        if !(callback.compensation || callback.attempt.is_some_and(|a| a > 1)) {
             return None;
         }
         // Unreadable: the usual path decides. Answered here, "nothing was applied" could be
         // untrue of an earlier attempt with this id (found by the simulation).
         let record = self.engine.store.load(&workflow.name, &callback.key).await.ok()?;
-        let input = undo_input(workflow, callback, receipt);
+        let input = callback_input(workflow, callback, receipt, Map::new());
         // The step as the record's own config version numbers it, as the engine will decide it
         // (found by review: after a deploy that renumbered steps, another compensation's task
         // was asked about).
         let (_, input) = self.engine.pinned(workflow, record.as_ref(), &input).await.ok()?;
         crate::domain::lifecycle::task_not_out(record.as_ref(), &input).then(|| {
-            info!("the compensation attempt's task is not marked out yet: the sender retries in a moment");
+            info!("the attempt's task is not marked out yet: the sender retries in a moment");
             let mut answer = self.failed(&EngineError::TaskNotOut, MaybeApplied::No);
             answer.retry_after = Some(TASK_NOT_OUT_RETRY_SECONDS);
             answer
@@ -339,21 +343,8 @@ impl Callbacks {
         maybe: MaybeApplied,
         now: OffsetDateTime,
     ) -> Result<Submitted, Answer> {
-        let step = workflow.step_index(&callback.step).unwrap_or(u32::MAX);
-        let input = if callback.compensation {
-            undo_input(workflow, callback, receipt)
-        } else {
-            Input::StepInput {
-                id: receipt.id.clone(),
-                hash: receipt.hash.clone(),
-                source: Source::Callback,
-                step,
-                outcome: callback.outcome.clone(),
-                data: std::mem::take(&mut callback.data),
-                generation: callback.generation,
-                attempt: callback.attempt,
-            }
-        };
+        let data = std::mem::take(&mut callback.data);
+        let input = callback_input(workflow, callback, receipt, data);
         match self.engine.submit(workflow, &callback.key, &input, now).await {
             Ok(s) => Ok(s),
             // A heartbeat that failed is owed by nobody: the sender retries, and the retry sends
@@ -614,8 +605,8 @@ impl Callbacks {
             let message = match maybe {
                 // Nothing is down: the acknowledged attempt's task is still going out.
                 MaybeApplied::No if e.error_type() == "task_not_out" => {
-                    "the compensation attempt's task is not marked out yet; nothing was applied; retry in a moment \
-                     with the same webhook-id"
+                    "the attempt's task is not marked out yet; nothing was applied; retry in a moment with the \
+                     same webhook-id"
                 }
                 MaybeApplied::No => {
                     "a dependency is unavailable; nothing was applied; retry later with the same webhook-id"
@@ -742,16 +733,16 @@ fn ceil_seconds(d: Duration) -> u32 {
 }
 
 /// The input of a compensation's acknowledgement.
-fn undo_input(workflow: &Workflow, callback: &Callback, receipt: &Receipt) -> Input {
-    Input::UndoInput {
-        id: receipt.id.clone(),
-        hash: receipt.hash.clone(),
-        source: Source::Callback,
-        step: workflow.step_index(&callback.step).unwrap_or(u32::MAX),
-        outcome: callback.outcome.clone(),
-        generation: callback.generation,
-        attempt: callback.attempt,
+/// The callback as its lifecycle input, its step by index in `workflow`'s version: a
+/// compensation's acknowledgement, or a step's input carrying `data`.
+fn callback_input(workflow: &Workflow, callback: &Callback, receipt: &Receipt, data: Map<String, Value>) -> Input {
+    let step = workflow.step_index(&callback.step).unwrap_or(u32::MAX);
+    let (id, hash, outcome) = (receipt.id.clone(), receipt.hash.clone(), callback.outcome.clone());
+    let (generation, attempt) = (callback.generation, callback.attempt);
+    if callback.compensation {
+        return Input::UndoInput { id, hash, source: Source::Callback, step, outcome, generation, attempt };
     }
+    Input::StepInput { id, hash, source: Source::Callback, step, outcome, data, generation, attempt }
 }
 
 fn in_progress(held: Duration) -> Answer {

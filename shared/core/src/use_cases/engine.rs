@@ -399,9 +399,7 @@ impl Engine {
                 return Err(EngineError::GroupUnsettled);
             }
             if lifecycle::task_not_out(record.as_ref(), input) {
-                info!(
-                    "the compensation attempt's task is not marked out yet: the sender retries in a moment"
-                );
+                info!("the attempt's task is not marked out yet: the sender retries in a moment");
                 return Err(EngineError::TaskNotOut);
             }
             // Decide with the time of the decision, not of the message's arrival: a record
@@ -1217,9 +1215,10 @@ pub enum EngineError {
     /// optional branch reported how it ended.
     #[error("a parallel group's report is still on its way; this one is retried after it")]
     GroupUnsettled,
-    /// An acknowledgement of a compensation attempt whose task is not marked out yet (the mark
-    /// follows the publish, or the sweeper publishes it again): retried in a moment.
-    #[error("the compensation attempt's task is not marked out yet; retry in a moment")]
+    /// An answer naming the attempt of a step, branch or compensation whose task is not marked
+    /// out yet (the mark follows the publish, or the sweeper publishes it again): retried in a
+    /// moment.
+    #[error("the attempt's task is not marked out yet; retry in a moment")]
     TaskNotOut,
     /// A write (the record's, or an inbox entry's) failed without a definite answer: it may or
     /// may not have landed. A retry of the same input finds out, and applies it at most once.

@@ -522,7 +522,7 @@ fn group_start(c: &Compensation, index: usize) -> usize {
 /// comes while that attempt's task is not yet marked out: its task may be out (the mark
 /// follows the publish), so the engine has the sender retry in a moment rather than answer for
 /// good (found by review: an acknowledgement in that window was answered `ignored` and lost).
-pub fn task_not_out(record: Option<&Record>, input: &Input) -> bool {
+pub(super) fn task_not_out(record: Option<&Record>, input: &Input) -> bool {
     let Input::UndoInput { id, step, generation, attempt, .. } = input else { return false };
     let Some(r) = record.filter(|r| r.state == State::Compensating) else { return false };
     let Some(u) = r.compensation.as_ref().and_then(|c| c.undo(*step)) else { return false };

@@ -206,9 +206,12 @@ fn held_the_publish_to_mark_window_and_duplicate_ticks_and_marks_open_each_attem
             "{wrong:?}"
         );
     }
-    // Attempt 2's worker fails before the mark lands.
+    // Attempt 2's worker fails before the mark lands: its sender retries after the mark.
     let t = due2 + Duration::seconds(10);
-    let d = at(&p, Some(&r), &bfail("cb-f2", 1, true, Some(2)), t);
+    let f2 = bfail("cb-f2", 1, true, Some(2));
+    assert!(crate::domain::lifecycle::task_not_out(Some(&r), &f2));
+    let r = after(&at(&p, Some(&r), &opened(1, 1, 2), t));
+    let d = at(&p, Some(&r), &f2, t);
     assert_eq!(cause(&d), Some(Cause::AttemptFailed));
     let r = after(&d);
     assert_eq!((br(&r, 1).attempt(), br(&r, 1).next_attempt_at), (3, Some(t + Duration::minutes(20))));
@@ -304,9 +307,15 @@ fn held_a_late_input_naming_an_earlier_attempt_never_touches_the_running_one() {
 #[test]
 fn held_a_non_retryable_failure_during_a_branchs_backoff_ends_it() {
     let p = grouped(3, false);
-    // Not naming an attempt, or naming the next one once its task may be out (before its mark).
+    // Not naming an attempt, or naming the next one once its task is out (marked: before its
+    // mark the engine has the sender retry, `task_not_out`).
+    let marked = |r: Record, step: u32, attempt: Option<u32>, when| match attempt {
+        Some(a) => after(&at(&p, Some(&r), &opened(1, step, a), when)),
+        None => r,
+    };
     for (attempt, when) in [(None, T0 + Duration::minutes(1)), (Some(2), T0 + Duration::minutes(10))] {
         let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-f1", 1, true, None), T0));
+        let r = marked(r, 1, attempt, when);
         let d = at(&p, Some(&r), &bfail("cb-final", 1, false, attempt), when);
         assert_eq!(cause(&d), Some(Cause::FailStep), "{attempt:?}");
         let r = after(&d);
@@ -315,6 +324,7 @@ fn held_a_non_retryable_failure_during_a_branchs_backoff_ends_it() {
         assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1))).is_empty());
 
         let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-a1", 2, true, None), T0));
+        let r = marked(r, 2, attempt, when);
         let d = at(&p, Some(&r), &bfail("cb-afinal", 2, false, attempt), when);
         assert_eq!(cause(&d), Some(Cause::BranchDone), "{attempt:?}");
         let r = after(&d);

@@ -5,6 +5,7 @@
 use super::*;
 
 use super::retry::{at, failure, retried, waiting, with_attempt};
+use crate::domain::lifecycle::task_not_out;
 
 /// A domain event that fails step 0 (events name no attempt).
 fn event_failure(id: &str) -> Input {
@@ -46,47 +47,68 @@ fn fail_and_reopen(p: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> 
 /// Invariant 5 (never stuck). Tick at `due` publishes attempt 2 (CreateTask, then the engine
 /// submits AttemptOpened). The worker of attempt 2 answers a failure naming attempt 2 before the
 /// mark lands (the publish→mark window, or a crash after the publish that the next sweep
-/// repairs). It is ignored as `earlier_attempt`, though it is the running attempt's own: after
-/// the mark the record waits on an attempt that already failed, until the 2-day deadline, and
-/// attempt 3 never runs.
+/// repairs). Once it was ignored as `earlier_attempt`, though it is the running attempt's own:
+/// after the mark the record waited on an attempt that already failed, until the 2-day
+/// deadline, and attempt 3 never ran. Now the engine has its sender retry (`task_not_out`, a
+/// 503), and the retry after the mark fails the attempt.
 #[test]
 fn a_failure_of_the_published_attempt_before_its_mark_fails_it() {
     let p = retried();
     let r = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
     let due = r.next_attempt_at.unwrap();
     assert_eq!(create_tasks(&at(&p, Some(&r), &Input::Tick, due)), [2]);
-    // The published attempt 2 fails at once, before AttemptOpened{2} is applied.
-    let d = at(&p, Some(&r), &failure("cb-2", true, Some(2)), due + Duration::seconds(1));
-    let r_after = d.write.as_ref().map_or(r.clone(), |w| w.to.clone());
-    let mark = at(&p, Some(&r_after), &opened(1, 2), due + Duration::seconds(2));
-    let r_after = mark.write.as_ref().map_or(r_after, |w| w.to.clone());
-    // Every sweep until the deadline: nothing.
-    let later = at(&p, Some(&r_after), &Input::Tick, due + Duration::hours(1));
+    // The published attempt 2 fails at once, before AttemptOpened{2} is applied: held back.
+    let f2 = failure("cb-2", true, Some(2));
+    assert!(task_not_out(Some(&r), &f2), "the engine asks the sender to retry");
+    let r = after(&at(&p, Some(&r), &opened(1, 2), due + Duration::seconds(2)));
+    assert!(!task_not_out(Some(&r), &f2), "once marked, it is decided");
+    let d = at(&p, Some(&r), &f2, due + Duration::seconds(3));
+    let later = at(&p, Some(&after(&d)), &Input::Tick, due + Duration::hours(1));
     assert_eq!(
         (d.outcome, d.write.as_ref().map(|w| w.cause), create_tasks(&later)),
         (Outcome::Applied, Some(Cause::AttemptFailed), vec![3]),
-        "attempt 2's own failure was dropped; the record waits on a failed attempt: {r_after:?}"
+        "attempt 2's own failure was dropped; the record waits on a failed attempt"
     );
 }
 
 /// Invariant 6 (the same input is answered the same way). The same failure of attempt 2,
-/// delivered first in the publish→mark window and again (queue redelivery) after the mark, is
-/// answered `ignored` the first time and `applied` the second.
+/// delivered first in the publish→mark window and again (queue redelivery) after the mark, was
+/// answered `ignored` the first time and `applied` the second. Now the first gets no final
+/// answer (a 503: retry), and the second is applied.
 #[test]
 fn the_same_failure_twice_is_answered_the_same_way() {
     let p = retried();
     let r = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
-    let due = r.next_attempt_at.unwrap();
     let f2 = failure("cb-2", true, Some(2));
-    let first = at(&p, Some(&r), &f2, due + Duration::seconds(1));
+    assert!(task_not_out(Some(&r), &f2));
+    let due = r.next_attempt_at.unwrap();
     let r = after(&at(&p, Some(&r), &opened(1, 2), due + Duration::seconds(2)));
-    let second = at(&p, Some(&r), &f2, due + Duration::seconds(3));
-    assert!(
-        first.outcome == second.outcome || second.outcome == Outcome::Duplicate,
-        "first {:?}, then {:?}",
-        first.outcome,
-        second.outcome
+    let first = at(&p, Some(&r), &f2, due + Duration::seconds(3));
+    let again = at(&p, Some(&after(&first)), &f2, due + Duration::seconds(4));
+    assert_eq!((first.outcome, again.outcome), (Outcome::Applied, Outcome::Duplicate));
+}
+
+/// Whether the next attempt's task is out is judged by its mark, never by a clock: the sweeper
+/// publishes by its own clock, and a worker that answers within the skew between two functions'
+/// clocks was answered `ignored` (`out_of_order`) for good, and the step waited to its deadline
+/// (found by review). Before or after the due time, an answer naming the unmarked attempt is
+/// held for a retry; one naming a later attempt, or an earlier one, is decided at once.
+#[test]
+fn whether_an_attempts_task_is_out_is_judged_by_its_mark_not_by_the_clock() {
+    let p = retried();
+    let r = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
+    let due = r.next_attempt_at.unwrap();
+    let ok2 = with_attempt(
+        callback("cb-ok2", 0, StepOutcome::Succeeded, json!({"decision": "approve"})),
+        Some(2),
     );
+    assert!(task_not_out(Some(&r), &ok2), "an answer to attempt 2 before the sweeper's clock reached its due time");
+    assert!(!task_not_out(Some(&r), &failure("cb-3", true, Some(3))));
+    assert!(!task_not_out(Some(&r), &failure("cb-1b", true, Some(1))));
+    assert!(!task_not_out(Some(&r), &failure("cb-none", true, None)), "an answer naming no attempt");
+    let r = after(&at(&p, Some(&r), &opened(1, 2), due - Duration::seconds(1)));
+    let d = at(&p, Some(&r), &ok2, due - Duration::seconds(1));
+    assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::Complete), "the marked attempt's answer");
 }
 
 /// Invariant 5 (no attempt opens at or after the deadline). Attempt 1 fails 15 minutes before
