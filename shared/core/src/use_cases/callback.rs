@@ -843,6 +843,16 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
             failure_text_fits(name, v, max).map_err(|m| Answer::field("invalid_body", name, m))?;
         }
     }
+    if let Some(reserved) = error.as_deref().and_then(reserved_error) {
+        return Err(Answer::field(
+            "invalid_body",
+            "error",
+            format!(
+                "error names beginning with {reserved:?} are reserved ({}): name the failure in your own terms",
+                if reserved == "States." { "Step Functions' own errors" } else { "baton's own" }
+            ),
+        ));
+    }
     let key =
         CorrelationKey::parse(key_text).map_err(|e| Answer::field("invalid_body", "key", e.to_string()))?;
     let retryable = parse_retryable(map.remove("retryable"), &outcome)?;
@@ -879,6 +889,17 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
         ));
     }
     Ok(Callback { workflow, key, step, outcome, data, generation, attempt, compensation })
+}
+
+/// The reserved prefix `error` begins with, if any. Step Functions reserves `States.` for its
+/// own errors, and baton's Catches and triggers read `baton.` ones (a cancel is
+/// `baton.Cancelled`): a sender posing as either would end a run as a cancel or a timeout, or
+/// kill the execution with an error nothing catches (found by review). Matched without regard
+/// to case, as a reader of a log would take them.
+fn reserved_error(error: &str) -> Option<&'static str> {
+    ["States.", "baton."].into_iter().find(|prefix| {
+        error.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+    })
 }
 
 /// The `compensation` field: a boolean, false when absent. A compensation's acknowledgement
@@ -1061,6 +1082,27 @@ mod tests {
         assert_eq!(field_of(&body(&"\u{1F600}".repeat(129), "c")).0, "error");
         // And the limits themselves are accepted
         assert!(parse_body(body(&"E".repeat(256), &"c".repeat(32_768)).as_bytes()).is_ok());
+    }
+
+    /// A sender may not name its failure as Step Functions' own (`States.Timeout` killed the
+    /// execution with an error nothing catches) or as baton's (`baton.Cancelled` ended the run
+    /// as an operator's cancel): both refused at the edge, naming the field (found by review).
+    #[test]
+    fn a_failure_named_as_step_functions_or_baton_names_their_own_is_refused() {
+        let body = |error: &str| {
+            json!({"workflow": "w", "key": "k", "step": "s", "outcome": "failed", "error": error}).to_string()
+        };
+        for reserved in ["States.Timeout", "States.ALL", "states.taskfailed", "baton.Cancelled", "BATON.StepFailed"] {
+            let (field, message) = field_of(&body(reserved));
+            assert_eq!(field, "error", "{reserved}");
+            assert!(message.contains("reserved"), "{reserved}: {message}");
+        }
+        for fine in ["StatesTimeout", "Rejected", "batonCancelled", "MyStates.Timeout"] {
+            assert!(parse_body(body(fine).as_bytes()).is_ok(), "{fine}");
+        }
+        // With no error named, baton names the failure itself, as ever.
+        let unnamed = json!({"workflow": "w", "key": "k", "step": "s", "outcome": "failed"}).to_string();
+        assert!(parse_body(unnamed.as_bytes()).is_ok());
     }
 
     #[test]
