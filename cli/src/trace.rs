@@ -1113,6 +1113,7 @@ mod tests {
             receipts: vec![Receipt {
                 workflow: w.clone(),
                 key: k.clone(),
+                target: "review".into(),
                 id: EventId::parse("cb-1").unwrap(),
                 hash: "h".into(),
                 status: ReceiptStatus::Done,

@@ -205,6 +205,7 @@ fn receipt(id: &str, hash: &str) -> Receipt {
     Receipt {
         workflow: w,
         key: k,
+        target: "review".into(),
         id: EventId::parse(id).unwrap(),
         hash: hash.into(),
         status: ReceiptStatus::Pending,
@@ -240,6 +241,33 @@ async fn a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one(
         }
         Claim::Acquired => panic!("receipt vanished"),
     }
+}
+
+/// Receipts are kept per target (a step, or its compensation): one id sent for another step, or
+/// for the step's compensation, is another receipt, so a sender scoped to one step cannot hold
+/// another step's task ids and have its worker refused (found by review).
+async fn one_id_for_two_targets_is_two_receipts(store: Arc<dyn WorkflowStore>) {
+    let review = receipt("task-of-payment", "hash-a");
+    let payment =
+        Receipt { target: Receipt::target_of("payment", false), hash: "hash-b".into(), ..review.clone() };
+    let undo =
+        Receipt { target: Receipt::target_of("payment", true), hash: "hash-c".into(), ..review.clone() };
+    for r in [&review, &payment, &undo] {
+        assert_eq!(store.put_receipt(r).await.unwrap(), Claim::Acquired, "{}", r.target);
+    }
+    store.complete_receipt(&payment, json!({"status": "applied"})).await.unwrap();
+    let (w, k) = names("k-receipt");
+    let mut kept: Vec<(String, String)> =
+        store.trace(&w, &k).await.unwrap().receipts.into_iter().map(|r| (r.target, r.hash)).collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        [
+            ("payment".into(), "hash-b".into()),
+            ("payment/undo".into(), "hash-c".into()),
+            ("review".into(), "hash-a".into())
+        ]
+    );
 }
 
 async fn a_stale_pending_receipt_is_taken_over_by_one_attempt(store: Arc<dyn WorkflowStore>) {
@@ -798,6 +826,7 @@ contract!(
     a_compensation_task_is_claimed_apart_from_its_steps,
     a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one,
     a_repeat_is_counted_on_its_receipt_and_never_creates_one,
+    one_id_for_two_targets_is_two_receipts,
     a_stale_pending_receipt_is_taken_over_by_one_attempt,
     the_inbox_keeps_arrival_order_and_settles_once,
     an_event_and_a_callback_with_one_id_are_two_entries,

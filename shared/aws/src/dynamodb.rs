@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | record | `WF#<workflow>#<key>` | `RECORD` |
 //! | task | same | `TASK#<generation:010>#<step:05>`, `#undo` for a compensation, `#a<attempt:02>` from the second attempt |
-//! | receipt | same | `RECEIPT#<input id>` |
+//! | receipt | same | `RECEIPT#<step name, /undo for a compensation>#<input id>` |
 //! | inbox entry | same | `INBOX#<step name>#<input id>` (a callback's id marked with [`baton_core::ports::store::limits::CALLBACK_MARK`]; entries from before the inbox was kept by name: `INBOX#<step:05>#<input id>`) |
 //! | ledger entry | same | `LEDGER#<reason>#<input id>` |
 //! | task token (longer than [`TOKEN_INLINE_MAX`]) | same | `RECORD#T#<generation><step>#<ref>` (the numbers inverted, newest first) |
@@ -1115,9 +1115,10 @@ fn parse_task(item: &Item) -> Result<Task, StoreError> {
 }
 
 fn receipt_item(x: &Receipt) -> Item {
-    let mut item = base_item(&x.workflow, &x.key, &receipt_sk(&x.id));
+    let mut item = base_item(&x.workflow, &x.key, &receipt_sk(x));
     item.extend([
         ("input_id".into(), s(x.id.as_str())),
+        ("target".into(), s(&x.target)),
         ("hash".into(), s(&x.hash)),
         ("status".into(), json(&x.status)),
         ("created_at".into(), s(&ts(x.created_at))),
@@ -1145,6 +1146,7 @@ fn parse_receipt(item: &Item) -> Result<Receipt, StoreError> {
     Ok(Receipt {
         workflow,
         key,
+        target: r.s("target")?.to_owned(),
         id: r.id("input_id")?,
         hash: r.s("hash")?.to_owned(),
         status: r.json("status")?,
@@ -1408,7 +1410,7 @@ impl WorkflowStore for DynamoDbStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(&pk(&receipt.workflow, &receipt.key)))
-            .key("sk", s(&receipt_sk(&receipt.id)))
+            .key("sk", s(&receipt_sk(receipt)))
             // Rule: the first answer stands; completing twice keeps it.
             .condition_expression("#status = :pending")
             .update_expression("SET #status = :done, #answer = :answer")
@@ -1435,7 +1437,7 @@ impl WorkflowStore for DynamoDbStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(&pk(&stored.workflow, &stored.key)))
-            .key("sk", s(&receipt_sk(&stored.id)))
+            .key("sk", s(&receipt_sk(stored)))
             .condition_expression(format!("#status = :pending AND {held_as_read}"))
             .update_expression("SET #lease_by = :by, #lease_at = :at")
             .expression_attribute_names("#status", "status")
@@ -1453,7 +1455,7 @@ impl WorkflowStore for DynamoDbStore {
             Err(Some(old)) if !old.is_empty() => parse_receipt(&old).map(Claim::Exists),
             Err(_) => Err(StoreError::Corrupt {
                 pk: pk(&stored.workflow, &stored.key),
-                sk: receipt_sk(&stored.id),
+                sk: receipt_sk(stored),
                 problem: "the receipt to take over does not exist".into(),
             }),
         }
@@ -1465,7 +1467,7 @@ impl WorkflowStore for DynamoDbStore {
             .update_item()
             .table_name(&self.table)
             .key("pk", s(&pk(&receipt.workflow, &receipt.key)))
-            .key("sk", s(&receipt_sk(&receipt.id)))
+            .key("sk", s(&receipt_sk(receipt)))
             // Rule: only a receipt still there is counted; the update never creates a stray item.
             .condition_expression("attribute_exists(pk)")
             .update_expression("SET #repeats = if_not_exists(#repeats, :zero) + :one, #last = :at")

@@ -153,6 +153,7 @@ impl Callbacks {
         let receipt = Receipt {
             workflow: workflow.name.clone(),
             key: callback.key.clone(),
+            target: Receipt::target_of(&callback.step, callback.compensation),
             id,
             hash: payload_hash(body),
             status: ReceiptStatus::Pending,
@@ -510,11 +511,14 @@ impl Callbacks {
         // from the inbox since), and "buffered" is what it answered. If that attempt failed
         // before its handshake read, the input may sit beside its waiting step with nobody to
         // drain it: finish the handshake here.
-        if let Some(entry) = trace
-            .inbox
-            .iter()
-            .find(|e| &e.id == id && e.source() == Some(Source::Callback) && e.arrived_at >= since)
-        {
+        // The same id sent to another step is another callback (receipts are kept per target).
+        if let Some(entry) = trace.inbox.iter().find(|e| {
+            &e.id == id
+                && e.source() == Some(Source::Callback)
+                && e.arrived_at >= since
+                && (e.step_name.is_empty() || e.step_name == callback.step)
+                && !callback.compensation
+        }) {
             // Its step, by name, in the record's own config version.
             if matches!(
                 entry.status,
@@ -530,7 +534,11 @@ impl Callbacks {
             }
             return Ok(Some(Answer::new(StatusCode::ACCEPTED, body("buffered", None))));
         }
-        if let Some(entry) = trace.record.as_ref().and_then(|r| {
+        let elsewhere = match &trace.record {
+            Some(r) => self.applied_elsewhere(workflow, callback, r, id).await?,
+            None => false,
+        };
+        if let Some(entry) = trace.record.as_ref().filter(|_| !elsewhere).and_then(|r| {
             r.history.iter().rev().find(|a| a.cause_id.as_deref() == Some(id.as_str()) && a.at >= since)
         }) {
             return Ok(Some(Answer::new(StatusCode::OK, body("applied", Some(entry.to.to_string())))));
@@ -550,6 +558,40 @@ impl Callbacks {
             return Ok(Some(Answer::new(StatusCode::OK, b)));
         }
         Ok(None)
+    }
+
+    /// Whether the record shows `id` applied to another target than the callback's, and not to
+    /// its own: then a transition the id caused was another callback's (a sender scoped to
+    /// another step, reusing this step's predictable task id), not an earlier attempt of this
+    /// one. Inputs the record no longer remembers say nothing either way.
+    async fn applied_elsewhere(
+        &self,
+        workflow: &Workflow,
+        callback: &Callback,
+        r: &crate::domain::lifecycle::Record,
+        id: &EventId,
+    ) -> Result<bool, EngineError> {
+        let Some(pinned) =
+            self.engine.definition(workflow.name.as_str(), r.config_version.as_deref()).await?
+        else {
+            return Ok(false);
+        };
+        let step = pinned.step_index(&callback.step);
+        let acked = |s: Option<u32>| {
+            r.compensation
+                .iter()
+                .flat_map(|c| &c.undos)
+                .any(|u| Some(u.step) == s && u.acks.iter().any(|a| &a.id == id))
+        };
+        let applied = |s: Option<u32>| {
+            r.applied
+                .iter()
+                .any(|a| &a.id == id && a.source != Some(Source::Event) && (s.is_none() || a.step == s))
+        };
+        let here = if callback.compensation { acked(step) } else { applied(step) };
+        let anywhere =
+            applied(None) || r.compensation.iter().flat_map(|c| &c.undos).any(|u| acked(Some(u.step)));
+        Ok(anywhere && !here)
     }
 
     /// A `webhook-id` used before with another payload: 409, and the refused payload goes to
@@ -735,7 +777,12 @@ fn ceil_seconds(d: Duration) -> u32 {
 /// The input of a compensation's acknowledgement.
 /// The callback as its lifecycle input, its step by index in `workflow`'s version: a
 /// compensation's acknowledgement, or a step's input carrying `data`.
-fn callback_input(workflow: &Workflow, callback: &Callback, receipt: &Receipt, data: Map<String, Value>) -> Input {
+fn callback_input(
+    workflow: &Workflow,
+    callback: &Callback,
+    receipt: &Receipt,
+    data: Map<String, Value>,
+) -> Input {
     let step = workflow.step_index(&callback.step).unwrap_or(u32::MAX);
     let (id, hash, outcome) = (receipt.id.clone(), receipt.hash.clone(), callback.outcome.clone());
     let (generation, attempt) = (callback.generation, callback.attempt);
@@ -833,26 +880,7 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
     let outcome = text("outcome", true)?.unwrap_or_default();
     let error = text("error", false)?;
     let cause = text("cause", false)?;
-    // Step Functions refuses a longer `error` or `cause` on every attempt: accepted here, the
-    // step would be answered `applied` and then never fail (found by review).
-    let unchecked = crate::mutants::active(crate::mutants::Mutation::UncheckedFailureText);
-    for (name, value, max) in
-        [("error", &error, MAX_FAILURE_ERROR_CHARS), ("cause", &cause, MAX_FAILURE_CAUSE_CHARS)]
-    {
-        if let Some(v) = value.as_ref().filter(|_| !unchecked) {
-            failure_text_fits(name, v, max).map_err(|m| Answer::field("invalid_body", name, m))?;
-        }
-    }
-    if let Some(reserved) = error.as_deref().and_then(reserved_error) {
-        return Err(Answer::field(
-            "invalid_body",
-            "error",
-            format!(
-                "error names beginning with {reserved:?} are reserved ({}): name the failure in your own terms",
-                if reserved == "States." { "Step Functions' own errors" } else { "baton's own" }
-            ),
-        ));
-    }
+    failure_text(error.as_deref(), cause.as_deref())?;
     let key =
         CorrelationKey::parse(key_text).map_err(|e| Answer::field("invalid_body", "key", e.to_string()))?;
     let retryable = parse_retryable(map.remove("retryable"), &outcome)?;
@@ -891,15 +919,41 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
     Ok(Callback { workflow, key, step, outcome, data, generation, attempt, compensation })
 }
 
+/// The checks on a failure's `error` and `cause`. Step Functions refuses a longer `error` or
+/// `cause` on every attempt: accepted here, the step would be answered `applied` and then never
+/// fail (found by review). And a sender may not name its failure as Step Functions' or baton's
+/// own ([`reserved_error`]).
+fn failure_text(error: Option<&str>, cause: Option<&str>) -> Result<(), Answer> {
+    let unchecked = crate::mutants::active(crate::mutants::Mutation::UncheckedFailureText);
+    for (name, value, max) in
+        [("error", error, MAX_FAILURE_ERROR_CHARS), ("cause", cause, MAX_FAILURE_CAUSE_CHARS)]
+    {
+        if let Some(v) = value.filter(|_| !unchecked) {
+            failure_text_fits(name, v, max).map_err(|m| Answer::field("invalid_body", name, m))?;
+        }
+    }
+    if let Some(reserved) = error.and_then(reserved_error) {
+        return Err(Answer::field(
+            "invalid_body",
+            "error",
+            format!(
+                "error names beginning with {reserved:?} are reserved ({}): name the failure in your own terms",
+                if reserved == "States." { "Step Functions' own errors" } else { "baton's own" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The reserved prefix `error` begins with, if any. Step Functions reserves `States.` for its
 /// own errors, and baton's Catches and triggers read `baton.` ones (a cancel is
 /// `baton.Cancelled`): a sender posing as either would end a run as a cancel or a timeout, or
 /// kill the execution with an error nothing catches (found by review). Matched without regard
 /// to case, as a reader of a log would take them.
 fn reserved_error(error: &str) -> Option<&'static str> {
-    ["States.", "baton."].into_iter().find(|prefix| {
-        error.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix))
-    })
+    ["States.", "baton."]
+        .into_iter()
+        .find(|prefix| error.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix)))
 }
 
 /// The `compensation` field: a boolean, false when absent. A compensation's acknowledgement
@@ -1092,7 +1146,9 @@ mod tests {
         let body = |error: &str| {
             json!({"workflow": "w", "key": "k", "step": "s", "outcome": "failed", "error": error}).to_string()
         };
-        for reserved in ["States.Timeout", "States.ALL", "states.taskfailed", "baton.Cancelled", "BATON.StepFailed"] {
+        for reserved in
+            ["States.Timeout", "States.ALL", "states.taskfailed", "baton.Cancelled", "BATON.StepFailed"]
+        {
             let (field, message) = field_of(&body(reserved));
             assert_eq!(field, "error", "{reserved}");
             assert!(message.contains("reserved"), "{reserved}: {message}");

@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::{InboxEntry, StoreError};
-use crate::domain::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
+use crate::domain::ids::{CorrelationKey, TaskToken, WorkflowName};
 use crate::domain::lifecycle::{IgnoreReason, Record, Resume};
 
 /// DynamoDB's limit on one item (400 KB), every kind of item.
@@ -30,6 +30,13 @@ const _: () = assert!(MAX_SORT_KEY_BYTES < MAX_ITEM_BYTES);
 // The longest sort key an input id goes into is `INBOX#<step>#<mark><id>` (the ledger's reasons
 // are shorter than a step name's 40 characters): any id the API accepts must fit it, or its put
 // is refused every time (found by review).
+const _: () = assert!(
+    "RECEIPT#".len()
+        + crate::domain::ids::StepName::MAX_BYTES
+        + "/undo#".len()
+        + crate::domain::ids::EventId::MAX_BYTES
+        <= MAX_SORT_KEY_BYTES
+);
 const _: () = assert!(
     "INBOX#".len()
         + crate::domain::ids::StepName::MAX_BYTES
@@ -105,8 +112,9 @@ pub fn task_sk(generation: u32, step: u32, attempt: u32, kind: super::TaskKind) 
     }
 }
 
-pub fn receipt_sk(id: &EventId) -> String {
-    format!("RECEIPT#{id}")
+/// A receipt's sort key: by its target (a step name, `/undo` for a compensation), then the id.
+pub fn receipt_sk(receipt: &super::Receipt) -> String {
+    format!("RECEIPT#{}#{}", receipt.target, receipt.id)
 }
 
 /// An inbox entry's sort key: by step name. Entries buffered before the inbox was kept by name

@@ -333,10 +333,10 @@ impl WorkflowStore for MemoryStore {
     }
 
     async fn put_receipt(&self, receipt: &Receipt) -> Result<Claim<Receipt>, StoreError> {
-        let sk = limits::receipt_sk(&receipt.id);
+        let sk = limits::receipt_sk(receipt);
         fits("PutItem", (&receipt.workflow, &receipt.key), &sk, || (self.sizes.receipt)(receipt))?;
         let mut inner = self.lock();
-        let k = (rk(&receipt.workflow, &receipt.key), receipt.id.to_string());
+        let k = (rk(&receipt.workflow, &receipt.key), limits::receipt_sk(receipt));
         if let Some(existing) = inner.receipts.get(&k) {
             return Ok(Claim::Exists(existing.clone()));
         }
@@ -345,10 +345,10 @@ impl WorkflowStore for MemoryStore {
     }
 
     async fn complete_receipt(&self, receipt: &Receipt, answer: Value) -> Result<(), StoreError> {
-        let sk = limits::receipt_sk(&receipt.id);
+        let sk = limits::receipt_sk(receipt);
         fits("UpdateItem", (&receipt.workflow, &receipt.key), &sk, || 0)?;
         let mut inner = self.lock();
-        let k = (rk(&receipt.workflow, &receipt.key), receipt.id.to_string());
+        let k = (rk(&receipt.workflow, &receipt.key), limits::receipt_sk(receipt));
         if let Some(r) = inner.receipts.get_mut(&k)
             && r.status == ReceiptStatus::Pending
         {
@@ -361,9 +361,9 @@ impl WorkflowStore for MemoryStore {
     }
 
     async fn take_over_receipt(&self, stored: &Receipt, hold: &Hold) -> Result<Claim<Receipt>, StoreError> {
-        fits("UpdateItem", (&stored.workflow, &stored.key), &limits::receipt_sk(&stored.id), || 0)?;
+        fits("UpdateItem", (&stored.workflow, &stored.key), &limits::receipt_sk(stored), || 0)?;
         let mut inner = self.lock();
-        let k = (rk(&stored.workflow, &stored.key), stored.id.to_string());
+        let k = (rk(&stored.workflow, &stored.key), limits::receipt_sk(stored));
         match inner.receipts.get_mut(&k) {
             Some(r) if r.status == ReceiptStatus::Pending && r.lease == stored.lease => {
                 r.lease = Some(hold.clone());
@@ -379,9 +379,9 @@ impl WorkflowStore for MemoryStore {
     }
 
     async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError> {
-        fits("UpdateItem", (&receipt.workflow, &receipt.key), &limits::receipt_sk(&receipt.id), || 0)?;
+        fits("UpdateItem", (&receipt.workflow, &receipt.key), &limits::receipt_sk(receipt), || 0)?;
         let mut inner = self.lock();
-        let k = (rk(&receipt.workflow, &receipt.key), receipt.id.to_string());
+        let k = (rk(&receipt.workflow, &receipt.key), limits::receipt_sk(receipt));
         if let Some(r) = inner.receipts.get_mut(&k) {
             r.repeats += 1;
             r.last_repeat_at = Some(at);

@@ -179,6 +179,11 @@ pub enum ReceiptStatus {
 pub struct Receipt {
     pub workflow: WorkflowName,
     pub key: CorrelationKey,
+    /// What the callback answers within the record: its step's name, with `/undo` for a
+    /// compensation's acknowledgement ([`Receipt::target_of`]). Receipts are kept per target, so
+    /// a sender scoped to one step cannot take another step's task ids (which are predictable)
+    /// and have that step's worker refused `idempotency_key_reused` (found by review).
+    pub target: String,
     pub id: EventId,
     /// Hash of the input's payload: the same id with another hash is a reused key.
     pub hash: String,
@@ -203,6 +208,11 @@ pub struct Receipt {
 }
 
 impl Receipt {
+    /// The target of a callback for `step` (its name), or of its compensation's acknowledgement.
+    pub fn target_of(step: &str, compensation: bool) -> String {
+        if compensation { format!("{step}/undo") } else { step.to_owned() }
+    }
+
     /// Since when its current attempt has held it.
     pub fn held_since(&self) -> OffsetDateTime {
         self.lease.as_ref().map_or(self.created_at, |l| l.at)

@@ -98,11 +98,12 @@ fn whether_an_attempts_task_is_out_is_judged_by_its_mark_not_by_the_clock() {
     let p = retried();
     let r = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
     let due = r.next_attempt_at.unwrap();
-    let ok2 = with_attempt(
-        callback("cb-ok2", 0, StepOutcome::Succeeded, json!({"decision": "approve"})),
-        Some(2),
+    let ok2 =
+        with_attempt(callback("cb-ok2", 0, StepOutcome::Succeeded, json!({"decision": "approve"})), Some(2));
+    assert!(
+        task_not_out(Some(&r), &ok2),
+        "an answer to attempt 2 before the sweeper's clock reached its due time"
     );
-    assert!(task_not_out(Some(&r), &ok2), "an answer to attempt 2 before the sweeper's clock reached its due time");
     assert!(!task_not_out(Some(&r), &failure("cb-3", true, Some(3))));
     assert!(!task_not_out(Some(&r), &failure("cb-1b", true, Some(1))));
     assert!(!task_not_out(Some(&r), &failure("cb-none", true, None)), "an answer naming no attempt");
