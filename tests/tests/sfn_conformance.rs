@@ -687,3 +687,40 @@ async fn an_optional_branch_that_times_out_reports_itself_and_the_group_goes_on(
     );
     Ok(())
 }
+
+/// A report whose send fails (SQS down for a moment) is retried by the state machine's own
+/// `Retry`, and the report goes out: without it, the execution failed with nothing sent, and
+/// its record waited for a report that never came (found by review). Emulator only for now: the
+/// fault is the emulator's, on the SQS call Step Functions makes.
+#[tokio::test]
+async fn a_report_whose_send_fails_is_retried_until_it_goes_out() -> Result<()> {
+    let config = Config::parse(CONFIG)?;
+    let side = Side::emulator(&config).await?;
+    let key = unique_name("k");
+    let mut seen = vec![side.start("conform", &key, 1, input("conform", &key, 1)).await?];
+    let (line, token) = side.next_report(&config).await?;
+    seen.push(line);
+    let rule = Emulator::from_env()
+        .inject(json!({"operation": "AmazonSQS.SendMessage", "match": [key, "finished"], "times": 2,
+            "when": "before", "status": 500, "code": "InternalError"}))
+        .await;
+    seen.push(result(
+        "fail",
+        side.orch().send_task_failure(&token.context("a token")?, "Rejected", "no").await,
+    ));
+    seen.push(side.next_report(&config).await?.0);
+    seen.push(side.status("conform", &key, 1).await?);
+    assert_eq!(Emulator::from_env().fault_hits(rule).await, 2, "the report's first two sends failed");
+    let seen: Vec<String> = seen.into_iter().map(|l| l.replace(&key, "K")).collect();
+    assert_eq!(
+        seen,
+        [
+            "start ok",
+            "report conform/K g1 step_ready 0",
+            "fail ok",
+            "report conform/K g1 failed Rejected",
+            "status FAILED"
+        ]
+    );
+    Ok(())
+}

@@ -16,6 +16,12 @@
 //! attempt, a transition and a new token each time. A parallel branch's retry is the same: its
 //! attempts run inside its own token wait.
 //!
+//! Every plain report to the progress queue (the final ones, an optional branch's, the end of a
+//! compensation chain) carries a `Retry` on every error, about 17 minutes long: a report lost
+//! would end the execution with nothing sent. A token wait carries none: re-entered, it would
+//! park on a new token, and a send that failed only in its answer would leave baton resuming the
+//! old one; its Catch reports the send's failure instead.
+//!
 //! The progress queue URL is a `DefinitionSubstitutions` placeholder, `${ProgressQueueUrl}`,
 //! filled in by SAM at deploy and by `baton local` on the emulator.
 //!
@@ -370,12 +376,23 @@ fn branch_report(workflow: &Workflow, i: u32, step: &Step, error: Option<&str>) 
             }
         },
         "ResultPath": null,
+        "Retry": report_retry(),
         "End": true,
     });
     if let Some(error) = error {
         state["Parameters"]["MessageBody"]["error.$"] = json!(error);
     }
     state
+}
+
+/// How a report to the progress queue is retried when the send fails: every error, for about
+/// 17 minutes (1 s doubling, 10 times). A report lost ends the execution with nothing sent, and
+/// the record would wait for it (found by review); sent twice, the second copy is a duplicate
+/// baton recognises. Token waits are not retried so: a retry re-enters the state with a new
+/// token, and a send that failed only in its answer would park the step on a token baton never
+/// heard of; their Catch reports the failure instead.
+fn report_retry() -> Value {
+    json!([{ "ErrorEquals": ["States.ALL"], "IntervalSeconds": 1, "BackoffRate": 2.0, "MaxAttempts": 10 }])
 }
 
 /// A `finished` report to the progress queue, then `next` (or the end).
@@ -395,6 +412,7 @@ fn report(workflow: &Workflow, fields: Value, next: Option<&str>) -> Value {
         "Resource": "arn:aws:states:::sqs:sendMessage",
         "Parameters": { "QueueUrl": PROGRESS_QUEUE_PLACEHOLDER, "MessageBody": body },
         "ResultPath": null,
+        "Retry": report_retry(),
     });
     match next {
         Some(next) => state["Next"] = json!(next),
@@ -561,6 +579,40 @@ workflows:
         compensate: { task: { title: "Refund {key}", queue: q }, timeout: 3d }
       - { name: shipping, timeout: 1h }
 "#;
+
+    /// Every state, with those of Parallel branches, by name.
+    fn all_states(def: &Value) -> Vec<(String, Value)> {
+        let mut all = Vec::new();
+        for (name, state) in def["States"].as_object().into_iter().flatten() {
+            all.push((name.clone(), state.clone()));
+            for branch in state["Branches"].as_array().into_iter().flatten() {
+                all.extend(all_states(branch));
+            }
+        }
+        all
+    }
+
+    /// Every report (the final ones, an optional branch's, the compensation chain's end) is
+    /// retried on any error, so a moment of SQS trouble never ends an execution with nothing
+    /// sent; no token wait is retried, so none re-enters with a token baton never heard of.
+    #[test]
+    fn every_report_is_retried_and_no_token_wait_is() {
+        let config = Config::parse(SAGA).unwrap();
+        let states = all_states(&definition(&config.workflows[0]));
+        let reports: Vec<&(String, Value)> =
+            states.iter().filter(|(_, s)| s["Resource"] == "arn:aws:states:::sqs:sendMessage").collect();
+        assert!(reports.len() >= 6, "{} reports", reports.len());
+        for (name, state) in reports {
+            assert_eq!(state["Retry"][0]["ErrorEquals"], json!(["States.ALL"]), "{name}");
+            assert!(state["Retry"][0]["MaxAttempts"].as_u64() >= Some(5), "{name}");
+        }
+        for (name, state) in states
+            .iter()
+            .filter(|(_, s)| s["Resource"].as_str().is_some_and(|r| r.ends_with(".waitForTaskToken")))
+        {
+            assert!(state.get("Retry").is_none(), "{name} would re-enter with a new token");
+        }
+    }
 
     /// The states a path from `start` enters, following `Next` (a Parallel state counted with the
     /// states of its branches, each branch taken to its end).
