@@ -268,6 +268,7 @@ mod tests {
             branches: Vec::new(),
             missed: Vec::new(),
             confirmed: Vec::new(),
+            succeeded: Vec::new(),
             attempts: Vec::new(),
             next_attempt_at: None,
             compensation: None,

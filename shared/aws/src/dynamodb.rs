@@ -892,6 +892,9 @@ fn record_item(r: &Record, layout: Layout) -> Item {
     if !r.missed.is_empty() {
         item.insert("missed".into(), json(&r.missed));
     }
+    if !r.succeeded.is_empty() {
+        item.insert("succeeded".into(), json(&r.succeeded));
+    }
     if !r.confirmed.is_empty() {
         item.insert("confirmed".into(), json(&r.confirmed));
     }
@@ -954,6 +957,7 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
         branches: r.opt_s("branches")?.map(|_| r.json("branches")).transpose()?.unwrap_or_default(),
         missed: r.opt_s("missed")?.map(|_| r.json("missed")).transpose()?.unwrap_or_default(),
         confirmed: r.opt_s("confirmed")?.map(|_| r.json("confirmed")).transpose()?.unwrap_or_default(),
+        succeeded: r.opt_s("succeeded")?.map(|_| r.json("succeeded")).transpose()?.unwrap_or_default(),
         attempts: r.opt_s("attempts")?.map(|_| r.json("attempts")).transpose()?.unwrap_or_default(),
         next_attempt_at: r.opt_time("next_attempt_at")?,
         compensation: r.opt_s("compensation")?.map(|_| r.json("compensation")).transpose()?,

@@ -75,6 +75,10 @@ pub enum Mutation {
     /// clock and the sweeper's is ignored for good. Only a world with a clock per function
     /// shows it.
     PublishedByTheClock,
+    /// A parallel branch whose success baton applied, but which Step Functions timed out before
+    /// the resume arrived, is left out of the compensation plan (`not_completed`), though its
+    /// sender did the work.
+    RacedSuccessForgotten,
 }
 
 impl Mutation {

@@ -641,6 +641,11 @@ pub struct Record {
     /// (each optional branch reports how it ended, on its way out of the group). The execution's
     /// success is decided once every optional branch is here or in [`Record::missed`].
     pub confirmed: Vec<u32>,
+    /// The parallel branches of this generation whose success baton applied (their senders were
+    /// told `applied`), whatever Step Functions made of the resume: a success that raced its
+    /// branch's deadline still did its work, and compensation undoes it (found by review: it was
+    /// planned `not_completed`).
+    pub succeeded: Vec<u32>,
     /// The failed attempts of the step the record is at, oldest first (empty: its first attempt
     /// runs). The attempt running is the next one.
     pub attempts: Vec<FailedAttempt>,
@@ -1429,6 +1434,7 @@ fn on_start(
             branches: Vec::new(),
             missed: Vec::new(),
             confirmed: Vec::new(),
+            succeeded: Vec::new(),
             attempts: Vec::new(),
             next_attempt_at: None,
             compensation: None,
@@ -1470,6 +1476,7 @@ fn on_start(
         branches: Vec::new(),
         missed: Vec::new(),
         confirmed: Vec::new(),
+        succeeded: Vec::new(),
         attempts: Vec::new(),
         next_attempt_at: None,
         compensation: None,

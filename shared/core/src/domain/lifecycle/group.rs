@@ -223,6 +223,9 @@ fn merge(
         Resume::Failure { .. } => BranchOutcome::Failed,
         Resume::Success { .. } => BranchOutcome::Succeeded,
     };
+    if ended == BranchOutcome::Succeeded && !to.succeeded.contains(&step) {
+        to.succeeded.push(step);
+    }
     let resume = resume_effect(&token, &owed);
     to.branches[i].owed = Some(owed);
     let cause = settle(plan, &mut to, step, ended);

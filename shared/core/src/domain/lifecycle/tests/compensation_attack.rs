@@ -1310,3 +1310,30 @@ fn held_the_walks_catch_every_planted_compensation_bug() {
         eprintln!("{m:?}: {caught:?}");
     }
 }
+
+/// An optional branch's success that raced its deadline: baton applied it (its worker was told
+/// `applied`, so its side effect happened) and owed the resume, but Step Functions timed the
+/// branch out first, and its own report says so: the branch is missed. When the run fails
+/// later, its compensation still runs: it did its work (found by review: the plan called it
+/// `not_completed`).
+#[test]
+fn an_optional_branchs_applied_success_that_raced_its_deadline_is_compensated() {
+    let p = grouped();
+    let r = fraud_done(&p);
+    let r = ready(&p, &r, 2, "t2");
+    let r = after(&run(
+        &p,
+        Some(&r),
+        &callback("cb-addr", 2, StepOutcome::Succeeded, json!({"address_ok": true})),
+    ));
+    let timed_out = Input::BranchEnded { generation: 1, step: 2, error: Some(TIMEOUT_ERROR_NAME.into()) };
+    let r = after(&run(&p, Some(&r), &timed_out));
+    assert_eq!(r.missed, [2], "the branch is missed: Step Functions timed it out");
+    let r = ready(&p, &r, 3, "t3");
+    let failed = StepOutcome::Failed { error: "Declined".into(), cause: "no".into(), retryable: false };
+    let r = after(&run(&p, Some(&r), &callback("cb-pay", 3, failed, json!({}))));
+    let r = after(&run(&p, Some(&r), &undo_ready(2, "Declined")));
+    assert_eq!(r.state, State::Compensating);
+    assert_eq!(undo_of(&r, 2).skip, None, "the applied success is left undone: {:?}", undo_of(&r, 2));
+    assert_eq!(undo_of(&r, 1).skip, None);
+}
