@@ -889,14 +889,10 @@ fn record_item(r: &Record, layout: Layout) -> Item {
     if !r.branches.is_empty() {
         item.insert("branches".into(), json(&r.branches));
     }
-    if !r.missed.is_empty() {
-        item.insert("missed".into(), json(&r.missed));
-    }
-    if !r.succeeded.is_empty() {
-        item.insert("succeeded".into(), json(&r.succeeded));
-    }
-    if !r.confirmed.is_empty() {
-        item.insert("confirmed".into(), json(&r.confirmed));
+    for (name, steps) in [("missed", &r.missed), ("succeeded", &r.succeeded), ("confirmed", &r.confirmed)] {
+        if !steps.is_empty() {
+            item.insert(name.into(), json(steps));
+        }
     }
     // A compensation's plan and how each compensation stands, tokens included.
     if let Some(compensation) = &r.compensation {
@@ -1803,6 +1799,118 @@ mod tests {
         (largest, record)
     }
 
+    /// Fills every part of `record` the JSON attributes hold: a group's branches (each with
+    /// inputs, an owed resume, failed attempts), the step's failed attempts, a compensation with
+    /// its waits, and the branch lists; text from `pick`.
+    fn with_branches_attempts_and_compensation(
+        record: &mut Record,
+        pick: &dyn Fn(usize) -> String,
+        values: &[Value],
+    ) {
+        use baton_core::domain::lifecycle::{
+            Branch, BranchOutcome, Compensation, FailedAttempt, Source, Trigger, Undo, UndoOutcome,
+        };
+        let at = record.created_at;
+        let attempt = |i: usize| FailedAttempt {
+            attempt: i as u32 + 1,
+            error: pick(i),
+            cause: pick(i + 1).repeat(20),
+            input: EventId::parse(format!("a{}", i)).unwrap(),
+            source: Source::Callback,
+            at,
+        };
+        record.attempts = (0..4).map(attempt).collect();
+        record.branches = (0..5)
+            .map(|i| Branch {
+                step: i,
+                token: Some(TaskToken::parse(format!("tok{i}{}", "x".repeat(200))).unwrap()),
+                deadline: Some(at),
+                inputs: values.iter().enumerate().map(|(j, v)| (pick(i as usize + j), v.clone())).collect(),
+                outcome: Some(BranchOutcome::Failed),
+                owed: Some(Resume::Failure { error: pick(i as usize), cause: pick(i as usize + 1) }),
+                unconfirmed: true,
+                attempts: (0..3).map(attempt).collect(),
+                next_attempt_at: Some(at),
+            })
+            .collect();
+        record.missed = vec![1, 2];
+        record.confirmed = vec![3];
+        record.succeeded = vec![4, 5];
+        let undo = |i: u32| Undo {
+            step: i,
+            skip: None,
+            token: Some(TaskToken::parse(format!("u{i}{}", "y".repeat(300))).unwrap()),
+            deadline: Some(at),
+            attempts: (0..2).map(attempt).collect(),
+            next_attempt_at: Some(at),
+            outcome: Some(UndoOutcome::Failed),
+            owed: Some(Resume::Success { output: Value::Array(values.to_vec()) }),
+            acks: record.applied.clone(),
+        };
+        record.compensation = Some(Compensation {
+            trigger: Trigger::Failed { error: pick(0), cause: pick(1) },
+            began_at: at,
+            at: Some(2),
+            undos: (0..3).map(undo).collect(),
+        });
+    }
+
+    /// The widest group a config may declare (`Group::MAX_BRANCHES`), each branch on a
+    /// 2,048-character token, every attempt of every branch failed with the longest texts Step
+    /// Functions takes (in four-byte characters) under 768-byte input ids, and the group's inputs
+    /// at their cap, held twice: the engine's write still fits DynamoDB's item (found by review:
+    /// such a record reached 467 KB, refused on every write).
+    #[test]
+    fn the_widest_retried_group_with_the_longest_failures_is_written_within_the_item_limit() {
+        use baton_core::domain::lifecycle::{Branch, FailedAttempt, MAX_STEP_INPUT_BYTES, Source};
+        let mut record = largest_record(1).1;
+        let at = record.created_at;
+        let branches = baton_core::domain::config::Group::MAX_BRANCHES;
+        let share = MAX_STEP_INPUT_BYTES / branches - 64;
+        let long_id = |i: usize, a: usize| {
+            EventId::parse(format!("{i:03}-{a:02}-{}", "\u{1F600}".repeat(188))).unwrap()
+        };
+        record.branches = (0..branches)
+            .map(|i| {
+                let inputs: serde_json::Map<String, Value> =
+                    [("blob".to_owned(), Value::String("i".repeat(share)))].into_iter().collect();
+                Branch {
+                    step: i as u32,
+                    token: Some(TaskToken::parse("T".repeat(TaskToken::MAX_LEN)).unwrap()),
+                    deadline: Some(at),
+                    owed: Some(Resume::Success { output: Value::Object(inputs.clone()) }),
+                    inputs,
+                    outcome: None,
+                    unconfirmed: false,
+                    attempts: (0..10)
+                        .map(|a| FailedAttempt {
+                            attempt: a as u32 + 1,
+                            error: "\u{1F600}".repeat(128),
+                            cause: "\u{1F600}".repeat(512),
+                            input: long_id(i, a),
+                            source: Source::Callback,
+                            at,
+                        })
+                        .collect(),
+                    next_attempt_at: Some(at),
+                }
+            })
+            .collect();
+        assert!(record_size(&record, ItemFormat::Objects) > MAX_ITEM_BYTES, "the case is over the limit");
+        baton_core::use_cases::engine::fit_item_limit(&mut record, ITEM_SIZES);
+        for format in [ItemFormat::Compact, ItemFormat::Objects] {
+            let size = record_size(&record, format);
+            assert!(size <= MAX_ITEM_BYTES, "{format:?}: {size} bytes");
+        }
+        // Every attempt is still there, with who failed it.
+        assert!(
+            record
+                .branches
+                .iter()
+                .all(|b| b.attempts.len() == 10 && b.attempts.iter().all(|a| !a.input.as_str().is_empty()))
+        );
+    }
+
     proptest::proptest! {
         #[test]
         fn the_bound_a_write_checks_first_is_never_below_the_size(
@@ -1829,6 +1937,7 @@ mod tests {
             }
             let values: Vec<Value> = numbers.iter().map(|n| serde_json::json!(n)).chain(strings.iter().map(|s| serde_json::json!({ s: [s, null, true] }))).collect();
             record.inputs = values.iter().enumerate().map(|(i, v)| (pick(i), v.clone())).collect();
+            with_branches_attempts_and_compensation(&mut record, &pick, &values);
             record.owed = Some(Resume::Success { output: Value::Array(values) });
             for format in [ItemFormat::Compact, ItemFormat::Objects] {
                 proptest::prop_assert!(record_size_bound(&record) >= record_size(&record, format));

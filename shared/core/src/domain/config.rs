@@ -76,6 +76,13 @@ pub struct Group {
 }
 
 impl Group {
+    /// The most branches a group may have. Each open branch keeps its task token (up to 2,048
+    /// characters), its failed attempts and its share of the inputs in the record's one DynamoDB
+    /// item (400 KB): at 20, the largest tokens, every attempt failed and the group's inputs
+    /// (128 KiB, held twice while resumes are owed) still fit once the engine has cut the
+    /// attempts' texts (`fit_item_limit`).
+    pub const MAX_BRANCHES: usize = 20;
+
     pub fn contains(&self, step: u32) -> bool {
         (self.first..=self.last).contains(&step)
     }
@@ -660,6 +667,17 @@ impl Validator {
         })?;
         if list.len() < 2 {
             self.err(&bp, format!("a parallel group needs at least two branches, found {}", list.len()));
+        }
+        if list.len() > Group::MAX_BRANCHES {
+            self.err(
+                &bp,
+                format!(
+                    "a parallel group has at most {} branches, found {}: every branch's token and inputs \
+                     live in the record's one DynamoDB item",
+                    Group::MAX_BRANCHES,
+                    list.len()
+                ),
+            );
         }
         let mut branches = Vec::new();
         for (i, b) in list.iter().enumerate() {
@@ -1294,6 +1312,22 @@ workflows:
             errors(&yaml(3)),
             [
                 "workflows.wf.steps[0].retry.backoff: the longest wait between attempts (480s), plus up to 120s for the sweep that opens the next attempt, must be shorter than the heartbeat (600s): Step Functions hears no heartbeat while baton waits"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_group_wider_than_the_record_can_hold_is_refused() {
+        let branches: String = (0..=Group::MAX_BRANCHES)
+            .map(|i| format!("            - {{ name: b{i}, timeout: 1h }}\n"))
+            .collect();
+        let yaml = format!(
+            "workflows:\n  wf:\n    start: {{ when: {{ type: [\"a\"] }}, key: /subject }}\n    steps:\n      - parallel:\n          name: g\n          branches:\n{branches}"
+        );
+        assert_eq!(
+            errors(&yaml),
+            [
+                "workflows.wf.steps[0].parallel.branches: a parallel group has at most 20 branches, found 21: every branch's token and inputs live in the record's one DynamoDB item"
             ]
         );
     }

@@ -32,7 +32,7 @@ use crate::domain::asl::ExecutionInput;
 use crate::domain::config::{Config, Workflow};
 use crate::domain::error::Classified;
 use crate::domain::error::error_chain;
-use crate::domain::ids::{CorrelationKey, WorkflowName};
+use crate::domain::ids::{CorrelationKey, EventId, WorkflowName};
 use crate::domain::lifecycle::{
     self, Decision, Effect, IgnoreReason, Input, MAX_STEP_INPUT_BYTES, Outcome, Record, State,
 };
@@ -1116,7 +1116,12 @@ enum Landed {
 /// step inputs are capped on their own (`inputs_too_large`), and the oldest audit entries give
 /// way when long ids fill the rest (found by review: 200 transitions with 1 KB ids, then a large
 /// input, made a record no write could store, so its step could never advance).
-fn fit_item_limit(record: &mut Record, sizes: ItemSizes) {
+///
+/// What the audit trail cannot make room for, the failed attempts' texts do: a wide retried
+/// group whose branches failed many times with long error texts decided a 467 KB record, which
+/// DynamoDB refused on every write (found by review). Their causes are cut, then their errors,
+/// until it fits; the attempts themselves (who failed them, when) stay.
+pub fn fit_item_limit(record: &mut Record, sizes: ItemSizes) {
     if (sizes.record_bound)(record) <= MAX_ITEM_BYTES {
         return;
     }
@@ -1124,6 +1129,28 @@ fn fit_item_limit(record: &mut Record, sizes: ItemSizes) {
         let drop = (record.history.len() / 4).max(1);
         record.history.drain(..drop);
     }
+    for (cause, error, id) in [(128, 256, usize::MAX), (16, 64, usize::MAX), (0, 16, 32)] {
+        if (sizes.record)(record) <= MAX_ITEM_BYTES {
+            return;
+        }
+        for attempt in failed_attempts_mut(record) {
+            attempt.cause = attempt.cause.chars().take(cause).collect();
+            attempt.error = attempt.error.chars().take(error).collect();
+            if attempt.input.as_str().chars().count() > id
+                && let Ok(short) = EventId::parse(attempt.input.as_str().chars().take(id).collect::<String>())
+            {
+                attempt.input = short;
+            }
+        }
+    }
+}
+
+/// Every failed attempt a record keeps: the step's, its group's branches', its compensations'.
+fn failed_attempts_mut(record: &mut Record) -> impl Iterator<Item = &mut lifecycle::FailedAttempt> {
+    let branches = record.branches.iter_mut().flat_map(|b| b.attempts.iter_mut());
+    let undos =
+        record.compensation.iter_mut().flat_map(|c| c.undos.iter_mut()).flat_map(|u| u.attempts.iter_mut());
+    record.attempts.iter_mut().chain(branches).chain(undos)
 }
 
 /// A stable id for an input, for logs and ledger entries. Inputs from outside have their own id;
