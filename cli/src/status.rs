@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use baton_aws::dynamodb::DynamoDbStore;
 use baton_core::domain::lifecycle::{Kind, Record};
-use baton_core::ports::store::{COUNT_UP_TO, Count, WorkflowStore};
+use baton_core::ports::store::{COUNT_UP_TO, Count, DueList, WorkflowStore};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
@@ -78,7 +78,7 @@ pub async fn read(
         .await
         .with_context(|| format!("cannot count the records in the table {table}"))?;
     let overdue = store
-        .due(Kind::Waiting, now, OVERDUE_LIMIT)
+        .due(DueList { kind: Kind::Waiting, work: false }, now, OVERDUE_LIMIT)
         .await
         .with_context(|| format!("cannot list the overdue records in {table}"))?;
     // Each record's steps are named as its own config version names them, not as the

@@ -19,8 +19,8 @@ use baton_core::domain::lifecycle::{IgnoreReason, Kind, Record, State, Write};
 use baton_core::ports::outbound::{PublishError, TaskPublisher};
 use baton_core::ports::store::memory::MemoryStore;
 use baton_core::ports::store::{
-    Applied, Claim, Count, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, Receipt, RegisteredConfig,
-    StoreError, Task, Trace, WorkflowStore,
+    Applied, Claim, Count, DueList, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, Receipt,
+    RegisteredConfig, StoreError, Task, Trace, WorkflowStore,
 };
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -384,12 +384,17 @@ impl WorkflowStore for SimStore {
         Ok(trace)
     }
 
-    async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
+    async fn due(
+        &self,
+        list: DueList,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
         self.world.point("ddb.Query(due)").await;
         if matches!(self.world.fault("ddb.Query(due)"), Fault::Before | Fault::Throttled) {
             return Err(unavailable("Query"));
         }
-        self.inner.due(kind, before, limit).await
+        self.inner.due(list, before, limit).await
     }
 
     async fn expired_buffers(

@@ -12,8 +12,8 @@ use baton_core::domain::lifecycle::{Finish, IgnoreReason, Input, Kind, Record, S
 use baton_core::limits::{DRAIN_LEASE, EXPIRY_LEASE};
 use baton_core::ports::store::memory::MemoryStore;
 use baton_core::ports::store::{
-    Applied, COUNT_UP_TO, Claim, Count, DrainTarget, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry,
-    Receipt, ReceiptStatus, RecordHead, RegisteredConfig, Task, TaskKind, WorkflowStore,
+    Applied, COUNT_UP_TO, Claim, Count, DrainTarget, DueList, Hold, InboxClaim, InboxEntry, InboxStatus,
+    LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, Task, TaskKind, WorkflowStore,
 };
 use baton_tests::lifecycle_fixtures::{aws_length_token, decide_at, names, step_input, t0, write_of};
 use baton_tests::{Emulator, dynamo_store};
@@ -198,6 +198,11 @@ async fn a_compensation_task_is_claimed_apart_from_its_steps(store: Arc<dyn Work
     let undone: Vec<&Task> = trace.tasks.iter().filter(|t| t.kind == TaskKind::Compensation).collect();
     assert_eq!(undone, [&undo], "the compensation reads back as one, unpublished");
     assert!(trace.tasks.iter().any(|t| t.kind == TaskKind::Step && t.published));
+}
+
+/// The list of the records of `kind` that owe no work: whose deadlines are only watched.
+fn watched(kind: Kind) -> DueList {
+    DueList { kind, work: false }
 }
 
 fn receipt(id: &str, hash: &str) -> Receipt {
@@ -574,14 +579,20 @@ async fn due_records_and_counts_by_state(store: Arc<dyn WorkflowStore>) {
         )),
     )
     .await;
-    let due_pending = store.due(Kind::Pending, t0(), 10).await.unwrap();
+    let due_pending = store.due(DueList { kind: Kind::Pending, work: true }, t0(), 10).await.unwrap();
     assert_eq!(due_pending, vec![pending.clone()]);
-    assert!(store.due(Kind::Pending, t0() - Duration::seconds(1), 10).await.unwrap().is_empty());
     assert!(
-        store.due(Kind::Waiting, t0() + Duration::days(1), 10).await.unwrap().is_empty(),
+        store
+            .due(DueList { kind: Kind::Pending, work: true }, t0() - Duration::seconds(1), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store.due(watched(Kind::Waiting), t0() + Duration::days(1), 10).await.unwrap().is_empty(),
         "not past its deadline"
     );
-    assert_eq!(store.due(Kind::Waiting, t0() + Duration::days(2), 10).await.unwrap(), vec![waiting]);
+    assert_eq!(store.due(watched(Kind::Waiting), t0() + Duration::days(2), 10).await.unwrap(), vec![waiting]);
     let counts = store.count_by_state(COUNT_UP_TO).await.unwrap();
     assert_eq!(counts.get(&Kind::Pending), Some(&Count::Exact(1)));
     assert_eq!(counts.get(&Kind::Waiting), Some(&Count::Exact(1)));
@@ -589,6 +600,54 @@ async fn due_records_and_counts_by_state(store: Arc<dyn WorkflowStore>) {
     let bounded = store.count_by_state(0).await.unwrap();
     assert_eq!(bounded.get(&Kind::Waiting), Some(&Count::MoreThan(0)), "past the bound, it says so");
     assert_eq!(store.count_by_state(1).await.unwrap(), counts, "at the bound, exact");
+}
+
+/// Owed work has a list of its own in the index (`DueList`): a waiting record whose next
+/// attempt is due is listed there on time, apart from the waits whose deadlines are only
+/// watched; a stranded record is on neither of the sweeper's lists and is counted as stranded.
+async fn owed_work_has_a_list_of_its_own(store: Arc<dyn WorkflowStore>) {
+    let watched_wait = waiting_record(&*store, "k-list-watch").await; // deadline t0 + 2d
+    let owing = waiting_record(&*store, "k-list-work").await;
+    let heartbeat = Input::StepInput {
+        id: EventId::parse("hb-1").unwrap(),
+        hash: "h".into(),
+        source: baton_core::domain::lifecycle::Source::Callback,
+        step: 0,
+        outcome: baton_core::domain::lifecycle::StepOutcome::InProgress,
+        data: Default::default(),
+        generation: None,
+        attempt: None,
+    };
+    let mut write = write_of(decide_at("k-list-work", Some(&owing), &heartbeat, t0() + Duration::seconds(2)));
+    write.to.next_attempt_at = Some(t0() + Duration::minutes(10));
+    let owing = must_write(&*store, &write).await;
+    let gone = waiting_record(&*store, "k-list-gone").await;
+    let stranded = Input::ExecutionGone { generation: 1, status: "ABORTED".into() };
+    let stranded =
+        must_write(&*store, &write_of(decide_at("k-list-gone", Some(&gone), &stranded, t0()))).await;
+    assert_eq!(stranded.state, State::Stranded);
+
+    let hour = t0() + Duration::hours(1);
+    let work = DueList { kind: Kind::Waiting, work: true };
+    assert_eq!(
+        store.due(work, hour, 10).await.unwrap(),
+        vec![owing.clone()],
+        "the attempt due is on the work list"
+    );
+    assert!(store.due(watched(Kind::Waiting), hour, 10).await.unwrap().is_empty());
+    assert_eq!(
+        store.due(watched(Kind::Waiting), t0() + Duration::days(3), 10).await.unwrap(),
+        vec![watched_wait]
+    );
+    assert!(
+        store.due(work, t0() + Duration::minutes(9), 10).await.unwrap().is_empty(),
+        "not before it is due"
+    );
+    let counts = store.count_by_state(COUNT_UP_TO).await.unwrap();
+    assert_eq!(counts.get(&Kind::Waiting), Some(&Count::Exact(2)), "both lists count as waiting");
+    assert_eq!(counts.get(&Kind::Stranded), Some(&Count::Exact(1)));
+    let heads = store.due_heads(Kind::Waiting, t0() + Duration::days(3), 10).await.unwrap();
+    assert_eq!(heads.len(), 2, "the live records of a state, on either list");
 }
 
 /// 50 writers decide from the same record at the same moment; exactly one may win, 100 times.
@@ -690,7 +749,7 @@ async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowSto
         assert_eq!(waiting.token.as_ref().map(TaskToken::expose), Some(token.as_str()));
         assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&waiting), "{key}: load");
         assert_eq!(store.trace(&w, &k).await.unwrap().record.as_ref(), Some(&waiting), "{key}: trace");
-        let due = store.due(Kind::Waiting, t0() + Duration::days(3), 100).await.unwrap();
+        let due = store.due(watched(Kind::Waiting), t0() + Duration::days(3), 100).await.unwrap();
         assert!(due.contains(&waiting), "{key}: due");
         let heads = store.due_heads(Kind::Waiting, t0() + Duration::days(3), 100).await.unwrap();
         assert_eq!(heads, due.iter().map(RecordHead::of).collect::<Vec<_>>(), "{key}: due_heads");
@@ -834,6 +893,7 @@ contract!(
     a_drain_that_outlives_its_lease_is_due_before_the_entry_expires,
     ledger_entries_are_idempotent_and_traced,
     due_records_and_counts_by_state,
+    owed_work_has_a_list_of_its_own,
     exactly_one_of_fifty_concurrent_transitions_wins,
     config_versions_are_registered_once_and_listed_oldest_first,
     a_long_task_token_reads_back_from_every_read,
@@ -1031,8 +1091,8 @@ async fn dynamodb_due_reads_and_bounded_counts_are_index_queries_never_a_scan() 
     let query = "Query";
 
     let far = t0() + Duration::days(365);
-    assert_eq!(store.due(Kind::Waiting, far, 5).await.unwrap().len(), 5);
-    assert!(store.due(Kind::Pending, far, 5).await.unwrap().is_empty());
+    assert_eq!(store.due(watched(Kind::Waiting), far, 5).await.unwrap().len(), 5);
+    assert!(store.due(DueList { kind: Kind::Pending, work: true }, far, 5).await.unwrap().is_empty());
     assert!(store.expired_buffers(far, 5).await.unwrap().is_empty());
     assert_eq!(calls.take(), vec![query; 3 * partitions], "one Query a partition for each due kind");
 
@@ -1042,7 +1102,9 @@ async fn dynamodb_due_reads_and_bounded_counts_are_index_queries_never_a_scan() 
     assert_eq!(counts, std::collections::BTreeMap::from([(Kind::Waiting, Count::MoreThan(4))]));
     let sent = calls.take();
     assert!(sent.iter().all(|op| op == query), "{sent:?}");
-    assert_eq!(sent.len(), Kind::ALL.len() * partitions, "one round: a Query a partition");
+    // A state that may owe work is on two lists (`DueList`): each is counted.
+    let lists: usize = Kind::ALL.iter().map(|k| DueList::of_state(*k).len()).sum();
+    assert_eq!(sent.len(), lists * partitions, "one round: a Query a partition");
 }
 
 /// DynamoDB-specific: counting the live records (`baton rollout plan`) reads the index and
@@ -1057,16 +1119,17 @@ async fn dynamodb_counting_live_records_reads_no_token_item() {
     calls.take();
     let live = baton_core::use_cases::rollout::count_live(&store, t0()).await.unwrap();
     let partitions = baton_aws::dynamodb::DEFAULT_DUE_SHARDS as usize + 1;
-    let live_states = baton_core::use_cases::rollout::LIVE_KINDS.len();
+    let lists: usize =
+        baton_core::use_cases::rollout::LIVE_KINDS.iter().map(|k| DueList::of_state(*k).len()).sum();
     assert_eq!(
         calls.take(),
-        vec!["Query"; live_states * partitions],
-        "one Query a partition for each live state"
+        vec!["Query"; lists * partitions],
+        "one Query a partition for each list of each live state"
     );
     assert_eq!(live.by_version().expect("counted").iter().map(|v| v.records).sum::<u64>(), 3);
 
     let far = t0() + Duration::days(3650);
-    assert_eq!(store.due(Kind::Waiting, far, 10).await.unwrap().len(), 3);
+    assert_eq!(store.due(watched(Kind::Waiting), far, 10).await.unwrap().len(), 3);
     let sent = calls.take();
     assert_eq!(sent.iter().filter(|op| *op == "GetItem").count(), 3, "a token item each: {sent:?}");
 }
@@ -1129,10 +1192,10 @@ async fn dynamodb_due_entries_are_sharded_and_read_from_every_shard_and_the_unsh
         .await
         .unwrap();
     let far = t0() + Duration::days(365);
-    let due = store.due(Kind::Waiting, far, 100).await.unwrap();
+    let due = store.due(watched(Kind::Waiting), far, 100).await.unwrap();
     assert_eq!(due.len(), keys.len(), "every shard, and the unsharded partition, is read");
     assert!(due.windows(2).all(|w| w[0].deadline <= w[1].deadline), "merged oldest first");
-    assert_eq!(store.due(Kind::Waiting, far, 5).await.unwrap().len(), 5, "and cut to the limit");
+    assert_eq!(store.due(watched(Kind::Waiting), far, 5).await.unwrap().len(), 5, "and cut to the limit");
     let waiting = |counts: std::collections::BTreeMap<Kind, Count>| counts[&Kind::Waiting];
     let n = keys.len() as u64;
     assert_eq!(waiting(store.count_by_state(n).await.unwrap()), Count::Exact(n), "every partition counted");
@@ -1177,9 +1240,12 @@ async fn dynamodb_a_reader_finds_every_shard_the_functions_registered() {
     let key = key.expect("a key on a high shard");
     waiting_record(&wide, &key).await;
     let far = t0() + Duration::days(365);
-    assert!(reader.due(Kind::Waiting, far, 10).await.unwrap().is_empty(), "8 shards miss it");
-    let found =
-        DynamoDbStore::new(client, table).with_due_shards(32).due(Kind::Waiting, far, 10).await.unwrap();
+    assert!(reader.due(watched(Kind::Waiting), far, 10).await.unwrap().is_empty(), "8 shards miss it");
+    let found = DynamoDbStore::new(client, table)
+        .with_due_shards(32)
+        .due(watched(Kind::Waiting), far, 10)
+        .await
+        .unwrap();
     assert_eq!(found.len(), 1, "the registered count finds it");
 }
 
@@ -1350,9 +1416,16 @@ async fn dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_
             records.sort_by(|x, y| x.key.as_str().cmp(y.key.as_str()));
             records
         };
-        let want = by_key(memory.due(kind, far, 1000).await.unwrap());
+        let mut want = Vec::new();
+        for list in DueList::of_state(kind) {
+            let listed = by_key(memory.due(list, far, 1000).await.unwrap());
+            for store in &stores {
+                assert_eq!(by_key(store.due(list, far, 1000).await.unwrap()), listed, "due {list:?}");
+            }
+            want.extend(listed);
+        }
+        let want = by_key(want);
         for store in &stores {
-            assert_eq!(by_key(store.due(kind, far, 1000).await.unwrap()), want, "due {kind:?}");
             let mut heads = store.due_heads(kind, far, 1000).await.unwrap();
             heads.sort_by(|x, y| x.key.as_str().cmp(y.key.as_str()));
             assert_eq!(heads, want.iter().map(RecordHead::of).collect::<Vec<_>>(), "due_heads {kind:?}");

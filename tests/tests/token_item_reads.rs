@@ -235,7 +235,7 @@ impl Rig {
         // The other reads of a record (GetItem of its token item) agree.
         if let Some(r) = &loaded {
             let far = t0() + Duration::days(365 * 50);
-            let due = self.fresh().due(r.state.kind(), far, 1000).await.unwrap();
+            let due = self.fresh().due(baton_core::ports::store::DueList::of(r), far, 1000).await.unwrap();
             let mine: Vec<&Record> = due.iter().filter(|d| d.key == r.key).collect();
             assert_eq!(mine, vec![r], "{at}: due() reads the record otherwise than load()");
             let recent = self.fresh().recent_records(1000).await.unwrap();

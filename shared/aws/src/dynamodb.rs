@@ -58,7 +58,7 @@ use baton_core::ports::store::{
     InboxStatus, LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, StoreError, Task,
     TaskKind, Trace, WorkflowStore, condition_for,
 };
-use baton_core::ports::store::{ItemSizes, sort_trace};
+use baton_core::ports::store::{DueList, ItemSizes, sort_trace};
 
 /// A DynamoDB item, as the SDK holds it.
 pub type Item = HashMap<String, AttributeValue>;
@@ -447,7 +447,8 @@ impl DynamoDbStore {
         let far = OffsetDateTime::now_utc() + time::Duration::days(36_500);
         let mut records = Vec::new();
         for kind in Kind::ALL {
-            let items = self.query_due_all(&format!("record#{kind}"), far, limit, Order::NewestFirst).await?;
+            let prefixes: Vec<String> = DueList::of_state(kind).into_iter().map(DueList::prefix).collect();
+            let items = self.query_due_all(&prefixes, far, limit, Order::NewestFirst).await?;
             records.extend(self.records_from(&items).await?);
         }
         records.sort_by_key(|r| std::cmp::Reverse(r.updated_at));
@@ -455,16 +456,17 @@ impl DynamoDbStore {
         Ok(records)
     }
 
-    /// [`Self::query_due`] on every partition of `prefix`, side by side, merged in `order` and
-    /// cut to `limit`.
+    /// [`Self::query_due`] on every partition of each of `prefixes`, side by side, merged in
+    /// `order` and cut to `limit`.
     async fn query_due_all(
         &self,
-        prefix: &str,
+        prefixes: &[String],
         before: OffsetDateTime,
         limit: usize,
         order: Order,
     ) -> Result<Vec<Item>, StoreError> {
-        let partitions = due_partitions(prefix, self.due_shards);
+        let partitions: Vec<String> =
+            prefixes.iter().flat_map(|p| due_partitions(p, self.due_shards)).collect();
         let queries = partitions.iter().map(|p| self.query_due(p, before, limit, order));
         let mut items: Vec<Item> =
             futures::future::try_join_all(queries).await?.into_iter().flatten().collect();
@@ -479,8 +481,9 @@ impl DynamoDbStore {
 
     /// How many entries the partitions of `prefix` hold, up to `up_to` ([`BoundedCount`]): the
     /// partitions of each round side by side.
-    async fn count_due_all(&self, prefix: &str, up_to: u64) -> Result<Count, StoreError> {
-        let partitions = due_partitions(prefix, self.due_shards);
+    async fn count_due_all(&self, prefixes: &[String], up_to: u64) -> Result<Count, StoreError> {
+        let partitions: Vec<String> =
+            prefixes.iter().flat_map(|p| due_partitions(p, self.due_shards)).collect();
         let mut count = BoundedCount::new(partitions.len(), up_to);
         let mut starts: Vec<Option<Item>> = vec![None; partitions.len()];
         while let Some(reads) = count.round() {
@@ -861,10 +864,7 @@ fn record_item(r: &Record, layout: Layout) -> Item {
         ("history".into(), history),
         ("created_at".into(), s(&ts(r.created_at))),
         ("updated_at".into(), s(&ts(r.updated_at))),
-        (
-            "due_kind".into(),
-            s(&due_kind(&format!("record#{}", r.state.kind()), &pk(&r.workflow, &r.key), shards)),
-        ),
+        ("due_kind".into(), s(&due_kind(&DueList::of(r).prefix(), &pk(&r.workflow, &r.key), shards))),
         ("due_at".into(), s(&ts(r.due_at()))),
     ]);
     if let Some(step) = r.state.step() {
@@ -1691,8 +1691,13 @@ impl WorkflowStore for DynamoDbStore {
         Ok(trace)
     }
 
-    async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
-        let items = self.query_due_all(&format!("record#{kind}"), before, limit, Order::OldestFirst).await?;
+    async fn due(
+        &self,
+        list: DueList,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let items = self.query_due_all(&[list.prefix()], before, limit, Order::OldestFirst).await?;
         self.records_from(&items).await
     }
 
@@ -1702,7 +1707,8 @@ impl WorkflowStore for DynamoDbStore {
         before: OffsetDateTime,
         limit: usize,
     ) -> Result<Vec<RecordHead>, StoreError> {
-        let items = self.query_due_all(&format!("record#{kind}"), before, limit, Order::OldestFirst).await?;
+        let prefixes: Vec<String> = DueList::of_state(kind).into_iter().map(DueList::prefix).collect();
+        let items = self.query_due_all(&prefixes, before, limit, Order::OldestFirst).await?;
         items.iter().map(parse_head).collect()
     }
 
@@ -1711,7 +1717,7 @@ impl WorkflowStore for DynamoDbStore {
         before: OffsetDateTime,
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        self.query_due_all("inbox#buffered", before, limit, Order::OldestFirst)
+        self.query_due_all(&["inbox#buffered".to_owned()], before, limit, Order::OldestFirst)
             .await?
             .iter()
             .map(parse_inbox)
@@ -1719,7 +1725,8 @@ impl WorkflowStore for DynamoDbStore {
     }
 
     async fn count_by_state(&self, up_to: u64) -> Result<BTreeMap<Kind, Count>, StoreError> {
-        let prefixes = Kind::ALL.map(|kind| format!("record#{kind}"));
+        let prefixes = Kind::ALL
+            .map(|kind| DueList::of_state(kind).into_iter().map(DueList::prefix).collect::<Vec<_>>());
         let counts =
             futures::future::try_join_all(prefixes.iter().map(|p| self.count_due_all(p, up_to))).await?;
         Ok(Kind::ALL.into_iter().zip(counts).filter(|(_, n)| *n != Count::Exact(0)).collect())

@@ -26,6 +26,13 @@ pub const SWEEP_INTERVAL: StdDuration = StdDuration::from_secs(60);
 pub const ATTEMPT_OPEN_LAG: StdDuration =
     StdDuration::from_secs(SWEEP_INTERVAL.as_secs() + SWEEPER_TIMEOUT.as_secs());
 
+/// How long after its execution ended a record may still wait for its report before the
+/// sweeper strands it: past the longest a report takes to arrive when all is well but slow, the
+/// state machine's own retry of the send (about 17 minutes, `asl.rs`) and the progress queue's
+/// five receives of 3 minutes each before its dead-letter queue. A report past that is lost,
+/// or in the dead-letter queue, and a person decides.
+pub const STRANDED_AFTER: Duration = Duration::minutes(45);
+
 /// Below this much time left, a batch takes no new message, and the message in flight is given
 /// up: what is left is for giving the unfinished messages back (a requeue each, on their last
 /// receive) and answering. A requeue is one SQS send, tens of milliseconds when SQS is well.
@@ -75,5 +82,9 @@ const _: () = assert!(DRAIN_LEASE.whole_seconds() > secs(SWEEPER_TIMEOUT));
 // a resume it still sends after another sent it again is answered `TokenGone`, which settles the
 // record the same way (`Engine::resume`), so the grace saves a call, it does not keep one.
 const _: () = assert!(RESEND_RESUME_AFTER.whole_seconds() >= secs(FUNCTION_TIMEOUT));
+// A record is stranded only once its report could no longer be on its way: the state machine's
+// retry of the send (1 s doubling, 10 attempts: 1,023 s) and the progress queue's 5 receives of
+// its 180 s visibility (template.yaml), with room to spare.
+const _: () = assert!(STRANDED_AFTER.whole_seconds() > 1_023 + 5 * 180);
 // A pending record is restarted only once the intake invocation starting it has surely ended.
 const _: () = assert!(RESTART_PENDING_AFTER.whole_seconds() > secs(FUNCTION_TIMEOUT));

@@ -70,10 +70,13 @@ pub enum Kind {
     Compensated,
     /// A compensation failed on its last attempt or timed out: some steps stay undone.
     CompensationFailed,
+    /// Its execution ended without the report baton waits for (stopped outside baton, or its
+    /// report lost): nothing will move the record again, and a person ends it (`baton end`).
+    Stranded,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Pending,
         Kind::Waiting,
         Kind::Advancing,
@@ -85,6 +88,7 @@ impl Kind {
         Kind::Compensating,
         Kind::Compensated,
         Kind::CompensationFailed,
+        Kind::Stranded,
     ];
     pub const TERMINAL: [Kind; 7] = [
         Kind::Succeeded,
@@ -98,6 +102,11 @@ impl Kind {
 
     pub fn is_terminal(self) -> bool {
         Self::TERMINAL.contains(&self)
+    }
+
+    /// Whether a record in this state may owe the sweeper work ([`Record::owes_work`]).
+    pub fn may_owe_work(self) -> bool {
+        matches!(self, Kind::Pending | Kind::Advancing | Kind::Waiting | Kind::Compensating)
     }
 
     /// The stable name stored in DynamoDB and shown to operators.
@@ -114,6 +123,7 @@ impl Kind {
             Kind::Compensating => "compensating",
             Kind::Compensated => "compensated",
             Kind::CompensationFailed => "compensation_failed",
+            Kind::Stranded => "stranded",
         }
     }
 
@@ -149,6 +159,8 @@ pub enum State {
     Compensating,
     Compensated,
     CompensationFailed,
+    /// Its execution is gone without its report: a person ends it.
+    Stranded,
 }
 
 impl State {
@@ -165,6 +177,7 @@ impl State {
             State::Compensating => Kind::Compensating,
             State::Compensated => Kind::Compensated,
             State::CompensationFailed => Kind::CompensationFailed,
+            State::Stranded => Kind::Stranded,
         }
     }
 
@@ -193,6 +206,7 @@ impl State {
             (Kind::Compensating, None) => Some(State::Compensating),
             (Kind::Compensated, None) => Some(State::Compensated),
             (Kind::CompensationFailed, None) => Some(State::CompensationFailed),
+            (Kind::Stranded, None) => Some(State::Stranded),
             _ => None,
         }
     }
@@ -251,6 +265,10 @@ pub enum Cause {
     Undo,
     /// Step Functions passed the last compensation: the outcome is decided.
     CompensationEnded,
+    /// The sweeper (or an operator) found the record's execution ended without its report.
+    ExecutionGone,
+    /// An operator ended a stranded record as its execution ended (`baton end`).
+    End,
 }
 
 impl Cause {
@@ -274,6 +292,8 @@ impl Cause {
             Cause::Compensate => "compensate",
             Cause::Undo => "undo",
             Cause::CompensationEnded => "compensation_ended",
+            Cause::ExecutionGone => "execution_gone",
+            Cause::End => "end",
         }
     }
 }
@@ -309,7 +329,7 @@ const fn t(from: Option<Kind>, to: Kind, cause: Cause, step: StepMove) -> Transi
 
 use Kind::{
     Advancing as A, Cancelled as C, Compensated as CD, Compensating as K, CompensationFailed as CF,
-    Degraded as D, Failed as F, Pending as P, Succeeded as S, TimedOut as T, Waiting as W,
+    Degraded as D, Failed as F, Pending as P, Stranded as X, Succeeded as S, TimedOut as T, Waiting as W,
 };
 
 /// Every transition baton may make. Anything else is refused by `decide`, by the store's
@@ -386,6 +406,19 @@ pub const TRANSITIONS: &[Transition] = &[
     t(Some(P), C, Cause::CompensationEnded, StepMove::None),
     t(Some(W), C, Cause::CompensationEnded, StepMove::Leave),
     t(Some(A), C, Cause::CompensationEnded, StepMove::Leave),
+    // The execution ended without its report: the record is stranded, from any live state
+    // (lifecycle/stranded.rs); and an operator ends it as its execution ended.
+    t(Some(P), X, Cause::ExecutionGone, StepMove::None),
+    t(Some(W), X, Cause::ExecutionGone, StepMove::Leave),
+    t(Some(A), X, Cause::ExecutionGone, StepMove::Leave),
+    t(Some(K), X, Cause::ExecutionGone, StepMove::None),
+    t(Some(X), S, Cause::End, StepMove::None),
+    t(Some(X), D, Cause::End, StepMove::None),
+    t(Some(X), F, Cause::End, StepMove::None),
+    t(Some(X), T, Cause::End, StepMove::None),
+    t(Some(X), C, Cause::End, StepMove::None),
+    t(Some(X), CD, Cause::End, StepMove::None),
+    t(Some(X), CF, Cause::End, StepMove::None),
 ];
 
 /// Is `from → to` by `cause` a row of [`TRANSITIONS`], steps included?
@@ -830,6 +863,21 @@ impl Record {
         }
     }
 
+    /// Whether something is owed at [`Record::due_at`], for the sweeper to carry out: a
+    /// pending record's start, an advancing one's resume, a next attempt's task, a branch's or
+    /// a compensation's resume or next attempt. A record that owes nothing only has its
+    /// deadline watched.
+    pub fn owes_work(&self) -> bool {
+        let branch = |b: &Branch| b.owed.is_some() || (b.is_open() && b.next_attempt_at.is_some());
+        let undo = |u: &Undo| u.owed.is_some() || u.next_attempt_at.is_some();
+        match self.state.kind() {
+            Kind::Pending | Kind::Advancing => true,
+            Kind::Waiting => self.next_attempt_at.is_some() || self.branches.iter().any(branch),
+            Kind::Compensating => self.compensation.iter().flat_map(|c| &c.undos).any(undo),
+            _ => false,
+        }
+    }
+
     /// The failed attempts of `step`: a branch's own, when it is a branch of the group the
     /// record is at; the record's, when it is the step the record is at; else none.
     pub fn failed_attempts(&self, step: u32) -> &[FailedAttempt] {
@@ -971,6 +1019,12 @@ pub enum Input {
     Cancel { reason: String },
     /// An operator cancels the workflow and has what completed compensated.
     CancelCompensate { reason: String },
+    /// The execution of `generation` was found ended (`status`, as Step Functions names it:
+    /// `SUCCEEDED`, `FAILED`, `TIMED_OUT`, `ABORTED`; `NOT_FOUND` when it is gone) without the
+    /// report the record waits for.
+    ExecutionGone { generation: u32, status: String },
+    /// An operator ends a stranded record of `generation` as its execution ended (`status`).
+    End { generation: u32, status: String, reason: String },
     /// Step Functions reached the compensation of `step` (the run having failed with `error`
     /// and `cause`) and parked on `token` until `deadline`.
     UndoReady {
@@ -1049,10 +1103,13 @@ pub enum IgnoreReason {
     /// The workflow is compensating: no forward step moves any more, and a cancel would leave
     /// its compensations half done.
     Compensating,
+    /// The record is stranded: its execution ended without its report, so nothing it could
+    /// apply to is waiting. An operator ends it (`baton end`).
+    Stranded,
 }
 
 impl IgnoreReason {
-    pub const ALL: [IgnoreReason; 15] = [
+    pub const ALL: [IgnoreReason; 16] = [
         IgnoreReason::Terminal,
         IgnoreReason::StepAlreadyPassed,
         IgnoreReason::StepAlreadyAdvanced,
@@ -1068,6 +1125,7 @@ impl IgnoreReason {
         IgnoreReason::GroupFailed,
         IgnoreReason::EarlierAttempt,
         IgnoreReason::Compensating,
+        IgnoreReason::Stranded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -1087,6 +1145,7 @@ impl IgnoreReason {
             IgnoreReason::GroupFailed => "group_failed",
             IgnoreReason::EarlierAttempt => "earlier_attempt",
             IgnoreReason::Compensating => "compensating",
+            IgnoreReason::Stranded => "stranded",
         }
     }
 }
@@ -1311,6 +1370,9 @@ fn decide_inner(
     input: &Input,
     now: OffsetDateTime,
 ) -> Decision {
+    if let Some(d) = stranded::route(plan, record, input, now) {
+        return d;
+    }
     if let Some(d) = compensation::route(plan, record, input, now) {
         return d;
     }
@@ -1371,6 +1433,10 @@ fn decide_inner(
             Some(r) => on_attempt_opened(r, (*generation, *step, *attempt), now),
         },
         Input::Tick => on_tick(plan, record, now),
+        // Decided by `stranded::route`.
+        Input::ExecutionGone { .. } | Input::End { .. } => {
+            Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed))
+        }
     }
 }
 
@@ -2053,10 +2119,12 @@ pub fn task_not_out(record: Option<&Record>, input: &Input) -> bool {
 
 mod compensation;
 mod group;
+mod stranded;
 pub use compensation::{
     CANCELLED_ERROR, COMPENSATING_ERROR, Compensation, SkipReason, Trigger, Undo, UndoOutcome,
     plan as compensation_plan,
 };
 pub use group::{group_failed, unsettled};
+pub use stranded::{NOT_FOUND, RUNNING, ended_as};
 #[cfg(test)]
 mod tests;

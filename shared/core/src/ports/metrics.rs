@@ -43,10 +43,13 @@ pub enum Metric {
     /// The webhook secret's value, read again after a rotation, cannot be used: the callback
     /// function keeps the secrets it had until its next cold start, which will fail.
     SecretsInvalid,
+    /// A record's execution ended without the report it waited for: the sweeper moved it to
+    /// `stranded`. Alarmed: a person ends it (`baton end`, RUNBOOK).
+    RecordsStranded,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 14] = [
+    pub const ALL: [Metric; 15] = [
         Metric::WorkflowsStarted,
         Metric::DuplicateInputs,
         Metric::NotEligible,
@@ -61,6 +64,7 @@ impl Metric {
         Metric::WorkflowsCompensated,
         Metric::WorkflowsCompensationFailed,
         Metric::SecretsInvalid,
+        Metric::RecordsStranded,
     ];
 
     pub fn name(self) -> &'static str {
@@ -79,6 +83,7 @@ impl Metric {
             Metric::WorkflowsCompensated => "WorkflowsCompensated",
             Metric::WorkflowsCompensationFailed => "WorkflowsCompensationFailed",
             Metric::SecretsInvalid => "SecretsInvalid",
+            Metric::RecordsStranded => "RecordsStranded",
         }
     }
 }

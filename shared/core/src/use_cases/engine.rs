@@ -578,6 +578,7 @@ impl Engine {
         let wf = Some(workflow.name.as_str());
         let metric = match (decision.outcome, input) {
             (Outcome::Applied, Input::Start { .. }) => Some(Metric::WorkflowsStarted),
+            (Outcome::Applied, Input::ExecutionGone { .. }) => Some(Metric::RecordsStranded),
             // The write that ends the workflow, whatever input made it.
             (Outcome::Applied, _)
                 if decision
@@ -1182,6 +1183,8 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
             format!("undo_ready/g{generation}/s{step}/{}", token.fingerprint())
         }
         Input::UndoInput { id, .. } => id.to_string(),
+        Input::ExecutionGone { generation, status } => format!("execution_gone/g{generation}/{status}"),
+        Input::End { generation, .. } => format!("end/g{generation}/{}", now.unix_timestamp()),
         Input::Tick => "tick".into(),
     }
 }
@@ -1214,6 +1217,12 @@ pub fn input_detail(input: &Input) -> Value {
         }
         Input::Cancel { reason } => json!({"kind": "cancel", "reason": reason}),
         Input::CancelCompensate { reason } => json!({"kind": "cancel_compensate", "reason": reason}),
+        Input::ExecutionGone { generation, status } => {
+            json!({"kind": "execution_gone", "generation": generation, "status": status})
+        }
+        Input::End { generation, status, reason } => {
+            json!({"kind": "end", "generation": generation, "status": status, "reason": reason})
+        }
         Input::Tick => json!({"kind": "tick"}),
     }
 }

@@ -11,7 +11,15 @@
 //! - A buffered input past its expiry: its step never waited in time. It is settled `expired`
 //!   and ledgered as `buffer_expired`, so it is not lost silently.
 //!
+//! - A record long past its deadline (or, advancing, long idle) whose execution Step Functions
+//!   reports ended more than [`STRANDED_AFTER`] ago, or gone: its report is not coming (the
+//!   execution was stopped outside baton, or its report was lost). It is stranded
+//!   (`lifecycle/stranded.rs`): it leaves the sweeper's lists, `RecordsStranded` counts it, and a
+//!   person ends it with `baton end`.
+//!
 //! Each record is submitted as a `Tick`, so the lifecycle (not the sweeper) decides what is owed.
+//! Records that owe work are on lists of their own in the index ([`DueList`]), read before the
+//! waits that are only watched: a crowd of those never holds owed work back.
 
 use std::sync::Arc;
 
@@ -20,12 +28,15 @@ use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use crate::domain::error::Classified;
-use crate::domain::lifecycle::{AppliedInput, IgnoreReason, Input, Kind, Outcome, payload_fingerprint};
-use crate::limits::{RESEND_RESUME_AFTER, RESTART_PENDING_AFTER};
+use crate::domain::lifecycle::{
+    AppliedInput, IgnoreReason, Input, Kind, NOT_FOUND, Outcome, payload_fingerprint,
+};
+use crate::limits::{RESEND_RESUME_AFTER, RESTART_PENDING_AFTER, STRANDED_AFTER};
+use crate::ports::orchestrator::OrchestratorError;
 use crate::use_cases::engine::{Definition, Engine, EngineError, LEDGER_RETENTION};
 
 use crate::domain::lifecycle::Record;
-use crate::ports::store::{Claim, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry};
+use crate::ports::store::{Claim, DueList, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry};
 
 /// How many items one run handles per kind; the next run takes the rest.
 pub const BATCH: usize = 100;
@@ -39,6 +50,8 @@ pub struct SweepReport {
     pub nothing_owed: usize,
     /// Buffered inputs expired and ledgered.
     pub expired: usize,
+    /// Records whose executions ended without their reports, stranded.
+    pub stranded: usize,
 }
 
 pub struct Sweeper {
@@ -58,73 +71,137 @@ impl Sweeper {
     /// One sweep at time `now`. Every due item is tried, whatever happens to the others: one
     /// that keeps failing must not keep the rest from being repaired (found by the simulation).
     /// The first error is returned after the sweep, so the run is still reported as failed.
+    ///
+    /// The records that owe work are read first, each state's list of its own batch; then the
+    /// waits whose deadlines passed with nothing owed, which the sweeper only checks on: a report
+    /// from Step Functions is overdue for them, and one whose execution ended without it is
+    /// stranded. However many of those there are, owed work goes out on time.
     pub async fn run_once(&self, now: OffsetDateTime) -> Result<SweepReport, EngineError> {
         let mut report = SweepReport::default();
         let mut first_error = None;
-        let mut failed = |e: EngineError, what: &str| {
-            warn!(error_type = e.error_type(), error = %crate::domain::error::error_chain(&e), "{what} failed; the next sweep retries it");
-            first_error.get_or_insert(e);
-        };
-        // A waiting (or compensating) record is listed when its deadline passed a grace ago (Step Functions' own
-        // timeout report is then overdue: nothing is owed, and it is counted so), or, at a
-        // parallel group, when a branch's resume has been owed for the grace.
-        let due = [
-            (Kind::Pending, RESTART_PENDING_AFTER),
-            (Kind::Advancing, RESEND_RESUME_AFTER),
-            (Kind::Waiting, RESEND_RESUME_AFTER),
+        let lists = [
+            (DueList { kind: Kind::Pending, work: true }, RESTART_PENDING_AFTER),
+            (DueList { kind: Kind::Advancing, work: true }, RESEND_RESUME_AFTER),
+            // A group's owed branch resume or a next attempt's task (listed on time: `due_at`).
+            (DueList { kind: Kind::Waiting, work: true }, RESEND_RESUME_AFTER),
             // A compensation's owed resume, or its next attempt's task.
-            (Kind::Compensating, RESEND_RESUME_AFTER),
+            (DueList { kind: Kind::Compensating, work: true }, RESEND_RESUME_AFTER),
+            // A deadline passed a grace ago: Step Functions' own report is overdue.
+            (DueList { kind: Kind::Waiting, work: false }, RESEND_RESUME_AFTER),
+            (DueList { kind: Kind::Compensating, work: false }, RESEND_RESUME_AFTER),
         ];
-        for (kind, after) in due {
-            let records = match self.engine.store.due(kind, now - after, BATCH).await {
-                Ok(records) => records,
-                Err(e) => {
-                    failed(e.into(), "listing due records");
-                    continue;
-                }
-            };
-            for record in records {
-                // Decided on the record's own config version, which defines its workflow even
-                // after a deploy removed it.
-                let config = match self.engine.config_of(record.config_version.as_deref()).await {
-                    Ok(config) => config,
-                    Err(e) => {
-                        failed(e.into(), "reading a due record's config version");
-                        continue;
-                    }
-                };
-                let Some(workflow) = config.workflow(record.workflow.as_str()) else {
-                    warn!(workflow = %record.workflow, key = %record.key, config_version = %config.version,
-                        "due record of a workflow its config version does not define");
-                    continue;
-                };
-                match self.engine.submit(workflow, &record.key, &Input::Tick, now).await {
-                    Ok(submitted) if submitted.outcome() == Outcome::Applied => report.repaired += 1,
-                    Ok(_) => report.nothing_owed += 1,
-                    Err(e) => failed(e, "repairing a due record"),
-                }
+        for (list, after) in lists {
+            if let Err(e) = self.sweep_list(list, now - after, now, &mut report).await {
+                warn!(error_type = e.error_type(), error = %crate::domain::error::error_chain(&e), "sweeping due records failed; the next sweep retries it");
+                first_error.get_or_insert(e);
             }
         }
-        let expired = match self.engine.store.expired_buffers(now, BATCH).await {
-            Ok(entries) => entries,
-            Err(e) => {
-                failed(e.into(), "listing expired buffers");
-                Vec::new()
+        if let Err(e) = self.expire_buffers(now, &mut report).await {
+            first_error.get_or_insert(e);
+        }
+        if report != SweepReport::default() {
+            info!(?report, "sweep done");
+        }
+        first_error.map_or(Ok(report), Err)
+    }
+
+    /// Every record of `list` due by `before`, one batch: repaired, counted, or stranded. The
+    /// first error is returned after all were tried.
+    async fn sweep_list(
+        &self,
+        list: DueList,
+        before: OffsetDateTime,
+        now: OffsetDateTime,
+        report: &mut SweepReport,
+    ) -> Result<(), EngineError> {
+        let mut first_error = None;
+        for record in self.engine.store.due(list, before, BATCH).await? {
+            if let Err(e) = self.sweep_record(&record, now, report).await {
+                warn!(workflow = %record.workflow, key = %record.key, error_type = e.error_type(),
+                    error = %crate::domain::error::error_chain(&e), "repairing a due record failed; the next sweep retries it");
+                first_error.get_or_insert(e);
             }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// One due record: what it owes carried out ([`Input::Tick`]: the lifecycle decides what
+    /// that is), then, if it has long been due, its execution checked on ([`Self::strand`]).
+    async fn sweep_record(
+        &self,
+        record: &Record,
+        now: OffsetDateTime,
+        report: &mut SweepReport,
+    ) -> Result<(), EngineError> {
+        // Decided on the record's own config version, which defines its workflow even after a
+        // deploy removed it.
+        let config = self.engine.config_of(record.config_version.as_deref()).await?;
+        let Some(workflow) = config.workflow(record.workflow.as_str()) else {
+            warn!(workflow = %record.workflow, key = %record.key, config_version = %config.version,
+                "due record of a workflow its config version does not define");
+            return Ok(());
         };
+        match self.engine.submit(workflow, &record.key, &Input::Tick, now).await?.outcome() {
+            Outcome::Applied => report.repaired += 1,
+            _ => report.nothing_owed += 1,
+        }
+        if record.due_at() <= now - STRANDED_AFTER && self.strand(workflow, record, now).await? {
+            report.stranded += 1;
+        }
+        Ok(())
+    }
+
+    /// Checks on the execution of a record long due: if it ended (or is gone) more than
+    /// [`STRANDED_AFTER`] ago, its report is not coming, and the record is stranded. `true`
+    /// when this sweep stranded it.
+    async fn strand(
+        &self,
+        workflow: &crate::domain::config::Workflow,
+        record: &Record,
+        now: OffsetDateTime,
+    ) -> Result<bool, EngineError> {
+        let arn = self.engine.execution_arn(workflow, &record.key, record.generation);
+        let status = match self.engine.orchestrator.describe(&arn).await {
+            Ok(info) if !info.status.is_closed() => return Ok(false),
+            Ok(info) if info.stop_date.is_some_and(|at| at > now - STRANDED_AFTER) => return Ok(false),
+            Ok(info) => info.status.as_str().to_owned(),
+            // A pending record's execution may never have started: the restart is owed, not a
+            // person.
+            Err(OrchestratorError::ExecutionNotFound { .. }) if record.state.kind() == Kind::Pending => {
+                return Ok(false);
+            }
+            Err(OrchestratorError::ExecutionNotFound { .. }) => NOT_FOUND.to_owned(),
+            Err(e) => return Err(e.into()),
+        };
+        let gone = Input::ExecutionGone { generation: record.generation, status: status.clone() };
+        let stranded =
+            self.engine.submit(workflow, &record.key, &gone, now).await?.outcome() == Outcome::Applied;
+        if stranded {
+            warn!(workflow = %record.workflow, key = %record.key, generation = record.generation,
+                from = %record.state, execution_status = %status, event = "record_stranded",
+                "the record's execution ended without its report: stranded; end it with `baton end` (RUNBOOK: StrandedRecordsAlarm)");
+        }
+        Ok(stranded)
+    }
+
+    /// The buffered inputs past their expiry, one batch: each expired into the ledger, or
+    /// drained if its step waits after all.
+    async fn expire_buffers(&self, now: OffsetDateTime, report: &mut SweepReport) -> Result<(), EngineError> {
+        let mut first_error = None;
+        let expired = self.engine.store.expired_buffers(now, BATCH).await?;
         // This sweep's hold on the expiries it takes (InboxClaim::Expire).
         let hold = Hold { by: (self.engine.write_ids)(), at: now };
         for entry in expired {
             match self.expire(&entry, &hold, now).await {
                 Ok(true) => report.expired += 1,
                 Ok(false) => {}
-                Err(e) => failed(e, "expiring a buffered input"),
+                Err(e) => {
+                    warn!(error_type = e.error_type(), error = %crate::domain::error::error_chain(&e), "expiring a buffered input failed; the next sweep retries it");
+                    first_error.get_or_insert(e);
+                }
             }
         }
-        if report != SweepReport::default() {
-            info!(?report, "sweep done");
-        }
-        first_error.map_or(Ok(report), Err)
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Ledgers one expired buffered input and settles it, or drains it if its step waits after

@@ -349,6 +349,10 @@ pub(super) fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime
                 Decision::ignored(IgnoreReason::Compensating)
             }),
         },
+        // Decided by `stranded::route`.
+        Input::ExecutionGone { .. } | Input::End { .. } => {
+            Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed))
+        }
         Input::UndoReady { generation, step, token, deadline, .. } => {
             on_undo_ready(r, (*generation, *step), token, *deadline, now)
         }
@@ -669,6 +673,16 @@ pub(super) fn on_ended(
         begin(plan, r, Trigger::from_error(error, cause), now)
     };
     let Some(c) = to.compensation.as_mut() else { return Decision::ignored(IgnoreReason::OutOfOrder) };
+    let planted = mutant(Mutation::CompensatedDespiteFailure) && r.state == State::Compensating;
+    to.state = if planted && c.run().next().is_some() { State::Compensated } else { settle(c) };
+    Decision::new(Outcome::Applied).with_write(Cause::CompensationEnded, Some(r), to)
+}
+
+/// Ends every compensation still open (timed out: nothing will answer it now; a skipped one,
+/// skipped) and says where the record ends: `compensated` when every compensation run was
+/// acknowledged, `compensation_failed` when any was not, and with nothing run, how the forward
+/// run ended.
+pub(super) fn settle(c: &mut Compensation) -> State {
     for u in &mut c.undos {
         u.owed = None;
         u.next_attempt_at = None;
@@ -676,16 +690,13 @@ pub(super) fn on_ended(
             u.outcome = Some(if u.skip.is_some() { UndoOutcome::Skipped } else { UndoOutcome::TimedOut });
         }
     }
-    to.state = if c.run().next().is_none() {
+    if c.run().next().is_none() {
         c.trigger.plain_end()
-    } else if c.undone().next().is_none()
-        || (mutant(Mutation::CompensatedDespiteFailure) && r.state == State::Compensating)
-    {
+    } else if c.undone().next().is_none() {
         State::Compensated
     } else {
         State::CompensationFailed
-    };
-    Decision::new(Outcome::Applied).with_write(Cause::CompensationEnded, Some(r), to)
+    }
 }
 
 /// `cancel --compensate`: a waiting record moves into compensation, and its parked tokens are

@@ -960,3 +960,4 @@ mod group;
 mod group_races;
 mod retry;
 mod retry_attack;
+mod stranded;

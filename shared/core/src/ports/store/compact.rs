@@ -55,11 +55,13 @@ fn code(cause: Cause) -> u8 {
         Cause::Compensate => 15,
         Cause::Undo => 16,
         Cause::CompensationEnded => 17,
+        Cause::ExecutionGone => 18,
+        Cause::End => 19,
     }
 }
 
 /// The causes by their stored number.
-const CAUSES: [Cause; 18] = [
+const CAUSES: [Cause; 20] = [
     Cause::Start,
     Cause::Restart,
     Cause::StepReady,
@@ -78,6 +80,8 @@ const CAUSES: [Cause; 18] = [
     Cause::Compensate,
     Cause::Undo,
     Cause::CompensationEnded,
+    Cause::ExecutionGone,
+    Cause::End,
 ];
 
 /// What an audit trail is written against: the rest of its record.
@@ -202,8 +206,9 @@ fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
         Cause::ReportTimedOut => State::TimedOut,
         Cause::Cancel => State::Cancelled,
         Cause::Compensate | Cause::Undo => State::Compensating,
+        Cause::ExecutionGone => State::Stranded,
         // Compensated, compensation_failed, or how the run ended: written out.
-        Cause::CompensationEnded => return None,
+        Cause::CompensationEnded | Cause::End => return None,
     };
     Some(to.to_string())
 }
@@ -439,7 +444,7 @@ mod tests {
     fn a_damaged_trail_names_the_entry_and_what_is_wrong() {
         let context = Context { base: CREATED, applied: &[], start_events: &[] };
         let err = |text: &str| decode_history(text, &context).unwrap_err();
-        assert_eq!(err(r#"[[0,0],[5,18]]"#), "entry 1: the cause 18 is not one of 0..18");
+        assert_eq!(err(r#"[[0,0],[5,20]]"#), "entry 1: the cause 20 is not one of 0..20");
         assert_eq!(err(r#"[["0",0]]"#), "entry 0: the time is missing or not an integer");
         assert_eq!(err(r#"[[0,0,3]]"#), "entry 0: cause_id 3 refers to no input");
         assert_eq!(err(r#"[[0,3]]"#), "entry 0: to is missing and cannot be predicted");

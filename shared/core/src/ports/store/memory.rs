@@ -27,8 +27,9 @@ use time::OffsetDateTime;
 
 use super::limits::{self, MAX_ITEM_BYTES, RECORD_SK};
 use super::{
-    Applied, Claim, Count, Hold, InboxClaim, InboxEntry, InboxStatus, ItemSizes, LedgerEntry, Receipt,
-    ReceiptStatus, RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for, sort_trace,
+    Applied, Claim, Count, DueList, Hold, InboxClaim, InboxEntry, InboxStatus, ItemSizes, LedgerEntry,
+    Receipt, ReceiptStatus, RegisteredConfig, StoreError, Task, Trace, WorkflowStore, condition_for,
+    sort_trace,
 };
 use crate::domain::ids::{CorrelationKey, WorkflowName};
 use crate::domain::lifecycle::{IgnoreReason, Kind, Record};
@@ -486,8 +487,13 @@ impl WorkflowStore for MemoryStore {
         Ok(trace)
     }
 
-    async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError> {
-        let mut due = self.lock().indexed_records(|r| r.state.kind() == kind && r.due_at() <= before);
+    async fn due(
+        &self,
+        list: DueList,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let mut due = self.lock().indexed_records(|r| DueList::of(r) == list && r.due_at() <= before);
         due.sort_by_key(Record::due_at);
         due.truncate(limit);
         Ok(due)

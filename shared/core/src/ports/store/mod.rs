@@ -625,19 +625,31 @@ pub trait WorkflowStore: Send + Sync {
     /// Everything about one (workflow, key).
     async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError>;
 
-    /// Records in state `kind` whose due time is at or before `before`, oldest first, at most
-    /// `limit`. Due time: the deadline while waiting, otherwise the last update.
-    async fn due(&self, kind: Kind, before: OffsetDateTime, limit: usize) -> Result<Vec<Record>, StoreError>;
+    /// The records on `list` whose due time ([`Record::due_at`]) is at or before `before`,
+    /// oldest first, at most `limit`.
+    async fn due(
+        &self,
+        list: DueList,
+        before: OffsetDateTime,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError>;
 
-    /// The heads of the records [`Self::due`] lists, in its order: the same index reads, and
-    /// nothing else (a task token kept in its own item is not read).
+    /// The heads of the records of state `kind` due at or before `before`, on either list,
+    /// oldest first, at most `limit`: the same index reads as [`Self::due`], and nothing else (a
+    /// task token kept in its own item is not read).
     async fn due_heads(
         &self,
         kind: Kind,
         before: OffsetDateTime,
         limit: usize,
     ) -> Result<Vec<RecordHead>, StoreError> {
-        Ok(self.due(kind, before, limit).await?.iter().map(RecordHead::of).collect())
+        let mut records = Vec::new();
+        for list in DueList::of_state(kind) {
+            records.extend(self.due(list, before, limit).await?);
+        }
+        records.sort_by_key(Record::due_at);
+        records.truncate(limit);
+        Ok(records.iter().map(RecordHead::of).collect())
     }
 
     /// Open inbox entries (buffered, draining or expiring) that expired at or before `before`, at
@@ -658,6 +670,37 @@ pub trait WorkflowStore: Send + Sync {
 /// reads is then bounded by it (DynamoDB: about this many index entries and one more a state,
 /// [`BoundedCount`]), not by how many records the table holds (docs/SCALE.md).
 pub const COUNT_UP_TO: u64 = 1_000;
+
+/// One of the sweeper's lists in the `by_due` index: the records of a state that owe work at
+/// their due time (a start, a resume, a next attempt's task, a compensation's), or those that
+/// do not (a deadline only watched; a terminal record, counted). Owed work has a list of its own
+/// so that it goes out on time however many records sit past their deadlines with nothing owed
+/// (found by review: 100 records whose executions were gone filled the sweeper's batch for good,
+/// and no retried step's next attempt went out again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DueList {
+    pub kind: Kind,
+    pub work: bool,
+}
+
+impl DueList {
+    /// The list `record` is on.
+    pub fn of(record: &Record) -> DueList {
+        DueList { kind: record.state.kind(), work: record.owes_work() }
+    }
+
+    /// The lists that hold records of state `kind`.
+    pub fn of_state(kind: Kind) -> Vec<DueList> {
+        let watch = DueList { kind, work: false };
+        if kind.may_owe_work() { vec![DueList { kind, work: true }, watch] } else { vec![watch] }
+    }
+
+    /// The list's `due_kind` prefix in the index: `work#<state>` or `record#<state>`.
+    pub fn prefix(self) -> String {
+        let list = if self.work { "work" } else { "record" };
+        format!("{list}#{}", self.kind)
+    }
+}
 
 /// How many records one state holds ([`WorkflowStore::count_by_state`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
