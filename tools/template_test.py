@@ -164,6 +164,16 @@ class Alarms(unittest.TestCase):
         self.assertEqual((alarm["AlarmActions"], alarm["OKActions"]), (other["AlarmActions"], other["OKActions"]))
         self.assertIn("RUNBOOK.md", alarm["AlarmDescription"])
 
+    def test_a_stranded_record_raises_an_alarm_like_the_others(self):
+        t = load()
+        alarm = t["Resources"].get("StrandedRecordsAlarm", {}).get("Properties")
+        self.assertIsNotNone(alarm)
+        self.assertEqual((alarm["Namespace"], alarm["MetricName"]), ("baton", "RecordsStranded"))
+        self.assertEqual(alarm["Dimensions"], [{"Name": "service", "Value": "baton"}])
+        self.assertEqual((alarm["ComparisonOperator"], alarm["Threshold"]), ("GreaterThanThreshold", 0))
+        other = t["Resources"]["WorkflowsFailedAlarm"]["Properties"]
+        self.assertEqual((alarm["AlarmActions"], alarm["OKActions"]), (other["AlarmActions"], other["OKActions"]))
+
     def test_every_alarm_has_a_runbook_entry(self):
         runbook = (ROOT / "docs" / "RUNBOOK.md").read_text()
         headings = [line for line in runbook.splitlines() if line.startswith("### ")]

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod compensate;
 mod console;
+mod end;
 mod inspect;
 mod local;
 mod ops;
@@ -99,6 +100,9 @@ enum Command {
     Cancel(recover::CancelArgs),
     /// Compensation: `plan` shows, for one record, what would be, is being or was undone.
     Compensate(compensate::CompensateArgs),
+    /// End a record whose execution is gone (stranded, or ended without its report): a plan
+    /// of what it becomes and what stays undone, then `--apply --expect-version N`.
+    End(end::EndArgs),
     /// Before a deploy: what a config change would do to the records in flight.
     Rollout(rollout::RolloutArgs),
 }
@@ -133,6 +137,7 @@ fn main() -> ExitCode {
         Command::Redrive(args) => block_on(recover::redrive(args)),
         Command::Cancel(args) => block_on(recover::cancel(args)),
         Command::Compensate(args) => block_on(compensate::run(args)),
+        Command::End(args) => block_on(end::run(args)),
         Command::Rollout(args) => {
             // Its own exit status: 1 breaking, 3 needs a person; 2 when no verdict could be
             // reached (the table unreadable, say), so that a pipeline never reads a failure as

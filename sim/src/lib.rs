@@ -327,7 +327,7 @@ impl Stack {
     }
 
     /// A stack that deploys `yaml` (a variant of [`CONFIG`]) first.
-    fn with_config(world: Arc<World>, cursed: Option<(String, OffsetDateTime)>, yaml: &str) -> Stack {
+    pub fn with_config(world: Arc<World>, cursed: Option<(String, OffsetDateTime)>, yaml: &str) -> Stack {
         let config = Arc::new(Config::parse(yaml).expect("the simulation's config is valid"));
         let memory = Arc::new(MemoryStore::new().with_item_sizes(baton_aws::dynamodb::ITEM_SIZES));
         let violations = Arc::new(Mutex::new(Vec::new()));

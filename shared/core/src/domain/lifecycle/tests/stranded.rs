@@ -67,7 +67,11 @@ fn a_stranded_forward_run_ends_as_its_execution_did() {
         ("SUCCEEDED", State::Succeeded),
     ] {
         let d = run(&p, Some(&stranded), &end(status));
-        assert_eq!((after(&d).state, d.write.as_ref().map(|w| w.cause)), (state, Some(Cause::End)), "{status}");
+        assert_eq!(
+            (after(&d).state, d.write.as_ref().map(|w| w.cause)),
+            (state, Some(Cause::End)),
+            "{status}"
+        );
     }
     let ended = after(&run(&p, Some(&stranded), &end("ABORTED")));
     assert_eq!(run(&p, Some(&ended), &end("ABORTED")).outcome, Outcome::Ignored(IgnoreReason::Terminal));

@@ -1,0 +1,203 @@
+//! `baton end WORKFLOW KEY`: the way out for a record whose execution is gone.
+//!
+//! A record is stranded when its execution ended without the report baton waits for (stopped
+//! from the console, a report lost past its dead-letter queue): the sweeper notices it, counts
+//! it (`RecordsStranded`, alarmed) and leaves it to a person. `baton end` is that person's tool,
+//! for a stranded record or any live one whose execution is no longer running (compensating
+//! included), before the sweeper got to it:
+//!
+//! - **A plan first.** It reads the record and asks Step Functions how the execution ended, and
+//!   says what the record will become, and what stays undone: compensations not acknowledged,
+//!   and completed steps that declare `compensate` which nothing will now undo. Nothing is
+//!   written.
+//! - **Then `--apply --expect-version N`**, N the record version the plan showed: refused if
+//!   the record changed since. The record is stranded (if it was not yet), then ended as the
+//!   execution ended ([`lifecycle::ended_as`]; a compensation settles as at the chain's end).
+//! - **Never a running execution**: that is `baton cancel`'s.
+
+use anyhow::{Context, Result, bail};
+use baton_core::domain::config::Workflow;
+use baton_core::domain::ids::CorrelationKey;
+use baton_core::domain::lifecycle::{self, Input, NOT_FOUND, Outcome, RUNNING, Record, State, UndoOutcome};
+use baton_core::ports::orchestrator::OrchestratorError;
+use baton_core::use_cases::engine::Engine;
+use serde_json::{Value, json};
+
+use crate::recover::tools;
+use crate::target::TargetArgs;
+use crate::trace::terminal_safe;
+
+/// The JSON document's schema name.
+pub const SCHEMA: &str = "baton.end-plan/v1";
+
+#[derive(Debug, clap::Args)]
+pub struct EndArgs {
+    pub workflow: String,
+    /// The correlation key.
+    pub key: String,
+    /// Why: kept in the record's history.
+    #[arg(long, default_value = "its execution ended without its report")]
+    pub reason: String,
+    /// Carry the plan out. Needs `--expect-version`, the record version the plan showed.
+    #[arg(long, requires = "expect_version")]
+    pub apply: bool,
+    /// The record version the plan was made on: `--apply` is refused if the record changed since.
+    #[arg(long)]
+    pub expect_version: Option<u64>,
+    /// Print the `baton.end-plan/v1` JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
+    pub config: std::path::PathBuf,
+    #[command(flatten)]
+    pub target: TargetArgs,
+}
+
+pub async fn run(args: EndArgs) -> Result<()> {
+    let t = tools(&args.config, &args.target, &[]).await?;
+    let workflow = t
+        .engine
+        .config
+        .workflow(&args.workflow)
+        .with_context(|| format!("no workflow named {:?} in the config", args.workflow))?;
+    let key = CorrelationKey::parse(args.key.as_str())?;
+    let Some(record) = t.engine.store.load(&workflow.name, &key).await? else {
+        bail!("no such workflow record: {} {}", args.workflow, args.key);
+    };
+    let status = execution_status(&t.engine, workflow, &record).await?;
+    let pinned = t.engine.definition(workflow.name.as_str(), record.config_version.as_deref()).await?;
+    let definition: &Workflow = pinned.as_deref().unwrap_or(workflow);
+    let doc = plan(definition, &record, &status, &args.reason);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("{}", text(&doc, &args));
+    }
+    if let Some(refused) = doc["refused"].as_str() {
+        bail!("refused: {refused}");
+    }
+    if !args.apply {
+        return Ok(());
+    }
+    if args.expect_version != Some(record.version) {
+        bail!(
+            "refused: the record is at version {}, not {}: it changed since the plan; plan again",
+            record.version,
+            args.expect_version.unwrap_or_default()
+        );
+    }
+    apply(&t.engine, workflow, &key, &record, &status, &args.reason).await?;
+    println!("ended {} {}: {}", args.workflow, args.key, doc["ends"].as_str().unwrap_or_default());
+    Ok(())
+}
+
+/// How Step Functions says the record's execution stands: its status, or [`NOT_FOUND`].
+async fn execution_status(engine: &Engine, workflow: &Workflow, record: &Record) -> Result<String> {
+    let arn = engine.execution_arn(workflow, &record.key, record.generation);
+    match engine.orchestrator.describe(&arn).await {
+        Ok(info) => Ok(info.status.as_str().to_owned()),
+        Err(OrchestratorError::ExecutionNotFound { .. }) => Ok(NOT_FOUND.to_owned()),
+        Err(e) => Err(e).with_context(|| format!("cannot read the execution {arn}")),
+    }
+}
+
+/// The record stranded (unless it is), then ended, each a conditional write.
+async fn apply(
+    engine: &Engine,
+    workflow: &Workflow,
+    key: &CorrelationKey,
+    record: &Record,
+    status: &str,
+    reason: &str,
+) -> Result<()> {
+    let now = engine.now();
+    let generation = record.generation;
+    if record.state != State::Stranded {
+        let gone = Input::ExecutionGone { generation, status: status.to_owned() };
+        let outcome = engine.submit(workflow, key, &gone, now).await?.outcome();
+        if !matches!(outcome, Outcome::Applied | Outcome::Duplicate) {
+            bail!("refused: the record could not be stranded ({outcome:?}); plan again");
+        }
+    }
+    let end = Input::End { generation, status: status.to_owned(), reason: reason.to_owned() };
+    match engine.submit(workflow, key, &end, now).await?.outcome() {
+        Outcome::Applied => Ok(()),
+        other => bail!("refused: the record was not ended ({other:?}); plan again"),
+    }
+}
+
+/// What ending `r` (whose execution stands at `status`) would do, decided by the lifecycle as
+/// the apply will be, without writing: the `baton.end-plan/v1` document.
+pub fn plan(workflow: &Workflow, r: &Record, status: &str, reason: &str) -> Value {
+    let p = workflow.plan();
+    let names = (&workflow.name, &r.key);
+    let refused = if r.state.is_terminal() {
+        Some(format!("the record has already ended ({})", r.state))
+    } else if status == RUNNING {
+        Some("its execution is running: `baton cancel` stops it".to_owned())
+    } else {
+        None
+    };
+    let now = r.updated_at;
+    let stranded = match r.state {
+        State::Stranded => Some(r.clone()),
+        _ => lifecycle::decide(
+            &p,
+            names,
+            Some(r),
+            &Input::ExecutionGone { generation: r.generation, status: status.into() },
+            now,
+        )
+        .write
+        .map(|w| w.to),
+    };
+    let end = Input::End { generation: r.generation, status: status.into(), reason: reason.into() };
+    let ended =
+        stranded.as_ref().and_then(|s| lifecycle::decide(&p, names, Some(s), &end, now).write.map(|w| w.to));
+    let name =
+        |step: u32| workflow.steps.get(step as usize).map_or(format!("step {step}"), |s| s.name.to_string());
+    let undone: Vec<Value> = match (&r.compensation, &ended) {
+        (Some(_), Some(e)) => e.compensation.iter().flat_map(|c| c.run()).filter(|u| u.outcome != Some(UndoOutcome::Acknowledged)).map(|u| json!({"step": name(u.step), "why": "its compensation was not acknowledged"})).collect(),
+        (None, _) => lifecycle::compensation_plan(&p, r).iter().filter(|u| u.skip.is_none()).map(|u| json!({"step": name(u.step), "why": "it completed and declares compensate; no compensation will run now"})).collect(),
+        _ => Vec::new(),
+    };
+    json!({
+        "schema": SCHEMA,
+        "workflow": workflow.name.as_str(),
+        "key": r.key.as_str(),
+        "generation": r.generation,
+        "state": r.state.to_string(),
+        "version": r.version,
+        "execution_status": status,
+        "ends": ended.map(|e| e.state.to_string()),
+        "stays_undone": undone,
+        "refused": refused,
+    })
+}
+
+fn text(doc: &Value, args: &EndArgs) -> String {
+    let s = |v: &Value| terminal_safe(v.as_str().unwrap_or("-")).into_owned();
+    let mut out = format!(
+        "{} {} (generation {}): {} at version {}; its execution: {}\n",
+        s(&doc["workflow"]),
+        s(&doc["key"]),
+        doc["generation"],
+        s(&doc["state"]),
+        doc["version"],
+        s(&doc["execution_status"])
+    );
+    if doc["refused"].is_string() {
+        return out;
+    }
+    out += &format!("ends: {}\n", s(&doc["ends"]));
+    for step in doc["stays_undone"].as_array().into_iter().flatten() {
+        out += &format!("stays undone: {} ({})\n", s(&step["step"]), s(&step["why"]));
+    }
+    if !args.apply {
+        out += &format!(
+            "to carry it out: baton end {} {} --apply --expect-version {}\n",
+            args.workflow, args.key, doc["version"]
+        );
+    }
+    out
+}
