@@ -17,6 +17,7 @@ mod rollout;
 mod send;
 mod status;
 mod synth;
+mod terminal;
 mod target;
 mod trace;
 mod web;

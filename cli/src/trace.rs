@@ -35,6 +35,9 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
 use crate::ops::{StepNames, human, table_time};
+use crate::terminal::line;
+#[cfg(test)]
+use crate::terminal::terminal_safe;
 use crate::target::{self, Field, StateMachines, TargetArgs};
 
 /// The `--json` schema's name and version.
@@ -931,40 +934,6 @@ fn render_compensation(out: &mut String, r: &RecordView) {
             );
         }
     }
-}
-
-/// Appends one line of text, its control characters escaped (see [`terminal_safe`]).
-fn line(out: &mut String, text: &str) {
-    out.push_str(&terminal_safe(text));
-    out.push('\n');
-}
-
-/// `text` fit for a terminal: every control character (C0 including newline and ESC, DEL, C1)
-/// and every bidirectional override is written visibly as an escape (`\x1b`, `\n`, `\u{202e}`).
-/// Senders choose a callback's `error` and `cause`, ids and data: raw, an ESC could rewrite the
-/// operator's screen or title, or a newline could forge a line of the timeline.
-pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char =
-        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    if !text.chars().any(unsafe_char) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x100 && unsafe_char(c) => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if unsafe_char(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 /// The WHAT column.
