@@ -199,7 +199,10 @@ pub fn text(doc: &Value) -> String {
             ),
         );
         for e in step["errors"].as_array().into_iter().flatten() {
-            line(&mut out, &format!("      attempt {} failed: {} {}", e["attempt"], s(&e["error"]), s(&e["cause"])));
+            line(
+                &mut out,
+                &format!("      attempt {} failed: {} {}", e["attempt"], s(&e["error"]), s(&e["cause"])),
+            );
         }
     }
     out

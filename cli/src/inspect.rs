@@ -87,7 +87,10 @@ fn matches(config: &Config, event: &Event) -> String {
         }
         for (i, step) in wf.steps.iter().enumerate() {
             if step.accepts_events.as_ref().is_some_and(|p| p.matches(&event.normalised())) {
-                line(&mut out, &format!("{}: step {} ({}) accepts this event as input", wf.name, i, step.name));
+                line(
+                    &mut out,
+                    &format!("{}: step {} ({}) accepts this event as input", wf.name, i, step.name),
+                );
             }
         }
     }

@@ -17,8 +17,8 @@ mod rollout;
 mod send;
 mod status;
 mod synth;
-mod terminal;
 mod target;
+mod terminal;
 mod trace;
 mod web;
 

@@ -49,7 +49,10 @@ mod tests {
     #[test]
     fn control_characters_and_bidi_overrides_are_shown_escaped_and_the_rest_kept() {
         assert!(matches!(terminal_safe("order-1 ok é"), Cow::Borrowed("order-1 ok é")));
-        assert_eq!(terminal_safe("a\x1b[2J\nb\r\t\x7f\u{9b}\u{202e}c"), "a\\x1b[2J\\nb\\r\\t\\x7f\\x9b\\u{202e}c");
+        assert_eq!(
+            terminal_safe("a\x1b[2J\nb\r\t\x7f\u{9b}\u{202e}c"),
+            "a\\x1b[2J\\nb\\r\\t\\x7f\\x9b\\u{202e}c"
+        );
         let mut out = String::new();
         line(&mut out, "one\nforged");
         assert_eq!(out, "one\\nforged\n", "one line, whatever it holds");

@@ -35,10 +35,10 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
 use crate::ops::{StepNames, human, table_time};
+use crate::target::{self, Field, StateMachines, TargetArgs};
 use crate::terminal::line;
 #[cfg(test)]
 use crate::terminal::terminal_safe;
-use crate::target::{self, Field, StateMachines, TargetArgs};
 
 /// The `--json` schema's name and version.
 pub const SCHEMA: &str = "baton.trace/v1";

@@ -319,7 +319,8 @@ impl Workflow {
                 Position::Group(g) => (g.first..=g.last).filter_map(|i| self.steps.get(i as usize)).collect(),
             };
             run.forward += longest(&mut steps.iter().map(|s| s.timeout));
-            run.compensations += longest(&mut steps.iter().filter_map(|s| Some(s.compensate.as_ref()?.timeout)));
+            run.compensations +=
+                longest(&mut steps.iter().filter_map(|s| Some(s.compensate.as_ref()?.timeout)));
         }
         run
     }
@@ -1177,21 +1178,28 @@ workflows:
         let errs = errors(&wf("      - { name: a, timeout: 200d }\n      - { name: b, timeout: 200d }\n"));
         assert_eq!(
             errs,
-            ["workflows.long-haul: an execution could run 400d (the steps' timeouts, a parallel group counted \
+            [
+                "workflows.long-haul: an execution could run 400d (the steps' timeouts, a parallel group counted \
               by its longest branch: 400d; then, on the failure path, every compensation's timeout: 0d), \
               longer than the 365d a Step Functions Standard execution may run, which ends it with no Catch \
-              and no report; shorten the timeouts so that they add up to 365d at most"]
+              and no report; shorten the timeouts so that they add up to 365d at most"
+            ]
         );
 
         // 300 days forward and 70 of compensation: the failure path passes the year.
-        let undo = |days: u32| format!("compensate: {{ task: {{ title: \"Undo {{key}}\", queue: q }}, timeout: {days}d }}");
+        let undo = |days: u32| {
+            format!("compensate: {{ task: {{ title: \"Undo {{key}}\", queue: q }}, timeout: {days}d }}")
+        };
         let errs = errors(&wf(&format!(
             "      - {{ name: a, timeout: 100d, {} }}\n      - {{ name: b, timeout: 200d }}\n",
             undo(70)
         )));
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert!(errs[0].starts_with("workflows.long-haul: an execution could run 370d"), "{errs:?}");
-        assert!(errs[0].contains("longest branch: 300d; then") && errs[0].contains("timeout: 70d)"), "{errs:?}");
+        assert!(
+            errs[0].contains("longest branch: 300d; then") && errs[0].contains("timeout: 70d)"),
+            "{errs:?}"
+        );
 
         // A group waits as long as its longest branch, and its compensations as their longest;
         // a retried step waits its one timeout: 250d + 45d forward, 70d back, exactly a year.
