@@ -728,6 +728,7 @@ fn parked_report(kind: &str, key: &str, step: (u32, &str), token: &str) -> Strin
 /// group's branches (their tokens inline in the record's JSON, base64 or not), a failed branch's
 /// resume, a compensation's undo_ready and the acknowledgement that resumes it, and a cancel with
 /// compensation, which fails every parked token.
+#[expect(clippy::too_many_lines, reason = "a contract case reads as one story, step by step")]
 async fn a_2048_character_token_takes_every_path(store: Arc<dyn WorkflowStore>) {
     use baton_core::domain::config::Config;
     use baton_core::domain::lifecycle::{Effect, StepOutcome, decide};
