@@ -16,6 +16,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::recover::tools;
 use crate::target::TargetArgs;
+use crate::terminal::line;
 
 /// The JSON document's schema name.
 pub const SCHEMA: &str = "baton.compensation-plan/v1";
@@ -148,23 +149,28 @@ fn step_entry(workflow: &Workflow, r: &Record, undo: Option<&Undo>, step: u32) -
     })
 }
 
-/// The table `baton compensate plan` prints.
+/// The table `baton compensate plan` prints. Every line goes through [`line`]: a sender chose
+/// the failures' `error` and `cause` and a cancel's reason, and `--json` keeps them exact.
 pub fn text(doc: &Value) -> String {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-    let mut out = format!(
-        "{} {}  generation {}  state {}  compensation {}\n",
-        s(&doc["workflow"]),
-        s(&doc["key"]),
-        doc["generation"],
-        s(&doc["state"]),
-        s(&doc["phase"]).replace('_', " ")
+    let mut out = String::new();
+    line(
+        &mut out,
+        &format!(
+            "{} {}  generation {}  state {}  compensation {}",
+            s(&doc["workflow"]),
+            s(&doc["key"]),
+            doc["generation"],
+            s(&doc["state"]),
+            s(&doc["phase"]).replace('_', " ")
+        ),
     );
     if let Some(t) = doc["trigger"].as_object() {
         let detail = &t["detail"];
         let why = detail["error"].as_str().or(detail["reason"].as_str()).unwrap_or_default();
-        out += &format!("  began {} after the run {} {}\n", s(&t["began_at"]), s(&t["kind"]), why);
+        line(&mut out, &format!("  began {} after the run {} {}", s(&t["began_at"]), s(&t["kind"]), why));
     }
-    out += "  step            completed  attempts  state                    compensation\n";
+    line(&mut out, "  step            completed  attempts  state                    compensation");
     for step in doc["steps"].as_array().into_iter().flatten() {
         let comp = &step["compensation"];
         let what = match comp.as_object() {
@@ -181,17 +187,52 @@ pub fn text(doc: &Value) -> String {
         if let Some(reason) = step["skip_reason"].as_str() {
             state = format!("{state} ({reason})");
         }
-        out += &format!(
-            "  {:<15} {:<10} {:<9} {:<24} {}\n",
-            s(&step["name"]),
-            if step["completed"] == true { "yes" } else { "no" },
-            attempts,
-            state,
-            what
+        line(
+            &mut out,
+            &format!(
+                "  {:<15} {:<10} {:<9} {:<24} {}",
+                s(&step["name"]),
+                if step["completed"] == true { "yes" } else { "no" },
+                attempts,
+                state,
+                what
+            ),
         );
         for e in step["errors"].as_array().into_iter().flatten() {
-            out += &format!("      attempt {} failed: {} {}\n", e["attempt"], s(&e["error"]), s(&e["cause"]));
+            line(
+                &mut out,
+                &format!("      attempt {} failed: {} {}", e["attempt"], s(&e["error"]), s(&e["cause"])),
+            );
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by review: the plan printed senders' `error` and `cause` (and an operator's cancel
+    /// reason) raw, so terminal escapes reached the operator's screen and a newline could forge
+    /// a line of the table. The text escapes them (`--json` prints the document as it is).
+    #[test]
+    fn a_senders_error_and_cause_are_shown_escaped() {
+        let doc = json!({
+            "workflow": "order-review", "key": "k-1", "generation": 1, "state": "compensating",
+            "phase": "compensating",
+            "trigger": {"kind": "failed", "detail": {"error": "Rejected\u{1b}]0;owned\u{7}"}, "began_at": "2026-12-01T09:00:00Z"},
+            "steps": [{
+                "step": 0, "name": "payment", "completed": true, "state": "running", "skip_reason": null,
+                "attempts_used": 1,
+                "compensation": {"title": "Refund k-1", "queue": "billing", "attempts": 3, "timeout_seconds": 60},
+                "errors": [{"attempt": 1, "error": "BankDown\u{1b}[2J", "cause": "no\n  payment   yes  1/3  acknowledged  forged\u{202e}"}],
+            }],
+        });
+        let text = text(&doc);
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\u{202e}'), "{text}");
+        assert!(text.contains("after the run failed Rejected\\x1b]0;owned\\x07"), "{text}");
+        assert!(text.contains("attempt 1 failed: BankDown\\x1b[2J no\\n  payment   yes"), "{text}");
+        assert!(text.contains("forged\\u{202e}"), "{text}");
+        assert_eq!(text.lines().count(), 5, "no line forged: {text}");
+    }
 }

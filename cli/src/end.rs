@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use crate::recover::tools;
 use crate::target::TargetArgs;
-use crate::trace::terminal_safe;
+use crate::terminal::terminal_safe;
 
 /// The JSON document's schema name.
 pub const SCHEMA: &str = "baton.end-plan/v1";

@@ -6,6 +6,8 @@ use anyhow::{Context, Result};
 use baton_core::domain::config::{Config, Position, Workflow};
 use baton_core::domain::event::Event;
 
+use crate::terminal::line;
+
 /// `baton validate`: a summary line per workflow, or every problem with its path.
 pub fn validate(path: &Path) -> Result<()> {
     let config = Config::load(path)?;
@@ -66,23 +68,57 @@ pub fn match_event(config: &Path, event: &Path) -> Result<()> {
     let config = Config::load(config)?;
     let body = std::fs::read_to_string(event).with_context(|| format!("cannot read {}", event.display()))?;
     let event = Event::parse(&body).with_context(|| format!("{} is not a valid event", event.display()))?;
+    print!("{}", matches(&config, &event));
+    Ok(())
+}
+
+/// What `baton match` prints for `event`. The event is a sender's (its `id`, its `type`, the
+/// key it carries): each line goes through [`line`].
+fn matches(config: &Config, event: &Event) -> String {
+    let mut out = String::new();
     let mut matched = 0;
     for wf in &config.workflows {
-        let start = wf.starts_on(&event);
+        let start = wf.starts_on(event);
         matched += usize::from(start.is_some());
         match start {
-            None => println!("{}: no match", wf.name),
-            Some(Ok(key)) => println!("{}: starts, key {key}", wf.name),
-            Some(Err(e)) => println!("{}: matches, but cannot start: {e}", wf.name),
+            None => line(&mut out, &format!("{}: no match", wf.name)),
+            Some(Ok(key)) => line(&mut out, &format!("{}: starts, key {key}", wf.name)),
+            Some(Err(e)) => line(&mut out, &format!("{}: matches, but cannot start: {e}", wf.name)),
         }
         for (i, step) in wf.steps.iter().enumerate() {
             if step.accepts_events.as_ref().is_some_and(|p| p.matches(&event.normalised())) {
-                println!("{}: step {} ({}) accepts this event as input", wf.name, i, step.name);
+                line(
+                    &mut out,
+                    &format!("{}: step {} ({}) accepts this event as input", wf.name, i, step.name),
+                );
             }
         }
     }
     if matched == 0 {
-        println!("event {} ({}) starts no workflow", event.id, event.r#type);
+        line(&mut out, &format!("event {} ({}) starts no workflow", event.id, event.r#type));
     }
-    Ok(())
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An event is a sender's: its `id` and `type` are printed escaped, so an ESC or a bidi
+    /// override in them cannot reach the operator's terminal.
+    #[test]
+    fn a_senders_event_id_and_type_are_shown_escaped() {
+        let config = Config::parse(
+            "workflows:\n  order-review:\n    start: { when: { type: [\"order.placed\"] }, key: /subject }\n    steps:\n      - { name: review, timeout: 1h }\n",
+        )
+        .unwrap();
+        let body = serde_json::json!({"specversion": "1.0", "id": "evt-\u{202e}1", "source": "shop",
+            "type": "order.paid\u{1b}]0;owned\u{7}", "subject": "k-1", "data": {}});
+        let event = Event::parse(&body.to_string()).unwrap();
+        let text = matches(&config, &event);
+        assert_eq!(
+            text,
+            "order-review: no match\nevent evt-\\u{202e}1 (order.paid\\x1b]0;owned\\x07) starts no workflow\n"
+        );
+    }
 }

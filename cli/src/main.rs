@@ -19,6 +19,7 @@ mod send;
 mod status;
 mod synth;
 mod target;
+mod terminal;
 mod trace;
 mod web;
 

@@ -24,7 +24,7 @@ use baton_core::use_cases::replay::{self, Applied, Classification, Done, Line, O
 use serde::{Deserialize, Serialize};
 
 use crate::target::{self, Field, Target, TargetArgs};
-use crate::trace::terminal_safe;
+use crate::terminal::terminal_safe;
 
 /// Which dead-letter queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]

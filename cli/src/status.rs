@@ -316,7 +316,7 @@ mod tests {
         assert_eq!(
             json["counts"],
             json!({"pending": 0, "waiting": 3, "advancing": 0, "succeeded": 7, "degraded": 0, "failed": 0, "timed_out": 0,
-                "cancelled": 0, "compensating": 0, "compensated": 0, "compensation_failed": 0})
+                "cancelled": 0, "compensating": 0, "compensated": 0, "compensation_failed": 0, "stranded": 0})
         );
         assert_eq!(json["total"], 10);
         assert_eq!(json["overdue"][0]["key"], "b");

@@ -36,6 +36,9 @@ use time::OffsetDateTime;
 
 use crate::ops::{StepNames, human, table_time};
 use crate::target::{self, Field, StateMachines, TargetArgs};
+use crate::terminal::line;
+#[cfg(test)]
+use crate::terminal::terminal_safe;
 
 /// The `--json` schema's name and version.
 pub const SCHEMA: &str = "baton.trace/v1";
@@ -56,8 +59,34 @@ pub struct TraceArgs {
     /// The workflow config, for step names [default: infra/workflows.yaml when present].
     #[arg(long, env = "BATON_CONFIG")]
     pub config: Option<PathBuf>,
+    /// How many ledger entries (ignored inputs) to show, newest first: a number, or `all`.
+    /// One sender can leave an entry per input id it sends; the older ones are counted.
+    #[arg(long, value_name = "N|all", default_value = "20", value_parser = LedgerShown::parse)]
+    pub ledger: LedgerShown,
     #[command(flatten)]
     pub target: TargetArgs,
+}
+
+/// How many of a key's ledger entries a trace shows (`--ledger`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerShown {
+    /// The newest this many, by time; the others are counted ([`Report::ledger_omitted`]).
+    Newest(usize),
+    All,
+}
+
+impl LedgerShown {
+    /// What a trace shows unless told: the console's pages too.
+    pub const DEFAULT: LedgerShown = LedgerShown::Newest(20);
+
+    pub fn parse(text: &str) -> Result<LedgerShown, String> {
+        match text {
+            "all" => Ok(LedgerShown::All),
+            n => {
+                n.parse().map(LedgerShown::Newest).map_err(|_| format!("{n:?}: a number of entries, or all"))
+            }
+        }
+    }
 }
 
 /// Reads the table and Step Functions, then prints (or writes) the trace.
@@ -75,7 +104,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         sfn: StepFunctionsOrchestrator::new(baton_aws::stepfunctions::client(&sdk)),
         machines,
     };
-    let report = read(&sources, names, (&workflow, &key))
+    let report = read_showing(&sources, names, (&workflow, &key), args.ledger)
         .await
         .with_context(|| format!("at {}", target.location()))?
         .with_context(|| format!("no such workflow record: {workflow} / {key} (table {table})"))?;
@@ -105,11 +134,23 @@ pub struct Sources {
 
 /// Everything known about one workflow instance, read and joined; `None` when nothing at all is
 /// stored for it. `names` are the checkout's; the record's own config version is used when
-/// it is another.
+/// it is another. The ledger is shown as [`LedgerShown::DEFAULT`] says.
 pub async fn read(
     sources: &Sources,
     names: StepNames,
+    target: (&WorkflowName, &CorrelationKey),
+) -> Result<Option<Report>> {
+    read_showing(sources, names, target, LedgerShown::DEFAULT).await
+}
+
+/// [`read`], showing the ledger entries `ledger` says. Every entry of the key is read (its sort
+/// keys are by reason and id, not by time), each at most a few KB
+/// (`baton_core::ports::store::LEDGER_DETAIL_KEPT`); the older ones are only counted.
+pub async fn read_showing(
+    sources: &Sources,
+    names: StepNames,
     (workflow, key): (&WorkflowName, &CorrelationKey),
+    ledger: LedgerShown,
 ) -> Result<Option<Report>> {
     let store = &sources.store;
     let trace = store
@@ -132,7 +173,7 @@ pub async fn read(
     // Step names as the record's own config version has them, which may not be the checkout's.
     let names =
         names.of_version(store, trace.record.as_ref().and_then(|r| r.config_version.as_deref())).await;
-    Ok(Some(build(&trace, executions, &names, (workflow, key))))
+    Ok(Some(build(&trace, executions, &names, (workflow, key)).showing(ledger)))
 }
 
 fn is_empty(trace: &Trace) -> bool {
@@ -192,6 +233,26 @@ pub struct Report {
     /// The state machine the workflow runs, for drawing its steps (`--html`): generated from
     /// the config version the record runs; `null` when that config is not at hand.
     pub graph: Option<Graph>,
+    /// The key's ledger entries left out of `timeline`, the oldest ones (`--ledger`; 0 when
+    /// every one is shown).
+    pub ledger_omitted: usize,
+}
+
+impl Report {
+    /// The report with only the ledger entries `shown` keeps: the newest, by time.
+    pub fn showing(mut self, shown: LedgerShown) -> Report {
+        let LedgerShown::Newest(n) = shown else { return self };
+        let ignored = self.timeline.iter().filter(|e| matches!(e.what, What::Ignored { .. })).count();
+        let mut older = ignored.saturating_sub(n);
+        self.ledger_omitted += older;
+        // The timeline is oldest first: the first `older` ledger entries go.
+        self.timeline.retain(|e| {
+            let drop = older > 0 && matches!(e.what, What::Ignored { .. });
+            older -= usize::from(drop);
+            !drop
+        });
+        self
+    }
 }
 
 /// A state machine's states, in the order Step Functions' console draws them: from `start_at`
@@ -609,6 +670,7 @@ pub fn build(
         timeline,
         executions: executions.into_iter().map(execution_view).collect(),
         graph: names.definition(workflow.as_str()).map(|d| Graph::of(&d)),
+        ledger_omitted: 0,
     }
 }
 
@@ -799,13 +861,7 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
         }
     }
     out.push('\n');
-    line(&mut out, &format!("{:<24}  {:<9}  WHAT", "TIME", "SOURCE"));
-    for entry in &report.timeline {
-        line(
-            &mut out,
-            &format!("{:<24}  {:<9}  {}", table_time(entry.at), entry.source.as_str(), describe(&entry.what)),
-        );
-    }
+    render_timeline(&mut out, report);
     if !report.executions.is_empty() {
         out.push('\n');
         line(&mut out, "EXECUTIONS");
@@ -827,6 +883,31 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
         }
     }
     out
+}
+
+/// The timeline, one line per entry; first, the count of the ledger entries left out (the
+/// oldest: [`Report::showing`]).
+fn render_timeline(out: &mut String, report: &Report) {
+    line(out, &format!("{:<24}  {:<9}  WHAT", "TIME", "SOURCE"));
+    if report.ledger_omitted > 0 {
+        line(
+            out,
+            &format!(
+                "{:<24}  {:<9}  and {} older ignored input(s), not shown: baton trace {} {} --ledger all",
+                "...",
+                Source::Ledger.as_str(),
+                report.ledger_omitted,
+                report.workflow,
+                report.key
+            ),
+        );
+    }
+    for entry in &report.timeline {
+        line(
+            out,
+            &format!("{:<24}  {:<9}  {}", table_time(entry.at), entry.source.as_str(), describe(&entry.what)),
+        );
+    }
 }
 
 /// A retried step's attempts, one line each: the failed ones with their error, then the one
@@ -933,40 +1014,6 @@ fn render_compensation(out: &mut String, r: &RecordView) {
     }
 }
 
-/// Appends one line of text, its control characters escaped (see [`terminal_safe`]).
-fn line(out: &mut String, text: &str) {
-    out.push_str(&terminal_safe(text));
-    out.push('\n');
-}
-
-/// `text` fit for a terminal: every control character (C0 including newline and ESC, DEL, C1)
-/// and every bidirectional override is written visibly as an escape (`\x1b`, `\n`, `\u{202e}`).
-/// Senders choose a callback's `error` and `cause`, ids and data: raw, an ESC could rewrite the
-/// operator's screen or title, or a newline could forge a line of the timeline.
-pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char =
-        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    if !text.chars().any(unsafe_char) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x100 && unsafe_char(c) => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if unsafe_char(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
 /// The WHAT column.
 fn describe(what: &What) -> String {
     match what {
@@ -1009,9 +1056,13 @@ fn describe(what: &What) -> String {
                 table_time(*expires_at)
             )
         }
-        What::Ignored { input_id, reason, state, .. } => {
+        What::Ignored { input_id, reason, state, detail, .. } => {
             let state = state.as_ref().map(|s| format!(" in state {s}")).unwrap_or_default();
-            format!("input {input_id} ignored: {reason}{state}")
+            let kept = match detail[baton_core::ports::store::SUMMARIZED]["bytes"].as_u64() {
+                Some(bytes) => format!(" (kept as its size, {bytes} bytes, and its hash)"),
+                None => String::new(),
+            };
+            format!("input {input_id} ignored: {reason}{state}{kept}")
         }
         What::ExecutionEvent { generation, event_id, event_type, detail } => {
             let detail = if detail.is_empty() { String::new() } else { format!("  {detail}") };
@@ -1200,6 +1251,62 @@ mod tests {
     fn report() -> Report {
         let (w, k) = names();
         build(&trace(), vec![execution()], &config_names(), (&w, &k))
+    }
+
+    /// Found by review: every ignored input had its line, whole, so one sender could grow a
+    /// key's trace by an entry per id (32 of them took it from 15 KB to 1 MB). A trace shows the
+    /// newest 20 ledger entries, counts the older ones and says how to see them; `--ledger all`
+    /// shows every one; the other sources are all kept. An entry the ledger kept as its size and
+    /// hash says so.
+    #[test]
+    fn a_trace_shows_the_newest_ledger_entries_and_counts_the_older_ones() {
+        let mut trace = trace();
+        let first = trace.ledger[0].clone();
+        for i in 0..32 {
+            let detail = if i == 31 {
+                json!({"kind": "step_input", "hash": "ab12", "summarized": {"bytes": 40_000, "kept_whole_up_to": 4096}})
+            } else {
+                json!({"kind": "step_input", "data": {"blob": "x".repeat(100)}})
+            };
+            trace.ledger.push(LedgerEntry {
+                input_id: format!("cb-flood-{i:02}"),
+                reason: IgnoreReason::Terminal,
+                detail,
+                at: t(100 + i),
+                ..first.clone()
+            });
+        }
+        let (w, k) = names();
+        let all = build(&trace, vec![execution()], &config_names(), (&w, &k));
+        let ledger =
+            |r: &Report| r.timeline.iter().filter(|e| matches!(e.what, What::Ignored { .. })).count();
+        let others = |r: &Report| r.timeline.len() - ledger(r);
+        assert_eq!(ledger(&all), 33);
+        let shown = build(&trace, vec![execution()], &config_names(), (&w, &k)).showing(LedgerShown::DEFAULT);
+        assert_eq!((ledger(&shown), shown.ledger_omitted, others(&shown)), (20, 13, others(&all)));
+        let ids: Vec<&str> = shown
+            .timeline
+            .iter()
+            .filter_map(|e| match &e.what {
+                What::Ignored { input_id, .. } => Some(input_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!((ids[0], ids[19]), ("cb-flood-12", "cb-flood-31"), "the newest, in time order");
+        let text = render(&shown, t(0));
+        assert!(
+            text.contains("ledger     and 13 older ignored input(s), not shown: baton trace order-review k1 --ledger all"),
+            "{text}"
+        );
+        assert!(!text.contains("cb-flood-11") && text.contains("cb-flood-12"), "{text}");
+        assert!(text.contains("input cb-flood-31 ignored: terminal in state waiting{0} (kept as its size, 40000 bytes, and its hash)"), "{text}");
+        assert_eq!(serde_json::to_value(&shown).unwrap()["ledger_omitted"], 13, "the JSON says so too");
+        let everything =
+            build(&trace, vec![execution()], &config_names(), (&w, &k)).showing(LedgerShown::All);
+        assert_eq!((ledger(&everything), everything.ledger_omitted), (33, 0));
+        assert_eq!(LedgerShown::parse("all"), Ok(LedgerShown::All));
+        assert_eq!(LedgerShown::parse("5"), Ok(LedgerShown::Newest(5)));
+        assert!(LedgerShown::parse("some").is_err());
     }
 
     #[test]

@@ -133,9 +133,9 @@ pub fn units(call: &Value, indexes: &[Index]) -> Units {
     }
 }
 
-/// The longest task token Step Functions' API takes (`SendTaskSuccess`, `taskToken`: 1 to 1,024
-/// characters). The emulator's tokens are UUIDs (36); AWS's are longer.
-pub const AWS_TOKEN_CHARS: usize = 1024;
+/// The longest task token Step Functions' API takes (`SendTaskSuccess`, `taskToken`: 1 to 2,048
+/// characters, `TaskToken::MAX_LEN`). The emulator's tokens are UUIDs (36); AWS's are longer.
+pub const AWS_TOKEN_CHARS: usize = baton_core::domain::ids::TaskToken::MAX_LEN;
 
 /// `call` as it would be with AWS-length task tokens ([`AWS_TOKEN_CHARS`] characters of base64,
 /// as AWS's look), and the calls the store would add for them. Such a token is longer than
@@ -401,11 +401,11 @@ mod tests {
             }
             item
         };
-        // A new token: the token item is put (one unit: 768 bytes and its keys), then the record,
-        // which stays one unit with the token's reference in place of the token.
+        // A new token: the token item is put (two units: 1,536 bytes and its keys), then the
+        // record, which stays one unit with the token's reference in place of the token.
         let step_ready =
             json!({"operation": "PutItem", "ok": true, "before": record(None), "after": record(Some("t1"))});
-        assert_eq!(sum(with_aws_tokens(&step_ready)), (2, Units { table_writes: 2.0, ..Units::default() }));
+        assert_eq!(sum(with_aws_tokens(&step_ready)), (2, Units { table_writes: 3.0, ..Units::default() }));
         // The same token kept (a merge, a resume owed): the record alone.
         let merge = json!({"operation": "PutItem", "ok": true, "before": record(Some("t1")), "after": record(Some("t1"))});
         assert_eq!(sum(with_aws_tokens(&merge)), (1, Units { table_writes: 1.0, ..Units::default() }));
@@ -447,8 +447,9 @@ mod tests {
         };
         let now = time::OffsetDateTime::now_utc();
         let start = decide(&plan, (&w, &k), None, &Input::Start { event: EventId::parse("e").unwrap() }, now);
-        let token = base64::engine::general_purpose::STANDARD.encode([7u8; 768]);
+        let token = base64::engine::general_purpose::STANDARD.encode([7u8; 1536]);
         let token = TaskToken::parse(token).unwrap();
+        assert_eq!(token.expose().len(), AWS_TOKEN_CHARS);
         let ready = Input::StepReady { generation: 1, step: 0, token: token.clone(), deadline: now };
         let pending = start.write.unwrap().to;
         let waiting = decide(&plan, (&w, &k), Some(&pending), &ready, now).write.unwrap().to;

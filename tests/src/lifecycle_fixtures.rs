@@ -57,9 +57,9 @@ pub fn write_of(d: Decision) -> Write {
     d.write.expect("the decision writes")
 }
 
-/// A task token as long as the API allows (1,024 characters), canonical base64 as AWS's look.
+/// A task token as long as the API allows (2,048 characters), canonical base64 as AWS's look.
 pub fn aws_length_token(seed: u8) -> String {
     use base64::Engine;
-    let bytes: Vec<u8> = (0..768u32).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+    let bytes: Vec<u8> = (0..1536u32).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }

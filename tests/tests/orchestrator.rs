@@ -665,5 +665,15 @@ async fn missing_state_machines_and_executions_are_named_errors() -> Result<()> 
     let bogus = TaskToken::parse("AAAAKgAAAAIAAAAAAAAAAnot-a-real-token")?;
     let resume = fx.orch.send_task_success(&bogus, &json!({})).await;
     assert!(is_token_gone(&resume), "{resume:?}");
+    // One as long as the API takes (2,048 characters): the SDK sends it, and the answer is the
+    // service's, for all three resumes.
+    let longest = TaskToken::parse(baton_tests::lifecycle_fixtures::aws_length_token(9))?;
+    assert_eq!(longest.expose().len(), TaskToken::MAX_LEN);
+    let resume = fx.orch.send_task_success(&longest, &json!({})).await;
+    assert!(is_token_gone(&resume), "{resume:?}");
+    let resume = fx.orch.send_task_failure(&longest, "E", "c").await;
+    assert!(is_token_gone(&resume), "{resume:?}");
+    let resume = fx.orch.send_task_heartbeat(&longest).await;
+    assert!(is_token_gone(&resume), "{resume:?}");
     Ok(())
 }

@@ -742,7 +742,8 @@ async fn config_versions_are_registered_once_and_listed_oldest_first(store: Arc<
 /// the record a lost write returns, the trace, the due records; through a resume owed and a
 /// cancel, which keeps it.
 async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowStore>) {
-    let not_base64 = format!("{}!", "t".repeat(1023));
+    let not_base64 = format!("{}!", "t".repeat(TaskToken::MAX_LEN - 1));
+    assert_eq!((aws_length_token(7).len(), not_base64.len()), (2048, 2048), "the API's longest");
     for (key, token) in [("k-token-b64", aws_length_token(7)), ("k-token-text", not_base64)] {
         let (w, k) = names(key);
         let waiting = waiting_with_token(&*store, key, &token).await;
@@ -775,6 +776,136 @@ async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowSto
         assert_eq!(cancelled.token.as_ref().map(TaskToken::expose), Some(token.as_str()), "{key}: kept");
         assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&cancelled), "{key}: cancelled");
     }
+}
+
+/// A workflow with a compensated step and a parallel group, for the long-token path.
+const LONG_TOKENS: &str = r#"
+workflows:
+  order-review:
+    start: { when: { type: ["order.placed"] }, key: /subject }
+    steps:
+      - name: reserve
+        requires: [hold]
+        timeout: 2d
+        compensate: { task: { title: "Release {key}", queue: q }, timeout: 2d }
+      - parallel:
+          name: checks
+          branches:
+            - { name: fraud, requires: [score], timeout: 2d }
+            - { name: credit, requires: [credit_ok], timeout: 2d }
+"#;
+
+/// A report as the generated state machine sends it, parked on `token`.
+fn parked_report(kind: &str, key: &str, step: (u32, &str), token: &str) -> String {
+    let mut report = json!({
+        "kind": kind, "workflow": "order-review", "key": key, "generation": 1,
+        "step": step.0, "step_name": step.1, "token": token,
+        "entered_at": "2026-12-01T09:00:00Z", "timeout_seconds": 172_800,
+    });
+    if kind == "undo_ready" {
+        report["failure"] = json!({"Error": "Rejected", "Cause": "fraud"});
+    }
+    report.to_string()
+}
+
+/// Found by review: Step Functions' API takes tokens of up to 2,048 characters, and baton refused
+/// those over 1,024, so their step_ready was dead-lettered on every replay. A 2,048-character
+/// token now takes every path, on both stores: a step's step_ready (its token in a token item on
+/// DynamoDB), the callback that resumes it (the resume carries the whole token), a parallel
+/// group's branches (their tokens inline in the record's JSON, base64 or not), a failed branch's
+/// resume, a compensation's undo_ready and the acknowledgement that resumes it, and a cancel with
+/// compensation, which fails every parked token.
+#[expect(clippy::too_many_lines, reason = "a contract case reads as one story, step by step")]
+async fn a_2048_character_token_takes_every_path(store: Arc<dyn WorkflowStore>) {
+    use baton_core::domain::config::Config;
+    use baton_core::domain::lifecycle::{Effect, StepOutcome, decide};
+    use baton_core::use_cases::progress::parse_report;
+    let config = Config::parse(LONG_TOKENS).unwrap();
+    let workflow = &config.workflows[0];
+    let plan = workflow.plan();
+    let longest = |seed: u8| aws_length_token(seed);
+    let text = format!("{}!", "t".repeat(TaskToken::MAX_LEN - 1));
+    assert_eq!((longest(1).len(), text.len()), (2048, 2048));
+    let now = t0() + Duration::seconds(5);
+    for key in ["k-2048", "k-2048-cancel"] {
+        let (w, k) = names(key);
+        // Writes the decision on `r` for `input`, reads it back from the store, and returns it
+        // with the decision's resumes (token, success or failure).
+        let step = |r: Option<Record>, input: Input| {
+            let (store, plan, w, k) = (store.clone(), plan.clone(), w.clone(), k.clone());
+            async move {
+                let d = decide(&plan, (&w, &k), r.as_ref(), &input, now);
+                let resumes: Vec<(String, bool)> = d
+                    .effects
+                    .iter()
+                    .filter_map(|e| match e {
+                        Effect::SendTaskSuccess { token, .. } => Some((token.expose().to_owned(), true)),
+                        Effect::SendTaskFailure { token, .. } => Some((token.expose().to_owned(), false)),
+                        _ => None,
+                    })
+                    .collect();
+                let written =
+                    must_write(&*store, &d.write.unwrap_or_else(|| panic!("{input:?} writes"))).await;
+                assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&written), "{input:?}: load");
+                assert_eq!(store.trace(&w, &k).await.unwrap().record.as_ref(), Some(&written), "trace");
+                (written, resumes)
+            }
+        };
+        let report = |kind: &str, at: (u32, &str), token: &str| {
+            let (_, _, input) = parse_report(&config, &parked_report(kind, key, at, token))
+                .unwrap_or_else(|e| panic!("a {kind} with a {}-character token: {e}", token.len()));
+            input
+        };
+        let (r, _) = step(None, Input::Start { event: EventId::parse("evt-2048").unwrap() }).await;
+        let (r, _) = step(Some(r), report("step_ready", (0, "reserve"), &longest(1))).await;
+        assert_eq!(r.token.as_ref().map(TaskToken::expose), Some(longest(1).as_str()));
+        let (r, resumes) = step(Some(r), step_input("cb-hold", 0, json!({"hold": "h-1"}))).await;
+        assert_eq!(resumes, [(longest(1), true)], "the callback resumes the whole token");
+        let (r, _) = step(Some(r), report("step_ready", (1, "fraud"), &longest(2))).await;
+        let (r, _) = step(Some(r), report("step_ready", (2, "credit"), &text)).await;
+        let tokens: Vec<Option<&str>> =
+            r.branches.iter().map(|b| b.token.as_ref().map(TaskToken::expose)).collect();
+        assert_eq!(tokens, [Some(longest(2).as_str()), Some(text.as_str())], "inline in the record");
+        if key == "k-2048-cancel" {
+            let cancel = Input::CancelCompensate { reason: "operator".into() };
+            let (r, resumes) = step(Some(r), cancel).await;
+            assert_eq!(r.state, State::Compensating);
+            assert_eq!(resumes, [(longest(2), false), (text.clone(), false)], "every parked token failed");
+            continue;
+        }
+        let failed =
+            StepOutcome::Failed { error: "Rejected".into(), cause: "fraud".into(), retryable: false };
+        let failure = match step_input("cb-fraud", 1, json!({})) {
+            Input::StepInput { id, hash, source, step, data, generation, attempt, .. } => {
+                Input::StepInput { id, hash, source, step, outcome: failed, data, generation, attempt }
+            }
+            other => other,
+        };
+        let (r, resumes) = step(Some(r), failure).await;
+        assert_eq!(resumes, [(longest(2), false)], "the failed branch's resume");
+        let (r, _) = step(Some(r), report("undo_ready", (0, "reserve"), &longest(3))).await;
+        assert_eq!(r.state, State::Compensating);
+        let undo = r.compensation.as_ref().and_then(|c| c.undos.iter().find(|u| u.step == 0));
+        assert_eq!(undo.and_then(|u| u.token.as_ref()).map(TaskToken::expose), Some(longest(3).as_str()));
+        let (r, _) = step(Some(r), Input::AttemptOpened { generation: 1, step: 0, attempt: 1 }).await;
+        let ack = Input::UndoInput {
+            id: EventId::parse("ack-1").unwrap(),
+            hash: "hash-ack-1".into(),
+            source: baton_core::domain::lifecycle::Source::Callback,
+            step: 0,
+            outcome: StepOutcome::Succeeded,
+            generation: Some(1),
+            attempt: Some(1),
+        };
+        let (_, resumes) = step(Some(r), ack).await;
+        assert_eq!(resumes, [(longest(3), true)], "the acknowledgement resumes the compensation's token");
+    }
+    // One character more is what the API refuses: the report names its field.
+    let over = format!("{}A", longest(1));
+    let err =
+        parse_report(&config, &parked_report("step_ready", "k-2048", (0, "reserve"), &over)).unwrap_err();
+    assert_eq!(err.reason(), "invalid_field", "{err}");
+    assert!(err.to_string().contains("2049 characters long; the limit is 2048"), "{err}");
 }
 
 /// The error both stores give for what DynamoDB refuses with a ValidationException.
@@ -897,6 +1028,7 @@ contract!(
     exactly_one_of_fifty_concurrent_transitions_wins,
     config_versions_are_registered_once_and_listed_oldest_first,
     a_long_task_token_reads_back_from_every_read,
+    a_2048_character_token_takes_every_path,
     sort_keys_over_1024_bytes_are_refused,
     items_over_400_kb_are_refused_whatever_the_item,
 );
@@ -946,10 +1078,10 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     assert!(item_size(&record) <= 1024, "the record is one write unit: {} bytes", item_size(&record));
     let token_item = get("k-own", sk.clone()).await.expect("the token item");
     assert!(
-        matches!(token_item.get("token"), Some(AttributeValue::B(b)) if b.as_ref().len() == 768),
+        matches!(token_item.get("token"), Some(AttributeValue::B(b)) if b.as_ref().len() == 1536),
         "kept as bytes"
     );
-    assert!(item_size(&token_item) <= 1024, "the token item is one write unit: {}", item_size(&token_item));
+    assert!(item_size(&token_item) <= 2048, "the token item is two write units: {}", item_size(&token_item));
     assert!(token_item.contains_key("expires_at"), "it expires, long after any execution ends");
 
     // Another instance, which loads first (as every handler does), reads the token item and does
@@ -1250,8 +1382,9 @@ async fn dynamodb_a_reader_finds_every_shard_the_functions_registered() {
 }
 
 /// A token of one of the shapes that matter: the emulator's (a UUID), just over the default
-/// limit, AWS's (1,024 characters of base64), 1,024 not base64, short base64, multi-byte text
-/// (the limit counts bytes), and one shared by every partition.
+/// limit, AWS's (2,048 characters of base64, the API's longest; 1,024 as older models had it),
+/// 2,048 not base64, short base64, multi-byte text (the limit counts bytes), and one shared by
+/// every partition.
 fn any_token(rng: &mut fastrand::Rng, serial: u64) -> TaskToken {
     use base64::Engine;
     let base64 = |seed: u64, bytes: u64| {
@@ -1259,13 +1392,14 @@ fn any_token(rng: &mut fastrand::Rng, serial: u64) -> TaskToken {
             (0..bytes).map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7919) % 251) as u8).collect();
         base64::engine::general_purpose::STANDARD.encode(bytes)
     };
-    TaskToken::parse(match rng.u8(0..7) {
+    TaskToken::parse(match rng.u8(0..8) {
         0 => format!("6f1c2a7e-90b4-4d1e-8a3c-{serial:012}"),
         1 => format!("{}-{serial:08}", "x".repeat(121)),
-        2 => base64(serial, 768),
-        3 => format!("{}!{serial:08}", "t".repeat(1015)),
+        2 => base64(serial, 1536),
+        3 => format!("{}!{serial:08}", "t".repeat(2039)),
         4 => base64(serial, 30),
-        5 => base64(424_242, 768),
+        5 => base64(424_242, 1536),
+        6 => base64(serial, 768),
         _ => format!("{}{serial:06}", "é".repeat(70)),
     })
     .unwrap()
@@ -1380,7 +1514,7 @@ async fn walk(
 /// DynamoDB-specific: token items under a random walk (an attack on them found it sound).
 /// Twelve keys at once through their whole lifecycle, each step written by one of seven store
 /// instances of different layouts (clones that share what they know, separate ones; limits 0,
-/// 128 and 1,024; the objects form), with a racing write decided on the same record, at once or
+/// 128 and 2,048; the objects form), with a racing write decided on the same record, at once or
 /// after. After each step every read returns the winner (load, the lost write's record, trace),
 /// as MemoryStore does for the same writes, and the table never holds a record whose token item
 /// is missing; at the end, the due records of every state, from every instance, are
@@ -1396,7 +1530,7 @@ async fn dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_
         base.clone(),
         base.clone().with_token_inline_max(0),
         base.clone().with_format(ItemFormat::Objects),
-        base.clone().with_token_inline_max(1024),
+        base.clone().with_token_inline_max(TaskToken::MAX_LEN),
         separate().with_token_inline_max(0),
         separate(),
         separate().with_format(ItemFormat::Objects).with_token_inline_max(0),

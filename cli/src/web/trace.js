@@ -110,6 +110,11 @@ function header() {
   } else {
     fact("state", "state", badge(null, "no record: only inputs that arrived before the start event"));
   }
+  // The oldest ignored inputs are counted, not drawn (`baton trace --ledger all` shows them).
+  if (doc.ledger_omitted) {
+    fact("ledger", "ledger-omitted", doc.ledger_omitted + " older ignored input(s) not shown: baton trace " +
+      doc.workflow + " " + doc.key + " --ledger all");
+  }
   return el("header", { class: "top" }, el("h1", {}, "baton trace: " + doc.workflow + " / " + doc.key), facts);
 }
 

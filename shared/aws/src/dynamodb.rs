@@ -86,8 +86,10 @@ pub struct DynamoDbStore {
 /// Task tokens longer than this many bytes (characters, for Step Functions' ASCII tokens) are
 /// kept out of the record, in a token item of their own ([`token_sk`]), and the record keeps
 /// that item's sort key (`token_sk`). AWS's tokens run to
-/// hundreds of characters (the API takes up to 1,024): inline, a waiting or advancing record
-/// would pass one write unit, and its `by_due` entry with it. The emulator's (UUIDs) stay inline.
+/// hundreds of characters (the API takes up to 2,048, [`TaskToken::MAX_LEN`]): inline, a waiting
+/// or advancing record would pass one write unit, and its `by_due` entry with it. The emulator's
+/// (UUIDs) stay inline. A parallel branch's and a compensation's tokens stay in the record's JSON
+/// whatever their length.
 pub const TOKEN_INLINE_MAX: usize = 128;
 
 /// How long a token item is kept (TTL) after the write that put it: longer than a Standard
@@ -1042,8 +1044,9 @@ fn is_token_sk(sk: &str) -> bool {
 }
 
 /// The item that keeps `token` for `record`. A token that is canonical base64 (AWS's look it:
-/// three bytes in four characters) is kept as those bytes, so that a 1,024-character token and
-/// its keys fit one write unit; any other token as text.
+/// three bytes in four characters) is kept as those bytes, so that a 2,048-character token and
+/// its keys fit two write units (1,536 bytes; a 1,024-character one fits one); any other token
+/// as text.
 pub fn token_item(record: &Record, token: &TaskToken) -> Item {
     let mut item = base_item(&record.workflow, &record.key, &token_sk(record, token));
     let text = token.expose();
@@ -1997,25 +2000,26 @@ mod tests {
         }
     }
 
-    /// With tokens as long as AWS's (the API's 1,024 characters), the token is kept in its own
-    /// item: the record's writes stay within one write unit, and so does the token item's one
-    /// write a step when the token is base64 (as AWS's are); a token of any other characters is
-    /// kept as text and reads back the same.
+    /// With tokens as long as AWS's (the API's 2,048 characters), the token is kept in its own
+    /// item: the record's writes stay within one write unit, and the token item's one write a
+    /// step within two when the token is base64 (as AWS's are: 1,536 bytes); a token of any
+    /// other characters is kept as text and reads back the same.
     #[test]
-    fn with_aws_length_tokens_a_record_write_and_a_token_write_stay_within_one_write_unit() {
+    fn with_aws_length_tokens_a_record_write_stays_within_one_write_unit_and_a_token_write_two() {
         let aws_token =
-            |step: u32| BASE64.encode((0..768u32).map(|i| (i * 7 + step) as u8).collect::<Vec<u8>>());
+            |step: u32| BASE64.encode((0..1536u32).map(|i| (i * 7 + step) as u8).collect::<Vec<u8>>());
         for steps in 1..=5 {
             let (bytes, record) = largest_record_with(steps, aws_token);
             assert!(bytes <= 1024, "{steps} steps: the record reaches {bytes} bytes");
             let token = TaskToken::parse(aws_token(0)).unwrap();
             assert_eq!(token.expose().len(), TaskToken::MAX_LEN);
             let item = token_item(&record, &token);
-            assert!(item_size(&item) <= 1024, "the token item: {} bytes", item_size(&item));
+            let size = item_size(&item);
+            assert!((1025..=2048).contains(&size), "the token item: {size} bytes, two write units");
             assert_eq!(parse_token(&item).unwrap(), token);
         }
         let (_, record) = largest_record(1);
-        let text = TaskToken::parse(format!("{}~", "a".repeat(1000))).unwrap();
+        let text = TaskToken::parse(format!("{}~", "a".repeat(TaskToken::MAX_LEN - 1))).unwrap();
         let item = token_item(&record, &text);
         assert!(matches!(item.get("token"), Some(AttributeValue::S(_))), "not base64: kept as text");
         assert_eq!(parse_token(&item).unwrap(), text);
@@ -2025,6 +2029,96 @@ mod tests {
             Layout::of(ItemFormat::Compact),
         );
         assert!(!short.contains_key("token_sk"));
+    }
+
+    /// The record at a parallel group of `branches` branches, each parked on an AWS-length
+    /// token (2,048 characters of base64), kept inline in the record's `branches`.
+    fn at_a_wide_group(branches: u32) -> Record {
+        use baton_core::domain::lifecycle::{Input, Plan, Span, decide};
+        let plan = Plan {
+            steps: std::iter::once(Vec::new()).chain((0..branches).map(|_| vec!["ok".to_owned()])).collect(),
+            groups: vec![Span { first: 1, last: branches }],
+            optional: Vec::new(),
+            retries: Vec::new(),
+            compensations: Vec::new(),
+            on_restart: baton_core::domain::lifecycle::OnRestart::AfterTerminal,
+            version: Some("vfd00d5526fd9".into()),
+        };
+        let (workflow, key) =
+            (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse("order-1234567").unwrap());
+        let now = time::macros::datetime!(2026-12-01 09:00:00.123456 UTC);
+        let token = |step: u32| {
+            TaskToken::parse(BASE64.encode((0..1536u32).map(|i| (i * 7 + step) as u8).collect::<Vec<u8>>()))
+                .unwrap()
+        };
+        let mut record = None;
+        let apply = |input: Input, record: &mut Option<Record>| {
+            *record = Some(
+                decide(&plan, (&workflow, &key), record.as_ref(), &input, now).write.expect("a write").to,
+            );
+        };
+        apply(Input::Start { event: EventId::parse("e-1").unwrap() }, &mut record);
+        let deadline = now + time::Duration::days(2);
+        apply(Input::StepReady { generation: 1, step: 0, token: token(0), deadline }, &mut record);
+        let data = serde_json::Map::new();
+        apply(
+            Input::StepInput {
+                id: EventId::parse("cb-0").unwrap(),
+                hash: "h".repeat(64),
+                source: baton_core::domain::lifecycle::Source::Callback,
+                step: 0,
+                outcome: baton_core::domain::lifecycle::StepOutcome::Succeeded,
+                data,
+                generation: None,
+                attempt: None,
+            },
+            &mut record,
+        );
+        for step in 1..=branches {
+            apply(Input::StepReady { generation: 1, step, token: token(step), deadline }, &mut record);
+        }
+        record.expect("a record")
+    }
+
+    /// What bounds a record at a parallel group with AWS-length tokens: each branch keeps its
+    /// token inline (2,048 characters, about 2.1 KB of the record's `branches`), and nothing in
+    /// the config bounds a group's width. With the group's inputs at their limit
+    /// (`MAX_STEP_INPUT_BYTES`, held twice while a resume is owed), 69 branches fit DynamoDB's
+    /// 400 KB item and 70 do not; with no inputs, 193 fit and 194 do not (docs/LIMITS.md).
+    #[test]
+    fn a_record_at_a_parallel_group_holds_69_aws_length_branch_tokens_beside_inputs_at_their_limit() {
+        use baton_core::domain::lifecycle::MAX_STEP_INPUT_BYTES;
+        use baton_core::ports::store::limits::MAX_ITEM_BYTES;
+        let with_inputs = |mut r: Record| {
+            let blob = "x".repeat(MAX_STEP_INPUT_BYTES - "{\"blob\":\"\"}".len());
+            let inputs: serde_json::Map<String, Value> =
+                [("blob".to_owned(), Value::String(blob))].into_iter().collect();
+            assert_eq!(serde_json::to_string(&inputs).unwrap().len(), MAX_STEP_INPUT_BYTES, "at the limit");
+            r.branches[0].owed = Some(Resume::Success { output: Value::Object(inputs.clone()) });
+            r.branches[0].inputs = inputs;
+            r
+        };
+        let fits = |r: &Record| record_size(r, ItemFormat::Compact) <= MAX_ITEM_BYTES;
+        for (branches, full, fit) in
+            [(69, true, true), (70, true, false), (193, false, true), (194, false, false)]
+        {
+            let record = at_a_wide_group(branches);
+            assert_eq!(
+                record
+                    .branches
+                    .iter()
+                    .filter(|b| b.token.as_ref().is_some_and(|t| t.expose().len() == TaskToken::MAX_LEN))
+                    .count(),
+                branches as usize
+            );
+            let record = if full { with_inputs(record) } else { record };
+            assert_eq!(
+                fits(&record),
+                fit,
+                "{branches} branches, inputs at their limit: {full}: {} bytes",
+                record_size(&record, ItemFormat::Compact)
+            );
+        }
     }
 
     /// Reads stay proportional to what is due, never to the table: no code that ships calls

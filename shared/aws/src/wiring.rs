@@ -69,7 +69,7 @@ pub struct Settings {
     /// ([`ItemFormat`]; docs/RUNBOOK.md, "Upgrading across the compact record").
     pub item_format: ItemFormat,
     /// `BATON_TOKEN_INLINE_MAX`: task tokens longer than this many characters are kept in an
-    /// item of their own (default [`TOKEN_INLINE_MAX`], 128; 0 to 1,024).
+    /// item of their own (default [`TOKEN_INLINE_MAX`], 128; 0 to [`TaskToken::MAX_LEN`], 2,048).
     pub token_inline_max: usize,
 }
 
@@ -178,7 +178,8 @@ impl Settings {
             })?;
         let (due_shards, item_format) = (due_shards(env)?, item_format(env)?);
         let token_inline_max = optional(env, "BATON_TOKEN_INLINE_MAX", TOKEN_INLINE_MAX, |v| {
-            whole(v, |n: &usize| *n <= TaskToken::MAX_LEN, "of characters from 0 to 1024")
+            let what = format!("of characters from 0 to {}", TaskToken::MAX_LEN);
+            whole(v, |n: &usize| *n <= TaskToken::MAX_LEN, &what)
         })?;
         Ok(Settings {
             table: required(env, "BATON_TABLE")?,
@@ -350,8 +351,14 @@ mod tests {
             }
         };
         assert_eq!(Settings::from_lookup(&inline("0")).unwrap().token_inline_max, 0);
-        let err = Settings::from_lookup(&inline("1025")).unwrap_err();
+        assert_eq!(
+            Settings::from_lookup(&inline("2048")).unwrap().token_inline_max,
+            2048,
+            "the API's longest"
+        );
+        let err = Settings::from_lookup(&inline("2049")).unwrap_err();
         assert!(err.to_string().contains("BATON_TOKEN_INLINE_MAX is invalid"), "{err}");
+        assert!(err.to_string().contains("from 0 to 2048"), "{err}");
     }
 
     #[tokio::test]

@@ -313,6 +313,53 @@ impl Workflow {
     pub fn step_index(&self, name: &str) -> Option<u32> {
         self.steps.iter().position(|s| s.name.as_str() == name).and_then(|i| u32::try_from(i).ok())
     }
+
+    /// The longest an execution of this workflow can run: at each position, its longest wait
+    /// (a step's `timeout`; a parallel group's branches wait side by side, so its longest
+    /// branch's); then, when the last position fails at its deadline, every compensation's
+    /// wait, last position first (a group's side by side, so its longest). A `retry` adds
+    /// nothing: every attempt runs inside the step's one token wait and its one `timeout`
+    /// (asl.rs), as a compensation's attempts run inside its one wait.
+    pub fn longest_run(&self) -> LongestRun {
+        let longest = |waits: &mut dyn Iterator<Item = Duration>| waits.max().unwrap_or_default();
+        let mut run = LongestRun::default();
+        for position in self.positions() {
+            let steps: Vec<&Step> = match position {
+                Position::Step(_, step) => vec![step],
+                Position::Group(g) => (g.first..=g.last).filter_map(|i| self.steps.get(i as usize)).collect(),
+            };
+            run.forward += longest(&mut steps.iter().map(|s| s.timeout));
+            run.compensations +=
+                longest(&mut steps.iter().filter_map(|s| Some(s.compensate.as_ref()?.timeout)));
+        }
+        run
+    }
+}
+
+/// How long an execution can run, at most ([`Workflow::longest_run`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LongestRun {
+    /// Through every position, each waiting out its deadline.
+    pub forward: Duration,
+    /// Then through every compensation, each waiting out its `timeout`.
+    pub compensations: Duration,
+}
+
+impl LongestRun {
+    pub fn total(&self) -> Duration {
+        self.forward.saturating_add(self.compensations)
+    }
+}
+
+/// A duration as the config writes one, in its largest whole unit (`400d`, `36h`, `90s`).
+fn spell(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        _ if s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+        _ if s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
 }
 
 /// One pattern an event may match: a workflow's start (`step: None`) or one step's
@@ -575,7 +622,7 @@ impl Validator {
 
         let sequence = self.required(&path, map, "steps").and_then(|s| self.steps(&join(&path, "steps"), s));
         let (steps, groups) = sequence?;
-        Some(Workflow {
+        let workflow = Workflow {
             name: wf_name?,
             when: when?,
             key: key?,
@@ -583,7 +630,34 @@ impl Validator {
             steps,
             groups,
             config_version: String::new(),
-        })
+        };
+        self.within_a_year(&path, &workflow);
+        Some(workflow)
+    }
+
+    /// The one-year limit of a Standard execution, for the whole run: each `timeout` is checked
+    /// against it on its own, but an execution that reaches it is stopped by Step Functions
+    /// (`TIMED_OUT`) with no Catch and no report, so the record would wait for a report that
+    /// never comes. Refused when the longest run ([`Workflow::longest_run`]) could pass it.
+    fn within_a_year(&mut self, path: &str, workflow: &Workflow) {
+        let run = workflow.longest_run();
+        if run.total() <= MAX_TIMEOUT {
+            return;
+        }
+        self.err(
+            path,
+            format!(
+                "an execution could run {} (the steps' timeouts, a parallel group counted by its longest \
+                 branch: {}; then, on the failure path, every compensation's timeout: {}), longer than the \
+                 {} a Step Functions Standard execution may run, which ends it with no Catch and no report; \
+                 shorten the timeouts so that they add up to {} at most",
+                spell(run.total()),
+                spell(run.forward),
+                spell(run.compensations),
+                spell(MAX_TIMEOUT),
+                spell(MAX_TIMEOUT),
+            ),
+        );
     }
 
     fn pattern(&mut self, path: &str, v: &Value) -> Option<Pattern> {
@@ -1112,6 +1186,61 @@ workflows:
             t.render("order-review", "order-1", "manual-review", 2),
             "Review order-review/order-1 at manual-review (gen 2)"
         );
+    }
+
+    /// Step Functions ends a Standard execution after a year, with no Catch and no report: a
+    /// workflow whose timeouts could add up to more is refused, with its path and the figures.
+    /// A parallel group counts its longest branch; the failure path adds every compensation's
+    /// timeout (a group's longest); a retry adds nothing (its attempts share the step's
+    /// deadline).
+    #[test]
+    fn given_timeouts_that_could_add_up_to_more_than_a_year_then_the_workflow_is_refused() {
+        let wf = |steps: &str| {
+            format!(
+                "workflows:\n  long-haul:\n    start: {{ when: {{ type: [\"order.placed\"] }}, key: /subject }}\n    steps:\n{steps}"
+            )
+        };
+        // Two steps of 200 days each: each fits a year, together they do not.
+        let errs = errors(&wf("      - { name: a, timeout: 200d }\n      - { name: b, timeout: 200d }\n"));
+        assert_eq!(
+            errs,
+            [
+                "workflows.long-haul: an execution could run 400d (the steps' timeouts, a parallel group counted \
+              by its longest branch: 400d; then, on the failure path, every compensation's timeout: 0d), \
+              longer than the 365d a Step Functions Standard execution may run, which ends it with no Catch \
+              and no report; shorten the timeouts so that they add up to 365d at most"
+            ]
+        );
+
+        // 300 days forward and 70 of compensation: the failure path passes the year.
+        let undo = |days: u32| {
+            format!("compensate: {{ task: {{ title: \"Undo {{key}}\", queue: q }}, timeout: {days}d }}")
+        };
+        let errs = errors(&wf(&format!(
+            "      - {{ name: a, timeout: 100d, {} }}\n      - {{ name: b, timeout: 200d }}\n",
+            undo(70)
+        )));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("workflows.long-haul: an execution could run 370d"), "{errs:?}");
+        assert!(
+            errs[0].contains("longest branch: 300d; then") && errs[0].contains("timeout: 70d)"),
+            "{errs:?}"
+        );
+
+        // A group waits as long as its longest branch, and its compensations as their longest;
+        // a retried step waits its one timeout: 250d + 45d forward, 70d back, exactly a year.
+        let year = wf(&format!(
+            "      - parallel:\n          name: checks\n          branches:\n            - {{ name: slow, timeout: 250d, {} }}\n            - {{ name: fast, timeout: 10d, {} }}\n      - {{ name: last, timeout: 45d, retry: {{ attempts: 10, backoff: 1h }} }}\n",
+            undo(70),
+            undo(60)
+        ));
+        let config = Config::parse(&year).unwrap_or_else(|e| panic!("{e}"));
+        let run = config.workflows[0].longest_run();
+        let days = |n: u64| Duration::from_secs(n * 86_400);
+        assert_eq!((run.forward, run.compensations, run.total()), (days(295), days(70), MAX_TIMEOUT));
+        // A second more is refused.
+        let over = year.replace("timeout: 45d", "timeout: 3888001s");
+        assert!(errors(&over)[0].contains("could run 31536001s"), "{:?}", errors(&over));
     }
 
     /// The index by `type` leaves out only patterns that cannot match: over starts and

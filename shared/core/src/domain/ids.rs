@@ -163,8 +163,11 @@ impl<'de> Deserialize<'de> for TaskToken {
 }
 
 impl TaskToken {
-    /// Step Functions documents tokens of up to 1024 characters.
-    pub const MAX_LEN: usize = 1024;
+    /// The longest token Step Functions' API takes (`SendTaskSuccess`, `SendTaskFailure`,
+    /// `SendTaskHeartbeat`: `taskToken`, 1 to 2,048 characters; older models said 1,024). A
+    /// token baton refused would have its `step_ready` dead-lettered on every replay, and the
+    /// step would never wait: the limit is the API's, not less.
+    pub const MAX_LEN: usize = 2048;
 
     pub fn parse(value: impl Into<String>) -> Result<Self, IdError> {
         let value = value.into();
@@ -230,6 +233,18 @@ mod tests {
         assert!(!shown.contains("SECRET"), "{shown}");
         assert_eq!(t.fingerprint(), TaskToken::parse(t.expose()).unwrap().fingerprint());
         assert!(t.fingerprint().starts_with("tok-"));
+    }
+
+    /// Found by review: tokens of 1,025 to 2,048 characters, which the API takes, were
+    /// refused, and their step_ready dead-lettered on every replay.
+    #[test]
+    fn task_tokens_are_taken_up_to_the_apis_2048_characters() {
+        let longest = "A".repeat(2048);
+        assert_eq!(TaskToken::parse(longest.as_str()).map(|t| t.expose().len()), Ok(2048));
+        assert_eq!(
+            TaskToken::parse(format!("{longest}A")).unwrap_err(),
+            IdError::TooLong { kind: "task token", len: 2049, max: 2048 }
+        );
     }
 
     #[test]

@@ -808,7 +808,7 @@ impl Engine {
             reason,
             generation: record.map(|r| r.generation),
             state: record.map(|r| r.state.to_string()),
-            detail: input_detail(input),
+            detail: crate::ports::store::ledger_detail(input_detail(input)),
             at: now,
             expires_at: now + LEDGER_RETENTION,
         };
@@ -1190,8 +1190,9 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
 }
 
 /// What the ledger keeps about an ignored input. Inputs from outside are kept whole (the
-/// serialized [`Input`]), so `baton replay` can re-deliver them; reports from Step Functions keep
-/// a summary, and a task token only as its fingerprint.
+/// serialized [`Input`]), so `baton replay` can re-deliver them, up to
+/// [`crate::ports::store::LEDGER_DETAIL_KEPT`] ([`crate::ports::store::ledger_detail`] cuts the
+/// rest); reports from Step Functions keep a summary, and a task token only as its fingerprint.
 pub fn input_detail(input: &Input) -> Value {
     match input {
         Input::Start { .. } | Input::StepInput { .. } | Input::UndoInput { .. } => {

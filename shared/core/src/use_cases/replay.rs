@@ -26,7 +26,7 @@ use crate::domain::error::BoxError;
 use crate::domain::ids::{CorrelationKey, WorkflowName};
 use crate::domain::lifecycle::{self, IgnoreReason, Input, Outcome, RejectReason};
 use crate::ports::dead_letters::{DeadLetterReader, DlqMessage};
-use crate::ports::store::{LedgerEntry, StoreError};
+use crate::ports::store::{LEDGER_DETAIL_KEPT, LedgerEntry, StoreError, Summarized};
 use crate::use_cases::batch::Verdict;
 use crate::use_cases::engine::{Engine, EngineError};
 use crate::use_cases::intake::plan_event;
@@ -184,6 +184,16 @@ pub async fn plan_ledger(
     entry: &LedgerEntry,
     now: OffsetDateTime,
 ) -> Result<Line, StoreError> {
+    // An input larger than the ledger keeps whole was kept as its size and hash: there is
+    // nothing to re-deliver.
+    if let Some(summary) = Summarized::of(entry) {
+        return Ok(Line::alone(
+            &entry.input_id,
+            Origin::Ledger,
+            Classification::NeedsHuman,
+            not_kept(&summary),
+        ));
+    }
     // The entry's step is an index in the config version it was ledgered under (entries from
     // before versions: the record's); planning finds it again by name in the record's own.
     let version = match &entry.config_version {
@@ -211,6 +221,16 @@ pub async fn plan_ledger(
     };
     let targets = plan_target(engine, &workflow, &entry.key, &input, now, false).await?;
     Ok(combine(&entry.input_id, Origin::Ledger, targets.into_iter().collect()))
+}
+
+/// Why a ledgered input kept as its size and hash cannot be replayed, and what to do instead.
+fn not_kept(summary: &Summarized) -> String {
+    format!(
+        "cannot be re-delivered: the ledger kept only its size ({} bytes, over the {LEDGER_DETAIL_KEPT} it \
+         keeps whole) and its payload hash ({}); ask its sender to send it again",
+        summary.bytes,
+        summary.hash.as_deref().unwrap_or("none")
+    )
 }
 
 /// What the lifecycle would decide now for one input, written nowhere; `None` for an input that

@@ -509,6 +509,69 @@ pub struct LedgerEntry {
     pub expires_at: OffsetDateTime,
 }
 
+/// The most of an ignored input a ledger entry keeps whole, as JSON. A key's ledger holds an
+/// entry per (reason, input id), so without a bound one sender could grow it (and every trace
+/// of the key) by a whole input per id it sends (found by review: 32 ignored callbacks grew
+/// one key's trace from 15 KB to 1 MB). Callbacks and events under it are kept whole, so
+/// `baton replay` can re-deliver them.
+pub const LEDGER_DETAIL_KEPT: usize = 4096;
+
+/// The key of a [`LedgerEntry::detail`] that was cut ([`ledger_detail`]).
+pub const SUMMARIZED: &str = "summarized";
+
+/// What a ledger entry keeps of an ignored input's `detail` (the serialized input, or a
+/// report's summary): the whole of it up to [`LEDGER_DETAIL_KEPT`] bytes of JSON. A larger
+/// one keeps what an operator reads (its kind, id, source, step, generation, attempt, its
+/// outcome with the `error` and the first [`MAX_ATTEMPT_CAUSE_CHARS`] characters of the
+/// `cause`, and the payload's hash, `hash`) and, in place of its data, [`SUMMARIZED`]: the
+/// size it had (`bytes`) and the limit (`kept_whole_up_to`). Such an entry cannot be
+/// re-delivered ([`Summarized::of`]).
+///
+/// [`MAX_ATTEMPT_CAUSE_CHARS`]: crate::domain::lifecycle::MAX_ATTEMPT_CAUSE_CHARS
+pub fn ledger_detail(detail: Value) -> Value {
+    let bytes = serde_json::to_string(&detail).map_or(usize::MAX, |t| t.len());
+    if bytes <= LEDGER_DETAIL_KEPT {
+        return detail;
+    }
+    let mut kept = match detail {
+        Value::Object(mut fields) => {
+            fields.remove("data");
+            if let Some(Value::Object(outcome)) = fields.get_mut("outcome")
+                && let Some(Value::String(cause)) = outcome.get_mut("cause")
+            {
+                *cause = cause.chars().take(crate::domain::lifecycle::MAX_ATTEMPT_CAUSE_CHARS).collect();
+            }
+            fields
+        }
+        _ => serde_json::Map::new(),
+    };
+    kept.insert(
+        SUMMARIZED.into(),
+        serde_json::json!({"bytes": bytes, "kept_whole_up_to": LEDGER_DETAIL_KEPT}),
+    );
+    Value::Object(kept)
+}
+
+/// A ledger entry's input kept as its size and hash only ([`ledger_detail`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summarized {
+    /// The size of the input as it arrived, as JSON.
+    pub bytes: u64,
+    /// The payload's hash (SHA-256, hex), when the input had one.
+    pub hash: Option<String>,
+}
+
+impl Summarized {
+    /// `None` when `entry` keeps its input whole.
+    pub fn of(entry: &LedgerEntry) -> Option<Summarized> {
+        let summary = entry.detail.get(SUMMARIZED)?;
+        Some(Summarized {
+            bytes: summary.get("bytes").and_then(Value::as_u64).unwrap_or(0),
+            hash: entry.detail.get("hash").and_then(Value::as_str).map(str::to_owned),
+        })
+    }
+}
+
 /// Everything stored about one (workflow, key).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Trace {
