@@ -1126,7 +1126,9 @@ workflows:
         for good in ["risk-review", "Stock_2", &"q".repeat(TaskTemplate::MAX_QUEUE_LEN)] {
             assert!(Config::parse(&yaml(good)).is_ok(), "{good:?}");
         }
-        for bad in ["risk review", "stock.fifo", "caf\u{e9}", "a/b", &"q".repeat(TaskTemplate::MAX_QUEUE_LEN + 1)] {
+        for bad in
+            ["risk review", "stock.fifo", "caf\u{e9}", "a/b", &"q".repeat(TaskTemplate::MAX_QUEUE_LEN + 1)]
+        {
             let errs = errors(&yaml(bad));
             assert_eq!(errs.len(), 1, "{bad:?}: {errs:?}");
             assert!(errs[0].starts_with("workflows.wf.steps[0].task.queue: "), "{errs:?}");
