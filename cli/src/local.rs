@@ -144,6 +144,13 @@ fn template_for(text: &str, config: &Config) -> Result<Template> {
         .map_err(|e| anyhow::anyhow!("{}", baton_core::domain::error::error_chain(&e)))
 }
 
+/// The config file read again, and the template for it: what a reload deploys.
+fn reloaded(path: &Path, template: &str) -> Result<(Config, Template)> {
+    let config = Config::load(path)?;
+    let resources = template_for(template, &config)?;
+    Ok((config, resources))
+}
+
 /// The definitions generated from `config`: the template's DefinitionUris resolve under `root`.
 fn write_definitions(config: &Config, root: &Path) -> Result<()> {
     for (rel, text) in baton_core::domain::asl::render_all(config) {
@@ -209,16 +216,10 @@ async fn serve(
     );
 
     while wait_for_signal().await? == Signal::Reload {
-        let (config, resources) = match Config::load(&args.config) {
-            Ok(config) => match template_for(&template, &config) {
-                Ok(resources) => (config, resources),
-                Err(e) => {
-                    eprintln!("reload refused, still running the previous config: {e}");
-                    continue;
-                }
-            },
+        let (config, resources) = match reloaded(&args.config, &template) {
+            Ok(reloaded) => reloaded,
             Err(e) => {
-                eprintln!("reload refused, still running the previous config: {e}");
+                eprintln!("reload refused, still running the previous config: {e:#}");
                 continue;
             }
         };
