@@ -7,6 +7,10 @@ HttpApi), so these read what the template says, and what the SAM transform makes
   cannot take the account's Lambda concurrency from intake, progress and the sweeper;
 - the API writes a JSON access log to a log group with a retention;
 - the intake and progress queues say who may send, and refuse requests without TLS;
+- every task queue (one per team, written by `baton synth`) and its dead-letter queue take sends
+  from baton's progress and sweeper functions (and the listed operator roles) only, refuse
+  requests without TLS, keep a task for less than the dead-letter queue does, and alarm on the
+  age of the oldest task long before it would expire; the functions' grant names no other queue;
 - every alarm, SecretsInvalid among them, has its entry in docs/RUNBOOK.md.
 Run: python -m unittest tools/template_test.py (make lint-infra runs it).
 """
@@ -151,6 +155,99 @@ class QueuePolicies(unittest.TestCase):
             self.assertIn(machine["Properties"]["RoleArn"], allowed["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]["Fn::If"][2])
 
 
+def task_queues(template):
+    """The task queues: the queues whose name is the stack's `_tasks-` name, by logical id."""
+    return {k: r for k, r in template["Resources"].items() if r["Type"] == "AWS::SQS::Queue"
+            and "_tasks-" in str(r["Properties"].get("QueueName", {}).get("Fn::Sub", ""))}
+
+
+def transformed():
+    with tempfile.TemporaryDirectory() as out:
+        target = os.path.join(out, "template.json")
+        subprocess.run([sys.executable, str(ROOT / "tools" / "sam-transform.py"), str(ROOT / "template.yaml"),
+                        target], check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                       env={**os.environ, "AWS_DEFAULT_REGION": "us-east-1"})
+        return json.loads(pathlib.Path(target).read_text())
+
+
+class TaskQueues(unittest.TestCase):
+    def setUp(self):
+        self.t = load()
+        self.queues = task_queues(self.t)
+
+    def test_the_template_has_a_task_queue_and_no_shared_outbound_queue(self):
+        self.assertIn("TaskQueueRiskReview", self.queues, "the config's risk-review queue")
+        self.assertNotIn("OutboundQueue", self.t["Resources"], "one queue for every team")
+
+    def test_only_batons_functions_and_the_listed_roles_may_send_to_a_task_queue_or_its_dlq(self):
+        for queue_id, queue in self.queues.items():
+            dlq_id = queue["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+            found = [r for r in self.t["Resources"].values() if r["Type"] == "AWS::SQS::QueuePolicy"
+                     and {"Ref": queue_id} in r["Properties"]["Queues"]]
+            self.assertEqual(len(found), 1, f"{queue_id}: expected one queue policy")
+            policy = found[0]
+            self.assertIn({"Ref": dlq_id}, policy["Properties"]["Queues"], f"{queue_id}: its DLQ too")
+            both = [{"Fn::GetAtt": [queue_id, "Arn"]}, {"Fn::GetAtt": [dlq_id, "Arn"]}]
+            tls = [s for s in statements(policy) if s["Effect"] == "Deny"
+                   and s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"]
+            self.assertEqual(len(tls), 1, queue_id)
+            self.assertEqual((tls[0]["Principal"], tls[0]["Action"], tls[0]["Resource"]), ("*", "sqs:*", both))
+            deny = [s for s in statements(policy) if s["Effect"] == "Deny" and s["Action"] == "sqs:SendMessage"]
+            self.assertEqual(len(deny), 1, queue_id)
+            self.assertEqual((deny[0]["Principal"], deny[0]["Resource"]), ("*", both), queue_id)
+            allowed = deny[0]["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]["Fn::If"]
+            self.assertEqual(allowed[0], "HasTaskSenderRoles")
+            expected = {"ProgressFunctionRole", "SweeperFunctionRole"}
+            self.assertEqual({r["Fn::GetAtt"][0] for r in allowed[2]}, expected, "baton's publishers, no one else")
+            listed = allowed[1]["Fn::Split"][1]["Fn::Join"][1]
+            self.assertEqual({r["Fn::GetAtt"][0] for r in listed if "Fn::GetAtt" in r}, expected)
+            self.assertIn({"Fn::Join": [",", {"Ref": "TaskSenderRoleArns"}]}, listed)
+            self.assertEqual(self.t["Parameters"]["TaskSenderRoleArns"]["Default"], "", "none unless listed")
+            self.assertFalse([s for s in statements(policy) if s["Effect"] == "Allow"], "denies only")
+
+    def test_the_roles_the_policy_names_are_the_ones_sam_creates_and_the_only_ones_granted_sends(self):
+        t = transformed()
+        resources = t["Resources"]
+        granted = set()
+        for logical_id, role in resources.items():
+            if role["Type"] != "AWS::IAM::Role":
+                continue
+            for policy in role["Properties"].get("Policies", []):
+                for statement in policy["PolicyDocument"]["Statement"]:
+                    if "sqs:SendMessage" in statement.get("Action", []) and "_tasks-" in json.dumps(statement["Resource"]):
+                        granted.add(logical_id)
+                        self.assertEqual(statement["Resource"], [{"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:"
+                                                                  "${AWS::AccountId}:${AWS::StackName}_tasks-*"}])
+        self.assertEqual(granted, {"ProgressFunctionRole", "SweeperFunctionRole"})
+        for queue_id in task_queues(t):
+            policy = queue_policy(t, queue_id)
+            deny = [s for s in statements(policy) if s["Effect"] == "Deny" and s["Action"] == "sqs:SendMessage"][0]
+            for ref in deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]["Fn::If"][2]:
+                self.assertEqual(resources.get(ref["Fn::GetAtt"][0], {}).get("Type"), "AWS::IAM::Role", ref)
+
+    def test_a_task_outlives_its_queue_in_the_dlq_and_its_age_alarms_long_before_it_expires(self):
+        alarms = [r["Properties"] for r in self.t["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+        for queue_id, queue in self.queues.items():
+            props = queue["Properties"]
+            dlq_id = props["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+            dlq = self.t["Resources"][dlq_id]
+            retention, dlq_retention = props["MessageRetentionPeriod"], dlq["Properties"]["MessageRetentionPeriod"]
+            # A DLQ counts retention from the first enqueue: it must keep a task days longer.
+            self.assertGreaterEqual(dlq_retention - retention, 7 * 86400, queue_id)
+            self.assertEqual((dlq["DeletionPolicy"], dlq["UpdateReplacePolicy"]), ("Retain", "Retain"))
+            self.assertEqual(props["RedrivePolicy"]["maxReceiveCount"], 10)
+
+            def on(queue, metric):
+                return [a for a in alarms if a["MetricName"] == metric and a["Namespace"] == "AWS/SQS"
+                        and a["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}]]
+            age = on(queue_id, "ApproximateAgeOfOldestMessage")
+            self.assertEqual(len(age), 1, f"{queue_id}: an alarm on the age of its oldest task")
+            self.assertEqual(age[0]["ComparisonOperator"], "GreaterThanThreshold")
+            self.assertLessEqual(age[0]["Threshold"] + age[0]["Period"] * age[0]["EvaluationPeriods"],
+                                 retention / 2, "it fires while there is time to act")
+            self.assertEqual(len(on(dlq_id, "ApproximateNumberOfMessagesVisible")), 1, f"{dlq_id}: a depth alarm")
+
+
 class Alarms(unittest.TestCase):
     def test_secrets_that_cannot_be_parsed_raise_an_alarm_like_the_others(self):
         t = load()
@@ -179,6 +276,10 @@ class Alarms(unittest.TestCase):
         headings = [line for line in runbook.splitlines() if line.startswith("### ")]
         for logical_id, resource in load()["Resources"].items():
             if resource["Type"] == "AWS::CloudWatch::Alarm":
+                # A task queue's alarms are one entry for every team: `TaskQueueAgeAlarm<Queue>`.
+                for generated in ("TaskQueueAgeAlarm", "TaskDLQDepthAlarm"):
+                    if logical_id.startswith(generated):
+                        logical_id = f"{generated}<Queue>"
                 self.assertTrue(any(f"`{logical_id}`" in h for h in headings), f"docs/RUNBOOK.md: no ### `{logical_id}`")
 
 

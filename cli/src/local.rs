@@ -2,7 +2,7 @@
 //!
 //! It starts the emulator (tools/emulator.py: moto with DynamoDB serialized and Step Functions
 //! execution on), or connects to a running one; provisions what template.yaml declares, with the
-//! state machines generated from the config; runs the template's functions in-process behind
+//! state machines and the task queues generated from the config (as `baton synth` writes them); runs the template's functions in-process behind
 //! local event source mappings, the HTTP API on 127.0.0.1, and the sweeper on its schedule; and
 //! writes `.baton/local.json` for the operator commands. SIGINT or SIGTERM stops all of it,
 //! the emulator included (SIGKILL if it ignores SIGTERM for 10 s).
@@ -40,6 +40,8 @@ pub struct LocalArgs {
     pub console_port: u16,
     pub stack: String,
     pub state_dir: PathBuf,
+    /// Template parameter values over their defaults (`--parameter NAME=VALUE`).
+    pub parameters: std::collections::BTreeMap<String, String>,
 }
 
 /// The emulator this command started, stopped on drop paths explicitly by [`Emulator::stop`].
@@ -112,7 +114,10 @@ pub async fn run(args: LocalArgs) -> Result<()> {
     // The handlers log as they do in Lambda: JSON lines on stdout, beside the EMF metrics.
     baton_aws::wiring::init_tracing();
     let config = Config::load(&args.config)?;
-    let template = Template::load(&args.template).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let template = std::fs::read_to_string(&args.template)
+        .with_context(|| format!("cannot read the template {}", args.template.display()))?;
+    // Parsed now, for the config about to run, so that a template baton cannot use stops here.
+    template_for(&template, &config)?;
     std::fs::create_dir_all(&args.state_dir).context("cannot create the state directory")?;
 
     let root = args.state_dir.join("definitions");
@@ -133,6 +138,19 @@ pub async fn run(args: LocalArgs) -> Result<()> {
     result
 }
 
+/// The template with its task queues written for `config`, parsed.
+fn template_for(text: &str, config: &Config) -> Result<Template> {
+    Template::parse_for(text, config)
+        .map_err(|e| anyhow::anyhow!("{}", baton_core::domain::error::error_chain(&e)))
+}
+
+/// The config file read again, and the template for it: what a reload deploys.
+fn reloaded(path: &Path, template: &str) -> Result<(Config, Template)> {
+    let config = Config::load(path)?;
+    let resources = template_for(template, &config)?;
+    Ok((config, resources))
+}
+
 /// The definitions generated from `config`: the template's DefinitionUris resolve under `root`.
 fn write_definitions(config: &Config, root: &Path) -> Result<()> {
     for (rel, text) in baton_core::domain::asl::render_all(config) {
@@ -146,7 +164,7 @@ fn write_definitions(config: &Config, root: &Path) -> Result<()> {
 async fn serve(
     args: &LocalArgs,
     config: Config,
-    template: Template,
+    template: String,
     root: PathBuf,
     endpoint: &str,
     started: Instant,
@@ -157,7 +175,7 @@ async fn serve(
         config,
         root: root.clone(),
         stack_name: args.stack.clone(),
-        parameters: Default::default(),
+        parameters: args.parameters.clone(),
         webhook_secret: secret.clone(),
         env: Default::default(),
         visibility_timeout: None,
@@ -169,9 +187,10 @@ async fn serve(
         sweep_every: None,
     };
     let version = config.version.clone();
-    let mut baton = LocalBaton::start(&template, &clients, options(config, args.http_port))
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut baton =
+        LocalBaton::start(&template_for(&template, &config)?, &clients, options(config, args.http_port))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut info = baton.info(endpoint, &secret);
     let (console_url, console) = start_console(args, &clients, &baton, &info).await?;
     info.console_url = Some(console_url.clone());
@@ -197,10 +216,10 @@ async fn serve(
     );
 
     while wait_for_signal().await? == Signal::Reload {
-        let config = match Config::load(&args.config) {
-            Ok(config) => config,
+        let (config, resources) = match reloaded(&args.config, &template) {
+            Ok(reloaded) => reloaded,
             Err(e) => {
-                eprintln!("reload refused, still running the previous config: {e}");
+                eprintln!("reload refused, still running the previous config: {e:#}");
                 continue;
             }
         };
@@ -208,7 +227,7 @@ async fn serve(
         let port = info.api_url.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(args.http_port);
         let version = config.version.clone();
         baton.shutdown().await;
-        baton = LocalBaton::start(&template, &clients, options(config, port))
+        baton = LocalBaton::start(&resources, &clients, options(config, port))
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let info = LocalInfo { console_url: Some(console_url.clone()), ..baton.info(endpoint, &secret) };

@@ -50,7 +50,8 @@ enum Command {
         #[arg(long, env = "BATON_CONFIG", default_value = baton_core::domain::config::DEFAULT_PATH)]
         config: PathBuf,
         /// Verify instead of write: fail if a definition is stale, stray, has a token wait
-        /// without a deadline, or template.yaml lacks its state machine.
+        /// without a deadline, template.yaml lacks its state machine, or its task queues are
+        /// not the config's.
         #[arg(long)]
         check: bool,
         /// The repository root the definitions are written under.
@@ -81,6 +82,10 @@ enum Command {
         /// Where local.json, the generated definitions and the emulator log go.
         #[arg(long, default_value = ".baton")]
         state_dir: PathBuf,
+        /// A template parameter's value over its default, as `sam deploy --parameter-overrides`
+        /// takes it (repeatable): e.g. `--parameter CallbackApiRateLimit=5`.
+        #[arg(long = "parameter", value_name = "NAME=VALUE", value_parser = parameter)]
+        parameters: Vec<(String, String)>,
     },
     /// Publish a domain event (CloudEvents 1.0 or EventBridge) to the intake queue.
     Send(send::SendArgs),
@@ -109,6 +114,14 @@ enum Command {
 }
 
 /// Runs an async command on a fresh Tokio runtime.
+/// `NAME=VALUE`, for `baton local --parameter`.
+fn parameter(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => Ok((name.trim().to_owned(), value.to_owned())),
+        _ => Err(format!("expected NAME=VALUE, got {arg:?}")),
+    }
+}
+
 fn block_on<F: std::future::Future<Output = anyhow::Result<()>>>(command: F) -> anyhow::Result<()> {
     tokio::runtime::Runtime::new()?.block_on(command)
 }
@@ -119,7 +132,7 @@ fn main() -> ExitCode {
         Command::Validate { path } => inspect::validate(&path),
         Command::Match { config, event } => inspect::match_event(&config, &event),
         Command::Synth { config, check, root, template } => synth::synth(&config, &root, &template, check),
-        Command::Local { config, template, emulator, port, console_port, stack, state_dir } => {
+        Command::Local { config, template, emulator, port, console_port, stack, state_dir, parameters } => {
             block_on(local::run(local::LocalArgs {
                 config,
                 template,
@@ -128,6 +141,7 @@ fn main() -> ExitCode {
                 console_port,
                 stack,
                 state_dir,
+                parameters: parameters.into_iter().collect(),
             }))
         }
         Command::Send(args) => block_on(send::send(args)),

@@ -106,7 +106,7 @@ pub(crate) struct Tools {
 }
 
 pub(crate) async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[Field]) -> Result<Tools> {
-    let mut fields = vec![Field::Table, Field::StateMachines, Field::OutboundQueueUrl];
+    let mut fields = vec![Field::Table, Field::StateMachines, Field::TaskQueueUrlPrefix];
     fields.extend_from_slice(extra);
     let target = target::resolve(args, &fields, true)?;
     let sdk = target.aws().sdk_config().await?;
@@ -127,7 +127,7 @@ pub(crate) async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[
         },
         dlq_url: None,
         max_receive_count: baton_core::ports::dead_letters::DEFAULT_MAX_RECEIVE_COUNT,
-        outbound_queue_url: target.queues.get(Field::OutboundQueueUrl.env()).cloned(),
+        task_queue_url_prefix: target.queues.get(Field::TaskQueueUrlPrefix.env()).cloned(),
         config_path: None,
         webhook_secret_arn: None,
         webhook_secrets: None,

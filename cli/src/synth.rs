@@ -1,4 +1,5 @@
-//! `baton synth`: workflow config → state machine definitions, and `--check` for CI.
+//! `baton synth`: workflow config → state machine definitions and template.yaml's task queues
+//! (one set per task `queue`, `baton_local::task_queues`), and `--check` for CI.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -8,7 +9,8 @@ use baton_core::domain::asl;
 use baton_core::domain::config::Config;
 use serde_json::Value;
 
-/// Writes (or with `check`, verifies) every generated definition under `root`.
+/// Writes (or with `check`, verifies) every generated definition under `root`, and the task
+/// queues of `template`.
 pub fn synth(config_path: &Path, root: &Path, template: &Path, check: bool) -> Result<()> {
     let config = Config::load(config_path)?;
     let mut problems = Vec::new();
@@ -28,6 +30,7 @@ pub fn synth(config_path: &Path, root: &Path, template: &Path, check: bool) -> R
             println!("{rel}: written");
         }
     }
+    problems.extend(task_queues(template, &config, check)?);
     if check {
         problems.extend(stray_definitions(root, &expected)?);
         problems.extend(token_waits_without_timeout(root)?);
@@ -38,6 +41,50 @@ pub fn synth(config_path: &Path, root: &Path, template: &Path, check: bool) -> R
         bail!("baton synth --check found {} problem(s):\n  {}", problems.len(), problems.join("\n  "));
     }
     Ok(())
+}
+
+/// Writes template.yaml's task queue section for `config`, or with `check` names each queue it
+/// lacks or holds beyond the config's.
+fn task_queues(template: &Path, config: &Config, check: bool) -> Result<Vec<String>> {
+    use baton_local::task_queues;
+    let t = template.display();
+    let text = std::fs::read_to_string(template).with_context(|| format!("cannot read {t}"))?;
+    let spliced = match task_queues::splice(&text, config) {
+        Ok(spliced) => spliced,
+        Err(e) => return Ok(vec![format!("{t}: {e}")]),
+    };
+    if spliced == text {
+        println!("{t}: task queues up to date");
+        return Ok(Vec::new());
+    }
+    if !check {
+        std::fs::write(template, spliced).with_context(|| format!("cannot write {t}"))?;
+        println!("{t}: task queues written");
+        return Ok(Vec::new());
+    }
+    let declared = task_queues::declared(&text)?;
+    let wanted = task_queues::task_queues(config)?;
+    let mut problems: Vec<String> = wanted
+        .iter()
+        .filter(|q| !declared.contains(&q.name))
+        .map(|q| {
+            format!(
+                "{t}: no task queue for `queue: {}` ({}); run `baton synth` and commit the result",
+                q.name, q.named_by
+            )
+        })
+        .collect();
+    problems.extend(declared.iter().filter(|d| !wanted.iter().any(|q| &q.name == *d)).map(|d| {
+        format!(
+            "{t}: declares the task queue of `{d}`, which no task in the config names; run `baton synth` \
+             (a deploy then deletes that queue: let its worker take what is on it first)"
+        )
+    }));
+    if problems.is_empty() {
+        problems
+            .push(format!("{t}: the task queues section is stale; run `baton synth` and commit the result"));
+    }
+    Ok(problems)
 }
 
 fn definition_files(root: &Path) -> Result<Vec<String>> {

@@ -63,9 +63,10 @@ pub struct TargetArgs {
     /// The progress dead-letter queue (for `replay`/`redrive --dlq progress`).
     #[arg(long, env = "BATON_PROGRESS_DLQ_URL", value_name = "URL")]
     pub progress_dlq_url: Option<String>,
-    /// The outbound queue operator tasks are published to (a replay may create a task).
-    #[arg(long, env = "BATON_OUTBOUND_QUEUE_URL", value_name = "URL")]
-    pub outbound_queue_url: Option<String>,
+    /// The task queues' URL up to the queue name, the stack's `TaskQueueUrlPrefix` output: a
+    /// task goes to this followed by its `queue` (a replay may create a task).
+    #[arg(long, env = "BATON_TASK_QUEUE_URL_PREFIX", value_name = "URL")]
+    pub task_queue_url_prefix: Option<String>,
 }
 
 /// A value the command needs, and where it can come from.
@@ -79,7 +80,7 @@ pub enum Field {
     ProgressQueueUrl,
     IntakeDlqUrl,
     ProgressDlqUrl,
-    OutboundQueueUrl,
+    TaskQueueUrlPrefix,
 }
 
 impl Field {
@@ -94,7 +95,7 @@ impl Field {
             Field::ProgressQueueUrl => "progress queue URL",
             Field::IntakeDlqUrl => "intake dead-letter queue URL",
             Field::ProgressDlqUrl => "progress dead-letter queue URL",
-            Field::OutboundQueueUrl => "outbound (task) queue URL",
+            Field::TaskQueueUrlPrefix => "task queue URL prefix",
         }
     }
 
@@ -109,7 +110,7 @@ impl Field {
             Field::ProgressQueueUrl => "--progress-queue-url",
             Field::IntakeDlqUrl => "--intake-dlq-url",
             Field::ProgressDlqUrl => "--progress-dlq-url",
-            Field::OutboundQueueUrl => "--outbound-queue-url",
+            Field::TaskQueueUrlPrefix => "--task-queue-url-prefix",
         }
     }
 
@@ -124,7 +125,7 @@ impl Field {
             Field::ProgressQueueUrl => "BATON_PROGRESS_QUEUE_URL",
             Field::IntakeDlqUrl => "BATON_INTAKE_DLQ_URL",
             Field::ProgressDlqUrl => "BATON_PROGRESS_DLQ_URL",
-            Field::OutboundQueueUrl => "BATON_OUTBOUND_QUEUE_URL",
+            Field::TaskQueueUrlPrefix => "BATON_TASK_QUEUE_URL_PREFIX",
         }
     }
 }
@@ -222,7 +223,7 @@ pub struct Target {
     pub api_url: Option<String>,
     pub webhook_secret: Option<SecretString>,
     pub state_machines: Option<StateMachines>,
-    /// Queue URLs by field (progress, the DLQs, outbound), for the recovery commands.
+    /// Queue URLs by field (progress, the DLQs, the task queue prefix), for the recovery commands.
     pub queues: BTreeMap<&'static str, String>,
     /// The local.json the values came from, when one was read.
     pub file: Option<PathBuf>,
@@ -276,7 +277,7 @@ fn resolve_with(
         Field::ProgressQueueUrl => args.progress_queue_url.is_none(),
         Field::IntakeDlqUrl => args.intake_dlq_url.is_none(),
         Field::ProgressDlqUrl => args.progress_dlq_url.is_none(),
-        Field::OutboundQueueUrl => args.outbound_queue_url.is_none(),
+        Field::TaskQueueUrlPrefix => args.task_queue_url_prefix.is_none(),
     });
     let file = if missing { load(args.local.as_deref(), default_file)? } else { None };
     let from_file = |field: Field, pick: fn(&LocalInfo) -> String| -> Result<String, TargetError> {
@@ -324,12 +325,12 @@ fn resolve_with(
             Field::ProgressQueueUrl
             | Field::IntakeDlqUrl
             | Field::ProgressDlqUrl
-            | Field::OutboundQueueUrl => {
+            | Field::TaskQueueUrlPrefix => {
                 let (flag, pick): (&Option<String>, fn(&LocalInfo) -> String) = match field {
                     Field::ProgressQueueUrl => (&args.progress_queue_url, |i| i.queues.progress.clone()),
                     Field::IntakeDlqUrl => (&args.intake_dlq_url, |i| i.queues.intake_dlq.clone()),
                     Field::ProgressDlqUrl => (&args.progress_dlq_url, |i| i.queues.progress_dlq.clone()),
-                    _ => (&args.outbound_queue_url, |i| i.queues.outbound.clone()),
+                    _ => (&args.task_queue_url_prefix, |i| i.queues.task_url_prefix.clone()),
                 };
                 let url = match flag {
                     Some(u) => u.clone(),
@@ -377,7 +378,8 @@ mod tests {
                 intake_dlq: "http://q/intake-dlq".into(),
                 progress: "http://q/progress".into(),
                 progress_dlq: "http://q/progress-dlq".into(),
-                outbound: "http://q/outbound".into(),
+                tasks: Default::default(),
+                task_url_prefix: "http://q/l_tasks-".into(),
             },
             state_machines: [(
                 "order-review".to_owned(),

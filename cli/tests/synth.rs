@@ -108,6 +108,46 @@ fn check_fails_when_a_states_grant_misses_a_workflows_state_machine() {
     }
 }
 
+#[test]
+fn check_fails_naming_a_task_queue_the_template_lacks_and_synth_writes_it() {
+    let dir = scratch();
+    assert!(baton(dir.path(), &["synth"]).status.success());
+    // A team's queue renamed in the config, the template left as it was.
+    let config = dir.path().join("infra/workflows.yaml");
+    let text = std::fs::read_to_string(&config).unwrap().replace("queue: risk-review", "queue: fraud");
+    std::fs::write(&config, text).unwrap();
+    let out = baton(dir.path(), &["synth", "--check"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "template.yaml: no task queue for `queue: fraud` (workflow order-review, step manual-review); run `baton synth`"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("declares the task queue of `risk-review`, which no task in the config names"),
+        "{err}"
+    );
+
+    // `baton synth` writes the section for the config: the new team's queue, its DLQ, policy and
+    // alarms, and no longer the old one's.
+    assert!(baton(dir.path(), &["synth"]).status.success());
+    assert!(baton(dir.path(), &["synth", "--check"]).status.success());
+    let template = std::fs::read_to_string(dir.path().join("template.yaml")).unwrap();
+    for id in [
+        "TaskQueueFraud:",
+        "TaskDLQFraud:",
+        "TaskQueuePolicyFraud:",
+        "TaskQueueAgeAlarmFraud:",
+        "TaskDLQDepthAlarmFraud:",
+    ] {
+        assert!(template.contains(id), "{id}");
+    }
+    assert!(template.contains(r#"Fn::Sub: "${AWS::StackName}_tasks-fraud""#));
+    assert!(!template.contains("RiskReview"), "the old team's queue is gone");
+}
+
 /// The compensation example of the docs (a workflow named as the template's state machine).
 const SAGA: &str = r#"
 workflows:

@@ -1,15 +1,27 @@
 //! The task workers to copy (`examples/`), each against `baton local` as `make run` starts it:
-//! the Python worker as a subprocess, the Rust worker's library in this process. The same story
-//! for both. Tasks go out on the outbound queue; the worker answers them and acts on every
-//! documented answer:
-//! - `applied` (a step's task, and both compensations of a saga that fails at shipping);
-//! - `503` with `Retry-After` (a fault on the record write, so the answer is lost), retried
-//!   later with the same `webhook-id` and then applied;
+//! the Python worker as a subprocess, the Rust worker's library in this process. The same stories
+//! for both, with one worker per team, each reading its own task queue.
+//!
+//! Every documented answer: tasks go out on the teams' queues; each worker takes its own team's
+//! alone and acts on every answer:
+//! - `applied` (a step's task, and both compensations of a saga that fails at shipping, each
+//!   taken by the worker of its team);
+//! - `503` with `Retry-After` (a fault on the record write, so the answer is lost): the worker
+//!   keeps the task and calls back again with the same `webhook-id`, without another receive;
 //! - `ignored` (a task whose workflow was cancelled before the worker got to it);
 //! - `202 buffered` and `409` (one task id delivered with two different answers: the first is
 //!   kept early, the second is refused and left on the queue for its redrive).
+//!
+//! The attacks: a flood of the callback URL over the stage's rate (429 for the worker too), which
+//! sends no task to the dead-letter queue; messages that are not the worker's tasks (not JSON,
+//! fields missing or of the wrong type, another team's, a forged refund the stock team does not
+//! do), logged and never acted on, the worker going on; and a callback URL that redirects
+//! elsewhere, whose target never sees the signed request.
 
+use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use baton_core::domain::webhook::Secrets;
@@ -23,7 +35,7 @@ use tokio::sync::mpsc;
 mod local_stack;
 use local_stack::{Local, bin, eventually_trace, root};
 
-/// What the worker logged: one JSON value per handled message.
+/// What a worker logged: one JSON value per handled message, and per further try.
 struct Lines {
     rx: mpsc::UnboundedReceiver<Value>,
     seen: Vec<Value>,
@@ -45,6 +57,73 @@ impl Lines {
     }
 }
 
+/// Which example worker.
+#[derive(Clone, Copy)]
+enum Worker {
+    Python,
+    Rust,
+}
+
+impl Worker {
+    /// Starts this worker for the team `queue`, with the settings in `info_path`.
+    fn start(self, info_path: &Path, queue: &str) -> Lines {
+        match self {
+            Worker::Python => python_worker(info_path, queue),
+            Worker::Rust => rust_worker(info_path, queue),
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            Worker::Python => "py",
+            Worker::Rust => "rs",
+        }
+    }
+}
+
+fn python_worker(info_path: &Path, queue: &str) -> Lines {
+    let python = std::env::var("BATON_PYTHON")
+        .unwrap_or_else(|_| root().join(".venv/bin/python").display().to_string());
+    let mut child = tokio::process::Command::new(python)
+        .arg(root().join("examples/python-worker/worker.py"))
+        .arg("--local")
+        .arg(info_path)
+        .args(["--queue", queue, "--wait", "1"])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the python worker starts");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let _child = child; // killed when the test ends
+        let mut out = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = out.next_line().await {
+            let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            if value.get("ready").is_none() && tx.send(value).is_err() {
+                break;
+            }
+        }
+    });
+    Lines { rx, seen: Vec::new() }
+}
+
+fn rust_worker(info_path: &Path, queue: &str) -> Lines {
+    let settings = baton_example_worker::Settings::from_local(info_path, queue).unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let worker = baton_example_worker::Worker::new(settings).await.unwrap();
+        let log = move |handled| {
+            let _ = tx.send(serde_json::to_value(handled).unwrap());
+        };
+        loop {
+            worker.poll(1, &log).await.unwrap();
+        }
+    });
+    Lines { rx, seen: Vec::new() }
+}
+
 fn about<'a>(lines: &'a [Value], key: &str) -> Vec<&'a Value> {
     lines
         .iter()
@@ -56,6 +135,69 @@ fn answers(lines: &[&Value]) -> Vec<(u64, String, String)> {
     let text = |v: &Value| v.as_str().unwrap_or("-").to_owned();
     lines.iter().map(|l| (l["http"].as_u64().unwrap_or(0), text(&l["answer"]), text(&l["action"]))).collect()
 }
+
+fn task_url(info: &LocalInfo, queue: &str) -> String {
+    info.queues.tasks.get(queue).unwrap_or_else(|| panic!("no task queue {queue} in {info:?}")).url.clone()
+}
+
+async fn sqs(info: &LocalInfo) -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::new(&baton_local::emulator_sdk_config(&info.aws_endpoint).await)
+}
+
+/// Sends `body` to the team `queue`'s task queue as only a listed role may on AWS (the
+/// emulator enforces no queue policy); returns its message id.
+async fn put_on(info: &LocalInfo, queue: &str, body: &str) -> String {
+    let sent =
+        sqs(info).await.send_message().queue_url(task_url(info, queue)).message_body(body).send().await;
+    sent.unwrap().message_id().unwrap().to_owned()
+}
+
+/// A task event as baton publishes it, for `step` of `key` on `queue`.
+fn forged(key: &str, step: &str, queue: &str, generation: u64, compensation: bool) -> Value {
+    let task_id =
+        format!("order-review/{key}/g{generation}/{step}{}", if compensation { "/undo" } else { "" });
+    let kind = if compensation { "baton.compensation.requested" } else { "baton.task.created" };
+    json!({"specversion": "1.0", "id": task_id, "source": "baton", "type": kind, "subject": key,
+        "data": {"task_id": task_id, "workflow": "order-review", "key": key, "generation": generation,
+        "step": step, "title": "t", "queue": queue, "attempt": 1, "previous_error": null,
+        "compensation": compensation}})
+}
+
+/// Places an order for each key, and waits until each one's reserve-stock task is out.
+async fn orders(local: &Local, info: &LocalInfo, keys: &[&str]) {
+    let sqs = sqs(info).await;
+    for key in keys {
+        let placed = json!({"specversion": "1.0", "id": format!("evt-{key}"), "source": "shop",
+            "type": "order.placed", "subject": key, "data": {"total": 2500}});
+        sqs.send_message()
+            .queue_url(&info.queues.intake)
+            .message_body(placed.to_string())
+            .send()
+            .await
+            .unwrap();
+    }
+    for key in keys {
+        eventually_trace(local, key, "the reserve-stock task out", |t| {
+            t["record"]["state"] == "waiting{0}"
+                && t["timeline"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|e| e["kind"] == "task_created" && e["published"] == true))
+        })
+        .await;
+    }
+}
+
+/// `baton local` running the saga, with `extra` arguments.
+fn saga_stack(extra: &[&str]) -> (Local, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("workflows.yaml");
+    std::fs::write(&config, SAGA).unwrap();
+    let mut args = vec!["--config", config.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    (Local::start_with(&args), dir)
+}
+
+// ---- every documented answer ---------------------------------------------------------------------
 
 /// The keys of one run, apart from the other worker's.
 struct Keys {
@@ -76,37 +218,13 @@ impl Keys {
     }
 }
 
-/// Starts `baton local` with the saga workflow and sets the scene before any worker runs.
-async fn scene(keys: &Keys) -> (Local, LocalInfo, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("workflows.yaml");
-    std::fs::write(&config, SAGA).unwrap();
-    let local = Local::start_with(&["--config", config.to_str().unwrap()]);
-    let info = local.info();
-    let sqs = aws_sdk_sqs::Client::new(&baton_local::emulator_sdk_config(&info.aws_endpoint).await);
-    for key in [&keys.ok, &keys.unavailable, &keys.cancelled] {
-        let placed = json!({"specversion": "1.0", "id": format!("evt-{key}"), "source": "shop",
-            "type": "order.placed", "subject": key, "data": {"total": 2500}});
-        sqs.send_message()
-            .queue_url(&info.queues.intake)
-            .message_body(placed.to_string())
-            .send()
-            .await
-            .unwrap();
-    }
-    for key in [&keys.ok, &keys.unavailable, &keys.cancelled] {
-        eventually_trace(&local, key, "the reserve-stock task out", |t| {
-            t["record"]["state"] == "waiting{0}"
-                && t["timeline"]
-                    .as_array()
-                    .is_some_and(|l| l.iter().any(|e| e["kind"] == "task_created" && e["published"] == true))
-        })
-        .await;
-    }
+/// Sets the scene on a running saga stack before any worker runs.
+async fn scene(local: &Local, info: &LocalInfo, keys: &Keys, config: &Path) {
+    orders(local, info, &[&keys.ok, &keys.unavailable, &keys.cancelled]).await;
     // Cancelled while its task waits on the queue.
     let cancel = std::process::Command::new(bin())
         .args(["cancel", "order-review", &keys.cancelled, "--reason", "customer withdrew", "--config"])
-        .arg(&config)
+        .arg(config)
         .arg("--local")
         .arg(&local.info_path)
         .current_dir(root())
@@ -120,28 +238,24 @@ async fn scene(keys: &Keys) -> (Local, LocalInfo, tempfile::TempDir) {
     baton_tests::Emulator { endpoint: info.aws_endpoint.clone() }.inject(rule).await;
     // One task id delivered with two different answers (generation 1, then 2).
     for generation in [1, 2] {
+        let mut event = forged(&keys.twice, "reserve-stock", "stock", generation, false);
         let task_id = format!("order-review/{}/1/reserve-stock", keys.twice);
-        let event = json!({"specversion": "1.0", "id": task_id, "source": "baton", "type": "baton.task.created",
-            "subject": keys.twice, "data": {"task_id": task_id, "workflow": "order-review", "key": keys.twice,
-            "generation": generation, "step": "reserve-stock", "title": "Reserve stock", "queue": "stock",
-            "attempt": 1, "previous_error": null, "compensation": false}});
-        sqs.send_message()
-            .queue_url(&info.queues.outbound)
-            .message_body(event.to_string())
-            .send()
-            .await
-            .unwrap();
+        event["id"] = json!(task_id);
+        event["data"]["task_id"] = json!(task_id);
+        put_on(info, "stock", &event.to_string()).await;
     }
-    (local, info, dir)
 }
 
-/// The story both workers must pass: `start` starts the worker and returns what it logs.
-async fn a_worker_answers_every_documented_answer(prefix: &str, start: impl FnOnce(&Local) -> Lines) {
-    let keys = Keys::new(prefix);
-    let (local, info, _dir) = scene(&keys).await;
-    let mut lines = start(&local);
+/// The story both workers must pass, one worker for each team.
+async fn a_worker_answers_every_documented_answer(worker: Worker) {
+    let keys = Keys::new(worker.prefix());
+    let (local, dir) = saga_stack(&[]);
+    let info = local.info();
+    scene(&local, &info, &keys, &dir.path().join("workflows.yaml")).await;
+    let mut stock = worker.start(&local.info_path, "stock");
+    let mut payments = worker.start(&local.info_path, "payments");
 
-    let seen = lines
+    let seen = stock
         .until("an answer for every task", |seen| {
             answers(&about(seen, &keys.unavailable)).last().is_some_and(|a| a.1 == "applied")
                 && !about(seen, &keys.ok).is_empty()
@@ -149,68 +263,94 @@ async fn a_worker_answers_every_documented_answer(prefix: &str, start: impl FnOn
                 && about(seen, &keys.twice).len() >= 2
         })
         .await;
+    every_answer_as_documented(&seen, &keys);
+    eventually_trace(&local, &keys.unavailable, "the 503'd answer applied", |t| {
+        t["record"]["state"] == "waiting{1}"
+    })
+    .await;
+
+    the_saga_s_compensations(&local, &info, &keys.ok, (&mut stock, &mut payments)).await;
+    each_worker_saw_its_own_team_s_tasks_alone(&stock.seen, &payments.seen);
+    only_the_refused_message_is_left(&info).await;
+    for (team, lines) in [("stock", &stock.seen), ("payments", &payments.seen)] {
+        let text: Vec<_> = lines.iter().map(Value::to_string).collect();
+        println!("{} {team} worker logged:\n{}", worker.prefix(), text.join("\n"));
+    }
+}
+
+fn every_answer_as_documented(seen: &[Value], keys: &Keys) {
     let done = |answer: &str| (200, answer.to_owned(), "done".to_owned());
     // (A task published twice has its copy answered the same, as a duplicate.)
     let every = |key: &str, answer: &str| {
-        let got = answers(&about(&seen, key));
+        let got = answers(&about(seen, key));
         !got.is_empty() && got.iter().all(|a| *a == done(answer))
     };
     assert!(every(&keys.ok, "applied"), "{seen:#?}");
     assert!(every(&keys.cancelled, "ignored"), "{seen:#?}");
-    assert!(about(&seen, &keys.cancelled).iter().all(|l| l["reason"] == "terminal"), "{seen:#?}");
-    // The 503: made visible again after Retry-After, then answered with the same webhook-id.
-    let unavailable = about(&seen, &keys.unavailable);
+    assert!(about(seen, &keys.cancelled).iter().all(|l| l["reason"] == "terminal"), "{seen:#?}");
+    // The 503: called back again after Retry-After with the same webhook-id, then applied, the
+    // task kept all the while: one receive, none nearer the dead-letter queue.
+    let unavailable = about(seen, &keys.unavailable);
     assert_eq!(answers(&unavailable)[0], (503, "unavailable".into(), "retry".into()), "{seen:#?}");
     assert!(unavailable[0]["retry_after"].as_u64().is_some_and(|s| s > 0), "{seen:#?}");
     assert_eq!(answers(&unavailable).last(), Some(&done("applied")));
     assert!(unavailable.iter().all(|l| l["webhook_id"] == unavailable[0]["webhook_id"]));
+    assert!(unavailable.iter().all(|l| l["receives"] == 1), "held, not received again: {seen:#?}");
     // The same task id twice: the first is buffered, the other refused.
-    let mut twice = answers(&about(&seen, &keys.twice));
+    let mut twice = answers(&about(seen, &keys.twice));
     twice.sort();
     assert_eq!(
         twice[..2],
         [(202, "buffered".into(), "done".into()), (409, "idempotency_key_reused".into(), "refused".into())],
         "{seen:#?}"
     );
-    eventually_trace(&local, &keys.unavailable, "the 503'd answer applied", |t| {
-        t["record"]["state"] == "waiting{1}"
-    })
-    .await;
+}
 
-    the_saga_s_compensations(&local, &info, &keys.ok, &mut lines).await;
+/// The stock worker logged stock tasks only, the payments worker the refund only.
+fn each_worker_saw_its_own_team_s_tasks_alone(stock: &[Value], payments: &[Value]) {
+    let ids = |lines: &[Value]| -> Vec<String> {
+        lines.iter().filter_map(|l| l["task_id"].as_str().map(str::to_owned)).collect()
+    };
+    let (stock_ids, payment_ids) = (ids(stock), ids(payments));
+    assert!(stock_ids.iter().all(|id| id.contains("/reserve-stock")), "{stock_ids:#?}");
+    assert!(!payment_ids.is_empty(), "{payments:#?}");
+    assert!(payment_ids.iter().all(|id| id.ends_with("/payment/undo")), "{payment_ids:#?}");
+}
 
-    // Nothing left on the queue but the refused message, for the redrive (a task published twice
-    // has its copy answered `duplicate` and deleted in a moment), which moves it to the outbound
-    // dead-letter queue after ten receives.
-    let sqs = aws_sdk_sqs::Client::new(&baton_local::emulator_sdk_config(&info.aws_endpoint).await);
-    let redrive = sqs
-        .get_queue_attributes()
-        .queue_url(&info.queues.outbound)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy)
-        .send()
-        .await
-        .unwrap();
-    let redrive =
-        redrive.attributes().and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy));
-    let redrive: Value = serde_json::from_str(redrive.expect("a redrive policy")).unwrap();
-    assert_eq!(redrive["maxReceiveCount"].to_string().trim_matches('"'), "10", "{redrive}");
-    assert!(redrive["deadLetterTargetArn"].as_str().is_some_and(|a| a.contains("OutboundDLQ")), "{redrive}");
+/// Nothing left on the stock queue but the refused message, for the redrive (a task published
+/// twice has its copy answered `duplicate` and deleted in a moment), which moves it to the
+/// team's dead-letter queue after ten receives; nothing left on the payments queue.
+async fn only_the_refused_message_is_left(info: &LocalInfo) {
+    let sqs = sqs(info).await;
+    for (queue, dlq) in [("stock", "TaskDLQStock"), ("payments", "TaskDLQPayments")] {
+        let redrive = sqs
+            .get_queue_attributes()
+            .queue_url(task_url(info, queue))
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy)
+            .send()
+            .await
+            .unwrap();
+        let redrive =
+            redrive.attributes().and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy));
+        let redrive: Value = serde_json::from_str(redrive.expect("a redrive policy")).unwrap();
+        assert_eq!(redrive["maxReceiveCount"].to_string().trim_matches('"'), "10", "{redrive}");
+        assert!(redrive["deadLetterTargetArn"].as_str().is_some_and(|a| a.contains(dlq)), "{redrive}");
+    }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let left = on_the_queue(&sqs, &info.queues.outbound).await;
-        if left == 1 {
+        let left = (
+            on_the_queue(&sqs, &task_url(info, "stock")).await,
+            on_the_queue(&sqs, &task_url(info, "payments")).await,
+        );
+        if left == (1, 0) {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "{left} messages left on the outbound queue, not the refused one alone"
+            "{left:?} messages left on the stock and payments queues, not the refused one alone"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    println!(
-        "{prefix} worker logged:\n{}",
-        lines.seen.iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
-    );
 }
 
 /// The messages on `queue`, visible or in flight.
@@ -224,8 +364,13 @@ async fn on_the_queue(sqs: &aws_sdk_sqs::Client, queue: &str) -> u64 {
         + count(ApproximateNumberOfMessagesNotVisible).unwrap_or(0)
 }
 
-/// The saga fails at shipping: the worker answers both compensation tasks, last step first.
-async fn the_saga_s_compensations(local: &Local, info: &LocalInfo, key: &str, lines: &mut Lines) {
+/// The saga fails at shipping: each team's worker answers its compensation task, last step first.
+async fn the_saga_s_compensations(
+    local: &Local,
+    info: &LocalInfo,
+    key: &str,
+    (stock, payments): (&mut Lines, &mut Lines),
+) {
     let secrets = Secrets::parse(&info.webhook_secret).unwrap();
     let step = |step: &str, extra: Value| {
         let mut body = json!({"workflow": "order-review", "key": key, "step": step});
@@ -240,67 +385,195 @@ async fn the_saga_s_compensations(local: &Local, info: &LocalInfo, key: &str, li
         step("shipping", json!({"outcome": "failed", "error": "NoCarrier", "cause": "no carrier"}));
     let (status, body) = send_callback(&info.api_url, &secrets, &format!("{key}-ship"), &shipping).await;
     assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{body}");
-    let undone = |seen: &[Value], step: &str| {
-        about(seen, key).iter().any(|l| {
-            l["task_id"].as_str().is_some_and(|id| id.contains(&format!("/{step}/undo")))
-                && l["type"] == "baton.compensation.requested"
-                && l["answer"] == "applied"
-        })
+    let undone = |step: &'static str| {
+        move |seen: &[Value]| {
+            about(seen, key).iter().any(|l| {
+                l["task_id"].as_str().is_some_and(|id| id.contains(&format!("/{step}/undo")))
+                    && l["type"] == "baton.compensation.requested"
+                    && l["answer"] == "applied"
+            })
+        }
     };
-    lines
-        .until("both compensations applied", |seen| undone(seen, "payment") && undone(seen, "reserve-stock"))
-        .await;
+    payments.until("the refund applied", undone("payment")).await;
+    stock.until("the stock released", undone("reserve-stock")).await;
     eventually_trace(local, key, "compensated", |t| t["record"]["state"] == "compensated").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_worker_answers_every_documented_answer_against_baton_local() {
-    a_worker_answers_every_documented_answer("py", |local| {
-        let python = std::env::var("BATON_PYTHON")
-            .unwrap_or_else(|_| root().join(".venv/bin/python").display().to_string());
-        let mut child = tokio::process::Command::new(python)
-            .arg(root().join("examples/python-worker/worker.py"))
-            .arg("--local")
-            .arg(&local.info_path)
-            .args(["--wait", "1"])
-            .current_dir(root())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the python worker starts");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let _child = child; // killed when the test ends
-            let mut out = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = out.next_line().await {
-                let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
-                if value.get("ready").is_none() && tx.send(value).is_err() {
-                    break;
-                }
-            }
-        });
-        Lines { rx, seen: Vec::new() }
-    })
-    .await;
+    a_worker_answers_every_documented_answer(Worker::Python).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rust_worker_answers_every_documented_answer_against_baton_local() {
-    a_worker_answers_every_documented_answer("rs", |local| {
-        let settings = baton_example_worker::Settings::from_local(&local.info_path).unwrap();
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let worker = baton_example_worker::Worker::new(settings).await.unwrap();
-            loop {
-                for handled in worker.poll(1).await.unwrap() {
-                    if tx.send(serde_json::to_value(handled).unwrap()).is_err() {
-                        return;
-                    }
-                }
+    a_worker_answers_every_documented_answer(Worker::Rust).await;
+}
+
+// ---- the attacks ---------------------------------------------------------------------------------
+
+/// Floods `url` with unsigned requests until `stop`, as anyone may; counts its 429s.
+fn flood(url: String, stop: Arc<AtomicBool>, throttled: Arc<AtomicUsize>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            if baton_tests::http::post(&url, &[], b"{}".to_vec()).await.status == 429 {
+                throttled.fetch_add(1, Ordering::Relaxed);
             }
-        });
-        Lines { rx, seen: Vec::new() }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     })
-    .await;
+}
+
+/// Messages on the stock queue that are not the stock worker's tasks, each with the reason the
+/// worker must give.
+async fn garbage(info: &LocalInfo, key: &str) -> Vec<(String, &'static str)> {
+    let mut wrong_type = forged(key, "reserve-stock", "stock", 1, false);
+    wrong_type["data"]["generation"] = json!("1");
+    let mut missing = forged(key, "reserve-stock", "stock", 1, false);
+    missing["data"].as_object_mut().unwrap().remove("step");
+    let bodies = [
+        ("not json at all".to_owned(), "malformed_task"),
+        (json!({"type": "order.placed", "data": {}}).to_string(), "not_a_baton_task"),
+        (json!([1, 2]).to_string(), "not_a_baton_task"),
+        (wrong_type.to_string(), "malformed_task"),
+        (missing.to_string(), "malformed_task"),
+        // Another team's task on this team's queue.
+        (forged(key, "payment", "payments", 1, true).to_string(), "foreign_queue"),
+        // A forged refund addressed to the stock team, which refunds nothing.
+        (forged(key, "payment", "stock", 1, true).to_string(), "not_handled"),
+    ];
+    let mut sent = Vec::new();
+    for (body, code) in bodies {
+        sent.push((put_on(info, "stock", &body).await, code));
+    }
+    sent
+}
+
+/// The story of the attacks, for one worker.
+async fn a_worker_withstands_the_attacks(worker: Worker) {
+    let key = format!("{}-flood", worker.prefix());
+    // A stage throttled to a request a second: a flood takes every token.
+    let (local, _dir) =
+        saga_stack(&["--parameter", "CallbackApiRateLimit=1", "--parameter", "CallbackApiBurstLimit=1"]);
+    let info = local.info();
+    orders(&local, &info, &[&key]).await;
+    let garbage = garbage(&info, &key).await;
+    let (stop, throttled) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let flooding = flood(format!("{}/v1/callbacks", info.api_url), stop.clone(), throttled.clone());
+    while throttled.load(Ordering::Relaxed) == 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut lines = worker.start(&local.info_path, "stock");
+
+    lines
+        .until("three 429s", |seen| answers(&about(seen, &key)).iter().filter(|a| a.0 == 429).count() >= 3)
+        .await;
+    stop.store(true, Ordering::Relaxed);
+    flooding.await.unwrap();
+    // The worker takes one message at a time: the rest wait for the flood's task to settle.
+    let seen = lines
+        .until("the task applied after the flood, and a line for each message that is not a task", |seen| {
+            let told = garbage.iter().all(|(id, _)| seen.iter().any(|l| l["message_id"] == id.as_str()));
+            told && answers(&about(seen, &key)).last().is_some_and(|a| a.1 == "applied")
+        })
+        .await;
+    none_of_them_acted_on(&seen, &garbage);
+    // Every 429 was a transient answer: the task held (one receive), called back again, applied.
+    let tries = about(&seen, &key);
+    let (last, throttled) = tries.split_last().unwrap();
+    assert!(
+        throttled.iter().all(|l| (l["http"].as_u64(), l["action"].as_str()) == (Some(429), Some("retry"))),
+        "{seen:#?}"
+    );
+    assert!(throttled.iter().all(|l| l["retry_after"].as_u64().is_some_and(|s| s >= 1)), "{seen:#?}");
+    assert_eq!(answers(&[*last]), [(200, "applied".into(), "done".into())]);
+    assert!(tries.iter().all(|l| l["receives"] == 1), "held, not received again: {seen:#?}");
+    eventually_trace(&local, &key, "the stock held", |t| t["record"]["state"] == "waiting{1}").await;
+    let dlq = info.queues.tasks["stock"].dlq.clone();
+    assert_eq!(on_the_queue(&sqs(&info).await, &dlq).await, 0, "nothing in the dead-letter queue");
+
+    a_redirect_is_never_followed(worker, &info).await;
+}
+
+/// Each message that is not the worker's task has one line saying why, and no callback.
+fn none_of_them_acted_on(seen: &[Value], garbage: &[(String, &'static str)]) {
+    for (id, code) in garbage {
+        let told: Vec<_> = seen.iter().filter(|l| l["message_id"] == id.as_str()).collect();
+        assert!(!told.is_empty(), "{id}: {seen:#?}");
+        for line in told {
+            assert_eq!(
+                (line["answer"].as_str(), line["action"].as_str()),
+                (Some(*code), Some("refused")),
+                "{line}"
+            );
+            assert!(line["http"].is_null(), "no callback for what is not a task: {line}");
+            assert!(line["message"].as_str().is_some_and(|m| !m.is_empty()), "{line}");
+        }
+    }
+}
+
+/// A callback URL that redirects to another host: the worker's request goes to the callback URL
+/// alone, the 3xx is logged, and the task left for a later delivery.
+async fn a_redirect_is_never_followed(worker: Worker, info: &LocalInfo) {
+    let (thief, stolen) = http_server(|_| (200, vec![], r#"{"status": "applied"}"#.to_owned())).await;
+    let target = format!("{thief}/v1/callbacks");
+    let (redirector, _) =
+        http_server(move |_| (302, vec![("location", target.clone())], String::new())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let redirected = LocalInfo { api_url: redirector, ..info.clone() };
+    let path = dir.path().join("local.json");
+    redirected.save(&path).unwrap();
+    let key = format!("{}-redirected", worker.prefix());
+    let id = put_on(info, "payments", &forged(&key, "payment", "payments", 1, true).to_string()).await;
+    let mut lines = worker.start(&path, "payments");
+    let seen = lines.until("the redirect", |seen| seen.iter().any(|l| l["message_id"] == id.as_str())).await;
+    let line = seen.iter().find(|l| l["message_id"] == id.as_str()).unwrap();
+    assert_eq!(answers(&[line]), [(302, "redirect".into(), "later".into())], "{seen:#?}");
+    assert_eq!(line["location"].as_str(), Some(format!("{thief}/v1/callbacks").as_str()), "{line}");
+    assert!(stolen.lock().unwrap().is_empty(), "the other host got {:?}", stolen.lock().unwrap());
+    let left = on_the_queue(&sqs(info).await, &task_url(info, "payments")).await;
+    assert_eq!(left, 1, "the task is left for a later delivery, not deleted");
+}
+
+type Seen = Arc<std::sync::Mutex<Vec<Vec<(String, String)>>>>;
+
+/// An HTTP server on 127.0.0.1 answering every request with `answer`; its URL, and the headers
+/// of each request it got.
+async fn http_server(
+    answer: impl Fn(&axum::http::HeaderMap) -> (u16, Vec<(&'static str, String)>, String)
+    + Clone
+    + Send
+    + Sync
+    + 'static,
+) -> (String, Seen) {
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let handler = move |headers: axum::http::HeaderMap| {
+        let (answer, record) = (answer.clone(), record.clone());
+        async move {
+            let pairs =
+                headers.iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned())).collect();
+            record.lock().unwrap().push(pairs);
+            let (status, extra, body) = answer(&headers);
+            let mut response = axum::response::Response::builder().status(status);
+            for (name, value) in extra {
+                response = response.header(name, value);
+            }
+            response.body(axum::body::Body::from(body)).unwrap()
+        }
+    };
+    let router = axum::Router::new().fallback(handler);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (url, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_worker_withstands_a_flood_forged_and_malformed_tasks_and_a_redirect() {
+    a_worker_withstands_the_attacks(Worker::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_worker_withstands_a_flood_forged_and_malformed_tasks_and_a_redirect() {
+    a_worker_withstands_the_attacks(Worker::Rust).await;
 }

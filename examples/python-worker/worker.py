@@ -1,30 +1,41 @@
-"""A baton task worker: takes tasks from baton's outbound queue, does the work, calls back.
+"""A baton task worker: takes one team's tasks from its task queue, does the work, calls back.
 
-Copy this file and replace `do_the_work` with your team's work. Everything else is what any
-worker needs: reading the CloudEvent, signing the callback with Standard Webhooks, and acting
-on each answer baton documents (docs/TASK_WORKERS.md):
+Copy this file and replace WORK with your team's work. Everything else is what any worker
+needs: reading and checking the CloudEvent, signing the callback with Standard Webhooks, and
+acting on each answer baton documents (docs/TASK_WORKERS.md):
 
     200 applied / 202 buffered / 200 ignored   done: the message is deleted
-    503 + Retry-After (or no answer at all)    retried later with the same webhook-id: the
-                                               message is made visible again after Retry-After
+    429, 5xx (503 + Retry-After), no answer    retry: the worker keeps the message invisible and
+                                               calls back again with the same webhook-id after
+                                               Retry-After (else a backoff); no new receive, so
+                                               never the dead-letter queue for it
+    3xx                                        later: never followed (the signed headers go to the
+                                               callback URL alone); visible again after a minute
     409 and every other 4xx                    refused: retrying cannot help, so the message is
                                                left for the queue's redrive to its dead-letter
                                                queue, where a person looks at it
 
-Configuration, from the environment (a deployed stack's outputs):
-    BATON_OUTBOUND_QUEUE_URL  the OutboundQueueUrl output
-    BATON_API_URL             the CallbackUrl output without its /v1/callbacks (callbacks go to
-                              {BATON_API_URL}/v1/callbacks), as the baton CLI takes it
-    BATON_WEBHOOK_SECRET      a whsec_ secret from the callback secret in Secrets Manager
-    AWS_REGION, AWS credentials as boto3 finds them
-or, against `make run`: `--local .baton/local.json`, which names all of these.
+A message that is not a task this worker takes (not JSON, not a baton task, a field missing or
+of the wrong type, another team's `queue`, a workflow and step WORK does not list for its queue)
+is never acted on: it is logged and refused, left for the redrive.
 
-Each task is handled once per delivery and logged as one JSON line on stdout.
+Configuration, from the environment (a deployed stack's outputs):
+    BATON_TASK_QUEUE             the team's queue name, as the config's tasks give it (risk-review)
+    BATON_TASK_QUEUE_URL_PREFIX  the TaskQueueUrlPrefix output: the queue's URL is it + the name
+    BATON_API_URL                the CallbackUrl output without its /v1/callbacks (callbacks go to
+                                 {BATON_API_URL}/v1/callbacks), as the baton CLI takes it
+    BATON_WEBHOOK_SECRET         a whsec_ secret from the callback secret in Secrets Manager
+    AWS_REGION, AWS credentials as boto3 finds them
+or, against `make run`: `--local .baton/local.json --queue NAME`, which names all of these.
+
+Each message is logged as one JSON line on stdout, and each further try at its callback too.
 """
 
 import argparse
+import email.utils
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -38,23 +49,97 @@ from standardwebhooks.webhooks import Webhook
 TASK_CREATED = "baton.task.created"
 COMPENSATION_REQUESTED = "baton.compensation.requested"
 
+MAX_RETRY_AFTER = 900  # the most a Retry-After is honoured for, in seconds
+MAX_BACKOFF = 60  # the longest wait between tries without one
+LATER_SECONDS = 60  # how long a redirected task stays invisible before its next delivery
+HOLD_MARGIN = 60  # visibility kept beyond a retry's wait, for the callback itself
+MAX_VISIBILITY = 43200  # SQS keeps a message invisible for at most 12 hours
 
-def do_the_work(task):
-    """Your team's work. Returns (outcome, data): outcome is "succeeded" or "failed".
 
-    `task` is the event's `data`: task_id, workflow, key, generation, step, title, queue,
-    attempt, previous_error and compensation. This demo approves reviews and holds stock,
-    and undoes whatever a compensation task names.
-    """
-    if task["compensation"]:
-        return "succeeded", None
-    demo = {
-        "manual-review": {"decision": "approve"},
-        "reserve-stock": {"hold": f"hold-{task['key']}"},
-    }
-    if task["step"] not in demo:
-        return "failed", {"error": "worker.unknown_step", "cause": f"no work for step {task['step']}"}
-    return "succeeded", demo[task["step"]]
+def review(task):
+    return "succeeded", {"decision": "approve"}
+
+
+def hold_stock(task):
+    return "succeeded", {"hold": f"hold-{task['key']}"}
+
+
+def undone(task):
+    return "succeeded", None
+
+
+# The work each team's worker does: for its queue, by (workflow, step, compensation); anything
+# else it never acts on. Each returns (outcome, data): outcome "succeeded" or "failed" (data then
+# {"error", "cause"}). This demo approves reviews (risk-review), holds stock and releases it
+# (stock), and refunds payments (payments); replace these with your team's. `task` is the
+# event's `data`: task_id, workflow, key, generation, step, title, queue, attempt,
+# previous_error and compensation.
+WORK = {
+    "risk-review": {("order-review", "manual-review", False): review},
+    "stock": {
+        ("order-review", "reserve-stock", False): hold_stock,
+        ("order-review", "reserve-stock", True): undone,
+    },
+    "payments": {("order-review", "payment", True): undone},
+}
+
+
+class NotMine(Exception):
+    """A message that is not a task this worker takes: `code` says why, `problem` in words."""
+
+    def __init__(self, code, problem):
+        super().__init__(problem)
+        self.code = code
+        self.problem = problem
+
+
+# Every field a task's data has, with its type (None: may be null).
+FIELDS = {
+    "task_id": (str,),
+    "workflow": (str,),
+    "key": (str,),
+    "generation": (int,),
+    "step": (str,),
+    "title": (str,),
+    "queue": (str,),
+    "attempt": (int, type(None)),
+    "previous_error": (str, type(None)),
+    "compensation": (bool,),
+}
+
+
+def parse_task(body, queue):
+    """The task in a message body, checked: a baton task event, every field there and of its
+    type, for this worker's `queue`, and one WORK lists for it. Returns (event type, data, work)."""
+    try:
+        event = json.loads(body)
+    except (TypeError, ValueError) as error:
+        raise NotMine("malformed_task", f"not JSON: {error}")
+    if not isinstance(event, dict) or event.get("type") not in (TASK_CREATED, COMPENSATION_REQUESTED):
+        kind = event.get("type") if isinstance(event, dict) else None
+        raise NotMine("not_a_baton_task", f"type {kind!r} is not a baton task")
+    data = event.get("data")
+    if not isinstance(data, dict):
+        raise NotMine("malformed_task", "data is not an object")
+    for name, types in FIELDS.items():
+        value = data.get(name)
+        # bool is an int in Python: a generation of true is no generation.
+        if name not in data or not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise NotMine("malformed_task", f"data.{name} is missing or not of type {types[0].__name__}")
+    for name in ("task_id", "workflow", "key", "step"):
+        if not data[name]:
+            raise NotMine("malformed_task", f"data.{name} is empty")
+    if data["generation"] < 1 or (data["attempt"] is not None and data["attempt"] < 1):
+        raise NotMine("malformed_task", "data.generation and data.attempt count from 1")
+    if data["compensation"] != (event["type"] == COMPENSATION_REQUESTED):
+        raise NotMine("malformed_task", "data.compensation does not match the event's type")
+    if data["queue"] != queue:
+        raise NotMine("foreign_queue", f"data.queue {data['queue']!r} is not this worker's {queue!r}")
+    work = WORK.get(queue, {}).get((data["workflow"], data["step"], data["compensation"]))
+    if work is None:
+        what = "compensation" if data["compensation"] else "step"
+        raise NotMine("not_handled", f"this worker does no {what} {data['step']!r} of workflow {data['workflow']!r}")
+    return event["type"], data, work
 
 
 def callback_body(task, outcome, data):
@@ -67,7 +152,7 @@ def callback_body(task, outcome, data):
         "outcome": outcome,
         "generation": task["generation"],
     }
-    if task.get("attempt") is not None:
+    if task["attempt"] is not None:
         body["attempt"] = task["attempt"]
     if task["compensation"]:
         body["compensation"] = True
@@ -78,9 +163,44 @@ def callback_body(task, outcome, data):
     return body
 
 
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Never follows a redirect: urllib would send the signed headers to wherever a 3xx points
+    (and a POST turned into a GET); refused here, the 3xx is an answer like any other."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+OPENER = urllib.request.build_opener(NoRedirects)
+
+
+def parse_retry_after(value):
+    """Retry-After as seconds from now: a number of seconds, or an HTTP date; None otherwise."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return int(value)
+    try:
+        at = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if at is None or at.tzinfo is None:
+        return None
+    return max(0, int((at - datetime.now(tz=timezone.utc)).total_seconds()))
+
+
+def json_answer(stream):
+    try:
+        answer = json.load(stream)
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
 def post_callback(api_url, webhook, webhook_id, body):
-    """POSTs a signed callback once. Returns (status, answer, retry_after); status is None
-    when no answer came (the network, a timeout): that is retried as a 503 is."""
+    """POSTs a signed callback once. Returns (status, answer, retry_after, location); status is
+    None when no answer came (the network, a timeout): that is retried as a 503 is."""
     payload = json.dumps(body).encode()
     now = datetime.now(tz=timezone.utc)
     request = urllib.request.Request(
@@ -95,76 +215,147 @@ def post_callback(api_url, webhook, webhook_id, body):
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.load(response), None
+        with OPENER.open(request, timeout=30) as response:
+            return response.status, json_answer(response), None, None
     except urllib.error.HTTPError as error:
-        retry_after = error.headers.get("Retry-After")
-        try:
-            answer = json.load(error)
-        except ValueError:
-            answer = {}
-        return error.code, answer, int(retry_after) if retry_after else None
-    except (urllib.error.URLError, TimeoutError) as error:
-        return None, {"error": "no_answer", "message": str(error)}, None
+        location = error.headers.get("Location") if 300 <= error.code < 400 else None
+        return error.code, json_answer(error), parse_retry_after(error.headers.get("Retry-After")), location
+    except (urllib.error.URLError, TimeoutError, OSError) as error:
+        return None, {"error": "no_answer", "message": str(error)}, None, None
 
 
 def verdict(status):
-    """What to do with the message after this answer: "done", "retry" or "refused"."""
+    """What to do with the message after this answer: "done", "retry", "later" or "refused"."""
     if status in (200, 202):
         return "done"
-    if status is None or status >= 500:
+    if status is None or status == 429 or status >= 500:
         return "retry"
+    if 300 <= status < 400:
+        return "later"
     return "refused"
 
 
-def handle(message, sqs, queue_url, api_url, webhook):
-    event = json.loads(message["Body"])
-    if event.get("type") not in (TASK_CREATED, COMPENSATION_REQUESTED):
-        return {"message_id": message["MessageId"], "action": "refused", "error": "not_a_baton_task"}
-    task = event["data"]
-    outcome, data = do_the_work(task)
-    # The webhook-id is the task id: the same for every delivery of this task, so a repeated
-    # callback (a redelivery, a retry after a 503) is recognized, applied at most once, and
-    # answered as the first one was.
-    status, answer, retry_after = post_callback(api_url, webhook, task["task_id"], callback_body(task, outcome, data))
-    action = verdict(status)
-    line = {
-        "task_id": task["task_id"],
-        "type": event["type"],
-        "webhook_id": task["task_id"],
-        "http": status,
-        "answer": answer.get("status") or answer.get("error"),
-        "reason": answer.get("reason"),
-        "message": answer.get("message"),
-        "duplicate": answer.get("duplicate"),
-        "action": action,
-    }
-    if action == "done":
-        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-    elif action == "retry":
-        # Back on the queue once Retry-After has passed; SQS caps visibility at 12 hours.
-        line["retry_after"] = retry_after or 5
-        sqs.change_message_visibility(
-            QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=line["retry_after"]
+def retry_delay(retry_after, retries):
+    """The wait before the next try after `retries` transient answers: Retry-After when it came
+    (at most MAX_RETRY_AFTER), else a jittered exponential backoff up to a minute."""
+    if retry_after is not None:
+        return min(max(retry_after, 1), MAX_RETRY_AFTER)
+    ceiling = min(2 ** min(retries, 16), MAX_BACKOFF)
+    return max(1, ceiling // 2 + random.randint(0, ceiling // 2))
+
+
+class Worker:
+    def __init__(self, sqs, queue, queue_url, api_url, webhook, stopping):
+        self.sqs, self.queue, self.queue_url = sqs, queue, queue_url
+        self.api_url, self.webhook, self.stopping = api_url, webhook, stopping
+
+    def log(self, line):
+        print(json.dumps(line), flush=True)
+
+    def hide(self, message, seconds):
+        self.sqs.change_message_visibility(
+            QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"],
+            VisibilityTimeout=min(seconds, MAX_VISIBILITY),
         )
-    # "refused": not deleted. The queue's redrive moves it to the dead-letter queue after its
-    # maxReceiveCount, with the log line above saying why.
-    return line
+
+    def sleep(self, seconds):
+        """Sleeps, or returns False as soon as the worker is asked to stop."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.stopping:
+                return False
+            time.sleep(min(0.2, max(0, deadline - time.monotonic())))
+        return not self.stopping
+
+    def handle(self, message):
+        base = {
+            "message_id": message.get("MessageId"),
+            "receives": int(message.get("Attributes", {}).get("ApproximateReceiveCount", 0)) or None,
+        }
+        try:
+            kind, task, work = parse_task(message.get("Body"), self.queue)
+        except NotMine as refusal:
+            # Never acted on: left for the redrive, where a person looks.
+            self.log({**base, "answer": refusal.code, "message": refusal.problem, "action": "refused"})
+            return
+        outcome, data = work(task)
+        base.update(task_id=task["task_id"], type=kind, webhook_id=task["task_id"])
+        self.deliver(message, task, callback_body(task, outcome, data), base)
+
+    def deliver(self, message, task, body, base):
+        """Calls back until the answer is not transient, keeping the message invisible meanwhile.
+        The webhook-id is the task id: the same for every try and every delivery of this task,
+        so a repeated callback is applied at most once and answered as the first one was."""
+        retries = 0
+        while True:
+            status, answer, retry_after, location = post_callback(self.api_url, self.webhook, task["task_id"], body)
+            action = verdict(status)
+            line = {
+                **base,
+                "http": status,
+                "answer": answer.get("status") or answer.get("error") or ("redirect" if location else None),
+                "reason": answer.get("reason"),
+                "message": answer.get("message"),
+                "duplicate": answer.get("duplicate"),
+                "action": action,
+            }
+            if location:
+                line["location"] = location
+            if action == "done":
+                self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+            elif action == "later":
+                line["retry_after"] = LATER_SECONDS
+                self.hide(message, LATER_SECONDS)
+            elif action == "retry":
+                # Kept ours meanwhile: no other delivery, so no step nearer the dead-letter queue.
+                line["retry_after"] = retry_delay(retry_after, retries)
+                self.hide(message, line["retry_after"] + HOLD_MARGIN)
+            # "refused": not deleted. The queue's redrive moves it to the dead-letter queue after
+            # its maxReceiveCount, with the log line saying why.
+            self.log(line)
+            if action != "retry" or not self.sleep(line["retry_after"]):
+                return
+            retries += 1
+
+    def run(self, wait):
+        while not self.stopping:
+            try:
+                received = self.sqs.receive_message(
+                    QueueUrl=self.queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=wait,
+                    AttributeNames=["ApproximateReceiveCount"],
+                )
+            except Exception as error:  # the queue did not answer: say so, and try again later
+                self.log({"answer": "sqs_error", "message": str(error)})
+                self.sleep(5)
+                continue
+            for message in received.get("Messages", []):
+                try:
+                    self.handle(message)
+                except Exception as error:  # an SQS call about it failed: it comes back later
+                    self.log({"message_id": message.get("MessageId"), "answer": "sqs_error", "message": str(error)})
 
 
 def settings(args):
     if args.local:
+        if not args.queue:
+            sys.exit("--local needs --queue NAME: the team's queue, a task's `queue`")
         with open(args.local) as f:
             info = json.load(f)
+        tasks = info["queues"]["tasks"]
+        if args.queue not in tasks:
+            sys.exit(f"no task in the running config names the queue {args.queue!r}; it has {sorted(tasks)}")
         return {
-            "queue_url": info["queues"]["outbound"],
+            "queue": args.queue,
+            "queue_url": tasks[args.queue]["url"],
             "api_url": info["api_url"],
             "secret": info["webhook_secret"],
             "endpoint": info["aws_endpoint"],
             "region": info["region"],
         }
+    queue = os.environ["BATON_TASK_QUEUE"]
     return {
-        "queue_url": os.environ["BATON_OUTBOUND_QUEUE_URL"],
+        "queue": queue,
+        "queue_url": os.environ["BATON_TASK_QUEUE_URL_PREFIX"] + queue,
         "api_url": os.environ["BATON_API_URL"],
         "secret": os.environ["BATON_WEBHOOK_SECRET"],
         "endpoint": None,
@@ -175,9 +366,12 @@ def settings(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--local", metavar="PATH", help="take the settings from baton local's local.json")
+    parser.add_argument("--queue", metavar="NAME", help="with --local: the team's queue (a task's `queue`)")
     parser.add_argument("--wait", type=int, default=20, help="long-poll seconds per receive (at most 20)")
     args = parser.parse_args()
     s = settings(args)
+    if s["queue"] not in WORK:
+        sys.exit(f"this worker has no work for the queue {s['queue']!r}: add it to WORK")
     # The secret as baton's secret list holds it: the first (newest) of a comma-separated list,
     # and a scope (whsec_...@order-review) is baton's to read, not part of the key.
     webhook = Webhook(s["secret"].split(",")[0].strip().split("@")[0])
@@ -188,10 +382,7 @@ def main():
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     print(json.dumps({"ready": s["queue_url"]}), flush=True)
-    while not stopping:
-        received = sqs.receive_message(QueueUrl=s["queue_url"], MaxNumberOfMessages=10, WaitTimeSeconds=args.wait)
-        for message in received.get("Messages", []):
-            print(json.dumps(handle(message, sqs, s["queue_url"], s["api_url"], webhook)), flush=True)
+    Worker(sqs, s["queue"], s["queue_url"], s["api_url"], webhook, stopping).run(args.wait)
     return 0
 
 

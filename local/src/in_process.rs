@@ -109,6 +109,15 @@ pub enum LocalError {
     Schedule { function: String, expression: String },
     #[error("the template declares no function")]
     NoFunctions,
+    #[error(
+        "the config's task queue {queue:?} ({named_by}) has no queue {logical_id} in the template; \
+         run `baton synth`, which writes the task queues from the config"
+    )]
+    MissingTaskQueue { queue: String, named_by: String, logical_id: String },
+    #[error(transparent)]
+    TaskQueues(#[from] crate::task_queues::TaskQueueError),
+    #[error("the HttpApi's {name} is {value:?}, not a number of requests (0 or more)")]
+    Throttle { name: &'static str, value: String },
     #[error("cannot serve the HTTP API on 127.0.0.1:{port}")]
     Http {
         port: u16,
@@ -136,6 +145,17 @@ impl LocalBaton {
             let arn = ensure_secret(&clients.secretsmanager, &name, &options.webhook_secret).await?;
             parameters.insert(WEBHOOK_SECRET_PARAMETER.to_owned(), arn);
         }
+        // Every task must have its team's queue to go to: a config the template was not written
+        // for is refused here, naming the queue, rather than failing each publish later.
+        for queue in crate::task_queues::task_queues(&options.config)? {
+            if template.queue(&queue.queue_id()).is_none() {
+                return Err(LocalError::MissingTaskQueue {
+                    logical_id: queue.queue_id(),
+                    queue: queue.name,
+                    named_by: queue.named_by,
+                });
+            }
+        }
         let provisioned =
             provision(template, &options.root, &options.stack_name, &parameters, clients).await?;
         register_stack(clients, &provisioned).await;
@@ -153,7 +173,7 @@ impl LocalBaton {
                 orchestrator: Arc::new(StepFunctionsOrchestrator::new(clients.sfn.clone())),
                 publisher: Arc::new(SqsTaskPublisher::new(
                     clients.sqs.clone(),
-                    settings.outbound_queue_url.clone().unwrap_or_default(),
+                    settings.task_queue_url_prefix.clone().unwrap_or_default(),
                 )),
                 state_machine_prefix: settings.state_machine_prefix.clone(),
                 state_machine_alias: settings.state_machine_alias.clone(),
@@ -282,7 +302,15 @@ impl LocalBaton {
             baton.engines.insert(function.logical_id.clone(), engine);
         }
         if let (Some(callbacks), false) = (baton.callbacks.clone(), routes.is_empty()) {
-            let (url, server) = serve_http(callbacks, &routes, options.http_port, stopped.clone()).await?;
+            let throttle = match &template.http_throttle {
+                Some(t) => Some(Throttle::new(
+                    throttle_value(&baton.provisioned, &t.rate, "ThrottlingRateLimit")?,
+                    throttle_value(&baton.provisioned, &t.burst, "ThrottlingBurstLimit")?,
+                )),
+                None => None,
+            };
+            let (url, server) =
+                serve_http(callbacks, &routes, throttle, options.http_port, stopped.clone()).await?;
             info!(url = %url, routes = ?routes, "HTTP API listening");
             baton.api_url = Some(url);
             baton.pollers.push(server);
@@ -295,6 +323,22 @@ impl LocalBaton {
         let queue = |id: &str| self.provisioned.queues.get(id).map(|q| q.url.clone()).unwrap_or_default();
         let prefix = self.engine().map(|e| e.state_machine_prefix.clone()).unwrap_or_default();
         let workflows = self.engine().map(|e| e.config.workflows.clone()).unwrap_or_default();
+        let tasks = self
+            .engine()
+            .and_then(|e| crate::task_queues::task_queues(&e.config).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|q| {
+                let urls = crate::info::TaskQueueUrls { url: queue(&q.queue_id()), dlq: queue(&q.dlq_id()) };
+                (q.name, urls)
+            })
+            .collect();
+        let task_url_prefix = self
+            .provisioned
+            .function_env
+            .values()
+            .find_map(|env| env.get("BATON_TASK_QUEUE_URL_PREFIX").cloned())
+            .unwrap_or_default();
         crate::info::LocalInfo {
             api_url: self.api_url.clone().unwrap_or_default(),
             aws_endpoint: aws_endpoint.to_owned(),
@@ -305,7 +349,8 @@ impl LocalBaton {
                 intake_dlq: queue("IntakeDLQ"),
                 progress: queue("ProgressQueue"),
                 progress_dlq: queue("ProgressDLQ"),
-                outbound: queue("OutboundQueue"),
+                tasks,
+                task_url_prefix,
             },
             state_machines: workflows
                 .iter()
@@ -387,24 +432,75 @@ async fn sweep_every(sweeper: Arc<Sweeper>, every: Duration, mut stop: watch::Re
 /// API Gateway's payload limit: larger bodies never reach the function.
 const GATEWAY_MAX_BODY: usize = 10 * 1024 * 1024;
 
+/// A throttle value of the template's HttpApi, resolved for this stack (a parameter, say).
+fn throttle_value(
+    provisioned: &Provisioned,
+    value: &crate::template::Intrinsic,
+    name: &'static str,
+) -> Result<f64, LocalError> {
+    let text = provisioned.resolve(value)?;
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| *v >= 0.0)
+        .ok_or_else(|| LocalError::Throttle { name, value: text })
+}
+
+/// API Gateway's stage throttle, a token bucket: `burst` requests at once, refilled at `rate`
+/// a second. What it refuses gets 429 before any function runs, as on AWS.
+#[derive(Debug)]
+pub struct Throttle {
+    rate: f64,
+    burst: f64,
+    /// Tokens left, and when they were counted.
+    bucket: std::sync::Mutex<(f64, std::time::Instant)>,
+}
+
+impl Throttle {
+    pub fn new(rate: f64, burst: f64) -> Throttle {
+        Throttle { rate, burst, bucket: std::sync::Mutex::new((burst, std::time::Instant::now())) }
+    }
+
+    /// Takes a token if there is one.
+    pub fn admit(&self) -> bool {
+        let Ok(mut bucket) = self.bucket.lock() else { return true };
+        let now = std::time::Instant::now();
+        let (tokens, since) = *bucket;
+        let tokens = (tokens + now.duration_since(since).as_secs_f64() * self.rate).min(self.burst);
+        let admitted = tokens >= 1.0;
+        *bucket = (if admitted { tokens - 1.0 } else { tokens }, now);
+        admitted
+    }
+}
+
 /// Serves the template's HTTP routes on 127.0.0.1, as API Gateway would.
 async fn serve_http(
     callbacks: Arc<Callbacks>,
     routes: &[(String, String)],
+    throttle: Option<Throttle>,
     port: u16,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(String, JoinHandle<()>), LocalError> {
     let mut router = axum::Router::new();
+    let throttle = Arc::new(throttle);
     for (method, path) in routes {
         let method = http::Method::from_bytes(method.as_bytes()).unwrap_or(http::Method::POST);
         let filter =
             axum::routing::MethodFilter::try_from(method).unwrap_or(axum::routing::MethodFilter::POST);
-        let callbacks = callbacks.clone();
+        let (callbacks, throttle) = (callbacks.clone(), throttle.clone());
         router = router.route(
             path,
             axum::routing::on(filter, move |headers: http::HeaderMap, body: axum::body::Bytes| {
-                let callbacks = callbacks.clone();
+                let (callbacks, throttle) = (callbacks.clone(), throttle.clone());
                 async move {
+                    if throttle.as_ref().as_ref().is_some_and(|t| !t.admit()) {
+                        // API Gateway's own answer to a request over the stage's rate.
+                        return axum::response::Response::builder()
+                            .status(http::StatusCode::TOO_MANY_REQUESTS)
+                            .header("content-type", "application/json")
+                            .body(axum::body::Body::from(r#"{"message":"Too Many Requests"}"#))
+                            .unwrap_or_default();
+                    }
                     let (parts, body) = callbacks.handle(&headers, &body).await.into_response().into_parts();
                     axum::response::Response::from_parts(parts, axum::body::Body::from(body))
                 }
@@ -430,6 +526,16 @@ async fn serve_http(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stage_throttle_lets_a_burst_through_then_the_rate() {
+        let throttle = Throttle::new(0.0, 3.0);
+        assert_eq!([(); 4].map(|()| throttle.admit()), [true, true, true, false]);
+        let refilled = Throttle::new(1000.0, 1.0);
+        assert!(refilled.admit());
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(refilled.admit(), "a token a millisecond at 1000/s");
+    }
 
     #[test]
     fn rates_parse_as_sam_writes_them() {

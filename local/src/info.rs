@@ -20,7 +20,19 @@ pub struct Queues {
     pub intake_dlq: String,
     pub progress: String,
     pub progress_dlq: String,
-    pub outbound: String,
+    /// Each team's task queue, by the `queue` name the config's tasks give: what its worker
+    /// reads (`--queue <name>`), and its dead-letter queue.
+    pub tasks: BTreeMap<String, TaskQueueUrls>,
+    /// The functions' `BATON_TASK_QUEUE_URL_PREFIX`: a task goes to this followed by its
+    /// `queue` (an operator's replay publishes through it too).
+    pub task_url_prefix: String,
+}
+
+/// One team's task queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskQueueUrls {
+    pub url: String,
+    pub dlq: String,
 }
 
 /// Everything an operator command needs to reach the local stack.
@@ -130,7 +142,8 @@ mod tests {
                 intake_dlq: "id".into(),
                 progress: "p".into(),
                 progress_dlq: "pd".into(),
-                outbound: "o".into(),
+                tasks: BTreeMap::from([("q".into(), TaskQueueUrls { url: "t".into(), dlq: "td".into() })]),
+                task_url_prefix: "https://sqs/1/s_tasks-".into(),
             },
             state_machines: BTreeMap::new(),
             webhook_secret: "whsec_c2VjcmV0".into(),

@@ -14,6 +14,7 @@ pub mod in_process;
 pub mod info;
 pub mod mapping;
 pub mod provision;
+pub mod task_queues;
 pub mod template;
 
 pub use provision::{Clients, ProvisionError, Provisioned, QueueInfo, StateMachineInfo, provision};

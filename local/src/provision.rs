@@ -134,6 +134,11 @@ pub struct StateMachineInfo {
 pub enum ProvisionError {
     #[error("invalid stack name {name:?}: {problem}")]
     InvalidStackName { name: String, problem: &'static str },
+    #[error(
+        "queue {logical_id}: its name {name:?} is over SQS's 80 characters; use a shorter stack name \
+         (or queue name in the config)"
+    )]
+    QueueNameTooLong { logical_id: String, name: String },
     #[error("parameter {name} has no Default in the template and no value was given")]
     MissingParameter { name: String },
     #[error("parameter {name} is not declared in the template")]
@@ -680,12 +685,24 @@ async fn ensure_queue(
     spec: &QueueSpec,
     stack: &Provisioned,
 ) -> Result<QueueInfo, ProvisionError> {
-    let name = physical_name(
-        &stack.stack_name,
-        &spec.logical_id,
-        QUEUE_NAME_MAX,
-        if spec.fifo { ".fifo" } else { "" },
-    );
+    let name = match &spec.name {
+        // A task queue is found by its name (`<stack>_tasks-<queue>`): it must be exactly that,
+        // and SQS refuses a name over 80 characters, as CloudFormation would at deploy.
+        Some(name) => {
+            let name =
+                stack.resolve_in(name, format!("Resources.{}.Properties.QueueName", spec.logical_id))?;
+            if name.len() > QUEUE_NAME_MAX {
+                return Err(ProvisionError::QueueNameTooLong { logical_id: spec.logical_id.clone(), name });
+            }
+            name
+        }
+        None => physical_name(
+            &stack.stack_name,
+            &spec.logical_id,
+            QUEUE_NAME_MAX,
+            if spec.fifo { ".fifo" } else { "" },
+        ),
+    };
     let mut attributes = HashMap::new();
     if let Some(seconds) = spec.visibility_timeout {
         attributes.insert(QueueAttributeName::VisibilityTimeout, seconds.to_string());

@@ -20,8 +20,10 @@
 //! - **Long-form intrinsics only.** `!Ref` and friends are YAML tags that serde-saphyr would
 //!   otherwise drop without a word (`!Ref Table` would read as the string `Table`); they are
 //!   rejected with a message saying what to write instead.
-//! - **No explicit physical names** (`TableName`, `QueueName`, `FunctionName`): resources are
-//!   named after the stack, so that every test and every local run gets its own.
+//! - **No explicit physical names** (`TableName`, `FunctionName`): resources are named after the
+//!   stack, so that every test and every local run gets its own. A `QueueName` is taken only as
+//!   an `Fn::Sub` that starts with `${AWS::StackName}` (the task queues, found by name), which
+//!   keeps it the stack's own.
 //!
 //! Errors name the YAML path, e.g. `Resources.IntakeQueue.Properties.RedrivePolicy.maxReceiveCount:
 //! expected a number`.
@@ -39,8 +41,9 @@ pub const SKIPPED_TYPES: &[(&str, &str)] = &[
     ),
     (
         "AWS::Serverless::HttpApi",
-        "`baton local` serves the functions' HttpApi routes itself, as API Gateway would; moto's API \
-         Gateway v2 cannot invoke in-process handlers",
+        "`baton local` serves the functions' HttpApi routes itself, as API Gateway would (with the \
+         stage's throttle, `DefaultRouteSettings`); moto's API Gateway v2 cannot invoke in-process \
+         handlers",
     ),
     (
         "AWS::Serverless::Api",
@@ -91,6 +94,16 @@ pub struct Template {
     pub globals_env: BTreeMap<String, Intrinsic>,
     /// Resources of a [`SKIPPED_TYPES`] type: logical id to type.
     pub skipped: BTreeMap<String, String>,
+    /// The HttpApi's stage throttle (`DefaultRouteSettings`), which the local HTTP API applies
+    /// as API Gateway does: a request over it is answered 429 before any function runs.
+    pub http_throttle: Option<Throttle>,
+}
+
+/// An API stage's throttle: requests per second on average, and at once above that.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Throttle {
+    pub rate: Intrinsic,
+    pub burst: Intrinsic,
 }
 
 /// A value in the template: a literal or one of the three long-form intrinsics baton resolves.
@@ -130,6 +143,8 @@ pub struct GsiSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueSpec {
     pub logical_id: String,
+    /// `QueueName`: always `${AWS::StackName}...`. `None`: `<stack>-<LogicalId>`.
+    pub name: Option<Intrinsic>,
     pub visibility_timeout: Option<u32>,
     pub message_retention: Option<u32>,
     pub fifo: bool,
@@ -223,6 +238,8 @@ pub enum TemplateError {
     UnknownReference { path: String, name: String },
     #[error("{path}: {problem}")]
     Invalid { path: String, problem: String },
+    #[error("cannot write the template's task queues for the config")]
+    TaskQueues(#[source] crate::task_queues::TaskQueueError),
 }
 
 impl Template {
@@ -231,6 +248,26 @@ impl Template {
         let text = std::fs::read_to_string(path)
             .map_err(|source| TemplateError::Io { path: path.to_owned(), source })?;
         Template::parse(&text)
+    }
+
+    /// Reads the template at `path` with its task queue section written for `config`
+    /// ([`crate::task_queues`]): what a deploy of `config` creates, as the state machine
+    /// definitions generated for it are.
+    pub fn load_for(
+        path: &Path,
+        config: &baton_core::domain::config::Config,
+    ) -> Result<Template, TemplateError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| TemplateError::Io { path: path.to_owned(), source })?;
+        Template::parse_for(&text, config)
+    }
+
+    /// Parses template text with its task queue section written for `config`.
+    pub fn parse_for(
+        yaml: &str,
+        config: &baton_core::domain::config::Config,
+    ) -> Result<Template, TemplateError> {
+        Template::parse(&crate::task_queues::splice(yaml, config).map_err(TemplateError::TaskQueues)?)
     }
 
     /// Parses template text. See the module docs for what is accepted.
@@ -264,6 +301,7 @@ impl Template {
             parameter_patterns,
             globals_env,
             skipped: BTreeMap::new(),
+            http_throttle: None,
         };
         for (logical_id, resource) in resources.entries()? {
             if resource.get("Condition").is_some() {
@@ -288,6 +326,14 @@ impl Template {
                     globals_timeout,
                 )?),
                 Kind::Skipped(resource_type) => {
+                    if resource_type == "AWS::Serverless::HttpApi"
+                        && let Some(settings) = props.get("DefaultRouteSettings")
+                    {
+                        template.http_throttle = Some(Throttle {
+                            rate: intrinsic(&settings.field("ThrottlingRateLimit")?, &names)?,
+                            burst: intrinsic(&settings.field("ThrottlingBurstLimit")?, &names)?,
+                        });
+                    }
                     template.skipped.insert(logical_id.to_owned(), resource_type.to_owned());
                 }
             }
@@ -409,14 +455,17 @@ const TABLE_IGNORED: &[&str] = &[
     "Tags",
 ];
 const QUEUE_HANDLED: &[&str] = &[
+    "QueueName",
     "VisibilityTimeout",
     "MessageRetentionPeriod",
     "RedrivePolicy",
     "FifoQueue",
     "ContentBasedDeduplication",
 ];
+/// Encryption and tags change nothing a local run observes; `RedriveAllowPolicy` limits which
+/// queues may dead-letter into a queue, and locally no queue but the template's tries.
 const QUEUE_IGNORED: &[&str] =
-    &["KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled", "Tags"];
+    &["KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled", "RedriveAllowPolicy", "Tags"];
 const STATE_MACHINE_HANDLED: &[&str] =
     &["Name", "Type", "DefinitionUri", "DefinitionSubstitutions", "AutoPublishAlias"];
 /// IAM is not enforced by moto; logging and tracing go nowhere locally.
@@ -545,7 +594,7 @@ impl<'a> Node<'a> {
 /// Every key of `props` is handled or knowingly ignored.
 fn check_properties(props: &Node<'_>, handled: &[&str], ignored: &[&str]) -> Result<(), TemplateError> {
     for (key, node) in props.entries()? {
-        if matches!(key, "TableName" | "QueueName" | "FunctionName") {
+        if matches!(key, "TableName" | "FunctionName") {
             return Err(node.invalid(
                 "explicit physical names are not allowed: baton names resources after the stack, so \
                  each local run and each test gets its own",
@@ -840,8 +889,22 @@ fn queue(logical_id: &str, props: &Node<'_>, names: &Names) -> Result<QueueSpec,
         None => None,
     };
     let flag = |key| props.get(key).map(|n| n.bool()).transpose().map(Option::unwrap_or_default);
+    let name = match props.get("QueueName") {
+        Some(node) => match intrinsic(&node, names)? {
+            Intrinsic::Sub(text) if text.starts_with("${AWS::StackName}") => Some(Intrinsic::Sub(text)),
+            _ => {
+                return Err(node.invalid(
+                    "explicit physical names are allowed only as an Fn::Sub starting with \
+                     ${AWS::StackName}: baton names resources after the stack, so each local run and \
+                     each test gets its own",
+                ));
+            }
+        },
+        None => None,
+    };
     Ok(QueueSpec {
         logical_id: logical_id.to_owned(),
+        name,
         visibility_timeout: props.get("VisibilityTimeout").map(|n| n.u32()).transpose()?,
         message_retention: props.get("MessageRetentionPeriod").map(|n| n.u32()).transpose()?,
         fifo: flag("FifoQueue")?,
@@ -1061,7 +1124,7 @@ mod tests {
     fn data_outlives_the_stack_and_every_alarm_notifies() {
         let doc: Value = serde_saphyr::from_str(TEMPLATE).expect("template.yaml parses as YAML");
         let resources = doc["Resources"].as_object().expect("Resources");
-        for name in ["Table", "IntakeDLQ", "ProgressDLQ", "OutboundDLQ"] {
+        for name in ["Table", "IntakeDLQ", "ProgressDLQ", "TaskDLQRiskReview"] {
             let r = &resources[name];
             assert_eq!(
                 (r["DeletionPolicy"].as_str(), r["UpdateReplacePolicy"].as_str()),
@@ -1094,14 +1157,17 @@ mod tests {
             assert_eq!(dlq.message_retention, Some(1_209_600));
             assert_eq!(dlq.redrive, None);
         }
-        // Tasks a worker could not deliver: after ten receives (a worker answers a 503 by
-        // making the task visible again after Retry-After, and each of those is a receive).
-        let outbound = template.queue("OutboundQueue").expect("the outbound queue");
+        // Tasks a worker could not settle: after ten receives, to the task queue's own DLQ,
+        // which keeps a task longer than the queue did (its retention counts from the first
+        // enqueue), under the name a task is sent to.
+        let tasks = template.queue("TaskQueueRiskReview").expect("the risk-review task queue");
         assert_eq!(
-            outbound.redrive,
-            Some(Redrive { dlq_logical_id: "OutboundDLQ".into(), max_receive_count: 10 })
+            tasks.redrive,
+            Some(Redrive { dlq_logical_id: "TaskDLQRiskReview".into(), max_receive_count: 10 })
         );
-        let dlq = template.queue("OutboundDLQ").expect("its dead-letter queue");
+        assert_eq!(tasks.message_retention, Some(345_600));
+        assert_eq!(tasks.name, Some(Intrinsic::Sub("${AWS::StackName}_tasks-risk-review".into())));
+        let dlq = template.queue("TaskDLQRiskReview").expect("its dead-letter queue");
         assert_eq!((dlq.message_retention, dlq.redrive.as_ref()), (Some(1_209_600), None));
     }
 
@@ -1148,7 +1214,10 @@ mod tests {
             assert_eq!(function.env.get("BATON_DLQ_URL"), Some(&reference(dlq)));
         }
         let progress = template.function_by_binary("baton-progress").expect("progress");
-        assert_eq!(progress.env.get("BATON_OUTBOUND_QUEUE_URL"), Some(&reference("OutboundQueue")));
+        let prefix = Intrinsic::Sub(
+            "https://sqs.${AWS::Region}.${AWS::URLSuffix}/${AWS::AccountId}/${AWS::StackName}_tasks-".into(),
+        );
+        assert_eq!(progress.env.get("BATON_TASK_QUEUE_URL_PREFIX"), Some(&prefix));
         assert_eq!(template.globals_env.get("BATON_TABLE"), Some(&reference("Table")));
     }
 
@@ -1269,6 +1338,11 @@ mod tests {
             with_resources("  Q:\n    Type: AWS::SQS::Queue\n    Properties:\n      QueueName: fixed\n")
                 .unwrap_err();
         assert!(named.to_string().contains("explicit physical names"), "{named}");
+        let own = "  Q:\n    Type: AWS::SQS::Queue\n    Properties:\n      QueueName:\n        Fn::Sub: \"${AWS::StackName}_q\"\n";
+        assert_eq!(
+            with_resources(own).expect("the stack's own name").queues[0].name,
+            Some(Intrinsic::Sub("${AWS::StackName}_q".into()))
+        );
     }
 
     #[test]

@@ -206,7 +206,7 @@ async fn started(system: &System, key: &str) {
 }
 
 /// progress's binary, handed the first step's `step_ready`: the record waits on the step, and
-/// the step's operator task is published on the outbound queue.
+/// the step's operator task is published on its team's task queue.
 pub async fn progress_scenario(binary: &str) {
     let system = deployed().await;
     let key = unique_name("bin");
@@ -233,7 +233,8 @@ pub async fn progress_scenario(binary: &str) {
     })
     .await;
     // Counted visible or not: the task received above may be visible again by now.
-    assert_eq!(system.queue_depth("OutboundQueue").await, 1, "the task is not published again");
+    let queue = system.task_queue("risk-review");
+    assert_eq!(system.queue_depth(&queue).await, 1, "the task is not published again");
     assert_json_stdout(&function);
     function.stop().await;
     system.stop().await;

@@ -28,6 +28,18 @@ pub fn load_template() -> Template {
     })
 }
 
+/// The workspace's template.yaml with its task queues written for `config`, as a deploy of that
+/// config has them (`baton synth`), parsed.
+///
+/// # Panics
+/// When the template cannot be read or used locally, with the reason.
+pub fn load_template_for(config: &baton_core::domain::config::Config) -> Template {
+    let path = workspace_dir().join("template.yaml");
+    Template::load_for(&path, config).unwrap_or_else(|e| {
+        panic!("cannot use {}: {}", path.display(), baton_core::domain::error::error_chain(&e))
+    })
+}
+
 /// SDK clients for DynamoDB, SQS, Step Functions and Secrets Manager on the emulator.
 pub async fn clients(emulator: &Emulator) -> Clients {
     Clients::new(&emulator.sdk_config().await)

@@ -19,7 +19,7 @@ use baton_core::use_cases::engine::system_clock;
 use baton_local::in_process::{LocalBaton, LocalOptions};
 use serde_json::Value;
 
-use crate::stack::{clients, load_template};
+use crate::stack::{clients, load_template_for};
 use crate::{Emulator, unique_name};
 
 /// A running baton and the clients to look at it.
@@ -111,7 +111,7 @@ async fn launch(
         sweep_every: Some(Duration::from_secs(3600)),
     };
     let clients = clients(&Emulator::from_env()).await;
-    let baton = LocalBaton::start(&load_template(), &clients, options)
+    let baton = LocalBaton::start(&load_template_for(config), &clients, options)
         .await
         .unwrap_or_else(|e| panic!("baton: {e:?}"));
     if let Some(api_url) = &baton.api_url {
@@ -262,23 +262,46 @@ impl System {
         }
     }
 
-    /// Bodies of the outbound (task) messages, parsed, once at least `expected` have arrived (a
-    /// step's task goes out just after the step starts waiting). Waits up to [`WAIT`].
+    /// The logical id of the task queue of `queue` (a task's `queue`).
+    pub fn task_queue(&self, queue: &str) -> String {
+        baton_local::task_queues::TaskQueue { name: queue.to_owned(), named_by: String::new() }.queue_id()
+    }
+
+    /// Drains every task queue of the config, side by side (a drain ends on an empty receive
+    /// of a second): the task messages, each parsed, with the `queue` name of the queue it was on.
+    async fn drain_task_queues(&self) -> Vec<(String, Value)> {
+        let queues = baton_local::task_queues::task_queues(&self.config).expect("the config's task queues");
+        let drains = queues.iter().map(|queue| async move {
+            let messages = self.drain_queue(&queue.queue_id()).await;
+            let parsed = messages.into_iter().filter_map(|m| serde_json::from_str::<Value>(m.body()?).ok());
+            parsed.map(|task| (queue.name.clone(), task)).collect::<Vec<_>>()
+        });
+        futures::future::join_all(drains).await.into_iter().flatten().collect()
+    }
+
+    /// Bodies of the task messages on every task queue, parsed, once at least `expected` have
+    /// arrived (a step's task goes out just after the step starts waiting). Waits up to [`WAIT`].
+    /// Each was on the queue its `data.queue` names, its team's own: that is asserted here.
     pub async fn published_tasks(&self, expected: usize) -> Vec<Value> {
         let start = Instant::now();
-        let mut tasks: Vec<Value> = Vec::new();
+        let mut tasks: Vec<(String, Value)> = Vec::new();
         while tasks.len() < expected {
             assert!(
                 start.elapsed() < WAIT,
                 "timed out waiting for {expected} published task(s); got {tasks:#?}"
             );
-            let more = self.drain_queue("OutboundQueue").await;
-            tasks.extend(more.into_iter().filter_map(|m| serde_json::from_str(m.body()?).ok()));
+            tasks.extend(self.drain_task_queues().await);
         }
         // Anything more (a duplicate) would arrive with those: take what is there now too.
-        let late = self.drain_queue("OutboundQueue").await;
-        tasks.extend(late.into_iter().filter_map(|m| serde_json::from_str(m.body()?).ok()));
-        tasks
+        tasks.extend(self.drain_task_queues().await);
+        for (queue, task) in &tasks {
+            assert_eq!(
+                task["data"]["queue"].as_str(),
+                Some(queue.as_str()),
+                "a task on another team's queue"
+            );
+        }
+        tasks.into_iter().map(|(_, task)| task).collect()
     }
 
     /// Sends a signed callback to the local HTTP API as a sender does (a 503 is retried with the

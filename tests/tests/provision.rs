@@ -78,11 +78,28 @@ async fn the_intake_queue_redrives_to_its_dead_letter_queue_after_five_receives(
         .unwrap();
     assert_eq!(dlq.attributes().unwrap()[&QueueAttributeName::MessageRetentionPeriod], "1209600");
 
-    // And the outbound queue exists under its stack name
-    let outbound = &stack.queues["OutboundQueue"];
-    assert_eq!(outbound.name, format!("{}-OutboundQueue", stack.stack_name));
-    let found = sqs.get_queue_url().queue_name(&outbound.name).send().await.unwrap();
-    assert_eq!(found.queue_url(), Some(outbound.url.as_str()));
+    // And the config's task queue exists under the name a task is sent to, keeping a task for
+    // less than its dead-letter queue does (SQS counts a DLQ's retention from the first enqueue)
+    let tasks = &stack.queues["TaskQueueRiskReview"];
+    assert_eq!(tasks.name, format!("{}_tasks-risk-review", stack.stack_name));
+    let found = sqs.get_queue_url().queue_name(&tasks.name).send().await.unwrap();
+    assert_eq!(found.queue_url(), Some(tasks.url.as_str()));
+    let retention = |id: &'static str| {
+        let sqs = sqs.clone();
+        let url = queue_url(&stack, id).to_owned();
+        async move {
+            let out = sqs
+                .get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+                .send()
+                .await
+                .unwrap();
+            out.attributes().unwrap()[&QueueAttributeName::MessageRetentionPeriod].parse::<u32>().unwrap()
+        }
+    };
+    assert_eq!(retention("TaskQueueRiskReview").await, 4 * 86_400);
+    assert_eq!(retention("TaskDLQRiskReview").await, 14 * 86_400);
 }
 
 #[tokio::test]
@@ -118,10 +135,14 @@ async fn function_environments_resolve_to_the_stack_resources() {
         assert_eq!(env["RUST_LOG"], "info", "{binary}: the LogLevel Default");
     }
     let progress = template.function_by_binary("baton-progress").expect("progress");
-    assert_eq!(
-        stack.function_env[&progress.logical_id]["BATON_OUTBOUND_QUEUE_URL"],
-        queue_url(&stack, "OutboundQueue")
-    );
+    // A task goes to the prefix followed by its queue name: that names the task queue.
+    for function in [progress, template.function_by_binary("baton-sweeper").expect("sweeper")] {
+        let url =
+            format!("{}risk-review", stack.function_env[&function.logical_id]["BATON_TASK_QUEUE_URL_PREFIX"]);
+        let name = url.rsplit('/').next().unwrap_or_default();
+        assert_eq!(name, stack.queues["TaskQueueRiskReview"].name, "{}", function.logical_id);
+        assert!(url.starts_with("https://sqs.us-east-1.amazonaws.com/123456789012/"), "{url}");
+    }
     // The machine's ARN is the prefix plus its workflow name, as the functions derive it.
     assert_eq!(stack.state_machines["OrderReviewStateMachine"].arn, format!("{prefix}order-review"));
 }

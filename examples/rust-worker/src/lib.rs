@@ -1,14 +1,20 @@
-//! A baton task worker: takes tasks from baton's outbound queue, does the work, calls back.
+//! A baton task worker: takes one team's tasks from its task queue, does the work, calls back.
 //!
-//! Copy this crate and replace [`do_the_work`] with your team's work. The rest is what any
-//! worker needs: reading the CloudEvent, signing the callback ([`signing`]), and acting on each
-//! answer baton documents (docs/TASK_WORKERS.md):
+//! Copy this crate and replace [`WORK`] with your team's work. The rest is what any worker
+//! needs: reading and checking the CloudEvent ([`parse_task`]), signing the callback
+//! ([`signing`]), and acting on each answer baton documents (docs/TASK_WORKERS.md):
 //!
 //! | answer | [`Action`] |
 //! |---|---|
 //! | 200 `applied`, 202 `buffered`, 200 `ignored` | `Done`: the message is deleted |
-//! | 503 with `Retry-After`, or no answer at all | `Retry`: visible again after `Retry-After`, and the next delivery calls back with the same `webhook-id` |
+//! | 429, 5xx (503 with `Retry-After`), or no answer at all | `Retry`: the worker keeps the message invisible and calls back again with the same `webhook-id` after `Retry-After`, else a backoff; no further receive, so never the dead-letter queue for it |
+//! | 3xx | `Later`: never followed (the signed headers go to the callback URL and nowhere else); visible again after a minute, and after 10 receives in the dead-letter queue |
 //! | 409 and every other 4xx | `Refused`: retrying cannot help; left for the queue's redrive to its dead-letter queue |
+//!
+//! A message that is not a task this worker takes (not JSON, not a baton task, a field missing
+//! or of the wrong type, another team's `queue`, a workflow and step [`WORK`] does not list for
+//! its queue) is never acted on: it is logged and `Refused`, left for the redrive, where a person
+//! looks.
 
 pub mod signing;
 
@@ -16,7 +22,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
-use aws_sdk_sqs::types::Message;
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -33,6 +39,8 @@ pub const COMPENSATION_REQUESTED: &str = "baton.compensation.requested";
 /// Where the worker reads and calls back.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The team's queue name, as the config's tasks give it (`queue: risk-review`).
+    pub queue: String,
     pub queue_url: String,
     pub api_url: String,
     pub secret: String,
@@ -41,21 +49,24 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// From a deployed stack's outputs in the environment: `BATON_OUTBOUND_QUEUE_URL`,
-    /// `BATON_API_URL` (the `CallbackUrl` output without its `/v1/callbacks`),
-    /// `BATON_WEBHOOK_SECRET`; AWS region and credentials as the SDK finds them.
+    /// From the environment: `BATON_TASK_QUEUE` (the team's queue name),
+    /// `BATON_TASK_QUEUE_URL_PREFIX` (the stack's `TaskQueueUrlPrefix` output), `BATON_API_URL`
+    /// (the `CallbackUrl` output without its `/v1/callbacks`), `BATON_WEBHOOK_SECRET`; AWS region
+    /// and credentials as the SDK finds them.
     pub fn from_env() -> Result<Settings> {
         let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
+        let queue = var("BATON_TASK_QUEUE")?;
         Ok(Settings {
-            queue_url: var("BATON_OUTBOUND_QUEUE_URL")?,
+            queue_url: format!("{}{queue}", var("BATON_TASK_QUEUE_URL_PREFIX")?),
+            queue,
             api_url: var("BATON_API_URL")?,
             secret: var("BATON_WEBHOOK_SECRET")?,
             local_endpoint: None,
         })
     }
 
-    /// From the `local.json` that `baton local` (`make run`) writes.
-    pub fn from_local(path: &Path) -> Result<Settings> {
+    /// From the `local.json` that `baton local` (`make run`) writes, for the team's `queue`.
+    pub fn from_local(path: &Path, queue: &str) -> Result<Settings> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
         let info: Value =
@@ -67,7 +78,9 @@ impl Settings {
                 .with_context(|| format!("{} has no {pointer}", path.display()))
         };
         Ok(Settings {
-            queue_url: field("/queues/outbound")?,
+            queue: queue.to_owned(),
+            queue_url: field(&format!("/queues/tasks/{queue}/url"))
+                .context("no task in the running config names this queue")?,
             api_url: field("/api_url")?,
             secret: field("/webhook_secret")?,
             local_endpoint: Some((field("/aws_endpoint")?, field("/region")?)),
@@ -75,7 +88,8 @@ impl Settings {
     }
 }
 
-/// A task: the `data` of a `baton.task.created` or `baton.compensation.requested` event.
+/// A task: the `data` of a `baton.task.created` or `baton.compensation.requested` event. Every
+/// field is required and typed; an event whose data does not fit is not a task.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Task {
     pub task_id: String,
@@ -84,9 +98,9 @@ pub struct Task {
     pub generation: u64,
     pub step: String,
     pub title: String,
-    pub queue: Option<String>,
+    pub queue: String,
     pub attempt: Option<u32>,
-    pub previous_error: Option<Value>,
+    pub previous_error: Option<String>,
     pub compensation: bool,
 }
 
@@ -97,19 +111,87 @@ pub enum Work {
     Failed { error: String, cause: String },
 }
 
-/// Your team's work. This demo approves reviews and holds stock, and undoes whatever a
-/// compensation task names.
-pub fn do_the_work(task: &Task) -> Work {
-    if task.compensation {
-        return Work::Succeeded(None);
+/// One kind of task a team's worker takes: its queue, workflow, step, whether it is the step's
+/// compensation, and the work.
+pub type Entry = (&'static str, &'static str, &'static str, bool, fn(&Task) -> Work);
+
+/// The work each team's worker does, by (queue, workflow, step, compensation): anything else
+/// it never acts on. This demo approves reviews (`risk-review`), holds stock and releases it
+/// (`stock`), and refunds payments (`payments`); replace these with your team's.
+pub const WORK: &[Entry] = &[
+    ("risk-review", "order-review", "manual-review", false, |_| {
+        Work::Succeeded(Some(json!({"decision": "approve"})))
+    }),
+    ("stock", "order-review", "reserve-stock", false, |t| {
+        Work::Succeeded(Some(json!({"hold": format!("hold-{}", t.key)})))
+    }),
+    ("stock", "order-review", "reserve-stock", true, |_| Work::Succeeded(None)),
+    ("payments", "order-review", "payment", true, |_| Work::Succeeded(None)),
+];
+
+/// The work for `task` on `queue`, if this worker does it.
+pub fn work_for(queue: &str, task: &Task) -> Option<fn(&Task) -> Work> {
+    WORK.iter()
+        .find(|(q, workflow, step, compensation, _)| {
+            *q == queue
+                && *workflow == task.workflow
+                && *step == task.step
+                && *compensation == task.compensation
+        })
+        .map(|entry| entry.4)
+}
+
+/// Why a message is not a task this worker takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotMine {
+    /// `malformed_task`, `not_a_baton_task`, `foreign_queue` or `not_handled`.
+    pub code: &'static str,
+    pub problem: String,
+}
+
+fn not_mine(code: &'static str, problem: impl Into<String>) -> NotMine {
+    NotMine { code, problem: problem.into() }
+}
+
+/// The task in a message body, checked: a baton task event, every field there and of its type,
+/// for this worker's `queue`, and one [`WORK`] lists. Returns the event's type with it.
+pub fn parse_task(body: &str, queue: &str) -> Result<(String, Task), NotMine> {
+    let event: Value =
+        serde_json::from_str(body).map_err(|e| not_mine("malformed_task", format!("not JSON: {e}")))?;
+    let event_type = match event.get("type").and_then(Value::as_str) {
+        Some(t @ (TASK_CREATED | COMPENSATION_REQUESTED)) => t.to_owned(),
+        other => return Err(not_mine("not_a_baton_task", format!("type {other:?} is not a baton task"))),
+    };
+    let data = event.get("data").cloned().unwrap_or(Value::Null);
+    let task: Task =
+        serde_json::from_value(data).map_err(|e| not_mine("malformed_task", format!("data: {e}")))?;
+    let empty =
+        [("task_id", &task.task_id), ("workflow", &task.workflow), ("key", &task.key), ("step", &task.step)]
+            .into_iter()
+            .find(|(_, v)| v.is_empty());
+    if let Some((name, _)) = empty {
+        return Err(not_mine("malformed_task", format!("data.{name} is empty")));
     }
-    match task.step.as_str() {
-        "manual-review" => Work::Succeeded(Some(json!({"decision": "approve"}))),
-        "reserve-stock" => Work::Succeeded(Some(json!({"hold": format!("hold-{}", task.key)}))),
-        other => {
-            Work::Failed { error: "worker.unknown_step".into(), cause: format!("no work for step {other}") }
-        }
+    if task.generation == 0 || task.attempt == Some(0) {
+        return Err(not_mine("malformed_task", "data.generation and data.attempt count from 1"));
     }
+    if task.compensation != (event_type == COMPENSATION_REQUESTED) {
+        return Err(not_mine("malformed_task", "data.compensation does not match the event's type"));
+    }
+    if task.queue != queue {
+        return Err(not_mine(
+            "foreign_queue",
+            format!("data.queue {:?} is not this worker's {queue:?}", task.queue),
+        ));
+    }
+    if work_for(queue, &task).is_none() {
+        let what = if task.compensation { "compensation" } else { "step" };
+        return Err(not_mine(
+            "not_handled",
+            format!("this worker does no {what} {:?} of workflow {:?}", task.step, task.workflow),
+        ));
+    }
+    Ok((event_type, task))
 }
 
 /// The callback for `task`. It names the generation and attempt the task carries, so that a late
@@ -143,8 +225,13 @@ pub fn callback_body(task: &Task, work: &Work) -> Value {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
+    /// Settled: deleted.
     Done,
+    /// Transient: kept invisible, and the callback sent again after `retry_after`.
     Retry,
+    /// A redirect: left, visible again after `retry_after`.
+    Later,
+    /// Left for the queue's redrive to its dead-letter queue.
     Refused,
 }
 
@@ -152,26 +239,66 @@ pub enum Action {
 pub fn verdict(status: Option<u16>) -> Action {
     match status {
         Some(200 | 202) => Action::Done,
-        None | Some(500..) => Action::Retry,
+        None | Some(429 | 500..) => Action::Retry,
+        Some(300..=399) => Action::Later,
         Some(_) => Action::Refused,
     }
 }
 
-/// One message handled: the worker's log line.
-#[derive(Debug, Clone, Serialize)]
+/// The most a `Retry-After` is honoured for, and the longest backoff without one.
+pub const MAX_RETRY_AFTER: u64 = 900;
+const MAX_BACKOFF: u64 = 60;
+/// How long a redirected task stays invisible before its next delivery.
+pub const LATER_SECONDS: u64 = 60;
+/// Visibility kept beyond a retry's wait, for the callback itself.
+const HOLD_MARGIN: u64 = 60;
+/// SQS keeps a message invisible for at most 12 hours.
+const MAX_VISIBILITY: u64 = 43_200;
+
+/// The wait before the next try after `retries` transient answers: `Retry-After` when it came
+/// (at most [`MAX_RETRY_AFTER`]), else a jittered exponential backoff up to a minute.
+pub fn retry_delay(retry_after: Option<u64>, retries: u32) -> u64 {
+    match retry_after {
+        Some(seconds) => seconds.clamp(1, MAX_RETRY_AFTER),
+        None => {
+            let ceiling = 1u64.checked_shl(retries.min(16)).unwrap_or(MAX_BACKOFF).min(MAX_BACKOFF);
+            (ceiling / 2 + fastrand::u64(0..=ceiling / 2)).max(1)
+        }
+    }
+}
+
+/// `Retry-After` as seconds from now: a number of seconds, or an HTTP date.
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<u64> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(seconds);
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).map(|d| d.as_secs()).unwrap_or(0))
+}
+
+/// One message handled, or one try at its callback: the worker's log line.
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Handled {
+    pub message_id: Option<String>,
+    /// How many times SQS has delivered the message.
+    pub receives: Option<u32>,
     pub task_id: Option<String>,
     #[serde(rename = "type")]
     pub event_type: Option<String>,
     pub webhook_id: Option<String>,
     pub http: Option<u16>,
-    /// The answer's `status` (`applied`, `buffered`, `ignored`) or `error`.
+    /// The answer's `status` (`applied`, `buffered`, `ignored`) or `error`; for a message that
+    /// is not this worker's task, why (`malformed_task`, `not_a_baton_task`, `foreign_queue`,
+    /// `not_handled`); `redirect` for a 3xx.
     pub answer: Option<String>,
     pub reason: Option<String>,
     /// An error's explanation in words.
     pub message: Option<String>,
     pub duplicate: Option<bool>,
-    pub action: Action,
+    /// A 3xx's `Location`, which the worker did not follow.
+    pub location: Option<String>,
+    pub action: Option<Action>,
     pub retry_after: Option<u64>,
 }
 
@@ -180,10 +307,8 @@ struct Reply {
     status: Option<u16>,
     body: Value,
     retry_after: Option<u64>,
+    location: Option<String>,
 }
-
-/// When a 503 names no `Retry-After`, or nothing answered.
-const DEFAULT_RETRY_SECONDS: u64 = 5;
 
 /// The worker: one SQS client, one HTTP client, one signer.
 pub struct Worker {
@@ -195,6 +320,9 @@ pub struct Worker {
 
 impl Worker {
     pub async fn new(settings: Settings) -> Result<Worker> {
+        if !WORK.iter().any(|entry| entry.0 == settings.queue) {
+            anyhow::bail!("this worker has no work for the queue {:?}: add it to WORK", settings.queue);
+        }
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
         if let Some((endpoint, region)) = &settings.local_endpoint {
             let credentials = aws_credential_types::Credentials::from_keys("testing", "testing", None);
@@ -210,69 +338,120 @@ impl Worker {
             .https_or_http()
             .enable_http1()
             .build();
+        // hyper's client follows no redirect: a 3xx is an answer, and the signed headers go to
+        // the callback URL alone.
         let http = Client::builder(TokioExecutor::new()).build(connector);
         let signer = Signer::new(&settings.secret)?;
         Ok(Worker { settings, sqs, http, signer })
     }
 
-    /// One long poll (`wait` seconds, at most 20): each message received, handled.
-    pub async fn poll(&self, wait: i32) -> Result<Vec<Handled>> {
+    /// One long poll (`wait` seconds, at most 20) for one task, handled; each line it logs is
+    /// handed to `log` as it happens (a task retried through a throttle logs one per try).
+    pub async fn poll(&self, wait: i32, log: &(dyn Fn(Handled) + Send + Sync)) -> Result<()> {
         let received = self
             .sqs
             .receive_message()
             .queue_url(&self.settings.queue_url)
-            .max_number_of_messages(10)
+            .max_number_of_messages(1)
             .wait_time_seconds(wait)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .send()
             .await
-            .context("cannot receive from the outbound queue")?;
-        let mut handled = Vec::new();
+            .context("cannot receive from the task queue")?;
         for message in received.messages() {
-            handled.push(self.handle(message).await?);
+            if let Err(e) = self.handle(message, log).await {
+                // An SQS call about this message failed: it comes back after its visibility.
+                let id = message.message_id().map(str::to_owned);
+                let text = format!("{e:#}");
+                log(Handled {
+                    message_id: id,
+                    answer: Some("sqs_error".into()),
+                    message: Some(text),
+                    ..Default::default()
+                });
+            }
         }
-        Ok(handled)
+        Ok(())
     }
 
-    async fn handle(&self, message: &Message) -> Result<Handled> {
-        let event: Value = serde_json::from_str(message.body().unwrap_or_default()).unwrap_or(Value::Null);
-        let event_type = event["type"].as_str().map(str::to_owned);
-        let task = match event_type.as_deref() {
-            Some(TASK_CREATED | COMPENSATION_REQUESTED) => {
-                serde_json::from_value::<Task>(event["data"].clone()).ok()
+    async fn handle(&self, message: &Message, log: &(dyn Fn(Handled) + Send + Sync)) -> Result<()> {
+        let receives = message
+            .attributes()
+            .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+            .and_then(|v| v.parse().ok());
+        let base =
+            Handled { message_id: message.message_id().map(str::to_owned), receives, ..Default::default() };
+        let (event_type, task) = match parse_task(message.body().unwrap_or_default(), &self.settings.queue) {
+            Ok(parsed) => parsed,
+            Err(NotMine { code, problem }) => {
+                // Never acted on: left for the redrive, where a person looks.
+                log(Handled {
+                    answer: Some(code.into()),
+                    message: Some(problem),
+                    action: Some(Action::Refused),
+                    ..base
+                });
+                return Ok(());
             }
-            _ => None,
         };
-        let Some(task) = task else {
-            // Not a baton task: left for the redrive, as any refusal is.
-            return Ok(Handled { event_type, ..refused() });
-        };
-        let body = callback_body(&task, &do_the_work(&task));
-        // The webhook-id is the task id: the same for every delivery of this task, so a repeated
-        // callback (a redelivery, a retry after a 503) is applied at most once and answered as
-        // the first one was.
-        let reply = self.post_callback(&task.task_id, &body).await;
-        let action = verdict(reply.status);
-        let receipt = message.receipt_handle().unwrap_or_default();
-        let retry_after =
-            (action == Action::Retry).then(|| reply.retry_after.unwrap_or(DEFAULT_RETRY_SECONDS));
-        match (action, retry_after) {
-            (Action::Done, _) => self.delete(receipt).await?,
-            (Action::Retry, Some(seconds)) => self.retry_after(receipt, seconds).await?,
-            _ => {}
-        }
-        let text = |name: &str| reply.body[name].as_str().map(str::to_owned);
-        Ok(Handled {
+        let Some(work) = work_for(&self.settings.queue, &task) else { return Ok(()) };
+        let work = work(&task);
+        let body = callback_body(&task, &work);
+        let base = Handled {
             task_id: Some(task.task_id.clone()),
-            event_type,
-            webhook_id: Some(task.task_id),
-            http: reply.status,
-            answer: text("status").or_else(|| text("error")),
-            reason: text("reason"),
-            message: text("message"),
-            duplicate: reply.body["duplicate"].as_bool(),
-            action,
-            retry_after,
-        })
+            event_type: Some(event_type),
+            webhook_id: Some(task.task_id.clone()),
+            ..base
+        };
+        self.deliver(message.receipt_handle().unwrap_or_default(), &task.task_id, &body, base, log).await
+    }
+
+    /// Calls back until the answer is not transient, keeping the message invisible meanwhile.
+    /// The webhook-id is the task id: the same for every try and every delivery of this task,
+    /// so a repeated callback is applied at most once and answered as the first one was.
+    async fn deliver(
+        &self,
+        receipt: &str,
+        id: &str,
+        body: &Value,
+        base: Handled,
+        log: &(dyn Fn(Handled) + Send + Sync),
+    ) -> Result<()> {
+        let mut retries = 0;
+        loop {
+            let reply = self.post_callback(id, body).await;
+            let action = verdict(reply.status);
+            let retry_after = match action {
+                Action::Retry => Some(retry_delay(reply.retry_after, retries)),
+                Action::Later => Some(LATER_SECONDS),
+                Action::Done | Action::Refused => None,
+            };
+            match (action, retry_after) {
+                (Action::Done, _) => self.delete(receipt).await?,
+                (Action::Retry, Some(seconds)) => self.hide(receipt, seconds + HOLD_MARGIN).await?,
+                (Action::Later, Some(seconds)) => self.hide(receipt, seconds).await?,
+                _ => {}
+            }
+            let text = |name: &str| reply.body[name].as_str().map(str::to_owned);
+            log(Handled {
+                http: reply.status,
+                answer: text("status")
+                    .or_else(|| text("error"))
+                    .or(reply.location.as_ref().map(|_| "redirect".into())),
+                reason: text("reason"),
+                message: text("message"),
+                duplicate: reply.body["duplicate"].as_bool(),
+                location: reply.location,
+                action: Some(action),
+                retry_after,
+                ..base.clone()
+            });
+            match (action, retry_after) {
+                (Action::Retry, Some(seconds)) => tokio::time::sleep(Duration::from_secs(seconds)).await,
+                _ => return Ok(()),
+            }
+            retries += 1;
+        }
     }
 
     async fn delete(&self, receipt: &str) -> Result<()> {
@@ -281,9 +460,9 @@ impl Worker {
         Ok(())
     }
 
-    /// Back on the queue once `seconds` have passed (SQS caps visibility at 12 hours).
-    async fn retry_after(&self, receipt: &str, seconds: u64) -> Result<()> {
-        let seconds = i32::try_from(seconds.min(43_200)).unwrap_or(43_200);
+    /// Invisible for `seconds` from now (SQS caps visibility at 12 hours).
+    async fn hide(&self, receipt: &str, seconds: u64) -> Result<()> {
+        let seconds = i32::try_from(seconds.min(MAX_VISIBILITY)).unwrap_or(43_200);
         let queue = &self.settings.queue_url;
         let change = self.sqs.change_message_visibility().queue_url(queue).receipt_handle(receipt);
         change.visibility_timeout(seconds).send().await?;
@@ -304,6 +483,7 @@ impl Worker {
             status: None,
             body: json!({"error": "no_answer", "message": message}),
             retry_after: None,
+            location: None,
         };
         let request = match request {
             Ok(request) => request,
@@ -315,28 +495,15 @@ impl Worker {
             Err(_) => return no_answer("no answer within 30 s".into()),
         };
         let status = response.status().as_u16();
-        let retry_after =
-            response.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        let header =
+            |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let retry_after = header("retry-after").and_then(|v| parse_retry_after(&v, SystemTime::now()));
+        let location = header("location").filter(|_| (300..400).contains(&status));
         let body = match response.into_body().collect().await {
             Ok(bytes) => serde_json::from_slice(&bytes.to_bytes()).unwrap_or(Value::Null),
             Err(e) => return no_answer(e.to_string()),
         };
-        Reply { status: Some(status), body, retry_after }
-    }
-}
-
-fn refused() -> Handled {
-    Handled {
-        task_id: None,
-        event_type: None,
-        webhook_id: None,
-        http: None,
-        answer: Some("not_a_baton_task".into()),
-        reason: None,
-        message: None,
-        duplicate: None,
-        action: Action::Refused,
-        retry_after: None,
+        Reply { status: Some(status), body, retry_after, location }
     }
 }
 
@@ -346,30 +513,42 @@ mod tests {
 
     fn task(step: &str, compensation: bool) -> Task {
         Task {
-            task_id: format!("order-review/k/1/{step}"),
+            task_id: format!("order-review/k/g1/{step}"),
             workflow: "order-review".into(),
             key: "k".into(),
             generation: 1,
             step: step.into(),
             title: "t".into(),
-            queue: None,
+            queue: "stock".into(),
             attempt: Some(2),
             previous_error: None,
             compensation,
         }
     }
 
+    fn event(data: Value, compensation: bool) -> String {
+        let kind = if compensation { COMPENSATION_REQUESTED } else { TASK_CREATED };
+        json!({"specversion": "1.0", "id": "x", "source": "baton", "type": kind, "data": data}).to_string()
+    }
+
+    fn data(step: &str, compensation: bool) -> Value {
+        json!({"task_id": format!("order-review/k/g1/{step}"), "workflow": "order-review", "key": "k",
+            "generation": 1, "step": step, "title": "t", "queue": "stock", "attempt": 1,
+            "previous_error": null, "compensation": compensation})
+    }
+
     #[test]
     fn a_callback_names_the_task_s_generation_and_attempt_and_a_compensation_carries_no_data() {
-        let review = task("manual-review", false);
+        let review = Task { queue: "risk-review".into(), ..task("manual-review", false) };
+        let work = work_for("risk-review", &review).unwrap()(&review);
         assert_eq!(
-            callback_body(&review, &do_the_work(&review)),
+            callback_body(&review, &work),
             json!({"workflow": "order-review", "key": "k", "step": "manual-review", "generation": 1,
                 "attempt": 2, "outcome": "succeeded", "data": {"decision": "approve"}})
         );
-        let undo = task("payment", true);
+        let undo = Task { queue: "payments".into(), ..task("payment", true) };
         assert_eq!(
-            callback_body(&undo, &do_the_work(&undo)),
+            callback_body(&undo, &work_for("payments", &undo).unwrap()(&undo)),
             json!({"workflow": "order-review", "key": "k", "step": "payment", "generation": 1,
                 "attempt": 2, "compensation": true, "outcome": "succeeded"})
         );
@@ -378,8 +557,53 @@ mod tests {
     #[test]
     fn every_documented_answer_has_its_action() {
         assert_eq!([200, 202].map(|s| verdict(Some(s))), [Action::Done; 2]);
-        assert_eq!([503, 500, 502].map(|s| verdict(Some(s))), [Action::Retry; 3]);
+        assert_eq!([429, 503, 500, 502, 504].map(|s| verdict(Some(s))), [Action::Retry; 5]);
         assert_eq!(verdict(None), Action::Retry);
+        assert_eq!([301, 302, 307, 308].map(|s| verdict(Some(s))), [Action::Later; 4]);
         assert_eq!([400, 401, 403, 404, 409, 413].map(|s| verdict(Some(s))), [Action::Refused; 6]);
+    }
+
+    #[test]
+    fn retry_after_is_honoured_in_seconds_or_as_a_date_and_otherwise_the_backoff_grows_to_a_minute() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        assert_eq!(parse_retry_after(" 7 ", now), Some(7));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now), Some(30));
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(retry_delay(Some(7), 9), 7);
+        assert_eq!(retry_delay(Some(0), 0), 1, "never a tight loop");
+        assert_eq!(retry_delay(Some(86_400), 0), MAX_RETRY_AFTER);
+        for retries in 0..40 {
+            let ceiling = (1u64 << retries.min(16)).min(MAX_BACKOFF);
+            let delay = retry_delay(None, retries);
+            assert!((1..=ceiling.max(1)).contains(&delay) && delay * 2 >= ceiling, "{retries}: {delay}");
+        }
+    }
+
+    #[test]
+    fn a_message_that_is_not_this_worker_s_task_is_refused_with_the_reason() {
+        let refused = |body: &str| parse_task(body, "stock").unwrap_err().code;
+        assert_eq!(refused("not json"), "malformed_task");
+        assert_eq!(refused(r#"{"type": "order.placed", "data": {}}"#), "not_a_baton_task");
+        assert_eq!(refused(&event(json!({"task_id": "x"}), false)), "malformed_task");
+        let mut wrong = data("reserve-stock", false);
+        wrong["generation"] = json!("1");
+        assert_eq!(refused(&event(wrong, false)), "malformed_task");
+        assert_eq!(
+            refused(&event(data("reserve-stock", true), false)),
+            "malformed_task",
+            "type and flag disagree"
+        );
+        let mut other = data("reserve-stock", false);
+        other["queue"] = json!("payments");
+        assert_eq!(refused(&event(other, false)), "foreign_queue");
+        assert_eq!(refused(&event(data("shipping", true), true)), "not_handled");
+        assert_eq!(refused(&event(data("manual-review", true), true)), "not_handled", "no undo of a review");
+        assert_eq!(
+            refused(&event(data("payment", true), true)),
+            "not_handled",
+            "a refund is not the stock team's"
+        );
+        let (kind, task) = parse_task(&event(data("reserve-stock", true), true), "stock").unwrap();
+        assert_eq!((kind.as_str(), task.compensation), (COMPENSATION_REQUESTED, true));
     }
 }

@@ -155,7 +155,7 @@ fn environment(endpoint: &str) -> BTreeMap<String, String> {
         ("BATON_STATE_MACHINE_PREFIX", "arn:aws:states:us-east-1:123456789012:stateMachine:bench-"),
         ("BATON_STATE_MACHINE_ALIAS", "live"),
         ("BATON_DLQ_URL", "http://127.0.0.1/123456789012/bench-dlq"),
-        ("BATON_OUTBOUND_QUEUE_URL", "http://127.0.0.1/123456789012/bench-outbound"),
+        ("BATON_TASK_QUEUE_URL_PREFIX", "http://127.0.0.1/123456789012/bench_tasks-"),
         ("BATON_WEBHOOK_SECRETS", "whsec_YmF0b24tYmVuY2gtc2VjcmV0LTI0LWJ5dGVz"),
         ("AWS_ENDPOINT_URL", endpoint),
         ("AWS_ACCESS_KEY_ID", "testing"),

@@ -1,5 +1,5 @@
-//! The SQS adapters: the dead-letter queue ([`SqsDeadLetters`]) and the outbound task queue
-//! ([`SqsTaskPublisher`]).
+//! The SQS adapters: the dead-letter queue ([`SqsDeadLetters`]) and the task queues, one per
+//! team ([`SqsTaskPublisher`]).
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use aws_sdk_sqs::types::MessageAttributeValue;
@@ -104,24 +104,35 @@ impl DeadLetterQueue for SqsDeadLetters {
     }
 }
 
-/// Publishes to an SQS queue.
+/// Publishes each task to its team's queue: the URL prefix (`BATON_TASK_QUEUE_URL_PREFIX`)
+/// followed by the task's `queue`, so that a team's worker reads its own tasks and no other's.
 pub struct SqsTaskPublisher {
     client: aws_sdk_sqs::Client,
-    queue_url: String,
+    url_prefix: String,
 }
 
 impl SqsTaskPublisher {
-    pub fn new(client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
-        SqsTaskPublisher { client, queue_url: queue_url.into() }
+    /// `url_prefix`: a queue URL up to the queue name (`https://sqs.../<account>/<stack>_tasks-`).
+    pub fn new(client: aws_sdk_sqs::Client, url_prefix: impl Into<String>) -> Self {
+        SqsTaskPublisher { client, url_prefix: url_prefix.into() }
+    }
+
+    /// The URL of the queue `task` goes to.
+    pub fn queue_url(&self, task: &Task) -> String {
+        format!("{}{}", self.url_prefix, task.queue)
     }
 }
 
 #[async_trait]
 impl TaskPublisher for SqsTaskPublisher {
     async fn publish(&self, task: &Task) -> Result<(), PublishError> {
+        if self.url_prefix.is_empty() {
+            let missing = "BATON_TASK_QUEUE_URL_PREFIX is not set: this function cannot publish tasks";
+            return Err(PublishError::new(false, missing.into()));
+        }
         self.client
             .send_message()
-            .queue_url(&self.queue_url)
+            .queue_url(self.queue_url(task))
             .message_body(task_event(task).to_string())
             .send()
             .await

@@ -43,8 +43,9 @@ pub struct Settings {
     /// `BATON_MAX_RECEIVE_COUNT`: the source queue's `maxReceiveCount` (default 5, as in
     /// template.yaml; `baton synth --check` keeps the two equal).
     pub max_receive_count: u32,
-    /// `BATON_OUTBOUND_QUEUE_URL`: where operator tasks are published.
-    pub outbound_queue_url: Option<String>,
+    /// `BATON_TASK_QUEUE_URL_PREFIX`: a task is published to this URL followed by its `queue`
+    /// name, its team's own queue (`https://sqs.<region>.<suffix>/<account>/<stack>_tasks-`).
+    pub task_queue_url_prefix: Option<String>,
     /// `BATON_CONFIG`: a workflow config file to use instead of the embedded one.
     pub config_path: Option<PathBuf>,
     /// `BATON_WEBHOOK_SECRET_ARN`: the Secrets Manager secret holding the callback API's
@@ -130,6 +131,24 @@ pub fn due_shards(env: &dyn Fn(&str) -> Option<String>) -> Result<u32, SettingsE
     })
 }
 
+/// `BATON_TASK_QUEUE_URL_PREFIX`, when set: an http(s) URL up to the queue name, to which each
+/// task's `queue` is appended.
+fn task_queue_url_prefix(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>, SettingsError> {
+    const NAME: &str = "BATON_TASK_QUEUE_URL_PREFIX";
+    let Some(prefix) = lookup(env, NAME) else { return Ok(None) };
+    let prefix = prefix.trim();
+    let after_scheme = prefix.strip_prefix("https://").or_else(|| prefix.strip_prefix("http://"));
+    match after_scheme {
+        Some(rest) if rest.contains('/') && !prefix.ends_with('/') => Ok(Some(prefix.to_owned())),
+        _ => Err(SettingsError::Invalid {
+            name: NAME,
+            problem: format!(
+                "{prefix:?} is not a queue URL up to the queue name (https://sqs.<region>.amazonaws.com/<account>/<stack>_tasks-)"
+            ),
+        }),
+    }
+}
+
 /// `BATON_ITEM_FORMAT` (default `compact`): how table items are written ([`ItemFormat`]). The
 /// operator commands read it as the functions do.
 pub fn item_format(env: &dyn Fn(&str) -> Option<String>) -> Result<ItemFormat, SettingsError> {
@@ -187,7 +206,7 @@ impl Settings {
             state_machine_alias,
             dlq_url: lookup(env, "BATON_DLQ_URL"),
             max_receive_count,
-            outbound_queue_url: lookup(env, "BATON_OUTBOUND_QUEUE_URL"),
+            task_queue_url_prefix: task_queue_url_prefix(env)?,
             config_path: lookup(env, "BATON_CONFIG").map(PathBuf::from),
             webhook_secret_arn: lookup(env, "BATON_WEBHOOK_SECRET_ARN"),
             webhook_secrets: lookup(env, "BATON_WEBHOOK_SECRETS").map(SecretString::from),
@@ -284,7 +303,7 @@ pub fn engine_with(
     sfn: aws_sdk_sfn::Client,
 ) -> Engine {
     let sqs = aws_sdk_sqs::Client::new(sdk);
-    let outbound = settings.outbound_queue_url.clone().unwrap_or_default();
+    let prefix = settings.task_queue_url_prefix.clone().unwrap_or_default();
     Engine {
         config: Arc::new(config),
         store: Arc::new(
@@ -294,7 +313,7 @@ pub fn engine_with(
                 .with_token_inline_max(settings.token_inline_max),
         ),
         orchestrator: Arc::new(StepFunctionsOrchestrator::new(sfn)),
-        publisher: Arc::new(SqsTaskPublisher::new(sqs, outbound)),
+        publisher: Arc::new(SqsTaskPublisher::new(sqs, prefix)),
         state_machine_prefix: settings.state_machine_prefix.clone(),
         state_machine_alias: settings.state_machine_alias.clone(),
         metrics,
@@ -359,6 +378,20 @@ mod tests {
         let err = Settings::from_lookup(&inline("2049")).unwrap_err();
         assert!(err.to_string().contains("BATON_TOKEN_INLINE_MAX is invalid"), "{err}");
         assert!(err.to_string().contains("from 0 to 2048"), "{err}");
+        let prefix = |value: &'static str| {
+            move |name: &str| {
+                if name == "BATON_TASK_QUEUE_URL_PREFIX" { Some(value.to_owned()) } else { env(name) }
+            }
+        };
+        let good = "https://sqs.us-east-1.amazonaws.com/123456789012/baton_tasks-";
+        assert_eq!(
+            Settings::from_lookup(&prefix(good)).unwrap().task_queue_url_prefix.as_deref(),
+            Some(good)
+        );
+        for bad in ["baton_tasks-", "https://sqs.us-east-1.amazonaws.com/123456789012/"] {
+            let err = Settings::from_lookup(&prefix(bad)).unwrap_err();
+            assert!(err.to_string().contains("BATON_TASK_QUEUE_URL_PREFIX is invalid"), "{err}");
+        }
     }
 
     #[tokio::test]

@@ -174,6 +174,17 @@ pub struct TaskTemplate {
 impl TaskTemplate {
     pub const PLACEHOLDERS: [&'static str; 4] = ["key", "workflow", "step", "generation"];
 
+    /// The longest `queue`: it names an SQS queue, `<stack>_tasks-<queue>`, and SQS names end at
+    /// 80 characters, which leaves a stack name of up to 33.
+    pub const MAX_QUEUE_LEN: usize = 40;
+
+    /// Whether `queue` can name a task queue: 1 to [`Self::MAX_QUEUE_LEN`] of the characters
+    /// an SQS queue name may hold (ASCII letters, digits, `-` and `_`).
+    pub fn is_queue_name(queue: &str) -> bool {
+        (1..=Self::MAX_QUEUE_LEN).contains(&queue.len())
+            && queue.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    }
+
     /// The title with its placeholders filled in.
     pub fn render(&self, workflow: &str, key: &str, step: &str, generation: u32) -> String {
         self.title
@@ -968,6 +979,21 @@ impl Validator {
         let map = self.object(path, v, &["title", "queue"])?;
         let title = self.required(path, map, "title").and_then(|t| self.string(&join(path, "title"), t));
         let queue = self.required(path, map, "queue").and_then(|q| self.string(&join(path, "queue"), q));
+        // A task goes to the SQS queue its `queue` names: a name SQS would refuse would fail
+        // every publish of the task, after the step started waiting.
+        let queue = queue.filter(|q| {
+            let ok = TaskTemplate::is_queue_name(q);
+            if !ok {
+                self.err(
+                    &join(path, "queue"),
+                    format!(
+                        "{q:?} cannot name a task queue: 1 to {} ASCII letters, digits, - and _ (it names the SQS queue <stack>_tasks-<queue>)",
+                        TaskTemplate::MAX_QUEUE_LEN
+                    ),
+                );
+            }
+            ok
+        });
         if let Some(t) = title {
             for placeholder in placeholders(t) {
                 if !TaskTemplate::PLACEHOLDERS.contains(&placeholder) {
@@ -1241,6 +1267,28 @@ workflows:
         // A second more is refused.
         let over = year.replace("timeout: 45d", "timeout: 3888001s");
         assert!(errors(&over)[0].contains("could run 31536001s"), "{:?}", errors(&over));
+    }
+
+    #[test]
+    fn a_task_queue_must_be_a_name_sqs_takes_and_the_error_names_the_field() {
+        let yaml = |queue: &str| {
+            format!(
+                "workflows:\n  wf:\n    start: {{ when: {{ type: [t] }}, key: /subject }}\n    steps:\n      \
+                 - {{ name: s, timeout: 1h, task: {{ title: t, queue: {queue:?} }}, \
+                 compensate: {{ task: {{ title: u, queue: \"ok\" }}, timeout: 1h }} }}\n"
+            )
+        };
+        for good in ["risk-review", "Stock_2", &"q".repeat(TaskTemplate::MAX_QUEUE_LEN)] {
+            assert!(Config::parse(&yaml(good)).is_ok(), "{good:?}");
+        }
+        for bad in
+            ["risk review", "stock.fifo", "caf\u{e9}", "a/b", &"q".repeat(TaskTemplate::MAX_QUEUE_LEN + 1)]
+        {
+            let errs = errors(&yaml(bad));
+            assert_eq!(errs.len(), 1, "{bad:?}: {errs:?}");
+            assert!(errs[0].starts_with("workflows.wf.steps[0].task.queue: "), "{errs:?}");
+            assert!(errs[0].contains("cannot name a task queue"), "{errs:?}");
+        }
     }
 
     /// The index by `type` leaves out only patterns that cannot match: over starts and

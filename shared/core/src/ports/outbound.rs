@@ -1,6 +1,7 @@
-//! Publishing operator tasks: a CloudEvent `baton.task.created` on the outbound queue.
+//! Publishing operator tasks: a CloudEvent `baton.task.created` on the task queue of the task's
+//! `queue`, its team's own.
 //!
-//! A ticketing system (or a person's tool) consumes the queue. The event id is the task id,
+//! A team's worker (a ticketing system, or a person's tool) consumes its queue. The event id is the task id,
 //! stable for (workflow, key, generation, step): baton publishes each task once, and should a
 //! crash fall between the publish and the record of it, the redelivery carries the same id, so a
 //! consumer that dedupes by id sees one task.
@@ -51,9 +52,9 @@ pub fn task_event(task: &Task) -> Value {
     })
 }
 
-/// The outbound queue refused or did not answer.
+/// The task's queue refused or did not answer.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot publish the task to the outbound queue")]
+#[error("cannot publish the task to its queue")]
 pub struct PublishError {
     retryable: bool,
     throttled: bool,
