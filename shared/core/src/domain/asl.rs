@@ -17,7 +17,7 @@
 //! attempts run inside its own token wait.
 //!
 //! Every plain report to the progress queue (the final ones, an optional branch's, the end of a
-//! compensation chain) carries a `Retry` on every error, about 17 minutes long: a report lost
+//! compensation chain) carries a `Retry` on every task failure, about 17 minutes long: a report lost
 //! would end the execution with nothing sent. A token wait carries none: re-entered, it would
 //! park on a new token, and a send that failed only in its answer would leave baton resuming the
 //! old one; its Catch reports the send's failure instead.
@@ -385,14 +385,16 @@ fn branch_report(workflow: &Workflow, i: u32, step: &Step, error: Option<&str>) 
     state
 }
 
-/// How a report to the progress queue is retried when the send fails: every error, for about
-/// 17 minutes (1 s doubling, 10 times). A report lost ends the execution with nothing sent, and
+/// How a report to the progress queue is retried when the send fails: every task failure
+/// (`States.TaskFailed`: SQS's errors; not `States.Runtime`, a definition's own fault, which AWS
+/// never retries and the emulator would retry for 17 minutes), for about 17 minutes (1 s
+/// doubling, 10 times). A report lost ends the execution with nothing sent, and
 /// the record would wait for it (found by review); sent twice, the second copy is a duplicate
 /// baton recognises. Token waits are not retried so: a retry re-enters the state with a new
 /// token, and a send that failed only in its answer would park the step on a token baton never
 /// heard of; their Catch reports the failure instead.
 fn report_retry() -> Value {
-    json!([{ "ErrorEquals": ["States.ALL"], "IntervalSeconds": 1, "BackoffRate": 2.0, "MaxAttempts": 10 }])
+    json!([{ "ErrorEquals": ["States.TaskFailed"], "IntervalSeconds": 1, "BackoffRate": 2.0, "MaxAttempts": 10 }])
 }
 
 /// A `finished` report to the progress queue, then `next` (or the end).
@@ -593,7 +595,7 @@ workflows:
     }
 
     /// Every report (the final ones, an optional branch's, the compensation chain's end) is
-    /// retried on any error, so a moment of SQS trouble never ends an execution with nothing
+    /// retried on any task failure, so a moment of SQS trouble never ends an execution with nothing
     /// sent; no token wait is retried, so none re-enters with a token baton never heard of.
     #[test]
     fn every_report_is_retried_and_no_token_wait_is() {
@@ -603,7 +605,7 @@ workflows:
             states.iter().filter(|(_, s)| s["Resource"] == "arn:aws:states:::sqs:sendMessage").collect();
         assert!(reports.len() >= 6, "{} reports", reports.len());
         for (name, state) in reports {
-            assert_eq!(state["Retry"][0]["ErrorEquals"], json!(["States.ALL"]), "{name}");
+            assert_eq!(state["Retry"][0]["ErrorEquals"], json!(["States.TaskFailed"]), "{name}");
             assert!(state["Retry"][0]["MaxAttempts"].as_u64() >= Some(5), "{name}");
         }
         for (name, state) in states
