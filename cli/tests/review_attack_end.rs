@@ -111,3 +111,33 @@ async fn baton_end_refuses_a_pending_record_whose_execution_has_not_started() {
     );
     stack.system.stop().await;
 }
+
+/// Invariant 6 (every record can be ended; nothing is left for ever) across a deploy: records
+/// finish on the config version they started on, so a record of a workflow a later config
+/// removed is still swept, and stranded, on its own version. Ordering: a saga's execution is
+/// stopped outside baton, the operator's config moves on to a version without the workflow
+/// (renamed), the sweeper strands the record, and the operator runs `baton end` on it as
+/// StrandedRecordsAlarm's entry says. The plan must be made on the record's own version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn baton_end_ends_a_stranded_record_of_a_workflow_a_later_config_removed() {
+    let stack = stack_with(SAGA).await;
+    let key = "removed-1";
+    stack.system.send_event(&placed(key)).await;
+    state_is(&stack, key, State::Waiting { step: 0 }).await;
+    stop_outside_baton(&stack, key).await;
+    let record = stack.system.record(WF, key).await.unwrap();
+    let report = stack.system.sweep(record.deadline.unwrap() + STRANDED_AFTER + Duration::minutes(15)).await;
+    assert_eq!(report.stranded, 1, "{report:?}");
+    std::fs::write(stack.path("workflows.yaml"), SAGA.replace("  order-review:", "  order-intake:"))
+        .expect("the next config");
+    let plan = stack.baton(&["end", WF, key, "--json"]).await;
+    assert_eq!(
+        plan.code(),
+        Some(0),
+        "the stranded record of a workflow the current config removed cannot be planned:\n{}{}",
+        plan.stdout(),
+        plan.stderr()
+    );
+    assert_eq!(plan.json()["ends"].as_str(), Some("cancelled"), "{}", plan.stdout());
+    stack.system.stop().await;
+}

@@ -442,3 +442,20 @@ fn held_a_stranded_record_owes_no_resume_its_repeated_input_would_resend() {
     );
     assert_eq!(after(&run(&p, Some(&stranded), &end(1, "FAILED"))).state, State::Failed);
 }
+
+/// Invariant 5 and 2 (a record ends only once its execution has, and never while its
+/// execution runs): Step Functions names an execution that an operator redrives
+/// `PENDING_REDRIVE` until it runs again; it is not closed (the sweeper never strands it:
+/// `ExecutionStatus::is_closed`). Ordering: a step waits, its execution failed without its
+/// report, and is redriven; `baton end` (or a sweep) then reads PENDING_REDRIVE. Neither
+/// ExecutionGone nor End may take it for ended, as neither takes RUNNING.
+#[test]
+fn an_execution_pending_redrive_neither_strands_nor_ends_its_record() {
+    let p = plan(&[&["decision"], &["payment_ref"]]);
+    let waiting = ready(&p, &started(&p), 0, "t0");
+    let d = run(&p, Some(&waiting), &gone(1, "PENDING_REDRIVE"));
+    assert!(d.write.is_none(), "a record whose execution is about to run again was {:?}", d.transition());
+    let stranded = after(&run(&p, Some(&waiting), &gone(1, "FAILED")));
+    let d = run(&p, Some(&stranded), &end(1, "PENDING_REDRIVE"));
+    assert!(d.write.is_none(), "a record whose execution is about to run again was {:?}", d.transition());
+}
