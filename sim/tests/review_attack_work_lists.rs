@@ -169,9 +169,14 @@ fn held_a_record_that_stops_owing_work_leaves_the_work_list() {
         !due_on(&s, work(Kind::Waiting)).contains(&"retried/r".to_owned()),
         "scan's resume went out: no more work"
     );
-    // A compensation's next attempt.
-    send(&s, &event("start-k", "order.placed", "k", json!({})));
-    drain(&s);
+    a_compensations_next_attempt_leaves_the_work_list_once_out(&s);
+}
+
+/// The last part of the test before: a compensation's next attempt, on the work list until its
+/// task is out.
+fn a_compensations_next_attempt_leaves_the_work_list_once_out(s: &Stack) {
+    send(s, &event("start-k", "order.placed", "k", json!({})));
+    drain(s);
     let saga = |step: &str, outcome: &str, data: Value| {
         let mut b = json!({"workflow": "saga", "key": "k", "step": step, "outcome": outcome, "data": data});
         if outcome == "failed" {
@@ -180,14 +185,14 @@ fn held_a_record_that_stops_owing_work_leaves_the_work_list() {
         }
         b
     };
-    applied(&callback(&s, "k-hold", &saga("reserve", "succeeded", json!({"hold": "h"}))), "reserve");
-    drain(&s);
-    applied(&callback(&s, "k-charge", &saga("charge", "succeeded", json!({"charge_ref": "c"}))), "charge");
-    applied(&callback(&s, "k-points", &saga("points", "succeeded", json!({"points": 3}))), "points");
-    drain(&s);
-    applied(&callback(&s, "k-ship", &saga("ship", "failed", json!({}))), "ship's failure");
-    drain(&s);
-    let k = load(&s, "saga", "k");
+    applied(&callback(s, "k-hold", &saga("reserve", "succeeded", json!({"hold": "h"}))), "reserve");
+    drain(s);
+    applied(&callback(s, "k-charge", &saga("charge", "succeeded", json!({"charge_ref": "c"}))), "charge");
+    applied(&callback(s, "k-points", &saga("points", "succeeded", json!({"points": 3}))), "points");
+    drain(s);
+    applied(&callback(s, "k-ship", &saga("ship", "failed", json!({}))), "ship's failure");
+    drain(s);
+    let k = load(s, "saga", "k");
     assert_eq!(k.state, State::Compensating, "{:?}", k.history.last());
     let refused = json!({"workflow": "saga", "key": "k", "step": "reserve", "outcome": "failed", "compensation": true,
         "generation": 1, "attempt": 1, "error": "StockDown", "cause": "the warehouse is closed"});
@@ -195,20 +200,20 @@ fn held_a_record_that_stops_owing_work_leaves_the_work_list() {
     for step in ["charge", "points"] {
         let ok = json!({"workflow": "saga", "key": "k", "step": step, "outcome": "succeeded", "compensation": true,
             "generation": 1, "attempt": 1});
-        applied(&callback(&s, &format!("k-undo-{step}"), &ok), step);
+        applied(&callback(s, &format!("k-undo-{step}"), &ok), step);
     }
-    drain(&s);
+    drain(s);
     s.world.advance(Duration::seconds(31));
     drive(s.live().sweeper.run_once(s.world.now())).unwrap();
-    drain(&s);
-    applied(&callback(&s, "k-undo-reserve-1", &refused), "reserve's compensation, attempt 1");
-    assert!(due_on(&s, work(Kind::Compensating)).contains(&"saga/k".to_owned()), "attempt 2 is work");
+    drain(s);
+    applied(&callback(s, "k-undo-reserve-1", &refused), "reserve's compensation, attempt 1");
+    assert!(due_on(s, work(Kind::Compensating)).contains(&"saga/k".to_owned()), "attempt 2 is work");
     s.world.advance(Duration::seconds(31));
     drive(s.live().sweeper.run_once(s.world.now())).unwrap();
     assert!(
-        !due_on(&s, work(Kind::Compensating)).contains(&"saga/k".to_owned()),
+        !due_on(s, work(Kind::Compensating)).contains(&"saga/k".to_owned()),
         "attempt 2's task is out, nothing is owed: {:?}",
-        load(&s, "saga", "k").compensation
+        load(s, "saga", "k").compensation
     );
-    assert!(due_on(&s, watched(Kind::Compensating)).contains(&"saga/k".to_owned()));
+    assert!(due_on(s, watched(Kind::Compensating)).contains(&"saga/k".to_owned()));
 }
