@@ -960,4 +960,5 @@ mod group;
 mod group_races;
 mod retry;
 mod retry_attack;
+mod review_attack;
 mod stranded;
