@@ -17,8 +17,8 @@
 
 use anyhow::{Context, Result, bail};
 use baton_core::domain::config::Workflow;
-use baton_core::domain::ids::CorrelationKey;
-use baton_core::domain::lifecycle::{self, Input, NOT_FOUND, Outcome, RUNNING, Record, State, UndoOutcome};
+use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+use baton_core::domain::lifecycle::{self, Input, Kind, NOT_FOUND, Outcome, Record, State, UndoOutcome};
 use baton_core::ports::orchestrator::OrchestratorError;
 use baton_core::use_cases::engine::Engine;
 use serde_json::{Value, json};
@@ -55,19 +55,19 @@ pub struct EndArgs {
 
 pub async fn run(args: EndArgs) -> Result<()> {
     let t = tools(&args.config, &args.target, &[]).await?;
-    let workflow = t
-        .engine
-        .config
-        .workflow(&args.workflow)
-        .with_context(|| format!("no workflow named {:?} in the config", args.workflow))?;
+    let name = WorkflowName::parse(args.workflow.as_str())?;
     let key = CorrelationKey::parse(args.key.as_str())?;
-    let Some(record) = t.engine.store.load(&workflow.name, &key).await? else {
+    let Some(record) = t.engine.store.load(&name, &key).await? else {
         bail!("no such workflow record: {} {}", args.workflow, args.key);
     };
-    let status = execution_status(&t.engine, workflow, &record).await?;
-    let pinned = t.engine.definition(workflow.name.as_str(), record.config_version.as_deref()).await?;
-    let definition: &Workflow = pinned.as_deref().unwrap_or(workflow);
-    let doc = plan(definition, &record, &status, &args.reason);
+    // The record's own config version defines its workflow, even one a later deploy removed.
+    let definition =
+        t.engine.definition(name.as_str(), record.config_version.as_deref()).await?.with_context(|| {
+            format!("no workflow named {:?} in the record's config version", args.workflow)
+        })?;
+    let workflow: &Workflow = &definition;
+    let execution = execution(&t.engine, workflow, &record).await?;
+    let doc = plan(workflow, &record, &execution, &args.reason);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
@@ -86,18 +86,39 @@ pub async fn run(args: EndArgs) -> Result<()> {
             args.expect_version.unwrap_or_default()
         );
     }
-    apply(&t.engine, workflow, &key, &record, &status, &args.reason).await?;
+    apply(&t.engine, workflow, &record, &execution, &args.reason).await?;
     println!("ended {} {}: {}", args.workflow, args.key, doc["ends"].as_str().unwrap_or_default());
     Ok(())
 }
 
-/// How Step Functions says the record's execution stands: its status, or [`NOT_FOUND`].
-async fn execution_status(engine: &Engine, workflow: &Workflow, record: &Record) -> Result<String> {
+/// How Step Functions says the record's execution stands: its status ([`NOT_FOUND`] when it
+/// is gone) and the error it ended with.
+struct Execution {
+    status: String,
+    error: Option<String>,
+}
+
+async fn execution(engine: &Engine, workflow: &Workflow, record: &Record) -> Result<Execution> {
     let arn = engine.execution_arn(workflow, &record.key, record.generation);
     match engine.orchestrator.describe(&arn).await {
-        Ok(info) => Ok(info.status.as_str().to_owned()),
-        Err(OrchestratorError::ExecutionNotFound { .. }) => Ok(NOT_FOUND.to_owned()),
+        Ok(info) => Ok(Execution { status: info.status.as_str().to_owned(), error: info.error }),
+        Err(OrchestratorError::ExecutionNotFound { .. }) => {
+            Ok(Execution { status: NOT_FOUND.to_owned(), error: None })
+        }
         Err(e) => Err(e).with_context(|| format!("cannot read the execution {arn}")),
+    }
+}
+
+fn gone_input(r: &Record, e: &Execution) -> Input {
+    Input::ExecutionGone { generation: r.generation, status: e.status.clone(), error: e.error.clone() }
+}
+
+fn end_input(r: &Record, e: &Execution, reason: &str) -> Input {
+    Input::End {
+        generation: r.generation,
+        status: e.status.clone(),
+        error: e.error.clone(),
+        reason: reason.to_owned(),
     }
 }
 
@@ -105,61 +126,48 @@ async fn execution_status(engine: &Engine, workflow: &Workflow, record: &Record)
 async fn apply(
     engine: &Engine,
     workflow: &Workflow,
-    key: &CorrelationKey,
     record: &Record,
-    status: &str,
+    execution: &Execution,
     reason: &str,
 ) -> Result<()> {
     let now = engine.now();
-    let generation = record.generation;
-    if record.state != State::Stranded {
-        let gone = Input::ExecutionGone { generation, status: status.to_owned() };
-        let outcome = engine.submit(workflow, key, &gone, now).await?.outcome();
+    if record.state.kind() != Kind::Stranded {
+        let outcome =
+            engine.submit(workflow, &record.key, &gone_input(record, execution), now).await?.outcome();
         if !matches!(outcome, Outcome::Applied | Outcome::Duplicate) {
             bail!("refused: the record could not be stranded ({outcome:?}); plan again");
         }
     }
-    let end = Input::End { generation, status: status.to_owned(), reason: reason.to_owned() };
-    match engine.submit(workflow, key, &end, now).await?.outcome() {
+    match engine.submit(workflow, &record.key, &end_input(record, execution, reason), now).await?.outcome() {
         Outcome::Applied => Ok(()),
         other => bail!("refused: the record was not ended ({other:?}); plan again"),
     }
 }
 
-/// What ending `r` (whose execution stands at `status`) would do, decided by the lifecycle as
-/// the apply will be, without writing: the `baton.end-plan/v1` document.
-pub fn plan(workflow: &Workflow, r: &Record, status: &str, reason: &str) -> Value {
+/// What ending `r` (whose execution stands as `execution` says) would do, decided by the
+/// lifecycle as the apply will be, without writing: the `baton.end-plan/v1` document.
+fn plan(workflow: &Workflow, r: &Record, execution: &Execution, reason: &str) -> Value {
     let p = workflow.plan();
     let names = (&workflow.name, &r.key);
-    let refused = if r.state.is_terminal() {
-        Some(format!("the record has already ended ({})", r.state))
-    } else if status == RUNNING {
-        Some("its execution is running: `baton cancel` stops it".to_owned())
-    } else {
-        None
-    };
     let now = r.updated_at;
-    let stranded = match r.state {
-        State::Stranded => Some(r.clone()),
-        _ => lifecycle::decide(
-            &p,
-            names,
-            Some(r),
-            &Input::ExecutionGone { generation: r.generation, status: status.into() },
-            now,
-        )
-        .write
-        .map(|w| w.to),
+    let stranded = match r.state.kind() {
+        Kind::Stranded => Some(r.clone()),
+        _ => lifecycle::decide(&p, names, Some(r), &gone_input(r, execution), now).write.map(|w| w.to),
     };
-    let end = Input::End { generation: r.generation, status: status.into(), reason: reason.into() };
-    let ended =
-        stranded.as_ref().and_then(|s| lifecycle::decide(&p, names, Some(s), &end, now).write.map(|w| w.to));
-    let name =
-        |step: u32| workflow.steps.get(step as usize).map_or(format!("step {step}"), |s| s.name.to_string());
-    let undone: Vec<Value> = match (&r.compensation, &ended) {
-        (Some(_), Some(e)) => e.compensation.iter().flat_map(|c| c.run()).filter(|u| u.outcome != Some(UndoOutcome::Acknowledged)).map(|u| json!({"step": name(u.step), "why": "its compensation was not acknowledged"})).collect(),
-        (None, _) => lifecycle::compensation_plan(&p, r).iter().filter(|u| u.skip.is_none()).map(|u| json!({"step": name(u.step), "why": "it completed and declares compensate; no compensation will run now"})).collect(),
-        _ => Vec::new(),
+    let ended = stranded.as_ref().and_then(|s| {
+        lifecycle::decide(&p, names, Some(s), &end_input(r, execution, reason), now).write.map(|w| w.to)
+    });
+    let refused = match (&ended, r.state) {
+        _ if r.state.is_terminal() => Some(format!("the record has already ended ({})", r.state)),
+        (_, State::Pending) if execution.status == NOT_FOUND => {
+            Some("its execution has not started yet: the sweeper starts it".to_owned())
+        }
+        _ if !lifecycle::execution_gone(&execution.status) => Some(format!(
+            "its execution is {} (not ended): `baton cancel` stops a running one",
+            execution.status
+        )),
+        (None, _) => Some("the lifecycle refuses to end it; see `baton trace`".to_owned()),
+        _ => None,
     };
     json!({
         "schema": SCHEMA,
@@ -168,11 +176,34 @@ pub fn plan(workflow: &Workflow, r: &Record, status: &str, reason: &str) -> Valu
         "generation": r.generation,
         "state": r.state.to_string(),
         "version": r.version,
-        "execution_status": status,
-        "ends": ended.map(|e| e.state.to_string()),
-        "stays_undone": undone,
+        "execution_status": execution.status,
+        "execution_error": execution.error,
+        "ends": ended.as_ref().map(|e| e.state.to_string()),
+        "stays_undone": stays_undone(workflow, r, ended.as_ref()),
         "refused": refused,
     })
+}
+
+/// The steps whose work stays done once `r` ends as `ended`: a compensation that ran and was not
+/// acknowledged, or, before compensation began, a completed step that declares `compensate`.
+fn stays_undone(workflow: &Workflow, r: &Record, ended: Option<&Record>) -> Vec<Value> {
+    let name =
+        |step: u32| workflow.steps.get(step as usize).map_or(format!("step {step}"), |s| s.name.to_string());
+    match (&r.compensation, ended) {
+        (Some(_), Some(e)) => e
+            .compensation
+            .iter()
+            .flat_map(|c| c.run())
+            .filter(|u| u.outcome != Some(UndoOutcome::Acknowledged))
+            .map(|u| json!({"step": name(u.step), "why": "its compensation was not acknowledged"}))
+            .collect(),
+        (None, _) => lifecycle::compensation_plan(&workflow.plan(), r)
+            .iter()
+            .filter(|u| u.skip.is_none())
+            .map(|u| json!({"step": name(u.step), "why": "it completed and declares compensate; no compensation will run now"}))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 fn text(doc: &Value, args: &EndArgs) -> String {

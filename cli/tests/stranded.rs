@@ -6,7 +6,7 @@
 //!
 //! Needs the emulator: run through `make test` or `tools/with-emulator.sh cargo test -p baton-cli`.
 
-use baton_core::domain::lifecycle::State;
+use baton_core::domain::lifecycle::{Kind, State};
 use baton_core::limits::STRANDED_AFTER;
 use baton_core::ports::metrics::Metric;
 use serde_json::json;
@@ -48,7 +48,7 @@ async fn a_record_whose_execution_was_stopped_outside_baton_is_stranded_then_end
     let later = stack.system.sweep(deadline + STRANDED_AFTER + Duration::minutes(15)).await;
     assert_eq!(later.stranded, 1, "{later:?}");
     let stranded = stack.system.record(WF, "gone-1").await.unwrap();
-    assert_eq!(stranded.state, State::Stranded);
+    assert_eq!(stranded.state.kind(), Kind::Stranded);
     assert_eq!(stack.system.metrics.count(Metric::RecordsStranded, Some(WF)), 1, "RecordsStranded counted");
     let again = stack.system.sweep(deadline + STRANDED_AFTER + Duration::minutes(20)).await;
     assert_eq!((again.stranded, again.nothing_owed), (0, 0), "a stranded record is listed no more");
@@ -66,8 +66,8 @@ async fn a_record_whose_execution_was_stopped_outside_baton_is_stranded_then_end
     let text = stack.baton(&["end", WF, "gone-1"]).await.ok();
     assert!(text.contains(&format!("--apply --expect-version {version}")), "{text}");
     assert_eq!(
-        stack.system.record(WF, "gone-1").await.unwrap().state,
-        State::Stranded,
+        stack.system.record(WF, "gone-1").await.unwrap().state.kind(),
+        Kind::Stranded,
         "a plan writes nothing"
     );
     let stale =

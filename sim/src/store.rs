@@ -239,6 +239,12 @@ impl WorkflowStore for SimStore {
         }
     }
 
+    async fn release_receipt(&self, receipt: &Receipt) -> Result<(), StoreError> {
+        let fault = self.enter("ddb.DeleteItem(receipt)", &receipt.key).await?;
+        self.inner.release_receipt(receipt).await?;
+        if fault == Fault::After { Err(unavailable("DeleteItem")) } else { Ok(()) }
+    }
+
     async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError> {
         let fault = self.enter("ddb.UpdateItem(repeat)", &receipt.key).await?;
         self.inner.note_repeat(receipt, at).await?;

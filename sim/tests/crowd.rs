@@ -6,7 +6,7 @@
 mod common;
 
 use baton_core::domain::ids::CorrelationKey;
-use baton_core::domain::lifecycle::{Kind, State};
+use baton_core::domain::lifecycle::Kind;
 use baton_core::limits::STRANDED_AFTER;
 use baton_core::ports::store::{COUNT_UP_TO, Count, WorkflowStore};
 use baton_sim::sqs::QueueId;
@@ -91,7 +91,7 @@ fn a_retried_steps_next_attempt_goes_out_on_time_past_ten_thousand_stranded_reco
         .filter(|i| {
             drive(s.memory.load(&crowd.name, &CorrelationKey::parse(format!("c{i}")).unwrap()))
                 .unwrap()
-                .is_some_and(|r| r.state == State::Stranded)
+                .is_some_and(|r| r.state.kind() == Kind::Stranded)
         })
         .count();
     assert_eq!(stranded, CROWD);

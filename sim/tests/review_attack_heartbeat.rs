@@ -78,8 +78,9 @@ fn pass(s: &Stack, by: Duration) {
 
 /// Invariant 7 (the step is kept alive across its backoff; it times out only when its
 /// worker goes silent): the heartbeat baton sends as the next attempt's task goes out fails
-/// (SendTaskHeartbeat is unavailable for that one call); the task is published and marked all
-/// the same, and nothing owes the beat again. Ordering: attempt 1 fails a minute in (beaten:
+/// (SendTaskHeartbeat is unavailable for that one call); the task was published and marked all
+/// the same, and nothing owed the beat again. Now the attempt is marked out only once its beat
+/// landed: the next sweep opens it again (the beat, the task found published, the mark). Ordering: attempt 1 fails a minute in (beaten:
 /// the heartbeat runs to 11 minutes), the sweep at 8 minutes opens attempt 2 with its beat
 /// failing, and attempt 2's worker beats 4 minutes after its task went out (well within its
 /// 10-minute heartbeat). The step must still be waiting for that beat, not timed out at 11
@@ -100,7 +101,8 @@ fn a_heartbeat_that_failed_as_the_next_attempt_went_out_is_sent_again_before_the
     let _ = drive(s.live().sweeper.run_once(s.world.now()));
     let out = s.world.now();
     assert!(lock(&s.publisher.log).iter().any(|p| p.task.attempt == 2), "attempt 2 went out");
-    assert_eq!(load(&s).next_attempt_at, None, "attempt 2 is marked out");
+    // Its beat failed: it is not marked out, so the next sweep opens it again, beat first.
+    assert_eq!(load(&s).next_attempt_at, Some(due), "attempt 2 marked out though its beat failed");
     // Attempt 2's worker beats 4 minutes after its task went out.
     pass(&s, Duration::minutes(4));
     let beat = callback(&s, "b-beat-2", &body("in_progress", 2));

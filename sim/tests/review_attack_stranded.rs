@@ -7,7 +7,7 @@
 mod common;
 
 use baton_core::domain::ids::CorrelationKey;
-use baton_core::domain::lifecycle::{Input, Outcome, Record, State};
+use baton_core::domain::lifecycle::{Input, Kind, Outcome, Record, State};
 use baton_core::limits::STRANDED_AFTER;
 use baton_core::ports::store::WorkflowStore;
 use baton_sim::sqs::QueueId;
@@ -70,16 +70,18 @@ fn baton_end(s: &Stack, workflow: &str, key: &str) -> String {
     let w = engine.config.workflow(workflow).unwrap().clone();
     let r = load(s, workflow, key);
     let arn = engine.execution_arn(&w, &r.key, r.generation);
-    let status = match drive(engine.orchestrator.describe(&arn)) {
-        Ok(info) => info.status.as_str().to_owned(),
-        Err(_) => baton_core::domain::lifecycle::NOT_FOUND.to_owned(),
+    let (status, error) = match drive(engine.orchestrator.describe(&arn)) {
+        Ok(info) => (info.status.as_str().to_owned(), info.error),
+        Err(_) => (baton_core::domain::lifecycle::NOT_FOUND.to_owned(), None),
     };
     let now = s.world.now();
-    if r.state != State::Stranded {
-        let gone = Input::ExecutionGone { generation: r.generation, status: status.clone() };
+    if r.state.kind() != Kind::Stranded {
+        let gone =
+            Input::ExecutionGone { generation: r.generation, status: status.clone(), error: error.clone() };
         drive(engine.submit(&w, &r.key, &gone, now)).unwrap();
     }
-    let end = Input::End { generation: r.generation, status: status.clone(), reason: "by hand".into() };
+    let end =
+        Input::End { generation: r.generation, status: status.clone(), error, reason: "by hand".into() };
     let outcome = drive(engine.submit(&w, &r.key, &end, now)).unwrap().outcome();
     assert_eq!(outcome, Outcome::Applied, "baton end was refused");
     status
@@ -102,7 +104,7 @@ fn a_run_whose_step_timed_out_and_whose_report_was_lost_ends_timed_out() {
     let arn = s.engine.execution_arn(w, &r.key, r.generation);
     s.world.set_now(r.deadline.unwrap() + STRANDED_AFTER + Duration::minutes(15));
     let report = drive(s.live().sweeper.run_once(s.world.now())).unwrap();
-    assert_eq!(load(&s, "solo", "t").state, State::Stranded, "{report:?}");
+    assert_eq!(load(&s, "solo", "t").state.kind(), Kind::Stranded, "{report:?}");
     let status = baton_end(&s, "solo", "t");
     let failure = lock(&s.sfn).executions[&arn].failure.clone();
     let r = load(&s, "solo", "t");
@@ -195,7 +197,7 @@ fn held_a_compensation_stranded_mid_chain_is_ended_and_a_restart_runs_clean() {
     let due = r.due_at();
     s.world.set_now(due.max(s.world.now()) + STRANDED_AFTER + Duration::minutes(15));
     let report = drive(s.live().sweeper.run_once(s.world.now())).unwrap();
-    assert_eq!(load(&s, "saga", "k").state, State::Stranded, "{report:?}");
+    assert_eq!(load(&s, "saga", "k").state.kind(), Kind::Stranded, "{report:?}");
     let late = callback(&s, "k-undo-points", &undo("k", "points", "succeeded", 1));
     assert_eq!(late.body["reason"].as_str(), Some("stranded"), "{}", late.body);
     assert!(ledger_reasons(&s, "saga", "k").contains(&"k-undo-points:stranded".to_owned()));

@@ -275,6 +275,32 @@ async fn one_id_for_two_targets_is_two_receipts(store: Arc<dyn WorkflowStore>) {
     );
 }
 
+/// A receipt its own attempt wrote and left pending, applying nothing, is released: the retry
+/// finds no receipt. One taken over, done, or written at another time is left as it is.
+async fn only_the_attempt_that_wrote_a_pending_receipt_releases_it(store: Arc<dyn WorkflowStore>) {
+    let mine = receipt("msg_release", "hash-a");
+    assert_eq!(store.put_receipt(&mine).await.unwrap(), Claim::Acquired);
+    let other_time = Receipt { created_at: mine.created_at + Duration::seconds(1), ..mine.clone() };
+    store.release_receipt(&other_time).await.unwrap();
+    assert!(
+        matches!(store.put_receipt(&mine).await.unwrap(), Claim::Exists(_)),
+        "another attempt's write kept"
+    );
+    store.release_receipt(&mine).await.unwrap();
+    assert_eq!(store.put_receipt(&mine).await.unwrap(), Claim::Acquired, "released: a retry starts afresh");
+    let hold = Hold { by: "retry".into(), at: t0() + Duration::seconds(60) };
+    assert_eq!(store.take_over_receipt(&mine, &hold).await.unwrap(), Claim::Acquired);
+    store.release_receipt(&mine).await.unwrap();
+    assert!(matches!(store.put_receipt(&mine).await.unwrap(), Claim::Exists(_)), "a taken-over receipt kept");
+    let done = receipt("msg_release_done", "hash-a");
+    store.put_receipt(&done).await.unwrap();
+    store.complete_receipt(&done, json!({"status": "applied"})).await.unwrap();
+    store.release_receipt(&done).await.unwrap();
+    assert!(
+        matches!(store.put_receipt(&done).await.unwrap(), Claim::Exists(r) if r.status == ReceiptStatus::Done)
+    );
+}
+
 async fn a_stale_pending_receipt_is_taken_over_by_one_attempt(store: Arc<dyn WorkflowStore>) {
     let first = receipt("msg_3", "hash-a");
     assert_eq!(store.put_receipt(&first).await.unwrap(), Claim::Acquired);
@@ -622,10 +648,10 @@ async fn owed_work_has_a_list_of_its_own(store: Arc<dyn WorkflowStore>) {
     write.to.next_attempt_at = Some(t0() + Duration::minutes(10));
     let owing = must_write(&*store, &write).await;
     let gone = waiting_record(&*store, "k-list-gone").await;
-    let stranded = Input::ExecutionGone { generation: 1, status: "ABORTED".into() };
+    let stranded = Input::ExecutionGone { generation: 1, status: "ABORTED".into(), error: None };
     let stranded =
         must_write(&*store, &write_of(decide_at("k-list-gone", Some(&gone), &stranded, t0()))).await;
-    assert_eq!(stranded.state, State::Stranded);
+    assert_eq!(stranded.state.kind(), Kind::Stranded);
 
     let hour = t0() + Duration::hours(1);
     let work = DueList { kind: Kind::Waiting, work: true };
@@ -1017,6 +1043,7 @@ contract!(
     a_receipt_with_the_same_id_and_another_payload_returns_the_stored_one,
     a_repeat_is_counted_on_its_receipt_and_never_creates_one,
     one_id_for_two_targets_is_two_receipts,
+    only_the_attempt_that_wrote_a_pending_receipt_releases_it,
     a_stale_pending_receipt_is_taken_over_by_one_attempt,
     the_inbox_keeps_arrival_order_and_settles_once,
     an_event_and_a_callback_with_one_id_are_two_entries,

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::primitives::Blob;
@@ -605,6 +606,18 @@ impl ConditionFailure for PutItemError {
     fn old_item(self) -> Option<Item> {
         match self {
             PutItemError::ConditionalCheckFailedException(e) => e.item,
+            _ => None,
+        }
+    }
+}
+
+impl ConditionFailure for DeleteItemError {
+    fn is_condition_failure(&self) -> bool {
+        matches!(self, DeleteItemError::ConditionalCheckFailedException(_))
+    }
+    fn old_item(self) -> Option<Item> {
+        match self {
+            DeleteItemError::ConditionalCheckFailedException(e) => e.item,
             _ => None,
         }
     }
@@ -1462,6 +1475,28 @@ impl WorkflowStore for DynamoDbStore {
                 problem: "the receipt to take over does not exist".into(),
             }),
         }
+    }
+
+    async fn release_receipt(&self, receipt: &Receipt) -> Result<(), StoreError> {
+        // Rule: only the attempt that wrote the receipt deletes it, while it is still as that
+        // attempt wrote it: pending, never taken over, created then.
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(&pk(&receipt.workflow, &receipt.key)))
+            .key("sk", s(&receipt_sk(receipt)))
+            .condition_expression(
+                "#status = :pending AND attribute_not_exists(#lease_by) AND #created = :created",
+            )
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#lease_by", "lease_by")
+            .expression_attribute_names("#created", "created_at")
+            .expression_attribute_values(":pending", json(&ReceiptStatus::Pending))
+            .expression_attribute_values(":created", s(&ts(receipt.created_at)))
+            .send()
+            .await;
+        conditional("DeleteItem", result)?.map_or(Ok(()), |_| Ok(()))
     }
 
     async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError> {

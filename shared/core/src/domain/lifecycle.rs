@@ -159,8 +159,11 @@ pub enum State {
     Compensating,
     Compensated,
     CompensationFailed,
-    /// Its execution is gone without its report: a person ends it.
-    Stranded,
+    /// Its execution is gone without its report: a person ends it. `at` is the step it was at
+    /// (waiting or advancing), kept for the plan of what stays undone.
+    Stranded {
+        at: Option<u32>,
+    },
 }
 
 impl State {
@@ -177,13 +180,14 @@ impl State {
             State::Compensating => Kind::Compensating,
             State::Compensated => Kind::Compensated,
             State::CompensationFailed => Kind::CompensationFailed,
-            State::Stranded => Kind::Stranded,
+            State::Stranded { .. } => Kind::Stranded,
         }
     }
 
     pub fn step(self) -> Option<u32> {
         match self {
             State::Waiting { step } | State::Advancing { step } => Some(step),
+            State::Stranded { at } => at,
             _ => None,
         }
     }
@@ -206,7 +210,7 @@ impl State {
             (Kind::Compensating, None) => Some(State::Compensating),
             (Kind::Compensated, None) => Some(State::Compensated),
             (Kind::CompensationFailed, None) => Some(State::CompensationFailed),
-            (Kind::Stranded, None) => Some(State::Stranded),
+            (Kind::Stranded, at) => Some(State::Stranded { at }),
             _ => None,
         }
     }
@@ -269,6 +273,9 @@ pub enum Cause {
     ExecutionGone,
     /// An operator ended a stranded record as its execution ended (`baton end`).
     End,
+    /// A step's resume, sent again by the sweeper, reached Step Functions or found its token
+    /// gone: nothing is owed any more.
+    StepResumed,
 }
 
 impl Cause {
@@ -294,6 +301,7 @@ impl Cause {
             Cause::CompensationEnded => "compensation_ended",
             Cause::ExecutionGone => "execution_gone",
             Cause::End => "end",
+            Cause::StepResumed => "step_resumed",
         }
     }
 }
@@ -312,6 +320,8 @@ pub enum StepMove {
     Next,
     /// Out of a step into a state without one.
     Leave,
+    /// Into a state without a step, from one with or without.
+    Drop,
 }
 
 /// One allowed transition. `from: None` means the record does not exist yet.
@@ -358,6 +368,7 @@ pub const TRANSITIONS: &[Transition] = &[
     // An optional branch that timed out after baton owed it a success (the resume lost the race).
     t(Some(A), A, Cause::BranchDone, StepMove::Same),
     t(Some(W), W, Cause::BranchResumed, StepMove::Same),
+    t(Some(A), A, Cause::StepResumed, StepMove::Same),
     t(Some(W), W, Cause::AttemptFailed, StepMove::Same),
     t(Some(W), W, Cause::AttemptOpened, StepMove::Same),
     // Only a completed last step may report success: Step Functions reaches its final report
@@ -409,16 +420,16 @@ pub const TRANSITIONS: &[Transition] = &[
     // The execution ended without its report: the record is stranded, from any live state
     // (lifecycle/stranded.rs); and an operator ends it as its execution ended.
     t(Some(P), X, Cause::ExecutionGone, StepMove::None),
-    t(Some(W), X, Cause::ExecutionGone, StepMove::Leave),
-    t(Some(A), X, Cause::ExecutionGone, StepMove::Leave),
+    t(Some(W), X, Cause::ExecutionGone, StepMove::Same),
+    t(Some(A), X, Cause::ExecutionGone, StepMove::Same),
     t(Some(K), X, Cause::ExecutionGone, StepMove::None),
-    t(Some(X), S, Cause::End, StepMove::None),
-    t(Some(X), D, Cause::End, StepMove::None),
-    t(Some(X), F, Cause::End, StepMove::None),
-    t(Some(X), T, Cause::End, StepMove::None),
-    t(Some(X), C, Cause::End, StepMove::None),
-    t(Some(X), CD, Cause::End, StepMove::None),
-    t(Some(X), CF, Cause::End, StepMove::None),
+    t(Some(X), S, Cause::End, StepMove::Drop),
+    t(Some(X), D, Cause::End, StepMove::Drop),
+    t(Some(X), F, Cause::End, StepMove::Drop),
+    t(Some(X), T, Cause::End, StepMove::Drop),
+    t(Some(X), C, Cause::End, StepMove::Drop),
+    t(Some(X), CD, Cause::End, StepMove::Drop),
+    t(Some(X), CF, Cause::End, StepMove::Drop),
 ];
 
 /// Is `from → to` by `cause` a row of [`TRANSITIONS`], steps included?
@@ -437,6 +448,7 @@ pub fn is_allowed(from: Option<State>, to: State, cause: Cause) -> bool {
                     matches!((from.and_then(State::step), to.step()), (Some(a), Some(b)) if a < b)
                 }
                 StepMove::Leave => from.and_then(State::step).is_some() && to.step().is_none(),
+                StepMove::Drop => to.step().is_none(),
             }
     })
 }
@@ -871,7 +883,8 @@ impl Record {
         let branch = |b: &Branch| b.owed.is_some() || (b.is_open() && b.next_attempt_at.is_some());
         let undo = |u: &Undo| u.owed.is_some() || u.next_attempt_at.is_some();
         match self.state.kind() {
-            Kind::Pending | Kind::Advancing => true,
+            Kind::Pending => true,
+            Kind::Advancing => self.owed.is_some() || self.branches.iter().any(|b| b.owed.is_some()),
             Kind::Waiting => self.next_attempt_at.is_some() || self.branches.iter().any(branch),
             Kind::Compensating => self.compensation.iter().flat_map(|c| &c.undos).any(undo),
             _ => false,
@@ -1022,9 +1035,23 @@ pub enum Input {
     /// The execution of `generation` was found ended (`status`, as Step Functions names it:
     /// `SUCCEEDED`, `FAILED`, `TIMED_OUT`, `ABORTED`; `NOT_FOUND` when it is gone) without the
     /// report the record waits for.
-    ExecutionGone { generation: u32, status: String },
-    /// An operator ends a stranded record of `generation` as its execution ended (`status`).
-    End { generation: u32, status: String, reason: String },
+    ExecutionGone {
+        generation: u32,
+        status: String,
+        /// The error it ended with, if it failed (the name of the `Fail` state's error, such as
+        /// `baton.StepTimedOut`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// An operator ends a stranded record of `generation` as its execution ended (`status`,
+    /// and `error` if it failed).
+    End {
+        generation: u32,
+        status: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        reason: String,
+    },
     /// Step Functions reached the compensation of `step` (the run having failed with `error`
     /// and `cause`) and parked on `token` until `deadline`.
     UndoReady {
@@ -1254,8 +1281,11 @@ pub enum Effect {
         generation: u32,
         cause: String,
     },
-    /// Tell the record the branch's resume was delivered (submits [`Input::Resumed`]), so that
-    /// the sweeper does not send it again while the group still waits.
+    /// Tell the record what became of the resume sent just before (submits [`Input::Resumed`]):
+    /// a branch's, always, so that the sweeper does not send it again while the group still
+    /// waits; a step's, only when it found its token gone (one delivered is followed by the next
+    /// step's report), so that the record leaves the sweeper's work list (found by an attack
+    /// test: advancing records whose executions were stopped crowded it).
     MarkResumed {
         generation: u32,
         step: u32,
@@ -1786,6 +1816,7 @@ fn repeated_input(
                 && now - r.updated_at >= resend_after() =>
         {
             d.effect(resume_effect(token, owed))
+                .effect(Effect::MarkResumed { generation: r.generation, step })
         }
         _ => d,
     })
@@ -1862,6 +1893,7 @@ fn merge_input(
             Decision::new(Outcome::Applied)
                 .with_write(Cause::FailStep, Some(r), to)
                 .effect(resume_effect(&token, &owed))
+                .effect(Effect::MarkResumed { generation: r.generation, step })
         }
         StepOutcome::Succeeded if requirements_met(plan, step, &to.inputs) => {
             let owed = Resume::Success { output: Value::Object(to.inputs.clone()) };
@@ -1871,6 +1903,7 @@ fn merge_input(
             Decision::new(Outcome::Applied)
                 .with_write(Cause::Complete, Some(r), to)
                 .effect(resume_effect(&token, &owed))
+                .effect(Effect::MarkResumed { generation: r.generation, step })
         }
         StepOutcome::Succeeded => Decision::new(Outcome::Applied).with_write(Cause::Merge, Some(r), to),
         StepOutcome::InProgress => Decision::new(Outcome::Applied)
@@ -2078,8 +2111,13 @@ fn on_tick(plan: &Plan, record: Option<&Record>, now: OffsetDateTime) -> Decisio
         (State::Pending, _, _) if idle >= RESTART_PENDING_AFTER => {
             Decision::new(Outcome::Applied).effect(Effect::StartExecution { generation: r.generation })
         }
-        (State::Advancing { .. }, Some(owed), Some(token)) if idle >= resend_after() => {
-            Decision::new(Outcome::Applied).effect(resume_effect(token, owed))
+        // The resume again, then the mark that it went out: a resume that finds its token gone
+        // owes nothing more, and the record leaves the sweeper's work list (found by an attack
+        // test: a crowd of advancing records whose executions were stopped held it for good).
+        (State::Advancing { step }, Some(owed), Some(token)) if idle >= resend_after() => {
+            Decision::new(Outcome::Applied)
+                .effect(resume_effect(token, owed))
+                .effect(Effect::MarkResumed { generation: r.generation, step })
         }
         (State::Waiting { .. } | State::Advancing { .. }, _, _) => {
             // A group may have attempts due and resumes owed at once.
@@ -2108,7 +2146,14 @@ pub fn task_not_out(record: Option<&Record>, input: &Input) -> bool {
         None => (r.state.step() == Some(*step)).then_some((&r.attempts, r.next_attempt_at)),
     };
     let Some((failed, next_at)) = wait else { return false };
-    let repeat = r.applied.iter().any(|a| &a.id == id && a.source.is_none_or(|s| s == *source));
+    // A repeat of an input applied to this step in this run (one event may feed several steps:
+    // the same id applied elsewhere is another input; found by an attack test).
+    let repeat = r.applied.iter().any(|a| {
+        &a.id == id
+            && a.source.is_none_or(|s| s == *source)
+            && a.step == Some(*step)
+            && a.generation.is_none_or(|g| g == r.generation)
+    });
     let this_run = generation.is_none_or(|g| g == r.generation);
     next_at.is_some()
         && *attempt == running_attempt(failed)
@@ -2125,6 +2170,6 @@ pub use compensation::{
     plan as compensation_plan,
 };
 pub use group::{group_failed, unsettled};
-pub use stranded::{NOT_FOUND, RUNNING, ended_as};
+pub use stranded::{NOT_FOUND, RUNNING, ended_as, execution_gone};
 #[cfg(test)]
 mod tests;

@@ -374,6 +374,22 @@ impl Callbacks {
                 // Nothing applies an ignored or refused input; its ledger entry is what failed.
                 Err(self.failed_holding(&EngineError::Unfinished { submitted, source }, maybe, now))
             }
+            // The attempt's task is not out (the early check could not read the record): nothing
+            // was applied, so the receipt this attempt wrote goes, and the retry a second later
+            // starts afresh rather than waiting out its lease (found by an attack test).
+            Err(e @ EngineError::TaskNotOut) if maybe == MaybeApplied::No => {
+                match self.engine.store.release_receipt(receipt).await {
+                    Ok(()) => {
+                        let mut answer = self.failed(&e, MaybeApplied::No);
+                        answer.retry_after = Some(TASK_NOT_OUT_RETRY_SECONDS);
+                        Err(answer)
+                    }
+                    Err(release) => {
+                        warn!(error = %error_chain(&release), "cannot release the receipt; its retry waits out the lease");
+                        Err(self.failed_holding(&e, maybe, now))
+                    }
+                }
+            }
             Err(e @ (EngineError::Uncertain { .. } | EngineError::Unfinished { .. })) => {
                 Err(self.failed_holding(&e, MaybeApplied::Yes, now))
             }
@@ -538,8 +554,18 @@ impl Callbacks {
             Some(r) => self.applied_elsewhere(workflow, callback, r, id).await?,
             None => false,
         };
+        // A compensation's acknowledgement is an `undo`; a step's input is anything else (found
+        // by an attack test: a step's callback retried after its compensation was acknowledged
+        // under the same id was answered as the acknowledgement).
+        let ours = |a: &&crate::domain::lifecycle::AuditEntry| {
+            (a.cause == crate::domain::lifecycle::Cause::Undo) == callback.compensation
+        };
         if let Some(entry) = trace.record.as_ref().filter(|_| !elsewhere).and_then(|r| {
-            r.history.iter().rev().find(|a| a.cause_id.as_deref() == Some(id.as_str()) && a.at >= since)
+            r.history
+                .iter()
+                .rev()
+                .filter(ours)
+                .find(|a| a.cause_id.as_deref() == Some(id.as_str()) && a.at >= since)
         }) {
             return Ok(Some(Answer::new(StatusCode::OK, body("applied", Some(entry.to.to_string())))));
         }

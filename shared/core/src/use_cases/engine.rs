@@ -636,9 +636,14 @@ impl Engine {
         // What became of the last resume sent, for the delivery mark after it.
         let mut resume: Option<Delivered> = None;
         let mut task_created = false;
+        // A heartbeat that keeps a retried step alive as its next attempt opens must land before
+        // the attempt is marked out: marked, nothing would beat again (found by an attack test).
+        let mut beat_failed = false;
         for effect in &decision.effects {
             let result = match effect {
                 Effect::MarkResumed { generation, step } => match resume.take() {
+                    // A step's delivered resume is followed by its next report: nothing to mark.
+                    Some(Delivered::Yes) if record.is_some_and(|r| r.branches.is_empty()) => continue,
                     Some(delivered) => {
                         self.mark_resumed(workflow, key, (*generation, *step), delivered, now).await
                     }
@@ -649,42 +654,30 @@ impl Engine {
                     resume = sent.as_ref().ok().copied();
                     sent.map(|_| None)
                 }
-                Effect::CreateTask { generation, step, attempt } => {
-                    let created = self
-                        .create_task(
-                            workflow,
-                            key,
-                            (*generation, *step, *attempt),
-                            TaskKind::Step,
-                            record,
-                            now,
-                        )
-                        .await;
-                    task_created = created.is_ok();
-                    created.map(|()| None)
-                }
-                Effect::CreateUndoTask { generation, step, attempt } => {
-                    let created = self
-                        .create_task(
-                            workflow,
-                            key,
-                            (*generation, *step, *attempt),
-                            TaskKind::Compensation,
-                            record,
-                            now,
-                        )
-                        .await;
+                Effect::CreateTask { generation, step, attempt }
+                | Effect::CreateUndoTask { generation, step, attempt } => {
+                    let kind = match effect {
+                        Effect::CreateUndoTask { .. } => TaskKind::Compensation,
+                        _ => TaskKind::Step,
+                    };
+                    let task = (*generation, *step, *attempt);
+                    let created = self.create_task(workflow, key, task, kind, record, now).await;
                     task_created = created.is_ok();
                     created.map(|()| None)
                 }
                 // The attempt's mark follows its task, and is left out when the task did not go
                 // out (the sweeper tries again).
-                Effect::MarkAttemptOpened { generation, step, attempt } if task_created => {
+                Effect::MarkAttemptOpened { generation, step, attempt } if task_created && !beat_failed => {
                     let opened =
                         Input::AttemptOpened { generation: *generation, step: *step, attempt: *attempt };
                     Box::pin(self.submit(workflow, key, &opened, now)).await.map(|_| None)
                 }
                 Effect::MarkAttemptOpened { .. } => continue,
+                Effect::SendTaskHeartbeat { .. } => {
+                    let beat = self.carry_out_one(workflow, key, input, effect, record, now).await;
+                    beat_failed |= beat.is_err();
+                    beat
+                }
                 _ => self.carry_out_one(workflow, key, input, effect, record, now).await,
             };
             match result {
@@ -1134,6 +1127,15 @@ pub fn fit_item_limit(record: &mut Record, sizes: ItemSizes) {
         if (sizes.record)(record) <= MAX_ITEM_BYTES {
             return;
         }
+        // A compensation's acknowledgements are remembered to recognise redelivery: at the last
+        // stage only the newest of each stays (found by an attack test: forty compensations'
+        // acknowledgements under long ids took a record past the limit).
+        if id != usize::MAX {
+            for u in record.compensation.iter_mut().flat_map(|c| c.undos.iter_mut()) {
+                let excess = u.acks.len().saturating_sub(1);
+                u.acks.drain(..excess);
+            }
+        }
         for attempt in failed_attempts_mut(record) {
             attempt.cause = attempt.cause.chars().take(cause).collect();
             attempt.error = attempt.error.chars().take(error).collect();
@@ -1183,7 +1185,7 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
             format!("undo_ready/g{generation}/s{step}/{}", token.fingerprint())
         }
         Input::UndoInput { id, .. } => id.to_string(),
-        Input::ExecutionGone { generation, status } => format!("execution_gone/g{generation}/{status}"),
+        Input::ExecutionGone { generation, status, .. } => format!("execution_gone/g{generation}/{status}"),
         Input::End { generation, .. } => format!("end/g{generation}/{}", now.unix_timestamp()),
         Input::Tick => "tick".into(),
     }
@@ -1218,11 +1220,11 @@ pub fn input_detail(input: &Input) -> Value {
         }
         Input::Cancel { reason } => json!({"kind": "cancel", "reason": reason}),
         Input::CancelCompensate { reason } => json!({"kind": "cancel_compensate", "reason": reason}),
-        Input::ExecutionGone { generation, status } => {
-            json!({"kind": "execution_gone", "generation": generation, "status": status})
+        Input::ExecutionGone { generation, status, error } => {
+            json!({"kind": "execution_gone", "generation": generation, "status": status, "error": error})
         }
-        Input::End { generation, status, reason } => {
-            json!({"kind": "end", "generation": generation, "status": status, "reason": reason})
+        Input::End { generation, status, error, reason } => {
+            json!({"kind": "end", "generation": generation, "status": status, "error": error, "reason": reason})
         }
         Input::Tick => json!({"kind": "tick"}),
     }

@@ -88,6 +88,8 @@ impl Sweeper {
             (DueList { kind: Kind::Compensating, work: true }, RESEND_RESUME_AFTER),
             // A deadline passed a grace ago: Step Functions' own report is overdue.
             (DueList { kind: Kind::Waiting, work: false }, RESEND_RESUME_AFTER),
+            // A resume that went out (or found its token gone) while the next report is awaited.
+            (DueList { kind: Kind::Advancing, work: false }, RESEND_RESUME_AFTER),
             (DueList { kind: Kind::Compensating, work: false }, RESEND_RESUME_AFTER),
         ];
         for (list, after) in lists {
@@ -161,19 +163,19 @@ impl Sweeper {
         now: OffsetDateTime,
     ) -> Result<bool, EngineError> {
         let arn = self.engine.execution_arn(workflow, &record.key, record.generation);
-        let status = match self.engine.orchestrator.describe(&arn).await {
+        let (status, error) = match self.engine.orchestrator.describe(&arn).await {
             Ok(info) if !info.status.is_closed() => return Ok(false),
             Ok(info) if info.stop_date.is_some_and(|at| at > now - STRANDED_AFTER) => return Ok(false),
-            Ok(info) => info.status.as_str().to_owned(),
+            Ok(info) => (info.status.as_str().to_owned(), info.error),
             // A pending record's execution may never have started: the restart is owed, not a
             // person.
             Err(OrchestratorError::ExecutionNotFound { .. }) if record.state.kind() == Kind::Pending => {
                 return Ok(false);
             }
-            Err(OrchestratorError::ExecutionNotFound { .. }) => NOT_FOUND.to_owned(),
+            Err(OrchestratorError::ExecutionNotFound { .. }) => (NOT_FOUND.to_owned(), None),
             Err(e) => return Err(e.into()),
         };
-        let gone = Input::ExecutionGone { generation: record.generation, status: status.clone() };
+        let gone = Input::ExecutionGone { generation: record.generation, status: status.clone(), error };
         let stranded =
             self.engine.submit(workflow, &record.key, &gone, now).await?.outcome() == Outcome::Applied;
         if stranded {

@@ -269,7 +269,8 @@ fn completed(plan: &Plan, r: &Record, step: u32, current: u32) -> bool {
         return applied
             || r.branches.iter().any(|b| b.step == step && b.outcome == Some(BranchOutcome::Succeeded));
     }
-    r.state == State::Advancing { step } && matches!(r.owed, Some(Resume::Success { .. }))
+    let at_step = r.state == State::Advancing { step } || r.state == State::Stranded { at: Some(step) };
+    at_step && (matches!(r.owed, Some(Resume::Success { .. })) || r.succeeded.contains(&step))
 }
 
 /// `r` moved into compensation for `trigger`: the plan fixed, the forward step's token, deadline

@@ -392,6 +392,9 @@ pub(super) fn on_resumed(
     delivered: bool,
     now: OffsetDateTime,
 ) -> Decision {
+    if generation == r.generation && r.branches.is_empty() && r.state == (State::Advancing { step }) {
+        return step_resumed(r, now);
+    }
     let owed = branch(r, step).is_some_and(|b| b.owed.is_some());
     if generation != r.generation || !owed || r.state.kind() != Kind::Waiting {
         return Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
@@ -402,6 +405,20 @@ pub(super) fn on_resumed(
         b.owed = None;
     }
     Decision::new(Outcome::Applied).with_write(Cause::BranchResumed, Some(r), to)
+}
+
+/// A step's resume, sent again, went out or found its token gone: nothing is owed. A success
+/// is remembered in [`Record::succeeded`], as a branch's is, for compensation.
+fn step_resumed(r: &Record, now: OffsetDateTime) -> Decision {
+    let Some(owed) = &r.owed else { return Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed)) };
+    let mut to = r.next(r.state, now);
+    if let (Resume::Success { .. }, Some(step)) = (owed, r.state.step())
+        && !to.succeeded.contains(&step)
+    {
+        to.succeeded.push(step);
+    }
+    to.owed = None;
+    Decision::new(Outcome::Applied).with_write(Cause::StepResumed, Some(r), to)
 }
 
 /// The sweeper's re-send of every branch resume still owed (`None`: none is).

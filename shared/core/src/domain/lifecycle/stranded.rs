@@ -25,10 +25,17 @@ pub const RUNNING: &str = "RUNNING";
 /// The status an execution Step Functions no longer knows is named by.
 pub const NOT_FOUND: &str = "NOT_FOUND";
 
+/// Whether an execution of `status` has ended for good, or is gone: only then is its record
+/// stranded or ended. Running, waiting for a redrive, or a status this version of baton does not
+/// know: it may still report (found by an attack test: a redrive pending stranded its record).
+pub fn execution_gone(status: &str) -> bool {
+    matches!(status, "SUCCEEDED" | "FAILED" | "TIMED_OUT" | "ABORTED" | NOT_FOUND)
+}
+
 /// Decides the inputs that strand or end a record, and every input of a stranded record
 /// (`None`: the input is decided as before).
 pub(super) fn route(
-    _plan: &Plan,
+    plan: &Plan,
     record: Option<&Record>,
     input: &Input,
     now: OffsetDateTime,
@@ -36,61 +43,89 @@ pub(super) fn route(
     let nothing = || Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
     match (input, record) {
         (Input::ExecutionGone { .. } | Input::End { .. }, None) => Some(nothing()),
-        (Input::ExecutionGone { generation, status }, Some(r)) => Some(on_gone(r, *generation, status, now)),
-        (Input::End { generation, status, .. }, Some(r)) => Some(on_end(r, *generation, status, now)),
-        (_, Some(r)) if r.state == State::Stranded => Some(while_stranded(r, input)),
+        (Input::ExecutionGone { generation, status, .. }, Some(r)) => {
+            Some(on_gone(plan, r, *generation, status, now))
+        }
+        (Input::End { generation, status, error, .. }, Some(r)) => {
+            Some(on_end(r, *generation, (status, error.as_deref()), now))
+        }
+        (_, Some(r)) if r.state.kind() == super::Kind::Stranded => Some(while_stranded(r, input)),
         _ => None,
     }
 }
 
 /// The execution of `generation` ended (`status`) without its report.
-fn on_gone(r: &Record, generation: u32, status: &str, now: OffsetDateTime) -> Decision {
-    if generation != r.generation || status == RUNNING {
+fn on_gone(plan: &Plan, r: &Record, generation: u32, status: &str, now: OffsetDateTime) -> Decision {
+    // A pending record whose execution never started is owed its start, by the sweeper, not a
+    // person (found by an attack test).
+    let never_started = r.state == State::Pending && status == NOT_FOUND;
+    if generation != r.generation || !execution_gone(status) || never_started {
         return Decision::new(Outcome::Ignored(IgnoreReason::OutOfOrder));
     }
-    if r.state == State::Stranded {
+    if r.state.kind() == super::Kind::Stranded {
         return Decision::new(Outcome::Duplicate);
     }
     if r.state.is_terminal() {
         return Decision::new(Outcome::Ignored(IgnoreReason::Terminal));
     }
-    // Nothing is owed any more: no token of it can be resumed. The token stays, as in a
-    // cancelled record, so that a late copy of its step_ready is known.
-    let mut to = Record { deadline: None, owed: None, next_attempt_at: None, ..r.next(State::Stranded, now) };
+    // Nothing is owed any more: the record leaves the sweeper's lists. What it was doing stays
+    // (its step, an owed resume, its branches' outcomes, its compensation), for the plan of what
+    // stays undone; a branch still open was ended without baton, and an optional one is missed
+    // (found by an attack test: a run that succeeded past it ended `succeeded`, not `degraded`).
+    let mut to = r.next(State::Stranded { at: r.state.step() }, now);
+    to.deadline = None;
+    to.next_attempt_at = None;
+    for b in to.branches.iter().filter(|b| b.is_open() && plan.is_optional(b.step)) {
+        if !to.missed.contains(&b.step) {
+            to.missed.push(b.step);
+        }
+    }
     group::close_open_branches(&mut to, None);
     for u in to.compensation.iter_mut().flat_map(|c| c.undos.iter_mut()) {
-        u.owed = None;
         u.next_attempt_at = None;
     }
     Decision::new(Outcome::Applied).with_write(super::Cause::ExecutionGone, Some(r), to)
 }
 
-/// An operator ends the stranded record as its execution ended (`status`).
-fn on_end(r: &Record, generation: u32, status: &str, now: OffsetDateTime) -> Decision {
+/// An operator ends the stranded record as its execution ended (`status`, with `error`).
+fn on_end(
+    r: &Record,
+    generation: u32,
+    (status, error): (&str, Option<&str>),
+    now: OffsetDateTime,
+) -> Decision {
     match r.state {
-        State::Stranded if generation == r.generation && status != RUNNING => {}
-        State::Stranded if generation != r.generation => {
+        State::Stranded { .. } if generation == r.generation && execution_gone(status) => {}
+        State::Stranded { .. } if generation != r.generation => {
             return Decision::ignored(IgnoreReason::StaleGeneration);
         }
         _ if r.state.is_terminal() => return Decision::ignored(IgnoreReason::Terminal),
-        // Live (or its execution running): only a stranded record is ended so.
+        // Live (or its execution not gone): only a stranded record is ended so.
         _ => return Decision::ignored(IgnoreReason::OutOfOrder),
     }
-    let mut to = Record { token: None, ..r.next(State::Stranded, now) };
+    let mut to = Record { token: None, owed: None, ..r.next(State::Stranded { at: None }, now) };
+    for b in &mut to.branches {
+        b.owed = None;
+    }
     to.state = match to.compensation.as_mut() {
         Some(c) => compensation::settle(c),
-        None => ended_as(status, !r.missed.is_empty()),
+        None => ended_as((status, error), !r.missed.is_empty()),
     };
     Decision::new(Outcome::Applied).with_write(super::Cause::End, Some(r), to)
 }
 
-/// Where a forward run whose execution ended with `status` ends.
-pub fn ended_as(status: &str, missed: bool) -> State {
-    match status {
-        "SUCCEEDED" if missed => State::Degraded,
-        "SUCCEEDED" => State::Succeeded,
-        "TIMED_OUT" => State::TimedOut,
-        "ABORTED" => State::Cancelled,
+/// Where a forward run whose execution ended with `status` (and `error`, its `Fail` state's or
+/// its stop's) ends: as its report would have ended it (found by an attack test: a step that
+/// timed out, its report lost, ended `failed`).
+pub fn ended_as((status, error): (&str, Option<&str>), missed: bool) -> State {
+    let timed_out = [crate::domain::asl::TIMED_OUT_ERROR, compensation::TIMEOUT_ERROR];
+    match (status, error) {
+        ("SUCCEEDED", _) if missed => State::Degraded,
+        ("SUCCEEDED", _) => State::Succeeded,
+        ("TIMED_OUT", _) => State::TimedOut,
+        ("ABORTED", _) => State::Cancelled,
+        ("FAILED", Some(e)) if timed_out.contains(&e) => State::TimedOut,
+        ("FAILED", Some(compensation::CANCELLED_ERROR)) => State::Cancelled,
         _ => State::Failed,
     }
 }

@@ -161,10 +161,13 @@ fn given_two_required_inputs_when_they_arrive_separately_then_the_step_advances_
     assert_eq!(r2.state, State::Advancing { step: 0 });
     assert_eq!(
         second.effects,
-        vec![Effect::SendTaskSuccess {
-            token: token("tok-0"),
-            output: json!({"decision": "approve", "reviewer": "ann"})
-        }]
+        vec![
+            Effect::SendTaskSuccess {
+                token: token("tok-0"),
+                output: json!({"decision": "approve", "reviewer": "ann"})
+            },
+            Effect::MarkResumed { generation: 1, step: 0 }
+        ]
     );
 
     // A third input for the advanced step is ignored; the completing one again re-sends the resume.
@@ -286,11 +289,14 @@ fn given_a_failed_outcome_then_a_failure_resume_is_owed() {
     assert_eq!(after(&d).state, State::Advancing { step: 0 });
     assert_eq!(
         d.effects,
-        vec![Effect::SendTaskFailure {
-            token: token("tok-0"),
-            error: "Rejected".into(),
-            cause: "fraud".into()
-        }]
+        vec![
+            Effect::SendTaskFailure {
+                token: token("tok-0"),
+                error: "Rejected".into(),
+                cause: "fraud".into()
+            },
+            Effect::MarkResumed { generation: 1, step: 0 }
+        ]
     );
 }
 
@@ -435,7 +441,7 @@ fn given_owed_work_when_the_sweeper_ticks_late_enough_then_it_is_owed_again() {
     let r = ready(&p, &pending, 0, "tok-0");
     let adv = after(&run(&p, Some(&r), &callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": 1}))));
     let tick = decide(&p, (&w, &k), Some(&adv), &Input::Tick, T0 + RESEND_RESUME_AFTER);
-    assert!(matches!(tick.effects.as_slice(), [Effect::SendTaskSuccess { .. }]));
+    assert!(matches!(tick.effects.as_slice(), [Effect::SendTaskSuccess { .. }, Effect::MarkResumed { .. }]));
     assert!(tick.write.is_none(), "the sweeper re-sends; it never writes state");
 }
 

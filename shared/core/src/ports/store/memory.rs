@@ -379,6 +379,19 @@ impl WorkflowStore for MemoryStore {
         }
     }
 
+    async fn release_receipt(&self, receipt: &Receipt) -> Result<(), StoreError> {
+        fits("DeleteItem", (&receipt.workflow, &receipt.key), &limits::receipt_sk(receipt), || 0)?;
+        let mut inner = self.lock();
+        let k = (rk(&receipt.workflow, &receipt.key), limits::receipt_sk(receipt));
+        let ours = |r: &Receipt| {
+            r.status == ReceiptStatus::Pending && r.lease.is_none() && r.created_at == receipt.created_at
+        };
+        if inner.receipts.get(&k).is_some_and(ours) {
+            inner.receipts.remove(&k);
+        }
+        Ok(())
+    }
+
     async fn note_repeat(&self, receipt: &Receipt, at: OffsetDateTime) -> Result<(), StoreError> {
         fits("UpdateItem", (&receipt.workflow, &receipt.key), &limits::receipt_sk(receipt), || 0)?;
         let mut inner = self.lock();

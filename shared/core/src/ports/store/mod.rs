@@ -632,6 +632,11 @@ pub trait WorkflowStore: Send + Sync {
     /// by `hold` all the same when this call's own write landed and its answer was lost).
     async fn take_over_receipt(&self, stored: &Receipt, hold: &Hold) -> Result<Claim<Receipt>, StoreError>;
 
+    /// Deletes `receipt` if it is still pending as its own attempt wrote it (never taken over,
+    /// created at its `created_at`): that attempt applied nothing and asked its sender to retry,
+    /// so the retry starts afresh instead of waiting out the receipt's lease. Otherwise nothing.
+    async fn release_receipt(&self, receipt: &Receipt) -> Result<(), StoreError>;
+
     /// Counts one more repeat of the receipt's input at `at` (`repeats`, `last_repeat_at`). A
     /// receipt gone (expired) is not created again. Not idempotent: a retried call may count
     /// one repeat twice, which only overstates a count an operator reads.

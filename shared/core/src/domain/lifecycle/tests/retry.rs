@@ -137,7 +137,9 @@ fn the_backoff_doubles_and_the_last_attempts_failure_fails_the_step() {
     assert_eq!(r.attempt(), 3);
     let d = at(&p, Some(&r), &failure("cb-3", true, None), now + Duration::hours(1));
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::FailStep));
-    assert!(matches!(d.effects.as_slice(), [Effect::SendTaskFailure { error, .. }] if error == "Rejected"));
+    assert!(
+        matches!(d.effects.as_slice(), [Effect::SendTaskFailure { error, .. }, Effect::MarkResumed { .. }] if error == "Rejected")
+    );
     assert_eq!(after(&d).attempts.len(), 2, "the failed attempts before the last stay on the record");
 }
 

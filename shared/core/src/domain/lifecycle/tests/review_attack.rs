@@ -13,11 +13,11 @@ use super::retry::{at, failure, retried, waiting, with_attempt};
 use super::*;
 
 fn gone(generation: u32, status: &str) -> Input {
-    Input::ExecutionGone { generation, status: status.into() }
+    Input::ExecutionGone { generation, status: status.into(), error: None }
 }
 
 fn end(generation: u32, status: &str) -> Input {
-    Input::End { generation, status: status.into(), reason: "stopped from the console".into() }
+    Input::End { generation, status: status.into(), error: None, reason: "stopped from the console".into() }
 }
 
 /// review (0), then a last group of fraud (1, required) and the optional address (2).

@@ -5,11 +5,16 @@ use super::compensation::{reached, saga, shipping_failed};
 use super::*;
 
 fn gone(status: &str) -> Input {
-    Input::ExecutionGone { generation: 1, status: status.into() }
+    Input::ExecutionGone { generation: 1, status: status.into(), error: None }
 }
 
 fn end(status: &str) -> Input {
-    Input::End { generation: 1, status: status.into(), reason: "execution stopped from the console".into() }
+    Input::End {
+        generation: 1,
+        status: status.into(),
+        error: None,
+        reason: "execution stopped from the console".into(),
+    }
 }
 
 #[test]
@@ -20,12 +25,12 @@ fn a_live_record_whose_execution_is_gone_is_stranded_and_owes_nothing_more() {
         let d = run(&p, Some(&waiting), &gone(status));
         assert_eq!(d.outcome, expected, "{status}");
         let r = after(&d);
-        assert_eq!((r.state, r.deadline, r.owes_work()), (State::Stranded, None, false));
+        assert_eq!((r.state.kind(), r.deadline, r.owes_work()), (Kind::Stranded, None, false));
         assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::ExecutionGone));
     }
     // A running execution never strands its record; nor does another generation's.
     assert_eq!(run(&p, Some(&waiting), &gone("RUNNING")).outcome, Outcome::Ignored(IgnoreReason::OutOfOrder));
-    let other = Input::ExecutionGone { generation: 2, status: "ABORTED".into() };
+    let other = Input::ExecutionGone { generation: 2, status: "ABORTED".into(), error: None };
     assert!(run(&p, Some(&waiting), &other).write.is_none());
     // Again, it is a duplicate.
     let stranded = after(&run(&p, Some(&waiting), &gone("ABORTED")));
@@ -85,7 +90,7 @@ fn a_record_stranded_while_compensating_ends_compensation_failed_with_what_stays
     let r = reached(&p, &shipping_failed(&p), 1, "NoCarrier");
     assert_eq!(r.state, State::Compensating);
     let stranded = after(&run(&p, Some(&r), &gone("ABORTED")));
-    assert_eq!(stranded.state, State::Stranded);
+    assert_eq!(stranded.state.kind(), Kind::Stranded);
     assert!(!stranded.owes_work(), "no compensation's task or resume is owed any more");
     let ended = after(&run(&p, Some(&stranded), &end("ABORTED")));
     assert_eq!(ended.state, State::CompensationFailed);
