@@ -228,6 +228,8 @@ pub struct Outcome {
     pub retries: bool,
     /// Whether a record of the schedule entered compensation.
     pub compensated: bool,
+    /// Whether the schedule ran each function on a clock of its own.
+    pub skewed: bool,
     pub violations: Vec<String>,
     /// The schedule, step by step (when traced).
     pub trace: Vec<String>,
@@ -240,9 +242,40 @@ pub struct Shared {
     sfn: Arc<Mutex<Model>>,
     sqs: Arc<Mutex<Sqs>>,
     publisher: Arc<SimPublisher>,
+    skews: Skews,
 }
 
-/// One deploy: a config, its state machines, and the functions built on it.
+/// How far each function's clock is from the world's: every Lambda function reads its own
+/// host's clock, and two hosts disagree (by up to a second here). The operator's engine
+/// (`baton cancel`, `baton replay`) reads the world's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Skews {
+    pub intake: Duration,
+    pub progress: Duration,
+    pub callback: Duration,
+    pub sweeper: Duration,
+}
+
+impl Skews {
+    /// The widest disagreement between two clocks (the world's counted): what no function can
+    /// see, so what a check of times two functions took may be off by.
+    pub fn spread(&self) -> Duration {
+        let all = [Duration::ZERO, self.intake, self.progress, self.callback, self.sweeper];
+        let max = all.iter().max().copied().unwrap_or_default();
+        let min = all.iter().min().copied().unwrap_or_default();
+        max - min
+    }
+
+    /// Each function's clock apart from the world's by up to half a second either way (so two
+    /// of them by up to a second), drawn from `rng`.
+    pub fn draw(rng: &mut rng::Rng) -> Skews {
+        let mut one = || Duration::milliseconds(rng.range(-500, 500));
+        Skews { intake: one(), progress: one(), callback: one(), sweeper: one() }
+    }
+}
+
+/// One deploy: a config, its state machines, and the functions built on it, each function on an
+/// engine of its own that reads its own clock ([`Skews`]). `engine` is the operator's.
 pub struct Deployment {
     pub config: Arc<Config>,
     pub engine: Arc<Engine>,
@@ -267,13 +300,31 @@ impl Shared {
                 .machines
                 .insert(format!("{PREFIX}{name}"), serde_json::from_str(&definition).expect("ASL is JSON"));
         }
-        let clock_world = world.clone();
-        let ids_world = world.clone();
-        let engine = Arc::new(Engine {
+        let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: self.sqs.clone(), queue });
+        let secrets = RotatingSecrets::fixed(Secrets::parse(SECRET).expect("the secret"));
+        let skews = self.skews;
+        Deployment {
+            intake: Arc::new(Intake::new(self.engine(&config, skews.intake), dlq(QueueId::IntakeDlq))),
+            progress: Arc::new(Progress::new(
+                self.engine(&config, skews.progress),
+                dlq(QueueId::ProgressDlq),
+            )),
+            callbacks: Arc::new(Callbacks::new(self.engine(&config, skews.callback), secrets)),
+            sweeper: Arc::new(Sweeper::new(self.engine(&config, skews.sweeper))),
+            engine: self.engine(&config, Duration::ZERO),
+            config,
+        }
+    }
+
+    /// An engine on `config` whose clock is the world's plus `skew`.
+    fn engine(&self, config: &Arc<Config>, skew: Duration) -> Arc<Engine> {
+        let clock_world = self.world.clone();
+        let ids_world = self.world.clone();
+        Arc::new(Engine {
             config: config.clone(),
             store: self.store.clone(),
             orchestrator: Arc::new(SimStepFunctions {
-                world: world.clone(),
+                world: self.world.clone(),
                 model: self.sfn.clone(),
                 sqs: self.sqs.clone(),
             }),
@@ -281,22 +332,12 @@ impl Shared {
             state_machine_prefix: PREFIX.to_owned(),
             state_machine_alias: None,
             metrics: Metrics::to(Box::new(std::io::sink())),
-            clock: Arc::new(move || clock_world.now()),
+            clock: Arc::new(move || clock_world.now() + skew),
             write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),
             // The memory store keeps DynamoDB's limits.
             item_sizes: baton_aws::dynamodb::ITEM_SIZES,
             versions: Default::default(),
-        });
-        let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: self.sqs.clone(), queue });
-        let secrets = RotatingSecrets::fixed(Secrets::parse(SECRET).expect("the secret"));
-        Deployment {
-            intake: Arc::new(Intake::new(engine.clone(), dlq(QueueId::IntakeDlq))),
-            progress: Arc::new(Progress::new(engine.clone(), dlq(QueueId::ProgressDlq))),
-            callbacks: Arc::new(Callbacks::new(engine.clone(), secrets)),
-            sweeper: Arc::new(Sweeper::new(engine.clone())),
-            config,
-            engine,
-        }
+        })
     }
 }
 
@@ -323,11 +364,17 @@ pub struct Stack {
 
 impl Stack {
     pub fn new(world: Arc<World>, cursed: Option<(String, OffsetDateTime)>) -> Stack {
-        Stack::with_config(world, cursed, CONFIG)
+        Stack::with_config(world, cursed, CONFIG, Skews::default())
     }
 
-    /// A stack that deploys `yaml` (a variant of [`CONFIG`]) first.
-    fn with_config(world: Arc<World>, cursed: Option<(String, OffsetDateTime)>, yaml: &str) -> Stack {
+    /// A stack that deploys `yaml` (a variant of [`CONFIG`]) first, its functions' clocks apart
+    /// from the world's by `skews`.
+    pub fn with_config(
+        world: Arc<World>,
+        cursed: Option<(String, OffsetDateTime)>,
+        yaml: &str,
+        skews: Skews,
+    ) -> Stack {
         let config = Arc::new(Config::parse(yaml).expect("the simulation's config is valid"));
         let memory = Arc::new(MemoryStore::new().with_item_sizes(baton_aws::dynamodb::ITEM_SIZES));
         let violations = Arc::new(Mutex::new(Vec::new()));
@@ -350,6 +397,7 @@ impl Stack {
             sfn: sfn.clone(),
             sqs: sqs.clone(),
             publisher: publisher.clone(),
+            skews,
         };
         let first = Arc::new(shared.deploy(config.clone()));
         Stack {
@@ -370,6 +418,11 @@ impl Stack {
             violations,
             evidence: Arc::new(Mutex::new(Evidence::default())),
         }
+    }
+
+    /// How far each function's clock is from the world's.
+    pub fn skews(&self) -> Skews {
+        self.shared.skews
     }
 
     /// What runs now: the first deployment, or the one a deploy replaced it with.
@@ -415,10 +468,11 @@ impl Stack {
         );
     }
 
-    fn sweep(&self, at: OffsetDateTime) {
+    /// A scheduled sweep: the sweeper function sweeps as of its own clock, as on AWS.
+    fn sweep(&self) {
         let sweeper = self.live().sweeper.clone();
         let future = async move {
-            let _ = sweeper.run_once(at).await;
+            let _ = sweeper.run_once(sweeper.now()).await;
         };
         self.world.spawn(format!("sweep#{}", self.world.next_id()), ActorKind::Invocation, Box::pin(future));
     }
@@ -508,8 +562,15 @@ pub fn run(options: Options) -> Outcome {
     } else {
         yaml
     };
-    let stack =
-        Stack::with_config(world.clone(), plan.cursed.clone().map(|k| (k, start + plan.cursed_from)), &yaml);
+    // Half the schedules run each function on a clock of its own, apart from the world's by up
+    // to half a second either way, drawn from a generator of their own.
+    let mut clocks = rng::Rng::new(options.seed ^ 0xc10c_5e3d);
+    let skews = if clocks.chance(0.5) { Skews::draw(&mut clocks) } else { Skews::default() };
+    if skews != Skews::default() {
+        world.note(|| format!("the functions' clocks are off the world's by {skews:?}"));
+    }
+    let cursed = plan.cursed.clone().map(|k| (k, start + plan.cursed_from));
+    let stack = Stack::with_config(world.clone(), cursed, &yaml, skews);
     // DynamoDB's `by_due` index is eventually consistent: in most schedules its reads lag
     // behind the table, each item by up to a few, or a few hundred, writes (a backlog that
     // outlasts a sweep's lease), drawn from a generator of its own.
@@ -551,7 +612,7 @@ pub fn run(options: Options) -> Outcome {
                 false
             }
             860..=869 => {
-                stack.sweep(world.now());
+                stack.sweep();
                 false
             }
             // Time passes between inputs; an invocation's own calls take time only through the
@@ -648,8 +709,13 @@ pub fn run(options: Options) -> Outcome {
     let mut stranded_at = checked_after(replay_at);
     let mut stranded: Option<Vec<String>> = None;
     let mut long_jump = plan.long_jump.clone();
-    let mut outcome =
-        Outcome { seed: options.seed, groups: with_groups, retries: with_retries, ..Outcome::default() };
+    let mut outcome = Outcome {
+        seed: options.seed,
+        groups: with_groups,
+        retries: with_retries,
+        skewed: skews != Skews::default(),
+        ..Outcome::default()
+    };
     // What the world looked like before the long jump, once checked: (starts, writes,
     // violations seen).
     let mut before_jump: Option<(usize, usize, usize)> = None;
@@ -687,7 +753,7 @@ pub fn run(options: Options) -> Outcome {
             world.note(|| format!("clock jumps {by}"));
             lock(&world.counts).add("clock_jump");
             world.advance(by);
-            stack.sweep(world.now());
+            stack.sweep();
             if stack.memory.reap_expired(world.now(), &mut || world.chance(0.7)) > 0 {
                 lock(&world.counts).add("ttl_deletion");
             }
@@ -706,7 +772,7 @@ pub fn run(options: Options) -> Outcome {
             // A quiet minute: on AWS the index lags by about a second, so it has caught up.
             stack.memory.catch_up_index();
         }
-        stack.sweep(world.now());
+        stack.sweep();
         let reaped = stack.memory.reap_expired(world.now(), &mut || world.chance(0.5));
         if reaped > 0 {
             lock(&world.counts).add("ttl_deletion");

@@ -679,7 +679,7 @@ pub fn spawn_all(stack: &Stack, plan: &Plan) {
         let tick = async move {
             sleep_until(world2.clone(), at).await;
             let sweeper = lock(&live).sweeper.clone();
-            let _ = sweeper.run_once(world2.now()).await;
+            let _ = sweeper.run_once(sweeper.now()).await;
         };
         world.spawn("sweep", ActorKind::Invocation, Box::pin(tick));
     }

@@ -57,9 +57,17 @@ fn compensation_only_for_a_completed_step_once_compensating(c: &mut Checker<'_>,
     for p in undo_tasks(s) {
         let t = &p.task;
         let completed = writes_of(s, t).any(|r| completes(r, t.step));
-        let began = writes_of(s, t)
-            .filter_map(|r| r.compensation.as_ref())
-            .map(|c| c.began_at)
+        // When the write that began it landed (the record's `began_at` is its writer's clock).
+        let began = s
+            .writes
+            .iter()
+            .filter(|l| {
+                let r = &l.to;
+                (r.workflow.as_str(), r.key.as_str(), r.generation)
+                    == (t.workflow.as_str(), t.key.as_str(), t.generation)
+                    && r.compensation.is_some()
+            })
+            .map(|l| l.at)
             .min()
             .is_some_and(|began| began <= p.at);
         c.check("compensation_only_for_a_completed_step_once_compensating", completed && began, || {

@@ -179,7 +179,8 @@ pub fn all(
     let owed = resumes::Owed::of(&s);
     for (token, calls) in &owed.by_token {
         resumes::one_payload_per_resume(c, token, calls);
-        resumes::resume_resent_only_after_the_grace_period(c, token, calls, owed.since.get(token));
+        let since = owed.since.get(token);
+        resumes::resume_resent_only_after_the_grace_period(c, token, calls, since, s.stack.skews().spread());
         resumes::at_most_one_resume_accepted(c, token, calls);
     }
     answers::every_answer_tells_the_truth(c, &s);
