@@ -22,6 +22,7 @@ pub mod scale;
 pub mod sfn;
 pub mod sqs;
 pub mod store;
+pub mod workers;
 pub mod workload;
 pub mod world;
 
@@ -360,6 +361,8 @@ pub struct Stack {
     pub sweeper: Arc<Sweeper>,
     pub violations: Arc<Mutex<Vec<String>>>,
     pub evidence: Arc<Mutex<Evidence>>,
+    /// When the sweeper's schedule fires next.
+    pub next_sweep: Mutex<OffsetDateTime>,
 }
 
 impl Stack {
@@ -387,10 +390,11 @@ impl Stack {
             late_puts: Mutex::new(Default::default()),
             deployed: Mutex::new(Vec::new()),
             settles: Mutex::new(Vec::new()),
+            attempts_due: Mutex::new(Vec::new()),
         });
         let sqs = Arc::new(Mutex::new(Sqs::default()));
         let sfn = Arc::new(Mutex::new(Model::default()));
-        let publisher = Arc::new(SimPublisher { world: world.clone(), log: Mutex::new(Vec::new()) });
+        let publisher = Arc::new(SimPublisher::new(world.clone()));
         let shared = Shared {
             world: world.clone(),
             store: store.clone(),
@@ -408,7 +412,6 @@ impl Stack {
             engine: first.engine.clone(),
             live: Arc::new(Mutex::new(first)),
             shared,
-            world,
             config,
             memory,
             store,
@@ -417,6 +420,8 @@ impl Stack {
             publisher,
             violations,
             evidence: Arc::new(Mutex::new(Evidence::default())),
+            next_sweep: Mutex::new(world.now() + Duration::minutes(1)),
+            world,
         }
     }
 
@@ -468,13 +473,40 @@ impl Stack {
         );
     }
 
-    /// A scheduled sweep: the sweeper function sweeps as of its own clock, as on AWS.
+    /// The sweeper's schedule (`rate(1 minute)`): a sweep when its minute has come, the next one
+    /// a minute on (after a jump, at the next minute of the schedule).
+    fn scheduled_sweep(&self) {
+        let now = self.world.now();
+        let mut next = lock(&self.next_sweep);
+        if now < *next {
+            return;
+        }
+        let period = Duration::minutes(1);
+        let behind = (now - *next).whole_seconds() % period.whole_seconds();
+        *next = now + period - Duration::seconds(behind);
+        drop(next);
+        self.sweep();
+    }
+
+    /// A sweep now: the sweeper function sweeps as of its own clock, as on AWS.
     fn sweep(&self) {
         let sweeper = self.live().sweeper.clone();
         let future = async move {
             let _ = sweeper.run_once(sweeper.now()).await;
         };
         self.world.spawn(format!("sweep#{}", self.world.next_id()), ActorKind::Invocation, Box::pin(future));
+    }
+
+    /// The sweeper's schedule fires now and then just as a next attempt is due (on AWS, once
+    /// a minute: in one case in sixty within the second after it): here a sweep then, by the
+    /// sweeper's clock, for every attempt that landed due since the last call, so that a
+    /// worker answering at once races the clocks' skew.
+    fn sweep_at_due_attempts(&self) {
+        let due: Vec<OffsetDateTime> = std::mem::take(&mut *lock(&self.store.attempts_due));
+        for at in due {
+            let at = at - self.shared.skews.sweeper + Duration::milliseconds(self.world.below(200) as i64);
+            spawn_sweep_at(&self.world, &self.live, at, "sweep@due");
+        }
     }
 
     /// Fires Step Functions' timers due now; their reports go to the progress queue.
@@ -490,6 +522,26 @@ impl Stack {
             sqs.send(QueueId::Progress, body, BTreeMap::new(), now);
         }
     }
+}
+
+/// A sweep at `at`: the sweeper's schedule fires then, and the invocation starts then (its
+/// timeout counts from there), on the functions deployed by then.
+pub(crate) fn spawn_sweep_at(
+    world: &Arc<World>,
+    live: &Arc<Mutex<Arc<Deployment>>>,
+    at: OffsetDateTime,
+    name: &str,
+) {
+    let (w, l, name) = (world.clone(), live.clone(), name.to_owned());
+    let timer = async move {
+        crate::world::sleep_until(w.clone(), at).await;
+        let sweeper = lock(&l).sweeper.clone();
+        let run = async move {
+            let _ = sweeper.run_once(sweeper.now()).await;
+        };
+        w.spawn(name, ActorKind::Invocation, Box::pin(run));
+    };
+    world.spawn("sweep-timer", ActorKind::External, Box::pin(timer));
 }
 
 /// The most steps one schedule may take before it is declared stuck.
@@ -555,7 +607,8 @@ pub fn run(options: Options) -> Outcome {
     // About half the schedules add the workflow with compensation, with its own senders (and
     // operators who cancel with --compensate), drawn from a generator of their own.
     let mut sagas = rng::Rng::new(options.seed ^ 0x5a6a_c0de);
-    let yaml = if sagas.chance(0.5) {
+    let with_sagas = sagas.chance(0.5);
+    let yaml = if with_sagas {
         world.note(|| "the saga workflow compensates what completed when ship fails".to_owned());
         plan.add_sagas(&mut sagas);
         format!("{yaml}{SAGA_WORKFLOW}")
@@ -571,6 +624,8 @@ pub fn run(options: Options) -> Outcome {
     }
     let cursed = plan.cursed.clone().map(|k| (k, start + plan.cursed_from));
     let stack = Stack::with_config(world.clone(), cursed, &yaml, skews);
+    // The sweeper's schedule fires every minute, from a second of its own.
+    *lock(&stack.next_sweep) = start + Duration::seconds(clocks.range(1, 60));
     // DynamoDB's `by_due` index is eventually consistent: in most schedules its reads lag
     // behind the table, each item by up to a few, or a few hundred, writes (a backlog that
     // outlasts a sweep's lease), drawn from a generator of its own.
@@ -586,6 +641,19 @@ pub fn run(options: Options) -> Outcome {
             format!("key {k} is cursed: every store call for it fails from {}", start + plan.cursed_from)
         });
     }
+    // The task workers of the retried steps and of the compensations, drawn from a generator of
+    // their own.
+    let mut workers =
+        workers::Workers::new(workload::stack_parts(&stack), rng::Rng::new(options.seed ^ 0x0b0e_4e45));
+    if with_retries {
+        workers = workers.answering("retried", workers::Policy::USUAL);
+    }
+    if with_sagas {
+        workers = workers.answering("saga", workers::Policy::USUAL);
+    }
+    if workers.any() {
+        *lock(&stack.publisher.workers) = Some(Box::new(move |p| workers.read(p)));
+    }
     let mut exec = Executor::default();
     workload::spawn_all(&stack, &plan);
 
@@ -600,6 +668,8 @@ pub fn run(options: Options) -> Outcome {
             deploy_at = None;
             stack.deploy(config_v2_of(&yaml));
         }
+        stack.sweep_at_due_attempts();
+        stack.scheduled_sweep();
         let roll = world.below(1000);
         let moved = match roll {
             0..=699 => exec.step(&world),
@@ -617,8 +687,13 @@ pub fn run(options: Options) -> Outcome {
             }
             // Time passes between inputs; an invocation's own calls take time only through the
             // latency faults, as a real one finishes within its function's timeout.
+            // A sleeper wakes on time, to the millisecond: a worker that answers within a second,
+            // a sweep as an attempt is due.
             870..=949 if !exec.runnable(&world) || world.chance(0.05) => {
-                world.advance(Duration::seconds(world.below(5) as i64 + 1));
+                let by = Duration::seconds(world.below(5) as i64 + 1);
+                let now = world.now();
+                let wake = world.next_wake().map_or(by, |t| (t - now).max(Duration::milliseconds(1)));
+                world.advance(by.min(wake));
                 false
             }
             // A long quiet spell: only when no invocation is in flight (one would be killed by
@@ -719,6 +794,9 @@ pub fn run(options: Options) -> Outcome {
     // What the world looked like before the long jump, once checked: (starts, writes,
     // violations seen).
     let mut before_jump: Option<(usize, usize, usize)> = None;
+    // The table's writes when it was last seen to change, and when: a quiet minute since, the
+    // index has caught up.
+    let mut still = (stack.memory.writes(), world.now());
     while steps < MAX_STEPS {
         steps += 1;
         if stranded.is_none() && world.now() >= stranded_at {
@@ -731,6 +809,8 @@ pub fn run(options: Options) -> Outcome {
                 _ => stranded = Some(stranded_inputs(&stack)),
             }
         }
+        stack.sweep_at_due_attempts();
+        stack.scheduled_sweep();
         stack.invoke(QueueId::Intake);
         stack.invoke(QueueId::Progress);
         stack.fire_timers();
@@ -764,15 +844,19 @@ pub fn run(options: Options) -> Outcome {
             }
             continue;
         }
-        // Nothing moved: let time pass to the next thing that happens, and sweep.
+        // Nothing moved: let time pass to the next thing that happens (the sweeper's schedule
+        // fires every minute).
         let now = world.now();
         let step = next_event(&stack).map_or(Duration::minutes(1), |t| (t - now).max(Duration::seconds(1)));
         world.advance(step.min(Duration::minutes(5)));
-        if step >= INDEX_QUIET {
+        let writes = stack.memory.writes();
+        if writes != still.0 {
+            still = (writes, world.now());
+        } else if world.now() - still.1 >= INDEX_QUIET {
             // A quiet minute: on AWS the index lags by about a second, so it has caught up.
             stack.memory.catch_up_index();
         }
-        stack.sweep();
+        stack.scheduled_sweep();
         let reaped = stack.memory.reap_expired(world.now(), &mut || world.chance(0.5));
         if reaped > 0 {
             lock(&world.counts).add("ttl_deletion");
@@ -818,7 +902,8 @@ fn next_event(stack: &Stack) -> Option<OffsetDateTime> {
         (sqs.next_visible(QueueId::Intake, now), sqs.next_visible(QueueId::Progress, now))
     };
     let timer = lock(&stack.sfn).next_timer();
-    [stack.world.next_wake(), intake, progress, timer].into_iter().flatten().min()
+    let sweep = Some(*lock(&stack.next_sweep));
+    [stack.world.next_wake(), intake, progress, timer, sweep].into_iter().flatten().min()
 }
 
 /// Buffered inputs whose step is waiting in their generation, a visibility timeout after the

@@ -51,6 +51,9 @@ pub struct SimStore {
     pub deployed: Mutex<Vec<Arc<baton_core::domain::config::Config>>>,
     /// Every inbox settle and ledger line that landed, in order.
     pub settles: Mutex<Vec<Settled>>,
+    /// When next attempts landed due (a step's, a branch's, a compensation's), not yet taken by
+    /// the schedule (which has the sweeper's schedule fire at some of them).
+    pub attempts_due: Mutex<Vec<OffsetDateTime>>,
 }
 
 /// An inbox entry settled for good, or an input ledgered, and where that fell among the landed
@@ -177,6 +180,11 @@ impl WorkflowStore for SimStore {
             )
         });
         if applied == Applied::Written {
+            let r = &write.to;
+            let due =
+                r.next_attempt_at.into_iter().chain(r.branches.iter().filter_map(|b| b.next_attempt_at));
+            let undos = r.compensation.iter().flat_map(|c| c.undos.iter().filter_map(|u| u.next_attempt_at));
+            lock(&self.attempts_due).extend(due.chain(undos));
             lock(&self.writes).push(Landed {
                 at: self.world.now(),
                 from: before.as_ref().map(|r| r.state),
@@ -416,10 +424,20 @@ pub struct Published {
     pub task: Task,
 }
 
-/// The outbound queue: every task published, in order.
+/// What reads the outbound queue: told of each task as it lands.
+pub type Reader = Box<dyn FnMut(&Published) + Send>;
+
+/// The outbound queue: every task published, in order, and the task workers reading it.
 pub struct SimPublisher {
     pub world: Arc<World>,
     pub log: Mutex<Vec<Published>>,
+    pub workers: Mutex<Option<Reader>>,
+}
+
+impl SimPublisher {
+    pub fn new(world: Arc<World>) -> SimPublisher {
+        SimPublisher { world, log: Mutex::new(Vec::new()), workers: Mutex::new(None) }
+    }
 }
 
 #[async_trait::async_trait]
@@ -431,7 +449,11 @@ impl TaskPublisher for SimPublisher {
         if matches!(fault, Fault::Before | Fault::Throttled) {
             return Err(unavailable());
         }
-        lock(&self.log).push(Published { at: self.world.now(), task: task.clone() });
+        let published = Published { at: self.world.now(), task: task.clone() };
+        lock(&self.log).push(published.clone());
+        if let Some(read) = lock(&self.workers).as_mut() {
+            read(&published);
+        }
         if fault == Fault::After { Err(unavailable()) } else { Ok(()) }
     }
 }

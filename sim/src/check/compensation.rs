@@ -173,9 +173,7 @@ fn every_planned_compensation_ends_with_one_outcome(c: &mut Checker<'_>, s: &See
 /// acknowledgement of success for that step.
 fn compensated_only_if_every_one_was_acknowledged(c: &mut Checker<'_>, s: &Seen<'_>) {
     let acked: BTreeSet<(String, String)> = s
-        .plan
-        .callbacks
-        .iter()
+        .callbacks()
         .filter(|cb| cb.body["compensation"] == true && cb.body["outcome"] == "succeeded")
         .map(|cb| (cb.key.clone(), cb.step.to_owned()))
         .collect();
@@ -197,13 +195,8 @@ fn compensated_only_if_every_one_was_acknowledged(c: &mut Checker<'_>, s: &Seen<
 /// No forward step moves once compensation began: every later write of the generation is
 /// compensating or terminal, and none was caused by a forward input.
 fn no_forward_step_after_compensation_began(c: &mut Checker<'_>, s: &Seen<'_>) {
-    let forward: BTreeSet<&str> = s
-        .plan
-        .callbacks
-        .iter()
-        .filter(|cb| cb.body["compensation"] != true)
-        .map(|cb| cb.id.as_str())
-        .collect();
+    let forward: BTreeSet<&str> =
+        s.callbacks().filter(|cb| cb.body["compensation"] != true).map(|cb| cb.id.as_str()).collect();
     let mut began: BTreeSet<(String, String, u32)> = BTreeSet::new();
     for r in s.writes.iter().map(|l| &l.to) {
         let at = (r.workflow.to_string(), r.key.to_string(), r.generation);

@@ -112,6 +112,11 @@ impl<'a> Seen<'a> {
         self.stack.store.deployed(version)
     }
 
+    /// Every callback sent: the plan's senders', then the task workers'.
+    fn callbacks(&self) -> impl Iterator<Item = &crate::workload::CallbackSend> {
+        self.plan.callbacks.iter().chain(&self.evidence.callbacks)
+    }
+
     /// Every message in the dead-letter queues: intake's, then progress's.
     fn dead(&self) -> Vec<&Message> {
         self.sqs.messages(QueueId::IntakeDlq).iter().chain(self.sqs.messages(QueueId::ProgressDlq)).collect()
@@ -185,6 +190,7 @@ pub fn all(
     }
     answers::every_answer_tells_the_truth(c, &s);
     answers::a_retry_gets_the_same_answer(c, &s);
+    answers::an_answer_to_a_published_task_is_never_out_of_order(c, &s);
     nothing_lost::every_callback_is_classified(c, &s);
     nothing_lost::every_event_is_classified_for_its_step(c, &s, &versions);
     for t in s.traces.values() {
@@ -249,8 +255,9 @@ mod tests {
             }
         }
         // Every check call of the checkers: `after_long_jump`'s two and `all`'s 35, as many as
-        // before the split, the parallel groups' seven, and bounded retry's five.
-        assert_eq!(checks, 49);
+        // before the split, the parallel groups' seven, bounded retry's five, and the task
+        // workers' answers' one.
+        assert_eq!(checks, 50);
     }
 
     /// A violation starts with its invariant's name in brackets; every check is counted.

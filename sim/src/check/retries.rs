@@ -93,7 +93,7 @@ pub(super) fn no_attempt_before_its_backoff(c: &mut Checker<'_>, s: &Seen<'_>) {
 
 /// The plan's callbacks by id: the body each id carries.
 fn bodies<'s>(s: &'s Seen<'_>) -> BTreeMap<&'s str, &'s Value> {
-    s.plan.callbacks.iter().map(|cb| (cb.id.as_str(), &cb.body)).collect()
+    s.callbacks().map(|cb| (cb.id.as_str(), &cb.body)).collect()
 }
 
 /// The input id and cause of the write that produced `r`.
