@@ -149,6 +149,25 @@ pub const RETRY_WORKFLOW: &str = r#"  retried:
         timeout: 10m
 "#;
 
+/// [`RETRY_WORKFLOW`] as half the schedules that run it have it: each retried step and branch
+/// declares a `heartbeat`, its backoff the longest `baton validate` accepts with it (`verify`:
+/// 30m, heartbeat 10m, 3 attempts, 4m doubling: the longest wait 8m).
+pub fn retry_workflow_with_heartbeats() -> String {
+    RETRY_WORKFLOW
+        .replace(
+            "        timeout: 40m\n        retry: { attempts: 3, backoff: 30s }\n",
+            "        timeout: 30m\n        heartbeat: 10m\n        retry: { attempts: 3, backoff: 4m }\n",
+        )
+        .replace(
+            "              timeout: 30m\n              retry: { attempts: 2, backoff: 30s }\n",
+            "              timeout: 30m\n              heartbeat: 6m\n              retry: { attempts: 2, backoff: 5m }\n",
+        )
+        .replace(
+            "              optional: true\n              retry: { attempts: 2, backoff: 1m }\n",
+            "              optional: true\n              heartbeat: 5m\n              retry: { attempts: 2, backoff: 4m }\n",
+        )
+}
+
 /// The workflow with compensation that some schedules add to [`CONFIG`]: `reserve` (2 attempts
 /// to undo), a group whose required `charge` and optional `points` both declare `compensate`,
 /// and `ship`, whose failure (or timeout, or a cancel with --compensate) undoes what completed.
@@ -229,6 +248,8 @@ pub struct Outcome {
     pub retries: bool,
     /// Whether a record of the schedule entered compensation.
     pub compensated: bool,
+    /// Whether the schedule's retried steps and branches declare a heartbeat.
+    pub heartbeats: bool,
     /// Whether the schedule ran each function on a clock of its own.
     pub skewed: bool,
     pub violations: Vec<String>,
@@ -597,10 +618,16 @@ pub fn run(options: Options) -> Outcome {
     // from a generator of their own.
     let mut retries = rng::Rng::new(options.seed ^ 0x7e7_7a1e);
     let with_retries = retries.chance(0.4);
+    // Half of those with a heartbeat on each retried step and branch.
+    let heartbeats = with_retries && retries.chance(0.5);
     let yaml = if with_retries {
         world.note(|| "the retried workflow runs retried steps and branches".to_owned());
         plan.add_retries(&mut retries);
-        format!("{yaml}{RETRY_WORKFLOW}")
+        let workflow = if heartbeats { retry_workflow_with_heartbeats() } else { RETRY_WORKFLOW.to_owned() };
+        if heartbeats {
+            world.note(|| "its retried steps and branches declare a heartbeat".to_owned());
+        }
+        format!("{yaml}{workflow}")
     } else {
         yaml
     };
@@ -788,6 +815,7 @@ pub fn run(options: Options) -> Outcome {
         seed: options.seed,
         groups: with_groups,
         retries: with_retries,
+        heartbeats,
         skewed: skews != Skews::default(),
         ..Outcome::default()
     };

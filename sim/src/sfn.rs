@@ -111,6 +111,17 @@ enum Scope {
     Branch(usize),
 }
 
+/// A wait that went `HeartbeatSeconds` without a heartbeat: Step Functions timed it out then.
+#[derive(Debug, Clone)]
+pub struct BeatMissed {
+    pub arn: String,
+    /// The Task state (a step's, by its name).
+    pub state: String,
+    /// When its heartbeat ran out.
+    pub at: OffsetDateTime,
+    pub heartbeat: Duration,
+}
+
 /// One resume the model was asked for.
 #[derive(Debug, Clone)]
 pub struct ResumeCall {
@@ -136,6 +147,8 @@ pub struct Model {
     /// Every call refused for Step Functions' limits (a ValidationException): baton asked for
     /// what AWS never takes.
     pub refused: Vec<String>,
+    /// Every wait timed out by its `HeartbeatSeconds` (before its `TimeoutSeconds`).
+    pub beats_missed: Vec<BeatMissed>,
     next_token: u64,
 }
 
@@ -509,7 +522,7 @@ impl Model {
 
     /// Times out every task past its deadline or heartbeat at `now`.
     pub fn fire_timers(&mut self, now: OffsetDateTime, out: &mut Vec<String>) -> usize {
-        let due: Vec<(String, Scope, String)> = self
+        let due: Vec<(String, Scope, Wait)> = self
             .executions
             .values()
             .filter(|e| e.status == ExecutionStatus::Running)
@@ -517,16 +530,22 @@ impl Model {
                 Self::waits(e)
                     .into_iter()
                     .filter(|(_, w)| w.deadline <= now || w.beat_deadline.is_some_and(|b| b <= now))
-                    .map(|(scope, w)| (e.arn.clone(), scope, w.token.clone()))
+                    .map(|(scope, w)| (e.arn.clone(), scope, w.clone()))
                     .collect::<Vec<_>>()
             })
             .collect();
         let mut fired = 0;
-        for (arn, scope, token) in &due {
+        for (arn, scope, wait) in &due {
             // A sibling's timeout may have failed the Parallel state and closed this wait.
             if self.executions[arn].status == ExecutionStatus::Running
-                && self.scope_of(arn, token) == Some(*scope)
+                && self.scope_of(arn, &wait.token) == Some(*scope)
             {
+                if let Some(beat) = wait.beat_deadline.filter(|b| *b < wait.deadline && *b <= now) {
+                    let heartbeat = wait.heartbeat.unwrap_or_default();
+                    let missed =
+                        BeatMissed { arn: arn.clone(), state: wait.state.clone(), at: beat, heartbeat };
+                    self.beats_missed.push(missed);
+                }
                 self.finish_task(arn, *scope, Err(("States.Timeout".into(), String::new())), now, out);
                 fired += 1;
             }

@@ -180,6 +180,7 @@ pub fn all(
     retries::no_attempt_before_its_backoff(c, &s);
     retries::earlier_attempt_never_completes_a_later_one(c, &s);
     retries::non_retryable_failure_never_retried(c, &s);
+    retries::heartbeat_runs_out_only_on_a_silent_worker(c, &s);
     compensation::all(c, &s);
     let owed = resumes::Owed::of(&s);
     for (token, calls) in &owed.by_token {
@@ -255,9 +256,9 @@ mod tests {
             }
         }
         // Every check call of the checkers: `after_long_jump`'s two and `all`'s 35, as many as
-        // before the split, the parallel groups' seven, bounded retry's five, and the task
-        // workers' answers' one.
-        assert_eq!(checks, 50);
+        // before the split, the parallel groups' seven, bounded retry's five, the task workers'
+        // answers' one, and the heartbeat of retried steps' one.
+        assert_eq!(checks, 51);
     }
 
     /// A violation starts with its invariant's name in brackets; every check is counted.
