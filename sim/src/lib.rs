@@ -210,11 +210,78 @@ pub fn config_v2() -> Config {
 
 /// [`config_v2`]'s change, made to `yaml` (a variant of [`CONFIG`]).
 fn config_v2_of(yaml: &str) -> Config {
+    config_v2_with(yaml, SagaChange::None)
+}
+
+/// [`config_v2`]'s change, made to `yaml` (a variant of [`CONFIG`]), with `saga` made to
+/// [`SAGA_WORKFLOW`] if `yaml` has it.
+pub fn config_v2_with(yaml: &str, saga: SagaChange) -> Config {
     let yaml = yaml.replace("title: \"Review {key}\"", "title: \"Second look at {key}\"").replace(
         "      - name: payment\n",
         "      - name: fraud-check\n        requires: [score]\n        timeout: 10m\n      - name: payment\n",
     );
+    let yaml = yaml.replace(SAGA_WORKFLOW, &saga.apply(SAGA_WORKFLOW));
     Config::parse(&yaml).expect("the simulation's second config is valid")
+}
+
+/// How a mid-flight deploy changes [`SAGA_WORKFLOW`]: a step inserted, removed or moved before
+/// its compensable ones, or its group's branches reordered, so that every compensable step has
+/// another index in the new version than in the one its records run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SagaChange {
+    None,
+    /// `quote` inserted before `reserve`.
+    InsertFirst,
+    /// `check-stock` inserted between `reserve` and the group.
+    InsertBeforeGroup,
+    /// `reserve` removed.
+    RemoveReserve,
+    /// `points` before `charge` in the group.
+    SwapBranches,
+    /// `reserve` moved after the group.
+    ReserveAfterGroup,
+}
+
+const SAGA_RESERVE: &str = "      - name: reserve\n        requires: [hold]\n        timeout: 20m\n        compensate: { task: { title: \"Release {key}\", queue: stock }, timeout: 15m, attempts: 2 }\n";
+const SAGA_GROUP: &str = "      - parallel:\n          name: settle\n          branches:\n";
+const SAGA_CHARGE: &str = "            - name: charge\n              requires: [charge_ref]\n              timeout: 20m\n              compensate: { task: { title: \"Refund {key}\", queue: billing }, timeout: 15m }\n";
+const SAGA_SHIP: &str = "      - name: ship\n        requires: [tracking]\n        timeout: 20m\n";
+
+impl SagaChange {
+    pub const ALL: [SagaChange; 5] = [
+        SagaChange::InsertFirst,
+        SagaChange::InsertBeforeGroup,
+        SagaChange::RemoveReserve,
+        SagaChange::SwapBranches,
+        SagaChange::ReserveAfterGroup,
+    ];
+
+    /// `saga` ([`SAGA_WORKFLOW`]) with this change made.
+    pub fn apply(self, saga: &str) -> String {
+        let step = |name: &str, needs: &str| {
+            format!("      - name: {name}\n        requires: [{needs}]\n        timeout: 10m\n")
+        };
+        let changed = match self {
+            SagaChange::None => saga.to_owned(),
+            SagaChange::InsertFirst => {
+                saga.replace(SAGA_RESERVE, &format!("{}{SAGA_RESERVE}", step("quote", "quote")))
+            }
+            SagaChange::InsertBeforeGroup => {
+                saga.replace(SAGA_GROUP, &format!("{}{SAGA_GROUP}", step("check-stock", "stock")))
+            }
+            SagaChange::RemoveReserve => saga.replace(SAGA_RESERVE, ""),
+            SagaChange::SwapBranches => {
+                let points_at = saga.find("            - name: points\n").expect("points");
+                let points = &saga[points_at..saga.find(SAGA_SHIP).expect("ship")];
+                saga.replace(points, "").replace(SAGA_CHARGE, &format!("{points}{SAGA_CHARGE}"))
+            }
+            SagaChange::ReserveAfterGroup => {
+                saga.replace(SAGA_RESERVE, "").replace(SAGA_SHIP, &format!("{SAGA_RESERVE}{SAGA_SHIP}"))
+            }
+        };
+        assert!(self == SagaChange::None || changed != saga, "{self:?} changed nothing");
+        changed
+    }
 }
 
 /// The webhook secret the senders sign with.
@@ -412,6 +479,7 @@ impl Stack {
             deployed: Mutex::new(Vec::new()),
             settles: Mutex::new(Vec::new()),
             attempts_due: Mutex::new(Vec::new()),
+            compensating_since: Mutex::new(None),
         });
         let sqs = Arc::new(Mutex::new(Sqs::default()));
         let sfn = Arc::new(Mutex::new(Model::default()));
@@ -545,6 +613,30 @@ impl Stack {
     }
 }
 
+/// When a schedule deploys version 2.
+#[derive(Debug, Clone, Copy)]
+enum DeployAt {
+    Time(OffsetDateTime),
+    /// This long after a record first began compensating.
+    Compensating(Duration),
+}
+
+/// Deploys version 2 (with its change to the saga workflow) once its time has come.
+fn deploy_when_due(stack: &Stack, deploy: &mut Option<(DeployAt, SagaChange)>, yaml: &str) {
+    let Some((when, saga)) = *deploy else { return };
+    let now = stack.world.now();
+    let due = match when {
+        DeployAt::Time(at) => now >= at,
+        DeployAt::Compensating(after) => {
+            lock(&stack.store.compensating_since).is_some_and(|t| now >= t + after)
+        }
+    };
+    if due {
+        *deploy = None;
+        stack.deploy(config_v2_with(yaml, saga));
+    }
+}
+
 /// A sweep at `at`: the sweeper's schedule fires then, and the invocation starts then (its
 /// timeout counts from there), on the functions deployed by then.
 pub(crate) fn spawn_sweep_at(
@@ -585,7 +677,7 @@ pub fn run(options: Options) -> Outcome {
     // sweep's expiry racing a drain). Drawn from a generator of their own, so the rest of a
     // seed's schedule stays what it was.
     let mut dice = rng::Rng::new(options.seed ^ 0x5eed_d091);
-    let mut deploy_at = dice
+    let deploy_at = dice
         .chance(0.5)
         .then(|| start + Duration::seconds(dice.below(plan.horizon.whole_seconds() as u64) as i64));
     let yaml = match dice.chance(0.3).then(|| ["5s", "20s", "1m"][dice.below(3) as usize]) {
@@ -649,6 +741,20 @@ pub fn run(options: Options) -> Outcome {
     if skews != Skews::default() {
         world.note(|| format!("the functions' clocks are off the world's by {skews:?}"));
     }
+    // A schedule that deploys and runs the saga workflow changes it too, one way of five; half
+    // of them deploy once a saga record has begun compensating, up to a minute on, so that the
+    // acknowledgements are handled by the new functions (drawn from a generator of their own).
+    let mut deploys = rng::Rng::new(options.seed ^ 0xde9_1075);
+    let mut deploy = deploy_at.map(|at| {
+        let saga = if with_sagas { *deploys.pick(&SagaChange::ALL) } else { SagaChange::None };
+        let when = if with_sagas && deploys.chance(0.5) {
+            DeployAt::Compensating(Duration::seconds(deploys.range(0, 60)))
+        } else {
+            DeployAt::Time(at)
+        };
+        world.note(|| format!("deploys version 2 ({when:?}), the saga workflow changed: {saga:?}"));
+        (when, saga)
+    });
     let cursed = plan.cursed.clone().map(|k| (k, start + plan.cursed_from));
     let stack = Stack::with_config(world.clone(), cursed, &yaml, skews);
     // The sweeper's schedule fires every minute, from a second of its own.
@@ -691,10 +797,7 @@ pub fn run(options: Options) -> Outcome {
     let horizon = start + plan.horizon;
     while steps < MAX_STEPS {
         steps += 1;
-        if deploy_at.is_some_and(|t| world.now() >= t) {
-            deploy_at = None;
-            stack.deploy(config_v2_of(&yaml));
-        }
+        deploy_when_due(&stack, &mut deploy, &yaml);
         stack.sweep_at_due_attempts();
         stack.scheduled_sweep();
         let roll = world.below(1000);
@@ -837,6 +940,7 @@ pub fn run(options: Options) -> Outcome {
                 _ => stranded = Some(stranded_inputs(&stack)),
             }
         }
+        deploy_when_due(&stack, &mut deploy, &yaml);
         stack.sweep_at_due_attempts();
         stack.scheduled_sweep();
         stack.invoke(QueueId::Intake);

@@ -54,6 +54,8 @@ pub struct SimStore {
     /// When next attempts landed due (a step's, a branch's, a compensation's), not yet taken by
     /// the schedule (which has the sweeper's schedule fire at some of them).
     pub attempts_due: Mutex<Vec<OffsetDateTime>>,
+    /// When a record first began compensating.
+    pub compensating_since: Mutex<Option<OffsetDateTime>>,
 }
 
 /// An inbox entry settled for good, or an input ledgered, and where that fell among the landed
@@ -185,6 +187,9 @@ impl WorkflowStore for SimStore {
                 r.next_attempt_at.into_iter().chain(r.branches.iter().filter_map(|b| b.next_attempt_at));
             let undos = r.compensation.iter().flat_map(|c| c.undos.iter().filter_map(|u| u.next_attempt_at));
             lock(&self.attempts_due).extend(due.chain(undos));
+            if r.state == State::Compensating {
+                lock(&self.compensating_since).get_or_insert(self.world.now());
+            }
             lock(&self.writes).push(Landed {
                 at: self.world.now(),
                 from: before.as_ref().map(|r| r.state),

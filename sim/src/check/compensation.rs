@@ -23,6 +23,7 @@ pub(super) fn all(c: &mut Checker<'_>, s: &Seen<'_>) {
     compensated_only_if_every_one_was_acknowledged(c, s);
     no_forward_step_after_compensation_began(c, s);
     late_forward_input_during_compensation_is_ledgered(c, s);
+    an_acknowledgement_applies_to_the_compensation_it_names(c, s);
     c.outcome.compensated |= s.writes.iter().any(|w| w.to.state == State::Compensating);
 }
 
@@ -238,6 +239,50 @@ fn late_forward_input_during_compensation_is_ledgered(c: &mut Checker<'_>, s: &S
                 a.workflow,
                 a.key,
                 reason.as_str()
+            )
+        });
+    }
+}
+
+/// An acknowledgement (or a failure of an attempt) applies to the compensation of the step it
+/// names, by name in the record's own config version, whatever version read it: a write it
+/// caused changes that step's compensation and no other, in the generation it names.
+fn an_acknowledgement_applies_to_the_compensation_it_names(c: &mut Checker<'_>, s: &Seen<'_>) {
+    let acks: BTreeMap<&str, &serde_json::Value> = s
+        .callbacks()
+        .filter(|cb| cb.body["compensation"] == true)
+        .map(|cb| (cb.id.as_str(), &cb.body))
+        .collect();
+    let mut last: BTreeMap<(String, String), &Record> = BTreeMap::new();
+    for r in s.writes.iter().map(|l| &l.to) {
+        let before = last.insert((r.workflow.to_string(), r.key.to_string()), r);
+        let Some(id) = r.history.last().and_then(|h| h.cause_id.as_deref()) else { continue };
+        let (Some(body), Some(comp)) = (acks.get(id), &r.compensation) else { continue };
+        let earlier = before.filter(|b| b.generation == r.generation).and_then(|b| b.compensation.as_ref());
+        let changed: Vec<u32> = comp
+            .undos
+            .iter()
+            .filter(|u| earlier.and_then(|e| e.undos.iter().find(|x| x.step == u.step)) != Some(u))
+            .map(|u| u.step)
+            .collect();
+        let config = s.version_of(r.config_version.as_ref());
+        let name = |step: u32| {
+            config.as_ref().and_then(|c| {
+                Some(c.workflow(r.workflow.as_str())?.steps.get(step as usize)?.name.to_string())
+            })
+        };
+        let named = body["step"].as_str();
+        let generation_ok = body["generation"].as_u64().is_none_or(|g| g == u64::from(r.generation));
+        let ok = generation_ok && changed.iter().all(|&step| name(step).as_deref() == named);
+        c.check("an_acknowledgement_applies_to_the_compensation_it_names", ok, || {
+            format!(
+                "{}/{} generation {}: {id}, for the compensation of {named:?} (generation {}), changed the compensation of {:?} (version {:?})",
+                r.workflow,
+                r.key,
+                r.generation,
+                body["generation"],
+                changed.iter().map(|&st| name(st).unwrap_or_else(|| st.to_string())).collect::<Vec<_>>(),
+                r.config_version
             )
         });
     }
