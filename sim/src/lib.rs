@@ -319,6 +319,8 @@ pub struct Outcome {
     pub heartbeats: bool,
     /// Whether the schedule ran each function on a clock of its own.
     pub skewed: bool,
+    /// Whether Step Functions' own sends to SQS failed now and then in the schedule.
+    pub send_faults: bool,
     pub violations: Vec<String>,
     /// The schedule, step by step (when traced).
     pub trace: Vec<String>,
@@ -759,6 +761,15 @@ pub fn run(options: Options) -> Outcome {
     let stack = Stack::with_config(world.clone(), cursed, &yaml, skews);
     // The sweeper's schedule fires every minute, from a second of its own.
     *lock(&stack.next_sweep) = start + Duration::seconds(clocks.range(1, 60));
+    // Three schedules in ten have Step Functions' own sends to SQS fail now and then while the
+    // faults last, drawn from a generator of their own.
+    let mut sends = rng::Rng::new(options.seed ^ 0x5e4d_fa11);
+    let send_faults = sends.chance(0.3);
+    if send_faults {
+        let rate = [0.01, 0.03, 0.06][sends.below(3) as usize];
+        lock(&stack.sfn).send_faults = sfn::SendFaults { rate, rng: sends };
+        world.note(|| format!("Step Functions' own sends to SQS fail at {rate}"));
+    }
     // DynamoDB's `by_due` index is eventually consistent: in most schedules its reads lag
     // behind the table, each item by up to a few, or a few hundred, writes (a backlog that
     // outlasts a sweep's lease), drawn from a generator of its own.
@@ -869,6 +880,7 @@ pub fn run(options: Options) -> Outcome {
     // The calm phase: no more faults (the cursed key stays cursed); the sweeper runs as its
     // schedule does; time moves on until every deadline has passed and nothing is left to do.
     *lock(&world.rates) = Rates::default();
+    lock(&stack.sfn).send_faults.rate = 0.0;
     world.note(|| "the faults stop".to_owned());
     stack.fire_timers();
     // The steps really waiting when the faults stop: the record waits, and so does its task in
@@ -920,6 +932,7 @@ pub fn run(options: Options) -> Outcome {
         retries: with_retries,
         heartbeats,
         skewed: skews != Skews::default(),
+        send_faults,
         ..Outcome::default()
     };
     // What the world looked like before the long jump, once checked: (starts, writes,
@@ -1011,6 +1024,10 @@ pub fn run(options: Options) -> Outcome {
     }
     outcome.checks += 1;
     outcome.violations.extend(stranded.unwrap_or_default());
+    let failed_sends = lock(&stack.sfn).sends_failed.len() as u64;
+    if failed_sends > 0 {
+        *lock(&world.counts).faults.entry("sfn_send_failed").or_insert(0) += failed_sends;
+    }
     let counts = lock(&world.counts).clone();
     outcome.points = counts.points;
     outcome.faults = counts.faults;

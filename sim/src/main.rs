@@ -94,6 +94,16 @@ fn report(schedules: u64, outcomes: &[Outcome], seconds: f64) {
     let compensated = outcomes.iter().filter(|o| o.compensated).count();
     let share = if outcomes.is_empty() { 0.0 } else { 100.0 * compensated as f64 / outcomes.len() as f64 };
     println!("schedules where a workflow compensated: {compensated} ({share:.1} %)");
+    let shares: [(&str, fn(&Outcome) -> bool); 3] = [
+        ("with heartbeats on retried steps and branches", |o| o.heartbeats),
+        ("with a clock per function", |o| o.skewed),
+        ("where Step Functions' own sends fail", |o| o.send_faults),
+    ];
+    for (what, has) in shares {
+        let n = outcomes.iter().filter(|o| has(o)).count();
+        let share = if outcomes.is_empty() { 0.0 } else { 100.0 * n as f64 / outcomes.len() as f64 };
+        println!("schedules {what}: {n} ({share:.1} %)");
+    }
     println!("invariant checks made: {checks}");
     for (k, v) in &by_invariant {
         println!("  {k}: {v}");
@@ -102,6 +112,19 @@ fn report(schedules: u64, outcomes: &[Outcome], seconds: f64) {
         println!("time: {seconds:.1} s ({:.0} schedules/s)", outcomes.len() as f64 / seconds);
     }
     println!("violations: {} schedule(s)", failed.len());
+    // Each broken invariant, by how many schedules broke it, with the first few seeds.
+    let mut broken: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for o in &failed {
+        let names: std::collections::BTreeSet<&str> =
+            o.violations.iter().filter_map(|v| v.strip_prefix('[')?.split(']').next()).collect();
+        for name in names {
+            broken.entry(name).or_default().push(o.seed);
+        }
+    }
+    for (name, seeds) in &broken {
+        let first: Vec<String> = seeds.iter().take(8).map(u64::to_string).collect();
+        println!("  {name}: {} schedule(s), seeds {}", seeds.len(), first.join(", "));
+    }
     for o in failed.iter().take(20) {
         println!("seed {}:", o.seed);
         for v in &o.violations {

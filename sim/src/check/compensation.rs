@@ -52,6 +52,16 @@ fn plan_of(s: &Seen<'_>, r: &Record) -> Option<Plan> {
     Some(config.workflow(r.workflow.as_str())?.plan())
 }
 
+/// The plan of (workflow, key)'s generation, in the config version its writes name (a later
+/// generation may run another).
+fn plan_at(s: &Seen<'_>, workflow: &str, key: &str, generation: u32) -> Option<Plan> {
+    let r =
+        s.writes.iter().map(|l| &l.to).find(|r| {
+            r.workflow.as_str() == workflow && r.key.as_str() == key && r.generation == generation
+        })?;
+    plan_of(s, r)
+}
+
 /// A compensation task goes out only for a step that completed in that generation, and only
 /// once the record entered compensation.
 fn compensation_only_for_a_completed_step_once_compensating(c: &mut Checker<'_>, s: &Seen<'_>) {
@@ -90,11 +100,7 @@ fn one_compensation_task_per_attempt_none_skipped(c: &mut Checker<'_>, s: &Seen<
         by_undo.entry(at).or_default().insert((t.attempt, &t.id));
     }
     for ((workflow, key, generation, step), seen) in by_undo {
-        let most = s
-            .records
-            .iter()
-            .find(|r| r.workflow.as_str() == workflow && r.key.as_str() == key)
-            .and_then(|r| plan_of(s, r))
+        let most = plan_at(s, &workflow, &key, generation)
             .and_then(|p| p.compensation_of(step))
             .map_or(1, |c| c.attempts);
         let numbers: Vec<u32> = seen.iter().map(|(n, _)| *n).collect();
@@ -116,14 +122,7 @@ fn compensations_run_last_position_first(c: &mut Checker<'_>, s: &Seen<'_>) {
         at.entry(t.step).or_insert(p.at);
     }
     for ((workflow, key, generation), by_step) in first {
-        let Some(plan) = s
-            .records
-            .iter()
-            .find(|r| r.workflow.as_str() == workflow && r.key.as_str() == key)
-            .and_then(|r| plan_of(s, r))
-        else {
-            continue;
-        };
+        let Some(plan) = plan_at(s, &workflow, &key, generation) else { continue };
         for (a, at_a) in &by_step {
             for (b, at_b) in &by_step {
                 let later = plan.position(*a).first > plan.position(*b).first;

@@ -150,6 +150,7 @@ pub fn all(
 
     limits::step_functions_refuses_no_call(c, &s);
     limits::no_execution_stopped_by_its_limits(c, &s);
+    executions::a_transient_send_failure_is_retried(c, &s);
     inbox::no_lost_wake_up(c, &s);
     lifecycle::terminal_record_never_changes(c, &s);
     executions::one_generation_per_start_event(c, &s);
@@ -257,8 +258,8 @@ mod tests {
         }
         // Every check call of the checkers: `after_long_jump`'s two and `all`'s 35, as many as
         // before the split, the parallel groups' seven, bounded retry's five, the task workers'
-        // answers' one, and the heartbeat of retried steps' one.
-        assert_eq!(checks, 51);
+        // answers' one, the heartbeat of retried steps' one, and Step Functions' own sends' one.
+        assert_eq!(checks, 52);
     }
 
     /// A violation starts with its invariant's name in brackets; every check is counted.
