@@ -198,6 +198,45 @@ pub const SAGA_WORKFLOW: &str = r#"  saga:
         timeout: 20m
 "#;
 
+/// The workflow of the crowds some schedules add to [`CONFIG`]: hundreds of records, each fed
+/// by events (`member.enrolled`, then `member.welcomed`; a record not welcomed in time times
+/// out and has its enrolment compensated), some of them stuck by what happens outside baton
+/// (`workload::Plan::add_crowd`).
+pub const CROWD_WORKFLOW: &str = r#"  crowd:
+    start:
+      when: { type: ["member.joined"] }
+      key: /subject
+    on_restart: never
+    steps:
+      - name: enrol
+        requires: [enrolled]
+        accepts_events: { type: ["member.enrolled"] }
+        timeout: 5m
+        compensate: { task: { title: "Unenrol {key}", queue: crowd }, timeout: 30m, attempts: 1 }
+      - name: welcome
+        requires: [welcomed]
+        accepts_events: { type: ["member.welcomed"] }
+        timeout: 5m
+"#;
+
+/// The workflow near DynamoDB's item limit that some schedules add to [`CONFIG`] (built by
+/// [`wide_workflow`]): one group of twelve branches (`w0` required, the others optional), each
+/// with a task and ten attempts, whose workers fail most attempts with Step Functions' longest
+/// `error` and `cause` (256 and 32,768 characters): every failed attempt, and every branch's
+/// owed failure, is kept in the one record.
+pub fn wide_workflow() -> String {
+    let branch = |i: usize| {
+        let optional = if i == 0 { "" } else { "              optional: true\n" };
+        format!(
+            "            - name: w{i}\n              task: {{ title: \"Wide {{key}}\", queue: wide }}\n              requires: [verdict]\n              timeout: 60m\n{optional}              retry: {{ attempts: 10, backoff: 10s }}\n"
+        )
+    };
+    let branches: String = (0..12).map(branch).collect();
+    format!(
+        "  wide:\n    start:\n      when: {{ type: [\"order.placed\"] }}\n      key: /subject\n    on_restart: after_terminal\n    steps:\n      - parallel:\n          name: many\n          branches:\n{branches}"
+    )
+}
+
 /// [`GROUP_WORKFLOW`]'s final step, which schedules with the group last leave out.
 pub const GROUP_LAST: &str = "      - name: ship\n        requires: [tracking]\n        timeout: 20m\n";
 
@@ -321,6 +360,17 @@ pub struct Outcome {
     pub skewed: bool,
     /// Whether Step Functions' own sends to SQS failed now and then in the schedule.
     pub send_faults: bool,
+    /// How many records the schedule's crowd had (0: none).
+    pub crowd: usize,
+    /// Whether the schedule ran the wide workflow, near the item limit.
+    pub wide: bool,
+    /// Whether the schedule deployed version 2 (in mid-flight).
+    pub deployed: bool,
+    /// The largest record of a group of more than two branches written: its exact size in bytes,
+    /// and the engine's cheap bound of it.
+    pub largest_record: (usize, usize),
+    /// How long the schedule took to run, in milliseconds (set by the runner).
+    pub millis: u64,
     pub violations: Vec<String>,
     /// The schedule, step by step (when traced).
     pub trace: Vec<String>,
@@ -425,7 +475,8 @@ impl Shared {
             metrics: Metrics::to(Box::new(std::io::sink())),
             clock: Arc::new(move || clock_world.now() + skew),
             write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),
-            // The memory store keeps DynamoDB's limits.
+            // What the engine trims a record to, as on AWS; the memory store below measures
+            // every item exactly, as DynamoDB does (`store::EXACT_SIZES`).
             item_sizes: baton_aws::dynamodb::ITEM_SIZES,
             versions: Default::default(),
         })
@@ -469,7 +520,7 @@ impl Stack {
         skews: Skews,
     ) -> Stack {
         let config = Arc::new(Config::parse(yaml).expect("the simulation's config is valid"));
-        let memory = Arc::new(MemoryStore::new().with_item_sizes(baton_aws::dynamodb::ITEM_SIZES));
+        let memory = Arc::new(MemoryStore::new().with_item_sizes(store::EXACT_SIZES));
         let violations = Arc::new(Mutex::new(Vec::new()));
         let store = Arc::new(SimStore {
             world: world.clone(),
@@ -482,6 +533,8 @@ impl Stack {
             settles: Mutex::new(Vec::new()),
             attempts_due: Mutex::new(Vec::new()),
             compensating_since: Mutex::new(None),
+            largest: Mutex::new((0, 0)),
+            underbound: Mutex::new(None),
         });
         let sqs = Arc::new(Mutex::new(Sqs::default()));
         let sfn = Arc::new(Mutex::new(Model::default()));
@@ -547,16 +600,8 @@ impl Stack {
             QueueId::Intake => self.live().intake.clone(),
             _ => self.live().progress.clone(),
         };
-        // Lambda's clock starts with the invocation, as the executor's timeout does.
-        let deadline = self.world.now() + crate::world::FUNCTION_TIMEOUT;
-        let future = crate::sqs::invoke(
-            self.world.clone(),
-            self.sqs.clone(),
-            queue,
-            handler,
-            deadline,
-            self.violations.clone(),
-        );
+        let future =
+            crate::sqs::invoke(self.world.clone(), self.sqs.clone(), queue, handler, self.violations.clone());
         self.world.spawn(
             format!("{queue:?}#{}", self.world.next_id()),
             ActorKind::Invocation,
@@ -567,12 +612,18 @@ impl Stack {
     /// The sweeper's schedule (`rate(1 minute)`): a sweep when its minute has come, the next one
     /// a minute on (after a jump, at the next minute of the schedule).
     fn scheduled_sweep(&self) {
+        self.scheduled_sweep_every(Duration::minutes(1));
+    }
+
+    /// [`Stack::scheduled_sweep`] with sweeps `period` apart: an hour into the calm, when every
+    /// deadline but the longest has passed, the simulation keeps one sweep in five (the owed
+    /// work checks allow two of those).
+    fn scheduled_sweep_every(&self, period: Duration) {
         let now = self.world.now();
         let mut next = lock(&self.next_sweep);
         if now < *next {
             return;
         }
-        let period = Duration::minutes(1);
         let behind = (now - *next).whole_seconds() % period.whole_seconds();
         *next = now + period - Duration::seconds(behind);
         drop(next);
@@ -661,6 +712,8 @@ pub(crate) fn spawn_sweep_at(
 
 /// The most steps one schedule may take before it is declared stuck.
 const MAX_STEPS: u64 = 200_000;
+/// The steps a schedule may take besides, for each record of its crowd.
+const STEPS_PER_CROWD_RECORD: u64 = 4_000;
 
 /// Runs one schedule.
 #[expect(
@@ -710,8 +763,12 @@ pub fn run(options: Options) -> Outcome {
     };
     // Two schedules in five add the workflow with a retried step, with its own senders, drawn
     // from a generator of their own.
+    // (Drawn first: a schedule with a crowd runs the retried and the saga workflows too, whose
+    // owed work the crowd's stuck records must not keep from going out.)
+    let mut crowds = rng::Rng::new(options.seed ^ 0xc40_3d5);
+    let with_crowd = crowds.chance(0.1);
     let mut retries = rng::Rng::new(options.seed ^ 0x7e7_7a1e);
-    let with_retries = retries.chance(0.4);
+    let with_retries = retries.chance(0.4) || with_crowd;
     // Half of those with a heartbeat on each retried step and branch.
     let heartbeats = with_retries && retries.chance(0.5);
     let yaml = if with_retries {
@@ -728,7 +785,7 @@ pub fn run(options: Options) -> Outcome {
     // About half the schedules add the workflow with compensation, with its own senders (and
     // operators who cancel with --compensate), drawn from a generator of their own.
     let mut sagas = rng::Rng::new(options.seed ^ 0x5a6a_c0de);
-    let with_sagas = sagas.chance(0.5);
+    let with_sagas = sagas.chance(0.5) || with_crowd;
     let yaml = if with_sagas {
         world.note(|| "the saga workflow compensates what completed when ship fails".to_owned());
         plan.add_sagas(&mut sagas);
@@ -757,6 +814,36 @@ pub fn run(options: Options) -> Outcome {
         world.note(|| format!("deploys version 2 ({when:?}), the saga workflow changed: {saga:?}"));
         (when, saga)
     });
+    // One schedule in ten adds the wide workflow, whose records come near the item limit.
+    let mut wide = rng::Rng::new(options.seed ^ 0x91de_5123);
+    let with_wide = wide.chance(0.1);
+    let yaml = if with_wide {
+        world.note(|| "the wide workflow's records come near DynamoDB's item limit".to_owned());
+        // Step Functions throttles the task calls for some minutes (its quota hit) as the
+        // branches' last attempts fail: their failures stay owed, each with its cause, in the
+        // one record.
+        let from = start + Duration::seconds(wide.range(60, 180));
+        let until = from + Duration::seconds(wide.range(4 * 60, 8 * 60));
+        *lock(&world.throttle_spell) = Some((from, until, "sfn.SendTask"));
+        format!("{yaml}{}", wide_workflow())
+    } else {
+        yaml
+    };
+    let yaml = if with_crowd {
+        plan.add_crowd(&mut crowds);
+        world.note(|| {
+            format!(
+                "a crowd of {} records, {} of their executions stopped from the console, {} final reports lost",
+                plan.crowd.len(),
+                plan.console_stops.len(),
+                plan.lost_reports.len()
+            )
+        });
+        format!("{yaml}{CROWD_WORKFLOW}")
+    } else {
+        yaml
+    };
+    let will_deploy = deploy.is_some();
     let cursed = plan.cursed.clone().map(|k| (k, start + plan.cursed_from));
     let stack = Stack::with_config(world.clone(), cursed, &yaml, skews);
     // The sweeper's schedule fires every minute, from a second of its own.
@@ -785,6 +872,18 @@ pub fn run(options: Options) -> Outcome {
             format!("key {k} is cursed: every store call for it fails from {}", start + plan.cursed_from)
         });
     }
+    // One schedule in ten adds a crowd: hundreds of records of their own workflow, a share
+    // of them stuck by what happens outside baton (an execution stopped from the console, a
+    // final report lost past the DLQ), enough to fill the sweeper's batches.
+    for (workflow, key) in &plan.lost_reports {
+        let name = baton_core::ports::orchestrator::execution_name(
+            &baton_core::domain::ids::WorkflowName::parse(workflow.as_str()).expect("a workflow"),
+            &baton_core::domain::ids::CorrelationKey::parse(key.as_str()).expect("a key"),
+            1,
+        );
+        let arn = format!("{}{workflow}:{name}", PREFIX.replace(":stateMachine:", ":execution:"));
+        lock(&stack.sfn).lost_reports.insert(arn);
+    }
     // The task workers of the retried steps and of the compensations, drawn from a generator of
     // their own.
     let mut workers =
@@ -794,6 +893,9 @@ pub fn run(options: Options) -> Outcome {
     }
     if with_sagas {
         workers = workers.answering("saga", workers::Policy::USUAL);
+    }
+    if with_wide {
+        workers = workers.answering("wide", workers::Policy::WIDE);
     }
     if workers.any() {
         *lock(&stack.publisher.workers) = Some(Box::new(move |p| workers.read(p)));
@@ -806,7 +908,10 @@ pub fn run(options: Options) -> Outcome {
     let mut steps = 0u64;
     let mut stalled = 0u32;
     let horizon = start + plan.horizon;
-    while steps < MAX_STEPS {
+    let mut last_extra_sweep: Option<OffsetDateTime> = None;
+    // A crowd's records take steps of their own.
+    let max_steps = MAX_STEPS + STEPS_PER_CROWD_RECORD * plan.crowd.len() as u64;
+    while steps < max_steps {
         steps += 1;
         deploy_when_due(&stack, &mut deploy, &yaml);
         stack.sweep_at_due_attempts();
@@ -822,7 +927,13 @@ pub fn run(options: Options) -> Outcome {
                 stack.invoke(QueueId::Progress);
                 false
             }
-            860..=869 => {
+            // An extra sweep, beside the schedule's (a retried invocation, a manual run): with
+            // a crowd, whose work takes many more steps, at most one a minute.
+            860..=869
+                if plan.crowd.is_empty()
+                    || last_extra_sweep.is_none_or(|t| world.now() - t >= Duration::minutes(1)) =>
+            {
+                last_extra_sweep = Some(world.now());
                 stack.sweep();
                 false
             }
@@ -830,7 +941,13 @@ pub fn run(options: Options) -> Outcome {
             // latency faults, as a real one finishes within its function's timeout.
             // A sleeper wakes on time, to the millisecond: a worker that answers within a second,
             // a sweep as an attempt is due.
-            870..=949 if !exec.runnable(&world) || world.chance(0.05) => {
+            // (While work can run, time passes as often per actor whatever their number: Lambda
+            // runs invocations side by side, and a crowd's must not outlive their timeouts for
+            // want of turns.)
+            870..=949
+                if !exec.runnable(&world)
+                    || world.chance(0.05 * (4.0 / exec.runnable_count(&world).max(4) as f64)) =>
+            {
                 let by = Duration::seconds(world.below(5) as i64 + 1);
                 let now = world.now();
                 let wake = world.next_wake().map_or(by, |t| (t - now).max(Duration::milliseconds(1)));
@@ -843,7 +960,9 @@ pub fn run(options: Options) -> Outcome {
                 let by = Duration::minutes(world.below(60) as i64 + 5);
                 world.note(|| format!("clock jumps {by}"));
                 lock(&world.counts).add("clock_jump");
+                let from = world.now();
                 world.advance(by);
+                lock(&world.jumps).push((from, world.now()));
                 false
             }
             952..=959 => {
@@ -881,6 +1000,7 @@ pub fn run(options: Options) -> Outcome {
     // schedule does; time moves on until every deadline has passed and nothing is left to do.
     *lock(&world.rates) = Rates::default();
     lock(&stack.sfn).send_faults.rate = 0.0;
+    *lock(&world.throttle_spell) = None;
     world.note(|| "the faults stop".to_owned());
     stack.fire_timers();
     // The steps really waiting when the faults stop: the record waits, and so does its task in
@@ -933,6 +1053,9 @@ pub fn run(options: Options) -> Outcome {
         heartbeats,
         skewed: skews != Skews::default(),
         send_faults,
+        crowd: plan.crowd.len(),
+        wide: with_wide,
+        deployed: will_deploy,
         ..Outcome::default()
     };
     // What the world looked like before the long jump, once checked: (starts, writes,
@@ -941,7 +1064,8 @@ pub fn run(options: Options) -> Outcome {
     // The table's writes when it was last seen to change, and when: a quiet minute since, the
     // index has caught up.
     let mut still = (stack.memory.writes(), world.now());
-    while steps < MAX_STEPS {
+    let mut timers_fired: Option<OffsetDateTime> = None;
+    while steps < max_steps {
         steps += 1;
         if stranded.is_none() && world.now() >= stranded_at {
             let dead_letters = {
@@ -955,10 +1079,16 @@ pub fn run(options: Options) -> Outcome {
         }
         deploy_when_due(&stack, &mut deploy, &yaml);
         stack.sweep_at_due_attempts();
-        stack.scheduled_sweep();
+        let period = if world.now() < calm_from + Duration::hours(1) { 1 } else { 5 };
+        stack.scheduled_sweep_every(Duration::minutes(period));
         stack.invoke(QueueId::Intake);
         stack.invoke(QueueId::Progress);
-        stack.fire_timers();
+        // (No faults, so no latency: the clock moves only where this loop moves it. Timers are
+        // fired once per moment, not once per round: a crowd's executions are many.)
+        if timers_fired != Some(world.now()) {
+            timers_fired = Some(world.now());
+            stack.fire_timers();
+        }
         let before = lock(&world.counts).points;
         let finished = exec.round(&world);
         if lock(&world.counts).points != before || finished > 0 || exec.runnable(&world) {
@@ -1001,17 +1131,18 @@ pub fn run(options: Options) -> Outcome {
             // A quiet minute: on AWS the index lags by about a second, so it has caught up.
             stack.memory.catch_up_index();
         }
-        stack.scheduled_sweep();
+        let period = if world.now() < calm_from + Duration::hours(1) { 1 } else { 5 };
+        stack.scheduled_sweep_every(Duration::minutes(period));
         let reaped = stack.memory.reap_expired(world.now(), &mut || world.chance(0.5));
         if reaped > 0 {
             lock(&world.counts).add("ttl_deletion");
         }
     }
 
-    if steps >= MAX_STEPS {
+    if steps >= max_steps {
         let sqs = lock(&stack.sqs);
         outcome.violations.push(format!(
-            "[every_schedule_settles] the schedule did not settle within {MAX_STEPS} steps: actors {:?} left, {} intake and {} progress message(s), next timer {:?}",
+            "[every_schedule_settles] the schedule did not settle within {max_steps} steps: actors {:?} left, {} intake and {} progress message(s), next timer {:?}",
             exec.names(),
             sqs.messages(QueueId::Intake).len(),
             sqs.messages(QueueId::Progress).len(),
@@ -1028,6 +1159,7 @@ pub fn run(options: Options) -> Outcome {
     if failed_sends > 0 {
         *lock(&world.counts).faults.entry("sfn_send_failed").or_insert(0) += failed_sends;
     }
+    outcome.largest_record = *lock(&stack.store.largest);
     let counts = lock(&world.counts).clone();
     outcome.points = counts.points;
     outcome.faults = counts.faults;

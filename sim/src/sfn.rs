@@ -216,6 +216,8 @@ pub struct Model {
     pub send_faults: SendFaults,
     /// Every send of Step Functions' own that failed.
     pub sends_failed: Vec<SendFailed>,
+    /// The executions whose final report never reaches baton (dropped past the DLQ).
+    pub lost_reports: std::collections::BTreeSet<String>,
     next_token: u64,
 }
 
@@ -231,14 +233,15 @@ impl Model {
         &self.executions[arn].definition
     }
 
-    /// The states of `scope` in `arn`'s definition.
-    fn states(&self, arn: &str, scope: Scope) -> Value {
+    /// The state `state` of `scope` in `arn`'s definition (`null` if it has none).
+    fn state(&self, arn: &str, scope: Scope, state: &str) -> Value {
         let def = self.definition(arn);
-        match (scope, &self.executions[arn].parallel) {
-            (Scope::Top, _) => def["States"].clone(),
-            (Scope::Branch(i), Some(p)) => def["States"][&p.state]["Branches"][i]["States"].clone(),
+        let states = match (scope, &self.executions[arn].parallel) {
+            (Scope::Top, _) => &def["States"],
+            (Scope::Branch(i), Some(p)) => &def["States"][&p.state]["Branches"][i]["States"],
             (Scope::Branch(_), None) => panic!("a branch scope without a running Parallel state"),
-        }
+        };
+        states[state].clone()
     }
 
     fn doc_mut(&mut self, arn: &str, scope: Scope) -> &mut Value {
@@ -254,6 +257,15 @@ impl Model {
         match scope {
             Scope::Top => Some(&mut e.wait),
             Scope::Branch(i) => Some(&mut e.parallel.as_mut()?.branches.get_mut(i)?.wait),
+        }
+    }
+
+    /// `scope` enters the Task state `state`: one entered anew counts its retries from nothing.
+    fn entered(&mut self, arn: &str, scope: Scope, state: &str) {
+        if let Some(slot) = self.retrying_mut(arn, scope)
+            && slot.as_ref().is_some_and(|r| r.state != state)
+        {
+            *slot = None;
         }
     }
 
@@ -379,7 +391,7 @@ impl Model {
             if self.executions[arn].status != ExecutionStatus::Running {
                 return;
             }
-            let def = self.states(arn, scope)[&state].clone();
+            let def = self.state(arn, scope, &state);
             assert!(!def.is_null(), "state {state} is not in the definition");
             match def["Type"].as_str() {
                 Some("Fail") => {
@@ -404,12 +416,7 @@ impl Model {
                 Some("Task") => {}
                 other => panic!("the model does not know state type {other:?}"),
             }
-            // A state entered anew counts its retries from nothing.
-            if let Some(slot) = self.retrying_mut(arn, scope)
-                && slot.as_ref().is_some_and(|r| r.state != state)
-            {
-                *slot = None;
-            }
+            self.entered(arn, scope, &state);
             let resource = def["Resource"].as_str().expect("Resource");
             let token = format!("tok-{}-{}", self.next_token, arn.len());
             self.next_token += 1;
@@ -433,22 +440,9 @@ impl Model {
                     out,
                 );
             }
-            // Step Functions' own SendMessage fails now and then, as any call to SQS may.
-            if self.send_faults.strikes() {
-                let failure = (SEND_FAILED_ERROR.to_owned(), SEND_FAILED_CAUSE.to_owned());
-                let retried = self.retry(arn, scope, (&state, &def), &failure.0, now);
-                self.sends_failed.push(SendFailed {
-                    arn: arn.to_owned(),
-                    state: state.clone(),
-                    at: now,
-                    retried,
-                });
-                if retried {
-                    return;
-                }
-                return self.fail_state(arn, scope, &def, failure, now, out);
+            if !self.send(arn, scope, (&state, &def), body, now, out) {
+                return;
             }
-            out.push(body);
             match resource {
                 "arn:aws:states:::sqs:sendMessage.waitForTaskToken" => {
                     return self.park(arn, scope, state, &def, token, now);
@@ -466,6 +460,40 @@ impl Model {
                 other => panic!("the model does not know resource {other}"),
             }
         }
+    }
+
+    /// The Task state `state` (`def`) of `scope` sends `body` to SQS. Step Functions' own
+    /// SendMessage fails now and then, as any call to SQS may: then the state's `Retry` runs it
+    /// again later, or its `Catch` (or the execution's failure) takes over, and this is false.
+    /// A final report of an execution whose report is lost goes out, and is lost past the DLQ.
+    fn send(
+        &mut self,
+        arn: &str,
+        scope: Scope,
+        (state, def): (&str, &Value),
+        body: String,
+        now: OffsetDateTime,
+        out: &mut Vec<String>,
+    ) -> bool {
+        if self.send_faults.strikes() {
+            let failure = (SEND_FAILED_ERROR.to_owned(), SEND_FAILED_CAUSE.to_owned());
+            let retried = self.retry(arn, scope, (state, def), &failure.0, now);
+            self.sends_failed.push(SendFailed {
+                arn: arn.to_owned(),
+                state: state.to_owned(),
+                at: now,
+                retried,
+            });
+            if !retried {
+                self.fail_state(arn, scope, def, failure, now, out);
+            }
+            return false;
+        }
+        let lost = self.lost_reports.contains(arn) && def["Parameters"]["MessageBody"]["kind"] == "finished";
+        if !lost {
+            out.push(body);
+        }
+        true
     }
 
     /// `scope` of `arn` waits on `token` in `state`, until its deadline (or heartbeat) passes.
@@ -553,7 +581,7 @@ impl Model {
         if let Some(t) = self.tokens.get_mut(&wait.token) {
             t.2 = false;
         }
-        let def = self.states(arn, scope)[&wait.state].clone();
+        let def = self.state(arn, scope, &wait.state);
         match result {
             Ok(output) => {
                 let doc = self.doc_mut(arn, scope);
@@ -754,7 +782,8 @@ impl Model {
             .min()
     }
 
-    fn stop(
+    /// StopExecution: the execution is aborted at once, its tokens closed, no Catch run.
+    pub fn stop(
         &mut self,
         arn: &str,
         (error, cause): (&str, &str),

@@ -30,12 +30,32 @@ pub struct Policy {
     pub fail: f64,
     /// How often a compensation's attempt is failed.
     pub fail_undo: f64,
-    /// The `error` and `cause` of a failure, in characters (0: short texts).
+    /// The `error` and `cause` of most failures, in characters (`None`: short texts).
     pub long_errors: Option<(usize, usize)>,
+    /// The longest a worker takes to answer (the usual: some minutes).
+    pub within: Duration,
+    /// The bytes of data a worker reports with `in_progress` before its answer (0: it beats
+    /// only when a heartbeat asks it to).
+    pub progress_bytes: usize,
 }
 
 impl Policy {
-    pub const USUAL: Policy = Policy { fail: 0.5, fail_undo: 0.25, long_errors: None };
+    pub const USUAL: Policy = Policy {
+        fail: 0.5,
+        fail_undo: 0.25,
+        long_errors: None,
+        within: Duration::minutes(12),
+        progress_bytes: 0,
+    };
+    /// The wide workflow's: most attempts failed, within seconds (so that the branches' answers
+    /// come together), with Step Functions' longest texts, after progress reports of 6 KB.
+    pub const WIDE: Policy = Policy {
+        fail: 0.7,
+        fail_undo: 0.25,
+        long_errors: Some((256, 32_768)),
+        within: Duration::seconds(6),
+        progress_bytes: 6 * 1024,
+    };
 }
 
 /// The task workers of a schedule.
@@ -115,7 +135,9 @@ impl Workers {
             // while the sweep that published the task is still at work.
             _ if rng.chance(0.2) => Duration::ZERO,
             _ if rng.chance(0.2) => Duration::milliseconds(rng.range(1, 300)),
-            _ => Duration::seconds(rng.range(2 * 60, 12 * 60)),
+            _ => {
+                Duration::seconds(rng.range(policy.within.whole_seconds() / 6, policy.within.whole_seconds()))
+            }
         };
         // A worker that takes longer than its heartbeat beats while it works.
         if let Some(h) = heartbeat {
@@ -127,6 +149,11 @@ impl Workers {
                 self.send(t, task, &format!("beat{n}"), body, beat);
                 n += 1;
             }
+        }
+        if policy.progress_bytes > 0 {
+            let mut body = step_body(t, task, "in_progress", policy, &mut self.rng);
+            body["data"] = json!({ format!("log{}", task.attempt): "p".repeat(policy.progress_bytes) });
+            self.send(t, task, "progress", body, after / 2);
         }
         let outcome = if fail { "failed" } else { "succeeded" };
         let body = step_body(t, task, outcome, policy, &mut self.rng);

@@ -67,6 +67,14 @@ pub struct Plan {
     /// When the cursed key turns bad (after its record exists, usually).
     pub cursed_from: Duration,
     pub horizon: Duration,
+    /// The keys of the schedule's crowd (`crate::CROWD_WORKFLOW`), if it has one.
+    pub crowd: Vec<String>,
+    /// The crowd's events, sent by one producer in order of time.
+    pub crowd_events: Vec<EventSend>,
+    /// Executions stopped from the console, outside baton: when, and whose (workflow, key).
+    pub console_stops: Vec<(Duration, String, String)>,
+    /// The (workflow, key) whose first execution's final report is lost (dropped past the DLQ).
+    pub lost_reports: Vec<(String, String)>,
     /// Once everything has settled, the clock jumps this far (past the receipts' and the
     /// inbox's TTLs, so DynamoDB's TTL deletes them at some time after), and these event
     /// bodies arrive once more, late.
@@ -96,6 +104,10 @@ impl Plan {
             cursed_from: Duration::ZERO,
             horizon: Duration::minutes(25),
             long_jump: None,
+            crowd: Vec::new(),
+            crowd_events: Vec::new(),
+            console_stops: Vec::new(),
+            lost_reports: Vec::new(),
         };
         let minute = |rng: &mut crate::rng::Rng| Duration::seconds(rng.range(0, 20 * 60));
         for key in &keys {
@@ -415,6 +427,63 @@ impl Plan {
         }
     }
 
+    /// A crowd of 140 to 220 records of the `crowd` workflow ([`crate::CROWD_WORKFLOW`]), drawn
+    /// from `rng`: each started by its own event in the first four minutes, enrolled (mostly) and
+    /// welcomed by events a minute or two apart (or not: it times out, and its enrolment is
+    /// compensated); and four in five to nearly all of them stuck by what happens
+    /// outside baton, one way for the whole crowd: its executions stopped from the console
+    /// while they wait (the records wait past their deadlines), its final reports lost past the
+    /// DLQ (the records stay advancing), or its executions stopped while they compensate.
+    pub fn add_crowd(&mut self, rng: &mut crate::rng::Rng) {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Stuck {
+            Waiting,
+            Reported,
+            Compensating,
+        }
+        let n = rng.range(140, 220);
+        let share = rng.range(80, 97) as f64 / 100.0;
+        let how = *rng.pick(&[Stuck::Waiting, Stuck::Reported, Stuck::Compensating]);
+        let welcomed = if how == Stuck::Compensating { 0.1 } else { 0.8 };
+        for i in 0..n {
+            let key = format!("c{i}");
+            let joined = Duration::seconds(rng.range(0, 4 * 60));
+            let body = event(&format!("join-{key}"), "member.joined", &key, json!({}));
+            self.crowd_events.push(EventSend { at: joined, body, copies: 1 });
+            let enrolled = joined + Duration::seconds(rng.range(20, 3 * 60));
+            if rng.chance(0.95) {
+                let body = event(&format!("enrol-{key}"), "member.enrolled", &key, json!({"enrolled": true}));
+                self.crowd_events.push(EventSend { at: enrolled, body, copies: 1 });
+            }
+            if rng.chance(welcomed) {
+                let at = enrolled + Duration::seconds(rng.range(20, 3 * 60));
+                let body =
+                    event(&format!("welcome-{key}"), "member.welcomed", &key, json!({"welcomed": true}));
+                self.crowd_events.push(EventSend { at, body, copies: 1 });
+            }
+            if rng.chance(share) {
+                match how {
+                    Stuck::Waiting => {
+                        let at = joined + Duration::seconds(rng.range(10, 4 * 60));
+                        self.console_stops.push((at, "crowd".into(), key.clone()));
+                    }
+                    Stuck::Reported => self.lost_reports.push(("crowd".into(), key.clone())),
+                    Stuck::Compensating => {
+                        let at = joined + Duration::seconds(rng.range(9 * 60, 20 * 60));
+                        self.console_stops.push((at, "crowd".into(), key.clone()));
+                    }
+                }
+            }
+            self.crowd.push(key);
+        }
+        self.crowd_events.sort_by_key(|e| e.at);
+    }
+
+    /// Every event the plan sends: its producers', then the crowd's.
+    pub fn all_events(&self) -> impl Iterator<Item = &EventSend> {
+        self.events.iter().chain(&self.crowd_events)
+    }
+
     /// Adds, in some schedules, inputs that AWS's limits bite on, drawn from `rng` (a generator
     /// of their own, so the rest of a seed's schedule stays what it was): event ids of up to 256
     /// characters, four bytes each (a DynamoDB sort key holds 1,024 bytes);
@@ -554,6 +623,24 @@ pub fn spawn_all(stack: &Stack, plan: &Plan) {
     for (n, at) in plan.replays.iter().enumerate() {
         let operator = replay_dlqs(stack_parts(stack), start + *at);
         world.spawn(format!("replay{n}"), ActorKind::External, Box::pin(operator));
+    }
+    if !plan.crowd_events.is_empty() {
+        let (world2, sqs, events) = (world.clone(), stack.sqs.clone(), plan.crowd_events.clone());
+        let producer = async move {
+            for e in events {
+                sleep_until(world2.clone(), start + e.at).await;
+                let now = world2.now();
+                let m = lock(&sqs).send(QueueId::Intake, e.body.clone(), BTreeMap::new(), now);
+                world2.note(|| format!("  sent {m}: {}", e.body.chars().take(110).collect::<String>()));
+            }
+        };
+        world.spawn("crowd-producer", ActorKind::External, Box::pin(producer));
+    }
+    if !plan.console_stops.is_empty() {
+        let mut stops = plan.console_stops.clone();
+        stops.sort_by_key(|(at, _, _)| *at);
+        let operator = console_stops(stack_parts(stack), start, stops);
+        world.spawn("console", ActorKind::External, Box::pin(operator));
     }
     for at in &plan.sweeps {
         crate::spawn_sweep_at(world, &stack.live, start + *at, "sweep");
@@ -765,6 +852,25 @@ async fn cancel(parts: Parts, at: OffsetDateTime, key: String) {
             }
             Err(_) => sleep_until(world.clone(), world.now() + Duration::seconds(10)).await,
         }
+    }
+}
+
+/// Someone stops executions from the Step Functions console, each at its time (after `start`),
+/// outside baton: each is aborted at once, and nothing tells baton (no report, no Catch).
+async fn console_stops(parts: Parts, start: OffsetDateTime, stops: Vec<(Duration, String, String)>) {
+    let world = parts.world.clone();
+    for (at, workflow, key) in stops {
+        sleep_until(world.clone(), start + at).await;
+        let (Ok(w), Ok(k)) = (
+            baton_core::domain::ids::WorkflowName::parse(workflow.as_str()),
+            CorrelationKey::parse(key.as_str()),
+        ) else {
+            continue;
+        };
+        let name = baton_core::ports::orchestrator::execution_name(&w, &k, 1);
+        let arn = format!("{}{workflow}:{name}", crate::PREFIX.replace(":stateMachine:", ":execution:"));
+        let stopped = lock(&parts.stack.sfn).stop(&arn, ("Console", "stopped from the console"), world.now());
+        world.note(|| format!("  console: StopExecution {arn} -> {stopped:?}"));
     }
 }
 

@@ -62,8 +62,7 @@ pub(super) fn no_generation_without_its_start_event(
     let (_, generations) = started_generations(s, wf, key);
     let distinct_start_events = s
         .plan
-        .events
-        .iter()
+        .all_events()
         .filter(|e| e.body.contains("\"order.placed\"") && e.body.contains(&format!("\"subject\":\"{key}\"")))
         .filter_map(|e| event_id(&e.body))
         .collect::<BTreeSet<_>>()

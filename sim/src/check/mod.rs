@@ -92,11 +92,17 @@ impl<'a> Seen<'a> {
         let sqs = lock(&stack.sqs);
         let records = stack.memory.records();
         let settles = lock(&stack.store.settles).clone();
+        let crowd = stack
+            .config
+            .workflow("crowd")
+            .into_iter()
+            .flat_map(|wf| plan.crowd.iter().map(move |k| (wf.name.clone(), k.clone())));
         let traces = stack
             .config
             .workflows
             .iter()
             .flat_map(|wf| plan.keys.iter().map(move |k| (wf.name.clone(), k.clone())))
+            .chain(crowd)
             .map(|(w, k)| {
                 let key = CorrelationKey::parse(k.as_str()).expect("a key");
                 let trace = block_on(stack.memory.trace(&w, &key)).unwrap_or_default();
@@ -150,6 +156,7 @@ pub fn all(
 
     limits::step_functions_refuses_no_call(c, &s);
     limits::no_execution_stopped_by_its_limits(c, &s);
+    limits::record_size_bound_bounds_the_record(c, &s);
     executions::a_transient_send_failure_is_retried(c, &s);
     inbox::no_lost_wake_up(c, &s);
     lifecycle::terminal_record_never_changes(c, &s);
@@ -208,6 +215,7 @@ pub fn all(
     liveness::every_record_ends(c, &s);
     liveness::every_execution_ends(c, &s);
     liveness::every_queue_drains(c, &s);
+    liveness::owed_work_goes_out_in_time(c, &s);
     for m in s.dead().into_iter().filter(|m| !dead_letters::excused(&s, m)) {
         dead_letters::no_throttled_message_dead_lettered(c, m);
         dead_letters::every_dead_letter_has_a_reason(c, m);
@@ -258,8 +266,9 @@ mod tests {
         }
         // Every check call of the checkers: `after_long_jump`'s two and `all`'s 35, as many as
         // before the split, the parallel groups' seven, bounded retry's five, the task workers'
-        // answers' one, the heartbeat of retried steps' one, and Step Functions' own sends' one.
-        assert_eq!(checks, 52);
+        // answers' one, the heartbeat of retried steps' one, Step Functions' own sends' one,
+        // the crowd's record ends' one, owed work's one, and the record size bound's one.
+        assert_eq!(checks, 55);
     }
 
     /// A violation starts with its invariant's name in brackets; every check is counted.

@@ -180,14 +180,14 @@ pub(super) fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s:
         let Some(r) = s
             .writes
             .iter()
-            .filter(|w| {
+            .rev()
+            .find(|w| {
                 w.at <= missed.at
                     && w.to.workflow.as_str() == workflow
                     && w.to.key.as_str() == key
                     && u64::from(w.to.generation) == generation
             })
             .map(|w| &w.to)
-            .last()
         else {
             continue;
         };
