@@ -221,14 +221,14 @@ pub const CROWD_WORKFLOW: &str = r#"  crowd:
 
 /// The workflow near DynamoDB's item limit that some schedules add to [`CONFIG`] (built by
 /// [`wide_workflow`]): one group of twelve branches (`w0` required, the others optional), each
-/// with a task and ten attempts, whose workers fail most attempts with Step Functions' longest
+/// with a task and ten attempts (2 s apart, doubling), whose workers fail most attempts with Step Functions' longest
 /// `error` and `cause` (256 and 32,768 characters): every failed attempt, and every branch's
 /// owed failure, is kept in the one record.
 pub fn wide_workflow() -> String {
     let branch = |i: usize| {
         let optional = if i == 0 { "" } else { "              optional: true\n" };
         format!(
-            "            - name: w{i}\n              task: {{ title: \"Wide {{key}}\", queue: wide }}\n              requires: [verdict]\n              timeout: 60m\n{optional}              retry: {{ attempts: 10, backoff: 10s }}\n"
+            "            - name: w{i}\n              task: {{ title: \"Wide {{key}}\", queue: wide }}\n              requires: [verdict]\n              timeout: 60m\n{optional}              retry: {{ attempts: 10, backoff: 2s }}\n"
         )
     };
     let branches: String = (0..12).map(branch).collect();
@@ -854,7 +854,7 @@ pub fn run(options: Options) -> Outcome {
     let send_faults = sends.chance(0.3);
     if send_faults {
         let rate = [0.01, 0.03, 0.06][sends.below(3) as usize];
-        lock(&stack.sfn).send_faults = sfn::SendFaults { rate, rng: sends };
+        lock(&stack.sfn).send_faults = sfn::SendFaults { rate, rng: sends, next: 0 };
         world.note(|| format!("Step Functions' own sends to SQS fail at {rate}"));
     }
     // DynamoDB's `by_due` index is eventually consistent: in most schedules its reads lag

@@ -88,16 +88,22 @@ fn matches_error(entry: &Value, error: &str) -> bool {
 pub struct SendFaults {
     pub rate: f64,
     pub rng: crate::rng::Rng,
+    /// How many of the next sends fail, whatever the rate (for tests that place one failure).
+    pub next: u32,
 }
 
 impl Default for SendFaults {
     fn default() -> Self {
-        SendFaults { rate: 0.0, rng: crate::rng::Rng::new(0) }
+        SendFaults { rate: 0.0, rng: crate::rng::Rng::new(0), next: 0 }
     }
 }
 
 impl SendFaults {
     fn strikes(&mut self) -> bool {
+        if self.next > 0 {
+            self.next -= 1;
+            return true;
+        }
         self.rate > 0.0 && self.rng.chance(self.rate)
     }
 }

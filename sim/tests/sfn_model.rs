@@ -104,7 +104,7 @@ fn status(rig: &Rig) -> (ExecutionStatus, Option<String>) {
 }
 
 fn failing_sends(rig: &Rig, rate: f64) {
-    lock(&rig.model).send_faults = SendFaults { rate, rng: baton_sim::rng::Rng::new(1) };
+    lock(&rig.model).send_faults = SendFaults { rate, rng: baton_sim::rng::Rng::new(1), next: 0 };
 }
 
 #[test]
