@@ -52,11 +52,12 @@ fn plan_of(s: &Seen<'_>, r: &Record) -> Option<Plan> {
     Some(config.workflow(r.workflow.as_str())?.plan())
 }
 
-/// The plan of (workflow, key)'s generation, in the config version its writes name (a later
-/// generation may run another).
+/// The plan of (workflow, key)'s generation, in the config version its last write names (a
+/// later generation may run another; a start that crossed a deploy settles on its version at
+/// its first step).
 fn plan_at(s: &Seen<'_>, workflow: &str, key: &str, generation: u32) -> Option<Plan> {
     let r =
-        s.writes.iter().map(|l| &l.to).find(|r| {
+        s.writes.iter().rev().map(|l| &l.to).find(|r| {
             r.workflow.as_str() == workflow && r.key.as_str() == key && r.generation == generation
         })?;
     plan_of(s, r)
