@@ -22,6 +22,7 @@ pub mod scale;
 pub mod sfn;
 pub mod sqs;
 pub mod store;
+pub mod workers;
 pub mod workload;
 pub mod world;
 
@@ -148,6 +149,25 @@ pub const RETRY_WORKFLOW: &str = r#"  retried:
         timeout: 10m
 "#;
 
+/// [`RETRY_WORKFLOW`] as half the schedules that run it have it: each retried step and branch
+/// declares a `heartbeat`, its backoff the longest `baton validate` accepts with it (`verify`:
+/// 30m, heartbeat 10m, 3 attempts, 4m doubling: the longest wait 8m).
+pub fn retry_workflow_with_heartbeats() -> String {
+    RETRY_WORKFLOW
+        .replace(
+            "        timeout: 40m\n        retry: { attempts: 3, backoff: 30s }\n",
+            "        timeout: 30m\n        heartbeat: 10m\n        retry: { attempts: 3, backoff: 4m }\n",
+        )
+        .replace(
+            "              timeout: 30m\n              retry: { attempts: 2, backoff: 30s }\n",
+            "              timeout: 30m\n              heartbeat: 6m\n              retry: { attempts: 2, backoff: 5m }\n",
+        )
+        .replace(
+            "              optional: true\n              retry: { attempts: 2, backoff: 1m }\n",
+            "              optional: true\n              heartbeat: 5m\n              retry: { attempts: 2, backoff: 4m }\n",
+        )
+}
+
 /// The workflow with compensation that some schedules add to [`CONFIG`]: `reserve` (2 attempts
 /// to undo), a group whose required `charge` and optional `points` both declare `compensate`,
 /// and `ship`, whose failure (or timeout, or a cancel with --compensate) undoes what completed.
@@ -178,6 +198,45 @@ pub const SAGA_WORKFLOW: &str = r#"  saga:
         timeout: 20m
 "#;
 
+/// The workflow of the crowds some schedules add to [`CONFIG`]: hundreds of records, each fed
+/// by events (`member.enrolled`, then `member.welcomed`; a record not welcomed in time times
+/// out and has its enrolment compensated), some of them stuck by what happens outside baton
+/// (`workload::Plan::add_crowd`).
+pub const CROWD_WORKFLOW: &str = r#"  crowd:
+    start:
+      when: { type: ["member.joined"] }
+      key: /subject
+    on_restart: never
+    steps:
+      - name: enrol
+        requires: [enrolled]
+        accepts_events: { type: ["member.enrolled"] }
+        timeout: 5m
+        compensate: { task: { title: "Unenrol {key}", queue: crowd }, timeout: 30m, attempts: 1 }
+      - name: welcome
+        requires: [welcomed]
+        accepts_events: { type: ["member.welcomed"] }
+        timeout: 5m
+"#;
+
+/// The workflow near DynamoDB's item limit that some schedules add to [`CONFIG`] (built by
+/// [`wide_workflow`]): one group of twelve branches (`w0` required, the others optional), each
+/// with a task and ten attempts (2 s apart, doubling), whose workers fail most attempts with Step Functions' longest
+/// `error` and `cause` (256 and 32,768 characters): every failed attempt, and every branch's
+/// owed failure, is kept in the one record.
+pub fn wide_workflow() -> String {
+    let branch = |i: usize| {
+        let optional = if i == 0 { "" } else { "              optional: true\n" };
+        format!(
+            "            - name: w{i}\n              task: {{ title: \"Wide {{key}}\", queue: wide }}\n              requires: [verdict]\n              timeout: 60m\n{optional}              retry: {{ attempts: 10, backoff: 2s }}\n"
+        )
+    };
+    let branches: String = (0..12).map(branch).collect();
+    format!(
+        "  wide:\n    start:\n      when: {{ type: [\"order.placed\"] }}\n      key: /subject\n    on_restart: after_terminal\n    steps:\n      - parallel:\n          name: many\n          branches:\n{branches}"
+    )
+}
+
 /// [`GROUP_WORKFLOW`]'s final step, which schedules with the group last leave out.
 pub const GROUP_LAST: &str = "      - name: ship\n        requires: [tracking]\n        timeout: 20m\n";
 
@@ -190,11 +249,78 @@ pub fn config_v2() -> Config {
 
 /// [`config_v2`]'s change, made to `yaml` (a variant of [`CONFIG`]).
 fn config_v2_of(yaml: &str) -> Config {
+    config_v2_with(yaml, SagaChange::None)
+}
+
+/// [`config_v2`]'s change, made to `yaml` (a variant of [`CONFIG`]), with `saga` made to
+/// [`SAGA_WORKFLOW`] if `yaml` has it.
+pub fn config_v2_with(yaml: &str, saga: SagaChange) -> Config {
     let yaml = yaml.replace("title: \"Review {key}\"", "title: \"Second look at {key}\"").replace(
         "      - name: payment\n",
         "      - name: fraud-check\n        requires: [score]\n        timeout: 10m\n      - name: payment\n",
     );
+    let yaml = yaml.replace(SAGA_WORKFLOW, &saga.apply(SAGA_WORKFLOW));
     Config::parse(&yaml).expect("the simulation's second config is valid")
+}
+
+/// How a mid-flight deploy changes [`SAGA_WORKFLOW`]: a step inserted, removed or moved before
+/// its compensable ones, or its group's branches reordered, so that every compensable step has
+/// another index in the new version than in the one its records run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SagaChange {
+    None,
+    /// `quote` inserted before `reserve`.
+    InsertFirst,
+    /// `check-stock` inserted between `reserve` and the group.
+    InsertBeforeGroup,
+    /// `reserve` removed.
+    RemoveReserve,
+    /// `points` before `charge` in the group.
+    SwapBranches,
+    /// `reserve` moved after the group.
+    ReserveAfterGroup,
+}
+
+const SAGA_RESERVE: &str = "      - name: reserve\n        requires: [hold]\n        timeout: 20m\n        compensate: { task: { title: \"Release {key}\", queue: stock }, timeout: 15m, attempts: 2 }\n";
+const SAGA_GROUP: &str = "      - parallel:\n          name: settle\n          branches:\n";
+const SAGA_CHARGE: &str = "            - name: charge\n              requires: [charge_ref]\n              timeout: 20m\n              compensate: { task: { title: \"Refund {key}\", queue: billing }, timeout: 15m }\n";
+const SAGA_SHIP: &str = "      - name: ship\n        requires: [tracking]\n        timeout: 20m\n";
+
+impl SagaChange {
+    pub const ALL: [SagaChange; 5] = [
+        SagaChange::InsertFirst,
+        SagaChange::InsertBeforeGroup,
+        SagaChange::RemoveReserve,
+        SagaChange::SwapBranches,
+        SagaChange::ReserveAfterGroup,
+    ];
+
+    /// `saga` ([`SAGA_WORKFLOW`]) with this change made.
+    pub fn apply(self, saga: &str) -> String {
+        let step = |name: &str, needs: &str| {
+            format!("      - name: {name}\n        requires: [{needs}]\n        timeout: 10m\n")
+        };
+        let changed = match self {
+            SagaChange::None => saga.to_owned(),
+            SagaChange::InsertFirst => {
+                saga.replace(SAGA_RESERVE, &format!("{}{SAGA_RESERVE}", step("quote", "quote")))
+            }
+            SagaChange::InsertBeforeGroup => {
+                saga.replace(SAGA_GROUP, &format!("{}{SAGA_GROUP}", step("check-stock", "stock")))
+            }
+            SagaChange::RemoveReserve => saga.replace(SAGA_RESERVE, ""),
+            SagaChange::SwapBranches => {
+                let points_at = saga.find("            - name: points\n").expect("points");
+                let points = &saga[points_at..saga.find(SAGA_SHIP).expect("ship")];
+                saga.replace(points, "").replace(SAGA_CHARGE, &format!("{points}{SAGA_CHARGE}"))
+            }
+            SagaChange::ReserveAfterGroup => {
+                saga.replace(SAGA_RESERVE, "").replace(SAGA_SHIP, &format!("{SAGA_RESERVE}{SAGA_SHIP}"))
+            }
+        };
+        assert!(self == SagaChange::None || changed != saga, "{self:?} changed nothing");
+        changed
+    }
 }
 
 /// The webhook secret the senders sign with.
@@ -228,6 +354,23 @@ pub struct Outcome {
     pub retries: bool,
     /// Whether a record of the schedule entered compensation.
     pub compensated: bool,
+    /// Whether the schedule's retried steps and branches declare a heartbeat.
+    pub heartbeats: bool,
+    /// Whether the schedule ran each function on a clock of its own.
+    pub skewed: bool,
+    /// Whether Step Functions' own sends to SQS failed now and then in the schedule.
+    pub send_faults: bool,
+    /// How many records the schedule's crowd had (0: none).
+    pub crowd: usize,
+    /// Whether the schedule ran the wide workflow, near the item limit.
+    pub wide: bool,
+    /// Whether the schedule deployed version 2 (in mid-flight).
+    pub deployed: bool,
+    /// The largest record of a group of more than two branches written: its exact size in bytes,
+    /// and the engine's cheap bound of it.
+    pub largest_record: (usize, usize),
+    /// How long the schedule took to run, in milliseconds (set by the runner).
+    pub millis: u64,
     pub violations: Vec<String>,
     /// The schedule, step by step (when traced).
     pub trace: Vec<String>,
@@ -240,9 +383,40 @@ pub struct Shared {
     sfn: Arc<Mutex<Model>>,
     sqs: Arc<Mutex<Sqs>>,
     publisher: Arc<SimPublisher>,
+    skews: Skews,
 }
 
-/// One deploy: a config, its state machines, and the functions built on it.
+/// How far each function's clock is from the world's: every Lambda function reads its own
+/// host's clock, and two hosts disagree (by up to a second here). The operator's engine
+/// (`baton cancel`, `baton replay`) reads the world's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Skews {
+    pub intake: Duration,
+    pub progress: Duration,
+    pub callback: Duration,
+    pub sweeper: Duration,
+}
+
+impl Skews {
+    /// The widest disagreement between two clocks (the world's counted): what no function can
+    /// see, so what a check of times two functions took may be off by.
+    pub fn spread(&self) -> Duration {
+        let all = [Duration::ZERO, self.intake, self.progress, self.callback, self.sweeper];
+        let max = all.iter().max().copied().unwrap_or_default();
+        let min = all.iter().min().copied().unwrap_or_default();
+        max - min
+    }
+
+    /// Each function's clock apart from the world's by up to half a second either way (so two
+    /// of them by up to a second), drawn from `rng`.
+    pub fn draw(rng: &mut rng::Rng) -> Skews {
+        let mut one = || Duration::milliseconds(rng.range(-500, 500));
+        Skews { intake: one(), progress: one(), callback: one(), sweeper: one() }
+    }
+}
+
+/// One deploy: a config, its state machines, and the functions built on it, each function on an
+/// engine of its own that reads its own clock ([`Skews`]). `engine` is the operator's.
 pub struct Deployment {
     pub config: Arc<Config>,
     pub engine: Arc<Engine>,
@@ -267,13 +441,31 @@ impl Shared {
                 .machines
                 .insert(format!("{PREFIX}{name}"), serde_json::from_str(&definition).expect("ASL is JSON"));
         }
-        let clock_world = world.clone();
-        let ids_world = world.clone();
-        let engine = Arc::new(Engine {
+        let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: self.sqs.clone(), queue });
+        let secrets = RotatingSecrets::fixed(Secrets::parse(SECRET).expect("the secret"));
+        let skews = self.skews;
+        Deployment {
+            intake: Arc::new(Intake::new(self.engine(&config, skews.intake), dlq(QueueId::IntakeDlq))),
+            progress: Arc::new(Progress::new(
+                self.engine(&config, skews.progress),
+                dlq(QueueId::ProgressDlq),
+            )),
+            callbacks: Arc::new(Callbacks::new(self.engine(&config, skews.callback), secrets)),
+            sweeper: Arc::new(Sweeper::new(self.engine(&config, skews.sweeper))),
+            engine: self.engine(&config, Duration::ZERO),
+            config,
+        }
+    }
+
+    /// An engine on `config` whose clock is the world's plus `skew`.
+    fn engine(&self, config: &Arc<Config>, skew: Duration) -> Arc<Engine> {
+        let clock_world = self.world.clone();
+        let ids_world = self.world.clone();
+        Arc::new(Engine {
             config: config.clone(),
             store: self.store.clone(),
             orchestrator: Arc::new(SimStepFunctions {
-                world: world.clone(),
+                world: self.world.clone(),
                 model: self.sfn.clone(),
                 sqs: self.sqs.clone(),
             }),
@@ -281,22 +473,13 @@ impl Shared {
             state_machine_prefix: PREFIX.to_owned(),
             state_machine_alias: None,
             metrics: Metrics::to(Box::new(std::io::sink())),
-            clock: Arc::new(move || clock_world.now()),
+            clock: Arc::new(move || clock_world.now() + skew),
             write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),
-            // The memory store keeps DynamoDB's limits.
+            // What the engine trims a record to, as on AWS; the memory store below measures
+            // every item exactly, as DynamoDB does (`store::EXACT_SIZES`).
             item_sizes: baton_aws::dynamodb::ITEM_SIZES,
             versions: Default::default(),
-        });
-        let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: self.sqs.clone(), queue });
-        let secrets = RotatingSecrets::fixed(Secrets::parse(SECRET).expect("the secret"));
-        Deployment {
-            intake: Arc::new(Intake::new(engine.clone(), dlq(QueueId::IntakeDlq))),
-            progress: Arc::new(Progress::new(engine.clone(), dlq(QueueId::ProgressDlq))),
-            callbacks: Arc::new(Callbacks::new(engine.clone(), secrets)),
-            sweeper: Arc::new(Sweeper::new(engine.clone())),
-            config,
-            engine,
-        }
+        })
     }
 }
 
@@ -319,17 +502,25 @@ pub struct Stack {
     pub sweeper: Arc<Sweeper>,
     pub violations: Arc<Mutex<Vec<String>>>,
     pub evidence: Arc<Mutex<Evidence>>,
+    /// When the sweeper's schedule fires next.
+    pub next_sweep: Mutex<OffsetDateTime>,
 }
 
 impl Stack {
     pub fn new(world: Arc<World>, cursed: Option<(String, OffsetDateTime)>) -> Stack {
-        Stack::with_config(world, cursed, CONFIG)
+        Stack::with_config(world, cursed, CONFIG, Skews::default())
     }
 
-    /// A stack that deploys `yaml` (a variant of [`CONFIG`]) first.
-    pub fn with_config(world: Arc<World>, cursed: Option<(String, OffsetDateTime)>, yaml: &str) -> Stack {
+    /// A stack that deploys `yaml` (a variant of [`CONFIG`]) first, its functions' clocks apart
+    /// from the world's by `skews`.
+    pub fn with_config(
+        world: Arc<World>,
+        cursed: Option<(String, OffsetDateTime)>,
+        yaml: &str,
+        skews: Skews,
+    ) -> Stack {
         let config = Arc::new(Config::parse(yaml).expect("the simulation's config is valid"));
-        let memory = Arc::new(MemoryStore::new().with_item_sizes(baton_aws::dynamodb::ITEM_SIZES));
+        let memory = Arc::new(MemoryStore::new().with_item_sizes(store::EXACT_SIZES));
         let violations = Arc::new(Mutex::new(Vec::new()));
         let store = Arc::new(SimStore {
             world: world.clone(),
@@ -340,16 +531,21 @@ impl Stack {
             late_puts: Mutex::new(Default::default()),
             deployed: Mutex::new(Vec::new()),
             settles: Mutex::new(Vec::new()),
+            attempts_due: Mutex::new(Vec::new()),
+            compensating_since: Mutex::new(None),
+            largest: Mutex::new((0, 0)),
+            underbound: Mutex::new(None),
         });
         let sqs = Arc::new(Mutex::new(Sqs::default()));
         let sfn = Arc::new(Mutex::new(Model::default()));
-        let publisher = Arc::new(SimPublisher { world: world.clone(), log: Mutex::new(Vec::new()) });
+        let publisher = Arc::new(SimPublisher::new(world.clone()));
         let shared = Shared {
             world: world.clone(),
             store: store.clone(),
             sfn: sfn.clone(),
             sqs: sqs.clone(),
             publisher: publisher.clone(),
+            skews,
         };
         let first = Arc::new(shared.deploy(config.clone()));
         Stack {
@@ -360,7 +556,6 @@ impl Stack {
             engine: first.engine.clone(),
             live: Arc::new(Mutex::new(first)),
             shared,
-            world,
             config,
             memory,
             store,
@@ -369,7 +564,14 @@ impl Stack {
             publisher,
             violations,
             evidence: Arc::new(Mutex::new(Evidence::default())),
+            next_sweep: Mutex::new(world.now() + Duration::minutes(1)),
+            world,
         }
+    }
+
+    /// How far each function's clock is from the world's.
+    pub fn skews(&self) -> Skews {
+        self.shared.skews
     }
 
     /// What runs now: the first deployment, or the one a deploy replaced it with.
@@ -398,16 +600,8 @@ impl Stack {
             QueueId::Intake => self.live().intake.clone(),
             _ => self.live().progress.clone(),
         };
-        // Lambda's clock starts with the invocation, as the executor's timeout does.
-        let deadline = self.world.now() + crate::world::FUNCTION_TIMEOUT;
-        let future = crate::sqs::invoke(
-            self.world.clone(),
-            self.sqs.clone(),
-            queue,
-            handler,
-            deadline,
-            self.violations.clone(),
-        );
+        let future =
+            crate::sqs::invoke(self.world.clone(), self.sqs.clone(), queue, handler, self.violations.clone());
         self.world.spawn(
             format!("{queue:?}#{}", self.world.next_id()),
             ActorKind::Invocation,
@@ -415,12 +609,46 @@ impl Stack {
         );
     }
 
-    fn sweep(&self, at: OffsetDateTime) {
+    /// The sweeper's schedule (`rate(1 minute)`): a sweep when its minute has come, the next one
+    /// a minute on (after a jump, at the next minute of the schedule).
+    fn scheduled_sweep(&self) {
+        self.scheduled_sweep_every(Duration::minutes(1));
+    }
+
+    /// [`Stack::scheduled_sweep`] with sweeps `period` apart: an hour into the calm, when every
+    /// deadline but the longest has passed, the simulation keeps one sweep in five (the owed
+    /// work checks allow two of those).
+    fn scheduled_sweep_every(&self, period: Duration) {
+        let now = self.world.now();
+        let mut next = lock(&self.next_sweep);
+        if now < *next {
+            return;
+        }
+        let behind = (now - *next).whole_seconds() % period.whole_seconds();
+        *next = now + period - Duration::seconds(behind);
+        drop(next);
+        self.sweep();
+    }
+
+    /// A sweep now: the sweeper function sweeps as of its own clock, as on AWS.
+    fn sweep(&self) {
         let sweeper = self.live().sweeper.clone();
         let future = async move {
-            let _ = sweeper.run_once(at).await;
+            let _ = sweeper.run_once(sweeper.now()).await;
         };
         self.world.spawn(format!("sweep#{}", self.world.next_id()), ActorKind::Invocation, Box::pin(future));
+    }
+
+    /// The sweeper's schedule fires now and then just as a next attempt is due (on AWS, once
+    /// a minute: in one case in sixty within the second after it): here a sweep then, by the
+    /// sweeper's clock, for every attempt that landed due since the last call, so that a
+    /// worker answering at once races the clocks' skew.
+    fn sweep_at_due_attempts(&self) {
+        let due: Vec<OffsetDateTime> = std::mem::take(&mut *lock(&self.store.attempts_due));
+        for at in due {
+            let at = at - self.shared.skews.sweeper + Duration::milliseconds(self.world.below(200) as i64);
+            spawn_sweep_at(&self.world, &self.live, at, "sweep@due");
+        }
     }
 
     /// Fires Step Functions' timers due now; their reports go to the progress queue.
@@ -438,8 +666,54 @@ impl Stack {
     }
 }
 
+/// When a schedule deploys version 2.
+#[derive(Debug, Clone, Copy)]
+enum DeployAt {
+    Time(OffsetDateTime),
+    /// This long after a record first began compensating.
+    Compensating(Duration),
+}
+
+/// Deploys version 2 (with its change to the saga workflow) once its time has come.
+fn deploy_when_due(stack: &Stack, deploy: &mut Option<(DeployAt, SagaChange)>, yaml: &str) {
+    let Some((when, saga)) = *deploy else { return };
+    let now = stack.world.now();
+    let due = match when {
+        DeployAt::Time(at) => now >= at,
+        DeployAt::Compensating(after) => {
+            lock(&stack.store.compensating_since).is_some_and(|t| now >= t + after)
+        }
+    };
+    if due {
+        *deploy = None;
+        stack.deploy(config_v2_with(yaml, saga));
+    }
+}
+
+/// A sweep at `at`: the sweeper's schedule fires then, and the invocation starts then (its
+/// timeout counts from there), on the functions deployed by then.
+pub(crate) fn spawn_sweep_at(
+    world: &Arc<World>,
+    live: &Arc<Mutex<Arc<Deployment>>>,
+    at: OffsetDateTime,
+    name: &str,
+) {
+    let (w, l, name) = (world.clone(), live.clone(), name.to_owned());
+    let timer = async move {
+        crate::world::sleep_until(w.clone(), at).await;
+        let sweeper = lock(&l).sweeper.clone();
+        let run = async move {
+            let _ = sweeper.run_once(sweeper.now()).await;
+        };
+        w.spawn(name, ActorKind::Invocation, Box::pin(run));
+    };
+    world.spawn("sweep-timer", ActorKind::External, Box::pin(timer));
+}
+
 /// The most steps one schedule may take before it is declared stuck.
 const MAX_STEPS: u64 = 200_000;
+/// The steps a schedule may take besides, for each record of its crowd.
+const STEPS_PER_CROWD_RECORD: u64 = 4_000;
 
 /// Runs one schedule.
 #[expect(
@@ -458,7 +732,7 @@ pub fn run(options: Options) -> Outcome {
     // sweep's expiry racing a drain). Drawn from a generator of their own, so the rest of a
     // seed's schedule stays what it was.
     let mut dice = rng::Rng::new(options.seed ^ 0x5eed_d091);
-    let mut deploy_at = dice
+    let deploy_at = dice
         .chance(0.5)
         .then(|| start + Duration::seconds(dice.below(plan.horizon.whole_seconds() as u64) as i64));
     let yaml = match dice.chance(0.3).then(|| ["5s", "20s", "1m"][dice.below(3) as usize]) {
@@ -489,27 +763,100 @@ pub fn run(options: Options) -> Outcome {
     };
     // Two schedules in five add the workflow with a retried step, with its own senders, drawn
     // from a generator of their own.
+    // (Drawn first: a schedule with a crowd runs the retried and the saga workflows too, whose
+    // owed work the crowd's stuck records must not keep from going out.)
+    let mut crowds = rng::Rng::new(options.seed ^ 0xc40_3d5);
+    let with_crowd = crowds.chance(0.1);
     let mut retries = rng::Rng::new(options.seed ^ 0x7e7_7a1e);
-    let with_retries = retries.chance(0.4);
+    let with_retries = retries.chance(0.4) || with_crowd;
+    // Half of those with a heartbeat on each retried step and branch.
+    let heartbeats = with_retries && retries.chance(0.5);
     let yaml = if with_retries {
         world.note(|| "the retried workflow runs retried steps and branches".to_owned());
         plan.add_retries(&mut retries);
-        format!("{yaml}{RETRY_WORKFLOW}")
+        let workflow = if heartbeats { retry_workflow_with_heartbeats() } else { RETRY_WORKFLOW.to_owned() };
+        if heartbeats {
+            world.note(|| "its retried steps and branches declare a heartbeat".to_owned());
+        }
+        format!("{yaml}{workflow}")
     } else {
         yaml
     };
     // About half the schedules add the workflow with compensation, with its own senders (and
     // operators who cancel with --compensate), drawn from a generator of their own.
     let mut sagas = rng::Rng::new(options.seed ^ 0x5a6a_c0de);
-    let yaml = if sagas.chance(0.5) {
+    let with_sagas = sagas.chance(0.5) || with_crowd;
+    let yaml = if with_sagas {
         world.note(|| "the saga workflow compensates what completed when ship fails".to_owned());
         plan.add_sagas(&mut sagas);
         format!("{yaml}{SAGA_WORKFLOW}")
     } else {
         yaml
     };
-    let stack =
-        Stack::with_config(world.clone(), plan.cursed.clone().map(|k| (k, start + plan.cursed_from)), &yaml);
+    // Half the schedules run each function on a clock of its own, apart from the world's by up
+    // to half a second either way, drawn from a generator of their own.
+    let mut clocks = rng::Rng::new(options.seed ^ 0xc10c_5e3d);
+    let skews = if clocks.chance(0.5) { Skews::draw(&mut clocks) } else { Skews::default() };
+    if skews != Skews::default() {
+        world.note(|| format!("the functions' clocks are off the world's by {skews:?}"));
+    }
+    // A schedule that deploys and runs the saga workflow changes it too, one way of five; half
+    // of them deploy once a saga record has begun compensating, up to a minute on, so that the
+    // acknowledgements are handled by the new functions (drawn from a generator of their own).
+    let mut deploys = rng::Rng::new(options.seed ^ 0xde9_1075);
+    let mut deploy = deploy_at.map(|at| {
+        let saga = if with_sagas { *deploys.pick(&SagaChange::ALL) } else { SagaChange::None };
+        let when = if with_sagas && deploys.chance(0.5) {
+            DeployAt::Compensating(Duration::seconds(deploys.range(0, 60)))
+        } else {
+            DeployAt::Time(at)
+        };
+        world.note(|| format!("deploys version 2 ({when:?}), the saga workflow changed: {saga:?}"));
+        (when, saga)
+    });
+    // One schedule in ten adds the wide workflow, whose records come near the item limit.
+    let mut wide = rng::Rng::new(options.seed ^ 0x91de_5123);
+    let with_wide = wide.chance(0.1);
+    let yaml = if with_wide {
+        world.note(|| "the wide workflow's records come near DynamoDB's item limit".to_owned());
+        // Step Functions throttles the task calls for some minutes (its quota hit) as the
+        // branches' last attempts fail: their failures stay owed, each with its cause, in the
+        // one record.
+        let from = start + Duration::seconds(wide.range(60, 180));
+        let until = from + Duration::seconds(wide.range(4 * 60, 8 * 60));
+        *lock(&world.throttle_spell) = Some((from, until, "sfn.SendTask"));
+        format!("{yaml}{}", wide_workflow())
+    } else {
+        yaml
+    };
+    let yaml = if with_crowd {
+        plan.add_crowd(&mut crowds);
+        world.note(|| {
+            format!(
+                "a crowd of {} records, {} of their executions stopped from the console, {} final reports lost",
+                plan.crowd.len(),
+                plan.console_stops.len(),
+                plan.lost_reports.len()
+            )
+        });
+        format!("{yaml}{CROWD_WORKFLOW}")
+    } else {
+        yaml
+    };
+    let will_deploy = deploy.is_some();
+    let cursed = plan.cursed.clone().map(|k| (k, start + plan.cursed_from));
+    let stack = Stack::with_config(world.clone(), cursed, &yaml, skews);
+    // The sweeper's schedule fires every minute, from a second of its own.
+    *lock(&stack.next_sweep) = start + Duration::seconds(clocks.range(1, 60));
+    // Three schedules in ten have Step Functions' own sends to SQS fail now and then while the
+    // faults last, drawn from a generator of their own.
+    let mut sends = rng::Rng::new(options.seed ^ 0x5e4d_fa11);
+    let send_faults = sends.chance(0.3);
+    if send_faults {
+        let rate = [0.01, 0.03, 0.06][sends.below(3) as usize];
+        lock(&stack.sfn).send_faults = sfn::SendFaults { rate, rng: sends, next: 0 };
+        world.note(|| format!("Step Functions' own sends to SQS fail at {rate}"));
+    }
     // DynamoDB's `by_due` index is eventually consistent: in most schedules its reads lag
     // behind the table, each item by up to a few, or a few hundred, writes (a backlog that
     // outlasts a sweep's lease), drawn from a generator of its own.
@@ -525,6 +872,34 @@ pub fn run(options: Options) -> Outcome {
             format!("key {k} is cursed: every store call for it fails from {}", start + plan.cursed_from)
         });
     }
+    // One schedule in ten adds a crowd: hundreds of records of their own workflow, a share
+    // of them stuck by what happens outside baton (an execution stopped from the console, a
+    // final report lost past the DLQ), enough to fill the sweeper's batches.
+    for (workflow, key) in &plan.lost_reports {
+        let name = baton_core::ports::orchestrator::execution_name(
+            &baton_core::domain::ids::WorkflowName::parse(workflow.as_str()).expect("a workflow"),
+            &baton_core::domain::ids::CorrelationKey::parse(key.as_str()).expect("a key"),
+            1,
+        );
+        let arn = format!("{}{workflow}:{name}", PREFIX.replace(":stateMachine:", ":execution:"));
+        lock(&stack.sfn).lost_reports.insert(arn);
+    }
+    // The task workers of the retried steps and of the compensations, drawn from a generator of
+    // their own.
+    let mut workers =
+        workers::Workers::new(workload::stack_parts(&stack), rng::Rng::new(options.seed ^ 0x0b0e_4e45));
+    if with_retries {
+        workers = workers.answering("retried", workers::Policy::USUAL);
+    }
+    if with_sagas {
+        workers = workers.answering("saga", workers::Policy::USUAL);
+    }
+    if with_wide {
+        workers = workers.answering("wide", workers::Policy::WIDE);
+    }
+    if workers.any() {
+        *lock(&stack.publisher.workers) = Some(Box::new(move |p| workers.read(p)));
+    }
     let mut exec = Executor::default();
     workload::spawn_all(&stack, &plan);
 
@@ -533,12 +908,14 @@ pub fn run(options: Options) -> Outcome {
     let mut steps = 0u64;
     let mut stalled = 0u32;
     let horizon = start + plan.horizon;
-    while steps < MAX_STEPS {
+    let mut last_extra_sweep: Option<OffsetDateTime> = None;
+    // A crowd's records take steps of their own.
+    let max_steps = MAX_STEPS + STEPS_PER_CROWD_RECORD * plan.crowd.len() as u64;
+    while steps < max_steps {
         steps += 1;
-        if deploy_at.is_some_and(|t| world.now() >= t) {
-            deploy_at = None;
-            stack.deploy(config_v2_of(&yaml));
-        }
+        deploy_when_due(&stack, &mut deploy, &yaml);
+        stack.sweep_at_due_attempts();
+        stack.scheduled_sweep();
         let roll = world.below(1000);
         let moved = match roll {
             0..=699 => exec.step(&world),
@@ -550,14 +927,31 @@ pub fn run(options: Options) -> Outcome {
                 stack.invoke(QueueId::Progress);
                 false
             }
-            860..=869 => {
-                stack.sweep(world.now());
+            // An extra sweep, beside the schedule's (a retried invocation, a manual run): with
+            // a crowd, whose work takes many more steps, at most one a minute.
+            860..=869
+                if plan.crowd.is_empty()
+                    || last_extra_sweep.is_none_or(|t| world.now() - t >= Duration::minutes(1)) =>
+            {
+                last_extra_sweep = Some(world.now());
+                stack.sweep();
                 false
             }
             // Time passes between inputs; an invocation's own calls take time only through the
             // latency faults, as a real one finishes within its function's timeout.
-            870..=949 if !exec.runnable(&world) || world.chance(0.05) => {
-                world.advance(Duration::seconds(world.below(5) as i64 + 1));
+            // A sleeper wakes on time, to the millisecond: a worker that answers within a second,
+            // a sweep as an attempt is due.
+            // (While work can run, time passes as often per actor whatever their number: Lambda
+            // runs invocations side by side, and a crowd's must not outlive their timeouts for
+            // want of turns.)
+            870..=949
+                if !exec.runnable(&world)
+                    || world.chance(0.05 * (4.0 / exec.runnable_count(&world).max(4) as f64)) =>
+            {
+                let by = Duration::seconds(world.below(5) as i64 + 1);
+                let now = world.now();
+                let wake = world.next_wake().map_or(by, |t| (t - now).max(Duration::milliseconds(1)));
+                world.advance(by.min(wake));
                 false
             }
             // A long quiet spell: only when no invocation is in flight (one would be killed by
@@ -566,7 +960,9 @@ pub fn run(options: Options) -> Outcome {
                 let by = Duration::minutes(world.below(60) as i64 + 5);
                 world.note(|| format!("clock jumps {by}"));
                 lock(&world.counts).add("clock_jump");
+                let from = world.now();
                 world.advance(by);
+                lock(&world.jumps).push((from, world.now()));
                 false
             }
             952..=959 => {
@@ -603,6 +999,8 @@ pub fn run(options: Options) -> Outcome {
     // The calm phase: no more faults (the cursed key stays cursed); the sweeper runs as its
     // schedule does; time moves on until every deadline has passed and nothing is left to do.
     *lock(&world.rates) = Rates::default();
+    lock(&stack.sfn).send_faults.rate = 0.0;
+    *lock(&world.throttle_spell) = None;
     world.note(|| "the faults stop".to_owned());
     stack.fire_timers();
     // The steps really waiting when the faults stop: the record waits, and so does its task in
@@ -648,12 +1046,26 @@ pub fn run(options: Options) -> Outcome {
     let mut stranded_at = checked_after(replay_at);
     let mut stranded: Option<Vec<String>> = None;
     let mut long_jump = plan.long_jump.clone();
-    let mut outcome =
-        Outcome { seed: options.seed, groups: with_groups, retries: with_retries, ..Outcome::default() };
+    let mut outcome = Outcome {
+        seed: options.seed,
+        groups: with_groups,
+        retries: with_retries,
+        heartbeats,
+        skewed: skews != Skews::default(),
+        send_faults,
+        crowd: plan.crowd.len(),
+        wide: with_wide,
+        deployed: will_deploy,
+        ..Outcome::default()
+    };
     // What the world looked like before the long jump, once checked: (starts, writes,
     // violations seen).
     let mut before_jump: Option<(usize, usize, usize)> = None;
-    while steps < MAX_STEPS {
+    // The table's writes when it was last seen to change, and when: a quiet minute since, the
+    // index has caught up.
+    let mut still = (stack.memory.writes(), world.now());
+    let mut timers_fired: Option<OffsetDateTime> = None;
+    while steps < max_steps {
         steps += 1;
         if stranded.is_none() && world.now() >= stranded_at {
             let dead_letters = {
@@ -665,9 +1077,18 @@ pub fn run(options: Options) -> Outcome {
                 _ => stranded = Some(stranded_inputs(&stack)),
             }
         }
+        deploy_when_due(&stack, &mut deploy, &yaml);
+        stack.sweep_at_due_attempts();
+        let period = if world.now() < calm_from + Duration::hours(1) { 1 } else { 5 };
+        stack.scheduled_sweep_every(Duration::minutes(period));
         stack.invoke(QueueId::Intake);
         stack.invoke(QueueId::Progress);
-        stack.fire_timers();
+        // (No faults, so no latency: the clock moves only where this loop moves it. Timers are
+        // fired once per moment, not once per round: a crowd's executions are many.)
+        if timers_fired != Some(world.now()) {
+            timers_fired = Some(world.now());
+            stack.fire_timers();
+        }
         let before = lock(&world.counts).points;
         let finished = exec.round(&world);
         if lock(&world.counts).points != before || finished > 0 || exec.runnable(&world) {
@@ -687,7 +1108,7 @@ pub fn run(options: Options) -> Outcome {
             world.note(|| format!("clock jumps {by}"));
             lock(&world.counts).add("clock_jump");
             world.advance(by);
-            stack.sweep(world.now());
+            stack.sweep();
             if stack.memory.reap_expired(world.now(), &mut || world.chance(0.7)) > 0 {
                 lock(&world.counts).add("ttl_deletion");
             }
@@ -698,25 +1119,30 @@ pub fn run(options: Options) -> Outcome {
             }
             continue;
         }
-        // Nothing moved: let time pass to the next thing that happens, and sweep.
+        // Nothing moved: let time pass to the next thing that happens (the sweeper's schedule
+        // fires every minute).
         let now = world.now();
         let step = next_event(&stack).map_or(Duration::minutes(1), |t| (t - now).max(Duration::seconds(1)));
         world.advance(step.min(Duration::minutes(5)));
-        if step >= INDEX_QUIET {
+        let writes = stack.memory.writes();
+        if writes != still.0 {
+            still = (writes, world.now());
+        } else if world.now() - still.1 >= INDEX_QUIET {
             // A quiet minute: on AWS the index lags by about a second, so it has caught up.
             stack.memory.catch_up_index();
         }
-        stack.sweep(world.now());
+        let period = if world.now() < calm_from + Duration::hours(1) { 1 } else { 5 };
+        stack.scheduled_sweep_every(Duration::minutes(period));
         let reaped = stack.memory.reap_expired(world.now(), &mut || world.chance(0.5));
         if reaped > 0 {
             lock(&world.counts).add("ttl_deletion");
         }
     }
 
-    if steps >= MAX_STEPS {
+    if steps >= max_steps {
         let sqs = lock(&stack.sqs);
         outcome.violations.push(format!(
-            "[every_schedule_settles] the schedule did not settle within {MAX_STEPS} steps: actors {:?} left, {} intake and {} progress message(s), next timer {:?}",
+            "[every_schedule_settles] the schedule did not settle within {max_steps} steps: actors {:?} left, {} intake and {} progress message(s), next timer {:?}",
             exec.names(),
             sqs.messages(QueueId::Intake).len(),
             sqs.messages(QueueId::Progress).len(),
@@ -729,6 +1155,11 @@ pub fn run(options: Options) -> Outcome {
     }
     outcome.checks += 1;
     outcome.violations.extend(stranded.unwrap_or_default());
+    let failed_sends = lock(&stack.sfn).sends_failed.len() as u64;
+    if failed_sends > 0 {
+        *lock(&world.counts).faults.entry("sfn_send_failed").or_insert(0) += failed_sends;
+    }
+    outcome.largest_record = *lock(&stack.store.largest);
     let counts = lock(&world.counts).clone();
     outcome.points = counts.points;
     outcome.faults = counts.faults;
@@ -752,7 +1183,8 @@ fn next_event(stack: &Stack) -> Option<OffsetDateTime> {
         (sqs.next_visible(QueueId::Intake, now), sqs.next_visible(QueueId::Progress, now))
     };
     let timer = lock(&stack.sfn).next_timer();
-    [stack.world.next_wake(), intake, progress, timer].into_iter().flatten().min()
+    let sweep = Some(*lock(&stack.next_sweep));
+    [stack.world.next_wake(), intake, progress, timer, sweep].into_iter().flatten().min()
 }
 
 /// Buffered inputs whose step is waiting in their generation, a visibility timeout after the

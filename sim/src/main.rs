@@ -47,7 +47,9 @@ fn main() {
                     let mut mine = Vec::new();
                     let mut seed = first + t;
                     while seed < first + schedules {
+                        let began = Instant::now();
                         let mut o = run(Options { seed, mutation, trace: false });
+                        o.millis = began.elapsed().as_millis() as u64;
                         o.trace.clear();
                         mine.push(o);
                         seed += threads;
@@ -85,23 +87,16 @@ fn report(schedules: u64, outcomes: &[Outcome], seconds: f64) {
     for (k, v) in &faults {
         println!("  {k}: {v}");
     }
-    let grouped = outcomes.iter().filter(|o| o.groups).count();
-    let share = if outcomes.is_empty() { 0.0 } else { 100.0 * grouped as f64 / outcomes.len() as f64 };
-    println!("schedules with a parallel group: {grouped} ({share:.1} %)");
-    let retried = outcomes.iter().filter(|o| o.retries).count();
-    let share = if outcomes.is_empty() { 0.0 } else { 100.0 * retried as f64 / outcomes.len() as f64 };
-    println!("schedules with retried steps and branches: {retried} ({share:.1} %)");
-    let compensated = outcomes.iter().filter(|o| o.compensated).count();
-    let share = if outcomes.is_empty() { 0.0 } else { 100.0 * compensated as f64 / outcomes.len() as f64 };
-    println!("schedules where a workflow compensated: {compensated} ({share:.1} %)");
+    shares(outcomes);
     println!("invariant checks made: {checks}");
     for (k, v) in &by_invariant {
         println!("  {k}: {v}");
     }
     if seconds > 0.0 {
-        println!("time: {seconds:.1} s ({:.0} schedules/s)", outcomes.len() as f64 / seconds);
+        timing(outcomes, seconds);
     }
     println!("violations: {} schedule(s)", failed.len());
+    broken(&failed);
     for o in failed.iter().take(20) {
         println!("seed {}:", o.seed);
         for v in &o.violations {
@@ -111,5 +106,66 @@ fn report(schedules: u64, outcomes: &[Outcome], seconds: f64) {
     }
     if !failed.is_empty() || (outcomes.len() as u64) < schedules {
         std::process::exit(1);
+    }
+}
+
+/// What a share of the schedules had.
+type Has = fn(&Outcome) -> bool;
+
+/// How many schedules had each feature of the world, and the largest record of a wide group.
+fn shares(outcomes: &[Outcome]) {
+    let shares: [(&str, Has); 9] = [
+        ("with a parallel group", |o| o.groups),
+        ("with retried steps and branches", |o| o.retries),
+        ("where a workflow compensated", |o| o.compensated),
+        ("with a crowd", |o| o.crowd > 0),
+        ("with records near the item limit (the wide workflow)", |o| o.wide),
+        ("with heartbeats on retried steps and branches", |o| o.heartbeats),
+        ("with a clock per function", |o| o.skewed),
+        ("where Step Functions' own sends fail", |o| o.send_faults),
+        ("that deployed version 2", |o| o.deployed),
+    ];
+    for (what, has) in shares {
+        let n = outcomes.iter().filter(|o| has(o)).count();
+        let share = if outcomes.is_empty() { 0.0 } else { 100.0 * n as f64 / outcomes.len() as f64 };
+        println!("schedules {what}: {n} ({share:.1} %)");
+    }
+    if let Some(o) = outcomes.iter().max_by_key(|o| o.largest_record.0).filter(|o| o.largest_record.0 > 0) {
+        let (size, bound) = o.largest_record;
+        println!("largest record of a wide group: {size} bytes (its cheap bound: {bound}), seed {}", o.seed);
+    }
+}
+
+/// How long the run took, with and without a crowd, and its slowest schedules.
+fn timing(outcomes: &[Outcome], seconds: f64) {
+    println!("time: {seconds:.1} s ({:.0} schedules/s)", outcomes.len() as f64 / seconds);
+    let crowded: Vec<&Outcome> = outcomes.iter().filter(|o| o.crowd > 0).collect();
+    let ms = |os: &[&Outcome]| os.iter().map(|o| o.millis).sum::<u64>() as f64 / os.len().max(1) as f64;
+    let others: Vec<&Outcome> = outcomes.iter().filter(|o| o.crowd == 0).collect();
+    println!(
+        "  per schedule: {:.0} ms with a crowd ({} schedules), {:.0} ms without",
+        ms(&crowded),
+        crowded.len(),
+        ms(&others)
+    );
+    let mut slow: Vec<&Outcome> = outcomes.iter().collect();
+    slow.sort_by_key(|o| std::cmp::Reverse(o.millis));
+    let slowest: Vec<String> = slow.iter().take(5).map(|o| format!("{} ({} ms)", o.seed, o.millis)).collect();
+    println!("  slowest: {}", slowest.join(", "));
+}
+
+/// Each broken invariant, by how many schedules broke it, with the first few seeds.
+fn broken(failed: &[&Outcome]) {
+    let mut broken: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for o in failed {
+        let names: std::collections::BTreeSet<&str> =
+            o.violations.iter().filter_map(|v| v.strip_prefix('[')?.split(']').next()).collect();
+        for name in names {
+            broken.entry(name).or_default().push(o.seed);
+        }
+    }
+    for (name, seeds) in &broken {
+        let first: Vec<String> = seeds.iter().take(8).map(u64::to_string).collect();
+        println!("  {name}: {} schedule(s), seeds {}", seeds.len(), first.join(", "));
     }
 }

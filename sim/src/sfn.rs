@@ -3,8 +3,8 @@
 //! It interprets the subset of the Amazon States Language that `baton_core::domain::asl` emits, and panics on
 //! anything else, so a change to the generator cannot drift away from the model unnoticed:
 //! `Task` states on `sqs:sendMessage` and `sqs:sendMessage.waitForTaskToken` (with
-//! `TimeoutSeconds`, `HeartbeatSeconds`, `ResultPath`, `Catch`), `Parallel` (branches of those,
-//! `ResultPath: null`, `Catch`), `Pass` (no fields but `Next` or `End`) and `Fail`.
+//! `TimeoutSeconds`, `HeartbeatSeconds`, `ResultPath`, `Retry`, `Catch`), `Parallel` (branches of
+//! those, `ResultPath: null`, `Catch`), `Pass` (no fields but `Next` or `End`) and `Fail`.
 //!
 //! The semantics baton relies on, as AWS documents them:
 //! - one execution per name; a start with the same name and input is idempotent while the
@@ -13,8 +13,16 @@
 //!   reused [`NAME_REUSE_AFTER`] after the execution closed;
 //! - a task token can be used once: a resume of a closed token is `TaskTimedOut`, of a token
 //!   never issued `InvalidToken`;
-//! - a task that outlives `TimeoutSeconds`, or goes `HeartbeatSeconds` without a heartbeat,
-//!   fails with `States.Timeout`; `Catch` routes it to the report states;
+//! - a task that outlives `TimeoutSeconds`, or goes `HeartbeatSeconds` without a heartbeat
+//!   (SendTaskHeartbeat alone restarts that timer), fails with `States.Timeout`; `Catch` routes
+//!   it to the report states;
+//! - a Task state's own send to SQS may fail (in the schedules that say so: [`SendFaults`]), with
+//!   [`SEND_FAILED_ERROR`]; a task's error goes first to its `Retry`: the first retrier whose
+//!   `ErrorEquals` matches (`States.ALL`; `States.TaskFailed`, all but `States.Timeout`) runs the
+//!   state again after `IntervalSeconds` (default 1) times `BackoffRate` (default 2) per retry
+//!   before, up to `MaxDelaySeconds`, `JitterStrategy: FULL` drawn below that, for
+//!   `MaxAttempts` (default 3; 0: never) counted per retrier from when the state was entered;
+//!   only then to its `Catch`, and a state with neither fails the execution;
 //! - a stopped execution is `ABORTED` at once and runs no Catch (its token closes);
 //! - a `Parallel` state runs every branch on a copy of its input and ends once all have ended;
 //!   a branch error no Catch inside it takes fails the whole state at once, and the other
@@ -59,6 +67,64 @@ pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 pub const NAME_REUSE_AFTER: Duration = Duration::days(90);
 /// The terminal errors `States.ALL` does not match.
 const NOT_IN_STATES_ALL: [&str; 2] = ["States.DataLimitExceeded", "States.Runtime"];
+/// The error a `sqs:sendMessage` task fails with when SQS does not take the message (a 5xx,
+/// a throttle), as Step Functions names a service integration's errors.
+pub const SEND_FAILED_ERROR: &str = "SQS.AmazonSQSException";
+const SEND_FAILED_CAUSE: &str =
+    "Service Unavailable (Service: AmazonSQS; Status Code: 503; Error Code: ServiceUnavailable)";
+
+/// Whether an `ErrorEquals` entry matches `error`: the name itself; `States.ALL` any but the
+/// terminal errors; `States.TaskFailed` any but those and `States.Timeout`.
+fn matches_error(entry: &Value, error: &str) -> bool {
+    let terminal = NOT_IN_STATES_ALL.contains(&error);
+    entry == &json!(error)
+        || (entry == "States.ALL" && !terminal)
+        || (entry == "States.TaskFailed" && !terminal && error != "States.Timeout")
+}
+
+/// How often Step Functions' own sends to SQS fail (the task states' `sqs:sendMessage`),
+/// drawn from a generator of their own.
+#[derive(Debug, Clone)]
+pub struct SendFaults {
+    pub rate: f64,
+    pub rng: crate::rng::Rng,
+    /// How many of the next sends fail, whatever the rate (for tests that place one failure).
+    pub next: u32,
+}
+
+impl Default for SendFaults {
+    fn default() -> Self {
+        SendFaults { rate: 0.0, rng: crate::rng::Rng::new(0), next: 0 }
+    }
+}
+
+impl SendFaults {
+    fn strikes(&mut self) -> bool {
+        if self.next > 0 {
+            self.next -= 1;
+            return true;
+        }
+        self.rate > 0.0 && self.rng.chance(self.rate)
+    }
+}
+
+/// A send of Step Functions' own that failed, and whether its state's `Retry` took it.
+#[derive(Debug, Clone)]
+pub struct SendFailed {
+    pub arn: String,
+    pub state: String,
+    pub at: OffsetDateTime,
+    pub retried: bool,
+}
+
+/// A Task state of a scope under its `Retry`: how often each retrier has retried it since the
+/// state was entered, and when it runs again (`None`: it runs).
+#[derive(Debug, Clone, Default)]
+pub struct Retrying {
+    pub state: String,
+    pub counts: BTreeMap<usize, u32>,
+    pub at: Option<OffsetDateTime>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wait {
@@ -80,6 +146,8 @@ pub struct Execution {
     pub status: ExecutionStatus,
     /// The top level's wait on a task token.
     pub wait: Option<Wait>,
+    /// The top level's Task state under its `Retry`.
+    pub retrying: Option<Retrying>,
     /// The `Parallel` state running, with each branch's own wait.
     pub parallel: Option<ParallelRun>,
     pub started_at: OffsetDateTime,
@@ -100,6 +168,7 @@ pub struct ParallelRun {
 pub struct BranchRun {
     pub doc: Value,
     pub wait: Option<Wait>,
+    pub retrying: Option<Retrying>,
     /// It reached its `End`.
     pub done: bool,
 }
@@ -109,6 +178,17 @@ pub struct BranchRun {
 enum Scope {
     Top,
     Branch(usize),
+}
+
+/// A wait that went `HeartbeatSeconds` without a heartbeat: Step Functions timed it out then.
+#[derive(Debug, Clone)]
+pub struct BeatMissed {
+    pub arn: String,
+    /// The Task state (a step's, by its name).
+    pub state: String,
+    /// When its heartbeat ran out.
+    pub at: OffsetDateTime,
+    pub heartbeat: Duration,
 }
 
 /// One resume the model was asked for.
@@ -136,6 +216,14 @@ pub struct Model {
     /// Every call refused for Step Functions' limits (a ValidationException): baton asked for
     /// what AWS never takes.
     pub refused: Vec<String>,
+    /// Every wait timed out by its `HeartbeatSeconds` (before its `TimeoutSeconds`).
+    pub beats_missed: Vec<BeatMissed>,
+    /// How often Step Functions' own sends fail.
+    pub send_faults: SendFaults,
+    /// Every send of Step Functions' own that failed.
+    pub sends_failed: Vec<SendFailed>,
+    /// The executions whose final report never reaches baton (dropped past the DLQ).
+    pub lost_reports: std::collections::BTreeSet<String>,
     next_token: u64,
 }
 
@@ -151,14 +239,15 @@ impl Model {
         &self.executions[arn].definition
     }
 
-    /// The states of `scope` in `arn`'s definition.
-    fn states(&self, arn: &str, scope: Scope) -> Value {
+    /// The state `state` of `scope` in `arn`'s definition (`null` if it has none).
+    fn state(&self, arn: &str, scope: Scope, state: &str) -> Value {
         let def = self.definition(arn);
-        match (scope, &self.executions[arn].parallel) {
-            (Scope::Top, _) => def["States"].clone(),
-            (Scope::Branch(i), Some(p)) => def["States"][&p.state]["Branches"][i]["States"].clone(),
+        let states = match (scope, &self.executions[arn].parallel) {
+            (Scope::Top, _) => &def["States"],
+            (Scope::Branch(i), Some(p)) => &def["States"][&p.state]["Branches"][i]["States"],
             (Scope::Branch(_), None) => panic!("a branch scope without a running Parallel state"),
-        }
+        };
+        states[state].clone()
     }
 
     fn doc_mut(&mut self, arn: &str, scope: Scope) -> &mut Value {
@@ -175,6 +264,84 @@ impl Model {
             Scope::Top => Some(&mut e.wait),
             Scope::Branch(i) => Some(&mut e.parallel.as_mut()?.branches.get_mut(i)?.wait),
         }
+    }
+
+    /// `scope` enters the Task state `state`: one entered anew counts its retries from nothing.
+    fn entered(&mut self, arn: &str, scope: Scope, state: &str) {
+        if let Some(slot) = self.retrying_mut(arn, scope)
+            && slot.as_ref().is_some_and(|r| r.state != state)
+        {
+            *slot = None;
+        }
+    }
+
+    fn retrying_mut(&mut self, arn: &str, scope: Scope) -> Option<&mut Option<Retrying>> {
+        let e = self.executions.get_mut(arn)?;
+        match scope {
+            Scope::Top => Some(&mut e.retrying),
+            Scope::Branch(i) => Some(&mut e.parallel.as_mut()?.branches.get_mut(i)?.retrying),
+        }
+    }
+
+    /// The Task state `state` (`def`) of `scope` failed with `error`: if a retrier of its `Retry`
+    /// matches it and has attempts left, the state runs again after the retrier's interval
+    /// (`IntervalSeconds`, default 1, times `BackoffRate`, default 2, per retry before; at most
+    /// `MaxDelaySeconds`; `JitterStrategy: FULL` draws from zero to that), each retrier counting
+    /// its own (`MaxAttempts`, default 3; 0: never). Returns whether it will.
+    fn retry(
+        &mut self,
+        arn: &str,
+        scope: Scope,
+        (state, def): (&str, &Value),
+        error: &str,
+        now: OffsetDateTime,
+    ) -> bool {
+        let Some(retriers) = def["Retry"].as_array() else { return false };
+        let Some((index, retrier)) = retriers.iter().enumerate().find(|(_, r)| {
+            r["ErrorEquals"].as_array().is_some_and(|e| e.iter().any(|x| matches_error(x, error)))
+        }) else {
+            return false;
+        };
+        for field in retrier.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+            assert!(
+                [
+                    "ErrorEquals",
+                    "IntervalSeconds",
+                    "MaxAttempts",
+                    "BackoffRate",
+                    "MaxDelaySeconds",
+                    "JitterStrategy",
+                    "Comment"
+                ]
+                .contains(&field.as_str()),
+                "the model does not know the retrier field {field}"
+            );
+        }
+        let max = retrier["MaxAttempts"].as_u64().unwrap_or(3);
+        let interval = retrier["IntervalSeconds"].as_f64().unwrap_or(1.0);
+        let rate = retrier["BackoffRate"].as_f64().unwrap_or(2.0);
+        let slot = self.retrying_mut(arn, scope).expect("a scope");
+        let retrying = slot.get_or_insert_with(Retrying::default);
+        if retrying.state != state {
+            *retrying = Retrying { state: state.to_owned(), ..Retrying::default() };
+        }
+        let count = retrying.counts.entry(index).or_insert(0);
+        if u64::from(*count) >= max {
+            return false;
+        }
+        *count += 1;
+        let mut delay = interval * rate.powi(i32::try_from(*count - 1).unwrap_or(i32::MAX));
+        if let Some(cap) = retrier["MaxDelaySeconds"].as_f64() {
+            delay = delay.min(cap);
+        }
+        if retrier["JitterStrategy"] == "FULL" {
+            delay *= self.send_faults.rng.below(1001) as f64 / 1000.0;
+        }
+        let at = now + Duration::seconds_f64(delay);
+        if let Some(r) = self.retrying_mut(arn, scope).and_then(Option::as_mut) {
+            r.at = Some(at);
+        }
+        true
     }
 
     /// Every wait of an execution: its top-level one and those of a running Parallel's branches.
@@ -205,6 +372,7 @@ impl Model {
                 doc,
                 status: ExecutionStatus::Running,
                 wait: None,
+                retrying: None,
                 parallel: None,
                 started_at: now,
                 closed_at: None,
@@ -229,7 +397,7 @@ impl Model {
             if self.executions[arn].status != ExecutionStatus::Running {
                 return;
             }
-            let def = self.states(arn, scope)[&state].clone();
+            let def = self.state(arn, scope, &state);
             assert!(!def.is_null(), "state {state} is not in the definition");
             match def["Type"].as_str() {
                 Some("Fail") => {
@@ -254,6 +422,7 @@ impl Model {
                 Some("Task") => {}
                 other => panic!("the model does not know state type {other:?}"),
             }
+            self.entered(arn, scope, &state);
             let resource = def["Resource"].as_str().expect("Resource");
             let token = format!("tok-{}-{}", self.next_token, arn.len());
             self.next_token += 1;
@@ -277,7 +446,9 @@ impl Model {
                     out,
                 );
             }
-            out.push(body);
+            if !self.send(arn, scope, (&state, &def), body, now, out) {
+                return;
+            }
             match resource {
                 "arn:aws:states:::sqs:sendMessage.waitForTaskToken" => {
                     return self.park(arn, scope, state, &def, token, now);
@@ -295,6 +466,40 @@ impl Model {
                 other => panic!("the model does not know resource {other}"),
             }
         }
+    }
+
+    /// The Task state `state` (`def`) of `scope` sends `body` to SQS. Step Functions' own
+    /// SendMessage fails now and then, as any call to SQS may: then the state's `Retry` runs it
+    /// again later, or its `Catch` (or the execution's failure) takes over, and this is false.
+    /// A final report of an execution whose report is lost goes out, and is lost past the DLQ.
+    fn send(
+        &mut self,
+        arn: &str,
+        scope: Scope,
+        (state, def): (&str, &Value),
+        body: String,
+        now: OffsetDateTime,
+        out: &mut Vec<String>,
+    ) -> bool {
+        if self.send_faults.strikes() {
+            let failure = (SEND_FAILED_ERROR.to_owned(), SEND_FAILED_CAUSE.to_owned());
+            let retried = self.retry(arn, scope, (state, def), &failure.0, now);
+            self.sends_failed.push(SendFailed {
+                arn: arn.to_owned(),
+                state: state.to_owned(),
+                at: now,
+                retried,
+            });
+            if !retried {
+                self.fail_state(arn, scope, def, failure, now, out);
+            }
+            return false;
+        }
+        let lost = self.lost_reports.contains(arn) && def["Parameters"]["MessageBody"]["kind"] == "finished";
+        if !lost {
+            out.push(body);
+        }
+        true
     }
 
     /// `scope` of `arn` waits on `token` in `state`, until its deadline (or heartbeat) passes.
@@ -338,7 +543,7 @@ impl Model {
             state: state.to_owned(),
             branches: branches
                 .iter()
-                .map(|_| BranchRun { doc: doc.clone(), wait: None, done: false })
+                .map(|_| BranchRun { doc: doc.clone(), wait: None, retrying: None, done: false })
                 .collect(),
         });
         for (i, branch) in branches.iter().enumerate() {
@@ -382,7 +587,7 @@ impl Model {
         if let Some(t) = self.tokens.get_mut(&wait.token) {
             t.2 = false;
         }
-        let def = self.states(arn, scope)[&wait.state].clone();
+        let def = self.state(arn, scope, &wait.state);
         match result {
             Ok(output) => {
                 let doc = self.doc_mut(arn, scope);
@@ -410,7 +615,11 @@ impl Model {
                     }
                 }
             }
-            Err(failure) => self.fail_state(arn, scope, &def, failure, now, out),
+            Err(failure) => {
+                if !self.retry(arn, scope, (&wait.state, &def), &failure.0, now) {
+                    self.fail_state(arn, scope, &def, failure, now, out);
+                }
+            }
         }
     }
 
@@ -427,9 +636,7 @@ impl Model {
         now: OffsetDateTime,
         out: &mut Vec<String>,
     ) {
-        let catches = |x: &Value| {
-            x == &json!(error) || (x == "States.ALL" && !NOT_IN_STATES_ALL.contains(&error.as_str()))
-        };
+        let catches = |x: &Value| matches_error(x, &error);
         let catcher = def["Catch"]
             .as_array()
             .and_then(|c| {
@@ -444,6 +651,7 @@ impl Model {
                         self.executions.get_mut(arn).and_then(|e| e.parallel.take()).expect("a Parallel");
                     self.close_tokens(parallel.branches.iter().filter_map(|b| b.wait.as_ref()));
                     let def = self.definition(arn)["States"][&parallel.state].clone();
+                    assert!(def["Retry"].is_null(), "the model does not know Retry on a Parallel state");
                     self.fail_state(arn, Scope::Top, &def, (error, cause), now, out);
                 }
             };
@@ -476,6 +684,7 @@ impl Model {
         execution.failure = failure;
         let waits: Vec<Wait> = Self::waits(execution).into_iter().map(|(_, w)| w.clone()).collect();
         execution.wait = None;
+        execution.retrying = None;
         execution.parallel = None;
         self.close_tokens(waits.iter());
     }
@@ -509,7 +718,7 @@ impl Model {
 
     /// Times out every task past its deadline or heartbeat at `now`.
     pub fn fire_timers(&mut self, now: OffsetDateTime, out: &mut Vec<String>) -> usize {
-        let due: Vec<(String, Scope, String)> = self
+        let due: Vec<(String, Scope, Wait)> = self
             .executions
             .values()
             .filter(|e| e.status == ExecutionStatus::Running)
@@ -517,16 +726,29 @@ impl Model {
                 Self::waits(e)
                     .into_iter()
                     .filter(|(_, w)| w.deadline <= now || w.beat_deadline.is_some_and(|b| b <= now))
-                    .map(|(scope, w)| (e.arn.clone(), scope, w.token.clone()))
+                    .map(|(scope, w)| (e.arn.clone(), scope, w.clone()))
                     .collect::<Vec<_>>()
             })
             .collect();
         let mut fired = 0;
-        for (arn, scope, token) in &due {
+        for (arn, scope, state) in self.retries_due(now) {
+            if let Some(r) = self.retrying_mut(&arn, scope).and_then(Option::as_mut) {
+                r.at = None;
+            }
+            self.run(&arn, scope, state, now, out);
+            fired += 1;
+        }
+        for (arn, scope, wait) in &due {
             // A sibling's timeout may have failed the Parallel state and closed this wait.
             if self.executions[arn].status == ExecutionStatus::Running
-                && self.scope_of(arn, token) == Some(*scope)
+                && self.scope_of(arn, &wait.token) == Some(*scope)
             {
+                if let Some(beat) = wait.beat_deadline.filter(|b| *b < wait.deadline && *b <= now) {
+                    let heartbeat = wait.heartbeat.unwrap_or_default();
+                    let missed =
+                        BeatMissed { arn: arn.clone(), state: wait.state.clone(), at: beat, heartbeat };
+                    self.beats_missed.push(missed);
+                }
                 self.finish_task(arn, *scope, Err(("States.Timeout".into(), String::new())), now, out);
                 fired += 1;
             }
@@ -534,21 +756,40 @@ impl Model {
         fired
     }
 
-    /// The earliest deadline of a waiting task.
+    /// The Task states whose retry interval has passed at `now`: (execution, scope, state).
+    fn retries_due(&self, now: OffsetDateTime) -> Vec<(String, Scope, String)> {
+        let mut due = Vec::new();
+        for e in self.executions.values().filter(|e| e.status == ExecutionStatus::Running) {
+            let branches = e.parallel.iter().flat_map(|p| p.branches.iter().enumerate());
+            let scopes = std::iter::once((Scope::Top, &e.retrying))
+                .chain(branches.map(|(i, b)| (Scope::Branch(i), &b.retrying)));
+            for (scope, r) in scopes {
+                if let Some(r) = r.as_ref().filter(|r| r.at.is_some_and(|at| at <= now)) {
+                    due.push((e.arn.clone(), scope, r.state.clone()));
+                }
+            }
+        }
+        due
+    }
+
+    /// The earliest deadline of a waiting task, or of a state's retry interval.
     pub fn next_timer(&self) -> Option<OffsetDateTime> {
         self.executions
             .values()
             .filter(|e| e.status == ExecutionStatus::Running)
             .flat_map(|e| {
-                Self::waits(e)
+                let waits = Self::waits(e)
                     .into_iter()
-                    .map(|(_, w)| w.beat_deadline.map_or(w.deadline, |b| b.min(w.deadline)))
-                    .collect::<Vec<_>>()
+                    .map(|(_, w)| w.beat_deadline.map_or(w.deadline, |b| b.min(w.deadline)));
+                let branches = e.parallel.iter().flat_map(|p| p.branches.iter().map(|b| &b.retrying));
+                let retries = std::iter::once(&e.retrying).chain(branches).filter_map(|r| r.as_ref()?.at);
+                waits.chain(retries).collect::<Vec<_>>()
             })
             .min()
     }
 
-    fn stop(
+    /// StopExecution: the execution is aborted at once, its tokens closed, no Catch run.
+    pub fn stop(
         &mut self,
         arn: &str,
         (error, cause): (&str, &str),

@@ -288,10 +288,11 @@ pub async fn invoke(
     sqs: Arc<std::sync::Mutex<Sqs>>,
     queue: QueueId,
     handler: Arc<dyn SqsHandler>,
-    deadline: OffsetDateTime,
     violations: Arc<std::sync::Mutex<Vec<String>>>,
 ) {
     let now = world.now();
+    // Lambda's clock starts with the invocation, as the executor's timeout does.
+    let deadline = now + crate::world::FUNCTION_TIMEOUT;
     // Mostly the template's default of 10; now and then a larger batch, through a window.
     let (size, held) = if world.chance(0.2) {
         let window = Duration::seconds(
@@ -417,6 +418,21 @@ impl SimDeadLetters {
     }
 }
 
+/// A requeue under way: dropped before it went out, its message is marked as one whose
+/// send failed.
+struct Unsent<'a> {
+    dlq: &'a SimDeadLetters,
+    message: Option<&'a SqsMessage>,
+}
+
+impl Drop for Unsent<'_> {
+    fn drop(&mut self) {
+        if let Some(m) = self.message {
+            self.dlq.mark_send_failed(m);
+        }
+    }
+}
+
 /// A dead-letter queue as the handlers see it: the port, with a point and faults.
 pub struct SimDeadLetters {
     pub world: Arc<World>,
@@ -460,7 +476,12 @@ impl DeadLetterQueue for SimDeadLetters {
 
     async fn requeue(&self, message: &SqsMessage) -> Result<(), DeadLetterError> {
         let delay_seconds = baton_core::ports::dead_letters::REQUEUE_DELAY_SECONDS;
+        // A send the invocation gives up on at its deadline (the future dropped before it went
+        // out): the message comes back, and on its last receive SQS's redrive moves it without
+        // a reason, as for a failed dead-letter send.
+        let mut unsent = Unsent { dlq: self, message: Some(message) };
         self.world.point("sqs.SendMessage(requeue)").await;
+        unsent.message = None;
         let fault = self.world.fault("sqs.SendMessage(requeue)");
         let unavailable = || DeadLetterError { retryable: true, source: "injected: SQS unavailable".into() };
         if matches!(fault, Fault::Before | Fault::Throttled) {

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use baton_aws::dynamodb::{ItemFormat, MAX_ITEM_BYTES, record_size};
+use baton_aws::dynamodb::{ITEM_SIZES, ItemFormat, record_size};
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
 use baton_core::domain::lifecycle::{IgnoreReason, Kind, Record, State, Write};
 use baton_core::ports::outbound::{PublishError, TaskPublisher};
@@ -36,6 +36,13 @@ pub struct Landed {
     pub to: Record,
 }
 
+/// How the simulated DynamoDB measures items: as DynamoDB does, every one of them (every record
+/// write measured exactly, where the in-memory store would trust the engine's cheap bound
+/// first: a bound that leaves something out would let the simulated table keep a record
+/// DynamoDB refuses).
+pub const EXACT_SIZES: baton_core::ports::store::ItemSizes =
+    baton_core::ports::store::ItemSizes { record_bound: ITEM_SIZES.record, ..ITEM_SIZES };
+
 pub struct SimStore {
     pub world: Arc<World>,
     pub inner: Arc<MemoryStore>,
@@ -51,6 +58,17 @@ pub struct SimStore {
     pub deployed: Mutex<Vec<Arc<baton_core::domain::config::Config>>>,
     /// Every inbox settle and ledger line that landed, in order.
     pub settles: Mutex<Vec<Settled>>,
+    /// When next attempts landed due (a step's, a branch's, a compensation's), not yet taken by
+    /// the schedule (which has the sweeper's schedule fire at some of them).
+    pub attempts_due: Mutex<Vec<OffsetDateTime>>,
+    /// When a record first began compensating.
+    pub compensating_since: Mutex<Option<OffsetDateTime>>,
+    /// The largest record of a group written (its exact size in bytes, and the engine's bound
+    /// of it).
+    pub largest: Mutex<(usize, usize)>,
+    /// The written record whose exact size passed the engine's cheap bound of it by the most:
+    /// (record, version, size, bound).
+    pub underbound: Mutex<Option<(String, u64, usize, usize)>>,
 }
 
 /// An inbox entry settled for good, or an input ledgered, and where that fell among the landed
@@ -146,19 +164,37 @@ impl WorkflowStore for SimStore {
 
     async fn apply(&self, write: &Write) -> Result<Applied, StoreError> {
         let fault = self.enter("ddb.PutItem(record)", &write.to.key).await?;
-        let size = record_size(&write.to, ItemFormat::Objects);
-        if size > MAX_ITEM_BYTES {
-            lock(&self.violations).push(format!(
-                "[record_fits_its_item] record {}/{} would be {size} bytes at version {}: over DynamoDB's 400 KB item limit, so it can never be written",
-                write.to.workflow, write.to.key, write.to.version
-            ));
-            return Err(StoreError::Rejected {
-                op: "PutItem",
-                source: "ValidationException: Item size has exceeded the maximum allowed size".into(),
-            });
-        }
         let before = self.inner.load(&write.to.workflow, &write.to.key).await?;
-        let applied = self.inner.apply(write).await?;
+        // The store refuses a record over 400 KB as DynamoDB does (a ValidationException,
+        // every time): baton decided a write it can never make.
+        let applied = match self.inner.apply(write).await {
+            Err(e @ StoreError::Rejected { .. }) => {
+                let size = record_size(&write.to, ItemFormat::Objects);
+                let bound = baton_core::ports::store::limits::record_size_bound(&write.to);
+                lock(&self.violations).push(format!(
+                    "[record_fits_its_item] record {}/{} would be {size} bytes at version {} (the engine's bound said {bound}): over DynamoDB's 400 KB item limit, so it can never be written",
+                    write.to.workflow, write.to.key, write.to.version
+                ));
+                lock(&self.world.counts).add("ddb_limit_refused");
+                return Err(e);
+            }
+            other => other?,
+        };
+        if applied == Applied::Written {
+            let size = record_size(&write.to, ItemFormat::Objects);
+            let bound = baton_core::ports::store::limits::record_size_bound(&write.to);
+            if write.to.branches.len() > 2 {
+                let mut largest = lock(&self.largest);
+                if size > largest.0 {
+                    *largest = (size, bound);
+                }
+            }
+            let mut under = lock(&self.underbound);
+            if size > bound && under.as_ref().is_none_or(|(_, _, s, b)| size - bound > s - b) {
+                let name = format!("{}/{}", write.to.workflow, write.to.key);
+                *under = Some((name, write.to.version, size, bound));
+            }
+        }
         self.world.note(|| {
             let cause = write
                 .to
@@ -177,6 +213,14 @@ impl WorkflowStore for SimStore {
             )
         });
         if applied == Applied::Written {
+            let r = &write.to;
+            let due =
+                r.next_attempt_at.into_iter().chain(r.branches.iter().filter_map(|b| b.next_attempt_at));
+            let undos = r.compensation.iter().flat_map(|c| c.undos.iter().filter_map(|u| u.next_attempt_at));
+            lock(&self.attempts_due).extend(due.chain(undos));
+            if r.state == State::Compensating {
+                lock(&self.compensating_since).get_or_insert(self.world.now());
+            }
             lock(&self.writes).push(Landed {
                 at: self.world.now(),
                 from: before.as_ref().map(|r| r.state),
@@ -427,10 +471,20 @@ pub struct Published {
     pub task: Task,
 }
 
-/// The outbound queue: every task published, in order.
+/// What reads the outbound queue: told of each task as it lands.
+pub type Reader = Box<dyn FnMut(&Published) + Send>;
+
+/// The outbound queue: every task published, in order, and the task workers reading it.
 pub struct SimPublisher {
     pub world: Arc<World>,
     pub log: Mutex<Vec<Published>>,
+    pub workers: Mutex<Option<Reader>>,
+}
+
+impl SimPublisher {
+    pub fn new(world: Arc<World>) -> SimPublisher {
+        SimPublisher { world, log: Mutex::new(Vec::new()), workers: Mutex::new(None) }
+    }
 }
 
 #[async_trait::async_trait]
@@ -442,7 +496,11 @@ impl TaskPublisher for SimPublisher {
         if matches!(fault, Fault::Before | Fault::Throttled) {
             return Err(unavailable());
         }
-        lock(&self.log).push(Published { at: self.world.now(), task: task.clone() });
+        let published = Published { at: self.world.now(), task: task.clone() };
+        lock(&self.log).push(published.clone());
+        if let Some(read) = lock(&self.workers).as_mut() {
+            read(&published);
+        }
         if fault == Fault::After { Err(unavailable()) } else { Ok(()) }
     }
 }

@@ -36,8 +36,19 @@ pub struct CallbackSend {
     pub at: Duration,
     pub id: String,
     pub key: String,
-    pub step: &'static str,
+    pub step: String,
     pub body: Value,
+    /// The published task it answers, for a task worker's answer (`crate::workers`).
+    pub task: Option<TaskRef>,
+}
+
+/// The task a worker's answer is for, as the outbound queue delivered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRef {
+    pub id: String,
+    pub attempt: u32,
+    pub generation: u32,
+    pub published_at: OffsetDateTime,
 }
 
 /// A schedule's workload and fault settings.
@@ -56,6 +67,14 @@ pub struct Plan {
     /// When the cursed key turns bad (after its record exists, usually).
     pub cursed_from: Duration,
     pub horizon: Duration,
+    /// The keys of the schedule's crowd (`crate::CROWD_WORKFLOW`), if it has one.
+    pub crowd: Vec<String>,
+    /// The crowd's events, sent by one producer in order of time.
+    pub crowd_events: Vec<EventSend>,
+    /// Executions stopped from the console, outside baton: when, and whose (workflow, key).
+    pub console_stops: Vec<(Duration, String, String)>,
+    /// The (workflow, key) whose first execution's final report is lost (dropped past the DLQ).
+    pub lost_reports: Vec<(String, String)>,
     /// Once everything has settled, the clock jumps this far (past the receipts' and the
     /// inbox's TTLs, so DynamoDB's TTL deletes them at some time after), and these event
     /// bodies arrive once more, late.
@@ -85,6 +104,10 @@ impl Plan {
             cursed_from: Duration::ZERO,
             horizon: Duration::minutes(25),
             long_jump: None,
+            crowd: Vec::new(),
+            crowd_events: Vec::new(),
+            console_stops: Vec::new(),
+            lost_reports: Vec::new(),
         };
         let minute = |rng: &mut crate::rng::Rng| Duration::seconds(rng.range(0, 20 * 60));
         for key in &keys {
@@ -128,7 +151,8 @@ impl Plan {
                     at,
                     id: id.clone(),
                     key: key.clone(),
-                    step: "manual-review",
+                    step: "manual-review".into(),
+                    task: None,
                     body: body.clone(),
                 });
                 // The same webhook-id again: a duplicate, or rarely another payload.
@@ -142,7 +166,8 @@ impl Plan {
                         at,
                         id,
                         key: key.clone(),
-                        step: "manual-review",
+                        step: "manual-review".into(),
+                        task: None,
                         body: again,
                     });
                 }
@@ -158,7 +183,8 @@ impl Plan {
                         at,
                         id: format!("cb-{key}-burst{b}"),
                         key: key.clone(),
-                        step: "manual-review",
+                        step: "manual-review".into(),
+                        task: None,
                         body,
                     });
                 }
@@ -184,7 +210,8 @@ impl Plan {
                     at: minute(&mut rng),
                     id: format!("cb-{key}-pay"),
                     key: key.clone(),
-                    step: "payment",
+                    step: "payment".into(),
+                    task: None,
                     body,
                 });
             }
@@ -205,7 +232,8 @@ impl Plan {
                     at: minute(&mut rng),
                     id: format!("cb-{key}-audit"),
                     key: key.clone(),
-                    step: "check",
+                    step: "check".into(),
+                    task: None,
                     body,
                 });
             }
@@ -278,15 +306,18 @@ impl Plan {
                 // Some right at the start: before the group (or the workflow) is reached.
                 let at = if rng.chance(0.25) { Duration::seconds(rng.range(0, 60)) } else { minute(rng) };
                 let id = format!("cb-{key}-{step}-{n}");
+                let step = step.to_owned();
                 plan.callbacks.push(CallbackSend {
                     at,
                     id: id.clone(),
                     key: key.clone(),
-                    step,
+                    step: step.clone(),
                     body: body.clone(),
+                    task: None,
                 });
                 if rng.chance(0.25) {
-                    plan.callbacks.push(CallbackSend { at: minute(rng), id, key: key.clone(), step, body });
+                    let at = minute(rng);
+                    plan.callbacks.push(CallbackSend { at, id, key: key.clone(), step, body, task: None });
                 }
             };
             let intake_outcome = if rng.chance(0.05) { "failed" } else { "succeeded" };
@@ -322,108 +353,43 @@ impl Plan {
         }
     }
 
-    /// The senders of the `retried` workflow ([`crate::RETRY_WORKFLOW`]), drawn from `rng`: for
-    /// each key, the answers to `verify`'s attempts, then to each branch's of the group after it
-    /// (sent side by side), and `close`'s callback.
+    /// The senders of the `retried` workflow ([`crate::RETRY_WORKFLOW`]) that no task names:
+    /// `close`'s callback, some minutes on (early ones wait in the inbox). Its retried steps'
+    /// tasks are answered by task workers (`crate::workers`), as they go out.
     pub fn add_retries(&mut self, rng: &mut crate::rng::Rng) {
         let keys = self.keys.clone();
         for key in &keys {
-            let start = Duration::seconds(rng.range(0, 4 * 60));
-            let verified = self.answer_attempts(rng, key, ("verify", 3), start);
-            // The group's answers from some minutes later: mostly after it opened (its branches'
-            // retries run), some early (buffered, drained when it opens).
-            let grouped = verified + Duration::seconds(rng.range(0, 20 * 60));
-            let scanned = self.answer_attempts(rng, key, ("scan", 2), grouped);
-            let notified = self.answer_attempts(rng, key, ("notify", 2), grouped);
             let close = json!({"workflow": "retried", "key": key, "step": "close", "outcome": "succeeded",
                 "data": {"closed": true}});
-            let closing = scanned.max(notified) + Duration::seconds(rng.range(0, 10 * 60));
-            self.retry_callback(rng, key, "close", close, closing);
+            let at = Duration::seconds(rng.range(5 * 60, 45 * 60));
+            self.resend_sometimes(rng, key, "close", close, at);
         }
     }
 
-    /// The answers from `at` to the attempts of `step` of the `retried` workflow, which has
-    /// `attempts`: a run of failures (one more than its attempts at most; most naming their
-    /// attempt, some not; some marked not retryable), often a success after them, and a late
-    /// answer for an attempt that may already have failed. Returns when the last in order was
-    /// sent.
-    fn answer_attempts(
+    /// A callback sent at `at`, and again (the same webhook-id) in one case in five.
+    fn resend_sometimes(
         &mut self,
         rng: &mut crate::rng::Rng,
         key: &str,
-        (step, attempts): (&'static str, u32),
-        mut at: Duration,
-    ) -> Duration {
-        let answer = |outcome: &str, attempt: u32, rng: &mut crate::rng::Rng| {
-            let mut body = json!({"workflow": "retried", "key": key, "step": step, "outcome": outcome,
-                "data": {"verdict": "ok"}});
-            if outcome == "failed" {
-                body["error"] = json!("VerifierDown");
-                body["cause"] = json!(format!("attempt {attempt} failed"));
-                if rng.chance(0.1) {
-                    body["retryable"] = json!(false);
-                }
-            }
-            if rng.chance(0.7) {
-                body["attempt"] = json!(attempt);
-            }
-            body
-        };
-        let failures = rng.below(u64::from(attempts) + 2) as u32;
-        for attempt in 1..=failures {
-            let body = answer("failed", attempt, rng);
-            self.retry_callback(rng, key, step, body, at);
-            // Mostly as a worker that answers each attempt's task some minutes after it is out;
-            // else at any time, in a backoff too.
-            at += if rng.chance(0.7) {
-                Duration::seconds(rng.range(2 * 60, 12 * 60))
-            } else {
-                Duration::seconds(rng.range(10, 5 * 60))
-            };
-        }
-        if rng.chance(0.8) {
-            let body = answer("succeeded", failures + 1, rng);
-            self.retry_callback(rng, key, step, body, at);
-        }
-        if failures > 0 && rng.chance(0.4) {
-            let attempt = rng.range(1, i64::from(failures) + 1) as u32;
-            let mut body = answer(if rng.chance(0.5) { "succeeded" } else { "failed" }, attempt, rng);
-            body["attempt"] = json!(attempt);
-            let late = at + Duration::seconds(rng.range(0, 3 * 60));
-            self.retry_callback(rng, key, step, body, late);
-        }
-        at
-    }
-
-    /// A callback of the `retried` workflow, sent again in one case in five.
-    fn retry_callback(
-        &mut self,
-        rng: &mut crate::rng::Rng,
-        key: &str,
-        step: &'static str,
+        step: &str,
         body: Value,
         at: Duration,
     ) {
         let id = format!("cb-{key}-{step}-{}", self.callbacks.len());
-        self.callbacks.push(CallbackSend {
-            at,
-            id: id.clone(),
-            key: key.to_owned(),
-            step,
-            body: body.clone(),
-        });
+        let step = step.to_owned();
+        let send = CallbackSend { at, id, key: key.to_owned(), step, body, task: None };
         if rng.chance(0.2) {
-            let again = at + Duration::seconds(rng.range(0, 5 * 60));
-            self.callbacks.push(CallbackSend { at: again, id, key: key.to_owned(), step, body });
+            let again = CallbackSend { at: at + Duration::seconds(rng.range(0, 4 * 60)), ..send.clone() };
+            self.callbacks.push(again);
         }
+        self.callbacks.push(send);
     }
 
-    /// The senders of the `saga` workflow ([`crate::SAGA_WORKFLOW`]), drawn from `rng`: for each
-    /// key, `reserve`'s callback, the group's (`charge` mostly, `points` often), and `ship`'s,
-    /// mostly a failure, so that what completed is compensated; then the compensations'
-    /// acknowledgements as a worker sends them some minutes after the failure (a failed attempt
-    /// or two first, some twice, some early, some for the wrong attempt); and now and then an
-    /// operator's cancel with --compensate instead.
+    /// The senders of the `saga` workflow ([`crate::SAGA_WORKFLOW`]) that no task names, drawn
+    /// from `rng`: for each key, `reserve`'s callback, the group's (`charge` mostly, `points`
+    /// often), and `ship`'s, mostly a failure, so that what completed is compensated; now and
+    /// then an operator's cancel with --compensate instead. The compensations' tasks are
+    /// acknowledged by task workers (`crate::workers`), as they go out.
     pub fn add_sagas(&mut self, rng: &mut crate::rng::Rng) {
         let keys = self.keys.clone();
         for key in &keys {
@@ -438,107 +404,84 @@ impl Plan {
                 body
             };
             let reserved = start + Duration::seconds(rng.range(0, 4 * 60));
-            self.saga_callback(
-                rng,
-                key,
-                "reserve",
-                step("succeeded", json!({"hold": "h"}), "reserve"),
-                reserved,
-            );
+            let hold = step("succeeded", json!({"hold": "h"}), "reserve");
+            self.resend_sometimes(rng, key, "reserve", hold, reserved);
             let settled = reserved + Duration::seconds(rng.range(30, 6 * 60));
             if rng.chance(0.9) {
-                self.saga_callback(
-                    rng,
-                    key,
-                    "charge",
-                    step("succeeded", json!({"charge_ref": "c"}), "charge"),
-                    settled,
-                );
+                let charged = step("succeeded", json!({"charge_ref": "c"}), "charge");
+                self.resend_sometimes(rng, key, "charge", charged, settled);
             }
             if rng.chance(0.6) {
                 let at = settled + Duration::seconds(rng.range(0, 60));
-                self.saga_callback(
-                    rng,
-                    key,
-                    "points",
-                    step("succeeded", json!({"points": 10}), "points"),
-                    at,
-                );
+                let points = step("succeeded", json!({"points": 10}), "points");
+                self.resend_sometimes(rng, key, "points", points, at);
             }
             let shipped = settled + Duration::seconds(rng.range(60, 6 * 60));
             if rng.chance(0.15) {
                 self.compensating_cancels.push((shipped, key.clone()));
             } else {
                 let outcome = if rng.chance(0.85) { "failed" } else { "succeeded" };
-                let data = json!({"tracking": "t"});
-                self.saga_callback(rng, key, "ship", step(outcome, data, "ship"), shipped);
-            }
-            // The compensations' worker, last position first, each some minutes after the
-            // one before (some acknowledgements come early: before their task is out).
-            let mut at = shipped;
-            for (name, attempts) in [("points", 1), ("charge", 3), ("reserve", 2)] {
-                at += Duration::seconds(rng.range(20, 4 * 60));
-                at = self.acknowledge(rng, key, (name, attempts), at);
+                let ship = step(outcome, json!({"tracking": "t"}), "ship");
+                self.resend_sometimes(rng, key, "ship", ship, shipped);
             }
         }
     }
 
-    /// The acknowledgements of the compensation of `step` (which has `attempts`) from `at`: a
-    /// failed attempt or more (some past the last), mostly a success after, some naming no
-    /// attempt or a wrong one. Returns when the last was sent.
-    fn acknowledge(
-        &mut self,
-        rng: &mut crate::rng::Rng,
-        key: &str,
-        (step, attempts): (&'static str, u32),
-        mut at: Duration,
-    ) -> Duration {
-        let ack = |outcome: &str, attempt: u32, rng: &mut crate::rng::Rng| {
-            let mut body = json!({"workflow": "saga", "key": key, "step": step, "outcome": outcome,
-                "compensation": true, "generation": 1});
-            if outcome == "failed" {
-                body["error"] = json!("UndoFailed");
-                body["cause"] = json!(format!("attempt {attempt} could not undo"));
-            }
-            if rng.chance(0.8) {
-                body["attempt"] = json!(attempt);
-            }
-            body
-        };
-        let failures = rng.below(u64::from(attempts) + 1) as u32;
-        for attempt in 1..=failures {
-            let body = ack("failed", attempt, rng);
-            self.saga_callback(rng, key, step, body, at);
-            at += Duration::seconds(rng.range(20, 3 * 60));
+    /// A crowd of 140 to 220 records of the `crowd` workflow ([`crate::CROWD_WORKFLOW`]), drawn
+    /// from `rng`: each started by its own event in the first four minutes, enrolled (mostly) and
+    /// welcomed by events a minute or two apart (or not: it times out, and its enrolment is
+    /// compensated); and four in five to nearly all of them stuck by what happens
+    /// outside baton, one way for the whole crowd: its executions stopped from the console
+    /// while they wait (the records wait past their deadlines), its final reports lost past the
+    /// DLQ (the records stay advancing), or its executions stopped while they compensate.
+    pub fn add_crowd(&mut self, rng: &mut crate::rng::Rng) {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Stuck {
+            Waiting,
+            Reported,
+            Compensating,
         }
-        if rng.chance(0.85) {
-            let body = ack("succeeded", failures + 1, rng);
-            self.saga_callback(rng, key, step, body, at);
+        let n = rng.range(140, 220);
+        let share = rng.range(80, 97) as f64 / 100.0;
+        let how = *rng.pick(&[Stuck::Waiting, Stuck::Reported, Stuck::Compensating]);
+        let welcomed = if how == Stuck::Compensating { 0.1 } else { 0.8 };
+        for i in 0..n {
+            let key = format!("c{i}");
+            let joined = Duration::seconds(rng.range(0, 4 * 60));
+            let body = event(&format!("join-{key}"), "member.joined", &key, json!({}));
+            self.crowd_events.push(EventSend { at: joined, body, copies: 1 });
+            let enrolled = joined + Duration::seconds(rng.range(20, 3 * 60));
+            if rng.chance(0.95) {
+                let body = event(&format!("enrol-{key}"), "member.enrolled", &key, json!({"enrolled": true}));
+                self.crowd_events.push(EventSend { at: enrolled, body, copies: 1 });
+            }
+            if rng.chance(welcomed) {
+                let at = enrolled + Duration::seconds(rng.range(20, 3 * 60));
+                let body =
+                    event(&format!("welcome-{key}"), "member.welcomed", &key, json!({"welcomed": true}));
+                self.crowd_events.push(EventSend { at, body, copies: 1 });
+            }
+            if rng.chance(share) {
+                match how {
+                    Stuck::Waiting => {
+                        let at = joined + Duration::seconds(rng.range(10, 4 * 60));
+                        self.console_stops.push((at, "crowd".into(), key.clone()));
+                    }
+                    Stuck::Reported => self.lost_reports.push(("crowd".into(), key.clone())),
+                    Stuck::Compensating => {
+                        let at = joined + Duration::seconds(rng.range(9 * 60, 20 * 60));
+                        self.console_stops.push((at, "crowd".into(), key.clone()));
+                    }
+                }
+            }
+            self.crowd.push(key);
         }
-        at
+        self.crowd_events.sort_by_key(|e| e.at);
     }
 
-    /// A callback of the `saga` workflow, sent again in one case in five.
-    fn saga_callback(
-        &mut self,
-        rng: &mut crate::rng::Rng,
-        key: &str,
-        step: &'static str,
-        body: Value,
-        at: Duration,
-    ) {
-        let id = format!("cb-{key}-{step}-{}", self.callbacks.len());
-        self.callbacks.push(CallbackSend {
-            at,
-            id: id.clone(),
-            key: key.to_owned(),
-            step,
-            body: body.clone(),
-        });
-        if rng.chance(0.2) {
-            let again = at + Duration::seconds(rng.range(0, 4 * 60));
-            self.callbacks.push(CallbackSend { at: again, id, key: key.to_owned(), step, body });
-        }
+    /// Every event the plan sends: its producers', then the crowd's.
+    pub fn all_events(&self) -> impl Iterator<Item = &EventSend> {
+        self.events.iter().chain(&self.crowd_events)
     }
 
     /// Adds, in some schedules, inputs that AWS's limits bite on, drawn from `rng` (a generator
@@ -571,7 +514,8 @@ impl Plan {
                     at: when(rng),
                     id,
                     key: key.clone(),
-                    step: "manual-review",
+                    step: "manual-review".into(),
+                    task: None,
                     body,
                 });
             }
@@ -594,6 +538,8 @@ impl Plan {
 pub struct Evidence {
     pub attempts: Vec<Attempt>,
     pub cancels: Vec<Cancelled>,
+    /// The callbacks task workers sent, as they chose them (the plan's are in the plan).
+    pub callbacks: Vec<CallbackSend>,
 }
 
 /// One callback attempt and its answer (`None`: no answer: a crash or the sender's timeout).
@@ -603,7 +549,9 @@ pub struct Attempt {
     pub hash: String,
     pub key: String,
     pub workflow: String,
-    pub step: &'static str,
+    pub step: String,
+    /// The published task it answered (a task worker's answer).
+    pub task: Option<TaskRef>,
     pub answer: Option<(u16, Value)>,
     pub facts: Facts,
 }
@@ -618,6 +566,9 @@ pub struct Facts {
     pub ledger: bool,
     /// A receipt for the id with another payload.
     pub other_receipt: bool,
+    /// The record's generation and the attempt running at the callback's step (its
+    /// compensation's, while compensating), by name in the record's config version.
+    pub running: Option<(u32, u32)>,
 }
 
 /// A cancel that an operator saw succeed.
@@ -673,39 +624,52 @@ pub fn spawn_all(stack: &Stack, plan: &Plan) {
         let operator = replay_dlqs(stack_parts(stack), start + *at);
         world.spawn(format!("replay{n}"), ActorKind::External, Box::pin(operator));
     }
-    for at in &plan.sweeps {
-        let (world2, live) = (world.clone(), stack.live.clone());
-        let at = start + *at;
-        let tick = async move {
-            sleep_until(world2.clone(), at).await;
-            let sweeper = lock(&live).sweeper.clone();
-            let _ = sweeper.run_once(world2.now()).await;
+    if !plan.crowd_events.is_empty() {
+        let (world2, sqs, events) = (world.clone(), stack.sqs.clone(), plan.crowd_events.clone());
+        let producer = async move {
+            for e in events {
+                sleep_until(world2.clone(), start + e.at).await;
+                let now = world2.now();
+                let m = lock(&sqs).send(QueueId::Intake, e.body.clone(), BTreeMap::new(), now);
+                world2.note(|| format!("  sent {m}: {}", e.body.chars().take(110).collect::<String>()));
+            }
         };
-        world.spawn("sweep", ActorKind::Invocation, Box::pin(tick));
+        world.spawn("crowd-producer", ActorKind::External, Box::pin(producer));
+    }
+    if !plan.console_stops.is_empty() {
+        let mut stops = plan.console_stops.clone();
+        stops.sort_by_key(|(at, _, _)| *at);
+        let operator = console_stops(stack_parts(stack), start, stops);
+        world.spawn("console", ActorKind::External, Box::pin(operator));
+    }
+    for at in &plan.sweeps {
+        crate::spawn_sweep_at(world, &stack.live, start + *at, "sweep");
     }
 }
 
 /// The parts of a stack the actors hold.
 #[derive(Clone)]
 pub struct Parts {
-    world: Arc<World>,
-    stack: Arc<StackRefs>,
+    pub(crate) world: Arc<World>,
+    pub(crate) stack: Arc<StackRefs>,
 }
 
-struct StackRefs {
-    live: Arc<Mutex<Arc<crate::Deployment>>>,
+pub(crate) struct StackRefs {
+    pub(crate) live: Arc<Mutex<Arc<crate::Deployment>>>,
     memory: Arc<baton_core::ports::store::memory::MemoryStore>,
-    sqs: Arc<Mutex<crate::sqs::Sqs>>,
-    sfn: Arc<Mutex<crate::sfn::Model>>,
-    evidence: Arc<Mutex<Evidence>>,
+    store: Arc<crate::store::SimStore>,
+    pub(crate) sqs: Arc<Mutex<crate::sqs::Sqs>>,
+    pub(crate) sfn: Arc<Mutex<crate::sfn::Model>>,
+    pub(crate) evidence: Arc<Mutex<Evidence>>,
 }
 
-fn stack_parts(stack: &Stack) -> Parts {
+pub(crate) fn stack_parts(stack: &Stack) -> Parts {
     Parts {
         world: stack.world.clone(),
         stack: Arc::new(StackRefs {
             live: stack.live.clone(),
             memory: stack.memory.clone(),
+            store: stack.store.clone(),
             sqs: stack.sqs.clone(),
             sfn: stack.sfn.clone(),
             evidence: stack.evidence.clone(),
@@ -715,12 +679,12 @@ fn stack_parts(stack: &Stack) -> Parts {
 
 impl Parts {
     /// What runs now (a deploy may have replaced what ran when the actor was spawned).
-    fn live(&self) -> Arc<crate::Deployment> {
+    pub(crate) fn live(&self) -> Arc<crate::Deployment> {
         lock(&self.stack.live).clone()
     }
 
     /// The store's facts about input `id`, read without a port (the oracle), at once.
-    fn facts(&self, workflow: &str, key: &str, id: &str, hash: &str) -> Facts {
+    fn facts(&self, workflow: &str, (key, step): (&str, &str), id: &str, hash: &str) -> Facts {
         let Ok(name) = baton_core::domain::ids::WorkflowName::parse(workflow) else {
             return Facts::default();
         };
@@ -731,11 +695,17 @@ impl Parts {
             r.history.iter().any(|a| a.cause_id.as_deref() == Some(id))
                 || r.applied.iter().any(|a| a.id.as_str() == id)
         });
+        let running = trace.record.as_ref().and_then(|r| {
+            let config = self.stack.store.deployed(r.config_version.as_ref())?;
+            let index = config.workflow(workflow)?.step_index(step)?;
+            Some((r.generation, baton_core::domain::lifecycle::running_attempt(r.failed_attempts(index))))
+        });
         Facts {
             in_record,
             inbox: trace.inbox.iter().any(|e| e.id.as_str() == id),
             ledger: trace.ledger.iter().any(|l| l.input_id == id),
             other_receipt: trace.receipts.iter().any(|r| r.id.as_str() == id && r.hash != hash),
+            running,
         }
     }
 }
@@ -767,7 +737,7 @@ const SENDER_ATTEMPTS: u32 = 8;
     clippy::too_many_lines,
     reason = "a sender's whole retry loop, each documented answer handled as a real sender would"
 )]
-async fn send_callback(parts: Parts, at: OffsetDateTime, c: CallbackSend) {
+pub(crate) async fn send_callback(parts: Parts, at: OffsetDateTime, c: CallbackSend) {
     let world = parts.world.clone();
     sleep_until(world.clone(), at).await;
     let body = c.body.to_string();
@@ -792,7 +762,7 @@ async fn send_callback(parts: Parts, at: OffsetDateTime, c: CallbackSend) {
                     secrets.sign(&c.id, now, body.as_bytes()).parse().expect("a header value"),
                 );
                 let answer = parts.live().callbacks.handle(&headers, body.as_bytes()).await;
-                let facts = parts.facts(&workflow, &c.key, &c.id, &hash);
+                let facts = parts.facts(&workflow, (&c.key, &c.step), &c.id, &hash);
                 *lock(&slot) = Slot::Answered(answer.status.as_u16(), answer.body, facts);
                 drop(guard);
             }
@@ -817,7 +787,8 @@ async fn send_callback(parts: Parts, at: OffsetDateTime, c: CallbackSend) {
                     hash: hash.clone(),
                     key: c.key.clone(),
                     workflow: workflow.clone(),
-                    step: c.step,
+                    step: c.step.clone(),
+                    task: c.task.clone(),
                     answer: Some((*status, body.clone())),
                     facts: facts.clone(),
                 };
@@ -830,7 +801,8 @@ async fn send_callback(parts: Parts, at: OffsetDateTime, c: CallbackSend) {
                     hash: hash.clone(),
                     key: c.key.clone(),
                     workflow: workflow.clone(),
-                    step: c.step,
+                    step: c.step.clone(),
+                    task: c.task.clone(),
                     answer: None,
                     facts: Facts::default(),
                 };
@@ -880,6 +852,25 @@ async fn cancel(parts: Parts, at: OffsetDateTime, key: String) {
             }
             Err(_) => sleep_until(world.clone(), world.now() + Duration::seconds(10)).await,
         }
+    }
+}
+
+/// Someone stops executions from the Step Functions console, each at its time (after `start`),
+/// outside baton: each is aborted at once, and nothing tells baton (no report, no Catch).
+async fn console_stops(parts: Parts, start: OffsetDateTime, stops: Vec<(Duration, String, String)>) {
+    let world = parts.world.clone();
+    for (at, workflow, key) in stops {
+        sleep_until(world.clone(), start + at).await;
+        let (Ok(w), Ok(k)) = (
+            baton_core::domain::ids::WorkflowName::parse(workflow.as_str()),
+            CorrelationKey::parse(key.as_str()),
+        ) else {
+            continue;
+        };
+        let name = baton_core::ports::orchestrator::execution_name(&w, &k, 1);
+        let arn = format!("{}{workflow}:{name}", crate::PREFIX.replace(":stateMachine:", ":execution:"));
+        let stopped = lock(&parts.stack.sfn).stop(&arn, ("Console", "stopped from the console"), world.now());
+        world.note(|| format!("  console: StopExecution {arn} -> {stopped:?}"));
     }
 }
 

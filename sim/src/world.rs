@@ -90,7 +90,8 @@ struct Actor {
     /// Suspended at a point (so a crash lands between two effects), or not yet started: it can
     /// run now. An actor that is not is waiting for time to pass or for another actor.
     at_point: Arc<AtomicBool>,
-    /// When Lambda kills the invocation: its function's timeout after it started.
+    /// When Lambda kills the invocation: its function's timeout after it started (set when it
+    /// is first polled: Lambda starts an invocation at once, whatever else runs).
     deadline: Option<OffsetDateTime>,
     /// Its scheduling priority (PCT): the executor mostly runs the highest, so one actor can
     /// take several steps in a row while another waits, which is how narrow races happen.
@@ -111,10 +112,19 @@ pub struct World {
     next_id: AtomicU64,
     /// When sleeping actors wake: so an idle world can skip straight to the next wake.
     wakes: Mutex<Vec<OffsetDateTime>>,
+    /// The actors asleep, with when they wake: once the clock reaches it, each can run again
+    /// (its flag is raised), so a crowd of busy actors never keeps a sleeper from waking on time.
+    sleepers: Mutex<Vec<(OffsetDateTime, Arc<AtomicBool>)>>,
     /// Actors that died (a crash, or Lambda's timeout) rather than finished.
     pub died: Mutex<std::collections::BTreeSet<String>>,
+    /// The long quiet spells of the faulty phase: the clock jumped from one time to the other,
+    /// with nothing run in between (no sweep either).
+    pub jumps: Mutex<Vec<(OffsetDateTime, OffsetDateTime)>>,
     /// Faults a test asks for, by operation: the next call of that operation gets it.
     scripted: Mutex<Vec<(&'static str, Fault)>>,
+    /// A spell in which every call of the operations with this prefix is throttled (a quota
+    /// hit): from, until, prefix.
+    pub throttle_spell: Mutex<Option<(OffsetDateTime, OffsetDateTime, &'static str)>>,
     /// The cut-offs invocations race their work against (their deadline's timers), by id. The
     /// clock stops at the earliest until its racer has seen it: a timer fires on time, however
     /// slow the call it interrupts, where a latency fault would otherwise jump past it.
@@ -134,8 +144,11 @@ impl World {
             spawned: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             wakes: Mutex::new(Vec::new()),
+            sleepers: Mutex::new(Vec::new()),
             died: Mutex::new(std::collections::BTreeSet::new()),
+            jumps: Mutex::new(Vec::new()),
             scripted: Mutex::new(Vec::new()),
+            throttle_spell: Mutex::new(None),
             cutoffs: Mutex::new(BTreeMap::new()),
         })
     }
@@ -155,7 +168,20 @@ impl World {
         let to = cut.map_or(to, |cut| to.min(cut.max(*now)));
         if to > *now {
             *now = to;
+            lock(&self.sleepers).retain(|(at, flag)| {
+                let awake = *at <= to;
+                if awake {
+                    flag.store(true, Ordering::Relaxed);
+                }
+                !awake
+            });
         }
+    }
+
+    /// The actor being polled sleeps until `at`.
+    fn sleeping(&self, at: OffsetDateTime) {
+        let flag = lock(&self.current).1.clone();
+        lock(&self.sleepers).push((at, flag));
     }
 
     /// Arms a cut-off at `at` (see `cutoffs`); the id disarms it.
@@ -229,6 +255,15 @@ impl World {
                 return fault;
             }
         }
+        let spell = *lock(&self.throttle_spell);
+        if let Some((from, until, prefix)) = spell
+            && op.starts_with(prefix)
+            && (from..until).contains(&self.now())
+        {
+            lock(&self.counts).add("throttled");
+            self.note(|| format!("  fault Throttled on {op} (a spell)"));
+            return Fault::Throttled;
+        }
         let rates = *lock(&self.rates);
         let mut rng = lock(&self.rng);
         let fault = if rng.chance(rates.before) {
@@ -267,7 +302,7 @@ impl World {
     pub fn spawn(&self, name: impl Into<String>, kind: ActorKind, future: BoxFuture) {
         let name = name.into();
         self.note(|| format!("spawn {name}"));
-        let deadline = (kind == ActorKind::Invocation).then(|| self.now() + FUNCTION_TIMEOUT);
+        let deadline = None;
         let priority = lock(&self.rng).next_u64();
         let at_point = Arc::new(AtomicBool::new(true));
         lock(&self.spawned).push(Actor { name, kind, future, at_point, deadline, priority });
@@ -321,7 +356,17 @@ pub fn drive<F: Future>(future: F) -> F::Output {
 /// A future that waits until the clock reaches `at` (the executor moves the clock).
 pub fn sleep_until(world: Arc<World>, at: OffsetDateTime) -> impl Future<Output = ()> + Send {
     lock(&world.wakes).push(at);
-    std::future::poll_fn(move |_| if world.now() >= at { Poll::Ready(()) } else { Poll::Pending })
+    let mut asleep = false;
+    std::future::poll_fn(move |_| {
+        if world.now() >= at {
+            return Poll::Ready(());
+        }
+        if !asleep {
+            asleep = true;
+            world.sleeping(at);
+        }
+        Poll::Pending
+    })
 }
 
 /// The executor: the live actors, polled in seeded order.
@@ -343,6 +388,11 @@ impl Executor {
     /// The names of the live actors.
     pub fn names(&self) -> Vec<String> {
         self.actors.iter().map(|a| a.name.clone()).collect()
+    }
+
+    /// How many actors can run now (those spawned and not yet taken in counted).
+    pub fn runnable_count(&self, world: &World) -> usize {
+        lock(&world.spawned).len() + self.actors.iter().filter(|a| a.at_point.load(Ordering::Relaxed)).count()
     }
 
     /// Can some actor run now (rather than wait for time to pass)?
@@ -423,6 +473,9 @@ impl Executor {
     /// Polls actor `i`; removes it when done. Returns whether it finished.
     fn poll(&mut self, world: &Arc<World>, i: usize) -> bool {
         let actor = &mut self.actors[i];
+        if actor.kind == ActorKind::Invocation && actor.deadline.is_none() {
+            actor.deadline = Some(world.now() + FUNCTION_TIMEOUT);
+        }
         actor.at_point.store(false, Ordering::Relaxed);
         *lock(&world.current) = (actor.name.clone(), actor.at_point.clone());
         let mut cx = Context::from_waker(std::task::Waker::noop());

@@ -54,7 +54,7 @@ fn published_attempts(s: &Stack, key: &str) -> Vec<u32> {
 #[test]
 fn a_retried_steps_next_attempt_goes_out_on_time_past_ten_thousand_stranded_records() {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    let s = Stack::with_config(World::new(11, start, false), None, YAML);
+    let s = Stack::with_config(World::new(11, start, false), None, YAML, Default::default());
     for i in 0..CROWD {
         send(&s, &event(&format!("c-{i}"), "crowd.placed", &format!("c{i}"), json!({})));
     }

@@ -15,7 +15,12 @@ use time::{Duration, OffsetDateTime};
 
 fn saga_stack() -> Stack {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    Stack::with_config(World::new(5, start, false), None, &format!("{CONFIG}{SAGA_WORKFLOW}"))
+    Stack::with_config(
+        World::new(5, start, false),
+        None,
+        &format!("{CONFIG}{SAGA_WORKFLOW}"),
+        Default::default(),
+    )
 }
 
 fn saga_record(s: &Stack, key: &str) -> baton_core::domain::lifecycle::Record {
@@ -93,7 +98,7 @@ workflows:
 #[test]
 fn an_answer_to_the_next_attempt_before_its_mark_is_retried_and_then_applied() {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    let s = Stack::with_config(World::new(3, start, false), None, RETRIED);
+    let s = Stack::with_config(World::new(3, start, false), None, RETRIED, Default::default());
     send(&s, &event("start-r", "order.placed", "r", json!({})));
     settle(&s);
     let body = |outcome: &str, attempt: u32| {

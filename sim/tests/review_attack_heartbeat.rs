@@ -31,7 +31,7 @@ workflows:
 
 fn stack() -> Stack {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    Stack::with_config(World::new(23, start, false), None, YAML)
+    Stack::with_config(World::new(23, start, false), None, YAML, Default::default())
 }
 
 fn load(s: &Stack) -> Record {

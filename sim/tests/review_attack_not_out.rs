@@ -32,7 +32,7 @@ workflows:
 
 fn retried_stack(seed: u64) -> Stack {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    Stack::with_config(World::new(seed, start, false), None, RETRIED)
+    Stack::with_config(World::new(seed, start, false), None, RETRIED, Default::default())
 }
 
 fn verify(outcome: &str, attempt: u32) -> Value {
@@ -123,7 +123,12 @@ fn an_answer_before_the_mark_under_an_id_another_step_took_is_503_then_applied()
 
 fn saga_stack() -> Stack {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    Stack::with_config(World::new(37, start, false), None, &format!("{CONFIG}{SAGA_WORKFLOW}"))
+    Stack::with_config(
+        World::new(37, start, false),
+        None,
+        &format!("{CONFIG}{SAGA_WORKFLOW}"),
+        Default::default(),
+    )
 }
 
 fn saga(step: &str, outcome: &str, data: Value) -> Value {

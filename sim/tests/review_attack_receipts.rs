@@ -32,7 +32,7 @@ workflows:
 
 fn pair(seed: u64) -> Stack {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    Stack::with_config(World::new(seed, start, false), None, PAIR)
+    Stack::with_config(World::new(seed, start, false), None, PAIR, Default::default())
 }
 
 fn load(s: &Stack) -> Record {

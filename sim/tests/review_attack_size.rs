@@ -52,7 +52,7 @@ fn long_id(tag: &str) -> String {
 #[test]
 fn a_long_compensation_whose_every_attempt_failed_stays_within_its_item() {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    let s = Stack::with_config(World::new(47, start, false), None, &yaml());
+    let s = Stack::with_config(World::new(47, start, false), None, &yaml(), Default::default());
     send(&s, &event("start-k", "order.placed", "k", json!({})));
     settle(&s);
     for i in 0..STEPS {

@@ -29,7 +29,7 @@ workflows:
 
 fn solo(traced: bool) -> Stack {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    Stack::with_config(World::new(43, start, traced), None, SOLO)
+    Stack::with_config(World::new(43, start, traced), None, SOLO, Default::default())
 }
 
 /// `solo/key` waiting, then its step timed out in Step Functions (the report on the queue).
@@ -140,7 +140,12 @@ fn held_a_late_report_landing_while_the_sweeper_checks_the_execution_wins() {
 
 fn saga_stack() -> Stack {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    Stack::with_config(World::new(41, start, false), None, &format!("{CONFIG}{SAGA_WORKFLOW}"))
+    Stack::with_config(
+        World::new(41, start, false),
+        None,
+        &format!("{CONFIG}{SAGA_WORKFLOW}"),
+        Default::default(),
+    )
 }
 
 fn saga(key: &str, step: &str, outcome: &str, data: Value) -> Value {

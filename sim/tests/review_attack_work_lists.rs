@@ -64,7 +64,7 @@ fn applied(a: &baton_core::use_cases::callback::Answer, what: &str) {
 #[test]
 fn a_resume_owed_goes_out_on_time_past_a_crowd_of_advancing_records_whose_executions_were_stopped() {
     let start = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    let s = Stack::with_config(World::new(17, start, false), None, CROWD_YAML);
+    let s = Stack::with_config(World::new(17, start, false), None, CROWD_YAML, Default::default());
     for i in 0..CROWD {
         send(&s, &event(&format!("c-{i}"), "crowd.placed", &format!("c{i}"), json!({})));
     }
@@ -140,6 +140,7 @@ fn held_a_record_that_stops_owing_work_leaves_the_work_list() {
         World::new(19, start, false),
         None,
         &format!("{CONFIG}{RETRY_WORKFLOW}{SAGA_WORKFLOW}"),
+        Default::default(),
     );
     send(&s, &event("start-r", "order.placed", "r", json!({})));
     drain(&s);

@@ -724,3 +724,33 @@ async fn a_report_whose_send_fails_is_retried_until_it_goes_out() -> Result<()> 
     );
     Ok(())
 }
+
+/// A step's `step_ready` whose send fails (SQS down for a moment) is retried by the wait's own
+/// `Retry`, re-entering the wait with a new token: the report goes out and the run goes on, where
+/// before the Catch failed the run (found by review). Emulator only: the fault is the emulator's,
+/// on the SQS call Step Functions makes (which it names `SQS.SdkClientException`).
+#[tokio::test]
+async fn a_step_ready_whose_send_fails_is_retried_and_the_run_goes_on() -> Result<()> {
+    let config = Config::parse(CONFIG)?;
+    let side = Side::emulator(&config).await?;
+    let key = unique_name("k");
+    let rule = Emulator::from_env()
+        .inject(json!({"operation": "AmazonSQS.SendMessage", "match": [key, "step_ready"], "times": 1,
+            "when": "before", "status": 500, "code": "InternalError"}))
+        .await;
+    let mut seen = vec![side.start("conform", &key, 1, input("conform", &key, 1)).await?];
+    let (line, token) = side.next_report(&config).await?;
+    seen.push(line);
+    assert_eq!(Emulator::from_env().fault_hits(rule).await, 1, "the first send failed");
+    seen.push(result(
+        "resume",
+        side.orch().send_task_success(&token.context("a token")?, &json!({"decision": "ok"})).await,
+    ));
+    seen.push(side.next_report(&config).await?.0);
+    let seen: Vec<String> = seen.into_iter().map(|l| l.replace(&key, "K")).collect();
+    assert_eq!(
+        seen,
+        ["start ok", "report conform/K g1 step_ready 0", "resume ok", "report conform/K g1 step_ready 1"]
+    );
+    Ok(())
+}

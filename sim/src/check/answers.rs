@@ -83,3 +83,23 @@ pub(super) fn a_cancel_ends_its_execution(c: &mut Checker<'_>, s: &Seen<'_>) {
         });
     }
 }
+
+/// A worker's answer to a task that went out, for the attempt still running when it arrives,
+/// is taken for that attempt: never answered `ignored` as out of order, as if its task were not
+/// out yet (the worker's final answer: it does not send it again, and the step waits for an
+/// answer that came).
+pub(super) fn an_answer_to_a_published_task_is_never_out_of_order(c: &mut Checker<'_>, s: &Seen<'_>) {
+    for a in &s.evidence.attempts {
+        let (Some(task), Some((status, body))) = (&a.task, &a.answer) else { continue };
+        if a.facts.running != Some((task.generation, task.attempt)) {
+            continue;
+        }
+        let out_of_order = *status == 200 && body["status"] == "ignored" && body["reason"] == "out_of_order";
+        c.check("an_answer_to_a_published_task_is_never_out_of_order", !out_of_order, || {
+            format!(
+                "{} answering task {} (attempt {}, out at {}) was answered ignored (out_of_order): its task was out",
+                a.id, task.id, task.attempt, task.published_at
+            )
+        });
+    }
+}

@@ -23,6 +23,7 @@ pub(super) fn all(c: &mut Checker<'_>, s: &Seen<'_>) {
     compensated_only_if_every_one_was_acknowledged(c, s);
     no_forward_step_after_compensation_began(c, s);
     late_forward_input_during_compensation_is_ledgered(c, s);
+    an_acknowledgement_applies_to_the_compensation_it_names(c, s);
     c.outcome.compensated |= s.writes.iter().any(|w| w.to.state == State::Compensating);
 }
 
@@ -51,15 +52,34 @@ fn plan_of(s: &Seen<'_>, r: &Record) -> Option<Plan> {
     Some(config.workflow(r.workflow.as_str())?.plan())
 }
 
+/// The plan of (workflow, key)'s generation, in the config version its last write names (a
+/// later generation may run another; a start that crossed a deploy settles on its version at
+/// its first step).
+fn plan_at(s: &Seen<'_>, workflow: &str, key: &str, generation: u32) -> Option<Plan> {
+    let r =
+        s.writes.iter().rev().map(|l| &l.to).find(|r| {
+            r.workflow.as_str() == workflow && r.key.as_str() == key && r.generation == generation
+        })?;
+    plan_of(s, r)
+}
+
 /// A compensation task goes out only for a step that completed in that generation, and only
 /// once the record entered compensation.
 fn compensation_only_for_a_completed_step_once_compensating(c: &mut Checker<'_>, s: &Seen<'_>) {
     for p in undo_tasks(s) {
         let t = &p.task;
         let completed = writes_of(s, t).any(|r| completes(r, t.step));
-        let began = writes_of(s, t)
-            .filter_map(|r| r.compensation.as_ref())
-            .map(|c| c.began_at)
+        // When the write that began it landed (the record's `began_at` is its writer's clock).
+        let began = s
+            .writes
+            .iter()
+            .filter(|l| {
+                let r = &l.to;
+                (r.workflow.as_str(), r.key.as_str(), r.generation)
+                    == (t.workflow.as_str(), t.key.as_str(), t.generation)
+                    && r.compensation.is_some()
+            })
+            .map(|l| l.at)
             .min()
             .is_some_and(|began| began <= p.at);
         c.check("compensation_only_for_a_completed_step_once_compensating", completed && began, || {
@@ -81,11 +101,7 @@ fn one_compensation_task_per_attempt_none_skipped(c: &mut Checker<'_>, s: &Seen<
         by_undo.entry(at).or_default().insert((t.attempt, &t.id));
     }
     for ((workflow, key, generation, step), seen) in by_undo {
-        let most = s
-            .records
-            .iter()
-            .find(|r| r.workflow.as_str() == workflow && r.key.as_str() == key)
-            .and_then(|r| plan_of(s, r))
+        let most = plan_at(s, &workflow, &key, generation)
             .and_then(|p| p.compensation_of(step))
             .map_or(1, |c| c.attempts);
         let numbers: Vec<u32> = seen.iter().map(|(n, _)| *n).collect();
@@ -107,14 +123,7 @@ fn compensations_run_last_position_first(c: &mut Checker<'_>, s: &Seen<'_>) {
         at.entry(t.step).or_insert(p.at);
     }
     for ((workflow, key, generation), by_step) in first {
-        let Some(plan) = s
-            .records
-            .iter()
-            .find(|r| r.workflow.as_str() == workflow && r.key.as_str() == key)
-            .and_then(|r| plan_of(s, r))
-        else {
-            continue;
-        };
+        let Some(plan) = plan_at(s, &workflow, &key, generation) else { continue };
         for (a, at_a) in &by_step {
             for (b, at_b) in &by_step {
                 let later = plan.position(*a).first > plan.position(*b).first;
@@ -165,9 +174,7 @@ fn every_planned_compensation_ends_with_one_outcome(c: &mut Checker<'_>, s: &See
 /// acknowledgement of success for that step.
 fn compensated_only_if_every_one_was_acknowledged(c: &mut Checker<'_>, s: &Seen<'_>) {
     let acked: BTreeSet<(String, String)> = s
-        .plan
-        .callbacks
-        .iter()
+        .callbacks()
         .filter(|cb| cb.body["compensation"] == true && cb.body["outcome"] == "succeeded")
         .map(|cb| (cb.key.clone(), cb.step.to_owned()))
         .collect();
@@ -189,13 +196,8 @@ fn compensated_only_if_every_one_was_acknowledged(c: &mut Checker<'_>, s: &Seen<
 /// No forward step moves once compensation began: every later write of the generation is
 /// compensating or terminal, and none was caused by a forward input.
 fn no_forward_step_after_compensation_began(c: &mut Checker<'_>, s: &Seen<'_>) {
-    let forward: BTreeSet<&str> = s
-        .plan
-        .callbacks
-        .iter()
-        .filter(|cb| cb.body["compensation"] != true)
-        .map(|cb| cb.id.as_str())
-        .collect();
+    let forward: BTreeSet<&str> =
+        s.callbacks().filter(|cb| cb.body["compensation"] != true).map(|cb| cb.id.as_str()).collect();
     let mut began: BTreeSet<(String, String, u32)> = BTreeSet::new();
     for r in s.writes.iter().map(|l| &l.to) {
         let at = (r.workflow.to_string(), r.key.to_string(), r.generation);
@@ -237,6 +239,50 @@ fn late_forward_input_during_compensation_is_ledgered(c: &mut Checker<'_>, s: &S
                 a.workflow,
                 a.key,
                 reason.as_str()
+            )
+        });
+    }
+}
+
+/// An acknowledgement (or a failure of an attempt) applies to the compensation of the step it
+/// names, by name in the record's own config version, whatever version read it: a write it
+/// caused changes that step's compensation and no other, in the generation it names.
+fn an_acknowledgement_applies_to_the_compensation_it_names(c: &mut Checker<'_>, s: &Seen<'_>) {
+    let acks: BTreeMap<&str, &serde_json::Value> = s
+        .callbacks()
+        .filter(|cb| cb.body["compensation"] == true)
+        .map(|cb| (cb.id.as_str(), &cb.body))
+        .collect();
+    let mut last: BTreeMap<(String, String), &Record> = BTreeMap::new();
+    for r in s.writes.iter().map(|l| &l.to) {
+        let before = last.insert((r.workflow.to_string(), r.key.to_string()), r);
+        let Some(id) = r.history.last().and_then(|h| h.cause_id.as_deref()) else { continue };
+        let (Some(body), Some(comp)) = (acks.get(id), &r.compensation) else { continue };
+        let earlier = before.filter(|b| b.generation == r.generation).and_then(|b| b.compensation.as_ref());
+        let changed: Vec<u32> = comp
+            .undos
+            .iter()
+            .filter(|u| earlier.and_then(|e| e.undos.iter().find(|x| x.step == u.step)) != Some(u))
+            .map(|u| u.step)
+            .collect();
+        let config = s.version_of(r.config_version.as_ref());
+        let name = |step: u32| {
+            config.as_ref().and_then(|c| {
+                Some(c.workflow(r.workflow.as_str())?.steps.get(step as usize)?.name.to_string())
+            })
+        };
+        let named = body["step"].as_str();
+        let generation_ok = body["generation"].as_u64().is_none_or(|g| g == u64::from(r.generation));
+        let ok = generation_ok && changed.iter().all(|&step| name(step).as_deref() == named);
+        c.check("an_acknowledgement_applies_to_the_compensation_it_names", ok, || {
+            format!(
+                "{}/{} generation {}: {id}, for the compensation of {named:?} (generation {}), changed the compensation of {:?} (version {:?})",
+                r.workflow,
+                r.key,
+                r.generation,
+                body["generation"],
+                changed.iter().map(|&st| name(st).unwrap_or_else(|| st.to_string())).collect::<Vec<_>>(),
+                r.config_version
             )
         });
     }

@@ -62,8 +62,7 @@ pub(super) fn no_generation_without_its_start_event(
     let (_, generations) = started_generations(s, wf, key);
     let distinct_start_events = s
         .plan
-        .events
-        .iter()
+        .all_events()
         .filter(|e| e.body.contains("\"order.placed\"") && e.body.contains(&format!("\"subject\":\"{key}\"")))
         .filter_map(|e| event_id(&e.body))
         .collect::<BTreeSet<_>>()
@@ -72,4 +71,24 @@ pub(super) fn no_generation_without_its_start_event(
     c.check("no_generation_without_its_start_event", max <= distinct_start_events, || {
         format!("{}/{key}: generation {max} started, but only {distinct_start_events} distinct start event(s) were sent", wf.name)
     });
+}
+
+/// A transient failure of Step Functions' own send to SQS (a step's `step_ready`, a final
+/// report, an optional branch's report, an `undo_ready`) never fails the execution: the task
+/// state's `Retry` sends it again. Without one, a wait's Catch takes the blip for the step's
+/// failure (the run ends failed, or compensates), and a report state, which has no Catch, fails
+/// the execution with no report, so its record waits for one forever.
+pub(super) fn a_transient_send_failure_is_retried(c: &mut Checker<'_>, s: &Seen<'_>) {
+    for f in &s.model.sends_failed {
+        c.check("a_transient_send_failure_is_retried", f.retried, || {
+            let ended = s.model.executions.get(&f.arn).map(|e| (e.status.clone(), e.failure.clone()));
+            format!(
+                "execution {}: the send of state {:?} failed at {} ({}) and no Retry took it; the execution then: {ended:?}",
+                f.arn,
+                f.state,
+                f.at,
+                crate::sfn::SEND_FAILED_ERROR
+            )
+        });
+    }
 }

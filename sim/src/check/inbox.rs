@@ -101,16 +101,26 @@ pub(super) fn inbox_status_matches_what_happened(
     record: &Record,
     entry: &InboxEntry,
 ) {
-    // This very input (the same payload, not another one reusing its id) applied to its step:
-    // in which generations, first by which landed write (its index).
+    // This very input (the same payload, not another one reusing its id) applied to its step
+    // (by name, in the version of the write that applied it: a deploy may number the steps
+    // otherwise than the entry's buffering version did): in which generations, first by which
+    // landed write (its index).
     let hash = entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint);
     let mut first_applied: BTreeMap<u32, usize> = BTreeMap::new();
     for (i, w) in s.writes.iter().enumerate() {
         if w.to.key != record.key || w.to.workflow != record.workflow {
             continue;
         }
+        let config = s.version_of(w.to.config_version.as_ref());
+        let steps = config.as_ref().and_then(|c| c.workflow(w.to.workflow.as_str())).map(|wf| &wf.steps);
+        let its_step = |step: Option<u32>| match (steps, entry.step_name.as_str()) {
+            (Some(steps), name) if !name.is_empty() => {
+                step.and_then(|i| steps.get(i as usize)).is_some_and(|st| st.name.as_str() == name)
+            }
+            _ => step == Some(entry.step),
+        };
         for a in &w.to.applied {
-            if a.id == entry.id && a.step == Some(entry.step) && Some(payload_fingerprint(&a.hash)) == hash {
+            if a.id == entry.id && its_step(a.step) && Some(payload_fingerprint(&a.hash)) == hash {
                 first_applied.entry(a.generation.unwrap_or(w.to.generation)).or_insert(i);
             }
         }

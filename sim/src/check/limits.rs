@@ -23,3 +23,16 @@ pub(super) fn no_execution_stopped_by_its_limits(c: &mut Checker<'_>, s: &Seen<'
         );
     }
 }
+
+/// The engine's cheap bound of a record's size (`record_size_bound`) is at least its size as
+/// DynamoDB measures it, for every record written: the engine measures exactly, and trims,
+/// only a record the bound says may come near 400 KB, so a bound below the size lets a record
+/// past the limit go unmeasured until DynamoDB refuses it. (Told once per schedule: the write
+/// it fell shortest of.)
+pub(super) fn record_size_bound_bounds_the_record(c: &mut Checker<'_>, s: &Seen<'_>) {
+    let under = crate::world::lock(&s.stack.store.underbound).clone();
+    c.check("record_size_bound_bounds_the_record", under.is_none(), || {
+        let (record, version, size, bound) = under.clone().unwrap_or_default();
+        format!("record {record} at version {version} is {size} bytes, but its cheap bound says {bound}")
+    });
+}

@@ -92,11 +92,17 @@ impl<'a> Seen<'a> {
         let sqs = lock(&stack.sqs);
         let records = stack.memory.records();
         let settles = lock(&stack.store.settles).clone();
+        let crowd = stack
+            .config
+            .workflow("crowd")
+            .into_iter()
+            .flat_map(|wf| plan.crowd.iter().map(move |k| (wf.name.clone(), k.clone())));
         let traces = stack
             .config
             .workflows
             .iter()
             .flat_map(|wf| plan.keys.iter().map(move |k| (wf.name.clone(), k.clone())))
+            .chain(crowd)
             .map(|(w, k)| {
                 let key = CorrelationKey::parse(k.as_str()).expect("a key");
                 let trace = block_on(stack.memory.trace(&w, &key)).unwrap_or_default();
@@ -110,6 +116,11 @@ impl<'a> Seen<'a> {
     /// The config a record's version names, if it was ever deployed.
     fn version_of(&self, version: Option<&String>) -> Option<Arc<Config>> {
         self.stack.store.deployed(version)
+    }
+
+    /// Every callback sent: the plan's senders', then the task workers'.
+    fn callbacks(&self) -> impl Iterator<Item = &crate::workload::CallbackSend> {
+        self.plan.callbacks.iter().chain(&self.evidence.callbacks)
     }
 
     /// Every message in the dead-letter queues: intake's, then progress's.
@@ -145,6 +156,8 @@ pub fn all(
 
     limits::step_functions_refuses_no_call(c, &s);
     limits::no_execution_stopped_by_its_limits(c, &s);
+    limits::record_size_bound_bounds_the_record(c, &s);
+    executions::a_transient_send_failure_is_retried(c, &s);
     inbox::no_lost_wake_up(c, &s);
     lifecycle::terminal_record_never_changes(c, &s);
     executions::one_generation_per_start_event(c, &s);
@@ -175,15 +188,18 @@ pub fn all(
     retries::no_attempt_before_its_backoff(c, &s);
     retries::earlier_attempt_never_completes_a_later_one(c, &s);
     retries::non_retryable_failure_never_retried(c, &s);
+    retries::heartbeat_runs_out_only_on_a_silent_worker(c, &s);
     compensation::all(c, &s);
     let owed = resumes::Owed::of(&s);
     for (token, calls) in &owed.by_token {
         resumes::one_payload_per_resume(c, token, calls);
-        resumes::resume_resent_only_after_the_grace_period(c, token, calls, owed.since.get(token));
+        let since = owed.since.get(token);
+        resumes::resume_resent_only_after_the_grace_period(c, token, calls, since, s.stack.skews().spread());
         resumes::at_most_one_resume_accepted(c, token, calls);
     }
     answers::every_answer_tells_the_truth(c, &s);
     answers::a_retry_gets_the_same_answer(c, &s);
+    answers::an_answer_to_a_published_task_is_never_out_of_order(c, &s);
     nothing_lost::every_callback_is_classified(c, &s);
     nothing_lost::every_event_is_classified_for_its_step(c, &s, &versions);
     for t in s.traces.values() {
@@ -199,6 +215,7 @@ pub fn all(
     liveness::every_record_ends(c, &s);
     liveness::every_execution_ends(c, &s);
     liveness::every_queue_drains(c, &s);
+    liveness::owed_work_goes_out_in_time(c, &s);
     for m in s.dead().into_iter().filter(|m| !dead_letters::excused(&s, m)) {
         dead_letters::no_throttled_message_dead_lettered(c, m);
         dead_letters::every_dead_letter_has_a_reason(c, m);
@@ -248,8 +265,10 @@ mod tests {
             }
         }
         // Every check call of the checkers: `after_long_jump`'s two and `all`'s 35, as many as
-        // before the split, the parallel groups' seven, and bounded retry's five.
-        assert_eq!(checks, 49);
+        // before the split, the parallel groups' seven, bounded retry's five, the task workers'
+        // answers' one, the heartbeat of retried steps' one, Step Functions' own sends' one,
+        // the crowd's record ends' one, owed work's one, and the record size bound's one.
+        assert_eq!(checks, 55);
     }
 
     /// A violation starts with its invariant's name in brackets; every check is counted.

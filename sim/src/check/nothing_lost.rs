@@ -96,17 +96,23 @@ pub(super) fn every_callback_is_classified(c: &mut Checker<'_>, s: &Seen<'_>) {
 
 /// Every input of every event sent ends with a classification an operator can see, for its own
 /// step by name (an event two steps accept is applied, buffered or ledgered for each, never
-/// dropped for one as a duplicate of the other), or was dead-lettered with its reason.
+/// dropped for one as a duplicate of the other), or was dead-lettered with its reason (or
+/// without, where baton could not give one).
 pub(super) fn every_event_is_classified_for_its_step(c: &mut Checker<'_>, s: &Seen<'_>, versions: &Versions) {
     let dead = s.dead();
-    for e in &s.plan.events {
+    for e in s.plan.all_events() {
         let Ok(parsed) = plan_event(&s.stack.config, &e.body) else { continue };
         for (wf, key, input) in &parsed.inputs {
             if s.cursed == Some(key.as_str()) {
                 continue;
             }
             let id = input.id().map(ToString::to_string).unwrap_or_default();
-            let in_dlq = dead.iter().any(|m| m.body == e.body && m.attributes.contains_key(REASON_ATTRIBUTE));
+            // Dead-lettered with its reason, or without one where baton could not give it
+            // (`dead_letters::excused`): an operator sees it there.
+            let in_dlq = dead.iter().any(|m| {
+                m.body == e.body
+                    && (m.attributes.contains_key(REASON_ATTRIBUTE) || super::dead_letters::excused(s, m))
+            });
             let at = (wf.name.as_str(), key.as_str());
             let for_its_step = match input {
                 Input::StepInput { step, .. } => wf
@@ -138,7 +144,7 @@ pub(super) fn every_event_is_classified_for_its_step(c: &mut Checker<'_>, s: &Se
 pub(super) fn a_rejected_input_leaves_a_trace(c: &mut Checker<'_>, s: &Seen<'_>) {
     let dead = s.dead();
     let mut bodies: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    for e in &s.plan.events {
+    for e in s.plan.all_events() {
         if let Some(id) = event_id(&e.body) {
             bodies.entry(id.to_string()).or_default().push(&e.body);
         }

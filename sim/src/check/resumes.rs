@@ -62,16 +62,19 @@ pub(super) fn one_payload_per_resume(c: &mut Checker<'_>, token: &str, calls: &[
 }
 
 /// A resume is re-sent only once it has been owed for the grace period (the first sender may
-/// still be at work); the first send may come whenever its sender gets to it.
+/// still be at work); the first send may come whenever its sender gets to it. The grace is
+/// counted on the functions' clocks, which may disagree by `skew` (the write's time is its
+/// writer's, the re-send's its sender's).
 pub(super) fn resume_resent_only_after_the_grace_period(
     c: &mut Checker<'_>,
     token: &str,
     calls: &[&ResumeCall],
     owed_since: Option<&OffsetDateTime>,
+    skew: time::Duration,
 ) {
     if let Some(since) = owed_since {
         for again in calls.iter().skip(1) {
-            c.check("resume_resent_only_after_the_grace_period", again.at - *since >= RESEND_RESUME_AFTER, || {
+            c.check("resume_resent_only_after_the_grace_period", again.at + skew - *since >= RESEND_RESUME_AFTER, || {
                 format!("token {token}: a resume re-sent {} after it became owed, inside the {RESEND_RESUME_AFTER} grace period", again.at - *since)
             });
         }

@@ -62,8 +62,10 @@ pub(super) fn at_most_attempts_tasks_per_step(c: &mut Checker<'_>, s: &Seen<'_>)
 }
 
 /// No attempt's task goes out before its backoff has passed: the task of attempt n (n >= 2) is
-/// published no sooner than the failure of attempt n - 1 plus its wait.
+/// published no sooner than the failure of attempt n - 1 plus its wait (the failure's time is
+/// its writer's clock, the publish the sweeper's: they may disagree by the clocks' spread).
 pub(super) fn no_attempt_before_its_backoff(c: &mut Checker<'_>, s: &Seen<'_>) {
+    let skew = s.stack.skews().spread();
     for p in s.published.iter().filter(|p| p.task.attempt > 1 && p.task.kind == TaskKind::Step) {
         let t = &p.task;
         let failed = s.writes.iter().find_map(|w| {
@@ -83,7 +85,7 @@ pub(super) fn no_attempt_before_its_backoff(c: &mut Checker<'_>, s: &Seen<'_>) {
         };
         let wait =
             time::Duration::try_from(retry.wait_before(t.attempt, timeout)).unwrap_or(time::Duration::ZERO);
-        c.check("no_attempt_before_its_backoff", p.at >= failed_at + wait, || {
+        c.check("no_attempt_before_its_backoff", p.at + skew >= failed_at + wait, || {
             format!("task {} went out at {}, before its backoff passed at {}", t.id, p.at, failed_at + wait)
         });
     }
@@ -91,7 +93,7 @@ pub(super) fn no_attempt_before_its_backoff(c: &mut Checker<'_>, s: &Seen<'_>) {
 
 /// The plan's callbacks by id: the body each id carries.
 fn bodies<'s>(s: &'s Seen<'_>) -> BTreeMap<&'s str, &'s Value> {
-    s.plan.callbacks.iter().map(|cb| (cb.id.as_str(), &cb.body)).collect()
+    s.callbacks().map(|cb| (cb.id.as_str(), &cb.body)).collect()
 }
 
 /// The input id and cause of the write that produced `r`.
@@ -153,6 +155,57 @@ pub(super) fn non_retryable_failure_never_retried(c: &mut Checker<'_>, s: &Seen<
             format!(
                 "{}/{}: {id}, not retryable, was taken for a failed attempt to retry",
                 w.to.workflow, w.to.key
+            )
+        });
+    }
+}
+
+/// Step Functions times a step out on its heartbeat only once the worker of the attempt running
+/// has been silent for a whole heartbeat: a retried step's (or branch's) attempt n >= 2 holds
+/// the step from when its task is due (the failure before it plus its wait), so its heartbeat
+/// runs out no sooner than that plus the heartbeat (the clocks' spread allowed). A step timed
+/// out during a backoff, or a worker given less than its heartbeat, broke the step's promise:
+/// `baton validate` accepts the config, and the attempts left are never run.
+pub(super) fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s: &Seen<'_>) {
+    let skew = s.stack.skews().spread();
+    for missed in &s.model.beats_missed {
+        let Some(e) = s.model.executions.get(&missed.arn) else { continue };
+        let Ok(input) = serde_json::from_str::<Value>(&e.input_text) else { continue };
+        let (Some(workflow), Some(key), Some(generation)) =
+            (input["workflow"].as_str(), input["key"].as_str(), input["generation"].as_u64())
+        else {
+            continue;
+        };
+        // The record as it stood when the heartbeat ran out.
+        let Some(r) = s
+            .writes
+            .iter()
+            .rev()
+            .find(|w| {
+                w.at <= missed.at
+                    && w.to.workflow.as_str() == workflow
+                    && w.to.key.as_str() == key
+                    && u64::from(w.to.generation) == generation
+            })
+            .map(|w| &w.to)
+        else {
+            continue;
+        };
+        let Some(step) = step_named(s, r, Some(missed.state.as_str())) else { continue };
+        if !r.waits_at(step) {
+            continue;
+        }
+        let Some((retry, timeout)) = retry_of(s, workflow, r.config_version.as_ref(), step) else { continue };
+        let failed = r.failed_attempts(step);
+        let Some(last) = failed.last() else { continue };
+        let running = running_attempt(failed);
+        let wait =
+            time::Duration::try_from(retry.wait_before(running, timeout)).unwrap_or(time::Duration::ZERO);
+        let held_from = last.at + wait;
+        c.check("heartbeat_runs_out_only_on_a_silent_worker", missed.at + skew >= held_from + missed.heartbeat, || {
+            format!(
+                "{workflow}/{key} generation {generation} step {step} ({}): Step Functions timed it out on its {} heartbeat at {}, with attempt {running} due at {held_from} (attempt {} failed at {}): its worker never had its heartbeat",
+                missed.state, missed.heartbeat, missed.at, last.attempt, last.at
             )
         });
     }

@@ -36,55 +36,64 @@ pub(super) fn one_task_per_step(c: &mut Checker<'_>, tasks: &BTreeMap<String, Ve
 
 /// Once the faults stop and the operator has replayed the DLQs, every step that still waits
 /// gets its task within one visibility timeout: nothing a crash, a dead letter or a removed
-/// noop line left owed is lost.
+/// noop line left owed is lost. Exactly its attempt's: the task of the attempt running (or, in
+/// a backoff, of the next one, unless that is due only past the deadline), for the record's
+/// step or for each open branch of its group that Step Functions reached.
 pub(super) fn every_waiting_step_gets_its_task(
     c: &mut Checker<'_>,
     s: &Seen<'_>,
     tasks: &BTreeMap<String, Vec<&Published>>,
     (settled_by, waiting_at_calm): (OffsetDateTime, &[Record]),
 ) {
-    // (Within one visibility timeout: once whatever left it owed has come round again.) A step
-    // answered or ended before then needs no task: its work is over.
     for r in waiting_at_calm {
-        let State::Waiting { step } = r.state else { continue };
         if s.cursed == Some(r.key.as_str()) {
-            continue;
-        }
-        let left_at = s
-            .writes
-            .iter()
-            .filter(|w| {
-                w.to.workflow == r.workflow
-                    && w.to.key == r.key
-                    && w.from == Some(r.state)
-                    && w.from_generation == Some(r.generation)
-            })
-            .find(|w| w.to.state != r.state)
-            .map(|w| w.at);
-        if left_at.is_some_and(|t| t <= settled_by) {
             continue;
         }
         let Some(config) = s.version_of(r.config_version.as_ref()) else { continue };
         let Some(wf) = config.workflow(r.workflow.as_str()) else { continue };
-        let Some(spec) = wf.steps.get(step as usize) else { continue };
-        if spec.task.is_none() {
-            continue;
+        let waiting: Vec<(u32, u32, Option<OffsetDateTime>, Option<OffsetDateTime>)> = match r.state {
+            State::Waiting { step } if r.branches.is_empty() => {
+                vec![(step, r.attempt(), r.next_attempt_at, r.deadline)]
+            }
+            State::Waiting { .. } => r
+                .branches
+                .iter()
+                .filter(|b| r.waits_at(b.step))
+                .map(|b| (b.step, b.attempt(), b.next_attempt_at, b.deadline))
+                .collect(),
+            _ => continue,
+        };
+        for (step, attempt, next_at, deadline) in waiting {
+            if wf.steps.get(step as usize).is_none_or(|spec| spec.task.is_none()) {
+                continue;
+            }
+            // (Within one visibility timeout: once whatever left it owed has come round again.)
+            // A step answered or ended before then needs no task: its work is over.
+            let left_at = s
+                .writes
+                .iter()
+                .filter(|w| {
+                    w.to.workflow == r.workflow
+                        && w.to.key == r.key
+                        && w.to.version > r.version
+                        && (w.to.generation != r.generation || !w.to.waits_at(step))
+                })
+                .map(|w| w.at)
+                .next();
+            if left_at.is_some_and(|t| t <= settled_by) {
+                continue;
+            }
+            // A next attempt due only at or past the step's deadline never goes out.
+            if next_at.zip(deadline).is_some_and(|(due, end)| due >= end) {
+                continue;
+            }
+            let name = wf.steps[step as usize].name.as_str();
+            let id = Task::task_id(&r.workflow, &r.key, r.generation, name, attempt, TaskKind::Step);
+            c.check("every_waiting_step_gets_its_task", tasks.contains_key(&id), || {
+                format!(
+                    "{id}: the step was waiting when the faults stopped, and its task was never published"
+                )
+            });
         }
-        // A retried step: the attempt running, or (while the next waits out its backoff) the
-        // one before or any later one. (A sender may fail an attempt by name before its task went
-        // out: the next one's task stands for it.)
-        let attempt = if r.next_attempt_at.is_some() { r.attempt() - 1 } else { r.attempt() };
-        let id =
-            Task::task_id(&r.workflow, &r.key, r.generation, spec.name.as_str(), attempt, TaskKind::Step);
-        let published = tasks.values().flatten().any(|p| {
-            let t = &p.task;
-            t.workflow == r.workflow
-                && t.key == r.key
-                && (t.generation, t.step) == (r.generation, step)
-                && t.attempt >= attempt
-        });
-        c.check("every_waiting_step_gets_its_task", published, || {
-            format!("{id}: the step was waiting when the faults stopped, and its task was never published")
-        });
     }
 }

@@ -18,9 +18,9 @@
 //!
 //! Every plain report to the progress queue (the final ones, an optional branch's, the end of a
 //! compensation chain) carries a `Retry` on every task failure, about 17 minutes long: a report lost
-//! would end the execution with nothing sent. A token wait carries none: re-entered, it would
-//! park on a new token, and a send that failed only in its answer would leave baton resuming the
-//! old one; its Catch reports the send's failure instead.
+//! would end the execution with nothing sent. A token wait retries on SQS's errors only, about a
+//! minute: each try re-enters it with a new token, and baton takes the newest (the one with the
+//! latest deadline) for the wait; a worker's failure is never one of those errors.
 //!
 //! The progress queue URL is a `DefinitionSubstitutions` placeholder, `${ProgressQueueUrl}`,
 //! filled in by SAM at deploy and by `baton local` on the emulator.
@@ -310,7 +310,23 @@ fn parked(
             }
         },
         "TimeoutSeconds": timeout,
+        "Retry": wait_retry(),
     })
+}
+
+/// The errors Step Functions names a failed send to SQS with (an SQS service error, or the
+/// client's own): a callback may not name its failure so (`callback.rs`), so that a worker's
+/// failure is never retried as a send.
+pub const SQS_SEND_ERRORS: [&str; 3] =
+    ["SQS.AmazonSQSException", "SQS.SdkClientException", "SQS.SqsException"];
+
+/// How a token wait is retried when its report's send fails: on SQS's errors only (never a
+/// worker's failure, a timeout or a definition's fault), six times from 1 s doubling (about a
+/// minute). Each try re-enters the wait with a new token; a report that did go out before its
+/// send was counted failed leaves baton the older token, which it replaces with the newer
+/// (`lifecycle`: a wait reported again with a later deadline).
+fn wait_retry() -> Value {
+    json!([{ "ErrorEquals": SQS_SEND_ERRORS, "IntervalSeconds": 1, "BackoffRate": 2.0, "MaxAttempts": 6 }])
 }
 
 /// A parallel group: one branch per branch step, each a token wait with its own deadline. A
@@ -596,9 +612,9 @@ workflows:
 
     /// Every report (the final ones, an optional branch's, the compensation chain's end) is
     /// retried on any task failure, so a moment of SQS trouble never ends an execution with nothing
-    /// sent; no token wait is retried, so none re-enters with a token baton never heard of.
+    /// sent; a token wait only on SQS's own errors, so a worker's failure is never retried.
     #[test]
-    fn every_report_is_retried_and_no_token_wait_is() {
+    fn every_report_is_retried_and_a_token_wait_only_on_sqs_errors() {
         let config = Config::parse(SAGA).unwrap();
         let states = all_states(&definition(&config.workflows[0]));
         let reports: Vec<&(String, Value)> =
@@ -612,7 +628,7 @@ workflows:
             .iter()
             .filter(|(_, s)| s["Resource"].as_str().is_some_and(|r| r.ends_with(".waitForTaskToken")))
         {
-            assert!(state.get("Retry").is_none(), "{name} would re-enter with a new token");
+            assert_eq!(state["Retry"][0]["ErrorEquals"], json!(SQS_SEND_ERRORS), "{name}: SQS's errors only");
         }
     }
 

@@ -273,8 +273,7 @@ pub enum Cause {
     ExecutionGone,
     /// An operator ended a stranded record as its execution ended (`baton end`).
     End,
-    /// A step's resume, sent again by the sweeper, reached Step Functions or found its token
-    /// gone: nothing is owed any more.
+    /// A step's resume found its token gone: nothing is owed to it any more.
     StepResumed,
 }
 
@@ -358,6 +357,9 @@ pub const TRANSITIONS: &[Transition] = &[
     // Step Functions left a parallel group whose optional branch ended without baton, before
     // that branch's own report arrived.
     t(Some(W), W, Cause::StepReady, StepMove::Next),
+    // The wait the record is at reported again with a new token: its send was retried.
+    t(Some(W), W, Cause::StepReady, StepMove::Same),
+    t(Some(A), A, Cause::StepReady, StepMove::Same),
     t(Some(W), W, Cause::Merge, StepMove::Same),
     t(Some(W), A, Cause::Complete, StepMove::Same),
     t(Some(W), A, Cause::FailStep, StepMove::Same),
@@ -1644,6 +1646,9 @@ fn on_step_ready(
     if let Some(group) = plan.group_of(step) {
         return group::on_branch_ready(plan, r, group, expected, (generation, step), token, deadline, now);
     }
+    if let Some(again) = repark(r, step, token, deadline, now) {
+        return again;
+    }
     if expected == Some(step) {
         // The first step's report confirms the generation's config version: the one its
         // execution runs (`plan`'s, the engine reads the report in it). It differs from the
@@ -1677,6 +1682,49 @@ fn on_step_ready(
         return Decision::ignored(IgnoreReason::StepAlreadyPassed);
     }
     Decision::ignored(IgnoreReason::OutOfOrder)
+}
+
+/// Step Functions reported the step the record is at again, with a new token and a later
+/// deadline: the report's send failed and the wait was retried (`asl.rs`, the wait's `Retry`),
+/// re-entering it. Only the newest token can be resumed now: the record takes it, and whatever it
+/// owes that wait goes to it (the task, still idempotent; a resume owed, or one that found the old
+/// token gone). An older report arriving late (an earlier deadline) is not taken. `None` when the
+/// report is no such one.
+fn repark(
+    r: &Record,
+    step: u32,
+    token: &TaskToken,
+    deadline: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Option<Decision> {
+    let at_step = matches!(r.state, State::Waiting { step: s } | State::Advancing { step: s } if s == step);
+    let newer = r.token.as_ref() != Some(token) && r.deadline.is_some_and(|d| deadline > d);
+    if !at_step || !newer || !r.branches.is_empty() {
+        return None;
+    }
+    let to = Record { token: Some(token.clone()), deadline: Some(deadline), ..r.next(r.state, now) };
+    let d = Decision::new(Outcome::Applied).with_write(Cause::StepReady, Some(r), to);
+    let generation = r.generation;
+    // A resume that found the old token gone is owed no more: owed again, to the new token (a
+    // failure's text is not kept then: the step is failed as baton's own).
+    let again = match (&r.owed, r.succeeded.contains(&step)) {
+        (Some(owed), _) => Some(owed.clone()),
+        (None, true) => Some(Resume::Success { output: Value::Object(r.inputs.clone()) }),
+        (None, false) => Some(Resume::Failure {
+            error: crate::domain::asl::FAILED_ERROR.to_owned(),
+            cause: "the step failed; its failure was sent again after Step Functions retried its report"
+                .to_owned(),
+        }),
+    };
+    Some(match (r.state, again) {
+        (State::Advancing { .. }, Some(owed)) => {
+            d.effect(resume_effect(token, &owed)).effect(Effect::MarkResumed { generation, step })
+        }
+        (State::Waiting { .. }, _) if r.next_attempt_at.is_none() => d
+            .effect(Effect::CreateTask { generation, step, attempt: r.attempt() })
+            .effect(Effect::DrainInbox { generation, step }),
+        _ => d,
+    })
 }
 
 /// The config version a record runs once Step Functions reports its next step (or branch):

@@ -964,7 +964,11 @@ fn failure_text(error: Option<&str>, cause: Option<&str>) -> Result<(), Answer> 
             "error",
             format!(
                 "error names beginning with {reserved:?} are reserved ({}): name the failure in your own terms",
-                if reserved == "States." { "Step Functions' own errors" } else { "baton's own" }
+                match reserved {
+                    "States." => "Step Functions' own errors",
+                    "SQS." => "what a failed send to SQS is named, which a token wait retries on",
+                    _ => "baton's own",
+                }
             ),
         ));
     }
@@ -974,10 +978,12 @@ fn failure_text(error: Option<&str>, cause: Option<&str>) -> Result<(), Answer> 
 /// The reserved prefix `error` begins with, if any. Step Functions reserves `States.` for its
 /// own errors, and baton's Catches and triggers read `baton.` ones (a cancel is
 /// `baton.Cancelled`): a sender posing as either would end a run as a cancel or a timeout, or
-/// kill the execution with an error nothing catches (found by review). Matched without regard
+/// kill the execution with an error nothing catches (found by review). `SQS.` names a failed
+/// send, which a token wait retries on: a worker's failure named so would re-enter the step
+/// instead of failing it. Matched without regard
 /// to case, as a reader of a log would take them.
 fn reserved_error(error: &str) -> Option<&'static str> {
-    ["States.", "baton."]
+    ["States.", "baton.", "SQS."]
         .into_iter()
         .find(|prefix| error.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix)))
 }
@@ -1172,9 +1178,14 @@ mod tests {
         let body = |error: &str| {
             json!({"workflow": "w", "key": "k", "step": "s", "outcome": "failed", "error": error}).to_string()
         };
-        for reserved in
-            ["States.Timeout", "States.ALL", "states.taskfailed", "baton.Cancelled", "BATON.StepFailed"]
-        {
+        for reserved in [
+            "States.Timeout",
+            "States.ALL",
+            "states.taskfailed",
+            "baton.Cancelled",
+            "BATON.StepFailed",
+            "SQS.SdkClientException",
+        ] {
             let (field, message) = field_of(&body(reserved));
             assert_eq!(field, "error", "{reserved}");
             assert!(message.contains("reserved"), "{reserved}: {message}");

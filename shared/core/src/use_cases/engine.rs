@@ -1113,8 +1113,9 @@ enum Landed {
 ///
 /// What the audit trail cannot make room for, the failed attempts' texts do: a wide retried
 /// group whose branches failed many times with long error texts decided a 467 KB record, which
-/// DynamoDB refused on every write (found by review). Their causes are cut, then their errors,
-/// until it fits; the attempts themselves (who failed them, when) stay.
+/// DynamoDB refused on every write (found by review). Their causes are cut, with the causes of
+/// the failures owed to Step Functions, then their errors, until it fits; the attempts
+/// themselves (who failed them, when) stay.
 pub fn fit_item_limit(record: &mut Record, sizes: ItemSizes) {
     if (sizes.record_bound)(record) <= MAX_ITEM_BYTES {
         return;
@@ -1134,6 +1135,15 @@ pub fn fit_item_limit(record: &mut Record, sizes: ItemSizes) {
             for u in record.compensation.iter_mut().flat_map(|c| c.undos.iter_mut()) {
                 let excess = u.acks.len().saturating_sub(1);
                 u.acks.drain(..excess);
+            }
+        }
+        // An owed failure's cause too (the branches' of a wide group whose resumes a throttled
+        // Step Functions holds up: found by the simulation), as far as the failed attempts':
+        // Step Functions gets it shorter; its error name stays whole.
+        let owed = record.owed.iter_mut().chain(record.branches.iter_mut().filter_map(|b| b.owed.as_mut()));
+        for resume in owed {
+            if let lifecycle::Resume::Failure { cause: text, .. } = resume {
+                *text = text.chars().take(cause.max(16)).collect();
             }
         }
         for attempt in failed_attempts_mut(record) {

@@ -462,6 +462,21 @@ fn on_undo_ready(
             (None, _) => d,
         };
     }
+    // Reported again with a new token and a later deadline: its send was retried and the wait
+    // re-entered; only the newest token can be resumed (`lifecycle::repark`).
+    if u.waits() && u.deadline.is_some_and(|d| deadline > d) {
+        let mut to = r.next(r.state, now);
+        let due = u.next_attempt_at;
+        if let Some(u) = to.compensation.as_mut().and_then(|c| c.undo_mut(step)) {
+            u.token = Some(token.clone());
+            u.deadline = Some(deadline);
+        }
+        let mut d = Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to);
+        if due.is_some() {
+            d.effects.extend(open_attempt(generation, step, u.attempt()));
+        }
+        return d;
+    }
     if u.token.is_some() || u.outcome.is_some() {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     }

@@ -68,6 +68,23 @@ pub(super) fn on_branch_ready(
     let at_group = r.state.step() == Some(group.first) && !r.state.is_terminal();
     match branch(r, step).filter(|_| at_group) {
         Some(b) if b.token.as_ref() == Some(token) => ready(Decision::new(Outcome::Duplicate)),
+        // Reported again with a new token and a later deadline: its send was retried, the wait
+        // re-entered, and only the newest token can be resumed (`lifecycle::repark`).
+        Some(b)
+            if b.is_open()
+                && b.deadline.is_some_and(|d| deadline > d)
+                && r.state == (State::Waiting { step: group.first }) =>
+        {
+            let mut to = r.next(r.state, now);
+            open(&mut to, step, token, deadline);
+            let d = Decision::new(Outcome::Applied).with_write(Cause::BranchReady, Some(r), to);
+            match b.next_attempt_at {
+                None => d
+                    .effect(Effect::CreateTask { generation, step, attempt: b.attempt() })
+                    .effect(Effect::DrainInbox { generation, step }),
+                Some(_) => d,
+            }
+        }
         Some(b) if b.token.is_none() && b.is_open() && r.state == (State::Waiting { step: group.first }) => {
             let mut to = r.next(r.state, now);
             open(&mut to, step, token, deadline);
@@ -407,14 +424,16 @@ pub(super) fn on_resumed(
     Decision::new(Outcome::Applied).with_write(Cause::BranchResumed, Some(r), to)
 }
 
-/// A step's resume, sent again, went out or found its token gone: nothing is owed. A success
-/// is remembered in [`Record::succeeded`], as a branch's is, for compensation.
+/// A step's resume found its token gone: nothing is owed to that token any more, and the record
+/// leaves the sweeper's work list. The token stays, as in a cancelled record, so that a copy of
+/// its step_ready is known; a success is kept in [`Record::succeeded`], for compensation and for
+/// the wait should Step Functions report it again with a new token (`lifecycle::repark`).
 fn step_resumed(r: &Record, now: OffsetDateTime) -> Decision {
-    let Some(owed) = &r.owed else { return Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed)) };
+    let (Some(owed), Some(step)) = (&r.owed, r.state.step()) else {
+        return Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
+    };
     let mut to = r.next(r.state, now);
-    if let (Resume::Success { .. }, Some(step)) = (owed, r.state.step())
-        && !to.succeeded.contains(&step)
-    {
+    if matches!(owed, Resume::Success { .. }) && !to.succeeded.contains(&step) {
         to.succeeded.push(step);
     }
     to.owed = None;

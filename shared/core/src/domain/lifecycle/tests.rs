@@ -964,6 +964,7 @@ mod compensation;
 mod compensation_attack;
 mod group;
 mod group_races;
+mod repark;
 mod retry;
 mod retry_attack;
 mod review_attack;
