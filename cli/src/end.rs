@@ -18,9 +18,8 @@
 use anyhow::{Context, Result, bail};
 use baton_core::domain::config::Workflow;
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
-use baton_core::domain::lifecycle::{self, Input, Kind, NOT_FOUND, Outcome, Record, State, UndoOutcome};
-use baton_core::ports::orchestrator::OrchestratorError;
-use baton_core::use_cases::engine::Engine;
+use baton_core::domain::lifecycle::{self, NOT_FOUND, Record, State, UndoOutcome};
+use baton_core::use_cases::ending::{self, ExecutionEnd};
 use serde_json::{Value, json};
 
 use crate::recover::tools;
@@ -66,7 +65,9 @@ pub async fn run(args: EndArgs) -> Result<()> {
             format!("no workflow named {:?} in the record's config version", args.workflow)
         })?;
     let workflow: &Workflow = &definition;
-    let execution = execution(&t.engine, workflow, &record).await?;
+    let execution = ExecutionEnd::of(&t.engine, workflow, &record)
+        .await
+        .with_context(|| format!("cannot read the execution of {} {}", args.workflow, args.key))?;
     let doc = plan(workflow, &record, &execution, &args.reason);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -86,77 +87,17 @@ pub async fn run(args: EndArgs) -> Result<()> {
             args.expect_version.unwrap_or_default()
         );
     }
-    apply(&t.engine, workflow, &record, &execution, &args.reason).await?;
+    ending::end(&t.engine, workflow, &record, &execution, &args.reason)
+        .await
+        .map_err(|e| anyhow::anyhow!("refused: {e}"))?;
     println!("ended {} {}: {}", args.workflow, args.key, doc["ends"].as_str().unwrap_or_default());
     Ok(())
 }
 
-/// How Step Functions says the record's execution stands: its status ([`NOT_FOUND`] when it
-/// is gone) and the error it ended with.
-struct Execution {
-    status: String,
-    error: Option<String>,
-}
-
-async fn execution(engine: &Engine, workflow: &Workflow, record: &Record) -> Result<Execution> {
-    let arn = engine.execution_arn(workflow, &record.key, record.generation);
-    match engine.orchestrator.describe(&arn).await {
-        Ok(info) => Ok(Execution { status: info.status.as_str().to_owned(), error: info.error }),
-        Err(OrchestratorError::ExecutionNotFound { .. }) => {
-            Ok(Execution { status: NOT_FOUND.to_owned(), error: None })
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot read the execution {arn}")),
-    }
-}
-
-fn gone_input(r: &Record, e: &Execution) -> Input {
-    Input::ExecutionGone { generation: r.generation, status: e.status.clone(), error: e.error.clone() }
-}
-
-fn end_input(r: &Record, e: &Execution, reason: &str) -> Input {
-    Input::End {
-        generation: r.generation,
-        status: e.status.clone(),
-        error: e.error.clone(),
-        reason: reason.to_owned(),
-    }
-}
-
-/// The record stranded (unless it is), then ended, each a conditional write.
-async fn apply(
-    engine: &Engine,
-    workflow: &Workflow,
-    record: &Record,
-    execution: &Execution,
-    reason: &str,
-) -> Result<()> {
-    let now = engine.now();
-    if record.state.kind() != Kind::Stranded {
-        let outcome =
-            engine.submit(workflow, &record.key, &gone_input(record, execution), now).await?.outcome();
-        if !matches!(outcome, Outcome::Applied | Outcome::Duplicate) {
-            bail!("refused: the record could not be stranded ({outcome:?}); plan again");
-        }
-    }
-    match engine.submit(workflow, &record.key, &end_input(record, execution, reason), now).await?.outcome() {
-        Outcome::Applied => Ok(()),
-        other => bail!("refused: the record was not ended ({other:?}); plan again"),
-    }
-}
-
 /// What ending `r` (whose execution stands as `execution` says) would do, decided by the
 /// lifecycle as the apply will be, without writing: the `baton.end-plan/v1` document.
-fn plan(workflow: &Workflow, r: &Record, execution: &Execution, reason: &str) -> Value {
-    let p = workflow.plan();
-    let names = (&workflow.name, &r.key);
-    let now = r.updated_at;
-    let stranded = match r.state.kind() {
-        Kind::Stranded => Some(r.clone()),
-        _ => lifecycle::decide(&p, names, Some(r), &gone_input(r, execution), now).write.map(|w| w.to),
-    };
-    let ended = stranded.as_ref().and_then(|s| {
-        lifecycle::decide(&p, names, Some(s), &end_input(r, execution, reason), now).write.map(|w| w.to)
-    });
+fn plan(workflow: &Workflow, r: &Record, execution: &ExecutionEnd, reason: &str) -> Value {
+    let ended = execution.ended(workflow, r, reason);
     let refused = match (&ended, r.state) {
         _ if r.state.is_terminal() => Some(format!("the record has already ended ({})", r.state)),
         (_, State::Pending) if execution.status == NOT_FOUND => {

@@ -150,21 +150,22 @@ pub const RETRY_WORKFLOW: &str = r#"  retried:
 "#;
 
 /// [`RETRY_WORKFLOW`] as half the schedules that run it have it: each retried step and branch
-/// declares a `heartbeat`, its backoff the longest `baton validate` accepts with it (`verify`:
-/// 30m, heartbeat 10m, 3 attempts, 4m doubling: the longest wait 8m).
+/// declares a `heartbeat`, its backoff about the longest `baton validate` accepts with it (the
+/// longest wait plus the sweep's 2 minutes under the heartbeat; `verify`: 30m, heartbeat 10m, 3
+/// attempts, 3.5m doubling: the longest wait 7m).
 pub fn retry_workflow_with_heartbeats() -> String {
     RETRY_WORKFLOW
         .replace(
             "        timeout: 40m\n        retry: { attempts: 3, backoff: 30s }\n",
-            "        timeout: 30m\n        heartbeat: 10m\n        retry: { attempts: 3, backoff: 4m }\n",
+            "        timeout: 30m\n        heartbeat: 10m\n        retry: { attempts: 3, backoff: 210s }\n",
         )
         .replace(
             "              timeout: 30m\n              retry: { attempts: 2, backoff: 30s }\n",
-            "              timeout: 30m\n              heartbeat: 6m\n              retry: { attempts: 2, backoff: 5m }\n",
+            "              timeout: 30m\n              heartbeat: 6m\n              retry: { attempts: 2, backoff: 230s }\n",
         )
         .replace(
             "              optional: true\n              retry: { attempts: 2, backoff: 1m }\n",
-            "              optional: true\n              heartbeat: 5m\n              retry: { attempts: 2, backoff: 4m }\n",
+            "              optional: true\n              heartbeat: 5m\n              retry: { attempts: 2, backoff: 170s }\n",
         )
 }
 
@@ -1029,6 +1030,12 @@ pub fn run(options: Options) -> Outcome {
     let replays = [replay_at, replay_at + Duration::minutes(15), replay_at + Duration::hours(1)];
     for at in replays {
         workload::spawn_alarm_replay(&stack, at);
+    }
+    // StrandedRecordsAlarm has fired for the records whose executions ended without their
+    // reports (the sweeper strands one long past its deadline): the operator ends them with
+    // `baton end`, as their executions ended.
+    for at in [calm_from + Duration::hours(3), calm_from + Duration::minutes(230)] {
+        workload::spawn_stranded_end(&stack, at);
     }
     let settled_by = replay_at + crate::sqs::VISIBILITY + Duration::seconds(60);
     // Stranded inputs are looked for once every drain owed has come round again: after a

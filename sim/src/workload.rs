@@ -931,6 +931,38 @@ async fn replay_dlqs(parts: Parts, at: OffsetDateTime) {
     }
 }
 
+/// The operator answering `StrandedRecordsAlarm` at `at`: every stranded record ended with
+/// `baton end` (its plan read, then applied), in its own config version.
+pub fn spawn_stranded_end(stack: &Stack, at: OffsetDateTime) {
+    let operator = end_stranded(stack_parts(stack), at);
+    stack.world.spawn("end:stranded", ActorKind::External, Box::pin(operator));
+}
+
+async fn end_stranded(parts: Parts, at: OffsetDateTime) {
+    use baton_core::use_cases::ending::{self, ExecutionEnd};
+    let world = parts.world.clone();
+    sleep_until(world.clone(), at).await;
+    let engine = parts.live().engine.clone();
+    let stranded: Vec<baton_core::domain::lifecycle::Record> = parts
+        .stack
+        .memory
+        .records()
+        .into_iter()
+        .filter(|r| r.state.kind() == baton_core::domain::lifecycle::Kind::Stranded)
+        .collect();
+    for record in stranded {
+        let Ok(Some(workflow)) =
+            engine.definition(record.workflow.as_str(), record.config_version.as_deref()).await
+        else {
+            continue;
+        };
+        let Ok(execution) = ExecutionEnd::of(&engine, &workflow, &record).await else { continue };
+        if ending::end(&engine, &workflow, &record, &execution, "StrandedRecordsAlarm").await.is_ok() {
+            lock(&world.counts).add("stranded_ended");
+        }
+    }
+}
+
 /// The event id of an event body, if it has one.
 pub fn event_id(body: &str) -> Option<EventId> {
     let v: Value = serde_json::from_str(body).ok()?;

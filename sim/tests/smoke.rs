@@ -18,26 +18,6 @@ const SMOKE: u64 = 2_000;
 /// few hundred.
 const MUTANT_BUDGET: u64 = 4_500;
 
-/// The invariants that the defects outside review found break, until they are fixed in
-/// `shared/core` (`sim/tests/review_defects.rs` reproduces each): a violation of one of them is
-/// not a planted bug caught, and a schedule that breaks only these is clean for the planted
-/// bugs' budget. (Take each out as its defect is fixed.)
-const KNOWN_DEFECTS: &[&str] = &[
-    "heartbeat_runs_out_only_on_a_silent_worker",
-    "an_acknowledgement_applies_to_the_compensation_it_names",
-    "an_answer_to_a_published_task_is_never_out_of_order",
-    "owed_work_goes_out_in_time",
-    "every_record_ends",
-    "record_size_bound_bounds_the_record",
-    "record_fits_its_item",
-    "a_transient_send_failure_is_retried",
-];
-
-/// A violation that is not of a known defect's invariant.
-fn counts(violation: &str) -> bool {
-    !KNOWN_DEFECTS.iter().any(|k| violation.starts_with(&format!("[{k}]")))
-}
-
 /// Runs seeds `1..=count` on every core; stops early (per thread) at the first violation when
 /// `stop_at_first`.
 fn run_many(count: u64, mutation: Option<Mutation>, stop_at_first: bool) -> Vec<Outcome> {
@@ -56,7 +36,7 @@ fn run_seeds(seeds: &[u64], mutation: Option<Mutation>, stop_at_first: bool) -> 
                     let mut mine = Vec::new();
                     for &seed in seeds.iter().skip(t).step_by(threads) {
                         let o = run(Options { seed, mutation, trace: false });
-                        let failed = o.violations.iter().any(|v| counts(v));
+                        let failed = !o.violations.is_empty();
                         mine.push(o);
                         if failed && stop_at_first {
                             break;
@@ -116,18 +96,17 @@ fn simulation_smoke_two_thousand_schedules_under_every_fault_keep_every_invarian
 
 #[test]
 fn simulation_smoke_every_deliberate_bug_is_caught_within_the_smoke_budget() {
-    // Only the seeds that keep every invariant without a planted bug count (but those of the
-    // known defects, which no planted bug is needed to break), and only a violation of another.
+    // Only the seeds that keep every invariant without a planted bug count.
     let mut clean: Vec<u64> = run_many(MUTANT_BUDGET, None, false)
         .into_iter()
-        .filter(|o| !o.violations.iter().any(|v| counts(v)))
+        .filter(|o| o.violations.is_empty())
         .map(|o| o.seed)
         .collect();
     clean.sort_unstable();
     println!("{} of {MUTANT_BUDGET} seeds keep every invariant without a planted bug", clean.len());
     for mutation in Mutation::ALL {
         let outcomes = run_seeds(&clean, Some(mutation), true);
-        let caught = outcomes.iter().find_map(|o| Some((o.seed, o.violations.iter().find(|v| counts(v))?)));
+        let caught = outcomes.iter().find_map(|o| Some((o.seed, o.violations.first()?)));
         match caught {
             Some((seed, violation)) => println!("{mutation:?}: caught at seed {seed}: {violation}"),
             None => {

@@ -79,10 +79,25 @@ pub enum Mutation {
     /// the resume arrived, is left out of the compensation plan (`not_completed`), though its
     /// sender did the work.
     RacedSuccessForgotten,
+    /// A compensation's acknowledgement (and its wait's report) is not found again by step
+    /// name in the record's config version: after a deploy that renumbered steps, it lands on
+    /// another step's compensation. Only deploys that renumber a compensating saga show it.
+    UndoUnpinned,
+    /// Owed work shares the index list of the waits only watched: a crowd of records past their
+    /// deadlines with nothing owed fills the sweeper's batch, and owed work waits. Only crowds
+    /// show it.
+    OneDueList,
+    /// The cheap bound of a record's size leaves out its branches, attempts and compensation: a
+    /// record DynamoDB refuses is written as if it fitted. Only records near the item limit,
+    /// measured exactly, show it.
+    BoundWithoutParts,
+    /// The state machines' sends to SQS carry no `Retry`: a transient failure fails the run, or
+    /// ends it with no report. Only a world where Step Functions' own sends fail shows it.
+    SendsUnretried,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 20] = [
+    pub const ALL: [Mutation; 26] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
@@ -103,6 +118,12 @@ impl Mutation {
         Mutation::UndoOfIncompleteStep,
         Mutation::UndoRetryUnbounded,
         Mutation::CompensatingNotLedgered,
+        Mutation::SilentBackoff,
+        Mutation::PublishedByTheClock,
+        Mutation::UndoUnpinned,
+        Mutation::OneDueList,
+        Mutation::BoundWithoutParts,
+        Mutation::SendsUnretried,
     ];
 }
 

@@ -208,7 +208,9 @@ fn no_forward_step_after_compensation_began(c: &mut Checker<'_>, s: &Seen<'_>) {
             continue;
         }
         let cause = r.history.last().and_then(|h| h.cause_id.as_deref());
-        let ok = (r.state == State::Compensating || r.state.is_terminal())
+        // Stranded (its execution gone) is no forward step.
+        let stranded = r.state.kind() == baton_core::domain::lifecycle::Kind::Stranded;
+        let ok = (r.state == State::Compensating || stranded || r.state.is_terminal())
             && !cause.is_some_and(|id| forward.contains(id));
         c.check("no_forward_step_after_compensation_began", ok, || {
             format!(

@@ -191,3 +191,38 @@ fn owed_by(
     }
     items
 }
+
+/// A record is stranded only when its execution ended (or never was) at least
+/// `STRANDED_AFTER` before: a running execution, or one that ended a moment ago and whose report
+/// is on its way, is never left to a person. A pending record whose execution never started is
+/// the sweeper's to start, not stranded.
+pub(super) fn a_record_is_stranded_only_when_its_execution_is_gone(c: &mut Checker<'_>, s: &Seen<'_>) {
+    use baton_core::domain::lifecycle::Kind;
+    let spread = time::Duration::seconds(1);
+    for w in s.writes.iter().filter(|w| w.to.state.kind() == Kind::Stranded) {
+        if w.from.is_some_and(|f| f.kind() == Kind::Stranded) {
+            continue;
+        }
+        let r = &w.to;
+        let name = baton_core::ports::orchestrator::execution_name(&r.workflow, &r.key, r.generation);
+        let execution = s.model.executions.values().find(|e| e.arn.ends_with(&format!(":{name}")));
+        let ok = match execution {
+            Some(e) => e.closed_at.is_some_and(|at| at + baton_core::limits::STRANDED_AFTER <= w.at + spread),
+            None => w.from.is_some_and(|f| f.kind() != Kind::Pending),
+        };
+        c.check("a_record_is_stranded_only_when_its_execution_is_gone", ok, || {
+            format!(
+                "{}/{} generation {} was stranded at {} from {:?}, its execution {}",
+                r.workflow,
+                r.key,
+                r.generation,
+                w.at,
+                w.from,
+                match execution {
+                    Some(e) => format!("{:?} (closed at {:?})", e.status, e.closed_at),
+                    None => "never started".to_owned(),
+                }
+            )
+        });
+    }
+}

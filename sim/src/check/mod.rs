@@ -158,6 +158,7 @@ pub fn all(
     limits::no_execution_stopped_by_its_limits(c, &s);
     limits::record_size_bound_bounds_the_record(c, &s);
     executions::a_transient_send_failure_is_retried(c, &s);
+    liveness::a_record_is_stranded_only_when_its_execution_is_gone(c, &s);
     inbox::no_lost_wake_up(c, &s);
     lifecycle::terminal_record_never_changes(c, &s);
     executions::one_generation_per_start_event(c, &s);

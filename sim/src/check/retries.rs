@@ -202,7 +202,31 @@ pub(super) fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s:
         let wait =
             time::Duration::try_from(retry.wait_before(running, timeout)).unwrap_or(time::Duration::ZERO);
         let held_from = last.at + wait;
-        c.check("heartbeat_runs_out_only_on_a_silent_worker", missed.at + skew >= held_from + missed.heartbeat, || {
+        // baton beats as the attempt fails and as the next one's task goes out, which the sweep
+        // does within ATTEMPT_OPEN_LAG of its due time: the step may run out only a heartbeat
+        // after that opening (after its due time and the lag, when no sweep opened it: a clock
+        // jump in the faulty phase, when nothing ran, excused).
+        let opened = s
+            .writes
+            .iter()
+            .filter(|w| w.at > last.at && w.at <= missed.at && w.to.key.as_str() == key)
+            .filter(|w| w.to.workflow.as_str() == workflow && u64::from(w.to.generation) == generation)
+            .find(|w| {
+                w.to.history
+                    .last()
+                    .is_some_and(|h| h.cause == baton_core::domain::lifecycle::Cause::AttemptOpened)
+            })
+            .map(|w| w.at);
+        let lag =
+            time::Duration::try_from(baton_core::limits::ATTEMPT_OPEN_LAG).unwrap_or(time::Duration::ZERO);
+        let jumped = crate::world::lock(&s.stack.world.jumps)
+            .iter()
+            .any(|(from, to)| *from < held_from + lag && *to > held_from);
+        let kept = match opened {
+            Some(at) => missed.at + skew + time::Duration::seconds(1) >= at + missed.heartbeat,
+            None => jumped || missed.at + skew < held_from + lag,
+        };
+        c.check("heartbeat_runs_out_only_on_a_silent_worker", kept, || {
             format!(
                 "{workflow}/{key} generation {generation} step {step} ({}): Step Functions timed it out on its {} heartbeat at {}, with attempt {running} due at {held_from} (attempt {} failed at {}): its worker never had its heartbeat",
                 missed.state, missed.heartbeat, missed.at, last.attempt, last.at

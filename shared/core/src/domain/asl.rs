@@ -326,6 +326,9 @@ pub const SQS_SEND_ERRORS: [&str; 3] =
 /// send was counted failed leaves baton the older token, which it replaces with the newer
 /// (`lifecycle`: a wait reported again with a later deadline).
 fn wait_retry() -> Value {
+    if crate::mutants::active(crate::mutants::Mutation::SendsUnretried) {
+        return json!([]);
+    }
     json!([{ "ErrorEquals": SQS_SEND_ERRORS, "IntervalSeconds": 1, "BackoffRate": 2.0, "MaxAttempts": 6 }])
 }
 
@@ -410,6 +413,9 @@ fn branch_report(workflow: &Workflow, i: u32, step: &Step, error: Option<&str>) 
 /// token, and a send that failed only in its answer would park the step on a token baton never
 /// heard of; their Catch reports the failure instead.
 fn report_retry() -> Value {
+    if crate::mutants::active(crate::mutants::Mutation::SendsUnretried) {
+        return json!([]);
+    }
     json!([{ "ErrorEquals": ["States.TaskFailed"], "IntervalSeconds": 1, "BackoffRate": 2.0, "MaxAttempts": 10 }])
 }
 

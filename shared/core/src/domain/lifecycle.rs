@@ -884,7 +884,9 @@ impl Record {
     pub fn owes_work(&self) -> bool {
         let branch = |b: &Branch| b.owed.is_some() || (b.is_open() && b.next_attempt_at.is_some());
         let undo = |u: &Undo| u.owed.is_some() || u.next_attempt_at.is_some();
+        let planted = crate::mutants::active(crate::mutants::Mutation::OneDueList);
         match self.state.kind() {
+            Kind::Waiting | Kind::Compensating if planted => false,
             Kind::Pending => true,
             Kind::Advancing => self.owed.is_some() || self.branches.iter().any(|b| b.owed.is_some()),
             Kind::Waiting => self.next_attempt_at.is_some() || self.branches.iter().any(branch),

@@ -246,6 +246,11 @@ fn pin_step<'i>(input: &'i Input, from: &Workflow, to: &Workflow) -> std::borrow
         // reported by the execution: both found by name, as a step's input is (found by review:
         // after a deploy that inserted a step, the refund of `charge` was recorded as `points`
         // acknowledged).
+        Input::UndoInput { .. } | Input::UndoReady { .. }
+            if crate::mutants::active(crate::mutants::Mutation::UndoUnpinned) =>
+        {
+            return Cow::Borrowed(input);
+        }
         Input::UndoInput { step, .. } | Input::UndoReady { step, .. } => {
             *step = from
                 .steps

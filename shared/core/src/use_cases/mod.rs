@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod callback;
+pub mod ending;
 pub mod engine;
 pub mod intake;
 pub mod progress;

@@ -182,13 +182,14 @@ pub fn record_size_bound(record: &Record) -> usize {
         serde_json::to_string(v).map_or(MAX_ITEM_BYTES + 1, |t| 16 + t.len())
     }
     let mut nested = 0;
-    if !record.branches.is_empty() {
+    let planted = crate::mutants::active(crate::mutants::Mutation::BoundWithoutParts);
+    if !record.branches.is_empty() && !planted {
         nested += as_json(&record.branches);
     }
-    if !record.attempts.is_empty() {
+    if !record.attempts.is_empty() && !planted {
         nested += as_json(&record.attempts);
     }
-    if let Some(c) = &record.compensation {
+    if let Some(c) = record.compensation.as_ref().filter(|_| !planted) {
         nested += as_json(c);
     }
     for list in [&record.missed, &record.confirmed, &record.succeeded] {
