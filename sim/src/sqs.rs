@@ -443,7 +443,11 @@ pub struct SimDeadLetters {
 #[async_trait::async_trait]
 impl DeadLetterQueue for SimDeadLetters {
     async fn send(&self, message: &SqsMessage, reason: &str, detail: &str) -> Result<(), DeadLetterError> {
+        // Given up on at the invocation's deadline before it went out (a requeue that failed,
+        // then this send, both slow): as for a requeue dropped so.
+        let mut unsent = Unsent { dlq: self, message: Some(message) };
         self.world.point("sqs.SendMessage(dlq)").await;
+        unsent.message = None;
         let fault = self.world.fault("sqs.SendMessage(dlq)");
         let unavailable = || DeadLetterError { retryable: true, source: "injected: SQS unavailable".into() };
         if matches!(fault, Fault::Before | Fault::Throttled) {

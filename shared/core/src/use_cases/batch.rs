@@ -9,15 +9,12 @@
 //! loop through retries first. If the dead-letter send itself fails, the message is reported as
 //! failed: nothing is lost.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::pin::pin;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use futures::StreamExt;
 use futures::future::{BoxFuture, Either, select};
-use futures::stream::FuturesUnordered;
 use tracing::{error, info, warn};
 
 use crate::domain::error::{Classified, error_chain};
@@ -228,34 +225,36 @@ async fn give_back(
     for m in &others {
         response.add_failure(m.message_id.clone().unwrap_or_default());
     }
-    let mut pending: FuturesUnordered<_> = last
+    // Every send is polled at each wake, all of them at once: `FuturesUnordered` yields after
+    // two of its futures wake themselves, which under a slow dependency let the answer margin
+    // come before most sends had begun (found by the simulation, in a crowd's batches: nine
+    // messages on their last receive, two sent at a time, seven never tried).
+    let mut sends: Vec<(String, SendBack<'_>)> = last
         .iter()
-        .map(|m| async move { (m.message_id.clone().unwrap_or_default(), send_back(m, dead_letters).await) })
+        .map(|m| {
+            (m.message_id.clone().unwrap_or_default(), SendBack::Going(Box::pin(send_back(m, dead_letters))))
+        })
         .collect();
-    let (mut sent_back, mut unsent, mut settled) = (0usize, Vec::new(), HashSet::new());
-    let mut stop = deadline.down_to(ANSWER_MARGIN);
-    loop {
-        match select(pending.next(), &mut stop).await {
-            Either::Left((Some((id, sent)), _)) => {
-                if sent {
-                    sent_back += 1;
-                } else {
-                    unsent.push(id.clone());
+    let all_settled = std::future::poll_fn(|cx| {
+        let mut going = false;
+        for (_, send) in &mut sends {
+            if let SendBack::Going(future) = send {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(true) => *send = SendBack::Landed,
+                    std::task::Poll::Ready(false) => *send = SendBack::Failed,
+                    std::task::Poll::Pending => going = true,
                 }
-                settled.insert(id);
-            }
-            Either::Left((None, _)) => break,
-            // Out of time: a send still under way may land, and the message is redelivered
-            // too. A duplicate is safe; a message lost is not.
-            Either::Right(_) => {
-                let ids = last.iter().map(|m| m.message_id.clone().unwrap_or_default());
-                unsent.extend(ids.filter(|id| !settled.contains(id)));
-                break;
             }
         }
-    }
+        if going { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
+    });
+    // Out of time: a send still under way may land, and the message is redelivered too. A
+    // duplicate is safe; a message lost is not.
+    let _ = select(pin!(all_settled), deadline.down_to(ANSWER_MARGIN)).await;
+    let sent_back = sends.iter().filter(|(_, send)| matches!(send, SendBack::Landed)).count();
+    let unsent: Vec<String> =
+        sends.into_iter().filter(|(_, send)| !matches!(send, SendBack::Landed)).map(|(id, _)| id).collect();
     let unsent_count = unsent.len();
-    drop(pending);
     for id in unsent {
         response.add_failure(id);
     }
@@ -271,6 +270,13 @@ async fn give_back(
          (those on their last receive sent back to their queue); a dependency is slow or the \
          batch is too large for the function's timeout"
     );
+}
+
+/// Where one message's send back stands.
+enum SendBack<'a> {
+    Going(BoxFuture<'a, bool>),
+    Landed,
+    Failed,
 }
 
 /// Sends a message the deadline cut off on its last receive back to its queue; if that fails,
@@ -376,6 +382,10 @@ mod tests {
         requeue_fails: bool,
         /// SQS does not answer the requeue at all (a slow dependency on the way out).
         requeue_hangs: bool,
+        /// Each requeue yields once before it is sent, as a call under way does; `started`
+        /// counts those begun.
+        requeue_yields: bool,
+        started: std::sync::atomic::AtomicUsize,
     }
 
     #[async_trait::async_trait]
@@ -390,6 +400,18 @@ mod tests {
         async fn requeue(&self, message: &SqsMessage) -> Result<(), DeadLetterError> {
             if self.requeue_hangs {
                 std::future::pending::<()>().await;
+            }
+            self.started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if self.requeue_yields {
+                let mut yielded = false;
+                std::future::poll_fn(|cx| {
+                    if std::mem::replace(&mut yielded, true) {
+                        return std::task::Poll::Ready(());
+                    }
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                })
+                .await;
             }
             if self.requeue_fails {
                 return Err(DeadLetterError { retryable: true, source: "unavailable".into() });
@@ -445,6 +467,27 @@ mod tests {
             "an outage that lasts is dead-lettered, with why"
         );
         assert!(port.requeued.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn every_message_on_its_last_receive_is_sent_back_at_once_not_two_at_a_time() {
+        // Given nine messages on their last receive left by the deadline, each send a call that
+        // yields while under way (as every call does, and as a slow one does for long)
+        let port = Recorded { requeue_yields: true, ..Recorded::default() };
+        let last: Vec<SqsMessage> = (0..9).map(|i| message(&format!("last{i}"), 5)).collect();
+        let mut response = SqsBatchResponse::default();
+        let mut give = Box::pin(give_back(last, None, &port, &NoDeadline, &mut response));
+        // When the give-back is polled once
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(give.as_mut().poll(&mut cx).is_pending());
+        // Then every send has begun, not two of them (the answer margin may come before the
+        // next poll: a send never begun leaves its message to be dead-lettered without a reason)
+        assert_eq!(port.started.load(std::sync::atomic::Ordering::Relaxed), 9);
+        // And once they land, all nine are back in their queue
+        assert!(give.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(port.requeued.lock().unwrap().len(), 9);
+        drop(give);
+        assert!(response.batch_item_failures.is_empty());
     }
 
     /// What each message of [`lambda`]'s batches does, by its id: `slow…` takes 4 s, `hang…`
@@ -506,32 +549,37 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn messages_on_their_last_receive_are_sent_back_never_dead_lettered_unread() {
-        // Given a slow batch whose unfinished messages include some on their last receive
+        // Given a slow batch with some messages on their last receive
         let port = Recorded::default();
         let mut batch: Vec<SqsMessage> = (0..7).map(|i| message(&format!("slow{i}"), 1)).collect();
         batch.extend([message("last-a", 5), message("early", 3), message("last-b", 5)]);
         // When the deadline cuts the batch short
         let failed = lambda(&port, batch).await.expect("a batch response before the deadline");
-        // Then those on their last receive go back to their queue as fresh copies; the others
-        // are redelivered by SQS; nothing reaches the dead-letter queue without a reason
+        // Then those on their last receive were handled first, so none was left to send back;
+        // the others are redelivered by SQS; nothing reaches the dead-letter queue
         assert_eq!(failed, ["slow6", "early"]);
-        let mut requeued = port.requeued.lock().unwrap().clone();
-        requeued.sort();
-        assert_eq!(requeued, ["last-a", "last-b"]);
+        assert!(port.requeued.lock().unwrap().is_empty());
         assert!(port.dead.lock().unwrap().is_empty());
+
+        // And one on its last receive that the deadline still cuts off (it hangs) goes back to
+        // its queue as a fresh copy
+        let port = Recorded::default();
+        let failed = lambda(&port, vec![message("hang", 1), message("hang-last", 5)]).await;
+        assert_eq!(failed.expect("a batch response before the deadline"), ["hang"]);
+        assert_eq!(*port.requeued.lock().unwrap(), ["hang-last"]);
 
         // And a copy that cannot be sent is dead-lettered with its reason
         let port = Recorded { requeue_fails: true, ..Recorded::default() };
-        let batch = vec![message("hang", 1), message("last", 5)];
+        let batch = vec![message("hang", 1), message("hang-last", 5)];
         let failed = lambda(&port, batch).await.expect("a batch response before the deadline");
         assert_eq!(failed, ["hang"]);
-        assert_eq!(*port.dead.lock().unwrap(), ["last:deadline_reached"]);
+        assert_eq!(*port.dead.lock().unwrap(), ["hang-last:deadline_reached"]);
 
         // And a send that does not finish by the answer margin leaves the message for redelivery,
         // the batch still answered in time
         let port = Recorded { requeue_hangs: true, ..Recorded::default() };
-        let failed = lambda(&port, vec![message("hang", 1), message("last", 5)]).await;
-        assert_eq!(failed.expect("a batch response before the deadline"), ["hang", "last"]);
+        let failed = lambda(&port, vec![message("hang", 1), message("hang-last", 5)]).await;
+        assert_eq!(failed.expect("a batch response before the deadline"), ["hang", "hang-last"]);
     }
 
     #[tokio::test(start_paused = true)]
