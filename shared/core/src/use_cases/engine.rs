@@ -34,7 +34,7 @@ use crate::domain::error::Classified;
 use crate::domain::error::error_chain;
 use crate::domain::ids::{CorrelationKey, EventId, WorkflowName};
 use crate::domain::lifecycle::{
-    self, Decision, Effect, IgnoreReason, Input, MAX_STEP_INPUT_BYTES, Outcome, Record, State,
+    self, Decision, Effect, IgnoreReason, Input, Kind, MAX_STEP_INPUT_BYTES, Outcome, Record, State,
 };
 use crate::ports::metrics::{Metric, Metrics};
 use crate::ports::orchestrator::{
@@ -648,7 +648,13 @@ impl Engine {
             let result = match effect {
                 Effect::MarkResumed { generation, step } => match resume.take() {
                     // A step's delivered resume is followed by its next report: nothing to mark.
-                    Some(Delivered::Yes) if record.is_some_and(|r| r.branches.is_empty()) => continue,
+                    // (A branch's or a compensation's is marked: its record still waits.)
+                    Some(Delivered::Yes)
+                        if record
+                            .is_some_and(|r| r.branches.is_empty() && r.state.kind() == Kind::Advancing) =>
+                    {
+                        continue;
+                    }
                     Some(delivered) => {
                         self.mark_resumed(workflow, key, (*generation, *step), delivered, now).await
                     }

@@ -801,14 +801,16 @@ fn on_tick(r: &Record, now: OffsetDateTime) -> Decision {
 /// else the earliest open wait's deadline.
 pub(super) fn due_at(r: &Record) -> Option<OffsetDateTime> {
     let c = r.compensation.as_ref()?;
-    if c.undos.iter().any(|u| u.owed.is_some()) {
-        return Some(r.updated_at);
-    }
     let attempts = c
         .undos
         .iter()
         .filter_map(|u| u.next_attempt_at)
         .map(|next| next - crate::limits::RESEND_RESUME_AFTER);
+    // An owed resume does not hold back another compensation's attempt (as for a group's
+    // branches, found by an attack test).
+    if c.undos.iter().any(|u| u.owed.is_some()) {
+        return Some(attempts.fold(r.updated_at, OffsetDateTime::min));
+    }
     let deadlines = c.undos.iter().filter(|u| u.waits()).filter_map(|u| u.deadline);
     attempts.chain(deadlines).min().or(Some(r.updated_at))
 }
