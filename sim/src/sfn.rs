@@ -973,7 +973,14 @@ impl SimStepFunctions {
             return Err(validation(op, message));
         }
         let mut out = Vec::new();
-        let result = lock(&self.model).resume(token.expose(), what, now, &mut out);
+        // Step Functions times a wait out at its deadline, whoever looks: the timers due by now
+        // fire before the resume is looked at (a resume after a clock jump was taken, though its
+        // wait had timed out during the jump).
+        let result = {
+            let mut model = lock(&self.model);
+            model.fire_timers(now, &mut out);
+            model.resume(token.expose(), what, now, &mut out)
+        };
         self.world.note(|| format!("  {op} {} {payload} -> {result:?}", token.expose()));
         if !heartbeat {
             let call = ResumeCall {

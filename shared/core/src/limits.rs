@@ -26,6 +26,12 @@ pub const SWEEP_INTERVAL: StdDuration = StdDuration::from_secs(60);
 pub const ATTEMPT_OPEN_LAG: StdDuration =
     StdDuration::from_secs(SWEEP_INTERVAL.as_secs() + SWEEPER_TIMEOUT.as_secs());
 
+/// How far apart two clocks that baton compares may be: a function's and another's, or Step
+/// Functions' (AWS keeps its hosts' clocks within about a second). A branch whose deadline is
+/// within it of a group's timeout report may be the one that timed out (found by the
+/// simulation, with a clock per function).
+pub const MAX_CLOCK_SKEW: Duration = Duration::seconds(5);
+
 /// How long after its execution ended a record may still wait for its report before the
 /// sweeper strands it: past the longest a report takes to arrive when all is well but slow, the
 /// state machine's own retry of the send (about 17 minutes, `asl.rs`) and the progress queue's

@@ -294,14 +294,20 @@ fn owe(d: Decision, resume: Effect, waits: bool, (generation, step): (u32, u32))
 /// execution has ended (or the group failed, and the failing branch's own resume is owed apart).
 pub(super) fn close_open_branches(to: &mut Record, timed_out_at: Option<OffsetDateTime>) {
     for b in &mut to.branches {
-        let missed_deadline = matches!((timed_out_at, b.deadline), (Some(at), Some(d)) if d <= at);
-        // A resume Step Functions never confirmed, past the deadline of a group that timed out:
-        // the branch timed out before its resume arrived (a failure that had arrived would have
-        // failed the group first; that timeout is the one reported).
+        // (Step Functions' clock, which timed the branch out, and this function's may be apart.)
+        let skew = crate::limits::MAX_CLOCK_SKEW;
+        let missed_deadline = matches!((timed_out_at, b.deadline), (Some(at), Some(d)) if d <= at + skew);
+        // A resume Step Functions never confirmed, in a group that timed out: the branch's wait
+        // timed out before its resume arrived, by its deadline or by its heartbeat, which baton
+        // does not watch (a failure that had arrived would have failed the group first; that
+        // timeout is the one reported). Found by the simulation: a clock jump past a branch's
+        // heartbeat, its success then refused.
         let unconfirmed = matches!(b.outcome, Some(BranchOutcome::Succeeded | BranchOutcome::Failed))
             && (b.unconfirmed || b.owed.is_some());
-        if b.is_open() || unconfirmed && missed_deadline {
-            b.end(if missed_deadline { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
+        let success_refused = unconfirmed && b.outcome == Some(BranchOutcome::Succeeded);
+        if b.is_open() || unconfirmed && (missed_deadline || success_refused && timed_out_at.is_some()) {
+            let timed_out = missed_deadline || success_refused;
+            b.end(if timed_out { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
         }
     }
     if to.state.is_terminal() {

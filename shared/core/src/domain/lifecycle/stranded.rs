@@ -17,7 +17,9 @@
 //!   otherwise); a forward run ends `succeeded` (or `degraded`) if the execution succeeded,
 //!   `timed_out`, `cancelled` if it was aborted, and `failed` otherwise.
 
-use super::{Decision, IgnoreReason, Input, Outcome, Plan, Record, State, compensation, group};
+use super::{
+    BranchOutcome, Decision, IgnoreReason, Input, Outcome, Plan, Record, State, compensation, group,
+};
 use time::OffsetDateTime;
 
 /// The status a running execution has: never stranded, never ended by `baton end`.
@@ -80,7 +82,17 @@ fn on_gone(plan: &Plan, r: &Record, generation: u32, status: &str, now: OffsetDa
             to.missed.push(b.step);
         }
     }
-    group::close_open_branches(&mut to, None);
+    // As of now: a branch past its deadline, open or its success never confirmed (it found its
+    // token gone), timed out (found by the simulation: such a required branch was left
+    // succeeded in a group that timed out); an open one before it was closed with the run.
+    for b in &mut to.branches {
+        let past = b.deadline.is_some_and(|d| d <= now);
+        let unconfirmed = b.outcome == Some(BranchOutcome::Succeeded) && b.unconfirmed;
+        if b.is_open() || unconfirmed && past {
+            b.outcome = Some(if past { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
+            b.next_attempt_at = None;
+        }
+    }
     for u in to.compensation.iter_mut().flat_map(|c| c.undos.iter_mut()) {
         u.next_attempt_at = None;
     }
@@ -104,13 +116,19 @@ fn on_end(
         _ => return Decision::ignored(IgnoreReason::OutOfOrder),
     }
     let mut to = Record { token: None, owed: None, ..r.next(State::Stranded { at: None }, now) };
-    for b in &mut to.branches {
-        b.owed = None;
-    }
     to.state = match to.compensation.as_mut() {
         Some(c) => compensation::settle(c),
         None => ended_as((status, error), !r.missed.is_empty()),
     };
+    // A run that timed out at a group: a branch whose resume was never confirmed timed out, as
+    // its report would have said (found by the simulation: a required branch's success, its
+    // token gone, was left succeeded in a group that timed out).
+    if to.state == State::TimedOut {
+        group::close_open_branches(&mut to, Some(now));
+    }
+    for b in &mut to.branches {
+        b.owed = None;
+    }
     Decision::new(Outcome::Applied).with_write(super::Cause::End, Some(r), to)
 }
 

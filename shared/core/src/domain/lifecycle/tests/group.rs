@@ -233,3 +233,53 @@ fn a_required_branch_that_times_out_is_named_and_the_rest_are_closed() {
         (Some(BranchOutcome::TimedOut), Some(BranchOutcome::Closed))
     );
 }
+
+/// A required branch's success whose resume found its token gone, before its deadline, and then
+/// the group's timeout report: Step Functions timed the branch out by its heartbeat (baton
+/// watches no heartbeat), so it ends `timed_out`, never `succeeded` in a group that failed
+/// (found by the simulation, a clock jump past the heartbeat).
+#[test]
+fn a_success_refused_before_its_deadline_then_the_groups_timeout_ends_the_branch_timed_out() {
+    let p = grouped();
+    let r = at_group(&p);
+    let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1, delivered: false }));
+    assert_eq!(outcome(&r, 1), Some(BranchOutcome::Succeeded));
+    let timed_out = Input::Finished { generation: 1, finish: Finish::TimedOut };
+    let r = after(&run(&p, Some(&r), &timed_out));
+    assert_eq!(r.state, State::TimedOut);
+    assert_eq!(outcome(&r, 1), Some(BranchOutcome::TimedOut));
+    assert!(crate::domain::lifecycle::group_failed(&p, &r));
+}
+
+/// The same for a group that advanced with its last success owed (never marked delivered):
+/// the timeout report ends that branch `timed_out`; and so does `baton end` of a record stranded
+/// there whose execution timed out.
+#[test]
+fn a_last_success_still_owed_when_the_group_times_out_ends_the_branch_timed_out() {
+    let p = grouped();
+    let r = at_group(&p);
+    let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 2, delivered: true }));
+    let r = after(&run(&p, Some(&r), &failed("cb-address", 3)));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 3, delivered: true }));
+    let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
+    assert_eq!(r.state, State::Advancing { step: 1 });
+    let timed_out = Input::Finished { generation: 1, finish: Finish::TimedOut };
+    let ended = after(&run(&p, Some(&r), &timed_out));
+    assert_eq!(outcome(&ended, 1), Some(BranchOutcome::TimedOut));
+    assert_eq!(outcome(&ended, 2), Some(BranchOutcome::Succeeded), "its success was delivered");
+
+    let gone =
+        Input::ExecutionGone { generation: 1, status: "FAILED".into(), error: Some("States.Timeout".into()) };
+    let stranded = after(&run(&p, Some(&r), &gone));
+    let end = Input::End {
+        generation: 1,
+        status: "FAILED".into(),
+        error: Some("States.Timeout".into()),
+        reason: "ops".into(),
+    };
+    let ended = after(&run(&p, Some(&stranded), &end));
+    assert_eq!(ended.state, State::TimedOut);
+    assert_eq!(outcome(&ended, 1), Some(BranchOutcome::TimedOut));
+}

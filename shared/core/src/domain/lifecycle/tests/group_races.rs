@@ -969,12 +969,14 @@ mod model {
         if !same_group {
             return;
         }
-        // (1) an outcome is given once; the one override: an optional success → timed_out.
+        // (1) an outcome is given once; the overrides: an optional success → timed_out, and on a
+        // timeout report, a success Step Functions never confirmed → timed_out.
+        let timed_out_report = matches!(input, Input::Finished { finish: Finish::TimedOut, .. });
         for (a, b) in p.branches.iter().zip(&to.branches) {
             if let Some(was) = a.outcome {
-                let overridden = was == BranchOutcome::Succeeded
-                    && b.outcome == Some(BranchOutcome::TimedOut)
-                    && plan.is_optional(a.step);
+                let unconfirmed = timed_out_report && (a.unconfirmed || a.owed.is_some());
+                let overridden = b.outcome == Some(BranchOutcome::TimedOut)
+                    && (was == BranchOutcome::Succeeded && plan.is_optional(a.step) || unconfirmed);
                 assert!(
                     b.outcome == Some(was) || overridden,
                     "invariant 1: branch {} went {was:?} -> {:?} on {input:?}",
