@@ -268,8 +268,9 @@ mod tests {
         // Every check call of the checkers: `after_long_jump`'s two and `all`'s 35, as many as
         // before the split, the parallel groups' seven, bounded retry's five, the task workers'
         // answers' one, the heartbeat of retried steps' one, Step Functions' own sends' one,
-        // the crowd's record ends' one, owed work's one, and the record size bound's one.
-        assert_eq!(checks, 55);
+        // the crowd's record ends' one, owed work's one, the record size bound's one, and the
+        // stranded records' one.
+        assert_eq!(checks, 56);
     }
 
     /// A violation starts with its invariant's name in brackets; every check is counted.
