@@ -1174,6 +1174,11 @@ pub fn run(options: Options) -> Outcome {
         outcome.trace = lock(&world.log).clone();
     }
     baton_core::mutants::set(None);
+    // What holds the stack from inside it: the actors left, and the task workers reading the
+    // outbound queue (each holds the stack back); dropped, the schedule's memory is freed.
+    drop(exec);
+    world.drop_actors();
+    lock(&stack.publisher.workers).take();
     outcome
 }
 

@@ -205,6 +205,13 @@ impl World {
         wakes.iter().min().copied()
     }
 
+    /// Drops every actor spawned and not yet taken in: their futures hold the world (and the
+    /// stack), which would otherwise keep each other alive after the schedule ends.
+    pub fn drop_actors(&self) {
+        let spawned = std::mem::take(&mut *lock(&self.spawned));
+        drop(spawned);
+    }
+
     /// A fresh number, for ids.
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
