@@ -41,6 +41,23 @@ use crate::ports::store::{Claim, DueList, Hold, InboxClaim, InboxEntry, InboxSta
 /// How many items one run handles per kind; the next run takes the rest.
 pub const BATCH: usize = 100;
 
+/// The records of `lists` taken in turn: the first of each list, then the second of each, and
+/// so on.
+fn in_turn<T>(lists: Vec<Vec<T>>) -> impl Iterator<Item = T> {
+    let mut lists: Vec<std::vec::IntoIter<T>> = lists.into_iter().map(Vec::into_iter).collect();
+    std::iter::from_fn(move || {
+        let mut next = None;
+        while next.is_none() && !lists.is_empty() {
+            let mut list = lists.remove(0);
+            next = list.next();
+            if next.is_some() {
+                lists.push(list);
+            }
+        }
+        next
+    })
+}
+
 /// What one sweep did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SweepReport {
@@ -79,20 +96,44 @@ impl Sweeper {
     pub async fn run_once(&self, now: OffsetDateTime) -> Result<SweepReport, EngineError> {
         let mut report = SweepReport::default();
         let mut first_error = None;
-        let lists = [
+        // The owed work of every state, taken in turn, one record of each list after another:
+        // a sweep cut short by its timeout has served each list alike, and a crowd on one (pending
+        // records whose restarts each take seconds) never holds back another's (found by the
+        // simulation: a retried step's next attempt was never published before its heartbeat ran
+        // out, every sweep spent on such restarts).
+        let work = [
             (DueList { kind: Kind::Pending, work: true }, RESTART_PENDING_AFTER),
             (DueList { kind: Kind::Advancing, work: true }, RESEND_RESUME_AFTER),
             // A group's owed branch resume or a next attempt's task (listed on time: `due_at`).
             (DueList { kind: Kind::Waiting, work: true }, RESEND_RESUME_AFTER),
             // A compensation's owed resume, or its next attempt's task.
             (DueList { kind: Kind::Compensating, work: true }, RESEND_RESUME_AFTER),
+        ];
+        let mut owed = Vec::new();
+        for (list, after) in work {
+            match self.engine.store.due(list, now - after, BATCH).await {
+                Ok(records) => owed.push(records),
+                Err(e) => {
+                    warn!(error_type = e.error_type(), error = %crate::domain::error::error_chain(&e), "reading due records failed; the next sweep retries it");
+                    first_error.get_or_insert(EngineError::from(e));
+                }
+            }
+        }
+        for record in in_turn(owed) {
+            if let Err(e) = self.sweep_record(&record, now, &mut report).await {
+                warn!(workflow = %record.workflow, key = %record.key, error_type = e.error_type(),
+                    error = %crate::domain::error::error_chain(&e), "repairing a due record failed; the next sweep retries it");
+                first_error.get_or_insert(e);
+            }
+        }
+        let watched = [
             // A deadline passed a grace ago: Step Functions' own report is overdue.
             (DueList { kind: Kind::Waiting, work: false }, RESEND_RESUME_AFTER),
             // A resume that went out (or found its token gone) while the next report is awaited.
             (DueList { kind: Kind::Advancing, work: false }, RESEND_RESUME_AFTER),
             (DueList { kind: Kind::Compensating, work: false }, RESEND_RESUME_AFTER),
         ];
-        for (list, after) in lists {
+        for (list, after) in watched {
             if let Err(e) = self.sweep_list(list, now - after, now, &mut report).await {
                 warn!(error_type = e.error_type(), error = %crate::domain::error::error_chain(&e), "sweeping due records failed; the next sweep retries it");
                 first_error.get_or_insert(e);
@@ -441,4 +482,16 @@ fn twin(entry: &InboxEntry, record: Option<&Record>, step: Option<u32>) -> Optio
 /// source was kept matches either).
 fn same_source(a: &AppliedInput, entry: &InboxEntry) -> bool {
     a.source.is_none_or(|s| entry.source() == Some(s))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_owed_work_of_each_list_is_taken_in_turn() {
+        // Given a crowd on the first list and one record on each of the others
+        let lists = vec![vec![1, 2, 3, 4], vec![], vec![10], vec![20, 21]];
+        // Then a sweep cut short after three records has served every list that owes work
+        let order: Vec<i32> = super::in_turn(lists).collect();
+        assert_eq!(order, [1, 10, 20, 2, 21, 3, 4]);
+    }
 }
