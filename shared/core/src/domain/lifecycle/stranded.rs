@@ -49,7 +49,7 @@ pub(super) fn route(
             Some(on_gone(plan, r, *generation, status, now))
         }
         (Input::End { generation, status, error, .. }, Some(r)) => {
-            Some(on_end(r, *generation, (status, error.as_deref()), now))
+            Some(on_end(plan, r, *generation, (status, error.as_deref()), now))
         }
         (_, Some(r)) if r.state.kind() == super::Kind::Stranded => Some(while_stranded(r, input)),
         _ => None,
@@ -84,8 +84,10 @@ fn on_gone(plan: &Plan, r: &Record, generation: u32, status: &str, now: OffsetDa
     }
     // As of now: a branch past its deadline, open or its success never confirmed (it found its
     // token gone), timed out (found by the simulation: such a required branch was left
-    // succeeded in a group that timed out); an open one before it was closed with the run.
-    for b in &mut to.branches {
+    // succeeded in a group that timed out); an open one before it was closed with the run. (A
+    // compensating record's branches were settled when compensation began.)
+    let forward = r.state != State::Compensating;
+    for b in to.branches.iter_mut().filter(|_| forward) {
         let past = b.deadline.is_some_and(|d| d <= now);
         let unconfirmed = b.outcome == Some(BranchOutcome::Succeeded) && b.unconfirmed;
         if b.is_open() || unconfirmed && past {
@@ -101,6 +103,7 @@ fn on_gone(plan: &Plan, r: &Record, generation: u32, status: &str, now: OffsetDa
 
 /// An operator ends the stranded record as its execution ended (`status`, with `error`).
 fn on_end(
+    plan: &Plan,
     r: &Record,
     generation: u32,
     (status, error): (&str, Option<&str>),
@@ -118,7 +121,10 @@ fn on_end(
     let mut to = Record { token: None, owed: None, ..r.next(State::Stranded { at: None }, now) };
     to.state = match to.compensation.as_mut() {
         Some(c) => compensation::settle(c),
-        None => ended_as((status, error), !r.missed.is_empty()),
+        // An optional branch whose success Step Functions never confirmed (its report lost
+        // with the execution) may have been missed: the run ends `degraded`, which sends a
+        // person to look, rather than `succeeded`, which could hide it (found by the simulation).
+        None => ended_as((status, error), !r.missed.is_empty() || unconfirmed_optional(plan, r)),
     };
     // A run that timed out at a group: a branch whose resume was never confirmed timed out, as
     // its report would have said (found by the simulation: a required branch's success, its
@@ -130,6 +136,17 @@ fn on_end(
         b.owed = None;
     }
     Decision::new(Outcome::Applied).with_write(super::Cause::End, Some(r), to)
+}
+
+/// Whether an optional branch of the group `r` is at has a success Step Functions never
+/// confirmed: still owed, or found its token gone.
+fn unconfirmed_optional(plan: &Plan, r: &Record) -> bool {
+    r.branches.iter().any(|b| {
+        plan.is_optional(b.step)
+            && b.outcome == Some(BranchOutcome::Succeeded)
+            && !r.confirmed.contains(&b.step)
+            && (b.owed.is_some() || b.unconfirmed)
+    })
 }
 
 /// Where a forward run whose execution ended with `status` (and `error`, its `Fail` state's or
@@ -153,6 +170,10 @@ pub fn ended_as((status, error): (&str, Option<&str>), missed: bool) -> State {
 fn while_stranded(r: &Record, input: &Input) -> Decision {
     match input {
         Input::Start { event } if r.start_events.contains(event) => Decision::new(Outcome::Duplicate),
+        // Its run has not ended: refused as while it ran, so that a copy of the event after
+        // the end never starts a later run (found by the simulation: a producer's late retry,
+        // ledgered `stranded`, restarted the workflow weeks later).
+        Input::Start { .. } => Decision::ignored(IgnoreReason::AlreadyRunning),
         Input::Tick | Input::Resumed { .. } | Input::AttemptOpened { .. } => {
             Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed))
         }

@@ -283,3 +283,22 @@ fn a_last_success_still_owed_when_the_group_times_out_ends_the_branch_timed_out(
     assert_eq!(ended.state, State::TimedOut);
     assert_eq!(outcome(&ended, 1), Some(BranchOutcome::TimedOut));
 }
+
+/// `baton end` of a run whose execution succeeded while an optional branch's success was never
+/// confirmed (its report lost with the execution): baton cannot tell whether Step Functions
+/// took it, and ends the run `degraded`, never a `succeeded` that could hide a missed branch.
+#[test]
+fn an_end_after_success_with_an_optional_success_unconfirmed_is_degraded() {
+    let p = grouped();
+    let r = at_group(&p);
+    let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1, delivered: true }));
+    let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 2, delivered: true }));
+    let r = after(&run(&p, Some(&r), &input("cb-address", 3, json!({"address_ok": true}))));
+    assert_eq!(r.state, State::Advancing { step: 1 });
+    let gone = Input::ExecutionGone { generation: 1, status: "SUCCEEDED".into(), error: None };
+    let stranded = after(&run(&p, Some(&r), &gone));
+    let end = Input::End { generation: 1, status: "SUCCEEDED".into(), error: None, reason: "ops".into() };
+    assert_eq!(after(&run(&p, Some(&stranded), &end)).state, State::Degraded);
+}
