@@ -125,6 +125,9 @@ pub struct World {
     /// A spell in which every call of the operations with this prefix is throttled (a quota
     /// hit): from, until, prefix.
     pub throttle_spell: Mutex<Option<(OffsetDateTime, OffsetDateTime, &'static str)>>,
+    /// Every throttle spell the schedule had, as it was set (for the checks, after the faults
+    /// stop): from, until, prefix.
+    pub spells: Mutex<Vec<(OffsetDateTime, OffsetDateTime, &'static str)>>,
     /// The cut-offs invocations race their work against (their deadline's timers), by id. The
     /// clock stops at the earliest until its racer has seen it: a timer fires on time, however
     /// slow the call it interrupts, where a latency fault would otherwise jump past it.
@@ -149,6 +152,7 @@ impl World {
             jumps: Mutex::new(Vec::new()),
             scripted: Mutex::new(Vec::new()),
             throttle_spell: Mutex::new(None),
+            spells: Mutex::new(Vec::new()),
             cutoffs: Mutex::new(BTreeMap::new()),
         })
     }
