@@ -170,9 +170,9 @@ pub(super) fn degraded_exactly_when_an_optional_branch_did_not_succeed(c: &mut C
         // cannot tell whether Step Functions took it, and says `degraded` (stranded.rs).
         let unsure = r.history.last().is_some_and(|h| h.cause == Cause::End)
             && r.state == State::Degraded
-            && r.branches
-                .iter()
-                .any(|b| b.outcome == Some(BranchOutcome::Succeeded) && !r.confirmed.contains(&b.step));
+            && plan_of(s, r).is_some_and(|p| {
+                p.optional.iter().any(|st| !r.confirmed.contains(st) && !r.missed.contains(st))
+            });
         c.check(
             "degraded_exactly_when_an_optional_branch_did_not_succeed",
             (r.state == State::Degraded) == missed || unsure,

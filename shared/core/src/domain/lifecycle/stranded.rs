@@ -82,18 +82,13 @@ fn on_gone(plan: &Plan, r: &Record, generation: u32, status: &str, now: OffsetDa
             to.missed.push(b.step);
         }
     }
-    // As of now: a branch past its deadline, open or its success never confirmed (it found its
-    // token gone), timed out (found by the simulation: such a required branch was left
-    // succeeded in a group that timed out); an open one before it was closed with the run. (A
-    // compensating record's branches were settled when compensation began.)
+    // An open branch ended with the run: timed out if past its deadline, else closed. (A
+    // success never confirmed is settled by the end, as its report would have: `on_end`.)
     let forward = r.state != State::Compensating;
-    for b in to.branches.iter_mut().filter(|_| forward) {
+    for b in to.branches.iter_mut().filter(|b| forward && b.is_open()) {
         let past = b.deadline.is_some_and(|d| d <= now);
-        let unconfirmed = b.outcome == Some(BranchOutcome::Succeeded) && b.unconfirmed;
-        if b.is_open() || unconfirmed && past {
-            b.outcome = Some(if past { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
-            b.next_attempt_at = None;
-        }
+        b.outcome = Some(if past { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
+        b.next_attempt_at = None;
     }
     for u in to.compensation.iter_mut().flat_map(|c| c.undos.iter_mut()) {
         u.next_attempt_at = None;
@@ -138,15 +133,11 @@ fn on_end(
     Decision::new(Outcome::Applied).with_write(super::Cause::End, Some(r), to)
 }
 
-/// Whether an optional branch of the group `r` is at has a success Step Functions never
-/// confirmed: still owed, or found its token gone.
+/// Whether an optional branch of the run is settled by no report of its own: neither its success
+/// confirmed, nor missed (its report lost with the execution; a run that succeeded passed every
+/// group).
 fn unconfirmed_optional(plan: &Plan, r: &Record) -> bool {
-    r.branches.iter().any(|b| {
-        plan.is_optional(b.step)
-            && b.outcome == Some(BranchOutcome::Succeeded)
-            && !r.confirmed.contains(&b.step)
-            && (b.owed.is_some() || b.unconfirmed)
-    })
+    plan.optional.iter().any(|step| !r.confirmed.contains(step) && !r.missed.contains(step))
 }
 
 /// Where a forward run whose execution ended with `status` (and `error`, its `Fail` state's or
