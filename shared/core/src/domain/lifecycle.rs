@@ -1438,7 +1438,12 @@ fn decide_inner(
                 // An input that an earlier run applied is the same input again, whatever the
                 // run it was sent for (found by the simulation: an early input drained into its
                 // generation, then retried after a restart, was answered `ignored`).
+                // Only as applied to this step of that run: one event may feed several steps, and
+                // one a stale run never applied to this step is stale (found by the simulation:
+                // an early input for a later step, drained after a restart, was taken as a repeat
+                // of its application to an earlier step).
                 (Some(r), Some(g)) if g < r.generation => repeated_input(r, (id, *source), hash, *step, now)
+                    .filter(|_| applied_to(r, id, (g, *step)))
                     .unwrap_or_else(|| Decision::ignored(IgnoreReason::StaleGeneration)),
                 (Some(r), Some(g)) if g > r.generation => buffer(g),
                 (Some(r), _) => {
@@ -1819,6 +1824,13 @@ fn attempt_gate(
     // A failure that says no attempt can succeed still ends the step.
     (backoff && *retryable && attempt != Some(running))
         .then(|| Decision::ignored(IgnoreReason::EarlierAttempt))
+}
+
+/// Whether `id` was applied to `step` of generation `g` (as far as the record remembers).
+fn applied_to(r: &Record, id: &EventId, (g, step): (u32, u32)) -> bool {
+    r.applied
+        .iter()
+        .any(|a| &a.id == id && a.generation.is_none_or(|x| x == g) && a.step.is_none_or(|s| s == step))
 }
 
 /// An input with this id applied to this step before, or to any step of an earlier generation

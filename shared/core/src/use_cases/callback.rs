@@ -184,7 +184,8 @@ impl Callbacks {
         // A refusal (409, 413) is the answer this request earned too: kept, so the same request
         // sent again is refused the same way, not answered from what the ledger says (found by
         // review).
-        let answer = answer((workflow.name.as_str(), &callback.key, &callback.step), &receipt.id, &submitted)
+        let decided = (submitted.outcome(), submitted.record());
+        let answer = answer((workflow.name.as_str(), &callback.key, &callback.step), &receipt.id, decided)
             .unwrap_or_else(|refused| refused);
         self.keep(&receipt, to_store(&answer)).await;
         answer
@@ -727,15 +728,16 @@ enum MaybeApplied {
 fn answer(
     (workflow, key, step): (&str, &CorrelationKey, &str),
     id: &EventId,
-    submitted: &Submitted,
+    (outcome, record): (Outcome, Option<&crate::domain::lifecycle::Record>),
 ) -> Result<Answer, Answer> {
-    let record = submitted.record();
-    let state = match submitted.outcome() {
+    let state = match outcome {
+        // The state the input's own write left, in whichever generation applied it (found by the
+        // simulation: a retry after a restart answered with the new generation's state).
         Outcome::Duplicate => record.and_then(|r| {
             r.history
                 .iter()
                 .rev()
-                .find(|a| a.generation == r.generation && a.cause_id.as_deref() == Some(id.as_str()))
+                .find(|a| a.cause_id.as_deref() == Some(id.as_str()))
                 .map(|a| a.to.to_string())
                 .or_else(|| Some(r.state.to_string()))
         }),
@@ -745,7 +747,7 @@ fn answer(
         "status": "applied", "workflow": workflow, "key": key.as_str(),
         "step": step, "state": state, "duplicate": false,
     });
-    Ok(match submitted.outcome() {
+    Ok(match outcome {
         Outcome::Applied => Answer::new(StatusCode::OK, body),
         Outcome::Duplicate => {
             body["duplicate"] = json!(true);
@@ -1271,6 +1273,48 @@ mod tests {
             stored_answer(&json!({"http_status": 202, "body": {"status": "buffered", "duplicate": false}}));
         assert_eq!(a.status, StatusCode::OK);
         assert_eq!(a.body, json!({"status": "buffered", "duplicate": true}));
+    }
+
+    /// A duplicate answers with the state the input's own write left, in whichever generation
+    /// applied it: a retry after a restart is answered as its first attempt was (found by the
+    /// simulation, which saw the new generation's state in the retry's answer).
+    #[test]
+    fn a_duplicate_is_answered_with_the_state_its_own_write_left_after_a_restart() {
+        use crate::domain::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
+        use crate::domain::lifecycle::{Finish, Input, Plan, Record, Source, decide};
+        let plan = Plan::line(vec![vec!["decision".to_owned()]]);
+        let names = (WorkflowName::parse("w").unwrap(), CorrelationKey::parse("k").unwrap());
+        let now = time::OffsetDateTime::UNIX_EPOCH;
+        let step = |r: Option<&Record>, input: &Input| {
+            decide(&plan, (&names.0, &names.1), r, input, now).write.unwrap().to
+        };
+        let ready = |r: &Record, tok: &str| Input::StepReady {
+            generation: r.generation,
+            step: 0,
+            token: TaskToken::parse(tok).unwrap(),
+            deadline: now + time::Duration::days(1),
+        };
+        let input = Input::StepInput {
+            id: EventId::parse("cb-1").unwrap(),
+            hash: "h".into(),
+            source: Source::Callback,
+            step: 0,
+            outcome: StepOutcome::Succeeded,
+            data: serde_json::from_value(json!({"decision": "ok"})).unwrap(),
+            generation: Some(1),
+            attempt: None,
+        };
+        let r = step(None, &Input::Start { event: EventId::parse("e1").unwrap() });
+        let r = step(Some(&r), &ready(&r, "t1"));
+        let r = step(Some(&r), &input);
+        let r = step(Some(&r), &Input::Finished { generation: 1, finish: Finish::Succeeded });
+        let r = step(Some(&r), &Input::Start { event: EventId::parse("e2").unwrap() });
+        let r = step(Some(&r), &ready(&r, "t2"));
+        let a =
+            answer(("w", &names.1, "s"), &EventId::parse("cb-1").unwrap(), (Outcome::Duplicate, Some(&r)))
+                .unwrap();
+        assert_eq!(a.body["state"], "advancing{0}");
+        assert_eq!(a.body["duplicate"], true);
     }
 
     #[test]

@@ -404,6 +404,23 @@ fn given_an_input_applied_in_an_earlier_generation_when_it_comes_again_then_it_i
 }
 
 #[test]
+fn given_an_input_for_a_later_step_of_a_stale_run_then_its_application_to_an_earlier_step_is_no_repeat() {
+    // An event fed step 0 of generation 1, and was buffered for step 1 too; the run was cancelled
+    // and restarted before step 1 waited. Drained now, for step 1 of generation 1, it is stale:
+    // that run never applied it to step 1.
+    let p = plan(&[&["decision"], &["note"]]);
+    let r = ready(&p, &started(&p), 0, "t0");
+    let r = after(&run(&p, Some(&r), &callback("note-1", 0, StepOutcome::Succeeded, json!({"decision": 1}))));
+    let r = after(&run(&p, Some(&r), &Input::Cancel { reason: "test".into() }));
+    let r = after(&run(&p, Some(&r), &Input::Start { event: eid("evt-2") }));
+    let mut for_step_1 = callback("note-1", 1, StepOutcome::Succeeded, json!({"note": 1}));
+    if let Input::StepInput { generation, .. } = &mut for_step_1 {
+        *generation = Some(1);
+    }
+    assert_eq!(run(&p, Some(&r), &for_step_1).outcome, Outcome::Ignored(IgnoreReason::StaleGeneration));
+}
+
+#[test]
 fn given_a_waiting_step_when_cancelled_then_the_execution_is_stopped() {
     let p = plan(&[&["decision"]]);
     let r = ready(&p, &started(&p), 0, "tok-0");
