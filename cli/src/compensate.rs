@@ -10,7 +10,7 @@
 use anyhow::{Context, Result, bail};
 use baton_core::domain::config::Workflow;
 use baton_core::domain::ids::CorrelationKey;
-use baton_core::domain::lifecycle::{self, Record, State, Undo, UndoOutcome};
+use baton_core::domain::lifecycle::{self, Record, State, Undo, WaitOutcome};
 use serde_json::{Value, json};
 use time::format_description::well_known::Rfc3339;
 
@@ -87,10 +87,10 @@ pub fn document(workflow: &Workflow, r: &Record) -> Value {
         Some(c) => c.undos.clone(),
         None => lifecycle::compensation_plan(&plan, r),
     };
-    let mut steps: Vec<Value> = undos.iter().map(|u| step_entry(workflow, r, Some(u), u.step)).collect();
+    let mut steps: Vec<Value> = undos.iter().map(|u| step_entry(workflow, r, Some(u), u.step())).collect();
     // The steps the plan leaves out: not completed, with nothing to undo.
     let mut rest: Vec<u32> =
-        (0..workflow.steps.len() as u32).filter(|i| !undos.iter().any(|u| u.step == *i)).collect();
+        (0..workflow.steps.len() as u32).filter(|i| !undos.iter().any(|u| u.step() == *i)).collect();
     rest.reverse();
     steps.extend(rest.into_iter().map(|i| step_entry(workflow, r, None, i)));
     let trigger = r.compensation.as_ref().map(|c| {
@@ -127,7 +127,8 @@ fn step_entry(workflow: &Workflow, r: &Record, undo: Option<&Undo>, step: u32) -
     };
     let errors: Vec<Value> = undo
         .map(|u| {
-            u.attempts
+            u.wait
+                .failed
                 .iter()
                 .map(|a| json!({"attempt": a.attempt, "error": a.error, "cause": a.cause}))
                 .collect()
@@ -135,8 +136,8 @@ fn step_entry(workflow: &Workflow, r: &Record, undo: Option<&Undo>, step: u32) -
         .unwrap_or_default();
     // Each attempt whose task went out: the failed ones, and the last unless it failed too.
     let used = undo
-        .filter(|u| u.token.is_some() && u.skip.is_none())
-        .map_or(0, |u| u.attempts.len() as u32 + u32::from(u.outcome != Some(UndoOutcome::Failed)));
+        .filter(|u| u.wait.token.is_some() && u.skip.is_none())
+        .map_or(0, |u| u.wait.failed.len() as u32 + u32::from(u.wait.outcome() != Some(WaitOutcome::Failed)));
     json!({
         "step": step,
         "name": spec.name.as_str(),

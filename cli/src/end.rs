@@ -18,7 +18,7 @@
 use anyhow::{Context, Result, bail};
 use baton_core::domain::config::Workflow;
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
-use baton_core::domain::lifecycle::{self, NOT_FOUND, Record, State, UndoOutcome};
+use baton_core::domain::lifecycle::{self, NOT_FOUND, Record, State, WaitOutcome};
 use baton_core::use_cases::ending::{self, ExecutionEnd};
 use serde_json::{Value, json};
 
@@ -135,13 +135,13 @@ fn stays_undone(workflow: &Workflow, r: &Record, ended: Option<&Record>) -> Vec<
             .compensation
             .iter()
             .flat_map(|c| c.run())
-            .filter(|u| u.outcome != Some(UndoOutcome::Acknowledged))
-            .map(|u| json!({"step": name(u.step), "why": "its compensation was not acknowledged"}))
+            .filter(|u| u.wait.outcome() != Some(WaitOutcome::Succeeded))
+            .map(|u| json!({"step": name(u.step()), "why": "its compensation was not acknowledged"}))
             .collect(),
         (None, _) => lifecycle::compensation_plan(&workflow.plan(), r)
             .iter()
             .filter(|u| u.skip.is_none())
-            .map(|u| json!({"step": name(u.step), "why": "it completed and declares compensate; no compensation will run now"}))
+            .map(|u| json!({"step": name(u.step()), "why": "it completed and declares compensate; no compensation will run now"}))
             .collect(),
         _ => Vec::new(),
     }

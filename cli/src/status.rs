@@ -151,6 +151,8 @@ pub fn build(
         .iter()
         .map(|r| {
             let step = r.state.step();
+            // The earliest deadline of the waits still open (a step's, or a group's branches').
+            let deadline = r.waits.iter().filter(|w| w.waits()).filter_map(|w| w.deadline).min();
             Overdue {
                 workflow: r.workflow.to_string(),
                 key: r.key.to_string(),
@@ -160,8 +162,8 @@ pub fn build(
                     let own = r.config_version.as_ref().and_then(|v| versions.get(v)).unwrap_or(names);
                     own.name(r.workflow.as_str(), s)
                 }),
-                deadline: r.deadline,
-                overdue_seconds: r.deadline.map(|d| (now - d).whole_seconds()).unwrap_or(0),
+                deadline,
+                overdue_seconds: deadline.map(|d| (now - d).whole_seconds()).unwrap_or(0),
             }
         })
         .collect();

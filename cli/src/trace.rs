@@ -24,7 +24,7 @@ use baton_aws::dynamodb::DynamoDbStore;
 use baton_aws::stepfunctions::StepFunctionsOrchestrator;
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
 use baton_core::domain::lifecycle::{
-    AuditEntry, Branch, Compensation, FailedAttempt, Record, Resume, Source as InputSource,
+    AuditEntry, Compensation, FailedAttempt, Record, Resume, Role, Source as InputSource, Wait,
 };
 use baton_core::ports::orchestrator::{
     ExecutionInfo, HistoryEvent, Orchestrator, OrchestratorError, execution_arn, execution_name,
@@ -441,13 +441,13 @@ fn compensation_view(c: &Compensation, workflow: &str, names: &StepNames) -> Com
             .undos
             .iter()
             .map(|u| UndoView {
-                step: u.step,
-                name: names.name(workflow, u.step),
+                step: u.step(),
+                name: names.name(workflow, u.step()),
                 state: u.state(),
                 skip_reason: u.skip.map(|s| s.as_str()),
-                deadline: u.deadline,
-                failed_attempts: u.attempts.clone(),
-                attempt: u.attempt(),
+                deadline: u.wait.deadline,
+                failed_attempts: u.wait.failed.clone(),
+                attempt: u.wait.attempt(),
             })
             .collect(),
     }
@@ -477,22 +477,22 @@ pub struct BranchView {
     pub next_attempt_at: Option<OffsetDateTime>,
 }
 
-fn branch_view(b: &Branch, workflow: &str, names: &StepNames) -> BranchView {
+fn branch_view(b: &Wait, workflow: &str, names: &StepNames) -> BranchView {
     BranchView {
         step: b.step,
         name: names.name(workflow, b.step),
-        state: match (b.outcome, &b.token) {
-            (Some(outcome), _) => outcome.as_str(),
+        state: match (b.outcome(), &b.token) {
+            (Some(outcome), _) => outcome.name(Role::Branch),
             (None, Some(_)) => "waiting",
             (None, None) => "not_reached",
         },
         deadline: b.deadline,
         token_fingerprint: b.token.as_ref().map(|t| t.fingerprint()),
         inputs: b.inputs.clone(),
-        owed: b.owed.as_ref().map(owed_word),
-        failed_attempts: b.attempts.clone(),
+        owed: b.owed().map(owed_word),
+        failed_attempts: b.failed.clone(),
         attempt: b.attempt(),
-        next_attempt_at: b.next_attempt_at,
+        next_attempt_at: b.task_due(),
     }
 }
 
@@ -682,6 +682,7 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
             .collect()
     };
     let step = r.state.step();
+    let at_step = r.step_wait();
     RecordView {
         state: r.state.to_string(),
         terminal: r.state.is_terminal(),
@@ -690,27 +691,24 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         generation: r.generation,
         version: r.version,
         config_version: r.config_version.clone(),
-        deadline: r.deadline,
-        token_fingerprint: r.token.as_ref().map(|t| t.fingerprint()),
-        inputs: r.inputs.clone(),
+        deadline: at_step.and_then(|w| w.deadline),
+        token_fingerprint: at_step.and_then(|w| w.token.as_ref()).map(|t| t.fingerprint()),
+        inputs: at_step.map(|w| w.inputs.clone()).unwrap_or_default(),
         applied_inputs: r
             .applied
             .iter()
-            .filter(|a| {
-                a.step.or(r.state.step()) == r.state.step()
-                    && a.generation.unwrap_or(r.generation) == r.generation
-            })
+            .filter(|a| Some(a.step) == r.state.step() && a.generation == r.generation)
             .filter(|_| r.state.step().is_some())
             .map(|a| a.id.to_string())
             .collect(),
-        owed: r.owed.as_ref().map(owed_word),
+        owed: at_step.and_then(Wait::owed).map(owed_word),
         start_events: r.start_events.iter().map(ToString::to_string).collect(),
-        branches: r.branches.iter().map(|b| branch_view(b, r.workflow.as_str(), names)).collect(),
+        branches: r.branches().map(|b| branch_view(b, r.workflow.as_str(), names)).collect(),
         missed: step_names(&r.missed),
         confirmed: step_names(&r.confirmed),
-        failed_attempts: r.attempts.clone(),
-        attempt: r.attempt(),
-        next_attempt_at: r.next_attempt_at,
+        failed_attempts: at_step.map(|w| w.failed.clone()).unwrap_or_default(),
+        attempt: at_step.map_or(1, Wait::attempt),
+        next_attempt_at: at_step.and_then(Wait::task_due),
         compensation: r.compensation.as_ref().map(|c| compensation_view(c, r.workflow.as_str(), names)),
         created_at: r.created_at,
         updated_at: r.updated_at,

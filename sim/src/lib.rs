@@ -1016,8 +1016,8 @@ pub fn run(options: Options) -> Outcome {
             .records()
             .into_iter()
             .filter(|r| {
-                r.token
-                    .as_ref()
+                r.step_wait()
+                    .and_then(|w| w.token.as_ref())
                     .is_some_and(|t| model.tokens.get(t.expose()).is_some_and(|(_, _, open)| *open))
             })
             .collect()
@@ -1242,8 +1242,9 @@ fn stranded_inputs(stack: &Stack) -> Vec<String> {
         }
         // The steps that wait: the record's, or the reached and open branches of its group.
         let steps = match r.state {
-            State::Waiting { step } if r.branches.is_empty() => vec![step],
-            State::Waiting { .. } => r.branches.iter().map(|b| b.step).filter(|&s| r.waits_at(s)).collect(),
+            State::Waiting { .. } => {
+                r.waits.iter().map(|b| b.step).filter(|&s| r.waits_at(s)).collect::<Vec<u32>>()
+            }
             _ => continue,
         };
         for step in steps {

@@ -183,7 +183,7 @@ impl WorkflowStore for SimStore {
         if applied == Applied::Written {
             let size = record_size(&write.to, ItemFormat::Objects);
             let bound = baton_core::ports::store::limits::record_size_bound(&write.to);
-            if write.to.branches.len() > 2 {
+            if write.to.branches().count() > 2 {
                 let mut largest = lock(&self.largest);
                 if size > largest.0 {
                     *largest = (size, bound);
@@ -209,14 +209,13 @@ impl WorkflowStore for SimStore {
                 before.as_ref().map(|r| r.state.to_string()),
                 write.to.state,
                 write.to.version,
-                write.to.token.as_ref().map(|t| t.expose().to_owned())
+                write.to.step_wait().and_then(|w| w.token.as_ref()).map(|t| t.expose().to_owned())
             )
         });
         if applied == Applied::Written {
             let r = &write.to;
-            let due =
-                r.next_attempt_at.into_iter().chain(r.branches.iter().filter_map(|b| b.next_attempt_at));
-            let undos = r.compensation.iter().flat_map(|c| c.undos.iter().filter_map(|u| u.next_attempt_at));
+            let due = r.waits.iter().filter_map(|w| w.task_due());
+            let undos = r.compensation.iter().flat_map(|c| c.undos.iter().filter_map(|u| u.wait.task_due()));
             lock(&self.attempts_due).extend(due.chain(undos));
             if r.state == State::Compensating {
                 lock(&self.compensating_since).get_or_insert(self.world.now());

@@ -9,7 +9,7 @@ mod common;
 
 use baton_core::domain::ids::{CorrelationKey, EventId, WorkflowName};
 use baton_core::domain::lifecycle::{
-    Branch, FailedAttempt, Input, Record, Source, State, StepOutcome, UndoOutcome, decide,
+    FailedAttempt, Input, Record, Role, Source, State, StepOutcome, Wait, WaitOutcome, WaitStatus, decide,
 };
 use baton_core::ports::orchestrator::ExecutionStatus;
 use baton_core::ports::store::WorkflowStore;
@@ -125,10 +125,10 @@ fn an_acknowledgement_after_a_deploy_that_inserts_a_step_acknowledges_the_compen
     // Then it is charge's compensation that is acknowledged, and points' still waits
     let r = record_of(&s, "saga", "k");
     let undo =
-        |step: u32| r.compensation.as_ref().unwrap().undos.iter().find(|u| u.step == step).unwrap().outcome;
+        |step: u32| r.compensation.as_ref().unwrap().undo(step).unwrap().wait.outcome();
     assert_eq!(
         (undo(1), undo(2)),
-        (Some(UndoOutcome::Acknowledged), None),
+        (Some(WaitOutcome::Succeeded), None),
         "charge's acknowledgement was taken for another step's (charge is 1, points 2 in the record's version)"
     );
 }
@@ -189,30 +189,21 @@ fn a_hundred_records_whose_executions_were_stopped_outside_baton_do_not_keep_a_n
 /// A record at a group of twelve branches, each with nine failed attempts whose error and cause
 /// are Step Functions' longest (the cause kept to its first 512 characters).
 fn wide_record() -> Record {
-    let plan = baton_core::domain::lifecycle::Plan {
-        steps: vec![vec![]],
-        groups: Vec::new(),
-        optional: Vec::new(),
-        on_restart: baton_core::domain::lifecycle::OnRestart::AfterTerminal,
-        version: None,
-        retries: Vec::new(),
-        compensations: Vec::new(),
-    };
+    let plan = baton_core::domain::lifecycle::Plan::line(vec![Vec::new()]);
     let (w, k) = (WorkflowName::parse("wide").unwrap(), CorrelationKey::parse("k").unwrap());
     let now = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
     let start = Input::Start { event: EventId::parse("e").unwrap() };
     let mut r = decide(&plan, (&w, &k), None, &start, now).write.unwrap().to;
     r.state = State::Waiting { step: 0 };
-    r.branches = (0..12)
-        .map(|step| Branch {
+    r.waits = (0..12)
+        .map(|step| Wait {
             step,
+            role: Role::Branch,
             token: Some(baton_core::domain::ids::TaskToken::parse(format!("tok-{step}")).unwrap()),
             deadline: Some(now),
             inputs: Default::default(),
-            outcome: None,
-            owed: None,
-            unconfirmed: false,
-            attempts: (1..=9)
+            status: WaitStatus::TaskDue { at: now },
+            failed: (1..=9)
                 .map(|attempt| FailedAttempt {
                     attempt,
                     error: "E".repeat(256),
@@ -222,7 +213,6 @@ fn wide_record() -> Record {
                     at: now,
                 })
                 .collect(),
-            next_attempt_at: Some(now),
         })
         .collect();
     r
@@ -245,11 +235,15 @@ fn the_simulated_dynamodb_refuses_a_record_over_400_kb_that_the_cheap_bound_lets
     let s = stack();
     let mut r = wide_record();
     r.state = State::Pending;
-    for b in &mut r.branches {
-        b.owed = Some(baton_core::domain::lifecycle::Resume::Failure {
-            error: "E".repeat(256),
-            cause: "c".repeat(32_768),
-        });
+    for b in &mut r.waits {
+        b.status = WaitStatus::Owed {
+            outcome: baton_core::domain::lifecycle::WaitOutcome::Failed,
+            resume: baton_core::domain::lifecycle::Resume::Failure {
+                error: "E".repeat(256),
+                cause: "c".repeat(32_768),
+            },
+            since: r.created_at,
+        };
     }
     let size = baton_aws::dynamodb::record_size(&r, baton_aws::dynamodb::ItemFormat::Objects);
     assert!(size > baton_aws::dynamodb::MAX_ITEM_BYTES);
@@ -297,7 +291,7 @@ fn a_wide_retried_group_with_long_error_texts_never_decides_a_write_dynamodb_ref
         }
         // Each next attempt fails once its task is out (its backoff passed, the sweeper opened it).
         let r = record_of(&s, "wide", "k");
-        if let Some(due) = r.branches.iter().filter_map(|b| b.next_attempt_at).max() {
+        if let Some(due) = r.waits.iter().filter_map(Wait::task_due).max() {
             s.world.set_now(due + Duration::seconds(1));
             for _ in 0..3 {
                 let _ = drive(s.sweeper.run_once(s.world.now()));
@@ -305,7 +299,7 @@ fn a_wide_retried_group_with_long_error_texts_never_decides_a_write_dynamodb_ref
         }
     }
     let r = record_of(&s, "wide", "k");
-    assert!(r.branches.iter().all(|b| b.attempts.len() == 9), "every branch ran its ten attempts");
+    assert!(r.waits.iter().all(|b| b.failed.len() == 9), "every branch ran its ten attempts");
     // Then no write baton decided was over DynamoDB's 400 KB
     let refused: Vec<String> =
         lock(&s.violations).iter().filter(|v| v.starts_with("[record_fits_its_item]")).cloned().collect();
@@ -325,7 +319,7 @@ fn a_worker_answering_its_task_at_once_is_not_ignored_for_the_clocks_skew() {
     let failed = json!({"workflow": "retried", "key": "k", "step": "verify", "outcome": "failed", "data": {},
         "error": "WorkerDown", "cause": "attempt 1 failed", "attempt": 1, "generation": 1});
     assert_eq!(callback(&s, "fail-1", &failed).body["status"], "applied");
-    let due = record_of(&s, "retried", "k").next_attempt_at.unwrap();
+    let due = record_of(&s, "retried", "k").wait(0).and_then(Wait::task_due).unwrap();
     // When the sweeper publishes attempt 2's task as its own clock passes the due time (its
     // mark on the record fails: the task is out, the record does not know yet)
     s.world.set_now(due - Duration::milliseconds(300));

@@ -308,7 +308,7 @@ pub async fn callback_scenario(binary: &str) {
     // resumed once (progress is paused, so the record stays advancing).
     let record = system.record("order-review", &key).await.expect("the record");
     assert_eq!(record.state, State::Advancing { step: 0 });
-    assert_eq!(record.inputs["decision"], "approve");
+    assert_eq!(record.wait(0).expect("the step's wait").inputs["decision"], "approve");
     system
         .until("the execution resumed", || async {
             (system.resumes("order-review", &key).await == 1).then_some(())

@@ -226,8 +226,8 @@ pub async fn compensated(system: &crate::system::System, key: &str) {
         system
             .record_until("order-review", key, &format!("{step}'s compensation task is out"), |r| {
                 // As a worker answers: once the task is out (its mark follows the publish).
-                let out = |u: &baton_core::domain::lifecycle::Undo| u.waits() && u.next_attempt_at.is_none();
-                r.compensation.as_ref().is_some_and(|c| c.undos.iter().any(|u| u.step == index && out(u)))
+                let out = |u: &baton_core::domain::lifecycle::Undo| u.waits() && u.wait.task_due().is_none();
+                r.compensation.as_ref().is_some_and(|c| c.undos.iter().any(|u| u.step() == index && out(u)))
             })
             .await;
         let ack = json!({"outcome": "succeeded", "compensation": true});

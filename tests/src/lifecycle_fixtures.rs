@@ -3,7 +3,7 @@
 
 use baton_core::domain::ids::{CorrelationKey, EventId, WorkflowName};
 use baton_core::domain::lifecycle::{
-    Decision, Input, OnRestart, Plan, Record, Source, StepOutcome, Write, decide,
+    Decision, Input, OnRestart, Plan, Record, Source, StepOutcome, StepPlan, Write, decide,
 };
 use time::OffsetDateTime;
 
@@ -16,13 +16,9 @@ pub fn t0() -> OffsetDateTime {
 /// reading it back equal shows it round-trips.
 pub fn plan() -> Plan {
     Plan {
-        steps: vec![vec!["decision".into()], vec!["payment_ref".into()]],
-        groups: Vec::new(),
-        optional: Vec::new(),
+        steps: vec![StepPlan::requiring(&["decision"]), StepPlan::requiring(&["payment_ref"])],
         on_restart: OnRestart::AfterTerminal,
         version: Some("v0123456789ab".into()),
-        retries: Vec::new(),
-        compensations: Vec::new(),
     }
 }
 

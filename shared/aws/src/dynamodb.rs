@@ -50,7 +50,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::sdk::{sdk_retryable, sdk_throttled};
 use baton_core::domain::ids::{CorrelationKey, TaskToken, WorkflowName};
-use baton_core::domain::lifecycle::{IgnoreReason, Kind, Record, State, Write};
+use baton_core::domain::lifecycle::{IgnoreReason, Kind, Record, Role, State, Wait, Write};
 use baton_core::ports::store::compact;
 use baton_core::ports::store::limits::record_size_bound;
 use baton_core::ports::store::limits::{RECORD_SK, inbox_sk, ledger_sk, pk, receipt_sk, task_sk};
@@ -330,7 +330,7 @@ impl DynamoDbStore {
     /// Before the record write, so that a stored record never refers to a missing token item; a
     /// record write that then loses or fails leaves the token item unreferenced, until its TTL.
     async fn put_token(&self, record: &Record) -> Result<(), StoreError> {
-        let Some(token) = record.token.as_ref().filter(|t| self.layout().token_out_of_line(t)) else {
+        let Some(token) = step_token(record).filter(|t| self.layout().token_out_of_line(t)) else {
             return Ok(());
         };
         let id = Self::known_token(&pk(&record.workflow, &record.key), &token_sk(record, token));
@@ -873,7 +873,6 @@ fn record_item(r: &Record, layout: Layout) -> Item {
         ("generation".into(), n(r.generation)),
         ("state".into(), s(r.state.kind().as_str())),
         ("version".into(), n(r.version)),
-        ("inputs".into(), json(&r.inputs)),
         ("applied".into(), applied),
         ("start_events".into(), json(&r.start_events)),
         ("history".into(), history),
@@ -885,7 +884,7 @@ fn record_item(r: &Record, layout: Layout) -> Item {
     if let Some(step) = r.state.step() {
         item.insert("step".into(), n(step));
     }
-    match &r.token {
+    match step_token(r) {
         Some(token) if layout.token_out_of_line(token) => {
             item.insert("token_sk".into(), s(&token_sk(r, token)));
         }
@@ -894,30 +893,22 @@ fn record_item(r: &Record, layout: Layout) -> Item {
         }
         None => {}
     }
-    if let Some(deadline) = r.deadline {
-        item.insert("deadline".into(), s(&ts(deadline)));
-    }
-    if let Some(owed) = &r.owed {
-        item.insert("owed".into(), json(owed));
-    }
-    // A parallel group's branches, tokens included, as one JSON attribute.
-    if !r.branches.is_empty() {
-        item.insert("branches".into(), json(&r.branches));
+    // The position's waits as one JSON attribute, the step's token kept apart (above).
+    if !r.waits.is_empty() {
+        let mut waits = r.waits.clone();
+        for w in waits.iter_mut().filter(|w| w.role == Role::Step) {
+            w.token = None;
+        }
+        item.insert("waits".into(), json(&waits));
     }
     for (name, steps) in [("missed", &r.missed), ("succeeded", &r.succeeded), ("confirmed", &r.confirmed)] {
         if !steps.is_empty() {
             item.insert(name.into(), json(steps));
         }
     }
-    // A compensation's plan and how each compensation stands, tokens included.
+    // A compensation's plan and how each compensation's wait stands, tokens included.
     if let Some(compensation) = &r.compensation {
         item.insert("compensation".into(), json(compensation));
-    }
-    if !r.attempts.is_empty() {
-        item.insert("attempts".into(), json(&r.attempts));
-    }
-    if let Some(next) = r.next_attempt_at {
-        item.insert("next_attempt_at".into(), s(&ts(next)));
     }
     if let Some(write_id) = &r.write_id {
         item.insert("write_id".into(), s(write_id));
@@ -926,6 +917,12 @@ fn record_item(r: &Record, layout: Layout) -> Item {
         item.insert("config_version".into(), s(config_version));
     }
     item
+}
+
+/// The token of the step a record is at (a group's branches keep theirs in `waits`): kept out
+/// of line when long ([`token_item`]).
+fn step_token(r: &Record) -> Option<&TaskToken> {
+    r.step_wait().and_then(|w| w.token.as_ref())
 }
 
 /// What the record's audit trail is written against ([`compact`]).
@@ -941,36 +938,33 @@ fn history_context(r: &Record) -> compact::Context<'_> {
 fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreError> {
     let r = Reader { item };
     let (workflow, key) = r.names()?;
+    let token = match (r.opt_s("token")?, referred_token_sk(item), token_item) {
+        (Some(token), _, _) => Some(TaskToken::parse(token).map_err(|e| r.corrupt(format!("token: {e}")))?),
+        (None, Some(_), Some(token_item)) => Some(parse_token(token_item)?),
+        (None, _, _) => None,
+    };
+    let mut waits: Vec<Wait> = r.opt_s("waits")?.map(|_| r.json("waits")).transpose()?.unwrap_or_default();
+    for w in waits.iter_mut().filter(|w| w.role == Role::Step) {
+        w.token = token.clone();
+    }
     let mut record = Record {
         workflow,
         key,
         generation: r.n("generation")?,
         state: parse_state(&r)?,
         version: r.n("version")?,
-        token: match (r.opt_s("token")?, referred_token_sk(item), token_item) {
-            (Some(token), _, _) => {
-                Some(TaskToken::parse(token).map_err(|e| r.corrupt(format!("token: {e}")))?)
-            }
-            (None, Some(_), Some(token_item)) => Some(parse_token(token_item)?),
-            (None, _, _) => None,
-        },
-        deadline: r.opt_time("deadline")?,
-        inputs: r.json("inputs")?,
+        waits,
         applied: compact::decode_applied(r.s("applied")?)
             .map_err(|e| r.corrupt(format!("attribute applied: {e}")))?,
-        owed: r.opt_s("owed")?.map(|_| r.json("owed")).transpose()?,
         start_events: r.json("start_events")?,
         history: Vec::new(),
         created_at: r.time("created_at")?,
         updated_at: r.time("updated_at")?,
         write_id: r.opt_s("write_id")?.map(str::to_owned),
         config_version: r.opt_s("config_version")?.map(str::to_owned),
-        branches: r.opt_s("branches")?.map(|_| r.json("branches")).transpose()?.unwrap_or_default(),
         missed: r.opt_s("missed")?.map(|_| r.json("missed")).transpose()?.unwrap_or_default(),
         confirmed: r.opt_s("confirmed")?.map(|_| r.json("confirmed")).transpose()?.unwrap_or_default(),
         succeeded: r.opt_s("succeeded")?.map(|_| r.json("succeeded")).transpose()?.unwrap_or_default(),
-        attempts: r.opt_s("attempts")?.map(|_| r.json("attempts")).transpose()?.unwrap_or_default(),
-        next_attempt_at: r.opt_time("next_attempt_at")?,
         compensation: r.opt_s("compensation")?.map(|_| r.json("compensation")).transpose()?,
     };
     record.history = compact::decode_history(r.s("history")?, &history_context(&record))
@@ -1788,14 +1782,10 @@ mod tests {
 
     /// [`largest_record`] with each step's task token made by `token`.
     fn largest_record_with(steps: usize, token: impl Fn(u32) -> String) -> (usize, Record) {
-        use baton_core::domain::lifecycle::{Finish, Input, Plan, Source, StepOutcome, decide};
+        use baton_core::domain::lifecycle::{Finish, Input, Plan, Source, StepOutcome, StepPlan, decide};
         let uuid = |n: usize| format!("6f1c2a7e-90b4-4d1e-8a3c-{n:012}");
         let plan = Plan {
-            steps: (0..steps).map(|_| vec!["decision".to_owned()]).collect(),
-            groups: Vec::new(),
-            optional: Vec::new(),
-            retries: Vec::new(),
-            compensations: Vec::new(),
+            steps: (0..steps).map(|_| StepPlan::requiring(&["decision"])).collect(),
             on_restart: baton_core::domain::lifecycle::OnRestart::AfterTerminal,
             version: Some("vfd00d5526fd9".into()),
         };
@@ -1845,15 +1835,15 @@ mod tests {
     }
 
     /// Fills every part of `record` the JSON attributes hold: a group's branches (each with
-    /// inputs, an owed resume, failed attempts), the step's failed attempts, a compensation with
-    /// its waits, and the branch lists; text from `pick`.
+    /// inputs, an owed resume, failed attempts), a compensation with its waits, and the branch
+    /// lists; text from `pick`.
     fn with_branches_attempts_and_compensation(
         record: &mut Record,
         pick: &dyn Fn(usize) -> String,
         values: &[Value],
     ) {
         use baton_core::domain::lifecycle::{
-            Branch, BranchOutcome, Compensation, FailedAttempt, Source, Trigger, Undo, UndoOutcome,
+            Compensation, FailedAttempt, Role, Source, Trigger, Undo, Wait, WaitOutcome, WaitStatus,
         };
         let at = record.created_at;
         let attempt = |i: usize| FailedAttempt {
@@ -1864,32 +1854,37 @@ mod tests {
             source: Source::Callback,
             at,
         };
-        record.attempts = (0..4).map(attempt).collect();
-        record.branches = (0..5)
-            .map(|i| Branch {
-                step: i,
-                token: Some(TaskToken::parse(format!("tok{i}{}", "x".repeat(200))).unwrap()),
-                deadline: Some(at),
-                inputs: values.iter().enumerate().map(|(j, v)| (pick(i as usize + j), v.clone())).collect(),
-                outcome: Some(BranchOutcome::Failed),
-                owed: Some(Resume::Failure { error: pick(i as usize), cause: pick(i as usize + 1) }),
-                unconfirmed: true,
-                attempts: (0..3).map(attempt).collect(),
-                next_attempt_at: Some(at),
-            })
-            .collect();
+        record.waits.extend((0..5).map(|i| Wait {
+            step: i + 1,
+            role: Role::Branch,
+            token: Some(TaskToken::parse(format!("tok{i}{}", "x".repeat(200))).unwrap()),
+            deadline: Some(at),
+            inputs: values.iter().enumerate().map(|(j, v)| (pick(i as usize + j), v.clone())).collect(),
+            failed: (0..3).map(attempt).collect(),
+            status: WaitStatus::Owed {
+                outcome: WaitOutcome::Failed,
+                resume: Resume::Failure { error: pick(i as usize), cause: pick(i as usize + 1) },
+                since: at,
+            },
+        }));
         record.missed = vec![1, 2];
         record.confirmed = vec![3];
         record.succeeded = vec![4, 5];
         let undo = |i: u32| Undo {
-            step: i,
+            wait: Wait {
+                step: i,
+                role: Role::Compensation,
+                token: Some(TaskToken::parse(format!("u{i}{}", "y".repeat(300))).unwrap()),
+                deadline: Some(at),
+                inputs: serde_json::Map::new(),
+                failed: (0..2).map(attempt).collect(),
+                status: WaitStatus::Owed {
+                    outcome: WaitOutcome::Failed,
+                    resume: Resume::Success { output: Value::Array(values.to_vec()) },
+                    since: at,
+                },
+            },
             skip: None,
-            token: Some(TaskToken::parse(format!("u{i}{}", "y".repeat(300))).unwrap()),
-            deadline: Some(at),
-            attempts: (0..2).map(attempt).collect(),
-            next_attempt_at: Some(at),
-            outcome: Some(UndoOutcome::Failed),
-            owed: Some(Resume::Success { output: Value::Array(values.to_vec()) }),
             acks: record.applied.clone(),
         };
         record.compensation = Some(Compensation {
@@ -1907,7 +1902,9 @@ mod tests {
     /// such a record reached 467 KB, refused on every write).
     #[test]
     fn the_widest_retried_group_with_the_longest_failures_is_written_within_the_item_limit() {
-        use baton_core::domain::lifecycle::{Branch, FailedAttempt, MAX_STEP_INPUT_BYTES, Source};
+        use baton_core::domain::lifecycle::{
+            FailedAttempt, MAX_STEP_INPUT_BYTES, Role, Source, Wait, WaitOutcome, WaitStatus,
+        };
         let mut record = largest_record(1).1;
         let at = record.created_at;
         let branches = baton_core::domain::config::Group::MAX_BRANCHES;
@@ -1915,19 +1912,22 @@ mod tests {
         let long_id = |i: usize, a: usize| {
             EventId::parse(format!("{i:03}-{a:02}-{}", "\u{1F600}".repeat(188))).unwrap()
         };
-        record.branches = (0..branches)
+        record.waits = (0..branches)
             .map(|i| {
                 let inputs: serde_json::Map<String, Value> =
                     [("blob".to_owned(), Value::String("i".repeat(share)))].into_iter().collect();
-                Branch {
+                Wait {
                     step: i as u32,
+                    role: Role::Branch,
                     token: Some(TaskToken::parse("T".repeat(TaskToken::MAX_LEN)).unwrap()),
                     deadline: Some(at),
-                    owed: Some(Resume::Success { output: Value::Object(inputs.clone()) }),
+                    status: WaitStatus::Owed {
+                        outcome: WaitOutcome::Succeeded,
+                        resume: Resume::Success { output: Value::Object(inputs.clone()) },
+                        since: at,
+                    },
                     inputs,
-                    outcome: None,
-                    unconfirmed: false,
-                    attempts: (0..10)
+                    failed: (0..10)
                         .map(|a| FailedAttempt {
                             attempt: a as u32 + 1,
                             error: "\u{1F600}".repeat(128),
@@ -1937,7 +1937,6 @@ mod tests {
                             at,
                         })
                         .collect(),
-                    next_attempt_at: Some(at),
                 }
             })
             .collect();
@@ -1950,9 +1949,9 @@ mod tests {
         // Every attempt is still there, with who failed it.
         assert!(
             record
-                .branches
+                .waits
                 .iter()
-                .all(|b| b.attempts.len() == 10 && b.attempts.iter().all(|a| !a.input.as_str().is_empty()))
+                .all(|b| b.failed.len() == 10 && b.failed.iter().all(|a| !a.input.as_str().is_empty()))
         );
     }
 
@@ -1977,17 +1976,25 @@ mod tests {
                     version: u64::MAX - i as u64,
                 });
                 if let Ok(id) = EventId::parse(format!("x{}", pick(i))) {
-                    record.applied.push(AppliedInput { id, hash: pick(i + 3), step: Some(u32::MAX), generation: Some(u32::MAX), source: Some(baton_core::domain::lifecycle::Source::Event) });
+                    record.applied.push(AppliedInput { id, hash: pick(i + 3), step: u32::MAX, generation: u32::MAX, source: baton_core::domain::lifecycle::Source::Event });
                 }
             }
             let values: Vec<Value> = numbers.iter().map(|n| serde_json::json!(n)).chain(strings.iter().map(|s| serde_json::json!({ s: [s, null, true] }))).collect();
-            record.inputs = values.iter().enumerate().map(|(i, v)| (pick(i), v.clone())).collect();
+            let step = &mut record.waits[0];
+            step.inputs = values.iter().enumerate().map(|(i, v)| (pick(i), v.clone())).collect();
+            let owe = |w: &mut baton_core::domain::lifecycle::Wait, resume: Resume| {
+                w.status = baton_core::domain::lifecycle::WaitStatus::Owed {
+                    outcome: baton_core::domain::lifecycle::WaitOutcome::Succeeded,
+                    resume,
+                    since: w.deadline.unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
+                };
+            };
+            owe(step, Resume::Success { output: Value::Array(values.clone()) });
             with_branches_attempts_and_compensation(&mut record, &pick, &values);
-            record.owed = Some(Resume::Success { output: Value::Array(values) });
             for format in [ItemFormat::Compact, ItemFormat::Objects] {
                 proptest::prop_assert!(record_size_bound(&record) >= record_size(&record, format));
             }
-            record.owed = Some(Resume::Failure { error: pick(0), cause: pick(1) });
+            owe(&mut record.waits[0], Resume::Failure { error: pick(0), cause: pick(1) });
             for format in [ItemFormat::Compact, ItemFormat::Objects] {
                 proptest::prop_assert!(record_size_bound(&record) >= record_size(&record, format));
             }
@@ -2069,16 +2076,15 @@ mod tests {
     /// The record at a parallel group of `branches` branches, each parked on an AWS-length
     /// token (2,048 characters of base64), kept inline in the record's `branches`.
     fn at_a_wide_group(branches: u32) -> Record {
-        use baton_core::domain::lifecycle::{Input, Plan, Span, decide};
+        use baton_core::domain::lifecycle::{Input, Plan, StepPlan, decide};
         let plan = Plan {
-            steps: std::iter::once(Vec::new()).chain((0..branches).map(|_| vec!["ok".to_owned()])).collect(),
-            groups: vec![Span { first: 1, last: branches }],
-            optional: Vec::new(),
-            retries: Vec::new(),
-            compensations: Vec::new(),
+            steps: std::iter::once(StepPlan::default())
+                .chain((0..branches).map(|_| StepPlan::requiring(&["ok"])))
+                .collect(),
             on_restart: baton_core::domain::lifecycle::OnRestart::AfterTerminal,
             version: Some("vfd00d5526fd9".into()),
-        };
+        }
+        .grouped(1, branches);
         let (workflow, key) =
             (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse("order-1234567").unwrap());
         let now = time::macros::datetime!(2026-12-01 09:00:00.123456 UTC);
@@ -2129,8 +2135,13 @@ mod tests {
             let inputs: serde_json::Map<String, Value> =
                 [("blob".to_owned(), Value::String(blob))].into_iter().collect();
             assert_eq!(serde_json::to_string(&inputs).unwrap().len(), MAX_STEP_INPUT_BYTES, "at the limit");
-            r.branches[0].owed = Some(Resume::Success { output: Value::Object(inputs.clone()) });
-            r.branches[0].inputs = inputs;
+            let b = &mut r.waits[0];
+            b.status = baton_core::domain::lifecycle::WaitStatus::Owed {
+                outcome: baton_core::domain::lifecycle::WaitOutcome::Succeeded,
+                resume: Resume::Success { output: Value::Object(inputs.clone()) },
+                since: b.deadline.unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
+            };
+            b.inputs = inputs;
             r
         };
         let fits = |r: &Record| record_size(r, ItemFormat::Compact) <= MAX_ITEM_BYTES;
@@ -2140,8 +2151,7 @@ mod tests {
             let record = at_a_wide_group(branches);
             assert_eq!(
                 record
-                    .branches
-                    .iter()
+                    .branches()
                     .filter(|b| b.token.as_ref().is_some_and(|t| t.expose().len() == TaskToken::MAX_LEN))
                     .count(),
                 branches as usize

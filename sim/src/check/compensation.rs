@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use baton_core::domain::lifecycle::{BranchOutcome, Cause, IgnoreReason, Kind, Plan, Record, Resume, State};
+use baton_core::domain::lifecycle::{
+    Cause, IgnoreReason, Kind, Plan, Record, Role, State, Undo, WaitOutcome,
+};
 use baton_core::ports::store::{Task, TaskKind};
 
 use super::{Checker, Seen};
@@ -35,10 +37,13 @@ fn writes_of<'s>(s: &'s Seen<'_>, t: &Task) -> impl Iterator<Item = &'s Record> 
 
 /// Whether the write `r` records `step` completed: its success owed, or its branch succeeded.
 fn completes(r: &Record, step: u32) -> bool {
+    let succeeded = |role: Role| {
+        r.wait(step).is_some_and(|w| w.role == role && w.outcome() == Some(WaitOutcome::Succeeded))
+    };
     let single = r.state == (State::Advancing { step })
-        && matches!(r.owed, Some(Resume::Success { .. }))
+        && succeeded(Role::Step)
         && r.history.last().is_some_and(|h| h.cause == Cause::Complete);
-    single || r.branches.iter().any(|b| b.step == step && b.outcome == Some(BranchOutcome::Succeeded))
+    single || succeeded(Role::Branch)
 }
 
 /// The compensation tasks published.
@@ -101,9 +106,7 @@ fn one_compensation_task_per_attempt_none_skipped(c: &mut Checker<'_>, s: &Seen<
         by_undo.entry(at).or_default().insert((t.attempt, &t.id));
     }
     for ((workflow, key, generation, step), seen) in by_undo {
-        let most = plan_at(s, &workflow, &key, generation)
-            .and_then(|p| p.compensation_of(step))
-            .map_or(1, |c| c.attempts);
+        let most = plan_at(s, &workflow, &key, generation).and_then(|p| p.compensation_of(step)).unwrap_or(1);
         let numbers: Vec<u32> = seen.iter().map(|(n, _)| *n).collect();
         let ok = numbers.iter().copied().eq(1..=numbers.len() as u32) && numbers.len() <= most as usize;
         c.check("one_compensation_task_per_attempt_none_skipped", ok, || {
@@ -142,24 +145,25 @@ fn every_planned_compensation_ends_with_one_outcome(c: &mut Checker<'_>, s: &See
     let mut outcomes: BTreeMap<(String, String, u32, u32), String> = BTreeMap::new();
     for r in s.writes.iter().map(|l| &l.to) {
         for u in r.compensation.iter().flat_map(|c| &c.undos) {
-            let Some(outcome) = u.outcome else { continue };
-            let at = (r.workflow.to_string(), r.key.to_string(), r.generation, u.step);
-            let first = outcomes.entry(at).or_insert_with(|| outcome.as_str().to_owned());
-            c.check("every_planned_compensation_ends_with_one_outcome", first == outcome.as_str(), || {
+            let Some(outcome) = u.wait.outcome().map(|o| o.name(Role::Compensation)) else { continue };
+            let at = (r.workflow.to_string(), r.key.to_string(), r.generation, u.step());
+            let first = outcomes.entry(at).or_insert_with(|| outcome.to_owned());
+            c.check("every_planned_compensation_ends_with_one_outcome", first == outcome, || {
                 format!(
                     "{}/{} generation {} step {}: compensation {first}, then {}",
                     r.workflow,
                     r.key,
                     r.generation,
-                    u.step,
-                    outcome.as_str()
+                    u.step(),
+                    outcome
                 )
             });
         }
     }
     for r in s.records.iter().filter(|r| r.state.is_terminal()) {
         let Some(comp) = &r.compensation else { continue };
-        let open: Vec<u32> = comp.undos.iter().filter(|u| u.outcome.is_none()).map(|u| u.step).collect();
+        let open: Vec<u32> =
+            comp.undos.iter().filter(|u| u.wait.outcome().is_none()).map(|u| u.step()).collect();
         let ends = matches!(
             r.state.kind(),
             Kind::Compensated | Kind::CompensationFailed | Kind::Failed | Kind::TimedOut | Kind::Cancelled
@@ -183,11 +187,11 @@ fn compensated_only_if_every_one_was_acknowledged(c: &mut Checker<'_>, s: &Seen<
         let names = s.version_of(r.config_version.as_ref());
         let wf = names.as_ref().and_then(|c| c.workflow(r.workflow.as_str()));
         for u in comp.run() {
-            let name = wf.and_then(|w| w.steps.get(u.step as usize)).map(|st| st.name.to_string());
+            let name = wf.and_then(|w| w.steps.get(u.step() as usize)).map(|st| st.name.to_string());
             let by_sender = name.is_some_and(|n| acked.contains(&(r.key.to_string(), n)));
-            let ok = u.outcome == Some(baton_core::domain::lifecycle::UndoOutcome::Acknowledged) && by_sender;
+            let ok = u.wait.outcome() == Some(WaitOutcome::Succeeded) && by_sender;
             c.check("compensated_only_if_every_one_was_acknowledged", ok, || {
-                format!("{}/{} compensated with step {}'s compensation {:?} (acknowledged by a sender: {by_sender})", r.workflow, r.key, u.step, u.outcome)
+                format!("{}/{} compensated with step {}'s compensation {:?} (acknowledged by a sender: {by_sender})", r.workflow, r.key, u.step(), u.wait.outcome())
             });
         }
     }
@@ -264,8 +268,8 @@ fn an_acknowledgement_applies_to_the_compensation_it_names(c: &mut Checker<'_>, 
         let changed: Vec<u32> = comp
             .undos
             .iter()
-            .filter(|u| earlier.and_then(|e| e.undos.iter().find(|x| x.step == u.step)) != Some(u))
-            .map(|u| u.step)
+            .filter(|u| earlier.and_then(|e| e.undo(u.step())) != Some(u))
+            .map(Undo::step)
             .collect();
         let config = s.version_of(r.config_version.as_ref());
         let name = |step: u32| {

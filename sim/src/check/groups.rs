@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::domain::lifecycle::{Branch, BranchOutcome, Cause, Plan, Record, State, group_failed};
+use baton_core::domain::lifecycle::{Cause, Plan, Record, State, Wait, WaitOutcome, group_failed};
 
 use super::{Checker, Seen, execution_arn};
 
@@ -15,8 +15,8 @@ fn plan_of(s: &Seen<'_>, r: &Record) -> Option<Plan> {
     Some(config.workflow(r.workflow.as_str())?.plan())
 }
 
-fn branch(r: &Record, step: u32) -> Option<&Branch> {
-    r.branches.iter().find(|b| b.step == step)
+fn branch(r: &Record, step: u32) -> Option<&Wait> {
+    r.branches().find(|b| b.step == step)
 }
 
 /// Consecutive landed writes of one record at one parallel group, in the order they landed:
@@ -28,8 +28,8 @@ fn group_steps<'s>(s: &'s Seen<'_>) -> Vec<(&'s Record, &'s Record)> {
         let at = (w.to.workflow.to_string(), w.to.key.to_string());
         if let Some(before) = last.get(&at) {
             let same_group = before.generation == w.to.generation
-                && !before.branches.is_empty()
-                && before.branches.first().map(|b| b.step) == w.to.branches.first().map(|b| b.step);
+                && before.at_group()
+                && before.branches().next().map(|b| b.step) == w.to.branches().next().map(|b| b.step);
             if same_group {
                 pairs.push((*before, &w.to));
             }
@@ -45,12 +45,12 @@ fn group_steps<'s>(s: &'s Seen<'_>) -> Vec<(&'s Record, &'s Record)> {
 /// still open.
 pub(super) fn every_opened_branch_ends_with_one_outcome(c: &mut Checker<'_>, s: &Seen<'_>) {
     for (before, after) in group_steps(s) {
-        for b in &before.branches {
-            let Some(was) = b.outcome else { continue };
-            let now = branch(after, b.step).and_then(|a| a.outcome);
-            let corrected = matches!(was, BranchOutcome::Succeeded | BranchOutcome::Failed)
-                && (b.owed.is_some() || b.unconfirmed)
-                && matches!(now, Some(BranchOutcome::TimedOut | BranchOutcome::Failed));
+        for b in before.branches() {
+            let Some(was) = b.outcome() else { continue };
+            let now = branch(after, b.step).and_then(Wait::outcome);
+            let corrected = matches!(was, WaitOutcome::Succeeded | WaitOutcome::Failed)
+                && b.unsure()
+                && matches!(now, Some(WaitOutcome::TimedOut | WaitOutcome::Failed));
             c.check("every_opened_branch_ends_with_one_outcome", now == Some(was) || corrected, || {
                 format!(
                     "{}/{} generation {}: branch {} went from {was:?} to {now:?} (v{} -> v{})",
@@ -60,7 +60,7 @@ pub(super) fn every_opened_branch_ends_with_one_outcome(c: &mut Checker<'_>, s: 
         }
     }
     for r in s.records.iter().filter(|r| r.state.is_terminal()) {
-        for b in &r.branches {
+        for b in r.branches() {
             c.check("every_opened_branch_ends_with_one_outcome", !b.is_open(), || {
                 format!("{}/{} ended {} with branch {} still open", r.workflow, r.key, r.state, b.step)
             });
@@ -104,13 +104,13 @@ pub(super) fn optional_branch_never_fails_its_group(c: &mut Checker<'_>, s: &See
             State::Failed | State::TimedOut => true,
             _ => false,
         };
-        if !failed_group || r.branches.is_empty() || w.from.is_some_and(State::is_terminal) {
+        if !failed_group || !r.at_group() || w.from.is_some_and(State::is_terminal) {
             continue;
         }
         let Some(plan) = plan_of(s, r) else { continue };
         // An execution that reached the step after the group ended there, not in the group (the
         // record, not told yet, was still at the group when the end was reported).
-        let next = r.branches.first().and_then(|b| plan.next_position(b.step));
+        let next = r.branches().next().and_then(|b| plan.next_position(b.step));
         let config = s.version_of(r.config_version.as_ref());
         let next_name = next.and_then(|i| {
             Some(config.as_ref()?.workflow(r.workflow.as_str())?.steps.get(i as usize)?.name.to_string())
@@ -119,18 +119,16 @@ pub(super) fn optional_branch_never_fails_its_group(c: &mut Checker<'_>, s: &See
         if next_name.is_some_and(|n| s.model.tokens.values().any(|(a, st, _)| a == &arn && st == &n)) {
             continue;
         }
-        let required_failed = r.branches.iter().any(|b| {
+        let required_failed = r.branches().any(|b| {
             !plan.is_optional(b.step)
-                && matches!(b.outcome, Some(BranchOutcome::Failed | BranchOutcome::TimedOut))
+                && matches!(b.outcome(), Some(WaitOutcome::Failed | WaitOutcome::TimedOut))
         });
         let only_optional = !required_failed
-            && r.branches.iter().any(|b| {
+            && r.branches().any(|b| {
                 plan.is_optional(b.step)
-                    && matches!(b.outcome, Some(BranchOutcome::Failed | BranchOutcome::TimedOut))
+                    && matches!(b.outcome(), Some(WaitOutcome::Failed | WaitOutcome::TimedOut))
             })
-            && r.branches
-                .iter()
-                .all(|b| plan.is_optional(b.step) || b.outcome != Some(BranchOutcome::Closed));
+            && r.branches().all(|b| plan.is_optional(b.step) || b.outcome() != Some(WaitOutcome::Closed));
         c.check("optional_branch_never_fails_its_group", !only_optional, || {
             format!(
                 "{}/{} generation {}: the group failed ({}) with only optional branches failed: {:?}",
@@ -138,7 +136,7 @@ pub(super) fn optional_branch_never_fails_its_group(c: &mut Checker<'_>, s: &See
                 r.key,
                 r.generation,
                 r.state,
-                r.branches.iter().map(|b| (b.step, b.outcome)).collect::<Vec<_>>()
+                r.branches().map(|b| (b.step, b.outcome())).collect::<Vec<_>>()
             )
         });
     }
@@ -171,7 +169,7 @@ pub(super) fn degraded_exactly_when_an_optional_branch_did_not_succeed(c: &mut C
         let unsure = r.history.last().is_some_and(|h| h.cause == Cause::End)
             && r.state == State::Degraded
             && plan_of(s, r).is_some_and(|p| {
-                p.optional.iter().any(|st| !r.confirmed.contains(st) && !r.missed.contains(st))
+                p.optional().any(|st| !r.confirmed.contains(&st) && !r.missed.contains(&st))
             });
         c.check(
             "degraded_exactly_when_an_optional_branch_did_not_succeed",
@@ -198,14 +196,14 @@ pub(super) fn no_input_applied_after_the_group_failed(c: &mut Checker<'_>, s: &S
         if !group_failed(&plan, before) {
             continue;
         }
-        for b in &before.branches {
+        for b in before.branches() {
             let a = branch(after, b.step);
             // A timeout report corrects a resume Step Functions never confirmed.
-            let corrected = (b.owed.is_some() || b.unconfirmed)
-                && a.is_some_and(|a| a.outcome == Some(BranchOutcome::TimedOut))
+            let corrected = b.unsure()
+                && a.is_some_and(|a| a.outcome() == Some(WaitOutcome::TimedOut))
                 && after.state == State::TimedOut;
             let unchanged = a.is_some_and(|a| {
-                a.inputs == b.inputs && (a.outcome == b.outcome || b.is_open() || corrected)
+                a.inputs == b.inputs && (a.outcome() == b.outcome() || b.is_open() || corrected)
             });
             c.check("no_input_applied_after_the_group_failed", unchanged, || {
                 format!(
@@ -226,16 +224,16 @@ pub(super) fn a_branch_input_never_moves_a_sibling(c: &mut Checker<'_>, s: &Seen
             matches!(a.cause, Cause::Merge | Cause::BranchDone | Cause::Complete | Cause::FailStep)
                 && a.cause_id.is_some()
         });
-        let Some(target) = applied.and_then(|_| after.applied.last()).and_then(|a| a.step) else { continue };
+        let Some(target) = applied.and_then(|_| after.applied.last()).map(|a| a.step) else { continue };
         if after.applied.len() == before.applied.len() && after.applied.last() == before.applied.last() {
             continue;
         }
-        for b in before.branches.iter().filter(|b| b.step != target) {
+        for b in before.branches().filter(|b| b.step != target) {
             let a = branch(after, b.step);
             let closed_by_failure =
-                b.is_open() && a.is_some_and(|a| a.outcome == Some(BranchOutcome::Closed));
+                b.is_open() && a.is_some_and(|a| a.outcome() == Some(WaitOutcome::Closed));
             let kept =
-                a.is_some_and(|a| a.inputs == b.inputs && (a.outcome == b.outcome || closed_by_failure));
+                a.is_some_and(|a| a.inputs == b.inputs && (a.outcome() == b.outcome() || closed_by_failure));
             c.check("a_branch_input_never_moves_a_sibling", kept, || {
                 format!(
                     "{}/{} generation {}: an input for branch {target} moved branch {} (v{} -> v{})",

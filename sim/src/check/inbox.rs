@@ -24,7 +24,7 @@ pub(super) fn no_lost_wake_up(c: &mut Checker<'_>, s: &Seen<'_>) {
         let applied = s.records.iter().any(|r| {
             r.workflow.as_str() == late.workflow
                 && r.key.as_str() == late.key
-                && r.applied.iter().any(|a| a.id.as_str() == late.id && a.step == Some(late.step))
+                && r.applied.iter().any(|a| a.id.as_str() == late.id && a.step == late.step)
         });
         let completed = s.writes.iter().any(|w| {
             w.to.workflow.as_str() == late.workflow
@@ -120,8 +120,8 @@ pub(super) fn inbox_status_matches_what_happened(
             _ => step == Some(entry.step),
         };
         for a in &w.to.applied {
-            if a.id == entry.id && its_step(a.step) && Some(payload_fingerprint(&a.hash)) == hash {
-                first_applied.entry(a.generation.unwrap_or(w.to.generation)).or_insert(i);
+            if a.id == entry.id && its_step(Some(a.step)) && Some(payload_fingerprint(&a.hash)) == hash {
+                first_applied.entry(a.generation).or_insert(i);
             }
         }
     }

@@ -150,7 +150,7 @@ fn owed_by(
     s: &Seen<'_>,
     r: &baton_core::domain::lifecycle::Record,
 ) -> Vec<(Owed, OffsetDateTime, Option<OffsetDateTime>)> {
-    use baton_core::domain::lifecycle::State;
+    use baton_core::domain::lifecycle::{Kind, Role, WaitStatus};
     use baton_core::ports::store::{Task, TaskKind};
     let grace = baton_core::limits::RESEND_RESUME_AFTER;
     let Some(config) = s.version_of(r.config_version.as_ref()) else { return Vec::new() };
@@ -161,32 +161,16 @@ fn owed_by(
             .map(|n| Owed::Task { id: Task::task_id(&r.workflow, &r.key, r.generation, &n, attempt, kind) })
     };
     let mut items = Vec::new();
-    if let (State::Waiting { step }, Some(due)) = (r.state, r.next_attempt_at) {
-        items.extend(task(step, r.attempt(), TaskKind::Step).map(|t| (t, due, r.deadline)));
-    }
-    if let (State::Advancing { .. }, Some(_), Some(token)) = (r.state, &r.owed, &r.token) {
-        items.push((Owed::Resume { token: token.expose().to_owned() }, r.updated_at + grace, None));
-    }
-    if r.state.kind() == baton_core::domain::lifecycle::Kind::Waiting {
-        for b in r.branches.iter().filter(|b| b.is_open()) {
-            if let Some(due) = b.next_attempt_at {
-                items.extend(task(b.step, b.attempt(), TaskKind::Step).map(|t| (t, due, b.deadline)));
+    for w in r.live_waits() {
+        let kind = if w.role == Role::Compensation { TaskKind::Compensation } else { TaskKind::Step };
+        match (&w.status, &w.token) {
+            (WaitStatus::TaskDue { at }, _) if r.state.kind() != Kind::Advancing => {
+                items.extend(task(w.step, w.attempt(), kind).map(|t| (t, *at, w.deadline)));
             }
-        }
-        for b in &r.branches {
-            if let (Some(_), Some(token)) = (&b.owed, &b.token) {
-                items.push((Owed::Resume { token: token.expose().to_owned() }, r.updated_at + grace, None));
+            (WaitStatus::Owed { since, .. }, Some(token)) => {
+                items.push((Owed::Resume { token: token.expose().to_owned() }, *since + grace, None));
             }
-        }
-    }
-    if r.state == State::Compensating {
-        for u in r.compensation.iter().flat_map(|c| &c.undos) {
-            if let Some(due) = u.next_attempt_at.filter(|_| u.waits()) {
-                items.extend(task(u.step, u.attempt(), TaskKind::Compensation).map(|t| (t, due, u.deadline)));
-            }
-            if let (Some(_), Some(token)) = (&u.owed, &u.token) {
-                items.push((Owed::Resume { token: token.expose().to_owned() }, r.updated_at + grace, None));
-            }
+            _ => {}
         }
     }
     items

@@ -54,20 +54,19 @@ fn classified_for_step(
     let applied =
         s.writes.iter().filter(|w| w.to.workflow.as_str() == workflow && w.to.key.as_str() == key).any(|w| {
             w.to.applied.iter().any(|a| {
-                let g = a.generation.unwrap_or(w.to.generation);
+                let g = a.generation;
                 let version = versions.get(&(workflow.to_owned(), key.to_owned(), g));
                 a.id.as_str() == id
-                    && a.step.is_some_and(|step| {
-                        step_name(s, version, workflow, u64::from(step)).as_deref() == Some(name)
-                    })
+                    && step_name(s, version, workflow, u64::from(a.step)).as_deref() == Some(name)
             })
         });
     // Applied under its id in a generation before the record's last: a copy delivered in a later
     // run is a duplicate of that event (steps may be numbered otherwise there), never applied to
     // the new run.
-    let earlier_run = t.record.as_ref().is_some_and(|r| {
-        r.applied.iter().any(|a| a.id.as_str() == id && a.generation.is_some_and(|g| g < r.generation))
-    });
+    let earlier_run = t
+        .record
+        .as_ref()
+        .is_some_and(|r| r.applied.iter().any(|a| a.id.as_str() == id && a.generation < r.generation));
     settled || ledgered || applied || earlier_run
 }
 

@@ -3,8 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::domain::lifecycle::State;
-
 use baton_core::limits::RESEND_RESUME_AFTER;
 use time::OffsetDateTime;
 
@@ -36,11 +34,9 @@ impl<'a> Owed<'a> {
         }
         let mut since: BTreeMap<&str, OffsetDateTime> = BTreeMap::new();
         for w in &s.writes {
-            if let (State::Advancing { .. }, Some(token)) = (w.to.state, &w.to.token) {
-                since.entry(token.expose()).or_insert(w.to.updated_at);
-            }
-            // A parallel group's branches: each resume owed from the write that decided it.
-            for b in w.to.branches.iter().filter(|b| b.owed.is_some()) {
+            // Each wait's resume owed from the write that decided it (a step's, or a group's
+            // branch's).
+            for b in w.to.waits.iter().filter(|b| b.owed().is_some()) {
                 if let Some(token) = &b.token {
                     since.entry(token.expose()).or_insert(w.to.updated_at);
                 }

@@ -246,9 +246,6 @@ pub(super) fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s:
 /// Whether `r` has the attempt after `failed` ones of `step` marked out (another branch's mark
 /// is not this step's: found by `make sim`, seed 2510).
 fn next_attempt_opened(r: &baton_core::domain::lifecycle::Record, step: u32, failed: usize) -> bool {
-    let due = match r.branches.iter().find(|b| b.step == step) {
-        Some(b) => b.next_attempt_at,
-        None => r.next_attempt_at,
-    };
+    let due = r.wait(step).and_then(|w| w.task_due());
     due.is_none() && r.failed_attempts(step).len() == failed
 }

@@ -52,14 +52,11 @@ pub(super) fn every_waiting_step_gets_its_task(
         let Some(config) = s.version_of(r.config_version.as_ref()) else { continue };
         let Some(wf) = config.workflow(r.workflow.as_str()) else { continue };
         let waiting: Vec<(u32, u32, Option<OffsetDateTime>, Option<OffsetDateTime>)> = match r.state {
-            State::Waiting { step } if r.branches.is_empty() => {
-                vec![(step, r.attempt(), r.next_attempt_at, r.deadline)]
-            }
             State::Waiting { .. } => r
-                .branches
+                .waits
                 .iter()
                 .filter(|b| r.waits_at(b.step))
-                .map(|b| (b.step, b.attempt(), b.next_attempt_at, b.deadline))
+                .map(|b| (b.step, b.attempt(), b.task_due(), b.deadline))
                 .collect(),
             _ => continue,
         };

@@ -316,11 +316,15 @@ async fn run_retried(system: &System, key: &str) -> Load {
     };
     let (status, body) = system.callback(&format!("{key}-review-1"), &answer("failed", json!({}))).await;
     assert_eq!((status, body["state"].as_str()), (200, Some("waiting{0}")), "{body}");
-    let due =
-        system.record(workflow, key).await.and_then(|r| r.next_attempt_at).expect("a second attempt due");
+    let due = system
+        .record(workflow, key)
+        .await
+        .and_then(|r| r.wait(0).and_then(|w| w.task_due()))
+        .expect("a second attempt due");
     system.sweep(due.max(time::OffsetDateTime::now_utc())).await;
     let record = system.record(workflow, key).await.expect("the record");
-    assert_eq!((record.attempt(), record.next_attempt_at), (2, None), "the second attempt opened");
+    let step = record.wait(0).expect("the step's wait");
+    assert_eq!((step.attempt(), step.task_due()), (2, None), "the second attempt opened");
     let ok = answer("succeeded", json!({"decision": "approve"}));
     let (status, body) = system.callback(&format!("{key}-review-2"), &ok).await;
     assert_eq!(status, 200, "{body}");
@@ -357,7 +361,7 @@ async fn run_grouped(system: &System, key: &str) -> Load {
                 system
                     .until(&format!("{key} every branch waiting"), || async {
                         let r = system.record(workflow, key).await?;
-                        let open = r.branches.len() == 3 && r.branches.iter().all(|b| b.token.is_some());
+                        let open = r.branches().count() == 3 && r.branches().all(|b| b.token.is_some());
                         (r.state == State::Waiting { step: 1 } && open).then_some(())
                     })
                     .await;

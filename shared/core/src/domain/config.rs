@@ -20,7 +20,8 @@ use serde_json::{Map, Value};
 
 use crate::domain::event::Event;
 use crate::domain::ids::{CorrelationKey, IdError, StepName, WorkflowName};
-use crate::domain::lifecycle::{OnRestart, Plan, Span, StepCompensation, StepRetry};
+pub use crate::domain::lifecycle::Retry;
+use crate::domain::lifecycle::{OnRestart, Plan, Span, StepPlan};
 use crate::domain::pattern::Pattern;
 use crate::limits::ATTEMPT_OPEN_LAG;
 
@@ -140,26 +141,6 @@ impl Compensate {
     pub const DEFAULT_ATTEMPTS: u32 = 3;
 }
 
-/// A step's bounded retry: `attempts` in all, the first included; before attempt n (n >= 2)
-/// baton waits `backoff` doubled n - 2 times, capped by the step's timeout. The step's deadline
-/// covers every attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
-    pub attempts: u32,
-    pub backoff: Duration,
-}
-
-impl Retry {
-    /// The most attempts a step may declare: retries are bounded, never a loop.
-    pub const MAX_ATTEMPTS: u32 = 10;
-
-    /// The wait before attempt `attempt` (2 or later), for a step whose timeout is `timeout`.
-    pub fn wait_before(&self, attempt: u32, timeout: Duration) -> Duration {
-        let doublings = attempt.saturating_sub(2).min(31);
-        self.backoff.saturating_mul(1 << doublings).min(timeout)
-    }
-}
-
 /// Added to a step's timeout to get the default `buffer_ttl`.
 pub const BUFFER_MARGIN: Duration = Duration::from_secs(3600);
 
@@ -263,25 +244,19 @@ fn version_of(canonical: &str) -> String {
 impl Workflow {
     /// What the lifecycle needs from this definition.
     pub fn plan(&self) -> Plan {
-        Plan {
-            steps: self.steps.iter().map(|s| s.requires.clone()).collect(),
-            groups: self.groups.iter().map(|g| Span { first: g.first, last: g.last }).collect(),
-            optional: (0..).zip(&self.steps).filter(|(_, s)| s.optional).map(|(i, _)| i).collect(),
-            retries: (0..)
-                .zip(&self.steps)
-                .filter_map(|(step, s)| {
-                    Some(StepRetry { step, retry: s.retry?, timeout: s.timeout, heartbeat: s.heartbeat })
-                })
-                .collect(),
-            compensations: (0..)
-                .zip(&self.steps)
-                .filter_map(|(step, s)| {
-                    Some(StepCompensation { step, attempts: s.compensate.as_ref()?.attempts })
-                })
-                .collect(),
-            on_restart: self.on_restart,
-            version: Some(self.config_version.clone()),
-        }
+        let steps = (0u32..)
+            .zip(&self.steps)
+            .map(|(i, s)| StepPlan {
+                requires: s.requires.clone(),
+                group: self.group_of(i).map(|g| Span { first: g.first, last: g.last }),
+                optional: s.optional,
+                timeout: s.timeout,
+                heartbeat: s.heartbeat,
+                retry: s.retry,
+                compensate: s.compensate.as_ref().map(|c| c.attempts),
+            })
+            .collect();
+        Plan { steps, on_restart: self.on_restart, version: Some(self.config_version.clone()) }
     }
 
     /// The group a step is a branch of.

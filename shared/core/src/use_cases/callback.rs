@@ -608,16 +608,16 @@ impl Callbacks {
             r.compensation
                 .iter()
                 .flat_map(|c| &c.undos)
-                .any(|u| Some(u.step) == s && u.acks.iter().any(|a| &a.id == id))
+                .any(|u| Some(u.step()) == s && u.acks.iter().any(|a| &a.id == id))
         };
         let applied = |s: Option<u32>| {
             r.applied
                 .iter()
-                .any(|a| &a.id == id && a.source != Some(Source::Event) && (s.is_none() || a.step == s))
+                .any(|a| &a.id == id && a.source != Source::Event && s.is_none_or(|s| a.step == s))
         };
         let here = if callback.compensation { acked(step) } else { applied(step) };
         let anywhere =
-            applied(None) || r.compensation.iter().flat_map(|c| &c.undos).any(|u| acked(Some(u.step)));
+            applied(None) || r.compensation.iter().flat_map(|c| &c.undos).any(|u| acked(Some(u.step())));
         Ok(anywhere && !here)
     }
 

@@ -32,9 +32,10 @@ use crate::domain::asl::ExecutionInput;
 use crate::domain::config::{Config, Workflow};
 use crate::domain::error::Classified;
 use crate::domain::error::error_chain;
-use crate::domain::ids::{CorrelationKey, EventId, WorkflowName};
+use crate::domain::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
 use crate::domain::lifecycle::{
-    self, Decision, Effect, IgnoreReason, Input, Kind, MAX_STEP_INPUT_BYTES, Outcome, Record, State,
+    self, Decision, Effect, IgnoreReason, Input, MAX_STEP_INPUT_BYTES, Mark, Outcome, Record, Resume, State,
+    WaitId,
 };
 use crate::ports::metrics::{Metric, Metrics};
 use crate::ports::orchestrator::{
@@ -238,10 +239,10 @@ fn pin_step<'i>(input: &'i Input, from: &Workflow, to: &Workflow) -> std::borrow
     };
     let mut pinned = input.clone();
     match &mut pinned {
-        Input::StepInput { step, .. }
-        | Input::StepReady { step, .. }
-        | Input::BranchEnded { step, .. }
-        | Input::Resumed { step, .. } => *step = map(*step),
+        Input::StepInput { step, .. } | Input::StepReady { step, .. } | Input::BranchEnded { step, .. } => {
+            *step = map(*step);
+        }
+        Input::Resumed { wait, .. } => wait.step = map(wait.step),
         // A compensation is acknowledged by callback whatever feeds its step, and its wait is
         // reported by the execution: both found by name, as a step's input is (found by review:
         // after a deploy that inserted a step, the refund of `charge` was recorded as `points`
@@ -620,6 +621,12 @@ impl Engine {
         }
     }
 
+    /// Carries out every effect of `decision`, whatever happens to the others: a task that cannot
+    /// be published must not keep the inbox from draining, nor a failed stop keep a cancel from
+    /// failing the parked token (both found by review with the simulation). The first failure
+    /// is returned, so the input is retried. Buffering may find the input's outcome otherwise
+    /// than decided: that outcome is returned. Each effect is whole: a resume carries its own
+    /// mark, an attempt's task its heartbeat and its mark.
     async fn carry_out(
         &self,
         workflow: &Workflow,
@@ -629,69 +636,10 @@ impl Engine {
         record: Option<&Record>,
         now: OffsetDateTime,
     ) -> Result<Option<Outcome>, EngineError> {
-        // Every effect is tried, whatever happens to the others: a task that cannot be
-        // published must not keep the inbox from draining, nor a failed stop keep a cancel from
-        // failing the parked token (both found by review with the simulation). The first
-        // failure is returned, so the input is retried. Buffering may find the input's
-        // outcome otherwise than decided: that outcome is returned.
-        // The one exception: a branch's delivery mark follows its resume, and is left out when
-        // the resume failed (it stays owed, for a retry or the sweeper).
         let mut first_error = None;
         let mut found = None;
-        // What became of the last resume sent, for the delivery mark after it.
-        let mut resume: Option<Delivered> = None;
-        let mut task_created = false;
-        // A heartbeat that keeps a retried step alive as its next attempt opens must land before
-        // the attempt is marked out: marked, nothing would beat again (found by an attack test).
-        let mut beat_failed = false;
         for effect in &decision.effects {
-            let result = match effect {
-                Effect::MarkResumed { generation, step } => match resume.take() {
-                    // A step's delivered resume is followed by its next report: nothing to mark.
-                    // (A branch's or a compensation's is marked: its record still waits.)
-                    Some(Delivered::Yes)
-                        if record
-                            .is_some_and(|r| r.branches.is_empty() && r.state.kind() == Kind::Advancing) =>
-                    {
-                        continue;
-                    }
-                    Some(delivered) => {
-                        self.mark_resumed(workflow, key, (*generation, *step), delivered, now).await
-                    }
-                    None => continue,
-                },
-                Effect::SendTaskSuccess { .. } | Effect::SendTaskFailure { .. } => {
-                    let sent = self.send_resume(workflow, key, effect, record).await;
-                    resume = sent.as_ref().ok().copied();
-                    sent.map(|_| None)
-                }
-                Effect::CreateTask { generation, step, attempt }
-                | Effect::CreateUndoTask { generation, step, attempt } => {
-                    let kind = match effect {
-                        Effect::CreateUndoTask { .. } => TaskKind::Compensation,
-                        _ => TaskKind::Step,
-                    };
-                    let task = (*generation, *step, *attempt);
-                    let created = self.create_task(workflow, key, task, kind, record, now).await;
-                    task_created = created.is_ok();
-                    created.map(|()| None)
-                }
-                // The attempt's mark follows its task, and is left out when the task did not go
-                // out (the sweeper tries again).
-                Effect::MarkAttemptOpened { generation, step, attempt } if task_created && !beat_failed => {
-                    let opened =
-                        Input::AttemptOpened { generation: *generation, step: *step, attempt: *attempt };
-                    Box::pin(self.submit(workflow, key, &opened, now)).await.map(|_| None)
-                }
-                Effect::MarkAttemptOpened { .. } => continue,
-                Effect::SendTaskHeartbeat { .. } => {
-                    let beat = self.carry_out_one(workflow, key, input, effect, record, now).await;
-                    beat_failed |= beat.is_err();
-                    beat
-                }
-                _ => self.carry_out_one(workflow, key, input, effect, record, now).await,
-            };
-            match result {
+            match self.carry_out_one(workflow, key, input, effect, record, now).await {
                 Ok(outcome) => found = found.or(outcome),
                 Err(e) => {
                     warn!(error_type = e.error_type(), error = %error_chain(&e), "an effect failed; the others were still tried");
@@ -736,14 +684,25 @@ impl Engine {
             Effect::Buffer { generation, step } => {
                 return self.buffer(workflow, key, input, *generation, *step, now).await;
             }
-            // Carried out by `carry_out`, which keeps what became of a resume for the delivery
-            // mark that may follow it.
-            Effect::SendTaskSuccess { .. }
-            | Effect::SendTaskFailure { .. }
-            | Effect::MarkResumed { .. }
-            | Effect::CreateTask { .. }
-            | Effect::CreateUndoTask { .. }
-            | Effect::MarkAttemptOpened { .. } => {}
+            Effect::CreateTask { wait, attempt } => {
+                self.create_task(workflow, key, *wait, *attempt, record, now).await?
+            }
+            Effect::OpenAttempt { wait, attempt, beat } => {
+                self.open_attempt(workflow, key, (*wait, *attempt), beat.as_ref(), record, now).await?
+            }
+            Effect::Resume { wait, token, resume, mark } => {
+                let delivered = self.send_resume(workflow, key, token, resume, record).await?;
+                // A delivered resume the record does not wait on is followed by the next report:
+                // nothing to mark. The mark follows a resume that went out, never one that
+                // failed (it stays owed, for a retry or the sweeper).
+                if *mark == Mark::Always || delivered == Delivered::TokenGone {
+                    let resumed = Input::Resumed { wait: *wait, delivered: delivered == Delivered::Yes };
+                    Box::pin(self.submit(workflow, key, &resumed, now)).await?;
+                }
+            }
+            Effect::Answer { token, resume } => {
+                self.send_resume(workflow, key, token, resume, record).await?;
+            }
             Effect::SendTaskHeartbeat { token } => {
                 let sent = self.orchestrator.send_task_heartbeat(token).await;
                 self.resumed(sent, "heartbeat", workflow, key, record).await?;
@@ -758,40 +717,53 @@ impl Engine {
         Ok(None)
     }
 
+    /// The next attempt's task of a wait: a heartbeat first when the step keeps its token alive
+    /// between attempts, then the task, then its mark. The mark is left out when the task did
+    /// not go out, or the heartbeat did not land: marked, nothing would beat again (found by an
+    /// attack test), and the sweeper tries again.
+    async fn open_attempt(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        (wait, attempt): (WaitId, u32),
+        beat: Option<&TaskToken>,
+        record: Option<&Record>,
+        now: OffsetDateTime,
+    ) -> Result<(), EngineError> {
+        let beat = match beat {
+            Some(token) => {
+                let sent = self.orchestrator.send_task_heartbeat(token).await;
+                self.resumed(sent, "heartbeat", workflow, key, record).await.map(|_| ())
+            }
+            None => Ok(()),
+        };
+        let created = self.create_task(workflow, key, wait, attempt, record, now).await;
+        if beat.is_ok() && created.is_ok() {
+            let opened = Input::AttemptOpened { wait, attempt };
+            Box::pin(self.submit(workflow, key, &opened, now)).await?;
+        }
+        beat.and(created)
+    }
+
     /// A success or failure resume, and whether it reached Step Functions.
     async fn send_resume(
         &self,
         workflow: &Workflow,
         key: &CorrelationKey,
-        effect: &Effect,
+        token: &TaskToken,
+        resume: &Resume,
         record: Option<&Record>,
     ) -> Result<Delivered, EngineError> {
-        match effect {
-            Effect::SendTaskSuccess { token, output } => {
+        match resume {
+            Resume::Success { output } => {
                 let sent = self.orchestrator.send_task_success(token, output).await;
                 self.resumed(sent, "success", workflow, key, record).await
             }
-            Effect::SendTaskFailure { token, error, cause } => {
+            Resume::Failure { error, cause } => {
                 let sent = self.orchestrator.send_task_failure(token, error, cause).await;
                 self.resumed(sent, "failure", workflow, key, record).await
             }
-            _ => unreachable!("send_resume is given resumes only"),
         }
-    }
-
-    /// Tells the record a branch's resume went out ([`Input::Resumed`]): delivered, or its token
-    /// found gone (then whether Step Functions took an earlier copy is not known).
-    async fn mark_resumed(
-        &self,
-        workflow: &Workflow,
-        key: &CorrelationKey,
-        (generation, step): (u32, u32),
-        delivered: Delivered,
-        now: OffsetDateTime,
-    ) -> Result<Option<Outcome>, EngineError> {
-        let resumed = Input::Resumed { generation, step, delivered: delivered == Delivered::Yes };
-        Box::pin(self.submit(workflow, key, &resumed, now)).await?;
-        Ok(None)
     }
 
     /// Records an ignored (or refused) input in the ledger, with the record as it stood.
@@ -852,17 +824,20 @@ impl Engine {
         }
     }
 
-    /// Creates the task of `attempt` of the step, idempotently, and publishes it once. From the
+    /// Creates the task of `attempt` of the wait (a step's or branch's, or a compensation's),
+    /// idempotently, and publishes it once. From the
     /// second attempt it carries the error that failed the one before, from `record`.
     async fn create_task(
         &self,
         workflow: &Workflow,
         key: &CorrelationKey,
-        (generation, step, attempt): (u32, u32, u32),
-        kind: TaskKind,
+        wait: WaitId,
+        attempt: u32,
         record: Option<&Record>,
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
+        let (generation, step) = (wait.generation, wait.step);
+        let kind = if wait.compensation { TaskKind::Compensation } else { TaskKind::Step };
         let Some(spec) = workflow.steps.get(step as usize) else { return Ok(()) };
         let template = match kind {
             TaskKind::Step => spec.task.as_ref(),
@@ -1151,13 +1126,14 @@ pub fn fit_item_limit(record: &mut Record, sizes: ItemSizes) {
         // An owed failure's cause too (the branches' of a wide group whose resumes a throttled
         // Step Functions holds up: found by the simulation), as far as the failed attempts':
         // Step Functions gets it shorter; its error name stays whole.
-        let owed = record.owed.iter_mut().chain(record.branches.iter_mut().filter_map(|b| b.owed.as_mut()));
-        for resume in owed {
-            if let lifecycle::Resume::Failure { cause: text, .. } = resume {
+        for w in waits_mut(record) {
+            if let lifecycle::WaitStatus::Owed { resume: Resume::Failure { cause: text, .. }, .. } =
+                &mut w.status
+            {
                 *text = text.chars().take(cause.max(16)).collect();
             }
         }
-        for attempt in failed_attempts_mut(record) {
+        for attempt in waits_mut(record).flat_map(|w| w.failed.iter_mut()) {
             attempt.cause = attempt.cause.chars().take(cause).collect();
             attempt.error = attempt.error.chars().take(error).collect();
             if attempt.input.as_str().chars().count() > id
@@ -1169,12 +1145,10 @@ pub fn fit_item_limit(record: &mut Record, sizes: ItemSizes) {
     }
 }
 
-/// Every failed attempt a record keeps: the step's, its group's branches', its compensations'.
-fn failed_attempts_mut(record: &mut Record) -> impl Iterator<Item = &mut lifecycle::FailedAttempt> {
-    let branches = record.branches.iter_mut().flat_map(|b| b.attempts.iter_mut());
-    let undos =
-        record.compensation.iter_mut().flat_map(|c| c.undos.iter_mut()).flat_map(|u| u.attempts.iter_mut());
-    record.attempts.iter_mut().chain(branches).chain(undos)
+/// Every wait a record keeps: its position's, its compensations'.
+fn waits_mut(record: &mut Record) -> impl Iterator<Item = &mut lifecycle::Wait> {
+    let undos = record.compensation.iter_mut().flat_map(|c| c.undos.iter_mut()).map(|u| &mut u.wait);
+    record.waits.iter_mut().chain(undos)
 }
 
 /// A stable id for an input, for logs and ledger entries. Inputs from outside have their own id;
@@ -1196,10 +1170,8 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
             format!("finished/g{generation}/{outcome}")
         }
         Input::BranchEnded { generation, step, .. } => format!("branch_ended/g{generation}/s{step}"),
-        Input::Resumed { generation, step, .. } => format!("resumed/g{generation}/s{step}"),
-        Input::AttemptOpened { generation, step, attempt } => {
-            format!("attempt_opened/g{generation}/s{step}/a{attempt}")
-        }
+        Input::Resumed { wait, .. } => format!("resumed/{wait}"),
+        Input::AttemptOpened { wait, attempt } => format!("attempt_opened/{wait}/a{attempt}"),
         Input::Cancel { .. } => format!("cancel/{}", now.unix_timestamp()),
         Input::CancelCompensate { .. } => format!("cancel_compensate/{}", now.unix_timestamp()),
         Input::UndoReady { generation, step, token, .. } => {
@@ -1233,11 +1205,11 @@ pub fn input_detail(input: &Input) -> Value {
         Input::BranchEnded { generation, step, error } => {
             json!({"kind": "branch_ended", "generation": generation, "step": step, "error": error})
         }
-        Input::Resumed { generation, step, delivered } => {
-            json!({"kind": "resumed", "generation": generation, "step": step, "delivered": delivered})
+        Input::Resumed { wait, delivered } => {
+            json!({"kind": "resumed", "wait": wait, "delivered": delivered})
         }
-        Input::AttemptOpened { generation, step, attempt } => {
-            json!({"kind": "attempt_opened", "generation": generation, "step": step, "attempt": attempt})
+        Input::AttemptOpened { wait, attempt } => {
+            json!({"kind": "attempt_opened", "wait": wait, "attempt": attempt})
         }
         Input::Cancel { reason } => json!({"kind": "cancel", "reason": reason}),
         Input::CancelCompensate { reason } => json!({"kind": "cancel_compensate", "reason": reason}),

@@ -350,9 +350,14 @@ fn effects_in_words(decision: &lifecycle::Decision) -> String {
         .filter_map(|e| match e {
             lifecycle::Effect::StartExecution { .. } => Some("start the execution"),
             lifecycle::Effect::CreateTask { .. } => Some("create the task"),
-            lifecycle::Effect::CreateUndoTask { .. } => Some("create the compensation task"),
-            lifecycle::Effect::SendTaskSuccess { .. } => Some("resume the step"),
-            lifecycle::Effect::SendTaskFailure { .. } => Some("fail the step"),
+            lifecycle::Effect::OpenAttempt { wait, .. } if wait.compensation => {
+                Some("create the compensation task")
+            }
+            lifecycle::Effect::OpenAttempt { .. } => Some("create the next attempt's task"),
+            lifecycle::Effect::Resume { resume: lifecycle::Resume::Success { .. }, .. } => {
+                Some("resume the step")
+            }
+            lifecycle::Effect::Resume { .. } => Some("fail the step"),
             lifecycle::Effect::SendTaskHeartbeat { .. } => Some("heartbeat"),
             lifecycle::Effect::StopExecution { .. } => Some("stop the execution"),
             lifecycle::Effect::DrainInbox { .. } => Some("drain the inbox"),

@@ -420,8 +420,8 @@ impl Sweeper {
             && r.applied.iter().any(|a| {
                 a.id == entry.id
                     && same_source(a, entry)
-                    && a.generation.unwrap_or(r.generation) == target.generation
-                    && a.step == Some(target.step)
+                    && a.generation == target.generation
+                    && a.step == target.step
                     && hash == Some(payload_fingerprint(&a.hash))
             })
         {
@@ -469,19 +469,17 @@ fn twin(entry: &InboxEntry, record: Option<&Record>, step: Option<u32>) -> Optio
     let applied = r.applied.iter().find(|a| {
         a.id == entry.id
             && same_source(a, entry)
-            && at.is_some()
-            && a.step == at
-            && (entry.generation.is_none() || a.generation == entry.generation)
+            && at == Some(a.step)
+            && entry.generation.is_none_or(|g| a.generation == g)
     })?;
     let same = entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint)
         == Some(payload_fingerprint(&applied.hash));
     Some(if same { Twin::Same } else { Twin::Other })
 }
 
-/// Whether the applied input `a` came from where `entry`'s input did (one applied before the
-/// source was kept matches either).
+/// Whether the applied input `a` came from where `entry`'s input did.
 fn same_source(a: &AppliedInput, entry: &InboxEntry) -> bool {
-    a.source.is_none_or(|s| entry.source() == Some(s))
+    entry.source() == Some(a.source)
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //! group's together. Each wait sends `undo_ready` with its token; baton publishes the
 //! compensation's task (`baton.compensation.requested`), and the external system acknowledges it
 //! by a callback marked as a compensation. baton then resumes the wait, and Step Functions goes
-//! on to the compensation before it.
+//! on to the compensation before it. Each compensation is a [`Wait`] of its own
+//! ([`Role::Compensation`]): its attempts, its owed resume and its deadline are the wait's.
 //!
 //! - **The plan is fixed when compensation begins** ([`plan`]): every step of the positions up
 //!   to the one that failed, in reverse, a group's branches together. A step that completed and
@@ -17,8 +18,9 @@
 //!   at run time: a branch that never completed still has its wait, answered `skipped`.
 //! - **Attempts.** A failed acknowledgement with attempts left makes the next attempt due at
 //!   once, inside the same wait; the sweeper publishes its task (the callback function cannot
-//!   reach the outbound queue), as it does a retried step's. The last failure ends the compensation `failed`;
-//!   the chain still goes on, so one stuck compensation does not keep the others from running.
+//!   reach the outbound queue), as it does a retried step's. The last failure ends the
+//!   compensation `failed`; the chain still goes on, so one stuck compensation does not keep
+//!   the others from running.
 //! - **A wait that Step Functions passed without baton's answer timed out.** The chain moves
 //!   only when a wait is resumed or times out, so the next `undo_ready` of an earlier position
 //!   (or the final report) settles every later compensation still open as `timed_out`.
@@ -30,11 +32,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use time::OffsetDateTime;
 
-use super::{
-    AppliedInput, BranchOutcome, Cause, Decision, Effect, FailedAttempt, Finish, IgnoreReason, Input,
-    Outcome, Plan, Record, RejectReason, Resume, Source, State, StepOutcome, attempt_gate, fail_token, group,
-    payload_fingerprint, resend_after, resume_effect, running_attempt,
-};
+use super::effect::{Decision, Effect, Mark, success};
+use super::input::{Finish, IgnoreReason, Input, Outcome, RejectReason, Source, StepOutcome};
+use super::plan::Plan;
+use super::position;
+use super::record::{AppliedInput, Record, State, payload_fingerprint};
+use super::resend_after;
+use super::step_input::{attempt_gate, repeated_input};
+use super::table::Cause;
+use super::wait::{FailedAttempt, Role, Wait, WaitId, WaitOutcome, WaitStatus};
+use super::{marks, tick};
 use crate::domain::ids::{EventId, TaskToken};
 use crate::mutants::{Mutation, active as mutant};
 
@@ -106,43 +113,26 @@ impl Compensation {
 
     /// The steps whose compensation ran and was not acknowledged: they stay undone.
     pub fn undone(&self) -> impl Iterator<Item = &Undo> {
-        self.run().filter(|u| u.outcome != Some(UndoOutcome::Acknowledged))
+        self.run().filter(|u| u.wait.outcome() != Some(WaitOutcome::Succeeded))
     }
 
-    fn undo(&self, step: u32) -> Option<&Undo> {
-        self.undos.iter().find(|u| u.step == step)
+    pub fn undo(&self, step: u32) -> Option<&Undo> {
+        self.undos.iter().find(|u| u.wait.step == step)
     }
 
-    fn undo_mut(&mut self, step: u32) -> Option<&mut Undo> {
-        self.undos.iter_mut().find(|u| u.step == step)
+    pub(super) fn undo_mut(&mut self, step: u32) -> Option<&mut Undo> {
+        self.undos.iter_mut().find(|u| u.wait.step == step)
     }
 }
 
-/// One step in the compensation plan.
+/// One step in the compensation plan: its wait, and what the plan says of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Undo {
-    pub step: u32,
+    #[serde(flatten)]
+    pub wait: Wait,
     /// Why it is not run (`None`: it is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip: Option<SkipReason>,
-    /// Its wait's token, once Step Functions reached it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<TaskToken>,
-    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<OffsetDateTime>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attempts: Vec<FailedAttempt>,
-    /// Set while the running attempt's task is not known to be out (the first's from when its
-    /// wait is reached, a next one's from the failure before it): until its mark, nothing
-    /// answers that attempt, and the sweeper publishes it again when it is due.
-    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
-    pub next_attempt_at: Option<OffsetDateTime>,
-    /// How it ended (`None`: not yet).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<UndoOutcome>,
-    /// The resume its wait is owed, until it reaches Step Functions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owed: Option<Resume>,
     /// The acknowledgements applied to it, to recognise redelivery.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acks: Vec<AppliedInput>,
@@ -150,29 +140,19 @@ pub struct Undo {
 
 impl Undo {
     fn new(step: u32, skip: Option<SkipReason>) -> Undo {
-        Undo {
-            step,
-            skip,
-            token: None,
-            deadline: None,
-            attempts: Vec::new(),
-            next_attempt_at: None,
-            outcome: None,
-            owed: None,
-            acks: Vec::new(),
-        }
+        Undo { wait: Wait::unreached(step, Role::Compensation), skip, acks: Vec::new() }
     }
 
-    /// The attempt running (or next to go out).
-    pub fn attempt(&self) -> u32 {
-        running_attempt(&self.attempts)
+    /// The step it compensates.
+    pub fn step(&self) -> u32 {
+        self.wait.step
     }
 
     /// Where it stands once compensation began: its outcome, or `skipped`, `waiting` (its task
     /// out), `pending` (its wait not reached yet).
     pub fn state(&self) -> &'static str {
-        match (self.outcome, self.skip) {
-            (Some(outcome), _) => outcome.as_str(),
+        match (self.wait.outcome(), self.skip) {
+            (Some(outcome), _) => outcome.name(Role::Compensation),
             (None, Some(_)) => "skipped",
             (None, None) if self.waits() => "waiting",
             (None, None) => "pending",
@@ -181,7 +161,7 @@ impl Undo {
 
     /// Waiting for its acknowledgement: reached, run, and not ended.
     pub fn waits(&self) -> bool {
-        self.token.is_some() && self.skip.is_none() && self.outcome.is_none()
+        self.skip.is_none() && self.wait.waits()
     }
 }
 
@@ -204,30 +184,6 @@ impl SkipReason {
     }
 }
 
-/// How one compensation ended. Each planned compensation ends with exactly one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UndoOutcome {
-    Acknowledged,
-    /// Its last attempt failed.
-    Failed,
-    /// Step Functions passed its wait without baton's answer (its deadline, or its `undo_ready`
-    /// lost).
-    TimedOut,
-    Skipped,
-}
-
-impl UndoOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UndoOutcome::Acknowledged => "acknowledged",
-            UndoOutcome::Failed => "failed",
-            UndoOutcome::TimedOut => "timed_out",
-            UndoOutcome::Skipped => "skipped",
-        }
-    }
-}
-
 /// The compensation plan for `r` as it stands: what compensation would do if the run failed
 /// where the record is, by position, last first. A record already compensating has its own,
 /// fixed when it began.
@@ -235,11 +191,10 @@ pub fn plan(plan: &Plan, r: &Record) -> Vec<Undo> {
     let Some(at) = r.state.step() else { return Vec::new() };
     let current = plan.position(at);
     let mut undos = Vec::new();
-    let mut first = current.first;
-    let mut last = current.last;
+    let mut span = current;
     loop {
-        for step in first..=last {
-            let completed = completed(plan, r, step, current.first) || mutant(Mutation::UndoOfIncompleteStep);
+        for step in span.steps() {
+            let completed = completed(r, step, current.first) || mutant(Mutation::UndoOfIncompleteStep);
             let declared = plan.compensation_of(step).is_some();
             match (completed, declared) {
                 (true, true) => undos.push(Undo::new(step, None)),
@@ -248,16 +203,15 @@ pub fn plan(plan: &Plan, r: &Record) -> Vec<Undo> {
                 (false, false) => {}
             }
         }
-        let Some(before) = first.checked_sub(1) else { break };
-        let position = plan.position(before);
-        (first, last) = (position.first, position.last);
+        let Some(before) = span.first.checked_sub(1) else { break };
+        span = plan.position(before);
     }
     undos
 }
 
 /// Whether `step` completed in the record's generation, the record being at the position that
 /// starts at `current`.
-fn completed(plan: &Plan, r: &Record, step: u32, current: u32) -> bool {
+fn completed(r: &Record, step: u32, current: u32) -> bool {
     // A branch whose success baton applied did its work, even where Step Functions timed it
     // out before the resume arrived (an optional branch is then missed, a required one fails
     // its group): its sender was told `applied` (found by review).
@@ -265,30 +219,23 @@ fn completed(plan: &Plan, r: &Record, step: u32, current: u32) -> bool {
     if step < current {
         return !r.missed.contains(&step) || applied;
     }
-    if plan.group_of(step).is_some() {
-        return applied
-            || r.branches.iter().any(|b| b.step == step && b.outcome == Some(BranchOutcome::Succeeded));
-    }
-    let at_step = r.state == State::Advancing { step } || r.state == State::Stranded { at: Some(step) };
-    at_step && (matches!(r.owed, Some(Resume::Success { .. })) || r.succeeded.contains(&step))
+    applied || r.wait(step).is_some_and(|w| w.outcome() == Some(WaitOutcome::Succeeded))
 }
 
-/// `r` moved into compensation for `trigger`: the plan fixed, the forward step's token, deadline
-/// and owed resume dropped, and open branches closed.
+/// `r` moved into compensation for `trigger`: the plan fixed, the forward waits ended (an open
+/// one closed), and each compensation's wait not reached yet.
 fn begin(p: &Plan, r: &Record, trigger: Trigger, now: OffsetDateTime) -> Record {
     let undos = plan(p, r);
-    // The token stays, as in a cancelled record: a copy of its step_ready is then known.
     let mut to = Record {
-        deadline: None,
-        owed: None,
-        next_attempt_at: None,
         compensation: Some(Compensation { trigger, began_at: now, at: r.state.step(), undos }),
         ..r.next(State::Compensating, now)
     };
-    for b in &mut to.branches {
-        b.owed = None;
+    // The step's token stays, as in a cancelled record: a copy of its step_ready is then known.
+    for w in to.waits.iter_mut().filter(|w| w.role == Role::Step) {
+        w.deadline = None;
     }
-    group::close_open_branches(&mut to, None);
+    position::close(&mut to, None);
+    position::end_run(&mut to);
     to
 }
 
@@ -302,7 +249,7 @@ pub(super) fn route(
     now: OffsetDateTime,
 ) -> Option<Decision> {
     if let Input::UndoInput { step, .. } = input
-        && *step as usize >= plan.steps.len()
+        && !plan.has(*step)
     {
         return Some(Decision::new(Outcome::Rejected(RejectReason::UnknownStep)));
     }
@@ -312,7 +259,7 @@ pub(super) fn route(
     let nothing = || Decision::ignored(IgnoreReason::OutOfOrder);
     Some(match (input, record) {
         (Input::UndoReady { token, .. }, None) => {
-            nothing().effect(fail_token(token, "baton.NoRecord", "no workflow record for this execution"))
+            nothing().effect(Effect::fail(token, "baton.NoRecord", "no workflow record for this execution"))
         }
         (Input::UndoReady { .. }, Some(r)) => begin_at_undo_ready(plan, r, input, now),
         (Input::UndoInput { .. }, Some(r)) => on_undo_input(plan, r, input, now),
@@ -329,7 +276,7 @@ pub(super) fn route(
 }
 
 /// Decides an input for a record that is compensating.
-pub(super) fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decision {
+fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decision {
     match input {
         Input::Start { event } if r.start_events.contains(event) => Decision::new(Outcome::Duplicate),
         Input::Start { .. } => Decision::ignored(IgnoreReason::AlreadyRunning),
@@ -340,7 +287,7 @@ pub(super) fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime
             Some(g) if *g > r.generation => {
                 Decision::new(Outcome::Buffered).effect(Effect::Buffer { generation: *g, step: *step })
             }
-            _ => super::repeated_input(r, (id, *source), hash, *step, now).unwrap_or_else(|| {
+            _ => repeated_input(r, (id, *source), hash, *step, now).unwrap_or_else(|| {
                 if generation.is_some_and(|g| g < r.generation) {
                     return Decision::ignored(IgnoreReason::StaleGeneration);
                 }
@@ -351,9 +298,7 @@ pub(super) fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime
             }),
         },
         // Decided by `stranded::route`.
-        Input::ExecutionGone { .. } | Input::End { .. } => {
-            Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed))
-        }
+        Input::ExecutionGone { .. } | Input::End { .. } => Decision::nothing_owed(),
         Input::UndoReady { generation, step, token, deadline, .. } => {
             on_undo_ready(r, (*generation, *step), token, *deadline, now)
         }
@@ -365,11 +310,9 @@ pub(super) fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime
         Input::BranchEnded { .. } | Input::Cancel { .. } | Input::CancelCompensate { .. } => {
             Decision::ignored(IgnoreReason::Compensating)
         }
-        Input::Resumed { generation, step, .. } => on_resumed(r, (*generation, *step), now),
-        Input::AttemptOpened { generation, step, attempt } => {
-            on_attempt_opened(r, (*generation, *step, *attempt), now)
-        }
-        Input::Tick => on_tick(r, now),
+        Input::Resumed { wait, delivered } => marks::on_resumed(r, *wait, *delivered, now),
+        Input::AttemptOpened { wait, attempt } => marks::on_attempt_opened(r, *wait, *attempt, now),
+        Input::Tick => tick::on_tick(plan, r, now),
     }
 }
 
@@ -385,17 +328,17 @@ fn on_step_ready(plan: &Plan, r: &Record, (generation, step): (u32, u32), token:
         return Decision::ignored(IgnoreReason::StaleGeneration);
     }
     let d = Decision::ignored(IgnoreReason::Compensating);
-    let known = r.token.as_ref() == Some(token) || r.branches.iter().any(|b| b.token.as_ref() == Some(token));
+    let known = r.waits.iter().any(|w| w.token.as_ref() == Some(token));
     let at = r.compensation.as_ref().and_then(|c| c.at).map(|at| plan.position(at).first);
     if known || at.is_some_and(|first| step < first) {
         return d;
     }
-    d.effect(fail_token(token, COMPENSATING_ERROR, "the workflow is compensating; no forward step runs"))
+    d.effect(Effect::fail(token, COMPENSATING_ERROR, "the workflow is compensating; no forward step runs"))
 }
 
 /// Step Functions reached a compensation's wait. A record not compensating yet begins, with the
 /// run's error as its trigger, in the same write.
-pub(super) fn begin_at_undo_ready(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decision {
+fn begin_at_undo_ready(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decision {
     let Input::UndoReady { generation, step, token, deadline, error, cause } = input else {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     };
@@ -410,7 +353,7 @@ pub(super) fn begin_at_undo_ready(plan: &Plan, r: &Record, input: &Input, now: O
         return Decision::ignored(IgnoreReason::Terminal);
     }
     if r.state.is_terminal() {
-        return Decision::ignored(IgnoreReason::Terminal).effect(fail_token(
+        return Decision::ignored(IgnoreReason::Terminal).effect(Effect::fail(
             token,
             "baton.Terminal",
             &format!("the workflow record is already {}", r.state),
@@ -418,18 +361,16 @@ pub(super) fn begin_at_undo_ready(plan: &Plan, r: &Record, input: &Input, now: O
     }
     let mut to = begin(plan, r, Trigger::from_error(error, cause), now);
     let effects = match to.compensation.as_ref().and_then(|c| c.undo(*step)) {
-        Some(_) => reach(&mut to, (*generation, *step), token, (*deadline, now)),
+        Some(_) => reach(&mut to, *step, token, (*deadline, now)),
         None => vec![skip_unplanned(token)],
     };
-    let mut d = Decision::new(Outcome::Applied).with_write(Cause::Compensate, Some(r), to);
-    d.effects = effects;
-    d
+    Decision::new(Outcome::Applied).with_write(Cause::Compensate, Some(r), to).effects(effects)
 }
 
 /// The answer to a wait the plan has no step for (a branch the record never reached): nothing
 /// to undo.
 fn skip_unplanned(token: &TaskToken) -> Effect {
-    Effect::SendTaskSuccess { token: token.clone(), output: json!({"compensation": "skipped"}) }
+    Effect::Answer { token: token.clone(), resume: success(json!({"compensation": "skipped"})) }
 }
 
 /// A compensation's wait reached, in a compensating record: its task goes out (or, skipped,
@@ -448,43 +389,37 @@ fn on_undo_ready(
     let Some(u) = c.undo(step) else {
         return Decision::ignored(IgnoreReason::OutOfOrder).effect(skip_unplanned(token));
     };
-    if u.token.as_ref() == Some(token) {
+    let w = &u.wait;
+    if w.token.as_ref() == Some(token) {
         // Redelivery of the wait that already won: the task's creation and the resume are
         // idempotent, so a crash after the write is repaired by running them again.
         let d = Decision::new(Outcome::Duplicate);
-        return match (&u.owed, u.next_attempt_at) {
-            (Some(owed), _) => d.effect(resume_effect(token, owed)),
-            (None, Some(_)) if u.waits() && u.deadline.is_none_or(|d| now < d) => {
-                let mut d = d;
-                d.effects.extend(open_attempt(generation, step, u.attempt()));
-                d
+        return match (&w.status, w.owed()) {
+            (_, Some(resume)) => d.effect(Effect::Answer { token: token.clone(), resume: resume.clone() }),
+            (WaitStatus::TaskDue { .. }, None) if u.waits() && w.deadline.is_none_or(|d| now < d) => {
+                d.effect(open_attempt(generation, step, w.attempt()))
             }
-            (None, _) => d,
+            (_, None) => d,
         };
     }
     // Reported again with a new token and a later deadline: its send was retried and the wait
-    // re-entered; only the newest token can be resumed (`lifecycle::repark`).
-    if u.waits() && u.deadline.is_some_and(|d| deadline > d) {
+    // re-entered; only the newest token can be resumed (`step_ready.rs`, `repark`).
+    if u.waits() && w.newer(token, deadline) {
         let mut to = r.next(r.state, now);
-        let due = u.next_attempt_at;
+        let due = w.task_due();
         if let Some(u) = to.compensation.as_mut().and_then(|c| c.undo_mut(step)) {
-            u.token = Some(token.clone());
-            u.deadline = Some(deadline);
+            u.wait.token = Some(token.clone());
+            u.wait.deadline = Some(deadline);
         }
-        let mut d = Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to);
-        if due.is_some() {
-            d.effects.extend(open_attempt(generation, step, u.attempt()));
-        }
-        return d;
+        let d = Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to);
+        return if due.is_some() { d.effect(open_attempt(generation, step, w.attempt())) } else { d };
     }
-    if u.token.is_some() || u.outcome.is_some() {
+    if w.token.is_some() || w.outcome().is_some() {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     }
     let mut to = r.next(r.state, now);
-    let effects = reach(&mut to, (generation, step), token, (deadline, now));
-    let mut d = Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to);
-    d.effects = effects;
-    d
+    let effects = reach(&mut to, step, token, (deadline, now));
+    Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to).effects(effects)
 }
 
 /// Records in `to` that the compensation of `step` was reached, with its token: every
@@ -492,76 +427,58 @@ fn on_undo_ready(
 /// answer or without: still open, it timed out), and its task is owed, or, skipped, its resume.
 fn reach(
     to: &mut Record,
-    (generation, step): (u32, u32),
+    step: u32,
     token: &TaskToken,
     (deadline, now): (OffsetDateTime, OffsetDateTime),
 ) -> Vec<Effect> {
+    let generation = to.generation;
     let Some(c) = to.compensation.as_mut() else { return Vec::new() };
-    let index = c.undos.iter().position(|x| x.step == step).unwrap_or(0);
+    let index = c.undos.iter().position(|x| x.wait.step == step).unwrap_or(0);
     let group = group_start(c, index);
-    for passed in c.undos.iter_mut().take(group).filter(|x| x.outcome.is_none()) {
-        passed.outcome =
-            Some(if passed.skip.is_some() { UndoOutcome::Skipped } else { UndoOutcome::TimedOut });
-        passed.next_attempt_at = None;
-        passed.owed = None;
+    for passed in c.undos.iter_mut().take(group).filter(|u| u.wait.outcome().is_none()) {
+        passed.wait.end(if passed.skip.is_some() { WaitOutcome::Skipped } else { WaitOutcome::TimedOut });
     }
     let Some(u) = c.undo_mut(step) else { return Vec::new() };
-    u.token = Some(token.clone());
-    u.deadline = Some(deadline);
+    u.wait.token = Some(token.clone());
+    u.wait.deadline = Some(deadline);
     // Reported after its deadline: Step Functions has passed the wait (found by review: its task
     // went out for a wait already timed out).
     if deadline <= now && u.skip.is_none() {
-        u.outcome = Some(UndoOutcome::TimedOut);
+        u.wait.end(WaitOutcome::TimedOut);
         return Vec::new();
     }
     let Some(reason) = u.skip else {
-        // Until its task is marked out, nothing answers the attempt (see `next_attempt_at`).
-        u.next_attempt_at = Some(now);
-        return open_attempt(generation, step, 1).to_vec();
+        // Until its task is marked out, nothing answers the attempt.
+        u.wait.status = WaitStatus::TaskDue { at: now };
+        return vec![open_attempt(generation, step, 1)];
     };
-    let owed = Resume::Success { output: json!({"compensation": "skipped", "reason": reason.as_str()}) };
-    u.outcome = Some(UndoOutcome::Skipped);
-    u.owed = Some(owed.clone());
-    vec![resume_effect(token, &owed), Effect::MarkResumed { generation, step }]
+    let resume = success(json!({"compensation": "skipped", "reason": reason.as_str()}));
+    u.wait.decide(WaitOutcome::Skipped, resume.clone(), now);
+    vec![Effect::Resume {
+        wait: WaitId { generation, step, compensation: true },
+        token: token.clone(),
+        resume,
+        mark: Mark::Always,
+    }]
 }
 
 /// The task of `attempt` of the compensation of `step`: published, then marked out.
-fn open_attempt(generation: u32, step: u32, attempt: u32) -> [Effect; 2] {
-    [
-        Effect::CreateUndoTask { generation, step, attempt },
-        Effect::MarkAttemptOpened { generation, step, attempt },
-    ]
+fn open_attempt(generation: u32, step: u32, attempt: u32) -> Effect {
+    Effect::OpenAttempt { wait: WaitId { generation, step, compensation: true }, attempt, beat: None }
 }
 
 /// Where the group of the plan's `index`-th compensation starts in the plan: the compensations
 /// of one position are listed side by side, in step order.
 fn group_start(c: &Compensation, index: usize) -> usize {
     let mut start = index;
-    while start > 0 && c.undos[start - 1].step < c.undos[start].step {
+    while start > 0 && c.undos[start - 1].wait.step < c.undos[start].wait.step {
         start -= 1;
     }
     start
 }
 
-/// Whether `input`, an acknowledgement of the running attempt of a compensation of `record`,
-/// comes while that attempt's task is not yet marked out: its task may be out (the mark
-/// follows the publish), so the engine has the sender retry in a moment rather than answer for
-/// good (found by review: an acknowledgement in that window was answered `ignored` and lost).
-pub(super) fn task_not_out(record: Option<&Record>, input: &Input) -> bool {
-    let Input::UndoInput { id, step, generation, attempt, .. } = input else { return false };
-    let Some(r) = record.filter(|r| r.state == State::Compensating) else { return false };
-    let Some(u) = r.compensation.as_ref().and_then(|c| c.undo(*step)) else { return false };
-    let repeat = u.acks.iter().any(|a| a.id == *id);
-    let this_run = generation.is_none_or(|g| g == r.generation);
-    u.waits()
-        && u.next_attempt_at.is_some()
-        && !repeat
-        && this_run
-        && attempt.is_none_or(|a| a == u.attempt())
-}
-
 /// A callback for a compensation: acknowledged, or an attempt failed.
-pub(super) fn on_undo_input(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decision {
+fn on_undo_input(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decision {
     let Input::UndoInput { id, hash, source, step, outcome, generation, attempt } = input else {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     };
@@ -574,36 +491,40 @@ pub(super) fn on_undo_input(plan: &Plan, r: &Record, input: &Input, now: OffsetD
         return Decision::ignored(reason);
     };
     let Some(u) = c.undo(*step) else { return Decision::ignored(IgnoreReason::OutOfOrder) };
-    if let Some(seen) = u.acks.iter().find(|a| a.id == *id && a.source == Some(*source)) {
+    if let Some(seen) = u.acks.iter().find(|a| a.id == *id && a.source == *source) {
         if payload_fingerprint(&seen.hash) != payload_fingerprint(hash) {
             return Decision::new(Outcome::Rejected(RejectReason::IdempotencyKeyReused))
                 .effect(Effect::Ledger { reason: IgnoreReason::IdempotencyKeyReused });
         }
         let d = Decision::new(Outcome::Duplicate);
-        return match (&u.owed, &u.token) {
-            (Some(owed), Some(token)) if now - r.updated_at >= resend_after() => d
-                .effect(resume_effect(token, owed))
-                .effect(Effect::MarkResumed { generation: r.generation, step: *step }),
+        return match (&u.wait.status, &u.wait.token) {
+            (WaitStatus::Owed { resume, since, .. }, Some(token)) if now - *since >= resend_after() => d
+                .effect(Effect::Resume {
+                    wait: WaitId { generation: r.generation, step: *step, compensation: true },
+                    token: token.clone(),
+                    resume: resume.clone(),
+                    mark: Mark::Always,
+                }),
             _ => d,
         };
     }
     if r.state.is_terminal() {
         return Decision::ignored(IgnoreReason::Terminal);
     }
-    if u.skip.is_some() || u.token.is_none() {
+    if u.skip.is_some() || u.wait.token.is_none() {
         // Not run, or its task not out yet: nothing this could acknowledge.
         return Decision::ignored(IgnoreReason::OutOfOrder);
     }
-    if u.outcome.is_some() {
+    if u.wait.outcome().is_some() {
         return Decision::ignored(IgnoreReason::StepAlreadyAdvanced);
     }
     // The running attempt's task is not known to be out: nothing can answer it yet (found by
     // the simulation: a failure named the attempt before its task went out, and the next
     // attempt's was published with it skipped).
-    if u.next_attempt_at.is_some() {
+    if u.wait.task_due().is_some() {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     }
-    if let Some(refused) = attempt_gate((&u.attempts, None), (id, *source), *attempt, outcome, now) {
+    if let Some(refused) = attempt_gate((&u.wait.failed, None), (id, *source), *attempt, outcome, now) {
         return refused;
     }
     acknowledge(plan, r, (id, *source, hash), *step, outcome, now)
@@ -626,39 +547,40 @@ fn acknowledge(
     u.acks.push(AppliedInput {
         id: id.clone(),
         hash: payload_fingerprint(hash).to_owned(),
-        step: Some(step),
-        generation: Some(generation),
-        source: Some(source),
+        step,
+        generation,
+        source,
     });
     let excess = u.acks.len().saturating_sub(REMEMBERED_ACKS);
     u.acks.drain(..excess);
-    let running = u.attempt();
+    let running = u.wait.attempt();
     let end = match outcome {
-        StepOutcome::Succeeded => UndoOutcome::Acknowledged,
+        StepOutcome::Succeeded => WaitOutcome::Succeeded,
         StepOutcome::Failed { error, cause, retryable } => {
-            let attempts = plan.compensation_of(step).map_or(1, |c| c.attempts);
+            let attempts = plan.compensation_of(step).unwrap_or(1);
+            let failed = FailedAttempt::new(running, (error, cause), (id, source), now);
             if *retryable && (running < attempts || mutant(Mutation::UndoRetryUnbounded)) {
                 // The next attempt is due at once; the sweeper publishes it (the callback
                 // function has no access to the outbound queue), as a retried step's.
-                u.attempts.push(FailedAttempt::new(running, (error, cause), (id, source), now));
-                u.next_attempt_at = Some(now);
+                u.wait.fail_attempt(failed, now);
                 return Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to);
             }
-            u.attempts.push(FailedAttempt::new(running, (error, cause), (id, source), now));
-            UndoOutcome::Failed
+            u.wait.failed.push(failed);
+            WaitOutcome::Failed
         }
         StepOutcome::InProgress => return Decision::ignored(IgnoreReason::OutOfOrder),
     };
-    let owed = Resume::Success { output: json!({"compensation": end.as_str()}) };
-    u.outcome = Some(end);
-    u.next_attempt_at = None;
-    u.owed = Some(owed.clone());
-    let token = u.token.clone();
+    let resume = success(json!({"compensation": end.name(Role::Compensation)}));
+    u.wait.decide(end, resume.clone(), now);
+    let token = u.wait.token.clone();
     let d = Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to);
     match token {
-        Some(token) => {
-            d.effect(resume_effect(&token, &owed)).effect(Effect::MarkResumed { generation, step })
-        }
+        Some(token) => d.effect(Effect::Resume {
+            wait: WaitId { generation, step, compensation: true },
+            token,
+            resume,
+            mark: Mark::Always,
+        }),
         None => d,
     }
 }
@@ -700,10 +622,9 @@ pub(super) fn on_ended(
 /// run ended.
 pub(super) fn settle(c: &mut Compensation) -> State {
     for u in &mut c.undos {
-        u.owed = None;
-        u.next_attempt_at = None;
-        if u.outcome.is_none() {
-            u.outcome = Some(if u.skip.is_some() { UndoOutcome::Skipped } else { UndoOutcome::TimedOut });
+        match u.wait.outcome() {
+            None => u.wait.end(if u.skip.is_some() { WaitOutcome::Skipped } else { WaitOutcome::TimedOut }),
+            Some(_) => u.wait.settle(),
         }
     }
     if c.run().next().is_none() {
@@ -718,7 +639,7 @@ pub(super) fn settle(c: &mut Compensation) -> State {
 /// `cancel --compensate`: a waiting record moves into compensation, and its parked tokens are
 /// failed with [`CANCELLED_ERROR`], which the state machine's Catch leads into the chain. With
 /// nothing completed to undo it is a plain cancel; a record between steps is asked again.
-pub(super) fn on_cancel(plan: &Plan, r: &Record, reason: &str, now: OffsetDateTime) -> Option<Decision> {
+fn on_cancel(plan: &Plan, r: &Record, reason: &str, now: OffsetDateTime) -> Option<Decision> {
     match r.state {
         _ if r.state.is_terminal() => return Some(Decision::ignored(IgnoreReason::Terminal)),
         State::Waiting { .. } => {}
@@ -731,86 +652,10 @@ pub(super) fn on_cancel(plan: &Plan, r: &Record, reason: &str, now: OffsetDateTi
     }
     let trigger = Trigger::Cancelled { reason: reason.to_owned() };
     let to = begin(plan, r, trigger, now);
-    let open = r.branches.iter().filter(|b| b.is_open()).filter_map(|b| b.token.as_ref());
+    let open = r.waits.iter().filter(|w| w.waits()).filter_map(|w| w.token.as_ref());
     let mut d = Decision::new(Outcome::Applied).with_write(Cause::Compensate, Some(r), to);
-    for token in r.token.iter().chain(open) {
-        d = d.effect(fail_token(token, CANCELLED_ERROR, reason));
+    for token in open {
+        d = d.effect(Effect::fail(token, CANCELLED_ERROR, reason));
     }
     Some(d)
-}
-
-/// A compensation's resume went out: no longer owed.
-fn on_resumed(r: &Record, (generation, step): (u32, u32), now: OffsetDateTime) -> Decision {
-    let owed = r.compensation.as_ref().and_then(|c| c.undo(step)).is_some_and(|u| u.owed.is_some());
-    if generation != r.generation || !owed {
-        return Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
-    }
-    let mut to = r.next(r.state, now);
-    if let Some(u) = to.compensation.as_mut().and_then(|c| c.undo_mut(step)) {
-        u.owed = None;
-    }
-    Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to)
-}
-
-/// The task of a compensation's next attempt went out: nothing more is due for it.
-fn on_attempt_opened(
-    r: &Record,
-    (generation, step, attempt): (u32, u32, u32),
-    now: OffsetDateTime,
-) -> Decision {
-    let due = r
-        .compensation
-        .as_ref()
-        .and_then(|c| c.undo(step))
-        .is_some_and(|u| u.waits() && u.attempt() == attempt && u.next_attempt_at.is_some());
-    if generation != r.generation || !due {
-        return Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
-    }
-    let mut to = r.next(r.state, now);
-    if let Some(u) = to.compensation.as_mut().and_then(|c| c.undo_mut(step)) {
-        u.next_attempt_at = None;
-    }
-    Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to)
-}
-
-/// The sweeper: every owed resume re-sent after the grace, and every next attempt's task that
-/// did not go out published again.
-fn on_tick(r: &Record, now: OffsetDateTime) -> Decision {
-    let mut d = Decision::new(Outcome::Applied);
-    let g = r.generation;
-    let idle = now - r.updated_at >= resend_after();
-    for u in r.compensation.iter().flat_map(|c| &c.undos) {
-        match (&u.owed, &u.token, u.next_attempt_at) {
-            (Some(owed), Some(token), _) if idle => {
-                d = d
-                    .effect(resume_effect(token, owed))
-                    .effect(Effect::MarkResumed { generation: g, step: u.step });
-            }
-            // Not past its wait's deadline: Step Functions has passed it then.
-            (None, Some(_), Some(due)) if u.waits() && due <= now && u.deadline.is_none_or(|d| now < d) => {
-                d.effects.extend(open_attempt(g, u.step, u.attempt()));
-            }
-            _ => {}
-        }
-    }
-    if d.effects.is_empty() { Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed)) } else { d }
-}
-
-/// When a compensating record is due for the sweeper, which lists a record a grace after it is
-/// due: an owed resume then (its re-send waits out the grace anyway), a next attempt on time,
-/// else the earliest open wait's deadline.
-pub(super) fn due_at(r: &Record) -> Option<OffsetDateTime> {
-    let c = r.compensation.as_ref()?;
-    let attempts = c
-        .undos
-        .iter()
-        .filter_map(|u| u.next_attempt_at)
-        .map(|next| next - crate::limits::RESEND_RESUME_AFTER);
-    // An owed resume does not hold back another compensation's attempt (as for a group's
-    // branches, found by an attack test).
-    if c.undos.iter().any(|u| u.owed.is_some()) {
-        return Some(attempts.fold(r.updated_at, OffsetDateTime::min));
-    }
-    let deadlines = c.undos.iter().filter(|u| u.waits()).filter_map(|u| u.deadline);
-    attempts.chain(deadlines).min().or(Some(r.updated_at))
 }

@@ -17,10 +17,16 @@
 //!   otherwise); a forward run ends `succeeded` (or `degraded`) if the execution succeeded,
 //!   `timed_out`, `cancelled` if it was aborted, and `failed` otherwise.
 
-use super::{
-    BranchOutcome, Decision, IgnoreReason, Input, Outcome, Plan, Record, State, compensation, group,
-};
 use time::OffsetDateTime;
+
+use super::compensation;
+use super::effect::Decision;
+use super::input::{IgnoreReason, Input, Outcome};
+use super::plan::Plan;
+use super::position;
+use super::record::{Kind, Record, State};
+use super::table::Cause;
+use super::wait::{Role, WaitOutcome, WaitStatus};
 
 /// The status a running execution has: never stranded, never ended by `baton end`.
 pub const RUNNING: &str = "RUNNING";
@@ -42,16 +48,15 @@ pub(super) fn route(
     input: &Input,
     now: OffsetDateTime,
 ) -> Option<Decision> {
-    let nothing = || Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed));
     match (input, record) {
-        (Input::ExecutionGone { .. } | Input::End { .. }, None) => Some(nothing()),
+        (Input::ExecutionGone { .. } | Input::End { .. }, None) => Some(Decision::nothing_owed()),
         (Input::ExecutionGone { generation, status, .. }, Some(r)) => {
             Some(on_gone(plan, r, *generation, status, now))
         }
         (Input::End { generation, status, error, .. }, Some(r)) => {
             Some(on_end(plan, r, *generation, (status, error.as_deref()), now))
         }
-        (_, Some(r)) if r.state.kind() == super::Kind::Stranded => Some(while_stranded(r, input)),
+        (_, Some(r)) if r.state.kind() == Kind::Stranded => Some(while_stranded(r, input)),
         _ => None,
     }
 }
@@ -64,36 +69,36 @@ fn on_gone(plan: &Plan, r: &Record, generation: u32, status: &str, now: OffsetDa
     if generation != r.generation || !execution_gone(status) || never_started {
         return Decision::new(Outcome::Ignored(IgnoreReason::OutOfOrder));
     }
-    if r.state.kind() == super::Kind::Stranded {
+    if r.state.kind() == Kind::Stranded {
         return Decision::new(Outcome::Duplicate);
     }
     if r.state.is_terminal() {
         return Decision::new(Outcome::Ignored(IgnoreReason::Terminal));
     }
     // Nothing is owed any more: the record leaves the sweeper's lists. What it was doing stays
-    // (its step, an owed resume, its branches' outcomes, its compensation), for the plan of what
-    // stays undone; a branch still open was ended without baton, and an optional one is missed
-    // (found by an attack test: a run that succeeded past it ended `succeeded`, not `degraded`).
+    // (its step, an owed resume, its waits' outcomes, its compensation), for the plan of what
+    // stays undone; an open wait ended with the run, timed out if past its deadline, else
+    // closed (a success never confirmed is settled by the end, as its report would have:
+    // `on_end`); an open optional branch is missed (found by an attack test: a run that
+    // succeeded past it ended `succeeded`, not `degraded`).
     let mut to = r.next(State::Stranded { at: r.state.step() }, now);
-    to.deadline = None;
-    to.next_attempt_at = None;
-    for b in to.branches.iter().filter(|b| b.is_open() && plan.is_optional(b.step)) {
-        if !to.missed.contains(&b.step) {
-            to.missed.push(b.step);
+    for w in to.waits.iter_mut().filter(|w| w.is_open()) {
+        let past = w.deadline.is_some_and(|d| d <= now);
+        if w.role == Role::Branch && plan.is_optional(w.step) && !to.missed.contains(&w.step) {
+            to.missed.push(w.step);
+        }
+        w.end(if past { WaitOutcome::TimedOut } else { WaitOutcome::Closed });
+    }
+    for w in to.waits.iter_mut().filter(|w| w.role == Role::Step) {
+        w.deadline = None;
+    }
+    // A compensation whose next attempt was due is due no more: nothing will answer it.
+    for u in to.compensation.iter_mut().flat_map(|c| c.undos.iter_mut()) {
+        if u.wait.task_due().is_some() {
+            u.wait.status = WaitStatus::Open;
         }
     }
-    // An open branch ended with the run: timed out if past its deadline, else closed. (A
-    // success never confirmed is settled by the end, as its report would have: `on_end`.)
-    let forward = r.state != State::Compensating;
-    for b in to.branches.iter_mut().filter(|b| forward && b.is_open()) {
-        let past = b.deadline.is_some_and(|d| d <= now);
-        b.outcome = Some(if past { BranchOutcome::TimedOut } else { BranchOutcome::Closed });
-        b.next_attempt_at = None;
-    }
-    for u in to.compensation.iter_mut().flat_map(|c| c.undos.iter_mut()) {
-        u.next_attempt_at = None;
-    }
-    Decision::new(Outcome::Applied).with_write(super::Cause::ExecutionGone, Some(r), to)
+    Decision::new(Outcome::Applied).with_write(Cause::ExecutionGone, Some(r), to)
 }
 
 /// An operator ends the stranded record as its execution ended (`status`, with `error`).
@@ -113,7 +118,7 @@ fn on_end(
         // Live (or its execution not gone): only a stranded record is ended so.
         _ => return Decision::ignored(IgnoreReason::OutOfOrder),
     }
-    let mut to = Record { token: None, owed: None, ..r.next(State::Stranded { at: None }, now) };
+    let mut to = r.next(State::Stranded { at: None }, now);
     to.state = match to.compensation.as_mut() {
         Some(c) => compensation::settle(c),
         // An optional branch whose success Step Functions never confirmed (its report lost
@@ -121,23 +126,24 @@ fn on_end(
         // person to look, rather than `succeeded`, which could hide it (found by the simulation).
         None => ended_as((status, error), !r.missed.is_empty() || unconfirmed_optional(plan, r)),
     };
-    // A run that timed out at a group: a branch whose resume was never confirmed timed out, as
+    // A run that timed out at a group: a wait whose resume was never confirmed timed out, as
     // its report would have said (found by the simulation: a required branch's success, its
     // token gone, was left succeeded in a group that timed out).
     if to.state == State::TimedOut {
-        group::close_open_branches(&mut to, Some(now));
+        position::close(&mut to, Some(now));
     }
-    for b in &mut to.branches {
-        b.owed = None;
+    position::end_run(&mut to);
+    for w in to.waits.iter_mut().filter(|w| w.role == Role::Step) {
+        w.token = None;
     }
-    Decision::new(Outcome::Applied).with_write(super::Cause::End, Some(r), to)
+    Decision::new(Outcome::Applied).with_write(Cause::End, Some(r), to)
 }
 
 /// Whether an optional branch of the run is settled by no report of its own: neither its success
 /// confirmed, nor missed (its report lost with the execution; a run that succeeded passed every
 /// group).
 fn unconfirmed_optional(plan: &Plan, r: &Record) -> bool {
-    plan.optional.iter().any(|step| !r.confirmed.contains(step) && !r.missed.contains(step))
+    plan.optional().any(|step| !r.confirmed.contains(&step) && !r.missed.contains(&step))
 }
 
 /// Where a forward run whose execution ended with `status` (and `error`, its `Fail` state's or
@@ -165,9 +171,7 @@ fn while_stranded(r: &Record, input: &Input) -> Decision {
         // the end never starts a later run (found by the simulation: a producer's late retry,
         // ledgered `stranded`, restarted the workflow weeks later).
         Input::Start { .. } => Decision::ignored(IgnoreReason::AlreadyRunning),
-        Input::Tick | Input::Resumed { .. } | Input::AttemptOpened { .. } => {
-            Decision::new(Outcome::Ignored(IgnoreReason::NothingOwed))
-        }
+        Input::Tick | Input::Resumed { .. } | Input::AttemptOpened { .. } => Decision::nothing_owed(),
         _ => Decision::ignored(IgnoreReason::Stranded),
     }
 }

@@ -286,46 +286,32 @@ pub fn encode_applied(applied: &[AppliedInput]) -> String {
     let entries: Vec<Value> = applied
         .iter()
         .map(|a| {
-            let source = a.source.map(|s| match s {
+            let source = match a.source {
                 Source::Callback => 0,
                 Source::Event => 1,
-            });
-            let mut entry =
-                vec![json!(a.id), json!(a.hash), json!(a.step), json!(a.generation), json!(source)];
-            trim_nulls(&mut entry);
-            Value::Array(entry)
+            };
+            json!([a.id, a.hash, a.step, a.generation, source])
         })
         .collect();
     Value::Array(entries).to_string()
 }
 
-/// Reads applied inputs in either form.
+/// Reads applied inputs back.
 pub fn decode_applied(text: &str) -> Result<Vec<AppliedInput>, String> {
-    /// `[id, hash, step, generation, source]`, the last three optional; the source is 0 for a
-    /// callback, 1 for an event.
+    /// `[id, hash, step, generation, source]`; the source is 0 for a callback, 1 for an event.
     #[derive(Deserialize)]
-    struct Compact(
-        EventId,
-        String,
-        #[serde(default)] Option<u32>,
-        #[serde(default)] Option<u32>,
-        #[serde(default)] Option<u8>,
-    );
+    struct Compact(EventId, String, u32, u32, u8);
 
     let entries: Vec<Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let decode = |entry: Value| match entry {
-        Value::Array(_) => serde_json::from_value(entry).map_err(|e| e.to_string()).and_then(
-            |Compact(id, hash, step, generation, source)| {
-                let source = match source {
-                    None => None,
-                    Some(0) => Some(Source::Callback),
-                    Some(1) => Some(Source::Event),
-                    Some(n) => return Err(format!("source {n} is neither 0 (callback) nor 1 (event)")),
-                };
-                Ok(AppliedInput { id, hash, step, generation, source })
-            },
-        ),
-        object => serde_json::from_value(object).map_err(|e| e.to_string()),
+    let decode = |entry: Value| {
+        let Compact(id, hash, step, generation, source) =
+            serde_json::from_value(entry).map_err(|e| e.to_string())?;
+        let source = match source {
+            0 => Source::Callback,
+            1 => Source::Event,
+            n => return Err(format!("source {n} is neither 0 (callback) nor 1 (event)")),
+        };
+        Ok(AppliedInput { id, hash, step, generation, source })
     };
     let entries = entries.into_iter().enumerate();
     entries.map(|(i, entry)| decode(entry).map_err(|e| format!("applied input {i}: {e}"))).collect()

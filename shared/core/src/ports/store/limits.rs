@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::{InboxEntry, StoreError};
-use crate::domain::ids::{CorrelationKey, TaskToken, WorkflowName};
+use crate::domain::ids::{CorrelationKey, WorkflowName};
 use crate::domain::lifecycle::{IgnoreReason, Record, Resume};
 
 /// DynamoDB's limit on one item (400 KB), every kind of item.
@@ -159,8 +159,11 @@ pub fn record_size_bound(record: &Record) -> usize {
             Value::Object(m) => 2 + m.iter().map(|(k, v)| text(k) + json(v) + 2).sum::<usize>(),
         }
     }
-    let inputs = 2 + record.inputs.iter().map(|(k, v)| text(k) + json(v) + 2).sum::<usize>();
-    let owed = match &record.owed {
+    let planted = crate::mutants::active(crate::mutants::Mutation::BoundWithoutParts);
+    // (The planted bug counts a step's inputs and owed resume only, as the bound once did.)
+    let step = record.step_wait().filter(|_| planted);
+    let inputs = step.map_or(0, |w| 2 + w.inputs.iter().map(|(k, v)| text(k) + json(v) + 2).sum::<usize>());
+    let owed = match step.and_then(|w| w.owed()) {
         None => 0,
         Some(Resume::Success { output }) => 100 + json(output),
         Some(Resume::Failure { error, cause }) => 100 + text(error) + text(cause),
@@ -174,20 +177,15 @@ pub fn record_size_bound(record: &Record) -> usize {
         .sum();
     let applied: usize = record.applied.iter().map(|a| 100 + text(a.id.as_str()) + text(&a.hash)).sum();
     let starts: usize = record.start_events.iter().map(|e| 1 + text(e.as_str())).sum();
-    // The parts kept as JSON text whole (the parallel group's branches, the failed attempts,
-    // the compensation, the branch lists): their text is what DynamoDB counts, so it is measured
-    // as written, only for the records that hold any (found by review: left out, a record of
+    // The parts kept as JSON text whole (the position's waits, the compensation): their text is
+    // what DynamoDB counts, so it is measured as written (found by review: left out, a record of
     // 102,869 bytes was bounded at 2,519, and a write DynamoDB refuses every time was decided).
     fn as_json<T: serde::Serialize + ?Sized>(v: &T) -> usize {
         serde_json::to_string(v).map_or(MAX_ITEM_BYTES + 1, |t| 16 + t.len())
     }
     let mut nested = 0;
-    let planted = crate::mutants::active(crate::mutants::Mutation::BoundWithoutParts);
-    if !record.branches.is_empty() && !planted {
-        nested += as_json(&record.branches);
-    }
-    if !record.attempts.is_empty() && !planted {
-        nested += as_json(&record.attempts);
+    if !record.waits.is_empty() && !planted {
+        nested += as_json(&record.waits);
     }
     if let Some(c) = record.compensation.as_ref().filter(|_| !planted) {
         nested += as_json(c);
@@ -196,11 +194,7 @@ pub fn record_size_bound(record: &Record) -> usize {
         nested += list.len() * 12;
     }
     let names = 2 * (record.workflow.as_str().len() + record.key.as_str().len());
-    let others = [
-        &record.token.as_ref().map(TaskToken::expose),
-        &record.write_id.as_deref(),
-        &record.config_version.as_deref(),
-    ];
+    let others = [&record.write_id.as_deref(), &record.config_version.as_deref()];
     1024 + names
         + nested
         + inputs

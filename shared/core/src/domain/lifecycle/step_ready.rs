@@ -1,0 +1,214 @@
+//! Step Functions reached a step (or a branch) and parked on its token: the position opens (the
+//! first report of a step, or of any branch of a group), a branch of the group joins it, or the
+//! wait the record is at is reported again with a newer token (its report's send was retried,
+//! re-entering the wait).
+
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use super::effect::{Decision, Effect, failure, success};
+use super::input::{IgnoreReason, Outcome, RejectReason};
+use super::plan::{Plan, Span};
+use super::position;
+use super::record::{Kind, Record, State};
+use super::table::Cause;
+use super::wait::{Role, Wait, WaitId, WaitOutcome, WaitStatus};
+use crate::domain::ids::TaskToken;
+
+pub(super) fn on_step_ready(
+    plan: &Plan,
+    r: &Record,
+    (generation, step): (u32, u32),
+    token: &TaskToken,
+    deadline: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Decision {
+    if generation != r.generation {
+        // An execution of another generation: end it rather than leave it parked.
+        return Decision::ignored(IgnoreReason::StaleGeneration).effect(Effect::fail(
+            token,
+            "baton.StaleGeneration",
+            "the workflow record has moved to another generation",
+        ));
+    }
+    // After a compensation, the execution has ended with its chain: a copy of a step_ready it
+    // reported (its token resumed, or failed into the chain) is owed nothing more (found by
+    // review: such a token got a second, different resume).
+    if r.state.is_terminal() && r.compensation.is_some() {
+        return Decision::ignored(IgnoreReason::Terminal);
+    }
+    if r.state.is_terminal() {
+        return Decision::ignored(IgnoreReason::Terminal).effect(Effect::fail(
+            token,
+            "baton.Terminal",
+            &format!("the workflow record is already {}", r.state),
+        ));
+    }
+    if !plan.has(step) {
+        return Decision::new(Outcome::Rejected(RejectReason::UnknownStep)).effect(Effect::fail(
+            token,
+            "baton.UnknownStep",
+            "the step is not in the workflow's config",
+        ));
+    }
+    // Step Functions may leave a parallel group before the record hears how its optional
+    // branches ended (their reports travel apart, on an unordered queue): the group is settled
+    // as Step Functions left it ([`position::left`]).
+    let left = position::left(plan, r, step, now);
+    let r = left.as_ref().unwrap_or(r);
+    let expected = match r.state {
+        State::Pending => Some(0),
+        State::Advancing { step: n } => plan.next_position(n),
+        State::Waiting { step: n } if left.is_some() => plan.next_position(n),
+        _ => None,
+    };
+    let position = plan.position(step);
+    if expected == Some(position.first) {
+        return open(plan, r, position, (step, token, deadline), now);
+    }
+    let at_position = r.state.step() == Some(position.first);
+    match r.wait(step).filter(|_| at_position) {
+        Some(w) if w.role == Role::Step => step_again(r, w, token, deadline, now),
+        Some(w) => branch_again(r, w, token, deadline, now),
+        None if r.state.step().is_some_and(|current| step < current) => {
+            Decision::ignored(IgnoreReason::StepAlreadyPassed)
+        }
+        // Its token is left alone: the record may be the one behind.
+        None => Decision::ignored(IgnoreReason::OutOfOrder),
+    }
+}
+
+/// A step's report, for the step the record is at: a newer token, a copy of the report that
+/// won, or one the step is past.
+fn step_again(
+    r: &Record,
+    w: &Wait,
+    token: &TaskToken,
+    deadline: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Decision {
+    if w.newer(token, deadline) {
+        return repark(r, w, token, deadline, now);
+    }
+    if r.state.kind() == Kind::Waiting && w.token.as_ref() == Some(token) {
+        // Redelivery of the report that already won. Task creation and the drain are
+        // idempotent, so a crash after the write is repaired by running them again.
+        return Decision::new(Outcome::Duplicate).effects(ready(r.generation, w.step));
+    }
+    Decision::ignored(IgnoreReason::StepAlreadyPassed)
+}
+
+/// A branch's report, for the group the record is at: a copy of the one that reached it, a
+/// newer token, the branch joining its group, or one its group is past.
+fn branch_again(
+    r: &Record,
+    w: &Wait,
+    token: &TaskToken,
+    deadline: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Decision {
+    let waiting = r.state.kind() == Kind::Waiting;
+    if w.token.as_ref() == Some(token) {
+        return Decision::new(Outcome::Duplicate).effects(ready(r.generation, w.step));
+    }
+    if waiting && w.is_open() && w.newer(token, deadline) {
+        return repark(r, w, token, deadline, now);
+    }
+    if waiting && w.status == WaitStatus::Unreached {
+        let mut to = r.next(r.state, now);
+        if let Some(reached) = to.wait_mut(w.step) {
+            *reached = Wait::reached(w.step, Role::Branch, token, deadline);
+        }
+        return Decision::new(Outcome::Applied)
+            .with_write(Cause::BranchReady, Some(r), to)
+            .effects(ready(r.generation, w.step));
+    }
+    // The group failed before this branch was reached: its token dies with the execution.
+    if w.outcome() == Some(WaitOutcome::Closed) {
+        return Decision::ignored(IgnoreReason::GroupFailed);
+    }
+    Decision::ignored(IgnoreReason::OutOfOrder)
+}
+
+/// What a wait Step Functions reached owes: its task, and its buffered inputs drained.
+fn ready(generation: u32, step: u32) -> [Effect; 2] {
+    [
+        Effect::CreateTask { wait: WaitId { generation, step, compensation: false }, attempt: 1 },
+        Effect::DrainInbox { generation, step },
+    ]
+}
+
+/// The position `span` opens: a step with its one wait, reached; or a group with a wait per
+/// branch, the one reported reached.
+fn open(
+    plan: &Plan,
+    r: &Record,
+    span: Span,
+    (step, token, deadline): (u32, &TaskToken, OffsetDateTime),
+    now: OffsetDateTime,
+) -> Decision {
+    // The first step's report confirms the generation's config version: the one its
+    // execution runs (`plan`'s, the engine reads the report in it). It differs from the
+    // version written at the start only when the start crossed a deploy; no step has
+    // happened yet, so the record follows its execution.
+    let config_version = match r.state {
+        State::Pending => plan.version.clone().or_else(|| r.config_version.clone()),
+        _ => r.config_version.clone(),
+    };
+    let role = if plan.group_of(step).is_some() { Role::Branch } else { Role::Step };
+    let waits = span
+        .steps()
+        .map(|s| if s == step { Wait::reached(s, role, token, deadline) } else { Wait::unreached(s, role) })
+        .collect();
+    let to = Record { waits, config_version, ..r.next(State::Waiting { step: span.first }, now) };
+    Decision::new(Outcome::Applied)
+        .with_write(Cause::StepReady, Some(r), to)
+        .effects(ready(r.generation, step))
+}
+
+/// Step Functions reported the wait `w` again with a new token and a later deadline: the
+/// report's send failed and the wait was retried (`asl.rs`, the wait's `Retry`), re-entering it.
+/// Only the newest token can be resumed now: the record takes it, and whatever it owes that wait
+/// goes to it (the task, still idempotent; a resume owed, or one that found the old token gone).
+/// An older report arriving late (an earlier deadline) is not taken.
+fn repark(
+    r: &Record,
+    w: &Wait,
+    token: &TaskToken,
+    deadline: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Decision {
+    let reparks =
+        w.is_open() || w.owed().is_some() || matches!(w.status, WaitStatus::Resumed { confirmed: false, .. });
+    if !reparks {
+        return Decision::ignored(IgnoreReason::OutOfOrder);
+    }
+    let mut to = r.next(r.state, now);
+    let Some(new) = to.wait_mut(w.step) else { return Decision::ignored(IgnoreReason::OutOfOrder) };
+    // A resume that found the old token gone is owed again, to the new one (a failure's text is
+    // not kept then: the step is failed as baton's own).
+    new.repark(token, deadline, now, |w| match w.outcome() {
+        Some(WaitOutcome::Succeeded) => success(Value::Object(w.inputs.clone())),
+        _ => failure(
+            crate::domain::asl::FAILED_ERROR,
+            "the step failed; its failure was sent again after Step Functions retried its report",
+        ),
+    });
+    let new = new.clone();
+    let cause = if w.role == Role::Branch { Cause::BranchReady } else { Cause::StepReady };
+    let generation = r.generation;
+    let mark = super::step_input::mark_for(&to);
+    let d = Decision::new(Outcome::Applied).with_write(cause, Some(r), to);
+    match (&new.status, new.owed()) {
+        (_, Some(resume)) => d.effect(Effect::Resume {
+            wait: WaitId::of(generation, &new),
+            token: token.clone(),
+            resume: resume.clone(),
+            mark,
+        }),
+        (WaitStatus::Open, None) => d
+            .effect(Effect::CreateTask { wait: WaitId::of(generation, &new), attempt: new.attempt() })
+            .effect(Effect::DrainInbox { generation, step: new.step }),
+        _ => d,
+    }
+}
