@@ -243,8 +243,7 @@ pub fn render(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use baton_core::domain::ids::{CorrelationKey, WorkflowName};
-    use baton_core::domain::lifecycle::State;
-    use serde_json::Map;
+    use baton_core::domain::lifecycle::{Role, State, Wait, WaitStatus};
     use time::Duration;
 
     use super::*;
@@ -256,23 +255,21 @@ mod tests {
             generation: 1,
             state: State::Waiting { step },
             version: 2,
-            token: None,
-            deadline: Some(deadline),
-            inputs: Map::new(),
+            waits: vec![Wait {
+                deadline: Some(deadline),
+                status: WaitStatus::Open,
+                ..Wait::unreached(step, Role::Step)
+            }],
             applied: Vec::new(),
-            owed: None,
             start_events: Vec::new(),
             history: Vec::new(),
             created_at: deadline,
             updated_at: deadline,
             write_id: None,
             config_version: None,
-            branches: Vec::new(),
             missed: Vec::new(),
             confirmed: Vec::new(),
             succeeded: Vec::new(),
-            attempts: Vec::new(),
-            next_attempt_at: None,
             compensation: None,
         }
     }

@@ -1072,7 +1072,7 @@ fn describe(what: &What) -> String {
 #[cfg(test)]
 mod tests {
     use baton_core::domain::ids::{EventId, TaskToken};
-    use baton_core::domain::lifecycle::{Cause, IgnoreReason, State};
+    use baton_core::domain::lifecycle::{Cause, IgnoreReason, Role, State, Wait, WaitOutcome, WaitStatus};
     use baton_core::ports::orchestrator::ExecutionStatus;
     use baton_core::ports::store::{InboxStatus, TaskKind};
     use serde_json::json;
@@ -1118,11 +1118,13 @@ mod tests {
             generation: 1,
             state: State::Waiting { step: 1 },
             version: 4,
-            token: Some(TaskToken::parse("AAAA-secret-task-token-BBBB").unwrap()),
-            deadline: Some(t(3600)),
-            inputs: Map::new(),
+            waits: vec![Wait::reached(
+                1,
+                Role::Step,
+                &TaskToken::parse("AAAA-secret-task-token-BBBB").unwrap(),
+                t(3600),
+            )],
             applied: Vec::new(),
-            owed: None,
             start_events: vec![EventId::parse("evt-1").unwrap()],
             history: vec![
                 audit(0, None, "pending", Cause::Start, Some("evt-1"), 1),
@@ -1135,12 +1137,9 @@ mod tests {
             updated_at: t(10),
             write_id: None,
             config_version: Some("vfd00d5526fd9".into()),
-            branches: Vec::new(),
             missed: Vec::new(),
             confirmed: Vec::new(),
             succeeded: Vec::new(),
-            attempts: Vec::new(),
-            next_attempt_at: None,
             compensation: None,
         };
         Trace {
@@ -1507,8 +1506,9 @@ mod tests {
         let mut trace = trace();
         let record = trace.record.as_mut().unwrap();
         record.state = State::Waiting { step: 0 };
-        record.attempts = vec![failed_attempt_one()];
-        record.next_attempt_at = Some(t(610));
+        record.waits[0].step = 0;
+        record.waits[0].failed = vec![failed_attempt_one()];
+        record.waits[0].status = WaitStatus::TaskDue { at: t(610) };
         let (w, k) = names();
         let report = build(&trace, vec![], &StepNames::default(), (&w, &k));
         let json = serde_json::to_value(&report).unwrap();
@@ -1524,7 +1524,7 @@ mod tests {
             "{text}"
         );
         let record = trace.record.as_mut().unwrap();
-        record.next_attempt_at = None;
+        record.waits[0].status = WaitStatus::Open;
         let text = render(&build(&trace, vec![], &StepNames::default(), (&w, &k)), t(700));
         assert!(text.contains("            2 running\n"), "{text}");
     }
@@ -1532,7 +1532,6 @@ mod tests {
     /// A trace of order-review at its group `checks`: fraud-check succeeded, the optional
     /// address-check timed out (missed), credit-check waits.
     fn group_trace() -> (Trace, StepNames, baton_core::domain::config::Config) {
-        use baton_core::domain::lifecycle::{Branch, BranchOutcome};
         let config = baton_core::domain::config::Config::parse(
             "workflows:\n  order-review:\n    start: { when: { type: [t] }, key: /subject }\n    steps:\n      \
              - parallel:\n          name: checks\n          branches:\n            \
@@ -1546,25 +1545,20 @@ mod tests {
         let mut trace = trace();
         let record = trace.record.as_mut().unwrap();
         record.state = State::Waiting { step: 0 };
-        let branch = |step: u32, token: Option<&str>, outcome: Option<BranchOutcome>| Branch {
-            step,
-            token: token.map(|t| TaskToken::parse(t).unwrap()),
-            deadline: Some(t(3600)),
-            inputs: if outcome == Some(BranchOutcome::Succeeded) {
-                json!({"s": 1}).as_object().unwrap().clone()
-            } else {
-                Map::new()
-            },
-            outcome,
-            owed: None,
-            unconfirmed: false,
-            attempts: Vec::new(),
-            next_attempt_at: None,
+        let branch = |step: u32, token: &str, outcome: Option<WaitOutcome>| {
+            let mut wait = Wait::reached(step, Role::Branch, &TaskToken::parse(token).unwrap(), t(3600));
+            if let Some(outcome) = outcome {
+                wait.status = WaitStatus::Ended { outcome };
+            }
+            if outcome == Some(WaitOutcome::Succeeded) {
+                wait.inputs = json!({"s": 1}).as_object().unwrap().clone();
+            }
+            wait
         };
-        record.branches = vec![
-            branch(0, Some("tok-a"), Some(BranchOutcome::Succeeded)),
-            branch(1, Some("tok-b"), Some(BranchOutcome::TimedOut)),
-            branch(2, Some("tok-c"), None),
+        record.waits = vec![
+            branch(0, "tok-a", Some(WaitOutcome::Succeeded)),
+            branch(1, "tok-b", Some(WaitOutcome::TimedOut)),
+            branch(2, "tok-c", None),
         ];
         record.missed = vec![1];
         (trace, step_names, config)
@@ -1575,8 +1569,8 @@ mod tests {
         let (mut trace, step_names, _) = group_trace();
         // The waiting branch: its first attempt failed, its second is due.
         let record = trace.record.as_mut().unwrap();
-        record.branches[2].attempts = vec![failed_attempt_one()];
-        record.branches[2].next_attempt_at = Some(t(610));
+        record.waits[2].failed = vec![failed_attempt_one()];
+        record.waits[2].status = WaitStatus::TaskDue { at: t(610) };
         let (w, k) = names();
         let report = build(&trace, vec![], &step_names, (&w, &k));
         let json = serde_json::to_value(&report).unwrap();
@@ -1593,7 +1587,6 @@ mod tests {
 
     #[test]
     fn a_parallel_group_shows_each_branch_with_its_state_deadline_inputs_and_what_is_missed() {
-        use baton_core::domain::lifecycle::BranchOutcome;
         let (mut trace, step_names, config) = group_trace();
         let definition = baton_core::domain::asl::definition(&config.workflows[0]);
         let (w, k) = names();
@@ -1624,7 +1617,7 @@ mod tests {
         assert_eq!(group.branches[2].start_at, "credit-check");
         // An optional branch whose success Step Functions reported is named apart.
         let record = trace.record.as_mut().unwrap();
-        record.branches[1].outcome = Some(BranchOutcome::Succeeded);
+        record.waits[1].status = WaitStatus::Ended { outcome: WaitOutcome::Succeeded };
         (record.missed, record.confirmed) = (vec![], vec![1]);
         let report = build(&trace, vec![], &step_names, (&w, &k));
         assert_eq!(serde_json::to_value(&report).unwrap()["record"]["confirmed"], json!(["address-check"]));

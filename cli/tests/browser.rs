@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use baton_core::domain::lifecycle::{Record, State};
+use baton_core::domain::lifecycle::{Record, State, Wait};
 use baton_tests::browser::{Browser, Html, only_text, screens_dir, select, text, text_in};
 use serde_json::{Value, json};
 
@@ -65,20 +65,19 @@ async fn retry_a_branch(stack: &Stack) {
     let approve = callback(key, "manual-review", "succeeded", json!({"decision": "approve"}));
     answered(stack, "cb-group-retry-1-review", &approve, 200).await;
     let reached =
-        |r: &Record| r.state == State::Waiting { step: 1 } && r.branches.iter().all(|b| b.token.is_some());
+        |r: &Record| r.state == State::Waiting { step: 1 } && r.branches().all(|b| b.token.is_some());
     system.record_until("order-review", key, "every branch reached", reached).await;
     let mut down = callback(key, "fraud-check", "failed", json!({}));
     down["error"] = json!("ScorerDown");
     down["cause"] = json!("the fraud scorer did not answer");
     answered(stack, "cb-group-retry-1-fraud", &down, 200).await;
-    let fraud =
-        |r: &Record| r.branches.iter().find(|b| b.step == 1).cloned().expect("the fraud-check branch");
+    let fraud = |r: &Record| r.wait(1).cloned().expect("the fraud-check branch");
     let r = system.record("order-review", key).await.expect("the record");
-    let due = fraud(&r).next_attempt_at.expect("the branch's second attempt due");
+    let due = fraud(&r).task_due().expect("the branch's second attempt due");
     system.sweep(due.max(time::OffsetDateTime::now_utc())).await;
     system
         .record_until("order-review", key, "the branch's second attempt", |r| {
-            fraud(r).attempt() == 2 && fraud(r).next_attempt_at.is_none()
+            fraud(r).attempt() == 2 && fraud(r).task_due().is_none()
         })
         .await;
     let shown = stack.baton(&["trace", "order-review", key]).await.ok();
@@ -99,7 +98,7 @@ async fn degrade_a_group(stack: &Stack) {
     let approve = callback(key, "manual-review", "succeeded", json!({"decision": "approve"}));
     answered(stack, "cb-degraded-1-review", &approve, 200).await;
     let reached =
-        |r: &Record| r.state == State::Waiting { step: 1 } && r.branches.iter().all(|b| b.token.is_some());
+        |r: &Record| r.state == State::Waiting { step: 1 } && r.branches().all(|b| b.token.is_some());
     stack.system.record_until("order-review", key, "every branch reached", reached).await;
     let mut unknown = callback(key, "address-check", "failed", json!({}));
     unknown["error"] = json!("AddressUnknown");
@@ -181,13 +180,18 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     unavailable["error"] = json!("ReviewerUnavailable");
     unavailable["cause"] = json!("the reviewer's system timed out");
     answered(&retried, "cb-retry-1-first", &unavailable, 200).await;
-    let due = retried.system.record("order-review", "retry-1").await.and_then(|r| r.next_attempt_at);
+    let due = retried
+        .system
+        .record("order-review", "retry-1")
+        .await
+        .and_then(|r| r.step_wait().and_then(Wait::task_due));
     retried.system.sweep(due.expect("a second attempt due").max(time::OffsetDateTime::now_utc())).await;
     retried
         .system
         .until("retry-1's second attempt", || async {
             let r = retried.system.record("order-review", "retry-1").await?;
-            (r.attempt() == 2 && r.next_attempt_at.is_none()).then_some(())
+            let w = r.step_wait()?;
+            (w.attempt() == 2 && w.task_due().is_none()).then_some(())
         })
         .await;
 

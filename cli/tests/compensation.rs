@@ -222,8 +222,8 @@ async fn an_acknowledgement_before_its_task_is_marked_out_is_answered_503_and_it
     stack
         .system
         .record_until(WF, key, "payment's compensation task marked out", |r| {
-            let out = |u: &baton_core::domain::lifecycle::Undo| u.waits() && u.next_attempt_at.is_none();
-            r.compensation.as_ref().is_some_and(|c| c.undos.iter().any(|u| u.step == 1 && out(u)))
+            let out = |u: &baton_core::domain::lifecycle::Undo| u.waits() && u.wait.task_due().is_none();
+            r.compensation.as_ref().is_some_and(|c| c.undos.iter().any(|u| u.step() == 1 && out(u)))
         })
         .await;
     let retried = stack.system.callback_once("k-fast-refund", &ack(key, "payment", "succeeded", 1)).await;

@@ -212,7 +212,8 @@ async fn callbacks_are_signed_and_answered_and_trace_tells_the_whole_story() {
 /// The record's live task token, read from the store, to prove it never reaches the output.
 async fn token_of(system: &System, key: &str) -> String {
     let record = system.record("order-review", key).await.expect("the record");
-    record.token.expect("a waiting record has a token").expose().to_owned()
+    let token = record.step_wait().and_then(|w| w.token.clone());
+    token.expect("a waiting record has a token").expose().to_owned()
 }
 
 #[tokio::test]

@@ -32,7 +32,7 @@ async fn stop_outside_baton(stack: &Stack, key: &str) {
     let workflow = engine.config.workflow(WF).unwrap();
     let arn = engine.execution_arn(workflow, &record.key, record.generation);
     engine.orchestrator.stop_execution(&arn, "Console", "stopped by hand").await.expect("the stop");
-    if let Some(token) = &record.token {
+    if let Some(token) = record.step_wait().and_then(|w| w.token.as_ref()) {
         let _ = engine.orchestrator.send_task_success(token, &json!({})).await;
     }
     stack.system.execution_ended(WF, "ABORTED").await;
@@ -73,7 +73,10 @@ async fn the_end_plan_of_a_stranded_saga_names_the_completed_steps_that_stay_und
     let live = stack.baton(&["end", WF, key, "--json"]).await.json();
     assert_eq!(undone(&live), ["payment", "reserve-stock"], "{live}");
     let record = stack.system.record(WF, key).await.unwrap();
-    let report = stack.system.sweep(record.deadline.unwrap() + STRANDED_AFTER + Duration::minutes(15)).await;
+    let report = stack
+        .system
+        .sweep(record.step_wait().and_then(|w| w.deadline).unwrap() + STRANDED_AFTER + Duration::minutes(15))
+        .await;
     assert_eq!(report.stranded, 1, "{report:?}");
     let stranded = stack.baton(&["end", WF, key, "--json"]).await.json();
     assert_eq!(
@@ -126,7 +129,10 @@ async fn baton_end_ends_a_stranded_record_of_a_workflow_a_later_config_removed()
     state_is(&stack, key, State::Waiting { step: 0 }).await;
     stop_outside_baton(&stack, key).await;
     let record = stack.system.record(WF, key).await.unwrap();
-    let report = stack.system.sweep(record.deadline.unwrap() + STRANDED_AFTER + Duration::minutes(15)).await;
+    let report = stack
+        .system
+        .sweep(record.step_wait().and_then(|w| w.deadline).unwrap() + STRANDED_AFTER + Duration::minutes(15))
+        .await;
     assert_eq!(report.stranded, 1, "{report:?}");
     std::fs::write(stack.path("workflows.yaml"), SAGA.replace("  order-review:", "  order-intake:"))
         .expect("the next config");

@@ -26,7 +26,7 @@ async fn stop_outside_baton(stack: &common::Stack, key: &str) {
     let workflow = engine.config.workflow(WF).unwrap();
     let arn = engine.execution_arn(workflow, &record.key, record.generation);
     engine.orchestrator.stop_execution(&arn, "Console", "stopped by hand").await.expect("the stop");
-    if let Some(token) = &record.token {
+    if let Some(token) = record.step_wait().and_then(|w| w.token.as_ref()) {
         let _ = engine.orchestrator.send_task_success(token, &json!({})).await;
     }
     stack.system.execution_ended(WF, "ABORTED").await;
@@ -42,7 +42,7 @@ async fn a_record_whose_execution_was_stopped_outside_baton_is_stranded_then_end
     assert_eq!(record.state, State::Waiting { step: 0 }, "no report came: the record still waits");
 
     // Before STRANDED_AFTER past its deadline, the sweeper leaves it; after, it strands it.
-    let deadline = record.deadline.expect("a deadline");
+    let deadline = record.step_wait().and_then(|w| w.deadline).expect("a deadline");
     let early = stack.system.sweep(deadline + Duration::minutes(5)).await;
     assert_eq!(early.stranded, 0);
     let later = stack.system.sweep(deadline + STRANDED_AFTER + Duration::minutes(15)).await;
@@ -97,7 +97,10 @@ async fn a_record_whose_execution_runs_is_never_ended_so() {
     );
     let record = stack.system.record(WF, "alive-1").await.unwrap();
     // Nor does the sweeper strand it, however late it looks.
-    let report = stack.system.sweep(record.deadline.unwrap() + STRANDED_AFTER + Duration::hours(1)).await;
+    let report = stack
+        .system
+        .sweep(record.step_wait().and_then(|w| w.deadline).unwrap() + STRANDED_AFTER + Duration::hours(1))
+        .await;
     assert_eq!(report.stranded, 0);
     assert_eq!(stack.system.record(WF, "alive-1").await.unwrap().state, State::Waiting { step: 0 });
     stack.system.stop().await;

@@ -54,7 +54,7 @@ fn a_drain_paused_across_a_restart_never_applies_a_generation_1_input_to_generat
         (r.generation, r.state),
         (2, State::Waiting { step: 1 }),
         "generation 1's buffered payment moved generation 2 (inputs {:?}, applied {:?})",
-        r.inputs,
+        r.waits[0].inputs,
         r.applied.iter().map(|a| (a.id.as_str(), a.generation)).collect::<Vec<_>>()
     );
 }

@@ -94,7 +94,7 @@ fn a_heartbeat_that_failed_as_the_next_attempt_went_out_is_sent_again_before_the
     s.world.advance(Duration::minutes(1));
     let a = callback(&s, "b-fail-1", &body("failed", 1));
     assert_eq!((a.status.as_u16(), a.body["status"].as_str()), (200, Some("applied")), "{}", a.body);
-    let due = load(&s).next_attempt_at.expect("attempt 2 is due");
+    let due = load(&s).waits[0].task_due().expect("attempt 2 is due");
     let beaten_to = beat_deadline(&s).expect("a heartbeat deadline");
     s.world.set_now(due);
     s.world.script("sfn.SendTaskHeartbeat", Fault::Before);
@@ -102,7 +102,7 @@ fn a_heartbeat_that_failed_as_the_next_attempt_went_out_is_sent_again_before_the
     let out = s.world.now();
     assert!(lock(&s.publisher.log).iter().any(|p| p.task.attempt == 2), "attempt 2 went out");
     // Its beat failed: it is not marked out, so the next sweep opens it again, beat first.
-    assert_eq!(load(&s).next_attempt_at, Some(due), "attempt 2 marked out though its beat failed");
+    assert_eq!(load(&s).waits[0].task_due(), Some(due), "attempt 2 marked out though its beat failed");
     // Attempt 2's worker beats 4 minutes after its task went out.
     pass(&s, Duration::minutes(4));
     let beat = callback(&s, "b-beat-2", &body("in_progress", 2));
@@ -146,9 +146,9 @@ fn held_a_heartbeat_that_failed_as_an_attempt_failed_is_answered_503_and_its_ret
     );
     let after = beat_deadline(&s).expect("a heartbeat deadline");
     assert!(after > before, "the retry beat again: {before} -> {after}");
-    assert_eq!(load(&s).attempts.len(), 1, "one failure, one attempt used");
+    assert_eq!(load(&s).waits[0].failed.len(), 1, "one failure, one attempt used");
     // Then attempt 2 goes out with its beat, and its success ends the step.
-    let due = load(&s).next_attempt_at.expect("attempt 2 is due");
+    let due = load(&s).waits[0].task_due().expect("attempt 2 is due");
     s.world.set_now(due);
     drive(s.live().sweeper.run_once(s.world.now())).unwrap();
     let ok = callback(&s, "b-ok-2", &body("succeeded", 2));

@@ -6,7 +6,7 @@
 mod common;
 
 use baton_core::domain::ids::CorrelationKey;
-use baton_core::domain::lifecycle::{State, UndoOutcome};
+use baton_core::domain::lifecycle::{State, WaitOutcome};
 use baton_core::ports::store::WorkflowStore;
 use baton_core::use_cases::callback::Answer;
 use baton_sim::world::{Fault, World, drive, lock};
@@ -191,9 +191,9 @@ fn held_a_compensations_unmarked_attempt_after_a_renumbering_deploy_is_503_then_
     let v1 = s.config.workflow("saga").unwrap();
     let outcome = |name: &str| {
         let index = v1.step_index(name).unwrap();
-        r.compensation.as_ref().unwrap().undos.iter().find(|u| u.step == index).unwrap().outcome
+        r.compensation.as_ref().unwrap().undo(index).unwrap().wait.outcome()
     };
-    assert_eq!(outcome("charge"), Some(UndoOutcome::Acknowledged));
+    assert_eq!(outcome("charge"), Some(WaitOutcome::Succeeded));
     assert_eq!(outcome("points"), None);
 }
 

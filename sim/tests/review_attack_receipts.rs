@@ -7,7 +7,7 @@
 mod common;
 
 use baton_core::domain::ids::CorrelationKey;
-use baton_core::domain::lifecycle::{Record, State, UndoOutcome};
+use baton_core::domain::lifecycle::{Record, State, WaitOutcome};
 use baton_core::ports::store::WorkflowStore;
 use baton_core::use_cases::callback::Answer;
 use baton_sim::world::{Fault, World, drive};
@@ -131,6 +131,6 @@ fn held_an_early_buffered_callback_and_an_acknowledgement_with_one_id_are_two_in
     settle(&s);
     let r = load(&s);
     assert_eq!(r.state, State::Compensated, "{:?}", r.history.last());
-    let undo = &r.compensation.as_ref().unwrap().undos;
-    assert_eq!(undo.iter().find(|u| u.step == 0).and_then(|u| u.outcome), Some(UndoOutcome::Acknowledged));
+    let undo = r.compensation.as_ref().and_then(|c| c.undo(0));
+    assert_eq!(undo.and_then(|u| u.wait.outcome()), Some(WaitOutcome::Succeeded), "acknowledged");
 }

@@ -7,7 +7,7 @@
 mod common;
 
 use baton_core::domain::ids::CorrelationKey;
-use baton_core::domain::lifecycle::{Input, Kind, Outcome, Record, State};
+use baton_core::domain::lifecycle::{Input, Kind, Outcome, Record, State, Undo};
 use baton_core::limits::STRANDED_AFTER;
 use baton_core::ports::store::WorkflowStore;
 use baton_sim::sqs::QueueId;
@@ -102,7 +102,7 @@ fn a_run_whose_step_timed_out_and_whose_report_was_lost_ends_timed_out() {
     let r = load(&s, "solo", "t");
     let w = s.config.workflow("solo").unwrap();
     let arn = s.engine.execution_arn(w, &r.key, r.generation);
-    s.world.set_now(r.deadline.unwrap() + STRANDED_AFTER + Duration::minutes(15));
+    s.world.set_now(r.waits[0].deadline.unwrap() + STRANDED_AFTER + Duration::minutes(15));
     let report = drive(s.live().sweeper.run_once(s.world.now())).unwrap();
     assert_eq!(load(&s, "solo", "t").state.kind(), Kind::Stranded, "{report:?}");
     let status = baton_end(&s, "solo", "t");
@@ -125,7 +125,7 @@ fn a_run_whose_step_timed_out_and_whose_report_was_lost_ends_timed_out() {
 fn held_a_late_report_landing_while_the_sweeper_checks_the_execution_wins() {
     let s = solo(true);
     timed_out_in_step_functions(&s, "race");
-    let deadline = load(&s, "solo", "race").deadline.unwrap();
+    let deadline = load(&s, "solo", "race").waits[0].deadline.unwrap();
     s.world.set_now(deadline + STRANDED_AFTER + Duration::minutes(15));
     let sweeper = s.live().sweeper.clone();
     let now = s.world.now();
@@ -209,7 +209,7 @@ fn held_a_compensation_stranded_mid_chain_is_ended_and_a_restart_runs_clean() {
     assert_eq!(baton_end(&s, "saga", "k"), "ABORTED");
     let ended = load(&s, "saga", "k");
     assert_eq!(ended.state, State::CompensationFailed);
-    let undone: Vec<u32> = ended.compensation.as_ref().unwrap().undone().map(|u| u.step).collect();
+    let undone: Vec<u32> = ended.compensation.as_ref().unwrap().undone().map(Undo::step).collect();
     assert!(!undone.is_empty() && !undone.contains(&w.step_index("charge").unwrap()), "{undone:?}");
     // A new start runs generation 2, and generation 1's late acknowledgement is stale.
     send(&s, &event("start-k-2", "order.placed", "k", json!({})));

@@ -158,7 +158,7 @@ fn held_a_record_that_stops_owing_work_leaves_the_work_list() {
     applied(&callback(&s, "r-ok-2", &retried_body("r", "verify", "succeeded", 2)), "verify's attempt 2");
     drain(&s);
     let r = load(&s, "retried", "r");
-    assert_eq!(r.state, State::Waiting { step: 1 }, "{:?}", r.branches);
+    assert_eq!(r.state, State::Waiting { step: 1 }, "{:?}", r.waits);
     s.world.script("sfn.SendTaskSuccess", Fault::Before);
     let scan = json!({"workflow": "retried", "key": "r", "step": "scan", "outcome": "succeeded", "generation": 1,
         "data": {"verdict": "clean"}});

@@ -124,8 +124,7 @@ fn an_acknowledgement_after_a_deploy_that_inserts_a_step_acknowledges_the_compen
     assert_eq!(answer.body["status"], "applied", "{}", answer.body);
     // Then it is charge's compensation that is acknowledged, and points' still waits
     let r = record_of(&s, "saga", "k");
-    let undo =
-        |step: u32| r.compensation.as_ref().unwrap().undo(step).unwrap().wait.outcome();
+    let undo = |step: u32| r.compensation.as_ref().unwrap().undo(step).unwrap().wait.outcome();
     assert_eq!(
         (undo(1), undo(2)),
         (Some(WaitOutcome::Succeeded), None),

@@ -434,16 +434,12 @@ mod tests {
     fn the_modelled_token_item_is_the_size_of_the_one_the_store_writes() {
         use base64::Engine;
         use baton_core::domain::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
-        use baton_core::domain::lifecycle::{Input, OnRestart, Plan, decide};
+        use baton_core::domain::lifecycle::{Input, OnRestart, Plan, StepPlan, decide};
         let (w, k) = (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse("k").unwrap());
         let plan = Plan {
-            steps: vec![vec!["decision".into()]],
-            groups: Vec::new(),
-            optional: Vec::new(),
+            steps: vec![StepPlan::requiring(&["decision"])],
             on_restart: OnRestart::AfterTerminal,
             version: None,
-            retries: Vec::new(),
-            compensations: Vec::new(),
         };
         let now = time::OffsetDateTime::now_utc();
         let start = decide(&plan, (&w, &k), None, &Input::Start { event: EventId::parse("e").unwrap() }, now);

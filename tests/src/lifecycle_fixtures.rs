@@ -1,9 +1,10 @@
 //! The lifecycle inputs the store tests write with: a two-step plan, fixed names and clock, and
 //! task tokens as long as AWS's (`tests/tests/store_contract.rs`, `tests/tests/token_item_reads.rs`).
 
-use baton_core::domain::ids::{CorrelationKey, EventId, WorkflowName};
+use baton_core::domain::ids::{CorrelationKey, EventId, TaskToken, WorkflowName};
 use baton_core::domain::lifecycle::{
-    Decision, Input, OnRestart, Plan, Record, Source, StepOutcome, StepPlan, Write, decide,
+    Decision, Input, OnRestart, Plan, Record, Role, Source, StepOutcome, StepPlan, Wait, WaitStatus, Write,
+    decide,
 };
 use time::OffsetDateTime;
 
@@ -46,6 +47,28 @@ pub fn step_input(id: &str, step: u32, data: serde_json::Value) -> Input {
 pub fn decide_at(key: &str, record: Option<&Record>, input: &Input, now: OffsetDateTime) -> Decision {
     let (w, k) = names(key);
     decide(&plan(), (&w, &k), record, input, now)
+}
+
+/// The token of the step `r` is at, as the store keeps it (out of line when long).
+pub fn token_of(r: &Record) -> Option<&TaskToken> {
+    r.step_wait().and_then(|w| w.token.as_ref())
+}
+
+/// `r` with its step's token set to `token` (a step wait added when it has none): writes the
+/// lifecycle never makes, which the stores must still round-trip.
+pub fn set_token(r: &mut Record, token: Option<TaskToken>) {
+    if r.step_wait().is_none() {
+        let step = r.state.step().unwrap_or(0);
+        r.waits = vec![Wait { status: WaitStatus::Open, ..Wait::unreached(step, Role::Step) }];
+    }
+    r.waits[0].token = token;
+}
+
+/// `r` as it reads once its step's token item expired.
+pub fn without_token(r: &Record) -> Record {
+    let mut r = r.clone();
+    r.waits.iter_mut().filter(|w| w.role == Role::Step).for_each(|w| w.token = None);
+    r
 }
 
 /// The write `d` makes.

@@ -121,7 +121,7 @@ async fn callbacks_and_an_event_complete_both_steps_and_the_workflow_succeeds() 
             r.state == State::Waiting { step: 1 }
         })
         .await;
-    assert!(waiting.inputs.is_empty(), "inputs are per step");
+    assert!(waiting.waits[0].inputs.is_empty(), "inputs are per step");
     // A domain event supplies the payment step's input, as a callback would.
     let settled = json!({"specversion": "1.0", "id": "pay-1", "source": "psp", "type": "payment.settled",
         "subject": "k-happy", "data": {"payment_ref": "pay-77"}});
@@ -405,7 +405,7 @@ async fn an_expired_buffer_whose_step_waits_is_drained_by_the_sweeper_not_expire
     assert_eq!(emulator.fault_hits(rule).await, u64::from(attempts));
     let waiting = system.record("order-review", key).await.expect("the record");
     assert_eq!(waiting.state, State::Waiting { step: 0 }, "the step waits, its inbox undrained");
-    assert!(waiting.inputs.is_empty(), "{:?}", waiting.inputs);
+    assert!(waiting.waits[0].inputs.is_empty(), "{:?}", waiting.waits);
 
     // Past the buffer's expiry (the step's timeout, 1h, plus the margin).
     let after = system.engine().now() + time::Duration::hours(2) + time::Duration::minutes(1);
@@ -414,7 +414,7 @@ async fn an_expired_buffer_whose_step_waits_is_drained_by_the_sweeper_not_expire
     let inbox = system.store.inbox(&w, &k, "manual-review").await.unwrap();
     assert_eq!(inbox.iter().map(|e| e.status).collect::<Vec<_>>(), [InboxStatus::Applied]);
     let record = system.record("order-review", key).await.expect("the record");
-    assert_eq!(record.inputs.get("reviewer"), Some(&json!("ann")), "the data merged");
+    assert_eq!(record.waits[0].inputs.get("reviewer"), Some(&json!("ann")), "the data merged");
     assert_eq!(record.state, State::Waiting { step: 0 });
     assert!(ledger_reasons(&system, key).await.is_empty(), "nothing ledgered");
     let beats = baton_tests::logs::lines_about(key, "resume delivered");
@@ -587,7 +587,7 @@ async fn in_progress_callbacks_keep_a_step_with_a_heartbeat_alive_and_merge_thei
     );
     let alive = system.record("order-review", "k-beat").await.unwrap();
     assert_eq!(alive.state, State::Waiting { step: 0 }, "kept alive by the heartbeats");
-    assert_eq!(alive.inputs["progress"], BEATS - 1, "partial data merged, the latest winning");
+    assert_eq!(alive.waits[0].inputs["progress"], BEATS - 1, "partial data merged, the latest winning");
     assert_eq!(system.executions("order-review").await[0].status().as_str(), "RUNNING");
     let beats = baton_tests::logs::lines_about("k-beat", "resume delivered");
     assert_eq!(

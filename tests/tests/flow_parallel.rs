@@ -9,7 +9,7 @@
 //! - a callback for a branch before its group opens is buffered, and applied once it does.
 
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
-use baton_core::domain::lifecycle::{BranchOutcome, IgnoreReason, Record, State};
+use baton_core::domain::lifecycle::{IgnoreReason, Record, State, WaitOutcome};
 use baton_core::ports::store::WorkflowStore;
 use baton_tests::order_placed;
 use baton_tests::system::{System, start_system};
@@ -54,9 +54,9 @@ async fn applied(system: &System, id: &str, body: Value) -> Value {
     system.answered(id, body, (200, "applied")).await
 }
 
-fn branch(r: &Record, step: u32) -> (Option<BranchOutcome>, bool) {
-    let b = r.branches.iter().find(|b| b.step == step).expect("the branch");
-    (b.outcome, b.token.is_some())
+fn branch(r: &Record, step: u32) -> (Option<WaitOutcome>, bool) {
+    let b = r.wait(step).expect("the branch");
+    (b.outcome(), b.token.is_some())
 }
 
 /// The workflow started and its review approved: the group opens.
@@ -73,7 +73,7 @@ async fn at_group(system: &System, key: &str) -> Record {
     .await;
     system
         .record_until("order-review", key, "every branch reached", |r| {
-            r.state == State::Waiting { step: 1 } && r.branches.iter().all(|b| b.token.is_some())
+            r.state == State::Waiting { step: 1 } && r.branches().all(|b| b.token.is_some())
         })
         .await
 }
@@ -96,7 +96,7 @@ async fn every_branch_succeeds_and_the_workflow_moves_on_once() {
     // A branch's input moves no sibling.
     assert_eq!(
         (branch(&r, 1).0, branch(&r, 2).0, branch(&r, 3).0),
-        (Some(BranchOutcome::Succeeded), None, None)
+        (Some(WaitOutcome::Succeeded), None, None)
     );
     applied(&system, "k-all-address", cb(key, "address-check", "succeeded", json!({"address_ok": true})))
         .await;
@@ -125,7 +125,7 @@ async fn a_required_branch_that_fails_closes_its_siblings_and_a_late_sibling_cal
     let r = system.record_until("order-review", key, "failed", |r| r.state == State::Failed).await;
     assert_eq!(
         (branch(&r, 1).0, branch(&r, 2).0, branch(&r, 3).0),
-        (Some(BranchOutcome::Failed), Some(BranchOutcome::Closed), Some(BranchOutcome::Succeeded))
+        (Some(WaitOutcome::Failed), Some(WaitOutcome::Closed), Some(WaitOutcome::Succeeded))
     );
     system.execution_ended("order-review", "FAILED").await;
 
@@ -139,7 +139,7 @@ async fn a_required_branch_that_fails_closes_its_siblings_and_a_late_sibling_cal
         .await;
     assert_eq!(answer["reason"], "group_failed", "{answer}");
     let after = system.record("order-review", key).await.unwrap();
-    assert_eq!((after.version, branch(&after, 2).0), (r.version, Some(BranchOutcome::Closed)));
+    assert_eq!((after.version, branch(&after, 2).0), (r.version, Some(WaitOutcome::Closed)));
     let (w, k) = (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse(key).unwrap());
     let ledger = system.store.trace(&w, &k).await.unwrap().ledger;
     assert!(
@@ -199,11 +199,10 @@ async fn a_callback_for_a_branch_before_its_group_opens_is_buffered_then_applied
         .await;
     let r = system
         .record_until("order-review", key, "the early callback applied to its branch", |r| {
-            r.state == State::Waiting { step: 1 }
-                && r.branches.iter().any(|b| b.step == 2 && b.outcome.is_some())
+            r.state == State::Waiting { step: 1 } && r.wait(2).is_some_and(|b| b.outcome().is_some())
         })
         .await;
-    assert_eq!(branch(&r, 2), (Some(BranchOutcome::Succeeded), true));
+    assert_eq!(branch(&r, 2), (Some(WaitOutcome::Succeeded), true));
     assert_eq!((branch(&r, 1).0, branch(&r, 3).0), (None, None));
     // Sent again, it is the same callback.
     let (status, again) = system
@@ -245,18 +244,13 @@ async fn a_branch_resume_lost_in_a_crash_is_sent_again_by_the_sweeper_while_its_
         baton_core::ports::store::Applied::Written
     );
     let r = system.record("order-review", key).await.unwrap();
-    assert!(r.branches[0].owed.is_some(), "the resume is owed: {:?}", r.branches[0]);
+    assert!(r.waits[0].owed().is_some(), "the resume is owed: {:?}", r.waits[0]);
 
     // The sweeper, past the grace, sends it and marks it delivered; the group still waits.
     let report = system.sweep(time::OffsetDateTime::now_utc() + time::Duration::seconds(45)).await;
     assert_eq!(report.repaired, 1, "{report:?}");
     let r = system.record("order-review", key).await.unwrap();
-    assert_eq!(
-        (r.state, r.branches[0].owed.is_none()),
-        (State::Waiting { step: 1 }, true),
-        "{:?}",
-        r.branches
-    );
+    assert_eq!((r.state, r.waits[0].owed().is_none()), (State::Waiting { step: 1 }, true), "{:?}", r.waits);
     // Step Functions took it: once the others answer, the execution reaches payment.
     applied(&system, "k-crash-credit", cb(key, "credit-check", "succeeded", json!({"credit_ok": true})))
         .await;

@@ -8,7 +8,7 @@
 //! - a parallel branch that fails once retries on its own while its sibling goes on.
 
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
-use baton_core::domain::lifecycle::{IgnoreReason, Record, State};
+use baton_core::domain::lifecycle::{IgnoreReason, Record, State, Wait};
 use baton_core::ports::store::WorkflowStore;
 use baton_tests::order_placed;
 use baton_tests::system::{System, start_system};
@@ -68,14 +68,15 @@ async fn fail_attempt(system: &System, key: &str, n: u32) {
         system.answered(&format!("{key}-fail-{n}"), review(key, "failed", Some(n)), (200, "applied")).await;
     assert_eq!(answer["state"], "waiting{0}", "attempt {n} failed, another is due: {answer}");
     let r = system.record("order-review", key).await.unwrap();
-    let due = r.next_attempt_at.expect("the next attempt is due");
+    let due = r.step_wait().and_then(Wait::task_due).expect("the next attempt is due");
     // Before its backoff: nothing goes out.
     system.sweep(due - Duration::milliseconds(500)).await;
-    assert_eq!(system.record("order-review", key).await.unwrap().next_attempt_at, Some(due));
+    let r = system.record("order-review", key).await.unwrap();
+    assert_eq!(r.step_wait().and_then(Wait::task_due), Some(due));
     system.sweep(due.max(OffsetDateTime::now_utc())).await;
     system
         .record_until("order-review", key, "the next attempt opened", |r| {
-            r.attempt() == n + 1 && r.next_attempt_at.is_none()
+            r.step_wait().is_some_and(|w| w.attempt() == n + 1 && w.task_due().is_none())
         })
         .await;
 }
@@ -99,7 +100,7 @@ async fn a_step_that_fails_twice_and_then_succeeds_moves_on() {
     let r = system
         .record_until("order-review", key, "waiting on payment", |r| r.state == State::Waiting { step: 1 })
         .await;
-    assert!(r.attempts.is_empty(), "the next step starts on its first attempt");
+    assert!(r.waits[0].failed.is_empty(), "the next step starts on its first attempt");
     let tasks = review_tasks(&system, 3).await;
     let base = "order-review/k-twice/g1/manual-review";
     assert_eq!(
@@ -122,7 +123,7 @@ async fn a_step_that_fails_on_every_attempt_fails_the_workflow() {
     let last = system.answered("k-never-fail-3", review(key, "failed", Some(3)), (200, "applied")).await;
     assert_eq!(last["state"], "advancing{0}", "{last}");
     let r = system.record_until("order-review", key, "failed", |r| r.state.is_terminal()).await;
-    assert_eq!((r.state, r.attempts.len()), (State::Failed, 2));
+    assert_eq!((r.state, r.waits[0].failed.len()), (State::Failed, 2));
     assert_eq!(review_tasks(&system, 3).await.len(), 3, "one task per attempt, no more");
     system.execution_ended("order-review", "FAILED").await;
     system.stop().await;
@@ -137,7 +138,7 @@ async fn a_failure_marked_not_retryable_fails_the_step_at_once() {
     body["retryable"] = json!(false);
     system.answered("k-final-fail", body, (200, "applied")).await;
     let r = system.record_until("order-review", key, "failed", |r| r.state.is_terminal()).await;
-    assert_eq!((r.state, r.attempts.len(), r.next_attempt_at), (State::Failed, 0, None));
+    assert_eq!((r.state, r.waits[0].failed.len(), r.waits[0].task_due()), (State::Failed, 0, None));
     // A sweep long after publishes nothing more.
     system.sweep(OffsetDateTime::now_utc() + Duration::minutes(5)).await;
     assert_eq!(review_tasks(&system, 1).await.len(), 1);
@@ -154,7 +155,10 @@ async fn a_late_callback_for_attempt_one_during_attempt_two_is_ignored_and_ledge
     let late = system.answered("k-late-ok-1", review(key, "succeeded", Some(1)), (200, "ignored")).await;
     assert_eq!(late["reason"], "earlier_attempt", "{late}");
     let r = system.record("order-review", key).await.unwrap();
-    assert_eq!((r.state, r.attempt(), r.inputs.is_empty()), (State::Waiting { step: 0 }, 2, true));
+    assert_eq!(
+        (r.state, r.waits[0].attempt(), r.waits[0].inputs.is_empty()),
+        (State::Waiting { step: 0 }, 2, true)
+    );
     let trace = system
         .store
         .trace(&WorkflowName::parse("order-review").unwrap(), &CorrelationKey::parse(key).unwrap())
@@ -212,8 +216,8 @@ fn fraud(key: &str, outcome: &str, attempt: u32) -> Value {
     body
 }
 
-fn fraud_branch(r: &Record) -> &baton_core::domain::lifecycle::Branch {
-    r.branches.iter().find(|b| b.step == 1).expect("the fraud-check branch")
+fn fraud_branch(r: &Record) -> &Wait {
+    r.wait(1).expect("the fraud-check branch")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,7 +230,7 @@ async fn a_parallel_branch_that_fails_once_retries_on_its_own_while_its_sibling_
     system.answered("k-branch-review", review, (200, "applied")).await;
     system
         .record_until("order-review", key, "every branch reached", |r| {
-            r.state == State::Waiting { step: 1 } && r.branches.iter().all(|b| b.token.is_some())
+            r.state == State::Waiting { step: 1 } && r.branches().all(|b| b.token.is_some())
         })
         .await;
 
@@ -234,7 +238,7 @@ async fn a_parallel_branch_that_fails_once_retries_on_its_own_while_its_sibling_
     let answer = system.answered("k-branch-fraud-1", fraud(key, "failed", 1), (200, "applied")).await;
     assert_eq!(answer["state"], "waiting{1}", "{answer}");
     let r = system.record("order-review", key).await.unwrap();
-    let (attempt, due) = (fraud_branch(&r).attempt(), fraud_branch(&r).next_attempt_at);
+    let (attempt, due) = (fraud_branch(&r).attempt(), fraud_branch(&r).task_due());
     assert_eq!((fraud_branch(&r).is_open(), attempt), (true, 2));
     let due = due.expect("the branch's next attempt is due");
     // Its sibling completes meanwhile.
@@ -243,11 +247,11 @@ async fn a_parallel_branch_that_fails_once_retries_on_its_own_while_its_sibling_
     system.answered("k-branch-credit", credit, (200, "applied")).await;
     // Not before its backoff; then the sweeper publishes the branch's second task.
     system.sweep(due - Duration::milliseconds(500)).await;
-    assert_eq!(fraud_branch(&system.record("order-review", key).await.unwrap()).next_attempt_at, Some(due));
+    assert_eq!(fraud_branch(&system.record("order-review", key).await.unwrap()).task_due(), Some(due));
     system.sweep(due.max(OffsetDateTime::now_utc())).await;
     system
         .record_until("order-review", key, "fraud's second attempt opened", |r| {
-            fraud_branch(r).next_attempt_at.is_none()
+            fraud_branch(r).task_due().is_none()
         })
         .await;
 
@@ -258,7 +262,7 @@ async fn a_parallel_branch_that_fails_once_retries_on_its_own_while_its_sibling_
     let r = system
         .record_until("order-review", key, "waiting on payment", |r| r.state == State::Waiting { step: 3 })
         .await;
-    assert!(r.branches.is_empty() && r.attempts.is_empty(), "payment starts afresh: {r:?}");
+    assert!(r.branches().next().is_none() && r.waits[0].failed.is_empty(), "payment starts afresh: {r:?}");
 
     let mut tasks = review_tasks(&system, 3).await;
     tasks.sort_by(|a, b| a.0.cmp(&b.0));

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use baton_core::domain::lifecycle::{IgnoreReason, State};
+use baton_core::domain::lifecycle::{IgnoreReason, State, WaitOutcome};
 use baton_core::ports::dead_letters::{DETAIL_ATTRIBUTE, REASON_ATTRIBUTE};
 use baton_core::ports::metrics::Metric;
 use baton_tests::system::{System, eventually, start_system};
@@ -43,7 +43,7 @@ async fn an_eligible_event_starts_one_execution_waits_on_the_first_step_and_publ
     assert_eq!(executions.len(), 1);
     assert!(executions[0].name().ends_with("-g1"), "{}", executions[0].name());
     let record = system.record("order-review", "order-1").await.unwrap();
-    assert!(record.token.is_some() && record.deadline.is_some());
+    assert!(record.waits[0].token.is_some() && record.waits[0].deadline.is_some());
 
     let tasks = system.published_tasks(1).await;
     assert_eq!(tasks.len(), 1, "{tasks:#?}");
@@ -138,7 +138,7 @@ async fn a_step_that_misses_its_deadline_ends_the_workflow_timed_out_with_the_me
     .await;
     let states: Vec<&str> = record.history.iter().map(|h| &*h.to).collect();
     assert_eq!(states, ["pending", "waiting{0}", "timed_out"], "the step waited, then timed out");
-    assert!(record.token.is_none());
+    assert_eq!(record.waits[0].outcome(), Some(WaitOutcome::TimedOut), "{:?}", record.waits);
     eventually("the timed-out metric", WAIT, || async {
         (system.metrics.count(Metric::WorkflowsTimedOut, Some("order-review")) == 1).then_some(())
     })

@@ -8,14 +8,18 @@
 use std::sync::Arc;
 
 use baton_core::domain::ids::{EventId, TaskToken};
-use baton_core::domain::lifecycle::{Finish, IgnoreReason, Input, Kind, Record, State, Write};
+use baton_core::domain::lifecycle::{
+    Finish, IgnoreReason, Input, Kind, Record, Resume, State, WaitId, WaitStatus, Write,
+};
 use baton_core::limits::{DRAIN_LEASE, EXPIRY_LEASE};
 use baton_core::ports::store::memory::MemoryStore;
 use baton_core::ports::store::{
     Applied, COUNT_UP_TO, Claim, Count, DrainTarget, DueList, Hold, InboxClaim, InboxEntry, InboxStatus,
     LedgerEntry, Receipt, ReceiptStatus, RecordHead, RegisteredConfig, Task, TaskKind, WorkflowStore,
 };
-use baton_tests::lifecycle_fixtures::{aws_length_token, decide_at, names, step_input, t0, write_of};
+use baton_tests::lifecycle_fixtures::{
+    aws_length_token, decide_at, names, step_input, t0, token_of, without_token, write_of,
+};
 use baton_tests::{Emulator, dynamo_store};
 use serde_json::{Map, json};
 use time::Duration;
@@ -90,7 +94,7 @@ async fn a_lost_transition_returns_the_winners_item(store: Arc<dyn WorkflowStore
     let advanced = must_write(&*store, &retry).await;
     assert_eq!(advanced.state, State::Advancing { step: 0 });
     assert_eq!(
-        advanced.inputs,
+        advanced.waits[0].inputs,
         Map::from_iter([("note".into(), json!("a")), ("decision".into(), json!("ok"))])
     );
 }
@@ -645,7 +649,7 @@ async fn owed_work_has_a_list_of_its_own(store: Arc<dyn WorkflowStore>) {
         attempt: None,
     };
     let mut write = write_of(decide_at("k-list-work", Some(&owing), &heartbeat, t0() + Duration::seconds(2)));
-    write.to.next_attempt_at = Some(t0() + Duration::minutes(10));
+    write.to.waits[0].status = WaitStatus::TaskDue { at: t0() + Duration::minutes(10) };
     let owing = must_write(&*store, &write).await;
     let gone = waiting_record(&*store, "k-list-gone").await;
     let stranded = Input::ExecutionGone { generation: 1, status: "ABORTED".into(), error: None };
@@ -773,7 +777,7 @@ async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowSto
     for (key, token) in [("k-token-b64", aws_length_token(7)), ("k-token-text", not_base64)] {
         let (w, k) = names(key);
         let waiting = waiting_with_token(&*store, key, &token).await;
-        assert_eq!(waiting.token.as_ref().map(TaskToken::expose), Some(token.as_str()));
+        assert_eq!(waiting.waits[0].token.as_ref().map(TaskToken::expose), Some(token.as_str()));
         assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&waiting), "{key}: load");
         assert_eq!(store.trace(&w, &k).await.unwrap().record.as_ref(), Some(&waiting), "{key}: trace");
         let due = store.due(watched(Kind::Waiting), t0() + Duration::days(3), 100).await.unwrap();
@@ -799,7 +803,11 @@ async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowSto
         let cancel = write_of(decide_at(key, Some(&advancing), &Input::Cancel { reason: "x".into() }, now));
         let cancelled = must_write(&*store, &cancel).await;
         assert_eq!(cancelled.state, State::Cancelled);
-        assert_eq!(cancelled.token.as_ref().map(TaskToken::expose), Some(token.as_str()), "{key}: kept");
+        assert_eq!(
+            cancelled.waits[0].token.as_ref().map(TaskToken::expose),
+            Some(token.as_str()),
+            "{key}: kept"
+        );
         assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&cancelled), "{key}: cancelled");
     }
 }
@@ -865,8 +873,9 @@ async fn a_2048_character_token_takes_every_path(store: Arc<dyn WorkflowStore>) 
                     .effects
                     .iter()
                     .filter_map(|e| match e {
-                        Effect::SendTaskSuccess { token, .. } => Some((token.expose().to_owned(), true)),
-                        Effect::SendTaskFailure { token, .. } => Some((token.expose().to_owned(), false)),
+                        Effect::Resume { token, resume, .. } | Effect::Answer { token, resume } => {
+                            Some((token.expose().to_owned(), matches!(resume, Resume::Success { .. })))
+                        }
                         _ => None,
                     })
                     .collect();
@@ -884,13 +893,13 @@ async fn a_2048_character_token_takes_every_path(store: Arc<dyn WorkflowStore>) 
         };
         let (r, _) = step(None, Input::Start { event: EventId::parse("evt-2048").unwrap() }).await;
         let (r, _) = step(Some(r), report("step_ready", (0, "reserve"), &longest(1))).await;
-        assert_eq!(r.token.as_ref().map(TaskToken::expose), Some(longest(1).as_str()));
+        assert_eq!(r.waits[0].token.as_ref().map(TaskToken::expose), Some(longest(1).as_str()));
         let (r, resumes) = step(Some(r), step_input("cb-hold", 0, json!({"hold": "h-1"}))).await;
         assert_eq!(resumes, [(longest(1), true)], "the callback resumes the whole token");
         let (r, _) = step(Some(r), report("step_ready", (1, "fraud"), &longest(2))).await;
         let (r, _) = step(Some(r), report("step_ready", (2, "credit"), &text)).await;
         let tokens: Vec<Option<&str>> =
-            r.branches.iter().map(|b| b.token.as_ref().map(TaskToken::expose)).collect();
+            r.branches().map(|b| b.token.as_ref().map(TaskToken::expose)).collect();
         assert_eq!(tokens, [Some(longest(2).as_str()), Some(text.as_str())], "inline in the record");
         if key == "k-2048-cancel" {
             let cancel = Input::CancelCompensate { reason: "operator".into() };
@@ -911,9 +920,16 @@ async fn a_2048_character_token_takes_every_path(store: Arc<dyn WorkflowStore>) 
         assert_eq!(resumes, [(longest(2), false)], "the failed branch's resume");
         let (r, _) = step(Some(r), report("undo_ready", (0, "reserve"), &longest(3))).await;
         assert_eq!(r.state, State::Compensating);
-        let undo = r.compensation.as_ref().and_then(|c| c.undos.iter().find(|u| u.step == 0));
-        assert_eq!(undo.and_then(|u| u.token.as_ref()).map(TaskToken::expose), Some(longest(3).as_str()));
-        let (r, _) = step(Some(r), Input::AttemptOpened { generation: 1, step: 0, attempt: 1 }).await;
+        let undo = r.compensation.as_ref().and_then(|c| c.undo(0));
+        assert_eq!(
+            undo.and_then(|u| u.wait.token.as_ref()).map(TaskToken::expose),
+            Some(longest(3).as_str())
+        );
+        let (r, _) = step(
+            Some(r),
+            Input::AttemptOpened { wait: WaitId { generation: 1, step: 0, compensation: true }, attempt: 1 },
+        )
+        .await;
         let ack = Input::UndoInput {
             id: EventId::parse("ack-1").unwrap(),
             hash: "hash-ack-1".into(),
@@ -1099,7 +1115,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
         }
     };
     let record = get("k-own", "RECORD".into()).await.expect("the record");
-    let sk = token_sk(&waiting, waiting.token.as_ref().unwrap());
+    let sk = token_sk(&waiting, token_of(&waiting).unwrap());
     assert_eq!(record.get("token_sk").and_then(|v| v.as_s().ok()), Some(&sk));
     assert!(!record.contains_key("token"), "the token is not in the record");
     assert!(item_size(&record) <= 1024, "the record is one write unit: {} bytes", item_size(&record));
@@ -1150,11 +1166,11 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
 
     // A record as the versions before 2026-12-03 wrote it: `token_ref`, the token under `TOKEN#`.
     // It reads with its token (a Query, then a GetItem), and its next write moves to `token_sk`.
-    let legacy_sk = format!("TOKEN#{}", token_ref(second.token.as_ref().unwrap()));
+    let legacy_sk = format!("TOKEN#{}", token_ref(token_of(&second).unwrap()));
     let mut legacy = get("k-own", "RECORD".into()).await.unwrap();
     legacy.remove("token_sk");
-    legacy.insert("token_ref".into(), AttributeValue::S(token_ref(second.token.as_ref().unwrap())));
-    let mut legacy_token = get("k-own", token_sk(&second, second.token.as_ref().unwrap())).await.unwrap();
+    legacy.insert("token_ref".into(), AttributeValue::S(token_ref(token_of(&second).unwrap())));
+    let mut legacy_token = get("k-own", token_sk(&second, token_of(&second).unwrap())).await.unwrap();
     legacy_token.insert("sk".into(), AttributeValue::S(legacy_sk.clone()));
     for item in [legacy, legacy_token] {
         client.put_item().table_name(&table).set_item(Some(item)).send().await.unwrap();
@@ -1162,7 +1178,10 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     let reader = DynamoDbStore::new(calls.dynamodb(&config), table.clone());
     assert_eq!(reader.load(&w, &k).await.unwrap().as_ref(), Some(&second));
     assert_eq!(calls.take(), ["Query", "GetItem"], "the record, then its token where it was kept");
-    assert!(reader.trace(&w, &k).await.unwrap().record.is_some_and(|r| r.token == second.token), "trace");
+    assert!(
+        reader.trace(&w, &k).await.unwrap().record.is_some_and(|r| token_of(&r) == token_of(&second)),
+        "trace"
+    );
 
     // Once its token item is gone (its TTL is longer than an execution can run), a record
     // reads without its token, live or ended.
@@ -1175,16 +1194,16 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     };
     expire(legacy_sk).await;
     let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
-    assert_eq!(read, baton_core::domain::lifecycle::Record { token: None, ..second.clone() });
+    assert_eq!(read, without_token(&second));
     // A cancelled record keeps its token, in a token item of its own (it has no step).
     let cancel = write_of(decide_at("k-own", Some(&second), &Input::Cancel { reason: "x".into() }, now));
     let ended = DynamoDbStore::new(client.clone(), table.clone());
     let cancelled = must_write(&ended, &cancel).await;
     let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
     assert_eq!(read, cancelled);
-    expire(token_sk(&cancelled, cancelled.token.as_ref().unwrap())).await;
+    expire(token_sk(&cancelled, token_of(&cancelled).unwrap())).await;
     let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
-    assert_eq!((read.state, read.token), (State::Cancelled, None));
+    assert_eq!((read.state, token_of(&read)), (State::Cancelled, None));
 
     // The objects form (for versions before token items) keeps the token inline.
     let objects = DynamoDbStore::new(client.clone(), table.clone()).with_format(ItemFormat::Objects);
@@ -1353,7 +1372,7 @@ async fn dynamodb_due_entries_are_sharded_and_read_from_every_shard_and_the_unsh
     let far = t0() + Duration::days(365);
     let due = store.due(watched(Kind::Waiting), far, 100).await.unwrap();
     assert_eq!(due.len(), keys.len(), "every shard, and the unsharded partition, is read");
-    assert!(due.windows(2).all(|w| w[0].deadline <= w[1].deadline), "merged oldest first");
+    assert!(due.windows(2).all(|w| w[0].due_at() <= w[1].due_at()), "merged oldest first");
     assert_eq!(store.due(watched(Kind::Waiting), far, 5).await.unwrap().len(), 5, "and cut to the limit");
     let waiting = |counts: std::collections::BTreeMap<Kind, Count>| counts[&Kind::Waiting];
     let n = keys.len() as u64;
@@ -1446,7 +1465,7 @@ fn any_input(rng: &mut fastrand::Rng, key: &str, record: Option<&Record>, serial
         State::Waiting { step } => match rng.u8(0..6) {
             0 => Input::Cancel { reason: "walk".into() },
             1 => step_input(&format!("note-{key}-{serial}"), step, json!({"note": serial})),
-            2 => ready(step, r.token.clone().unwrap_or_else(|| any_token(rng, serial))),
+            2 => ready(step, token_of(r).cloned().unwrap_or_else(|| any_token(rng, serial))),
             _ if step == 0 => step_input(&format!("d-{key}-{serial}"), 0, json!({"decision": "ok"})),
             _ => step_input(&format!("p-{key}-{serial}"), 1, json!({"payment_ref": "x"})),
         },
@@ -1532,7 +1551,7 @@ async fn walk(
         token_ref_resolves(&client, a.table(), &key, &at).await;
         let trace = stores[rng.usize(..stores.len())].trace(&w, &k).await.unwrap();
         assert_eq!(trace.record, expected, "{at}: trace");
-        if let Some(token) = winner.to.token.as_ref().filter(|t| t.expose().len() > 40) {
+        if let Some(token) = token_of(&winner.to).filter(|t| t.expose().len() > 40) {
             assert!(!format!("{trace:?}").contains(token.expose()), "{at}: the token shows in a trace");
         }
     }

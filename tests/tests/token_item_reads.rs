@@ -22,7 +22,9 @@ use baton_core::domain::lifecycle::{Cause, Finish, Input, Record, State, Write};
 use baton_core::ports::store::memory::MemoryStore;
 use baton_core::ports::store::{Applied, WorkflowStore};
 use baton_tests::calls::Calls;
-use baton_tests::lifecycle_fixtures::{aws_length_token, decide_at, names, step_input, t0, write_of};
+use baton_tests::lifecycle_fixtures::{
+    aws_length_token, decide_at, names, set_token, step_input, t0, token_of, without_token, write_of,
+};
 use baton_tests::{Emulator, dynamo_store};
 use serde_json::json;
 use time::{Duration, OffsetDateTime};
@@ -210,7 +212,7 @@ impl Rig {
                     (None, Some(_)) => named_item.map(|i| parse_token(i).unwrap()),
                     (None, None) => None,
                 };
-                let loaded_token = loaded.as_ref().and_then(|r| r.token.clone());
+                let loaded_token = loaded.as_ref().and_then(|r| token_of(r).cloned());
                 assert_eq!(
                     loaded_token.as_ref().map(token_ref),
                     stored_token.as_ref().map(token_ref),
@@ -409,7 +411,7 @@ async fn a_lost_cancel_leaves_an_item_that_sorts_before_every_step() {
     eprintln!("invariant 5 measurement: a waiting record after a lost cancel loads with {ops:?}");
     // The cancel decides again on the winner: now it wins, keeping the step's token.
     let again = rig.step_on(&canceller, key, &cancel(), "cancel again").await;
-    assert_eq!(again.token, Some(tok(41)));
+    assert_eq!(token_of(&again), Some(&tok(41)));
     let ops = rig.check(key, false, "cancelled after the retry").await;
     eprintln!("invariant 5 measurement: the cancelled record loads with {ops:?}");
 }
@@ -453,7 +455,7 @@ async fn concurrent_step_ready_racers_and_loads_never_mix_tokens() {
             got == &advancing || got == &winner.to,
             "invariant 1: load #{round} returned a record that was never written: version {} token {:?}",
             got.version,
-            got.token.as_ref().map(token_ref)
+            token_of(got).map(token_ref)
         );
     }
     // Bring the reference in line with the winner (the in-memory store took no part).
@@ -467,7 +469,7 @@ async fn concurrent_step_ready_racers_and_loads_never_mix_tokens() {
 /// `token_sk`); `keep_new` keeps the new-style token item, `put_legacy_token` puts the token
 /// under `TOKEN#<token_ref>` (without it, the item the record names is gone).
 async fn make_legacy(rig: &Rig, key: &str, record: &Record, keep_new: bool, put_legacy_token: bool) {
-    let token = record.token.clone().expect("a token");
+    let token = token_of(record).cloned().expect("a token");
     let mut item = rig.get_raw(key, "RECORD").await.expect("the record item");
     let new_sk = item.remove("token_sk").and_then(|v| v.as_s().ok().cloned()).expect("token_sk");
     item.insert("token_ref".into(), AttributeValue::S(token_ref(&token)));
@@ -522,7 +524,7 @@ async fn legacy_records_read_with_their_token_in_every_shape() {
     rig.step(key, &start("evt-1"), "C start").await;
     let waiting = rig.step(key, &ready(1, 0, tok(53)), "C ready").await;
     make_legacy(&rig, key, &waiting, true, false).await;
-    let no_token = Record { token: None, ..waiting.clone() };
+    let no_token = without_token(&waiting);
     rig.check_against(key, Some(Some(no_token)), false, "C named item gone").await;
 
     // D: legacy cancelled record (cancelled by a 2026-12-02 instance: token_ref, no step).
@@ -557,7 +559,7 @@ async fn without_a_record_item_nothing_loads_whatever_token_items_remain() {
     // A lost write on an empty partition puts its token item and writes nothing.
     let mut ghost = write_of(decide_at("k-gone", None, &start("evt-1"), rig.now())).to;
     ghost.state = State::Waiting { step: 0 };
-    ghost.token = Some(tok(60));
+    set_token(&mut ghost, Some(tok(60)));
     ghost.version = 2;
     let write = Write {
         cause: Cause::Merge,
@@ -611,8 +613,8 @@ async fn odd_but_allowed_writes_agree_with_the_in_memory_store() {
     rig.step(key, &ready(1, 0, tok(70)), "ready").await;
     type Change = Box<dyn Fn(&mut Record)>;
     let changes: Vec<(&str, Change)> = vec![
-        ("token changes at the same step", Box::new(|r| r.token = Some(tok(71)))),
-        ("back to the first token (its item known to the writer)", Box::new(|r| r.token = Some(tok(70)))),
+        ("token changes at the same step", Box::new(|r| set_token(r, Some(tok(71))))),
+        ("back to the first token (its item known to the writer)", Box::new(|r| set_token(r, Some(tok(70))))),
         ("generation 0", Box::new(|r| r.generation = 0)),
         ("generation u32::MAX", Box::new(|r| r.generation = u32::MAX)),
         (
@@ -627,28 +629,31 @@ async fn odd_but_allowed_writes_agree_with_the_in_memory_store() {
             "a 129-character non-base64 token at step 3",
             Box::new(|r| {
                 r.state = State::Waiting { step: 3 };
-                r.token = Some(TaskToken::parse("x".repeat(129)).unwrap());
+                set_token(r, Some(TaskToken::parse("x".repeat(129)).unwrap()));
             }),
         ),
         (
             "a 4-character canonical base64 token",
-            Box::new(|r| r.token = Some(TaskToken::parse("AAAA").unwrap())),
+            Box::new(|r| set_token(r, Some(TaskToken::parse("AAAA").unwrap()))),
         ),
-        ("a base64 token with padding", Box::new(|r| r.token = Some(TaskToken::parse("QUJDRA==").unwrap()))),
-        ("a non-ASCII token", Box::new(|r| r.token = Some(TaskToken::parse("é".repeat(300)).unwrap()))),
-        ("no token while token items remain", Box::new(|r| r.token = None)),
+        (
+            "a base64 token with padding",
+            Box::new(|r| set_token(r, Some(TaskToken::parse("QUJDRA==").unwrap()))),
+        ),
+        ("a non-ASCII token", Box::new(|r| set_token(r, Some(TaskToken::parse("é".repeat(300)).unwrap())))),
+        ("no token while token items remain", Box::new(|r| set_token(r, None))),
         (
             "the second token again, at another step",
             Box::new(|r| {
                 r.state = State::Waiting { step: 7 };
-                r.token = Some(tok(71));
+                set_token(r, Some(tok(71)));
             }),
         ),
         (
             "step 0 of generation 1 again, the first token (its item exists)",
             Box::new(|r| {
                 r.state = State::Waiting { step: 0 };
-                r.token = Some(tok(70));
+                set_token(r, Some(tok(70)));
             }),
         ),
     ];
@@ -800,8 +805,8 @@ async fn loads_during_writes_return_exactly_a_written_record() {
     for got in &seen {
         let same = written.iter().find(|r| r.version == got.version).expect("a written version");
         assert_eq!(
-            (got.state, got.token.as_ref().map(token_ref)),
-            (same.state, same.token.as_ref().map(token_ref)),
+            (got.state, token_of(got).map(token_ref)),
+            (same.state, token_of(same).map(token_ref)),
             "invariant 1: a load mid-write returned version {} with another token",
             got.version
         );

@@ -59,7 +59,7 @@ async fn with_every_token_in_its_own_item_a_workflow_runs_and_resumes_once_a_ste
     let system = start_system_env(ORDER_REVIEW, &EVERY_TOKEN_IN_ITS_ITEM).await;
     system.send_event(&order_placed("k-items")).await;
     let waiting = state_is(&system, "k-items", State::Waiting { step: 0 }).await;
-    let token = waiting.token.clone().expect("a waiting record has its token");
+    let token = waiting.waits[0].token.clone().expect("a waiting record has its token");
     let records = items(&system, "k-items", "RECORD").await;
     let stored = &records[0];
     assert_eq!(stored.get("token_sk").and_then(|v| v.as_s().ok()), Some(&token_sk(&waiting, &token)));

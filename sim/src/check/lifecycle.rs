@@ -62,7 +62,11 @@ mod tests {
 
     #[test]
     fn a_step_advanced_twice_is_a_violation_and_once_is_not() {
-        let plan = Plan { steps: vec![Default::default(), Default::default()], on_restart: OnRestart::AfterTerminal, version: None };
+        let plan = Plan {
+            steps: vec![Default::default(), Default::default()],
+            on_restart: OnRestart::AfterTerminal,
+            version: None,
+        };
         let (w, k) = (WorkflowName::parse("wf").unwrap(), CorrelationKey::parse("k").unwrap());
         let now = time::OffsetDateTime::UNIX_EPOCH;
         let start = Input::Start { event: EventId::parse("e").unwrap() };

@@ -1080,7 +1080,8 @@ pub(crate) mod tests {
         assert_eq!(wf.steps[0].requires, ["decision"]);
         assert!(wf.steps[1].accepts_events.is_some());
         assert_eq!(wf.steps[1].buffer_ttl, Duration::from_secs(7 * 86_400 + 3600), "timeout plus the margin");
-        assert_eq!(wf.plan().steps, vec![vec!["decision".to_string()], vec!["payment_ref".to_string()]]);
+        let requires: Vec<Vec<String>> = wf.plan().steps.iter().map(|s| s.requires.clone()).collect();
+        assert_eq!(requires, vec![vec!["decision".to_string()], vec!["payment_ref".to_string()]]);
         assert_eq!(wf.step_index("payment"), Some(1));
     }
 
@@ -1373,7 +1374,10 @@ workflows:
         assert_eq!(wf.step_index("credit-check"), Some(2));
         assert_eq!(wf.positions().len(), 3);
         let plan = wf.plan();
-        assert_eq!((plan.groups.clone(), plan.optional.clone()), (vec![Span { first: 1, last: 3 }], vec![3]));
+        let groups: Vec<Option<Span>> = plan.steps.iter().map(|s| s.group).collect();
+        let group = Some(Span { first: 1, last: 3 });
+        assert_eq!(groups, [None, group, group, group, None]);
+        assert_eq!(plan.optional().collect::<Vec<_>>(), [3]);
         assert_eq!(
             (plan.next_position(0), plan.next_position(2), plan.last_position()),
             (Some(1), Some(4), 4)
@@ -1408,12 +1412,13 @@ workflows:
         assert_eq!(waits, [600, 1200, 2400, 3600]);
         assert_eq!(config.workflows[0].steps[1].retry, None);
         let plan = config.workflows[0].plan();
-        assert_eq!(plan.retry_of(0).map(|r| r.retry), Some(retry));
-        assert_eq!(plan.retry_of(1), None);
+        let retry_of = |step: u32| plan.step(step).and_then(|s| s.retry);
+        assert_eq!(retry_of(0), Some(retry));
+        assert_eq!(retry_of(1), None);
         // A parallel branch retries as a step does, within its own timeout.
-        let fraud = plan.retry_of(2).expect("the branch's retry");
-        assert_eq!((fraud.retry.attempts, fraud.timeout), (2, Duration::from_secs(7200)));
-        assert_eq!(plan.retry_of(3), None);
+        let fraud = plan.step(2).expect("the branch");
+        assert_eq!((fraud.retry.map(|r| r.attempts), fraud.timeout), (Some(2), Duration::from_secs(7200)));
+        assert_eq!(retry_of(3), None);
     }
 
     #[test]

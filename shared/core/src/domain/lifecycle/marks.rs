@@ -11,7 +11,7 @@ use super::wait::{Wait, WaitId};
 
 /// The record's wait `id` names, to change in `to`, with the cause of the write: a
 /// compensation's while compensating, else the position's while it waits or advances.
-fn named<'a>(to: &'a mut Record, id: WaitId) -> Option<(&'a mut Wait, Kind)> {
+fn named(to: &mut Record, id: WaitId) -> Option<(&mut Wait, Kind)> {
     let kind = to.state.kind();
     if id.generation != to.generation {
         return None;

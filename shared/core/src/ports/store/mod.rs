@@ -930,15 +930,8 @@ mod tests {
 
     #[test]
     fn conditions_come_from_the_transition_table() {
-        let plan = Plan {
-            steps: vec![vec![]],
-            groups: Vec::new(),
-            optional: Vec::new(),
-            on_restart: OnRestart::AfterTerminal,
-            version: None,
-            retries: Vec::new(),
-            compensations: Vec::new(),
-        };
+        let plan =
+            Plan { steps: vec![Default::default()], on_restart: OnRestart::AfterTerminal, version: None };
         let w = WorkflowName::parse("wf").unwrap();
         let k = CorrelationKey::parse("k").unwrap();
         let now = OffsetDateTime::UNIX_EPOCH;

@@ -14,22 +14,14 @@ use super::*;
 use super::retry::{at, waiting, with_attempt};
 
 fn grouped(attempts: u32, group_last: bool) -> Plan {
-    let retry = crate::domain::config::Retry { attempts, backoff: std::time::Duration::from_secs(600) };
+    let retry = Retry { attempts, backoff: std::time::Duration::from_secs(600) };
     let timeout = std::time::Duration::from_secs(2 * 86_400);
     let steps: &[&[&str]] = if group_last {
         &[&["decision"], &["fraud_score"], &["address_ok"]]
     } else {
         &[&["decision"], &["fraud_score"], &["address_ok"], &["payment_ref"]]
     };
-    Plan {
-        groups: vec![Span { first: 1, last: 2 }],
-        optional: vec![2],
-        retries: vec![
-            StepRetry { step: 1, retry, timeout, heartbeat: None },
-            StepRetry { step: 2, retry, timeout, heartbeat: None },
-        ],
-        ..plan(steps)
-    }
+    with_retry(with_group(plan(steps), (1, 2), &[2]), &[1, 2], retry, (timeout, None))
 }
 
 fn review_ok(id: &str) -> Input {
@@ -50,7 +42,7 @@ fn bfail(id: &str, step: u32, retryable: bool, attempt: Option<u32>) -> Input {
 }
 
 fn opened(generation: u32, step: u32, attempt: u32) -> Input {
-    Input::AttemptOpened { generation, step, attempt }
+    Input::AttemptOpened { wait: wid(generation, step), attempt }
 }
 
 /// Review done; the group open, with both branches reached (tokens t1, t2; deadline T0 + 2d).
@@ -59,26 +51,18 @@ fn at_group(p: &Plan) -> Record {
     ready(p, &ready(p, &r, 1, "t1"), 2, "t2")
 }
 
-fn br(r: &Record, step: u32) -> &Branch {
-    r.branches.iter().find(|b| b.step == step).expect("the branch")
+fn br(r: &Record, step: u32) -> &Wait {
+    wait_of(r, step)
 }
 
-/// (generation, step, attempt) of every CreateTask.
+/// (generation, step, attempt) of every task the decision sends out.
 fn create_tasks(d: &Decision) -> Vec<(u32, u32, u32)> {
     d.effects
         .iter()
         .filter_map(|e| match e {
-            Effect::CreateTask { generation, step, attempt } => Some((*generation, *step, *attempt)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn marks(d: &Decision) -> Vec<(u32, u32, u32)> {
-    d.effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::MarkAttemptOpened { generation, step, attempt } => Some((*generation, *step, *attempt)),
+            Effect::CreateTask { wait, attempt } | Effect::OpenAttempt { wait, attempt, .. } => {
+                Some((wait.generation, wait.step, *attempt))
+            }
             _ => None,
         })
         .collect()
@@ -95,9 +79,9 @@ fn cause(d: &Decision) -> Option<Cause> {
 
 /// What a sibling's input must never change.
 fn branch_view(
-    b: &Branch,
-) -> (Vec<FailedAttempt>, Option<OffsetDateTime>, Map<String, Value>, Option<BranchOutcome>) {
-    (b.attempts.clone(), b.next_attempt_at, b.inputs.clone(), b.outcome)
+    b: &Wait,
+) -> (Vec<FailedAttempt>, Option<OffsetDateTime>, Map<String, Value>, Option<WaitOutcome>) {
+    (b.failed.clone(), b.task_due(), b.inputs.clone(), b.outcome())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -116,7 +100,7 @@ fn branch_view(
 fn a_failure_naming_the_next_attempt_before_its_backoff_ends_is_not_counted() {
     let p = grouped(3, false);
     let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-f1", 1, true, None), T0));
-    let due2 = br(&r, 1).next_attempt_at.expect("attempt 2 due");
+    let due2 = br(&r, 1).task_due().expect("attempt 2 due");
     assert_eq!(due2, T0 + Duration::minutes(10));
     let early = at(&p, Some(&r), &bfail("cb-f2", 1, true, Some(2)), T0 + Duration::minutes(1));
     let r2 = then(&r, &early);
@@ -127,7 +111,7 @@ fn a_failure_naming_the_next_attempt_before_its_backoff_ends_is_not_counted() {
         "a failure of attempt 2 was applied before attempt 2's task could exist ({:?}, {:?}); branch now {:?}",
         early.outcome,
         cause(&early),
-        (br(&r2, 1).attempt(), br(&r2, 1).next_attempt_at)
+        (br(&r2, 1).attempt(), br(&r2, 1).task_due())
     );
 }
 
@@ -163,11 +147,11 @@ fn a_retryable_failure_is_not_refused_for_the_size_of_data_its_retry_discards() 
 fn a_branchs_due_attempt_is_listed_on_time_while_a_siblings_resume_is_owed() {
     let p = grouped(3, false);
     let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-f1", 1, true, None), T0));
-    let due2 = br(&r, 1).next_attempt_at.unwrap();
+    let due2 = br(&r, 1).task_due().unwrap();
     let grace = crate::limits::RESEND_RESUME_AFTER;
     assert_eq!(r.due_at(), due2 - grace);
     let r = after(&at(&p, Some(&r), &bok("cb-a1", 2, None), due2 - Duration::seconds(10)));
-    assert!(br(&r, 2).owed.is_some());
+    assert!(br(&r, 2).owed().is_some());
     assert!(
         r.due_at() <= due2 - grace,
         "listed only from {} (due_at {}), attempt 2 due at {due2}",
@@ -187,12 +171,12 @@ fn a_branchs_due_attempt_is_listed_on_time_while_a_siblings_resume_is_owed() {
 fn held_the_publish_to_mark_window_and_duplicate_ticks_and_marks_open_each_attempt_once() {
     let p = grouped(3, false);
     let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-f1", 1, true, None), T0));
-    let due2 = br(&r, 1).next_attempt_at.unwrap();
+    let due2 = br(&r, 1).task_due().unwrap();
     let mut published = BTreeSet::new();
     assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, due2 - Duration::seconds(1))).is_empty());
     for dt in [0, 5] {
         let tick = at(&p, Some(&r), &Input::Tick, due2 + Duration::seconds(dt));
-        assert_eq!(marks(&tick), [(1, 1, 2)]);
+        assert_eq!(create_tasks(&tick), [(1, 1, 2)]);
         published.extend(create_tasks(&tick));
         assert!(tick.write.is_none());
     }
@@ -214,7 +198,7 @@ fn held_the_publish_to_mark_window_and_duplicate_ticks_and_marks_open_each_attem
     let d = at(&p, Some(&r), &f2, t);
     assert_eq!(cause(&d), Some(Cause::AttemptFailed));
     let r = after(&d);
-    assert_eq!((br(&r, 1).attempt(), br(&r, 1).next_attempt_at), (3, Some(t + Duration::minutes(20))));
+    assert_eq!((br(&r, 1).attempt(), br(&r, 1).task_due()), (3, Some(t + Duration::minutes(20))));
     let late_mark = at(&p, Some(&r), &opened(1, 1, 2), t);
     assert_eq!(late_mark.outcome, Outcome::Ignored(IgnoreReason::NothingOwed));
     assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, t + Duration::minutes(19))).is_empty());
@@ -241,21 +225,13 @@ fn held_a_tick_with_two_branches_due_opens_both_and_each_mark_clears_its_own() {
     let due = T0 + Duration::minutes(10);
     assert_eq!(r.due_at(), due - crate::limits::RESEND_RESUME_AFTER);
     let tick = at(&p, Some(&r), &Input::Tick, due);
-    assert_eq!(
-        tick.effects,
-        [
-            Effect::CreateTask { generation: 1, step: 1, attempt: 2 },
-            Effect::MarkAttemptOpened { generation: 1, step: 1, attempt: 2 },
-            Effect::CreateTask { generation: 1, step: 2, attempt: 2 },
-            Effect::MarkAttemptOpened { generation: 1, step: 2, attempt: 2 },
-        ]
-    );
+    assert_eq!(tick.effects, [open(wid(1, 1), 2, None), open(wid(1, 2), 2, None),]);
     let r = after(&at(&p, Some(&r), &opened(1, 2, 2), due));
-    assert_eq!((br(&r, 1).next_attempt_at, br(&r, 2).next_attempt_at), (Some(due), None));
+    assert_eq!((br(&r, 1).task_due(), br(&r, 2).task_due()), (Some(due), None));
     assert_eq!(r.due_at(), due - crate::limits::RESEND_RESUME_AFTER);
     assert_eq!(create_tasks(&at(&p, Some(&r), &Input::Tick, due)), [(1, 1, 2)]);
     let r = after(&at(&p, Some(&r), &opened(1, 1, 2), due));
-    assert_eq!((br(&r, 1).next_attempt_at, br(&r, 2).next_attempt_at), (None, None));
+    assert_eq!((br(&r, 1).task_due(), br(&r, 2).task_due()), (None, None));
     assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, due + Duration::hours(1))).is_empty());
     assert_eq!(r.due_at(), T0 + Duration::days(2));
 }
@@ -282,7 +258,7 @@ fn held_the_sweeper_lists_a_group_when_any_open_branchs_attempt_is_due() {
 fn held_a_late_input_naming_an_earlier_attempt_never_touches_the_running_one() {
     let p = grouped(3, false);
     let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-f1", 1, true, None), T0));
-    let due = br(&r, 1).next_attempt_at.unwrap();
+    let due = br(&r, 1).task_due().unwrap();
     let opened_r = after(&at(&p, Some(&r), &opened(1, 1, 2), due));
     for rec in [&r, &opened_r] {
         for (i, input) in [
@@ -319,7 +295,7 @@ fn held_a_non_retryable_failure_during_a_branchs_backoff_ends_it() {
         let d = at(&p, Some(&r), &bfail("cb-final", 1, false, attempt), when);
         assert_eq!(cause(&d), Some(Cause::FailStep), "{attempt:?}");
         let r = after(&d);
-        assert_eq!((br(&r, 1).outcome, br(&r, 1).next_attempt_at), (Some(BranchOutcome::Failed), None));
+        assert_eq!((br(&r, 1).outcome(), br(&r, 1).task_due()), (Some(WaitOutcome::Failed), None));
         assert_eq!(r.state, State::Advancing { step: 1 });
         assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1))).is_empty());
 
@@ -328,7 +304,7 @@ fn held_a_non_retryable_failure_during_a_branchs_backoff_ends_it() {
         let d = at(&p, Some(&r), &bfail("cb-afinal", 2, false, attempt), when);
         assert_eq!(cause(&d), Some(Cause::BranchDone), "{attempt:?}");
         let r = after(&d);
-        assert_eq!((br(&r, 2).outcome, br(&r, 2).next_attempt_at), (Some(BranchOutcome::Failed), None));
+        assert_eq!((br(&r, 2).outcome(), br(&r, 2).task_due()), (Some(WaitOutcome::Failed), None));
         assert_eq!(r.missed, [2]);
         assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1))).is_empty());
     }
@@ -356,7 +332,7 @@ fn held_a_branch_input_never_changes_its_sibling_in_backoff() {
         rec = then(&rec, &d);
         assert_eq!(branch_view(br(&rec, 2)), sibling, "after {input:?}");
     }
-    assert_eq!(br(&rec, 1).outcome, Some(BranchOutcome::Succeeded));
+    assert_eq!(br(&rec, 1).outcome(), Some(WaitOutcome::Succeeded));
     assert_eq!(rec.state, State::Waiting { step: 1 }, "the optional branch in backoff is still open");
 }
 
@@ -366,17 +342,14 @@ fn held_a_branch_input_never_changes_its_sibling_in_backoff() {
 fn held_cancel_in_a_branchs_backoff_then_restart_starts_over() {
     let p = grouped(3, false);
     let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-f1", 1, true, None), T0));
-    let due = br(&r, 1).next_attempt_at.unwrap();
+    let due = br(&r, 1).task_due().unwrap();
     assert_eq!(create_tasks(&at(&p, Some(&r), &Input::Tick, due)), [(1, 1, 2)]);
     let d = at(&p, Some(&r), &Input::Cancel { reason: "x".into() }, due);
     let cancelled = after(&d);
     assert!(
-        cancelled
-            .branches
-            .iter()
-            .all(|b| b.outcome == Some(BranchOutcome::Closed) && b.next_attempt_at.is_none())
+        cancelled.waits.iter().all(|b| b.outcome() == Some(WaitOutcome::Closed) && b.task_due().is_none())
     );
-    assert!(d.effects.iter().filter(|e| matches!(e, Effect::SendTaskFailure { .. })).count() == 2);
+    assert!(fails(&d.effects, "t1") && fails(&d.effects, "t2"), "{:?}", d.effects);
     for input in [opened(1, 1, 2), Input::Tick, bfail("cb-f2", 1, true, Some(2)), bok("cb-ok", 1, None)] {
         let d = at(&p, Some(&cancelled), &input, due + Duration::hours(1));
         assert!(d.write.is_none() && create_tasks(&d).is_empty(), "{input:?}: {d:?}");
@@ -396,9 +369,9 @@ fn held_cancel_in_a_branchs_backoff_then_restart_starts_over() {
     let r2 = step_ready(&r2, 0);
     let r2 = after(&at(&p, Some(&r2), &review_ok("cb-review-2"), t));
     let r2 = step_ready(&step_ready(&r2, 1), 2);
-    assert!(r2.branches.iter().all(|b| b.attempt() == 1 && b.next_attempt_at.is_none()));
+    assert!(r2.waits.iter().all(|b| b.attempt() == 1 && b.task_due().is_none()));
     let r2 = after(&at(&p, Some(&r2), &bfail("cb-g2-f1", 1, true, None), t));
-    let due2 = br(&r2, 1).next_attempt_at.unwrap();
+    let due2 = br(&r2, 1).task_due().unwrap();
     // Generation 1's mark, and its attempt-2 answer naming generation 1: nothing.
     assert_eq!(
         at(&p, Some(&r2), &opened(1, 1, 2), due2).outcome,
@@ -435,7 +408,7 @@ fn held_an_optional_branchs_report_during_its_backoff_settles_it() {
     );
     assert_eq!(cause(&d), Some(Cause::Complete));
     let r = after(&d);
-    assert_eq!((br(&r, 2).outcome, br(&r, 2).next_attempt_at), (Some(BranchOutcome::TimedOut), None));
+    assert_eq!((br(&r, 2).outcome(), br(&r, 2).task_due()), (Some(WaitOutcome::TimedOut), None));
     assert_eq!((r.state, r.missed.as_slice()), (State::Advancing { step: 1 }, &[2][..]));
     assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1))).is_empty());
     assert_eq!(
@@ -454,10 +427,10 @@ fn held_leaving_the_group_while_an_optional_branch_waits_its_backoff_leaves_noth
     let r = after(&at(&p, Some(&r), &bok("cb-f1", 1, None), T0 + Duration::minutes(1)));
     let r = ready(&p, &r, 3, "t3");
     assert_eq!(
-        (r.state, r.missed.as_slice(), r.next_attempt_at),
+        (r.state, r.missed.as_slice(), r.next_attempt_at()),
         (State::Waiting { step: 3 }, &[2][..], None)
     );
-    assert!(r.branches.iter().all(|b| b.next_attempt_at.is_none()));
+    assert!(r.waits.iter().all(|b| b.task_due().is_none()));
     assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1))).is_empty());
 
     let p = grouped(3, true);
@@ -471,7 +444,7 @@ fn held_leaving_the_group_while_an_optional_branch_waits_its_backoff_leaves_noth
     );
     let r = after(&d);
     assert_eq!(r.state, State::Degraded);
-    assert!(r.branches.iter().all(|b| b.outcome.is_some() && b.next_attempt_at.is_none()));
+    assert!(r.waits.iter().all(|b| b.outcome().is_some() && b.task_due().is_none()));
     assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1))).is_empty());
 }
 
@@ -481,12 +454,12 @@ fn held_leaving_the_group_while_an_optional_branch_waits_its_backoff_leaves_noth
 fn held_a_success_in_the_backoff_completes_the_branch_and_cancels_its_next_attempt() {
     let p = grouped(3, false);
     let r = after(&at(&p, Some(&at_group(&p)), &bfail("cb-f1", 1, true, None), T0));
-    let due = br(&r, 1).next_attempt_at.unwrap();
+    let due = br(&r, 1).task_due().unwrap();
     let r = after(&at(&p, Some(&r), &bok("cb-a1", 2, None), T0));
     let d = at(&p, Some(&r), &bok("cb-f-ok", 1, None), T0 + Duration::minutes(5));
     assert_eq!(cause(&d), Some(Cause::Complete));
     let r = after(&d);
-    assert_eq!((br(&r, 1).outcome, br(&r, 1).next_attempt_at), (Some(BranchOutcome::Succeeded), None));
+    assert_eq!((br(&r, 1).outcome(), br(&r, 1).task_due()), (Some(WaitOutcome::Succeeded), None));
     assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, due)).is_empty());
     assert!(at(&p, Some(&r), &opened(1, 1, 2), due).write.is_none());
 }
@@ -527,7 +500,7 @@ fn held_buffered_failures_drained_at_step_ready_count_once() {
         ]
     );
     assert_eq!(
-        (br(&r, 2).attempt(), br(&r, 2).next_attempt_at),
+        (br(&r, 2).attempt(), br(&r, 2).task_due()),
         (2, Some(T0 + Duration::seconds(1) + Duration::minutes(10)))
     );
     let again = at(&p, Some(&r), &sr, T0 + Duration::minutes(11));
@@ -543,353 +516,11 @@ fn held_no_branch_attempt_opens_at_or_after_its_deadline() {
     let g = at_group(&p);
     let deadline = br(&g, 1).deadline.unwrap();
     let r = after(&at(&p, Some(&g), &bfail("cb-f1", 1, true, None), deadline - Duration::minutes(15)));
-    assert_eq!(br(&r, 1).next_attempt_at, Some(deadline - Duration::minutes(5)));
+    assert_eq!(br(&r, 1).task_due(), Some(deadline - Duration::minutes(5)));
     for late in [deadline, deadline + Duration::minutes(1)] {
         assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, late)).is_empty());
     }
     let d = at(&p, Some(&g), &bfail("cb-a1", 2, true, None), deadline - Duration::minutes(10));
     assert_eq!(cause(&d), Some(Cause::BranchDone));
     assert_eq!(after(&d).missed, [2]);
-}
-
-// ---------------------------------------------------------------------------------------------
-// A random walk over the orderings above, with realistic senders (an input names only an attempt
-// whose task went out), checking invariants 1-9 after every decision.
-
-#[derive(Debug, Clone)]
-enum Act {
-    Ready(u32),
-    /// kind: 0 success, 1-4 retryable failure, 5 final failure, 6-7 heartbeat; attempt: 0 none, else
-    /// one of the attempts published for the step.
-    Input {
-        step: u32,
-        kind: u8,
-        attempt: u8,
-    },
-    Tick,
-    Mark(u8),
-    Ended(u8),
-    Finish(u8),
-    Cancel,
-    Restart,
-    Redeliver(u8),
-    Wait(u8),
-    /// Step Functions reaches the group in the record's generation: step 0's step_ready, its
-    /// success, and the group's first branch's step_ready.
-    Reach,
-    /// The engine reports a branch's resume went out (delivered, or found the token gone).
-    Resumed(u32, bool),
-}
-
-fn act() -> impl Strategy<Value = Act> {
-    prop_oneof![
-        10 => (0u32..4).prop_map(Act::Ready),
-        6 => (0u32..4, 0u8..8, 0u8..4).prop_map(|(step, kind, attempt)| Act::Input { step, kind, attempt }),
-        40 => (1u32..3, 0u8..8, 0u8..4).prop_map(|(step, kind, attempt)| Act::Input { step, kind, attempt }),
-        20 => Just(Act::Tick),
-        15 => any::<u8>().prop_map(Act::Mark),
-        3 => (0u8..3).prop_map(Act::Ended),
-        2 => (0u8..3).prop_map(Act::Finish),
-        1 => Just(Act::Cancel),
-        2 => Just(Act::Restart),
-        2 => Just(Act::Reach),
-        4 => (1u32..3, any::<bool>()).prop_map(|(step, delivered)| Act::Resumed(step, delivered)),
-        8 => any::<u8>().prop_map(Act::Redeliver),
-        25 => (0u8..7).prop_map(Act::Wait),
-    ]
-}
-
-struct Walk {
-    p: Plan,
-    r: Option<Record>,
-    now: OffsetDateTime,
-    /// (generation, step) → attempts whose task went out.
-    published: BTreeMap<(u32, u32), BTreeSet<u32>>,
-    marks: Vec<Input>,
-    inbox: Vec<(u32, u32, Input)>,
-    sent: Vec<Input>,
-    ids: u32,
-    starts: u32,
-}
-
-const WAITS: [i64; 7] = [0, 1, 30, 300, 600, 1200, 3600];
-
-impl Walk {
-    fn submit(&mut self, input: &Input) {
-        let before = self.r.clone();
-        let d = at(&self.p, before.as_ref(), input, self.now);
-        self.check(before.as_ref(), input, &d);
-        if let Some(w) = &d.write {
-            self.r = Some(w.to.clone());
-        }
-        for e in &d.effects {
-            match e {
-                Effect::CreateTask { generation, step, attempt } => {
-                    let set = self.published.entry((*generation, *step)).or_default();
-                    assert!(
-                        *attempt == 1 || set.contains(&(attempt - 1)),
-                        "attempt {attempt} of ({generation}, {step}) published, {set:?} before: skipped"
-                    );
-                    set.insert(*attempt);
-                }
-                Effect::MarkAttemptOpened { generation, step, attempt } => {
-                    self.marks.push(opened(*generation, *step, *attempt))
-                }
-                Effect::Buffer { generation, step } => self.inbox.push((*generation, *step, input.clone())),
-                _ => {}
-            }
-        }
-        for e in &d.effects {
-            if let Effect::DrainInbox { generation, step } = e {
-                let (drained, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.inbox)
-                    .into_iter()
-                    .partition(|(g, s, _)| (g, s) == (generation, step));
-                self.inbox = kept;
-                for (_, _, input) in drained {
-                    self.submit(&input);
-                }
-            }
-        }
-    }
-
-    fn check(&self, r: Option<&Record>, input: &Input, d: &Decision) {
-        self.check_opened(r, input, d);
-        let Some(w) = &d.write else { return };
-        self.check_written(r, &w.to);
-        check_input(r, input, w);
-    }
-
-    /// 1, 2, 6, 9: the attempts a decision opens.
-    fn check_opened(&self, r: Option<&Record>, input: &Input, d: &Decision) {
-        // 1, 2, 6: a later attempt opens only from a tick, for an open branch of a waiting group
-        // whose backoff has passed, before its deadline, within `attempts`.
-        for (g, s, n) in create_tasks(d) {
-            if n == 1 {
-                assert!(matches!(input, Input::StepReady { .. }), "attempt 1 from {input:?}");
-                continue;
-            }
-            assert!(matches!(input, Input::Tick), "attempt {n} from {input:?}");
-            let r = r.expect("a record");
-            let b = br(r, s);
-            let retry = self.p.retry_of(s).unwrap();
-            let failed_at = b.attempts.last().expect("a failed attempt").at;
-            let wait = Duration::try_from(retry.retry.wait_before(n, retry.timeout)).unwrap();
-            assert!(
-                r.generation == g
-                    && r.state == State::Waiting { step: 1 }
-                    && b.is_open()
-                    && b.attempt() == n
-                    && n <= retry.retry.attempts
-                    && b.next_attempt_at.is_some()
-                    && self.now >= failed_at + wait
-                    && b.deadline.is_some_and(|dl| self.now < dl),
-                "attempt {n} of {s} opened at {} from {b:?}",
-                self.now
-            );
-        }
-        if matches!(input, Input::Tick) {
-            assert!(d.write.is_none());
-            // 9: every attempt due is opened by the sweep that finds it.
-            for b in r.filter(|r| r.state.kind() == Kind::Waiting).map_or(&[][..], |r| &r.branches[..]) {
-                if b.is_open()
-                    && b.next_attempt_at.is_some_and(|n| n <= self.now)
-                    && b.deadline.is_some_and(|dl| self.now < dl)
-                {
-                    assert!(create_tasks(d).iter().any(|t| t.1 == b.step), "{b:?} due, not opened: {d:?}");
-                }
-            }
-        }
-    }
-
-    /// 6, 8, 9: the record a decision writes.
-    fn check_written(&self, r: Option<&Record>, to: &Record) {
-        // 6, 8
-        for b in &to.branches {
-            if b.outcome.is_some() || to.state.kind() != Kind::Waiting {
-                assert_eq!(b.next_attempt_at, None, "{b:?} in {}", to.state);
-            }
-            assert!(b.attempts.len() < self.p.retry_of(b.step).unwrap().retry.attempts as usize, "{b:?}");
-        }
-        if to.state.is_terminal() {
-            assert!(to.branches.iter().all(|b| b.outcome.is_some()), "ended with an open branch: {to:?}");
-        }
-        if to.state == (State::Advancing { step: 1 }) {
-            assert!(to.branches.iter().all(|b| !b.is_open()), "advanced with an open branch: {to:?}");
-        }
-        if let Some(r) = r.filter(|r| r.generation == to.generation) {
-            for b in &r.branches {
-                if let (Some(o), Some(nb)) = (b.outcome, to.branches.iter().find(|x| x.step == b.step)) {
-                    assert!(nb.outcome.is_some(), "branch {} reopened after {o:?}", b.step);
-                }
-            }
-        }
-        // 9
-        if to.state.kind() == Kind::Waiting {
-            for b in to.branches.iter().filter(|b| b.is_open()) {
-                if let Some(next) = b.next_attempt_at {
-                    assert!(
-                        to.due_at() + crate::limits::RESEND_RESUME_AFTER <= next,
-                        "not listed by {next}: {to:?}"
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// 1, 3, 4, 5: what an input (or a mark) writes.
-fn check_input(r: Option<&Record>, input: &Input, w: &Write) {
-    let (group, to) = (Span { first: 1, last: 2 }, &w.to);
-    match input {
-        // 3, 4, 5
-        Input::StepInput { step, attempt, outcome, .. } if group.contains(*step) => {
-            if let (Some(r), Some(k)) = (r, attempt)
-                && let Some(b) = r.branches.iter().find(|b| b.step == *step && b.is_open())
-            {
-                assert!(*k >= b.attempt(), "attempt {k} applied while {} runs: {w:?}", b.attempt());
-            }
-            if matches!(outcome, StepOutcome::Failed { retryable: false, .. }) {
-                assert_ne!(w.cause, Cause::AttemptFailed);
-            }
-            if let Some(r) = r {
-                for b in r.branches.iter().filter(|b| b.step != *step) {
-                    let Some(nb) = to.branches.iter().find(|x| x.step == b.step) else { continue };
-                    if w.cause == Cause::FailStep && b.is_open() {
-                        assert_eq!((nb.outcome, nb.next_attempt_at), (Some(BranchOutcome::Closed), None));
-                        assert_eq!(nb.attempts, b.attempts);
-                    } else {
-                        assert_eq!(
-                            branch_view(nb),
-                            branch_view(b),
-                            "sibling {} changed by {input:?}",
-                            b.step
-                        );
-                    }
-                }
-            }
-        }
-        // 1: a mark never counts an attempt, and clears only its branch.
-        Input::AttemptOpened { step, .. } => {
-            let r = r.unwrap();
-            for (b, nb) in r.branches.iter().zip(&to.branches) {
-                assert_eq!(b.attempts, nb.attempts);
-                if b.step != *step {
-                    assert_eq!(branch_view(b), branch_view(nb));
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-impl Walk {
-    /// An input for `step` of generation `g`: its outcome by `kind`, naming by `attempt` one of
-    /// the attempts published for the step (0: none).
-    fn input(&mut self, g: u32, step: u32, kind: u8, attempt: u8) {
-        self.ids += 1;
-        let id = format!("in-{}", self.ids);
-        let named = self.published.get(&(g, step)).map(|s| s.iter().copied().collect::<Vec<_>>());
-        let attempt = match (attempt, named) {
-            (0, _) | (_, None) => None,
-            (k, Some(v)) => v.get((k as usize - 1) % v.len()).copied(),
-        };
-        let data = match step {
-            0 => json!({"decision": "ok"}),
-            1 => json!({"fraud_score": 1}),
-            2 => json!({"address_ok": true}),
-            _ => json!({"payment_ref": "p"}),
-        };
-        let outcome = match kind {
-            0 => StepOutcome::Succeeded,
-            1..=5 => StepOutcome::Failed { error: "E".into(), cause: "c".into(), retryable: kind != 5 },
-            _ => StepOutcome::InProgress,
-        };
-        let input = with_attempt(callback(&id, step, outcome, data), attempt);
-        self.sent.push(input.clone());
-        self.submit(&input);
-    }
-
-    fn step(&mut self, a: &Act) {
-        let Some(r) = self.r.clone() else { return };
-        let g = r.generation;
-        match a {
-            Act::Ready(step) => {
-                let input = Input::StepReady {
-                    generation: g,
-                    step: *step,
-                    token: token(&format!("g{g}-s{step}")),
-                    deadline: self.now + Duration::hours(1),
-                };
-                self.submit(&input);
-            }
-            Act::Input { step, kind, attempt } => self.input(g, *step, *kind, *attempt),
-            Act::Tick => self.submit(&Input::Tick),
-            Act::Mark(i) if !self.marks.is_empty() => {
-                let m = self.marks[*i as usize % self.marks.len()].clone();
-                self.submit(&m);
-            }
-            Act::Redeliver(i) if !self.sent.is_empty() => {
-                let m = self.sent[*i as usize % self.sent.len()].clone();
-                self.submit(&m);
-            }
-            Act::Mark(_) | Act::Redeliver(_) => {}
-            Act::Ended(k) => {
-                let error = [Some("States.Timeout".to_string()), Some("States.TaskFailed".into()), None]
-                    [*k as usize]
-                    .clone();
-                self.submit(&Input::BranchEnded { generation: g, step: 2, error });
-            }
-            Act::Finish(k) => {
-                let finish = match k {
-                    0 => Finish::Succeeded,
-                    1 => Finish::Failed { error: "E".into(), cause: "c".into() },
-                    _ => Finish::TimedOut,
-                };
-                self.submit(&Input::Finished { generation: g, finish });
-            }
-            Act::Cancel => self.submit(&Input::Cancel { reason: "x".into() }),
-            Act::Restart => {
-                self.starts += 1;
-                self.submit(&Input::Start { event: eid(&format!("evt-{}", self.starts)) });
-            }
-            Act::Wait(i) => self.now += Duration::seconds(WAITS[*i as usize]),
-            Act::Resumed(step, delivered) => {
-                self.submit(&Input::Resumed { generation: g, step: *step, delivered: *delivered })
-            }
-            Act::Reach => {
-                self.step(&Act::Ready(0));
-                self.step(&Act::Input { step: 0, kind: 0, attempt: 0 });
-                self.step(&Act::Ready(1));
-            }
-        }
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
-
-    #[test]
-    fn held_random_orderings_keep_the_branch_retry_invariants(
-        group_last in any::<bool>(),
-        optional in 0usize..3,
-        attempts in 2u32..=3,
-        actions in prop::collection::vec(act(), 1..80),
-    ) {
-        let p = Plan { optional: [vec![], vec![2], vec![1, 2]][optional].clone(), ..grouped(attempts, group_last) };
-        let mut w = Walk {
-            r: Some(started(&p)),
-            p,
-            now: T0,
-            published: BTreeMap::new(),
-            marks: Vec::new(),
-            inbox: Vec::new(),
-            sent: Vec::new(),
-            ids: 0,
-            starts: 1,
-        };
-        w.step(&Act::Reach);
-        for a in &actions {
-            w.step(a);
-        }
-    }
 }

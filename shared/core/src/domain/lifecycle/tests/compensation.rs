@@ -5,13 +5,29 @@ use super::retry::at;
 use super::*;
 
 pub(super) fn saga() -> Plan {
-    Plan {
-        compensations: vec![
-            StepCompensation { step: 0, attempts: 3 },
-            StepCompensation { step: 1, attempts: 3 },
-        ],
-        ..plan(&[&["hold"], &["payment_ref"], &["sent"], &["tracking"]])
+    let mut p = plan(&[&["hold"], &["payment_ref"], &["sent"], &["tracking"]]);
+    for step in [0, 1] {
+        p.steps[step].compensate = Some(3);
     }
+    p
+}
+
+/// How a compensation ended, in its own words (an acknowledged one succeeded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum UndoOutcome {
+    Acknowledged,
+    Failed,
+    TimedOut,
+    Skipped,
+}
+
+pub(super) fn undo_outcome(u: &Undo) -> Option<UndoOutcome> {
+    u.wait.outcome().map(|o| match o {
+        WaitOutcome::Succeeded => UndoOutcome::Acknowledged,
+        WaitOutcome::Failed => UndoOutcome::Failed,
+        WaitOutcome::Skipped => UndoOutcome::Skipped,
+        WaitOutcome::TimedOut | WaitOutcome::Closed => UndoOutcome::TimedOut,
+    })
 }
 
 pub(super) fn done(p: &Plan, r: &Record, step: u32, data: serde_json::Value) -> Record {
@@ -57,7 +73,7 @@ pub(super) fn reached(p: &Plan, r: &Record, step: u32, error: &str) -> Record {
 
 /// The task of `attempt` of the compensation of `step` marked out.
 pub(super) fn opened(p: &Plan, r: &Record, step: u32, attempt: u32) -> Record {
-    after(&run(p, Some(r), &Input::AttemptOpened { generation: 1, step, attempt }))
+    after(&run(p, Some(r), &Input::AttemptOpened { wait: uid(1, step), attempt }))
 }
 
 pub(super) fn ack(id: &str, step: u32, outcome: StepOutcome, attempt: Option<u32>) -> Input {
@@ -94,7 +110,15 @@ pub(super) fn ended(error: &str) -> Input {
 }
 
 pub(super) fn outcomes(r: &Record) -> Vec<(u32, Option<UndoOutcome>)> {
-    r.compensation.as_ref().map(|c| c.undos.iter().map(|u| (u.step, u.outcome)).collect()).unwrap_or_default()
+    r.compensation
+        .as_ref()
+        .map(|c| c.undos.iter().map(|u| (u.step(), undo_outcome(u))).collect())
+        .unwrap_or_default()
+}
+
+/// The task of `attempt` of `step`'s compensation: published, then marked out.
+pub(super) fn undo_task(step: u32, attempt: u32) -> Effect {
+    Effect::OpenAttempt { wait: uid(1, step), attempt, beat: None }
 }
 
 #[test]
@@ -103,20 +127,14 @@ fn a_failure_after_completed_steps_undoes_them_in_reverse_and_ends_compensated()
     let r = shipping_failed(&p);
     // The plan, before anything runs: last position first; notify is listed as skipped.
     let planned = compensation_plan(&p, &r);
-    let listed: Vec<(u32, Option<SkipReason>)> = planned.iter().map(|u| (u.step, u.skip)).collect();
+    let listed: Vec<(u32, Option<SkipReason>)> = planned.iter().map(|u| (u.step(), u.skip)).collect();
     assert_eq!(listed, [(2, Some(SkipReason::NotDeclared)), (1, None), (0, None)]);
 
     // The chain reaches payment's compensation first: compensation begins, in one write.
     let d = run(&p, Some(&r), &undo_ready(1, "NoCarrier"));
     assert_eq!(d.transition(), Some((Some(State::Advancing { step: 3 }), State::Compensating)));
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::Compensate));
-    assert_eq!(
-        d.effects,
-        [
-            Effect::CreateUndoTask { generation: 1, step: 1, attempt: 1 },
-            Effect::MarkAttemptOpened { generation: 1, step: 1, attempt: 1 }
-        ]
-    );
+    assert_eq!(d.effects, [undo_task(1, 1)]);
     let r = after(&d);
     // Until its task is marked out, nothing answers it.
     let unmarked = run(&p, Some(&r), &ack("ack-unmarked", 1, StepOutcome::Succeeded, Some(1)));
@@ -127,7 +145,7 @@ fn a_failure_after_completed_steps_undoes_them_in_reverse_and_ends_compensated()
     assert_eq!(outcomes(&r), [(2, Some(UndoOutcome::Skipped)), (1, None), (0, None)]);
     // The forward step is left: nothing owed to it; its token is kept, so that a copy of its
     // step_ready is known.
-    assert_eq!((r.token.as_ref(), r.owed.as_ref()), (Some(&token("t3")), None));
+    assert_eq!((r.token().as_ref(), r.owed().as_ref()), (Some(&token("t3")), None));
 
     // No forward step moves any more; a cancel is refused.
     let late = run(&p, Some(&r), &callback("cb-ship-2", 3, StepOutcome::Succeeded, json!({"tracking": "x"})));
@@ -149,7 +167,10 @@ fn acknowledged_in_turn(p: &Plan, r: &Record) {
 
     let d = run(&p, Some(&r), &ack("ack-pay", 1, StepOutcome::Succeeded, Some(1)));
     assert_eq!(d.outcome, Outcome::Applied);
-    assert!(matches!(&d.effects[..], [Effect::SendTaskSuccess { .. }, Effect::MarkResumed { step: 1, .. }]));
+    assert!(matches!(
+        &d.effects[..],
+        [Effect::Resume { wait: WaitId { step: 1, .. }, resume: Resume::Success { .. }, .. }]
+    ));
     let r = after(&d);
     assert_eq!(
         run(&p, Some(&r), &ack("ack-pay", 1, StepOutcome::Succeeded, Some(1))).outcome,
@@ -157,7 +178,7 @@ fn acknowledged_in_turn(p: &Plan, r: &Record) {
     );
     let other = run(&p, Some(&r), &ack("ack-pay-2", 1, StepOutcome::Succeeded, Some(1)));
     assert_eq!(other.outcome, Outcome::Ignored(IgnoreReason::StepAlreadyAdvanced));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1, delivered: true }));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: uid(1, 1), delivered: true }));
 
     // Reserve: attempt 1 fails, attempt 2 goes out at once and is acknowledged.
     let r = reached(&p, &r, 0, "NoCarrier");
@@ -165,13 +186,7 @@ fn acknowledged_in_turn(p: &Plan, r: &Record) {
     // Attempt 2 is due at once; the sweeper publishes it.
     assert!(d.effects.is_empty(), "{:?}", d.effects);
     let r = after(&d);
-    assert_eq!(
-        run(&p, Some(&r), &Input::Tick).effects,
-        [
-            Effect::CreateUndoTask { generation: 1, step: 0, attempt: 2 },
-            Effect::MarkAttemptOpened { generation: 1, step: 0, attempt: 2 }
-        ]
-    );
+    assert_eq!(run(&p, Some(&r), &Input::Tick).effects, [undo_task(0, 2)]);
     let r = opened(&p, &r, 0, 2);
     let stale = run(&p, Some(&r), &ack("ack-res-late", 0, StepOutcome::Succeeded, Some(1)));
     assert_eq!(stale.outcome, Outcome::Ignored(IgnoreReason::EarlierAttempt));
@@ -198,13 +213,7 @@ fn acknowledged_in_turn(p: &Plan, r: &Record) {
 
 #[test]
 fn a_compensation_that_fails_every_attempt_ends_compensation_failed_and_the_chain_goes_on() {
-    let p = Plan {
-        compensations: vec![
-            StepCompensation { step: 0, attempts: 3 },
-            StepCompensation { step: 1, attempts: 2 },
-        ],
-        ..saga()
-    };
+    let p = with_compensation(saga(), &[(0, 3), (1, 2)]);
     let r = reached(&p, &shipping_failed(&p), 1, "NoCarrier");
     let r = after(&run(&p, Some(&r), &ack("a1", 1, refused("BankDown"), Some(1))));
     // Attempt 2 named before its task went out: nothing to answer yet (the attempt is not used).
@@ -214,7 +223,7 @@ fn a_compensation_that_fails_every_attempt_ends_compensation_failed_and_the_chai
     let d = run(&p, Some(&r), &ack("a2", 1, refused("BankDown"), Some(2)));
     // The last attempt failed: the wait is resumed all the same, so the chain goes on.
     assert!(
-        matches!(&d.effects[..], [Effect::SendTaskSuccess { .. }, Effect::MarkResumed { .. }]),
+        matches!(&d.effects[..], [Effect::Resume { resume: Resume::Success { .. }, .. }]),
         "{:?}",
         d.effects
     );
@@ -224,9 +233,9 @@ fn a_compensation_that_fails_every_attempt_ends_compensation_failed_and_the_chai
     let r = after(&run(&p, Some(&r), &ended("NoCarrier")));
     assert_eq!(r.state, State::CompensationFailed);
     let c = r.compensation.as_ref().unwrap();
-    let undone: Vec<u32> = c.undone().map(|u| u.step).collect();
+    let undone: Vec<u32> = c.undone().map(|u| u.step()).collect();
     assert_eq!(undone, [1], "payment stays undone; reserve was undone");
-    assert_eq!(c.undos[1].attempts.len(), 2);
+    assert_eq!(c.undos[1].wait.failed.len(), 2);
 }
 
 #[test]
@@ -249,7 +258,10 @@ fn with_nothing_completed_to_undo_the_run_ends_as_it_failed_or_timed_out() {
     // Reserve's deadline passed: it never completed; its wait is answered skipped at once.
     let r = ready(&p, &started(&p), 0, "t0");
     let d = run(&p, Some(&r), &undo_ready(0, "States.Timeout"));
-    assert!(matches!(&d.effects[..], [Effect::SendTaskSuccess { .. }, Effect::MarkResumed { step: 0, .. }]));
+    assert!(matches!(
+        &d.effects[..],
+        [Effect::Resume { wait: WaitId { step: 0, .. }, resume: Resume::Success { .. }, .. }]
+    ));
     let r = after(&d);
     assert_eq!(r.compensation.as_ref().map(|c| c.trigger.clone()), Some(Trigger::TimedOut));
     assert_eq!(outcomes(&r), [(0, Some(UndoOutcome::Skipped))]);
@@ -273,14 +285,7 @@ fn cancel_with_compensate_fails_the_parked_token_into_the_chain_and_a_second_can
     let r = shipping(&p);
     let d = run(&p, Some(&r), &Input::CancelCompensate { reason: "customer withdrew".into() });
     assert_eq!(d.transition(), Some((Some(State::Waiting { step: 3 }), State::Compensating)));
-    assert_eq!(
-        d.effects,
-        [Effect::SendTaskFailure {
-            token: token("t3"),
-            error: CANCELLED_ERROR.into(),
-            cause: "customer withdrew".into()
-        }]
-    );
+    assert_eq!(d.effects, [Effect::fail(&token("t3"), CANCELLED_ERROR, "customer withdrew")]);
     let r = after(&d);
     assert_eq!(r.compensation.as_ref().map(|c| c.trigger.as_str()), Some("cancelled"));
     let again = run(&p, Some(&r), &Input::CancelCompensate { reason: "again".into() });
@@ -298,14 +303,10 @@ fn cancel_with_compensate_fails_the_parked_token_into_the_chain_and_a_second_can
 #[test]
 fn in_a_failed_group_only_the_branches_that_completed_are_undone_side_by_side() {
     // review (0), the group of fraud (1) and credit (2), both with `compensate`, then payment (3).
-    let p = Plan {
-        groups: vec![Span { first: 1, last: 2 }],
-        compensations: vec![
-            StepCompensation { step: 1, attempts: 3 },
-            StepCompensation { step: 2, attempts: 3 },
-        ],
-        ..plan(&[&["decision"], &["fraud_score"], &["credit_ok"], &["payment_ref"]])
-    };
+    let p = with_compensation(
+        with_group(plan(&[&["decision"], &["fraud_score"], &["credit_ok"], &["payment_ref"]]), (1, 2), &[]),
+        &[(1, 3), (2, 3)],
+    );
     let r = done(&p, &started(&p), 0, json!({"decision": "ok"}));
     let r = ready(&p, &r, 1, "t1");
     let r = ready(&p, &r, 2, "t2");
@@ -316,7 +317,7 @@ fn in_a_failed_group_only_the_branches_that_completed_are_undone_side_by_side() 
     ));
     let r = after(&run(&p, Some(&r), &callback("cb-credit", 2, refused("NoCredit"), json!({}))));
     let listed: Vec<(u32, Option<SkipReason>)> =
-        compensation_plan(&p, &r).iter().map(|u| (u.step, u.skip)).collect();
+        compensation_plan(&p, &r).iter().map(|u| (u.step(), u.skip)).collect();
     assert_eq!(listed, [(1, None), (2, Some(SkipReason::NotCompleted)), (0, Some(SkipReason::NotDeclared))]);
     // Both waits of the group's compensation arrive, in either order; credit's is skipped.
     let r = after(&run(&p, Some(&r), &undo_ready(2, "NoCredit")));
@@ -334,20 +335,17 @@ fn the_sweeper_re_sends_an_owed_resume_and_republishes_an_attempt_that_did_not_g
     // The next attempt is due at once: the sweeper lists it on time, and publishes its task.
     assert_eq!(r.due_at(), r.updated_at - crate::limits::RESEND_RESUME_AFTER);
     let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::minutes(1));
-    assert_eq!(
-        d.effects,
-        [
-            Effect::CreateUndoTask { generation: 1, step: 1, attempt: 2 },
-            Effect::MarkAttemptOpened { generation: 1, step: 1, attempt: 2 }
-        ]
-    );
+    assert_eq!(d.effects, [undo_task(1, 2)]);
     let r = opened(&p, &r, 1, 2);
     assert_eq!(r.due_at(), T0 + Duration::days(3), "then it is due at its wait's deadline");
     let r = after(&run(&p, Some(&r), &ack("a2", 1, StepOutcome::Succeeded, Some(2))));
     // Acknowledged, its resume not marked delivered: re-sent after the grace only.
     assert!(run(&p, Some(&r), &Input::Tick).effects.is_empty());
     let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::minutes(5));
-    assert!(matches!(&d.effects[..], [Effect::SendTaskSuccess { .. }, Effect::MarkResumed { step: 1, .. }]));
+    assert!(matches!(
+        &d.effects[..],
+        [Effect::Resume { wait: WaitId { step: 1, .. }, resume: Resume::Success { .. }, .. }]
+    ));
 }
 
 #[test]
@@ -367,7 +365,7 @@ fn a_redelivered_step_ready_of_a_step_the_run_reached_is_not_failed_while_compen
     let later = Input::StepReady { generation: 1, step: 2, token: token("t2"), deadline: T0 };
     let d = run(&p, Some(&at_payment), &later);
     assert!(
-        matches!(&d.effects[..], [Effect::Ledger { .. }, Effect::SendTaskFailure { error, .. }] if error == COMPENSATING_ERROR),
+        matches!(&d.effects[..], [Effect::Ledger { .. }, Effect::Answer { resume: Resume::Failure { error, .. }, .. }] if error == COMPENSATING_ERROR),
         "{:?}",
         d.effects
     );

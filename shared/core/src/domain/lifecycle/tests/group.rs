@@ -4,11 +4,11 @@
 use super::*;
 
 fn grouped() -> Plan {
-    Plan {
-        groups: vec![Span { first: 1, last: 3 }],
-        optional: vec![3],
-        ..plan(&[&["decision"], &["fraud_score"], &["credit_ok"], &["address_ok"], &["payment_ref"]])
-    }
+    with_group(
+        plan(&[&["decision"], &["fraud_score"], &["credit_ok"], &["address_ok"], &["payment_ref"]]),
+        (1, 3),
+        &[3],
+    )
 }
 
 fn input(id: &str, step: u32, data: serde_json::Value) -> Input {
@@ -33,8 +33,8 @@ fn at_group(p: &Plan) -> Record {
     ready(p, &r, 3, "t3")
 }
 
-fn outcome(r: &Record, step: u32) -> Option<BranchOutcome> {
-    r.branches.iter().find(|b| b.step == step).and_then(|b| b.outcome)
+fn outcome(r: &Record, step: u32) -> Option<WaitOutcome> {
+    r.waits.iter().find(|b| b.step == step).and_then(|b| b.outcome())
 }
 
 #[test]
@@ -44,16 +44,10 @@ fn the_first_branch_reached_opens_the_group_and_each_other_joins_it_once() {
     let r = after(&run(&p, Some(&r), &input("cb-review", 0, json!({"decision": "ok"}))));
     let d = run(&p, Some(&r), &Input::StepReady { generation: 1, step: 2, token: token("t2"), deadline: T0 });
     assert_eq!(d.transition(), Some((Some(State::Advancing { step: 0 }), State::Waiting { step: 1 })));
-    assert_eq!(
-        d.effects,
-        [
-            Effect::CreateTask { generation: 1, step: 2, attempt: 1 },
-            Effect::DrainInbox { generation: 1, step: 2 }
-        ]
-    );
+    assert_eq!(d.effects, [create(wid(1, 2), 1), Effect::DrainInbox { generation: 1, step: 2 }]);
     let r = after(&d);
     assert_eq!(
-        r.branches.iter().map(|b| (b.step, b.token.is_some())).collect::<Vec<_>>(),
+        r.waits.iter().map(|b| (b.step, b.token.is_some())).collect::<Vec<_>>(),
         [(1, false), (2, true), (3, false)]
     );
     let d = run(&p, Some(&r), &Input::StepReady { generation: 1, step: 1, token: token("t1"), deadline: T0 });
@@ -75,29 +69,29 @@ fn the_group_advances_once_every_branch_has_an_outcome_and_the_next_step_follows
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::BranchDone));
     assert_eq!(
         d.effects,
-        [
-            Effect::SendTaskSuccess { token: token("t1"), output: json!({"fraud_score": 3}) },
-            Effect::MarkResumed { generation: 1, step: 1 }
-        ]
+        [Effect::Resume {
+            wait: wid(1, 1),
+            token: token("t1"),
+            resume: Resume::Success { output: json!({"fraud_score": 3}) },
+            mark: Mark::Always
+        },]
     );
     let r = after(&d);
     assert_eq!(r.state, State::Waiting { step: 1 });
     // A branch's input moves no sibling.
     assert_eq!((outcome(&r, 2), outcome(&r, 3)), (None, None));
-    assert!(r.branches.iter().filter(|b| b.step != 1).all(|b| b.inputs.is_empty()));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1, delivered: true }));
-    assert!(r.branches[0].owed.is_none());
+    assert!(r.waits.iter().filter(|b| b.step != 1).all(|b| b.inputs.is_empty()));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 1), delivered: true }));
+    assert!(r.waits[0].owed().is_none());
     let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
     let d = run(&p, Some(&r), &input("cb-address", 3, json!({"address_ok": true})));
     assert_eq!(d.transition(), Some((Some(State::Waiting { step: 1 }), State::Advancing { step: 1 })));
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::Complete));
-    // The group is decided: the last resume needs no delivery mark.
-    assert_eq!(
-        d.effects,
-        [Effect::SendTaskSuccess { token: token("t3"), output: json!({"address_ok": true}) }]
-    );
+    // The group is decided: the last resume is marked only should it find its token gone (a
+    // delivered one is followed by the next step's report).
+    assert_eq!(d.effects, [resume_ok(wid(1, 3), "t3", json!({"address_ok": true}), Mark::IfGone)]);
     let r = ready(&p, &after(&d), 4, "t4");
-    assert_eq!((r.state, r.branches.len()), (State::Waiting { step: 4 }, 0));
+    assert_eq!((r.state, r.branches().count()), (State::Waiting { step: 4 }, 0));
     let r = after(&run(&p, Some(&r), &input("cb-pay", 4, json!({"payment_ref": "p"}))));
     let end = after(&run(&p, Some(&r), &Input::Finished { generation: 1, finish: Finish::Succeeded }));
     assert_eq!(end.state, State::Succeeded);
@@ -110,15 +104,12 @@ fn a_required_branch_that_fails_closes_its_siblings_and_their_late_inputs_are_ig
     let r = after(&run(&p, Some(&r), &input("cb-address", 3, json!({"address_ok": true}))));
     let d = run(&p, Some(&r), &failed("cb-fraud", 1));
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::FailStep));
-    assert_eq!(
-        d.effects,
-        [Effect::SendTaskFailure { token: token("t1"), error: "no".into(), cause: "said no".into() }]
-    );
+    assert_eq!(d.effects, [resume_failed(wid(1, 1), "t1", ("no", "said no"), Mark::IfGone)]);
     let r = after(&d);
     assert_eq!(r.state, State::Advancing { step: 1 });
     assert_eq!(
         (outcome(&r, 1), outcome(&r, 2), outcome(&r, 3)),
-        (Some(BranchOutcome::Failed), Some(BranchOutcome::Closed), Some(BranchOutcome::Succeeded))
+        (Some(WaitOutcome::Failed), Some(WaitOutcome::Closed), Some(WaitOutcome::Succeeded))
     );
     let late = run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true})));
     assert_eq!(late.outcome, Outcome::Ignored(IgnoreReason::GroupFailed));
@@ -142,7 +133,7 @@ fn an_optional_branch_that_times_out_never_blocks_the_group_and_the_workflow_end
     let r = after(&d);
     assert_eq!(
         (outcome(&r, 3), r.missed.clone(), r.state),
-        (Some(BranchOutcome::TimedOut), vec![3], State::Waiting { step: 1 })
+        (Some(WaitOutcome::TimedOut), vec![3], State::Waiting { step: 1 })
     );
     assert_eq!(run(&p, Some(&r), &ended).outcome, Outcome::Duplicate);
     let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
@@ -162,7 +153,7 @@ fn an_optional_branch_that_fails_by_callback_is_missed_and_the_group_goes_on() {
     let r = after(&d);
     assert_eq!(
         (outcome(&r, 3), r.missed.clone(), outcome(&r, 1)),
-        (Some(BranchOutcome::Failed), vec![3], None)
+        (Some(WaitOutcome::Failed), vec![3], None)
     );
     // Its own catch reports the failure baton sent: nothing new.
     let report = Input::BranchEnded { generation: 1, step: 3, error: Some("no".into()) };
@@ -196,26 +187,28 @@ fn the_sweeper_resends_only_what_is_still_owed_and_a_cancel_fails_every_open_bra
     };
     assert_eq!(
         later(&r, &Input::Tick).effects,
-        [
-            Effect::SendTaskSuccess { token: token("t1"), output: json!({"fraud_score": 3}) },
-            Effect::MarkResumed { generation: 1, step: 1 }
-        ]
+        [Effect::Resume {
+            wait: wid(1, 1),
+            token: token("t1"),
+            resume: Resume::Success { output: json!({"fraud_score": 3}) },
+            mark: Mark::Always
+        },]
     );
-    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1, delivered: true }));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 1), delivered: true }));
     assert_eq!(later(&r, &Input::Tick).outcome, Outcome::Ignored(IgnoreReason::NothingOwed));
     let d = run(&p, Some(&r), &Input::Cancel { reason: "ops".into() });
     let failed_tokens: Vec<&str> = d
         .effects
         .iter()
         .filter_map(|e| match e {
-            Effect::SendTaskFailure { token, .. } => Some(token.expose()),
+            Effect::Answer { token, resume: Resume::Failure { .. } } => Some(token.expose()),
             _ => None,
         })
         .collect();
     assert_eq!(failed_tokens, ["t2", "t3"]);
     assert_eq!(
         (outcome(&after(&d), 2), outcome(&after(&d), 1)),
-        (Some(BranchOutcome::Closed), Some(BranchOutcome::Succeeded))
+        (Some(WaitOutcome::Closed), Some(WaitOutcome::Succeeded))
     );
 }
 
@@ -224,13 +217,13 @@ fn a_required_branch_that_times_out_is_named_and_the_rest_are_closed() {
     let p = grouped();
     let r = at_group(&p);
     let mut r = r;
-    r.branches[0].deadline = Some(T0 - Duration::minutes(1));
-    r.branches[1].deadline = Some(T0 + Duration::days(1));
+    r.waits[0].deadline = Some(T0 - Duration::minutes(1));
+    r.waits[1].deadline = Some(T0 + Duration::days(1));
     let end = after(&run(&p, Some(&r), &Input::Finished { generation: 1, finish: Finish::TimedOut }));
     assert_eq!(end.state, State::TimedOut);
     assert_eq!(
         (outcome(&end, 1), outcome(&end, 2)),
-        (Some(BranchOutcome::TimedOut), Some(BranchOutcome::Closed))
+        (Some(WaitOutcome::TimedOut), Some(WaitOutcome::Closed))
     );
 }
 
@@ -243,12 +236,12 @@ fn a_success_refused_before_its_deadline_then_the_groups_timeout_ends_the_branch
     let p = grouped();
     let r = at_group(&p);
     let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1, delivered: false }));
-    assert_eq!(outcome(&r, 1), Some(BranchOutcome::Succeeded));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 1), delivered: false }));
+    assert_eq!(outcome(&r, 1), Some(WaitOutcome::Succeeded));
     let timed_out = Input::Finished { generation: 1, finish: Finish::TimedOut };
     let r = after(&run(&p, Some(&r), &timed_out));
     assert_eq!(r.state, State::TimedOut);
-    assert_eq!(outcome(&r, 1), Some(BranchOutcome::TimedOut));
+    assert_eq!(outcome(&r, 1), Some(WaitOutcome::TimedOut));
     assert!(crate::domain::lifecycle::group_failed(&p, &r));
 }
 
@@ -260,15 +253,15 @@ fn a_last_success_still_owed_when_the_group_times_out_ends_the_branch_timed_out(
     let p = grouped();
     let r = at_group(&p);
     let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 2, delivered: true }));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 2), delivered: true }));
     let r = after(&run(&p, Some(&r), &failed("cb-address", 3)));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 3, delivered: true }));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 3), delivered: true }));
     let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
     assert_eq!(r.state, State::Advancing { step: 1 });
     let timed_out = Input::Finished { generation: 1, finish: Finish::TimedOut };
     let ended = after(&run(&p, Some(&r), &timed_out));
-    assert_eq!(outcome(&ended, 1), Some(BranchOutcome::TimedOut));
-    assert_eq!(outcome(&ended, 2), Some(BranchOutcome::Succeeded), "its success was delivered");
+    assert_eq!(outcome(&ended, 1), Some(WaitOutcome::TimedOut));
+    assert_eq!(outcome(&ended, 2), Some(WaitOutcome::Succeeded), "its success was delivered");
 
     let gone =
         Input::ExecutionGone { generation: 1, status: "FAILED".into(), error: Some("States.Timeout".into()) };
@@ -281,7 +274,7 @@ fn a_last_success_still_owed_when_the_group_times_out_ends_the_branch_timed_out(
     };
     let ended = after(&run(&p, Some(&stranded), &end));
     assert_eq!(ended.state, State::TimedOut);
-    assert_eq!(outcome(&ended, 1), Some(BranchOutcome::TimedOut));
+    assert_eq!(outcome(&ended, 1), Some(WaitOutcome::TimedOut));
 }
 
 /// `baton end` of a run whose execution succeeded while an optional branch's success was never
@@ -292,9 +285,9 @@ fn an_end_after_success_with_an_optional_success_unconfirmed_is_degraded() {
     let p = grouped();
     let r = at_group(&p);
     let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 1, delivered: true }));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 1), delivered: true }));
     let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { generation: 1, step: 2, delivered: true }));
+    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 2), delivered: true }));
     let r = after(&run(&p, Some(&r), &input("cb-address", 3, json!({"address_ok": true}))));
     assert_eq!(r.state, State::Advancing { step: 1 });
     let gone = Input::ExecutionGone { generation: 1, status: "SUCCEEDED".into(), error: None };

@@ -10,20 +10,16 @@
 use super::*;
 
 fn grouped() -> Plan {
-    Plan {
-        groups: vec![Span { first: 1, last: 3 }],
-        optional: vec![3],
-        ..plan(&[&["decision"], &["fraud_score"], &["credit_ok"], &["address_ok"], &["payment_ref"]])
-    }
+    with_group(
+        plan(&[&["decision"], &["fraud_score"], &["credit_ok"], &["address_ok"], &["payment_ref"]]),
+        (1, 3),
+        &[3],
+    )
 }
 
 /// The group is the last position.
 fn grouped_last() -> Plan {
-    Plan {
-        groups: vec![Span { first: 1, last: 3 }],
-        optional: vec![3],
-        ..plan(&[&["decision"], &["fraud_score"], &["credit_ok"], &["address_ok"]])
-    }
+    with_group(plan(&[&["decision"], &["fraud_score"], &["credit_ok"], &["address_ok"]]), (1, 3), &[3])
 }
 
 fn ok(id: &str, step: u32) -> Input {
@@ -59,11 +55,11 @@ fn finished() -> Input {
 
 /// fraud (1) required, credit (2) and address (3) optional, the group last.
 fn two_optional_last() -> Plan {
-    Plan { optional: vec![2, 3], ..grouped_last() }
+    with_optional(grouped_last(), &[2, 3])
 }
 
-fn outcome(r: &Record, step: u32) -> Option<BranchOutcome> {
-    r.branches.iter().find(|b| b.step == step).and_then(|b| b.outcome)
+fn outcome(r: &Record, step: u32) -> Option<WaitOutcome> {
+    r.waits.iter().find(|b| b.step == step).and_then(|b| b.outcome())
 }
 
 /// A small engine around `decide`: it keeps the record, carries out the inbox (`Buffer` and
@@ -189,7 +185,7 @@ fn an_optional_branch_timeout_read_before_its_step_ready_still_ends_the_branch()
         s.all(&[ok("cb-fraud", 1), ok("cb-credit", 2)]);
         assert_eq!(
             (s.r().state, outcome(s.r(), 3), s.r().missed.clone()),
-            (State::Advancing { step: 1 }, Some(BranchOutcome::TimedOut), vec![3]),
+            (State::Advancing { step: 1 }, Some(WaitOutcome::TimedOut), vec![3]),
             "report read {} the group opened: the optional branch was left open",
             if opened_first { "after" } else { "before" }
         );
@@ -212,7 +208,7 @@ fn the_next_steps_step_ready_read_before_an_optional_branchs_report_is_not_lost(
     s.apply(&step_ready(4, "t4"));
     s.apply(&ended(3, "States.Timeout"));
     assert_eq!(
-        (s.r().state, s.r().token.clone(), s.r().missed.clone()),
+        (s.r().state, s.r().token(), s.r().missed.clone()),
         (State::Waiting { step: 4 }, Some(token("t4")), vec![3]),
         "payment's step_ready was dropped: the workflow is stuck after the group"
     );
@@ -227,25 +223,21 @@ fn the_next_steps_step_ready_read_before_an_optional_branchs_report_is_not_lost(
 /// optional branch's timeout has failed the run.
 #[test]
 fn a_group_after_a_group_is_not_failed_by_the_first_groups_late_optional_report() {
-    let p = Plan {
-        groups: vec![Span { first: 1, last: 2 }, Span { first: 3, last: 4 }],
-        optional: vec![2],
-        ..plan(&[
-            &["decision"],
-            &["fraud_score"],
-            &["address_ok"],
-            &["credit_ok"],
-            &["limits_ok"],
-            &["payment_ref"],
-        ])
-    };
+    let p = plan(&[
+        &["decision"],
+        &["fraud_score"],
+        &["address_ok"],
+        &["credit_ok"],
+        &["limits_ok"],
+        &["payment_ref"],
+    ]);
+    let p = with_group(with_group(p, (1, 2), &[2]), (3, 4), &[]);
     let mut s = Sim::before_group(p);
     s.all(&[step_ready(1, "t1"), step_ready(2, "t2")]);
     s.apply(&callback("cb-fraud", 1, StepOutcome::Succeeded, json!({"fraud_score": 3})));
     // Step Functions: branch 2 timed out (its Catch sent branch_ended), A completed, B began.
     let d = s.apply(&step_ready(3, "t3"));
-    let failed: Vec<&Effect> =
-        d.effects.iter().filter(|e| matches!(e, Effect::SendTaskFailure { .. })).collect();
+    let failed: Vec<&Effect> = d.effects.iter().filter(|e| fails(std::slice::from_ref(e), "t3")).collect();
     assert!(failed.is_empty(), "a live required branch of the next group failed by baton: {failed:?}");
     s.apply(&ended(2, "States.Timeout"));
     s.apply(&step_ready(4, "t4"));
@@ -288,9 +280,13 @@ fn an_optional_branch_that_timed_out_after_its_success_found_the_token_gone_make
     let mut s = Sim::before_group(grouped());
     s.all(&[step_ready(1, "t1"), step_ready(2, "t2"), step_ready(3, "t3")]);
     let d = s.apply(&ok("cb-address", 3));
-    assert!(d.effects.contains(&Effect::MarkResumed { generation: 1, step: 3 }));
+    assert!(
+        d.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Resume { wait, mark: Mark::Always, .. } if *wait == wid(1, 3)))
+    );
     // SendTaskSuccess answered TaskTimedOut (token gone): the engine marks it, not delivered.
-    s.apply(&Input::Resumed { generation: 1, step: 3, delivered: false });
+    s.apply(&Input::Resumed { wait: wid(1, 3), delivered: false });
     s.apply(&ended(3, "States.Timeout"));
     assert_eq!(s.r().missed, vec![3], "the timeout report of the optional branch was taken for a duplicate");
     s.all(&[ok("cb-fraud", 1), ok("cb-credit", 2), step_ready(4, "t4"), ok("cb-pay", 4)]);
@@ -375,7 +371,7 @@ fn the_end_waits_for_two_optional_reports_read_in_any_order_and_twice() {
         let mut s = Sim::before_group(two_optional_last());
         s.all(&[step_ready(1, "t1"), step_ready(2, "t2"), step_ready(3, "t3")]);
         s.all(&[ok("cb-1", 1), ok("cb-2", 2), ok("cb-3", 3)]);
-        s.apply(&Input::Resumed { generation: 1, step: 3, delivered: false });
+        s.apply(&Input::Resumed { wait: wid(1, 3), delivered: false });
         s.apply(&finished());
         assert_eq!(s.r().state, State::Advancing { step: 1 });
         let reports = [confirmed(2), ended(3, "States.Timeout")];
@@ -386,7 +382,7 @@ fn the_end_waits_for_two_optional_reports_read_in_any_order_and_twice() {
             s.apply(r);
         }
         assert_eq!(s.r().state, State::Degraded, "{:#?}", s.log);
-        assert_eq!(outcome(s.r(), 2), Some(BranchOutcome::Succeeded));
+        assert_eq!(outcome(s.r(), 2), Some(WaitOutcome::Succeeded));
     }
 }
 
@@ -440,9 +436,14 @@ fn an_open_optional_branch_at_the_end_needs_no_report_and_a_failed_group_takes_n
         StepOutcome::Failed { error: "no".into(), cause: "c".into(), retryable: true },
         json!({}),
     ));
-    let v = s.r().version;
-    s.all(&[confirmed(3), Input::Resumed { generation: 1, step: 3, delivered: true }]);
-    assert_eq!(s.r().version, v, "nothing applied after the group failed");
+    let outcomes =
+        |r: &Record| (r.state, r.missed.clone(), r.waits.iter().map(Wait::outcome).collect::<Vec<_>>());
+    let before = outcomes(s.r());
+    s.all(&[confirmed(3), Input::Resumed { wait: wid(1, 3), delivered: true }]);
+    // The delivery mark of the success owed before the failure is kept (the sweeper sends it no
+    // more); no outcome changes.
+    assert_eq!(outcomes(s.r()), before, "nothing applied after the group failed");
+    assert_eq!(s.r().waits[2].owed(), None);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -501,11 +502,8 @@ fn a_terminal_record_resends_no_branch_resume_on_a_redelivered_callback() {
         s.now = T0 + RESEND_RESUME_AFTER;
         let d = s.apply(&ok("cb-fraud", 1));
         assert_eq!(d.outcome, Outcome::Duplicate);
-        let resumes: Vec<&Effect> = d
-            .effects
-            .iter()
-            .filter(|e| matches!(e, Effect::SendTaskSuccess { .. } | Effect::SendTaskFailure { .. }))
-            .collect();
+        let resumes: Vec<&Effect> =
+            d.effects.iter().filter(|e| matches!(e, Effect::Resume { .. } | Effect::Answer { .. })).collect();
         assert!(resumes.is_empty(), "after {end:?} a duplicate re-sent {resumes:?}");
     }
     // The straight-line control: the same redelivery after the end sends nothing.
@@ -515,532 +513,4 @@ fn a_terminal_record_resends_no_branch_resume_on_a_redelivered_callback() {
     s.apply(&Input::Cancel { reason: "ops".into() });
     s.now = T0 + RESEND_RESUME_AFTER;
     assert_eq!(s.apply(&ok("cb-review", 0)).effects, []);
-}
-
-// ---------------------------------------------------------------------------------------------
-// A property test: random orderings of step_ready / branch_ended / finished, callbacks,
-// redeliveries, delivery marks (late, twice), timeouts, cancels, restarts and ticks, against a
-// model of Step Functions' Parallel state. Safety only (no liveness: the tests above cover the
-// reports that are lost); every decision is checked against invariants 1, 2, 5, 6 and the
-// group's states.
-
-mod model {
-    use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-
-    use proptest::prelude::*;
-
-    use super::*;
-
-    /// Plans whose steps each require `k{i}`: a group in the middle, last, first, and two groups
-    /// back to back.
-    fn plans() -> Vec<Plan> {
-        let steps = |n: usize| -> Vec<Vec<String>> { (0..n).map(|i| vec![format!("k{i}")]).collect() };
-        let p = |n, groups: Vec<Span>, optional: Vec<u32>| Plan {
-            steps: steps(n),
-            groups,
-            optional,
-            on_restart: OnRestart::AfterTerminal,
-            version: Some("v1".into()),
-            retries: Vec::new(),
-            compensations: Vec::new(),
-        };
-        vec![
-            p(5, vec![Span { first: 1, last: 3 }], vec![3]),
-            p(4, vec![Span { first: 1, last: 3 }], vec![3]),
-            p(3, vec![Span { first: 0, last: 1 }], vec![1]),
-            p(6, vec![Span { first: 1, last: 2 }, Span { first: 3, last: 4 }], vec![2, 4]),
-            p(4, vec![Span { first: 1, last: 3 }], vec![2, 3]),
-        ]
-    }
-
-    #[derive(Debug, Clone)]
-    enum Action {
-        Start(u8),
-        Callback {
-            id: u8,
-            step: u8,
-            outcome: u8,
-            full: bool,
-        },
-        /// A callback for one of the steps the live execution parks on (an operator answering
-        /// an open task).
-        Answer {
-            id: u8,
-            n: u8,
-            outcome: u8,
-        },
-        Progress {
-            skip: u8,
-        },
-        RedeliverProgress(u8),
-        RedeliverCallback(u8),
-        /// A resume in flight reaches Step Functions (or finds its token gone); the engine then
-        /// submits its delivery mark, if it owes one.
-        Call {
-            skip: u8,
-        },
-        /// A resume in flight is lost (the engine crashed after the write).
-        LoseCall(u8),
-        /// A delivery mark is submitted again (a retry).
-        RedeliverMark(u8),
-        /// A parked token misses its deadline.
-        Timeout(u8),
-        Cancel,
-        Tick,
-    }
-
-    fn action() -> impl Strategy<Value = Action> {
-        prop_oneof![
-            1 => (0u8..2).prop_map(Action::Start),
-            6 => (0u8..8, 0u8..6, 0u8..6, any::<bool>())
-                .prop_map(|(id, step, outcome, full)| Action::Callback { id, step, outcome, full }),
-            6 => (0u8..8, any::<u8>(), 0u8..5).prop_map(|(id, n, outcome)| Action::Answer { id, n, outcome }),
-            7 => (0u8..4).prop_map(|skip| Action::Progress { skip }),
-            2 => any::<u8>().prop_map(Action::RedeliverProgress),
-            2 => any::<u8>().prop_map(Action::RedeliverCallback),
-            6 => (0u8..3).prop_map(|skip| Action::Call { skip }),
-            1 => any::<u8>().prop_map(Action::LoseCall),
-            1 => any::<u8>().prop_map(Action::RedeliverMark),
-            1 => any::<u8>().prop_map(Action::Timeout),
-            1 => Just(Action::Cancel),
-            1 => Just(Action::Tick),
-        ]
-    }
-
-    #[derive(Debug, Default)]
-    struct Exec {
-        positions: Vec<Span>,
-        pos: usize,
-        /// The tokens parked on, by step.
-        parked: BTreeMap<u32, TaskToken>,
-        /// Branches of the current group that completed, by step: succeeded?
-        done_branches: BTreeMap<u32, bool>,
-        /// Optional branches whose own Catch fired (they did not succeed).
-        caught: BTreeSet<u32>,
-        /// Branches that succeeded.
-        succeeded: BTreeSet<u32>,
-        done: bool,
-    }
-
-    struct World {
-        plan: Plan,
-        record: Option<Record>,
-        now: OffsetDateTime,
-        execs: BTreeMap<u32, Exec>,
-        progress: VecDeque<Input>,
-        delivered_progress: Vec<Input>,
-        callbacks: Vec<Input>,
-        /// Resumes in flight, each with the delivery mark the engine submits after it.
-        calls: VecDeque<(TaskToken, bool, Option<Input>)>,
-        delivered_marks: Vec<Input>,
-        inbox: Vec<(u32, u32, Input)>,
-        first_sent: HashMap<String, OffsetDateTime>,
-    }
-
-    impl World {
-        fn enter(&mut self, generation: u32) {
-            let e = self.execs.get_mut(&generation).expect("an execution");
-            e.done_branches.clear();
-            let Some(span) = e.positions.get(e.pos).copied() else {
-                e.done = true;
-                self.progress.push_back(Input::Finished { generation, finish: Finish::Succeeded });
-                return;
-            };
-            for step in span.first..=span.last {
-                let tok = token(&format!("g{generation}-s{step}"));
-                e.parked.insert(step, tok.clone());
-                self.progress.push_back(Input::StepReady {
-                    generation,
-                    step,
-                    token: tok,
-                    deadline: self.now + Duration::days(1),
-                });
-            }
-        }
-
-        /// A parked branch or step ended: `Some(true)` succeeded, `Some(false)` failed by baton,
-        /// `None` timed out.
-        fn end_parked(&mut self, generation: u32, step: u32, how: Option<bool>) {
-            let optional = self.plan.is_optional(step);
-            let e = self.execs.get_mut(&generation).expect("an execution");
-            e.parked.remove(&step);
-            match how {
-                Some(true) => {
-                    e.done_branches.insert(step, true);
-                    e.succeeded.insert(step);
-                    if optional {
-                        self.progress.push_back(Input::BranchEnded { generation, step, error: None });
-                    }
-                }
-                _ if optional => {
-                    e.done_branches.insert(step, false);
-                    e.caught.insert(step);
-                    let error = if how.is_none() { "States.Timeout" } else { "no" };
-                    self.progress.push_back(Input::BranchEnded {
-                        generation,
-                        step,
-                        error: Some(error.into()),
-                    });
-                }
-                _ => {
-                    e.done = true;
-                    e.parked.clear();
-                    let finish = match how {
-                        None => Finish::TimedOut,
-                        _ => Finish::Failed { error: "no".into(), cause: "c".into() },
-                    };
-                    self.progress.push_back(Input::Finished { generation, finish });
-                    return;
-                }
-            }
-            let span = e.positions[e.pos];
-            if (span.first..=span.last).all(|s| e.done_branches.contains_key(&s)) {
-                e.pos += 1;
-                self.enter(generation);
-            }
-        }
-
-        /// Whether the token was open (the resume was delivered).
-        fn resume(&mut self, tok: &TaskToken, success: bool) -> bool {
-            let found = self.execs.iter().find_map(|(g, e)| {
-                (!e.done).then(|| e.parked.iter().find(|(_, t)| *t == tok).map(|(s, _)| (*g, *s))).flatten()
-            });
-            if let Some((generation, step)) = found {
-                self.end_parked(generation, step, Some(success));
-            }
-            found.is_some()
-        }
-
-        fn check_resend(&mut self, tok: &TaskToken) {
-            match self.first_sent.get(tok.expose()) {
-                None => {
-                    self.first_sent.insert(tok.expose().to_owned(), self.now);
-                }
-                Some(first) => assert!(
-                    self.now - *first >= RESEND_RESUME_AFTER,
-                    "invariant 2: resume for {tok:?} sent again {} after the first",
-                    self.now - *first
-                ),
-            }
-        }
-
-        #[expect(clippy::too_many_lines, reason = "the model's one match over every effect")]
-        fn apply(&mut self, input: &Input) -> Decision {
-            let (w, k) = names();
-            let prior = self.record.clone();
-            let d = decide(&self.plan, (&w, &k), prior.as_ref(), input, self.now);
-            check(&self.plan, prior.as_ref(), input, &d);
-            if let Some(write) = &d.write {
-                self.record = Some(write.to.clone());
-            }
-            let effects = d.effects.clone();
-            for (i, effect) in effects.iter().cloned().enumerate() {
-                // A resume (and the delivery mark that follows it) is a call in flight: it may
-                // arrive late, after a timeout, or be lost in a crash.
-                let mark = match effects.get(i + 1) {
-                    Some(Effect::MarkResumed { generation, step }) => {
-                        Some(Input::Resumed { generation: *generation, step: *step, delivered: true })
-                    }
-                    _ => None,
-                };
-                match effect {
-                    Effect::StartExecution { generation } => {
-                        if !self.execs.contains_key(&generation) {
-                            let mut positions = Vec::new();
-                            let mut i = 0;
-                            while (i as usize) < self.plan.steps.len() {
-                                let span = self.plan.position(i);
-                                positions.push(span);
-                                i = span.last + 1;
-                            }
-                            self.execs.insert(generation, Exec { positions, ..Exec::default() });
-                            self.enter(generation);
-                        }
-                    }
-                    Effect::SendTaskSuccess { token, .. } => {
-                        self.check_resend(&token);
-                        self.calls.push_back((token, true, mark));
-                    }
-                    Effect::SendTaskFailure { token, .. } => {
-                        if matches!(input, Input::Cancel { .. } | Input::StepReady { .. }) {
-                            self.resume(&token, false);
-                        } else {
-                            self.check_resend(&token);
-                            self.calls.push_back((token, false, mark));
-                        }
-                    }
-                    Effect::StopExecution { generation, .. } => {
-                        if let Some(e) = self.execs.get_mut(&generation) {
-                            e.done = true;
-                            e.parked.clear();
-                        }
-                    }
-                    Effect::Buffer { generation, step } => self.inbox.push((generation, step, input.clone())),
-                    Effect::DrainInbox { generation, step } => {
-                        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.inbox)
-                            .into_iter()
-                            .partition(|(g, s, _)| (*g, *s) == (generation, step));
-                        self.inbox = rest;
-                        for (_, _, entry) in due {
-                            let d = self.apply(&entry);
-                            assert_ne!(d.outcome, Outcome::Buffered, "a drained entry buffered again");
-                        }
-                    }
-                    Effect::MarkResumed { .. }
-                    | Effect::CreateTask { .. }
-                    | Effect::CreateUndoTask { .. }
-                    | Effect::SendTaskHeartbeat { .. }
-                    | Effect::MarkAttemptOpened { .. }
-                    | Effect::Ledger { .. } => {}
-                }
-            }
-            // `degraded` only when an optional branch did not succeed (in Step Functions).
-            if let Some(r) = &self.record
-                && let Some(e) = self.execs.get(&r.generation)
-            {
-                if r.state == State::Degraded {
-                    assert!(
-                        !e.caught.is_empty(),
-                        "invariant 4: degraded, yet every optional branch succeeded"
-                    );
-                }
-                {
-                    for m in &r.missed {
-                        assert!(
-                            !e.succeeded.contains(m),
-                            "invariant 4: branch {m} counted missed, but it succeeded in Step Functions"
-                        );
-                    }
-                }
-            }
-            d
-        }
-
-        #[expect(clippy::too_many_lines, reason = "the model's one match over every action")]
-        fn act(&mut self, a: &Action) {
-            self.now += Duration::seconds(1);
-            let pick = |q: &mut VecDeque<Input>, skip: u8| -> Option<Input> {
-                if q.is_empty() { None } else { q.remove(usize::from(skip) % q.len()) }
-            };
-            match a {
-                Action::Start(n) => {
-                    self.apply(&Input::Start { event: eid(&format!("evt-{n}")) });
-                }
-                Action::Answer { id, n, outcome } => {
-                    let parked: Vec<u32> = self
-                        .execs
-                        .values()
-                        .filter(|e| !e.done)
-                        .flat_map(|e| e.parked.keys().copied())
-                        .collect();
-                    if !parked.is_empty() {
-                        let step = parked[usize::from(*n) % parked.len()];
-                        let a = Action::Callback {
-                            id: *id,
-                            step: u8::try_from(step).expect("a small step"),
-                            outcome: *outcome,
-                            full: true,
-                        };
-                        self.act(&a);
-                    }
-                }
-                Action::Callback { id, step, outcome, full } => {
-                    let outcome = match outcome {
-                        0 => StepOutcome::Failed { error: "no".into(), cause: "c".into(), retryable: true },
-                        1 => StepOutcome::InProgress,
-                        _ => StepOutcome::Succeeded,
-                    };
-                    let key = if *full { format!("k{step}") } else { "other".into() };
-                    let data: Map<String, Value> = [(key, json!(format!("v{id}")))].into_iter().collect();
-                    let input = Input::StepInput {
-                        id: eid(&format!("cb-{id}")),
-                        hash: format!("{step}:{outcome:?}:{data:?}"),
-                        source: Source::Callback,
-                        step: u32::from(*step),
-                        outcome,
-                        data,
-                        generation: None,
-                        attempt: None,
-                    };
-                    self.callbacks.push(input.clone());
-                    self.apply(&input);
-                }
-                Action::Progress { skip } => {
-                    if let Some(m) = pick(&mut self.progress, *skip) {
-                        self.delivered_progress.push(m.clone());
-                        self.apply(&m);
-                    }
-                }
-                Action::RedeliverProgress(n) => {
-                    if !self.delivered_progress.is_empty() {
-                        let m =
-                            self.delivered_progress[usize::from(*n) % self.delivered_progress.len()].clone();
-                        self.apply(&m);
-                    }
-                }
-                Action::RedeliverCallback(n) => {
-                    if !self.callbacks.is_empty() {
-                        let m = self.callbacks[usize::from(*n) % self.callbacks.len()].clone();
-                        self.apply(&m);
-                    }
-                }
-                Action::Call { skip } => {
-                    if !self.calls.is_empty() {
-                        let i = usize::from(*skip) % self.calls.len();
-                        let (tok, success, mark) = self.calls.remove(i).expect("a call");
-                        let delivered = self.resume(&tok, success);
-                        if let Some(mut m) = mark {
-                            if let Input::Resumed { delivered: d, .. } = &mut m {
-                                *d = delivered;
-                            }
-                            self.delivered_marks.push(m.clone());
-                            self.apply(&m);
-                        }
-                    }
-                }
-                Action::LoseCall(n) => {
-                    if !self.calls.is_empty() {
-                        let i = usize::from(*n) % self.calls.len();
-                        self.calls.remove(i);
-                    }
-                }
-                Action::RedeliverMark(n) => {
-                    if !self.delivered_marks.is_empty() {
-                        let m = self.delivered_marks[usize::from(*n) % self.delivered_marks.len()].clone();
-                        self.apply(&m);
-                    }
-                }
-                Action::Timeout(n) => {
-                    let live: Vec<(u32, u32)> = self
-                        .execs
-                        .iter()
-                        .filter(|(_, e)| !e.done)
-                        .flat_map(|(g, e)| e.parked.keys().map(|s| (*g, *s)))
-                        .collect();
-                    if !live.is_empty() {
-                        let (g, s) = live[usize::from(*n) % live.len()];
-                        self.end_parked(g, s, None);
-                    }
-                }
-                Action::Cancel => {
-                    self.apply(&Input::Cancel { reason: "ops".into() });
-                }
-                Action::Tick => {
-                    self.now += RESEND_RESUME_AFTER.max(RESTART_PENDING_AFTER);
-                    self.apply(&Input::Tick);
-                }
-            }
-        }
-    }
-
-    fn input_step(input: &Input) -> Option<u32> {
-        match input {
-            Input::StepInput { step, .. }
-            | Input::BranchEnded { step, .. }
-            | Input::Resumed { step, .. }
-            | Input::StepReady { step, .. } => Some(*step),
-            _ => None,
-        }
-    }
-
-    /// Invariants 1, 5, 6 and the group's states, on one decision.
-    fn check(plan: &Plan, prior: Option<&Record>, input: &Input, d: &Decision) {
-        let Some(w) = &d.write else { return };
-        let to = &w.to;
-        // A group decided, or a record ended there, has no open branch; one waiting has one.
-        if let Some(step) = to.state.step()
-            && plan.group_of(step).is_some()
-        {
-            let open = to.branches.iter().filter(|b| b.is_open()).count();
-            match to.state {
-                State::Advancing { .. } => {
-                    assert_eq!(open, 0, "invariant 1: advancing with a branch open: {to:?}")
-                }
-                _ => assert!(open > 0, "waiting at a group with no branch open: {:?}", to.branches),
-            }
-        }
-        if to.state.is_terminal() {
-            assert!(to.branches.iter().all(|b| !b.is_open()), "invariant 1: ended with a branch open");
-        }
-        let Some(p) = prior.filter(|p| p.generation == to.generation && !p.branches.is_empty()) else {
-            return;
-        };
-        let same_group = p.branches.iter().map(|b| b.step).eq(to.branches.iter().map(|b| b.step));
-        if !same_group {
-            return;
-        }
-        // (1) an outcome is given once; the overrides: an optional success → timed_out, and on a
-        // timeout report, a success Step Functions never confirmed → timed_out.
-        let timed_out_report = matches!(input, Input::Finished { finish: Finish::TimedOut, .. });
-        for (a, b) in p.branches.iter().zip(&to.branches) {
-            if let Some(was) = a.outcome {
-                let unconfirmed = timed_out_report && (a.unconfirmed || a.owed.is_some());
-                let overridden = b.outcome == Some(BranchOutcome::TimedOut)
-                    && (was == BranchOutcome::Succeeded && plan.is_optional(a.step) || unconfirmed);
-                assert!(
-                    b.outcome == Some(was) || overridden,
-                    "invariant 1: branch {} went {was:?} -> {:?} on {input:?}",
-                    a.step,
-                    b.outcome
-                );
-            }
-        }
-        // (5) nothing applied to a branch after its group failed or closed.
-        if crate::domain::lifecycle::group_failed(plan, p)
-            && d.outcome == Outcome::Applied
-            && !p.state.is_terminal()
-        {
-            assert!(
-                matches!(w.cause, Cause::ReportFailed | Cause::ReportTimedOut | Cause::Cancel),
-                "invariant 5: {:?} applied ({:?}) after the group failed",
-                input,
-                w.cause
-            );
-        }
-        // (6) a branch's input moves no sibling (but a required failure closes open ones).
-        if let Some(step) = input_step(input).filter(|s| p.branches.iter().any(|b| b.step == *s)) {
-            for (a, b) in p.branches.iter().zip(&to.branches).filter(|(a, _)| a.step != step) {
-                let closed =
-                    w.cause == Cause::FailStep && a.is_open() && b.outcome == Some(BranchOutcome::Closed);
-                assert!(
-                    (a.token == b.token && a.inputs == b.inputs && a.outcome == b.outcome) || closed,
-                    "invariant 6: {input:?} moved sibling {}: {a:?} -> {b:?}",
-                    a.step
-                );
-                assert!(
-                    a.owed == b.owed || closed,
-                    "invariant 6: {input:?} changed sibling {}'s owed",
-                    a.step
-                );
-            }
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 4_000, ..ProptestConfig::default() })]
-
-        #[test]
-        fn group_invariants_hold_under_any_ordering_of_reports_inputs_marks_and_ticks(
-            which in 0usize..5,
-            actions in prop::collection::vec(action(), 1..80),
-        ) {
-            let mut world = World {
-                plan: plans()[which].clone(),
-                record: None,
-                now: T0,
-                execs: BTreeMap::new(),
-                progress: VecDeque::new(),
-                delivered_progress: Vec::new(),
-                callbacks: Vec::new(),
-                calls: VecDeque::new(),
-                delivered_marks: Vec::new(),
-                inbox: Vec::new(),
-                first_sent: HashMap::new(),
-            };
-            world.apply(&Input::Start { event: eid("evt-0") });
-            for a in &actions {
-                world.act(a);
-            }
-        }
-    }
 }

@@ -19,14 +19,15 @@ fn event_failure(id: &str) -> Input {
 }
 
 fn opened(generation: u32, attempt: u32) -> Input {
-    Input::AttemptOpened { generation, step: 0, attempt }
+    Input::AttemptOpened { wait: wid(generation, 0), attempt }
 }
 
+/// The attempts whose tasks the decision sends out.
 fn create_tasks(d: &Decision) -> Vec<u32> {
     d.effects
         .iter()
         .filter_map(|e| match e {
-            Effect::CreateTask { attempt, .. } => Some(*attempt),
+            Effect::CreateTask { attempt, .. } | Effect::OpenAttempt { attempt, .. } => Some(*attempt),
             _ => None,
         })
         .collect()
@@ -35,7 +36,7 @@ fn create_tasks(d: &Decision) -> Vec<u32> {
 /// Fails the running attempt at `now`, then opens the next once its backoff has passed.
 fn fail_and_reopen(p: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> (Record, OffsetDateTime) {
     let r = after(&at(p, Some(r), input, now));
-    let due = r.next_attempt_at.expect("a next attempt");
+    let due = r.next_attempt_at().expect("a next attempt");
     let attempt = r.attempt();
     assert_eq!(create_tasks(&at(p, Some(&r), &Input::Tick, due)), [attempt]);
     (after(&at(p, Some(&r), &opened(r.generation, attempt), due)), due)
@@ -55,7 +56,7 @@ fn fail_and_reopen(p: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> 
 fn a_failure_of_the_published_attempt_before_its_mark_fails_it() {
     let p = retried();
     let r = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
-    let due = r.next_attempt_at.unwrap();
+    let due = r.next_attempt_at().unwrap();
     assert_eq!(create_tasks(&at(&p, Some(&r), &Input::Tick, due)), [2]);
     // The published attempt 2 fails at once, before AttemptOpened{2} is applied: held back.
     let f2 = failure("cb-2", true, Some(2));
@@ -81,7 +82,7 @@ fn the_same_failure_twice_is_answered_the_same_way() {
     let r = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
     let f2 = failure("cb-2", true, Some(2));
     assert!(task_not_out(Some(&r), &f2));
-    let due = r.next_attempt_at.unwrap();
+    let due = r.next_attempt_at().unwrap();
     let r = after(&at(&p, Some(&r), &opened(1, 2), due + Duration::seconds(2)));
     let first = at(&p, Some(&r), &f2, due + Duration::seconds(3));
     let again = at(&p, Some(&after(&first)), &f2, due + Duration::seconds(4));
@@ -97,7 +98,7 @@ fn the_same_failure_twice_is_answered_the_same_way() {
 fn whether_an_attempts_task_is_out_is_judged_by_its_mark_not_by_the_clock() {
     let p = retried();
     let r = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
-    let due = r.next_attempt_at.unwrap();
+    let due = r.next_attempt_at().unwrap();
     let ok2 =
         with_attempt(callback("cb-ok2", 0, StepOutcome::Succeeded, json!({"decision": "approve"})), Some(2));
     assert!(
@@ -120,9 +121,9 @@ fn whether_an_attempts_task_is_out_is_judged_by_its_mark_not_by_the_clock() {
 fn a_late_tick_opens_no_attempt_at_the_deadline() {
     let p = retried();
     let r = waiting(&p);
-    let deadline = r.deadline.unwrap();
+    let deadline = r.deadline().unwrap();
     let r = after(&at(&p, Some(&r), &failure("cb-1", true, None), deadline - Duration::minutes(15)));
-    assert_eq!(r.next_attempt_at, Some(deadline - Duration::minutes(5)));
+    assert_eq!(r.next_attempt_at(), Some(deadline - Duration::minutes(5)));
     let late = at(&p, Some(&r), &Input::Tick, deadline);
     assert_eq!(create_tasks(&late), Vec::<u32>::new(), "an attempt opened at the deadline");
     let later = at(&p, Some(&r), &Input::Tick, deadline + Duration::minutes(1));
@@ -143,10 +144,10 @@ fn a_redelivered_failure_is_not_counted_again_after_32_heartbeats() {
         let hb = callback(&format!("hb-{i}"), 0, StepOutcome::InProgress, json!({}));
         r = after(&at(&p, Some(&r), &with_attempt(hb, Some(2)), due + Duration::minutes(i as i64 + 1)));
     }
-    assert_eq!(r.attempts[0].input, eid("evt-declined"), "the record still names the input");
+    assert_eq!(r.attempts()[0].input, eid("evt-declined"), "the record still names the input");
     let again = at(&p, Some(&r), &event_failure("evt-declined"), due + Duration::hours(2));
     assert_eq!(
-        (again.outcome, again.write.as_ref().map(|w| (w.cause, w.to.attempts.len()))),
+        (again.outcome, again.write.as_ref().map(|w| (w.cause, w.to.attempts().len()))),
         (Outcome::Duplicate, None),
         "the same event failed a second attempt"
     );
@@ -160,7 +161,7 @@ fn a_redelivered_failure_is_not_counted_again_after_32_heartbeats() {
 fn a_non_retryable_failure_in_the_backoff_ends_the_step() {
     let p = retried();
     let r = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
-    let due = r.next_attempt_at.unwrap();
+    let due = r.next_attempt_at().unwrap();
     let d = at(&p, Some(&r), &failure("cb-final", false, None), T0 + Duration::minutes(1));
     let r = d.write.as_ref().map_or(r, |w| w.to.clone());
     let tick = at(&p, Some(&r), &Input::Tick, due);
@@ -183,7 +184,7 @@ fn held_duplicate_ticks_and_marks_never_publish_more_than_attempts() {
     let r = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
     // Early tick: nothing.
     assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, T0 + Duration::minutes(9))).is_empty());
-    let due2 = r.next_attempt_at.unwrap();
+    let due2 = r.next_attempt_at().unwrap();
     published.extend(create_tasks(&at(&p, Some(&r), &Input::Tick, due2)));
     published.extend(create_tasks(&at(&p, Some(&r), &Input::Tick, due2 + Duration::seconds(5))));
     let r = after(&at(&p, Some(&r), &opened(1, 2), due2));
@@ -192,11 +193,11 @@ fn held_duplicate_ticks_and_marks_never_publish_more_than_attempts() {
     assert_eq!(at(&p, Some(&r), &failure("cb-1", true, None), due2).outcome, Outcome::Duplicate);
     let t2 = due2 + Duration::minutes(1);
     let r = after(&at(&p, Some(&r), &failure("cb-2", true, Some(2)), t2));
-    assert_eq!(r.next_attempt_at, Some(t2 + Duration::minutes(20)));
+    assert_eq!(r.next_attempt_at(), Some(t2 + Duration::minutes(20)));
     // A stale mark of attempt 2 in the second backoff: nothing.
     assert_eq!(at(&p, Some(&r), &opened(1, 2), t2).outcome, Outcome::Ignored(IgnoreReason::NothingOwed));
     assert!(create_tasks(&at(&p, Some(&r), &Input::Tick, t2 + Duration::minutes(19))).is_empty());
-    let due3 = r.next_attempt_at.unwrap();
+    let due3 = r.next_attempt_at().unwrap();
     published.extend(create_tasks(&at(&p, Some(&r), &Input::Tick, due3)));
     let r = after(&at(&p, Some(&r), &opened(1, 3), due3));
     // Late answers of attempts 1 and 2: ignored.
@@ -219,7 +220,7 @@ fn held_duplicate_ticks_and_marks_never_publish_more_than_attempts() {
 fn held_a_restart_starts_on_attempt_one_and_stale_marks_do_nothing() {
     let p = retried();
     let r = after(&at(&p, Some(&waiting(&p)), &failure("cb-1", true, None), T0));
-    let due = r.next_attempt_at.unwrap();
+    let due = r.next_attempt_at().unwrap();
     assert_eq!(create_tasks(&at(&p, Some(&r), &Input::Tick, due)), [2]);
     let cancelled = after(&at(&p, Some(&r), &Input::Cancel { reason: "x".into() }, due));
     for input in [opened(1, 2), Input::Tick, failure("cb-2", true, Some(2))] {
@@ -227,7 +228,7 @@ fn held_a_restart_starts_on_attempt_one_and_stale_marks_do_nothing() {
         assert!(d.write.is_none() && create_tasks(&d).is_empty(), "{input:?}: {d:?}");
     }
     let restarted = after(&at(&p, Some(&cancelled), &Input::Start { event: eid("evt-2") }, due));
-    assert_eq!((restarted.generation, restarted.attempt(), restarted.next_attempt_at), (2, 1, None));
+    assert_eq!((restarted.generation, restarted.attempt(), restarted.next_attempt_at()), (2, 1, None));
     let input =
         Input::StepReady { generation: 2, step: 0, token: token("t2"), deadline: due + Duration::days(2) };
     let d = at(&p, Some(&restarted), &input, due);
@@ -249,7 +250,7 @@ fn held_a_restart_starts_on_attempt_one_and_stale_marks_do_nothing() {
 fn held_deadline_and_backoff_edges() {
     let p = retried();
     let r = waiting(&p);
-    let deadline = r.deadline.unwrap();
+    let deadline = r.deadline().unwrap();
     let d = at(&p, Some(&r), &failure("cb-1", true, None), deadline - Duration::minutes(10));
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::FailStep));
     let r = after(&at(&p, Some(&r), &failure("cb-1", true, None), T0));
@@ -257,7 +258,7 @@ fn held_deadline_and_backoff_edges() {
     assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::EarlierAttempt));
     let fin = Input::Finished { generation: 1, finish: Finish::TimedOut };
     let ended = after(&at(&p, Some(&r), &fin, T0 + Duration::minutes(2)));
-    assert_eq!(ended.next_attempt_at, None);
+    assert_eq!(ended.next_attempt_at(), None);
     assert!(create_tasks(&at(&p, Some(&ended), &Input::Tick, T0 + Duration::hours(1))).is_empty());
     assert_eq!(at(&p, Some(&ended), &fin, T0 + Duration::hours(1)).outcome, Outcome::Duplicate);
 }

@@ -22,26 +22,16 @@ fn end(generation: u32, status: &str) -> Input {
 
 /// review (0), then a last group of fraud (1, required) and the optional address (2).
 fn last_group() -> Plan {
-    Plan {
-        groups: vec![Span { first: 1, last: 2 }],
-        optional: vec![2],
-        ..plan(&[&["decision"], &["fraud_score"], &["address_ok"]])
-    }
+    with_group(plan(&[&["decision"], &["fraud_score"], &["address_ok"]]), (1, 2), &[2])
 }
 
 /// [`last_group`] with `retry: { attempts: 3, backoff: 10m }` on both branches, and a 1 h
 /// heartbeat when `heartbeat`.
 fn retried_group(heartbeat: bool) -> Plan {
-    let retry = crate::domain::config::Retry { attempts: 3, backoff: std::time::Duration::from_secs(600) };
+    let retry = Retry { attempts: 3, backoff: std::time::Duration::from_secs(600) };
     let timeout = std::time::Duration::from_secs(2 * 86_400);
     let heartbeat = heartbeat.then_some(std::time::Duration::from_secs(3600));
-    Plan {
-        retries: vec![
-            StepRetry { step: 1, retry, timeout, heartbeat },
-            StepRetry { step: 2, retry, timeout, heartbeat },
-        ],
-        ..last_group()
-    }
+    with_retry(last_group(), &[1, 2], retry, (timeout, heartbeat))
 }
 
 fn review_ok(p: &Plan) -> Record {
@@ -63,7 +53,9 @@ fn heartbeats(d: &Decision) -> Vec<TaskToken> {
     d.effects
         .iter()
         .filter_map(|e| match e {
-            Effect::SendTaskHeartbeat { token } => Some(token.clone()),
+            Effect::SendTaskHeartbeat { token } | Effect::OpenAttempt { beat: Some(token), .. } => {
+                Some(token.clone())
+            }
             _ => None,
         })
         .collect()
@@ -73,8 +65,8 @@ fn tasks(d: &Decision) -> Vec<(u32, u32)> {
     d.effects
         .iter()
         .filter_map(|e| match e {
-            Effect::CreateTask { step, attempt, .. } | Effect::CreateUndoTask { step, attempt, .. } => {
-                Some((*step, *attempt))
+            Effect::CreateTask { wait, attempt } | Effect::OpenAttempt { wait, attempt, .. } => {
+                Some((wait.step, *attempt))
             }
             _ => None,
         })
@@ -109,7 +101,7 @@ fn a_run_stranded_at_a_last_group_with_an_optional_branch_open_ends_degraded_whe
         "the optional branch never succeeded, yet the stranded run ended {} (missed: {:?}, address: {:?})",
         ended.state,
         ended.missed,
-        ended.branches.iter().find(|b| b.step == 2).and_then(|b| b.outcome)
+        ended.waits.iter().find(|b| b.step == 2).and_then(|b| b.outcome())
     );
 }
 
@@ -121,10 +113,13 @@ fn a_run_stranded_at_a_last_group_with_an_optional_branch_open_ends_degraded_whe
 /// for good, and attempt 2's answer is lost.
 #[test]
 fn an_answer_to_an_unmarked_next_attempt_under_an_id_another_step_took_is_not_out_yet() {
-    let p = Plan {
-        retries: retried().retries.into_iter().map(|r| StepRetry { step: 1, ..r }).collect(),
-        ..plan(&[&["decision"], &["payment_ref"]])
-    };
+    let retry = Retry { attempts: 3, backoff: std::time::Duration::from_secs(600) };
+    let p = with_retry(
+        plan(&[&["decision"], &["payment_ref"]]),
+        &[1],
+        retry,
+        (std::time::Duration::from_secs(2 * 86_400), None),
+    );
     let r = ready(&p, &started(&p), 0, "t0");
     let r =
         after(&run(&p, Some(&r), &callback("shared", 0, StepOutcome::Succeeded, json!({"decision": "ok"}))));
@@ -139,7 +134,7 @@ fn an_answer_to_an_unmarked_next_attempt_under_an_id_another_step_took_is_not_ou
         Some(1),
     );
     let r = after(&run(&p, Some(&r), &fail));
-    assert!(r.next_attempt_at.is_some(), "attempt 2 is due, not marked out");
+    assert!(r.next_attempt_at().is_some(), "attempt 2 is due, not marked out");
     let answer =
         with_attempt(callback("shared", 1, StepOutcome::Succeeded, json!({"payment_ref": "pay-7"})), Some(2));
     // The same answer under a fresh id is asked to retry.
@@ -199,7 +194,7 @@ fn held_a_stranded_compensation_owes_no_resume_nor_attempt_and_ends_with_what_st
     let done = after(&run(&p, Some(&stranded), &end(1, "ABORTED")));
     assert_eq!(done.state, State::CompensationFailed);
     let c = done.compensation.as_ref().unwrap();
-    let undone: Vec<u32> = c.undone().map(|u| u.step).collect();
+    let undone: Vec<u32> = c.undone().map(|u| u.step()).collect();
     assert_eq!(undone, [0], "payment was refunded; reserve stays undone");
 }
 
@@ -219,11 +214,11 @@ fn held_a_group_stranded_between_attempts_owes_nothing_and_late_marks_write_noth
     let r = after(&run(&p, Some(&r), &branch_failure("fraud-fail-1", 1, Some(1))));
     assert!(r.owes_work());
     let stranded = after(&run(&p, Some(&r), &gone(1, "ABORTED")));
-    assert!(!stranded.owes_work(), "{:?}", stranded.branches);
+    assert!(!stranded.owes_work(), "{:?}", stranded.waits);
     for input in [
         Input::Tick,
-        Input::AttemptOpened { generation: 1, step: 1, attempt: 2 },
-        Input::Resumed { generation: 1, step: 2, delivered: true },
+        Input::AttemptOpened { wait: wid(1, 1), attempt: 2 },
+        Input::Resumed { wait: wid(1, 2), delivered: true },
     ] {
         let d = at(&p, Some(&stranded), &input, T0 + Duration::hours(1));
         assert!(d.write.is_none() && d.effects.is_empty(), "{input:?}: {:?}", d.effects);
@@ -245,7 +240,7 @@ fn held_after_an_end_a_restart_is_a_clean_generation_that_generation_ones_leftov
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::Restart));
     let g2 = after(&d);
     assert_eq!(
-        (g2.generation, g2.compensation.is_none(), g2.token.is_none(), g2.branches.is_empty()),
+        (g2.generation, g2.compensation.is_none(), g2.token().is_none(), g2.waits.is_empty()),
         (2, true, true, true)
     );
     let g2 = ready(&p, &g2, 0, "g2-t0");
@@ -276,9 +271,7 @@ fn held_after_an_end_a_restart_is_a_clean_generation_that_generation_ones_leftov
     let d = run(&p, Some(&g2), &old_ready);
     assert!(d.write.is_none());
     assert!(
-        d.effects
-            .iter()
-            .any(|e| matches!(e, Effect::SendTaskFailure { token: t, .. } if *t == token("t1-old"))),
+        d.effects.iter().any(|e| fails(std::slice::from_ref(e), "t1-old")),
         "a parked token of generation 1 is failed: {:?}",
         d.effects
     );
@@ -306,12 +299,10 @@ fn held_each_branch_between_attempts_is_beaten_on_its_own_token() {
     let mut opened_tasks = tasks(&tick);
     opened_tasks.sort_unstable();
     assert_eq!(opened_tasks, [(1, 2), (2, 2)]);
-    // Each beat comes before its task.
+    // Each task is opened after a beat on its own branch's token (the engine beats first).
     for (beat, task) in [(token("t1"), 1), (token("t2"), 2)] {
-        let b = tick.effects.iter().position(|e| *e == Effect::SendTaskHeartbeat { token: beat.clone() });
-        let t =
-            tick.effects.iter().position(|e| matches!(e, Effect::CreateTask { step, .. } if *step == task));
-        assert!(b < t, "{:?}", tick.effects);
+        let opens = |e: &Effect| matches!(e, Effect::OpenAttempt { wait, beat: Some(b), .. } if wait.step == task && *b == beat);
+        assert!(tick.effects.iter().any(opens), "{:?}", tick.effects);
     }
     let late = at(&p, Some(&r), &Input::Tick, T0 + Duration::days(3));
     assert!(heartbeats(&late).is_empty() && tasks(&late).is_empty(), "{:?}", late.effects);
@@ -322,16 +313,8 @@ fn held_each_branch_between_attempts_is_beaten_on_its_own_token() {
 /// that attempt landing after (the sweeper's Tick decided before the cancel) changes nothing.
 #[test]
 fn held_cancel_compensate_between_attempts_owes_no_next_attempt_and_a_late_mark_changes_nothing() {
-    let retry = crate::domain::config::Retry { attempts: 3, backoff: std::time::Duration::from_secs(600) };
-    let p = Plan {
-        retries: vec![StepRetry {
-            step: 1,
-            retry,
-            timeout: std::time::Duration::from_secs(86_400),
-            heartbeat: None,
-        }],
-        ..saga()
-    };
+    let retry = Retry { attempts: 3, backoff: std::time::Duration::from_secs(600) };
+    let p = with_retry(saga(), &[1], retry, (std::time::Duration::from_secs(86_400), None));
     let r = ready(&p, &started(&p), 0, "t0");
     let r = after(&run(&p, Some(&r), &callback("cb-0", 0, StepOutcome::Succeeded, json!({"hold": "h"}))));
     let r = ready(&p, &r, 1, "t1");
@@ -345,14 +328,14 @@ fn held_cancel_compensate_between_attempts_owes_no_next_attempt_and_a_late_mark_
         Some(1),
     );
     let r = after(&run(&p, Some(&r), &fail));
-    assert!(r.next_attempt_at.is_some());
+    assert!(r.next_attempt_at().is_some());
     let d = run(&p, Some(&r), &Input::CancelCompensate { reason: "ops".into() });
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::Compensate));
     let k = after(&d);
-    assert_eq!(k.next_attempt_at, None);
+    assert_eq!(k.next_attempt_at(), None);
     let tick = at(&p, Some(&k), &Input::Tick, T0 + Duration::minutes(30));
     assert!(tasks(&tick).iter().all(|(step, _)| *step != 1), "{:?}", tick.effects);
-    let mark = run(&p, Some(&k), &Input::AttemptOpened { generation: 1, step: 1, attempt: 2 });
+    let mark = run(&p, Some(&k), &Input::AttemptOpened { wait: wid(1, 1), attempt: 2 });
     assert!(mark.write.is_none(), "{:?}", mark.transition());
     let answer =
         with_attempt(callback("pay-2", 1, StepOutcome::Succeeded, json!({"payment_ref": "p"})), Some(2));
@@ -380,7 +363,11 @@ fn held_a_compensations_unmarked_attempt_waits_for_its_mark_and_is_applied_once(
     assert_eq!((twin.outcome, twin.effects.len()), (Outcome::Duplicate, 0));
     let later = at(&p, Some(&r), &second, T0 + RESEND_RESUME_AFTER);
     assert_eq!(later.outcome, Outcome::Duplicate);
-    assert!(later.effects.iter().any(|e| matches!(e, Effect::SendTaskSuccess { .. })));
+    assert!(later.effects.iter().any(|e| matches!(
+        e,
+        Effect::Resume { resume: Resume::Success { .. }, .. }
+            | Effect::Answer { resume: Resume::Success { .. }, .. }
+    )));
 }
 
 /// Invariant 5, held: once a stranded compensation is ended, its chain's leftovers (a copy of
@@ -398,9 +385,7 @@ fn held_an_ended_compensation_ignores_its_chains_leftovers() {
         let d = run(&p, Some(&done), &input);
         assert!(d.write.is_none(), "{input:?}");
         assert!(
-            !d.effects
-                .iter()
-                .any(|e| matches!(e, Effect::SendTaskSuccess { .. } | Effect::SendTaskFailure { .. })),
+            !d.effects.iter().any(|e| matches!(e, Effect::Resume { .. } | Effect::Answer { .. })),
             "{input:?}: {:?}",
             d.effects
         );
@@ -436,7 +421,11 @@ fn held_a_stranded_record_owes_no_resume_its_repeated_input_would_resend() {
     let stranded = after(&at(&p, Some(&r), &gone(1, "FAILED"), T0 + Duration::hours(1)));
     let again = at(&p, Some(&stranded), &failure("cb-last", false, Some(1)), T0 + Duration::hours(2));
     assert!(
-        !again.effects.iter().any(|e| matches!(e, Effect::SendTaskFailure { .. })),
+        !again.effects.iter().any(|e| matches!(
+            e,
+            Effect::Resume { resume: Resume::Failure { .. }, .. }
+                | Effect::Answer { resume: Resume::Failure { .. }, .. }
+        )),
         "{:?}",
         again.effects
     );
