@@ -2,7 +2,7 @@
 
 1. Conditional writes are atomic. moto's DynamoDB backend is not thread-safe: with 50
    concurrent conditional UpdateItems on one item, two writers won in 7 of 100 rounds
-   (EMULATOR.md). This launcher serializes every DynamoDB request (X-Amz-Target
+   (docs/EMULATOR_DEVIATIONS.md). This launcher serializes every DynamoDB request (X-Amz-Target
    `DynamoDB_*`) behind one lock and materialises the response inside it, so a race in a test
    is a real race against correct semantics. `--no-dynamodb-lock` turns the lock off, to show
    the failure it prevents.

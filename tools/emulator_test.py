@@ -45,7 +45,7 @@ class LoopbackOnly(unittest.TestCase):
         cls.process.terminate()
         try:
             cls.process.wait(10)
-        except subprocess.TimeoutExpired:  # moto sometimes ignores SIGTERM (EMULATOR.md)
+        except subprocess.TimeoutExpired:  # moto sometimes ignores SIGTERM (docs/EMULATOR_DEVIATIONS.md)
             cls.process.kill()
             cls.process.wait()
         cls.dir.cleanup()

@@ -11,7 +11,7 @@ log="$dir/emulator.log"
 pid=$!
 stop() {
   kill -TERM "$pid" 2>/dev/null || true
-  # moto sometimes ignores SIGTERM for >10 s (EMULATOR.md): follow up with SIGKILL.
+  # moto sometimes ignores SIGTERM for >10 s (docs/EMULATOR_DEVIATIONS.md): follow up with SIGKILL.
   for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   kill -KILL "$pid" 2>/dev/null || true
   rm -rf "$dir"

@@ -87,7 +87,7 @@ impl Emulator {
         }
     }
 
-    /// SIGTERM, then SIGKILL after 10 s: moto sometimes ignores SIGTERM (EMULATOR.md).
+    /// SIGTERM, then SIGKILL after 10 s: moto sometimes ignores SIGTERM (docs/EMULATOR_DEVIATIONS.md).
     async fn stop(&mut self) {
         if let Some(pid) = self.child.id() {
             let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();

@@ -140,9 +140,6 @@ pub(crate) async fn tools(config: &std::path::Path, args: &TargetArgs, extra: &[
             target.table.as_deref().unwrap_or_default(),
         )
         .await?,
-        // Written as the functions write them (docs/RUNBOOK.md, "Upgrading across the compact
-        // record").
-        item_format: baton_aws::wiring::item_format(&|name| std::env::var(name).ok())?,
         // A replay's or cancel's record keeps a long (AWS) token in its own item, as the
         // functions' do by default; either way, every version from token items reads both.
         token_inline_max: baton_aws::dynamodb::TOKEN_INLINE_MAX,

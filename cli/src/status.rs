@@ -2,8 +2,8 @@
 //! A state is counted up to a bound (`--count-up-to`, 1,000 by default), so what a status reads
 //! does not grow with the table: past the bound it says "more than".
 //!
-//! Every waiting step has a deadline, and Step Functions ends a step that misses it (DESIGN.md
-//! §4, invariant 7), which moves the record to `timed_out`. A record still `waiting` after its
+//! Every waiting step has a deadline, and Step Functions ends a step that misses it (invariant 7,
+//! docs/ARCHITECTURE.md), which moves the record to `timed_out`. A record still `waiting` after its
 //! deadline therefore means that report was lost or is stuck: the first thing to look at, with
 //! `baton trace`. Both questions are answered from the table's due-time index (no Scan).
 //!
@@ -242,7 +242,7 @@ pub fn render(report: &Report) -> String {
 
 #[cfg(test)]
 mod tests {
-    use baton_core::domain::ids::{CorrelationKey, WorkflowName};
+    use baton_core::domain::ids::{CorrelationKey, TaskToken, WorkflowName};
     use baton_core::domain::lifecycle::{Role, State, Wait, WaitStatus};
     use time::Duration;
 
@@ -256,6 +256,7 @@ mod tests {
             state: State::Waiting { step },
             version: 2,
             waits: vec![Wait {
+                token: Some(TaskToken::parse(format!("token-{key}")).unwrap()),
                 deadline: Some(deadline),
                 status: WaitStatus::Open,
                 ..Wait::unreached(step, Role::Step)

@@ -166,7 +166,6 @@ impl LocalBaton {
                 config: config.clone(),
                 store: Arc::new(
                     DynamoDbStore::new(clients.dynamodb.clone(), settings.table.clone())
-                        .with_format(settings.item_format)
                         .with_due_shards(settings.due_shards)
                         .with_token_inline_max(settings.token_inline_max),
                 ),

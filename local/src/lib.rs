@@ -7,7 +7,7 @@
 //! shows up locally without a second, hand-kept list.
 //!
 //! Why not moto's CloudFormation: it skips the HttpApi and TTL, ignores DefinitionSubstitutions,
-//! and registers state machines where executions cannot see them (EMULATOR.md).
+//! and registers state machines where executions cannot see them (docs/EMULATOR_DEVIATIONS.md).
 
 pub mod identity;
 pub mod in_process;

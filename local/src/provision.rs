@@ -20,7 +20,7 @@
 //! - **SDK errors are kept whole** as the `#[source]` of [`ProvisionError::Aws`].
 //!
 //! Step Functions execution must be switched on in moto before any state machine is created
-//! (EMULATOR.md); tools/emulator.py does that at start.
+//! (docs/EMULATOR_DEVIATIONS.md); tools/emulator.py does that at start.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

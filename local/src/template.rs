@@ -4,7 +4,7 @@
 //! [`crate::provision()`] creates them on the local emulator, so the two cannot drift apart. moto's
 //! own CloudFormation is no substitute: it skips the HttpApi and TTL, ignores
 //! DefinitionSubstitutions, and registers state machines where executions cannot see them
-//! (EMULATOR.md, "CloudFormation and SAM").
+//! (docs/EMULATOR_DEVIATIONS.md).
 //!
 //! Rules this parser keeps:
 //! - **Nothing disappears silently.** Every resource type is either modelled here, or listed in

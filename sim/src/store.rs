@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use baton_aws::dynamodb::{ITEM_SIZES, ItemFormat, record_size};
+use baton_aws::dynamodb::{ITEM_SIZES, record_size};
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
 use baton_core::domain::lifecycle::{IgnoreReason, Kind, Record, State, Write};
 use baton_core::ports::outbound::{PublishError, TaskPublisher};
@@ -169,7 +169,7 @@ impl WorkflowStore for SimStore {
         // every time): baton decided a write it can never make.
         let applied = match self.inner.apply(write).await {
             Err(e @ StoreError::Rejected { .. }) => {
-                let size = record_size(&write.to, ItemFormat::Objects);
+                let size = record_size(&write.to);
                 let bound = baton_core::ports::store::limits::record_size_bound(&write.to);
                 lock(&self.violations).push(format!(
                     "[record_fits_its_item] record {}/{} would be {size} bytes at version {} (the engine's bound said {bound}): over DynamoDB's 400 KB item limit, so it can never be written",
@@ -181,7 +181,7 @@ impl WorkflowStore for SimStore {
             other => other?,
         };
         if applied == Applied::Written {
-            let size = record_size(&write.to, ItemFormat::Objects);
+            let size = record_size(&write.to);
             let bound = baton_core::ports::store::limits::record_size_bound(&write.to);
             if write.to.branches().count() > 2 {
                 let mut largest = lock(&self.largest);

@@ -269,7 +269,7 @@ fn long_event_ids_in_the_history_cannot_push_the_record_past_400_kb() {
     let blob = "x".repeat(110 * 1024);
     send(&s, &event("rev-final", "review.done", "k", json!({"decision": "ok", "blob": blob})));
     deliver(&s, QueueId::Intake);
-    let size = baton_aws::dynamodb::record_size(&record(&s, "k"), baton_aws::dynamodb::ItemFormat::Objects);
+    let size = baton_aws::dynamodb::record_size(&record(&s, "k"));
     let violations = lock(&s.violations).clone();
     assert!(violations.is_empty(), "record at {size} bytes; {violations:?}");
     assert_eq!(record(&s, "k").state, State::Advancing { step: 0 }, "the step can never advance");

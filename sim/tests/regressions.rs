@@ -208,7 +208,7 @@ fn a_merge_that_would_overflow_the_record_is_refused_with_413() {
     let a = callback(&s, "cb-big-2", &review("k", json!({"part2": "x".repeat(60 * 1024)})));
     assert_eq!((a.status.as_u16(), a.body["error"].as_str()), (413, Some("inputs_too_large")), "{}", a.body);
     assert!(ledgered(&s, "k", "cb-big-2", "inputs_too_large"));
-    let size = baton_aws::dynamodb::record_size(&record(&s, "k"), baton_aws::dynamodb::ItemFormat::Objects);
+    let size = baton_aws::dynamodb::record_size(&record(&s, "k"));
     assert!(size < baton_aws::dynamodb::MAX_ITEM_BYTES, "{size}");
 }
 

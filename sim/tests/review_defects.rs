@@ -220,7 +220,7 @@ fn wide_record() -> Record {
 #[test]
 fn the_cheap_bound_of_a_records_size_is_at_least_its_size_with_branches_and_attempts() {
     let r = wide_record();
-    let size = baton_aws::dynamodb::record_size(&r, baton_aws::dynamodb::ItemFormat::Objects);
+    let size = baton_aws::dynamodb::record_size(&r);
     let bound = baton_core::ports::store::limits::record_size_bound(&r);
     assert!(
         bound >= size,
@@ -244,7 +244,7 @@ fn the_simulated_dynamodb_refuses_a_record_over_400_kb_that_the_cheap_bound_lets
             since: r.created_at,
         };
     }
-    let size = baton_aws::dynamodb::record_size(&r, baton_aws::dynamodb::ItemFormat::Objects);
+    let size = baton_aws::dynamodb::record_size(&r);
     assert!(size > baton_aws::dynamodb::MAX_ITEM_BYTES);
     let write = baton_core::domain::lifecycle::Write {
         cause: baton_core::domain::lifecycle::Cause::Start,

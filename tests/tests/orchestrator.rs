@@ -8,7 +8,7 @@
 //!
 //! Waits are bounded polling loops (a status, a message), never fixed sleeps, and nothing asserts
 //! on timing. Where moto (5.2.5) differs from AWS, the test asserts what moto does and says so:
-//! baton must not rely on those behaviours (EMULATOR.md lists them).
+//! baton must not rely on those behaviours (docs/EMULATOR_DEVIATIONS.md lists them).
 //!
 //! Needs the emulator: `tools/with-emulator.sh cargo test -p baton-tests --test orchestrator`.
 
@@ -344,7 +344,7 @@ async fn moto_accepts_a_second_resume_while_the_execution_runs() -> Result<()> {
     let again = fx.orch.send_task_success(&first.token, &json!({"n": 2})).await;
 
     // Then moto accepts it (deviation: AWS says TaskTimedOut, which the port maps to TokenGone)
-    assert!(again.is_ok(), "moto's behaviour changed; update EMULATOR.md: {again:?}");
+    assert!(again.is_ok(), "moto's behaviour changed; update docs/EMULATOR_DEVIATIONS.md: {again:?}");
     // And it has no effect: the execution still waits on step 2, and no new task appears
     assert_eq!(fx.orch.describe(&arn).await?.status, ExecutionStatus::Running);
     assert!(fx.receive().await?.is_empty());
@@ -414,7 +414,7 @@ async fn heartbeats_keep_a_task_alive_until_they_stop() -> Result<()> {
     let task = fx.next_task().await?;
 
     // The first heartbeat may still race moto registering the token just after it sent the
-    // message (EMULATOR.md): retry InvalidToken while the execution runs, for a bounded time.
+    // message (docs/EMULATOR_DEVIATIONS.md): retry InvalidToken while the execution runs, for a bounded time.
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         match fx.orch.send_task_heartbeat(&task.token).await {
@@ -551,7 +551,7 @@ async fn stopping_a_finished_execution_is_ok_and_changes_nothing() -> Result<()>
     // moto: a raw StopExecution (which the port does not send for a closed execution) is also
     // accepted and leaves the status alone.
     let raw = fx.sfn.stop_execution().execution_arn(&arn).send().await;
-    assert!(raw.is_ok(), "moto's behaviour changed; update EMULATOR.md: {raw:?}");
+    assert!(raw.is_ok(), "moto's behaviour changed; update docs/EMULATOR_DEVIATIONS.md: {raw:?}");
     assert_eq!(fx.orch.describe(&arn).await?.status, ExecutionStatus::Succeeded);
     Ok(())
 }
@@ -572,10 +572,14 @@ async fn moto_defers_a_stop_of_an_execution_waiting_on_a_token_until_a_resume() 
 
     // Then moto still reports it RUNNING (TimeoutSeconds is 60, so this is not a race)
     let info = fx.orch.describe(&arn).await?;
-    assert_eq!(info.status, ExecutionStatus::Running, "moto's behaviour changed; update EMULATOR.md");
+    assert_eq!(
+        info.status,
+        ExecutionStatus::Running,
+        "moto's behaviour changed; update docs/EMULATOR_DEVIATIONS.md"
+    );
     // And a resume of its token is accepted, and only then does it end ABORTED
     let resume = fx.orch.send_task_success(&task.token, &json!({"late": true})).await;
-    assert!(resume.is_ok(), "moto's behaviour changed; update EMULATOR.md: {resume:?}");
+    assert!(resume.is_ok(), "moto's behaviour changed; update docs/EMULATOR_DEVIATIONS.md: {resume:?}");
     let info = fx.closed(&arn).await?;
     assert_eq!(info.status, ExecutionStatus::Aborted);
     assert_eq!(info.output, None);
@@ -599,7 +603,7 @@ async fn moto_loses_a_stop_of_an_execution_waiting_on_a_token_to_its_timeout() -
     // Then moto ends it as a task timeout, not ABORTED
     assert!(
         info.status == ExecutionStatus::Failed && info.error.as_deref() == Some("States.Timeout"),
-        "moto's behaviour changed (AWS would say ABORTED); update EMULATOR.md: {info:?}"
+        "moto's behaviour changed (AWS would say ABORTED); update docs/EMULATOR_DEVIATIONS.md: {info:?}"
     );
     Ok(())
 }

@@ -372,7 +372,7 @@ async fn heartbeat(side: &Side, config: &Config) -> Result<Vec<String>> {
     seen.push(line);
     let token = token.context("a token")?;
     // moto registers a task's heartbeat clock a moment after it sends the task's message
-    // (EMULATOR.md): a first heartbeat in that moment is refused as InvalidToken. A sender
+    // (docs/EMULATOR_DEVIATIONS.md): a first heartbeat in that moment is refused as InvalidToken. A sender
     // retries that briefly, well inside HeartbeatSeconds; the model answers at once.
     let deadline = Instant::now() + Duration::from_secs(3);
     let beat = loop {

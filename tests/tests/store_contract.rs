@@ -1080,14 +1080,13 @@ contract!(
 /// put before the record that refers to it, and the record stays within one write unit. A load
 /// reads the record and its current token item with one Query, a later step's too. An
 /// instance that has read or written the token item does not put it again; one that has not puts
-/// it first (idempotent). A record whose token item is gone reads without its token. A record
-/// written before 2026-12-03 (`token_ref`, its token item under `TOKEN#`) reads as it did. The
-/// objects form keeps every token inline.
+/// it first (idempotent). A record whose token item is gone reads without its token. A store
+/// told a limit of 2,048 keeps every token inline.
 #[tokio::test]
 #[expect(clippy::too_many_lines, reason = "a contract case reads as one story, step by step")]
 async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use baton_aws::dynamodb::{DynamoDbStore, ItemFormat, item_size, token_ref, token_sk};
+    use baton_aws::dynamodb::{DynamoDbStore, item_size, token_sk};
     let emulator = Emulator::from_env();
     let table = dynamo_store(&emulator).await.table().to_owned();
     let config = emulator.sdk_config().await;
@@ -1164,25 +1163,6 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     assert_eq!(reader.load(&w, &k).await.unwrap().as_ref(), Some(&second));
     assert_eq!(calls.take(), ["Query"], "the record and the second step's token item");
 
-    // A record as the versions before 2026-12-03 wrote it: `token_ref`, the token under `TOKEN#`.
-    // It reads with its token (a Query, then a GetItem), and its next write moves to `token_sk`.
-    let legacy_sk = format!("TOKEN#{}", token_ref(token_of(&second).unwrap()));
-    let mut legacy = get("k-own", "RECORD".into()).await.unwrap();
-    legacy.remove("token_sk");
-    legacy.insert("token_ref".into(), AttributeValue::S(token_ref(token_of(&second).unwrap())));
-    let mut legacy_token = get("k-own", token_sk(&second, token_of(&second).unwrap())).await.unwrap();
-    legacy_token.insert("sk".into(), AttributeValue::S(legacy_sk.clone()));
-    for item in [legacy, legacy_token] {
-        client.put_item().table_name(&table).set_item(Some(item)).send().await.unwrap();
-    }
-    let reader = DynamoDbStore::new(calls.dynamodb(&config), table.clone());
-    assert_eq!(reader.load(&w, &k).await.unwrap().as_ref(), Some(&second));
-    assert_eq!(calls.take(), ["Query", "GetItem"], "the record, then its token where it was kept");
-    assert!(
-        reader.trace(&w, &k).await.unwrap().record.is_some_and(|r| token_of(&r) == token_of(&second)),
-        "trace"
-    );
-
     // Once its token item is gone (its TTL is longer than an execution can run), a record
     // reads without its token, live or ended.
     let expire = |sk: String| {
@@ -1192,7 +1172,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
             client.delete_item().table_name(&table).key("pk", pk).key("sk", sk).send().await.unwrap();
         }
     };
-    expire(legacy_sk).await;
+    expire(token_sk(&second, token_of(&second).unwrap())).await;
     let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
     assert_eq!(read, without_token(&second));
     // A cancelled record keeps its token, in a token item of its own (it has no step).
@@ -1205,14 +1185,15 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
     assert_eq!((read.state, token_of(&read)), (State::Cancelled, None));
 
-    // The objects form (for versions before token items) keeps the token inline.
-    let objects = DynamoDbStore::new(client.clone(), table.clone()).with_format(ItemFormat::Objects);
-    let inline = waiting_with_token(&objects, "k-inline", &token).await;
+    // A store told the longest token's limit keeps the token inline.
+    let inline_store =
+        DynamoDbStore::new(client.clone(), table.clone()).with_token_inline_max(TaskToken::MAX_LEN);
+    let inline = waiting_with_token(&inline_store, "k-inline", &token).await;
     let (w, k) = names("k-inline");
     let record = get("k-inline", "RECORD".into()).await.expect("the record");
     assert_eq!(record.get("token").and_then(|v| v.as_s().ok()), Some(&token));
     assert!(!record.contains_key("token_sk"));
-    assert_eq!(objects.load(&w, &k).await.unwrap().as_ref(), Some(&inline));
+    assert_eq!(inline_store.load(&w, &k).await.unwrap().as_ref(), Some(&inline));
 }
 
 /// DynamoDB-specific (docs/SIMULATION_BUGS.md, #44): an inbox entry written before the inbox was
@@ -1560,14 +1541,14 @@ async fn walk(
 /// DynamoDB-specific: token items under a random walk (an attack on them found it sound).
 /// Twelve keys at once through their whole lifecycle, each step written by one of seven store
 /// instances of different layouts (clones that share what they know, separate ones; limits 0,
-/// 128 and 2,048; the objects form), with a racing write decided on the same record, at once or
+/// 128 and 2,048), with a racing write decided on the same record, at once or
 /// after. After each step every read returns the winner (load, the lost write's record, trace),
 /// as MemoryStore does for the same writes, and the table never holds a record whose token item
 /// is missing; at the end, the due records of every state, from every instance, are
 /// MemoryStore's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_races() {
-    use baton_aws::dynamodb::{DynamoDbStore, ItemFormat};
+    use baton_aws::dynamodb::DynamoDbStore;
     let emulator = Emulator::from_env();
     let base = dynamo_store(&emulator).await;
     let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
@@ -1575,11 +1556,11 @@ async fn dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_
     let stores = vec![
         base.clone(),
         base.clone().with_token_inline_max(0),
-        base.clone().with_format(ItemFormat::Objects),
+        base.clone().with_token_inline_max(1),
         base.clone().with_token_inline_max(TaskToken::MAX_LEN),
         separate().with_token_inline_max(0),
         separate(),
-        separate().with_format(ItemFormat::Objects).with_token_inline_max(0),
+        separate().with_token_inline_max(TaskToken::MAX_LEN),
     ];
     let memory = Arc::new(MemoryStore::new().with_item_sizes(baton_aws::dynamodb::ITEM_SIZES));
     let mut walks = tokio::task::JoinSet::new();

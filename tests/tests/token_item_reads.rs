@@ -1,7 +1,6 @@
 //! DynamoDB-specific: how a record with its task token kept out of line reads back. Token items
 //! sort under the record's own sort key (`RECORD#T#<!generation><!step>#<ref>`), the record
-//! names its item by `token_sk`, and records written before 2026-12-03 (`token_ref`,
-//! `TOKEN#<ref>`) still read. Written by a review that set out to break it (2026-12-02).
+//! names its item by `token_sk`. Written by a review that set out to break it (2026-12-02).
 //!
 //! After every write each scenario checks, for the partition, against the raw items:
 //! 1. the loaded token is exactly the one in the item the record names (none when it is gone);
@@ -16,14 +15,14 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use baton_aws::dynamodb::{DynamoDbStore, ItemFormat, parse_token, token_ref, token_sk};
+use baton_aws::dynamodb::{DynamoDbStore, parse_token, token_ref, token_sk};
 use baton_core::domain::ids::{EventId, TaskToken};
 use baton_core::domain::lifecycle::{Cause, Finish, Input, Record, State, Write};
 use baton_core::ports::store::memory::MemoryStore;
 use baton_core::ports::store::{Applied, WorkflowStore};
 use baton_tests::calls::Calls;
 use baton_tests::lifecycle_fixtures::{
-    aws_length_token, decide_at, names, set_token, step_input, t0, token_of, without_token, write_of,
+    aws_length_token, decide_at, names, set_token, step_input, t0, token_of, write_of,
 };
 use baton_tests::{Emulator, dynamo_store};
 use serde_json::json;
@@ -51,13 +50,9 @@ fn sk_of(item: &Item) -> &str {
     item.get("sk").and_then(|v| v.as_s().ok()).map(String::as_str).unwrap_or_default()
 }
 
-/// The sort key of the token item a stored record item names (this version's `token_sk`, or the
-/// previous version's `TOKEN#<token_ref>`).
+/// The sort key of the token item a stored record item names (its `token_sk`).
 fn named_sk(item: &Item) -> Option<String> {
-    if let Some(sk) = item.get("token_sk").and_then(|v| v.as_s().ok()) {
-        return Some(sk.clone());
-    }
-    item.get("token_ref").and_then(|v| v.as_s().ok()).map(|r| format!("TOKEN#{r}"))
+    item.get("token_sk").and_then(|v| v.as_s().ok()).cloned()
 }
 
 /// One table, the in-memory store as the reference, a DynamoDB writer (every token out of line),
@@ -147,10 +142,6 @@ impl Rig {
         AttributeValue::S(format!("WF#{w}#{k}"))
     }
 
-    async fn put_raw(&self, item: Item) {
-        self.client.put_item().table_name(&self.table).set_item(Some(item)).send().await.unwrap();
-    }
-
     async fn delete_raw(&self, key: &str, sk: &str) {
         self.client
             .delete_item()
@@ -160,19 +151,6 @@ impl Rig {
             .send()
             .await
             .unwrap();
-    }
-
-    async fn get_raw(&self, key: &str, sk: &str) -> Option<Item> {
-        self.client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", Self::pk(key))
-            .key("sk", AttributeValue::S(sk.to_owned()))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap()
-            .item
     }
 
     /// Checks the invariants for `key` against `expected` (the in-memory store's record when
@@ -463,93 +441,6 @@ async fn concurrent_step_ready_racers_and_loads_never_mix_tokens() {
     rig.check(key, false, "after ten racers").await;
 }
 
-// ---- invariant 1, 3: legacy records ------------------------------------------------------------
-
-/// Rewrites the stored record of `key` as the previous version wrote it (`token_ref`, no
-/// `token_sk`); `keep_new` keeps the new-style token item, `put_legacy_token` puts the token
-/// under `TOKEN#<token_ref>` (without it, the item the record names is gone).
-async fn make_legacy(rig: &Rig, key: &str, record: &Record, keep_new: bool, put_legacy_token: bool) {
-    let token = token_of(record).cloned().expect("a token");
-    let mut item = rig.get_raw(key, "RECORD").await.expect("the record item");
-    let new_sk = item.remove("token_sk").and_then(|v| v.as_s().ok().cloned()).expect("token_sk");
-    item.insert("token_ref".into(), AttributeValue::S(token_ref(&token)));
-    rig.put_raw(item).await;
-    let mut token_item = rig.get_raw(key, &new_sk).await.expect("the token item");
-    if !keep_new {
-        rig.delete_raw(key, &new_sk).await;
-    }
-    if put_legacy_token {
-        token_item.insert("sk".into(), AttributeValue::S(format!("TOKEN#{}", token_ref(&token))));
-        token_item.remove("expires_at");
-        rig.put_raw(token_item).await;
-    }
-}
-
-#[tokio::test]
-async fn legacy_records_read_with_their_token_in_every_shape() {
-    let rig = Rig::new().await;
-
-    // A: legacy waiting record at step 1 (written by a 2026-12-02 instance during a rollout),
-    // the new-style item of step 0 still there (it sorts right after RECORD).
-    let key = "k-legacy-a";
-    rig.step(key, &start("evt-1"), "A start").await;
-    rig.step(key, &ready(1, 0, tok(50)), "A ready s0").await;
-    rig.step(key, &step_input("in-1", 0, json!({"decision": "ok"})), "A complete s0").await;
-    let waiting = rig.step(key, &ready(1, 1, tok(51)), "A ready s1").await;
-    make_legacy(&rig, key, &waiting, false, true).await;
-    assert_eq!(rig.check(key, false, "A legacy at s1").await, ["Query", "GetItem"]);
-    // Its next write (same step, same token) moves it to token_sk: a fresh writer (knows the
-    // legacy item only by its old name) puts the new item first.
-    let loaded = rig.fresh().load(&names(key).0, &names(key).1).await.unwrap().unwrap();
-    rig.calls.take();
-    let writer = rig.other(|s| s.with_token_inline_max(0));
-    let merge =
-        write_of(decide_at(key, Some(&loaded), &step_input("in-2", 1, json!({"note": 1})), rig.now()));
-    assert_eq!(rig.apply_on(&writer, &merge, "A merge").await, Applied::Written);
-    assert_eq!(rig.check(key, true, "A rewritten").await, ["Query"]);
-    // The same instance, having loaded a legacy record then written it, writes the next step.
-    rig.step_on(&writer, key, &step_input("in-3", 1, json!({"payment_ref": "p"})), "A complete s1").await;
-    rig.check(key, true, "A complete s1").await;
-
-    // B: legacy record, both its TOKEN# item and the new-style item of the same token there.
-    let key = "k-legacy-b";
-    rig.step(key, &start("evt-1"), "B start").await;
-    let waiting = rig.step(key, &ready(1, 0, tok(52)), "B ready").await;
-    make_legacy(&rig, key, &waiting, true, true).await;
-    rig.check(key, false, "B both items").await;
-
-    // C: legacy record whose TOKEN# item is gone (expired) while a new-style item of the same
-    // token exists: the named item is gone, so no token (and the same in trace).
-    let key = "k-legacy-c";
-    rig.step(key, &start("evt-1"), "C start").await;
-    let waiting = rig.step(key, &ready(1, 0, tok(53)), "C ready").await;
-    make_legacy(&rig, key, &waiting, true, false).await;
-    let no_token = without_token(&waiting);
-    rig.check_against(key, Some(Some(no_token)), false, "C named item gone").await;
-
-    // D: legacy cancelled record (cancelled by a 2026-12-02 instance: token_ref, no step).
-    let key = "k-legacy-d";
-    rig.step(key, &start("evt-1"), "D start").await;
-    rig.step(key, &ready(1, 0, tok(54)), "D ready").await;
-    let cancelled = rig.step(key, &cancel(), "D cancel").await;
-    make_legacy(&rig, key, &cancelled, false, true).await;
-    rig.check(key, false, "D legacy cancelled").await;
-    // Restarted by this version: no token, though a TOKEN# and RECORD#T# items remain.
-    rig.step(key, &start("evt-2"), "D restart").await;
-    rig.check(key, true, "D restarted").await;
-    rig.step(key, &ready(2, 0, tok(54)), "D ready g2, the same token").await;
-    rig.check(key, true, "D g2").await;
-
-    // E: legacy record with an inline-length token kept out of line by an old instance told
-    // BATON_TOKEN_INLINE_MAX=0 (a short, non-base64 token, kept as a string).
-    let key = "k-legacy-e";
-    rig.step(key, &start("evt-1"), "E start").await;
-    let short = TaskToken::parse("6f1c2a7e-90b4-4d1e-8a3c-000000000001").unwrap();
-    let waiting = rig.step(key, &ready(1, 0, short), "E ready").await;
-    make_legacy(&rig, key, &waiting, false, true).await;
-    rig.check(key, false, "E legacy short").await;
-}
-
 // ---- invariant 2: token items without a record -----------------------------------------------
 
 #[tokio::test]
@@ -575,16 +466,11 @@ async fn without_a_record_item_nothing_loads_whatever_token_items_remain() {
     assert_eq!(rig.fresh().load(&w, &k).await.unwrap(), None, "invariant 2");
     rig.check("k-gone", false, "ghost token item only").await;
 
-    // A record's partition whose RECORD item is gone (deleted by hand), token items left, old
-    // and new style.
+    // A record's partition whose RECORD item is gone (deleted by hand), token items left.
     let key = "k-deleted";
     rig.step(key, &start("evt-1"), "start").await;
     rig.step(key, &ready(1, 0, tok(61)), "ready").await;
     rig.step(key, &cancel(), "cancel").await;
-    let mut legacy =
-        rig.partition(key).await.into_iter().find(|i| sk_of(i).starts_with("RECORD#T#")).unwrap();
-    legacy.insert("sk".into(), AttributeValue::S("TOKEN#0123".into()));
-    rig.put_raw(legacy).await;
     rig.delete_raw(key, "RECORD").await;
     let (w, k) = names(key);
     assert_eq!(rig.fresh().load(&w, &k).await.unwrap(), None, "invariant 2");
@@ -683,15 +569,15 @@ async fn odd_but_allowed_writes_agree_with_the_in_memory_store() {
     }
 }
 
-// ---- invariants 1, 3, 4: mixed writers (inline and out of line, objects form) ----------------
+// ---- invariants 1, 3, 4: mixed writers (inline and out of line) ---------------------------------
 
 #[tokio::test]
-async fn writers_with_other_inline_limits_and_forms_on_one_partition() {
+async fn writers_with_other_inline_limits_on_one_partition() {
     let rig = Rig::new().await;
     let key = "k-mixed";
     let out_of_line = rig.other(|s| s.with_token_inline_max(0));
     let default = rig.other(|s| s);
-    let objects = rig.other(|s| s.with_format(ItemFormat::Objects));
+    let inline = rig.other(|s| s.with_token_inline_max(TaskToken::MAX_LEN));
     let short = |n: u32| TaskToken::parse(format!("6f1c2a7e-90b4-4d1e-8a3c-{n:012}")).unwrap();
     let edge = |n: usize, c: char| TaskToken::parse(c.to_string().repeat(n)).unwrap();
     rig.step_on(&default, key, &start("evt-1"), "start").await;
@@ -699,17 +585,17 @@ async fn writers_with_other_inline_limits_and_forms_on_one_partition() {
     rig.check(key, true, "short out of line").await;
     rig.step_on(&default, key, &step_input("in-1", 0, json!({"note": 1})), "merged inline").await;
     rig.check(key, true, "short inline, its item remains").await;
-    rig.step_on(&objects, key, &step_input("in-2", 0, json!({"decision": "ok"})), "objects").await;
-    rig.check(key, true, "objects").await;
+    rig.step_on(&inline, key, &step_input("in-2", 0, json!({"decision": "ok"})), "all inline").await;
+    rig.check(key, true, "all inline").await;
     rig.step_on(&default, key, &ready(1, 1, edge(129, 'Q')), "129 chars, default").await;
     rig.check(key, true, "129 default").await;
-    rig.step_on(&objects, key, &step_input("in-3", 1, json!({"note": 2})), "129 objects").await;
-    rig.check(key, true, "129 objects inline").await;
+    rig.step_on(&inline, key, &step_input("in-3", 1, json!({"note": 2})), "129 all inline").await;
+    rig.check(key, true, "129 inline").await;
     rig.step_on(&out_of_line, key, &step_input("in-4", 1, json!({"note": 3})), "129 again out").await;
     rig.check(key, true, "129 out of line again").await;
     rig.step_on(&default, key, &cancel(), "cancel default").await;
     rig.check(key, true, "cancelled default").await;
-    rig.step_on(&objects, key, &start("evt-2"), "restart objects").await;
+    rig.step_on(&inline, key, &start("evt-2"), "restart all inline").await;
     rig.step_on(&default, key, &ready(2, 0, edge(128, 'Z')), "128 chars default (inline)").await;
     rig.check(key, true, "128 inline").await;
     rig.step_on(&out_of_line, key, &cancel(), "cancel out of line").await;

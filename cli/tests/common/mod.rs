@@ -81,6 +81,20 @@ impl Stack {
             })
             .await
     }
+    /// Stops `key`'s execution of order-review as the console would. The emulator defers a stop
+    /// while the execution is parked on a token, until the wait ends: the parked token is resumed
+    /// too, and the execution then ends ABORTED, with no report (docs/EMULATOR_DEVIATIONS.md).
+    pub async fn stop_outside_baton(&self, key: &str) {
+        let engine = self.system.engine();
+        let record = self.system.record("order-review", key).await.expect("the record");
+        let workflow = engine.config.workflow("order-review").unwrap();
+        let arn = engine.execution_arn(workflow, &record.key, record.generation);
+        engine.orchestrator.stop_execution(&arn, "Console", "stopped by hand").await.expect("the stop");
+        if let Some(token) = record.step_wait().and_then(|w| w.token.as_ref()) {
+            let _ = engine.orchestrator.send_task_success(token, &json!({})).await;
+        }
+        self.system.execution_ended("order-review", "ABORTED").await;
+    }
 }
 
 pub struct Run(pub Output);

@@ -16,8 +16,7 @@
 //! records under `record#<state>#<shard>`, buffered inbox entries under `inbox#buffered#<shard>`,
 //! the shard a stable hash of `pk` modulo [`DynamoDbStore::with_due_shards`] (default
 //! [`DEFAULT_DUE_SHARDS`]), so that no one index partition takes every transition of a state.
-//! Every read queries all shards side by side, and the unsharded `record#<state>` and
-//! `inbox#buffered` that items written before sharding keep until their next write.
+//! Every read queries all shards side by side.
 //!
 //! Every conditional write asks for `ALL_OLD` on failure, so a lost race returns the winner's
 //! item with no second read. `ConditionalCheckFailedException` is interpreted in one place,
@@ -74,7 +73,6 @@ pub const TTL_ATTRIBUTE: &str = "expires_at";
 pub struct DynamoDbStore {
     client: Client,
     table: String,
-    format: ItemFormat,
     due_shards: u32,
     /// Tokens longer than this are kept in a token item ([`TOKEN_INLINE_MAX`] unless told).
     token_inline_max: usize,
@@ -122,47 +120,9 @@ pub fn due_kind(prefix: &str, pk: &str, shards: u32) -> String {
 }
 
 /// The index partitions one `due_kind` prefix (`record#waiting`, `inbox#buffered`) is spread
-/// over: each shard, and the unsharded name items written before sharding keep.
+/// over: one per shard.
 pub fn due_partitions(prefix: &str, shards: u32) -> Vec<String> {
-    std::iter::once(prefix.to_owned()).chain((0..shards.max(1)).map(|n| format!("{prefix}#{n}"))).collect()
-}
-
-/// How the store writes items. Both forms are always read; docs/RUNBOOK.md, "Upgrading across
-/// the compact record", says when to write which.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ItemFormat {
-    /// This version's: the record's audit trail and applied inputs compact ([`compact`]), and no
-    /// `workflow` and `key` attributes (`pk` has them). A record stays under 1 KB for longer.
-    #[default]
-    Compact,
-    /// As the versions before the compact record wrote items, so that they can read them: for
-    /// the first deploy of an upgrade (both versions' functions run while it rolls out), and
-    /// before rolling back to such a version.
-    Objects,
-}
-
-impl ItemFormat {
-    /// `compact` or `objects` (`BATON_ITEM_FORMAT`, the template's `ItemFormat` parameter).
-    pub fn parse(text: &str) -> Result<ItemFormat, String> {
-        match text {
-            "compact" => Ok(ItemFormat::Compact),
-            "objects" => Ok(ItemFormat::Objects),
-            other => Err(format!("{other:?} is not an item format: compact or objects")),
-        }
-    }
-
-    /// Adds what the previous versions read and this one does not need: the (workflow, key) an
-    /// item belongs to, as attributes.
-    fn stamp(self, item: &mut Item) {
-        if self != ItemFormat::Objects {
-            return;
-        }
-        let names = item.get("pk").and_then(|pk| pk.as_s().ok()?.strip_prefix("WF#")?.split_once('#'));
-        if let Some((workflow, key)) = names.map(|(w, k)| (s(w), s(k))) {
-            item.insert("workflow".into(), workflow);
-            item.insert("key".into(), key);
-        }
-    }
+    (0..shards.max(1)).map(|n| format!("{prefix}#{n}")).collect()
 }
 
 impl DynamoDbStore {
@@ -209,7 +169,6 @@ impl DynamoDbStore {
         DynamoDbStore {
             client,
             table: table.into(),
-            format: ItemFormat::default(),
             due_shards: DEFAULT_DUE_SHARDS,
             token_inline_max: TOKEN_INLINE_MAX,
             known_tokens: Arc::default(),
@@ -222,13 +181,8 @@ impl DynamoDbStore {
         DynamoDbStore { due_shards: shards.clamp(1, MAX_DUE_SHARDS), ..self }
     }
 
-    /// The store writing items in `format`.
-    pub fn with_format(self, format: ItemFormat) -> Self {
-        DynamoDbStore { format, ..self }
-    }
-
     fn layout(&self) -> Layout {
-        Layout { format: self.format, shards: self.due_shards, token_inline_max: self.token_inline_max }
+        Layout { shards: self.due_shards, token_inline_max: self.token_inline_max }
     }
 
     /// The store keeping tokens longer than `chars` in token items (`BATON_TOKEN_INLINE_MAX`;
@@ -394,8 +348,7 @@ impl DynamoDbStore {
     }
 
     /// A put-if-absent of `item`, returning the stored item when it already exists.
-    async fn put_if_absent(&self, op: &'static str, mut item: Item) -> Result<Option<Item>, StoreError> {
-        self.format.stamp(&mut item);
+    async fn put_if_absent(&self, op: &'static str, item: Item) -> Result<Option<Item>, StoreError> {
         let result = self
             .client
             .put_item()
@@ -688,11 +641,10 @@ fn number_size(n: &str) -> usize {
     significant.div_ceil(2) + 1
 }
 
-/// The size of a record's item, as the table stores it in `format` with the default
-/// [`TOKEN_INLINE_MAX`] (a store told a higher limit keeps longer tokens inline; the objects
-/// form, which keeps every token inline, is the largest either way).
-pub fn record_size(record: &Record, format: ItemFormat) -> usize {
-    item_size(&record_item(record, Layout { shards: MAX_DUE_SHARDS, ..Layout::of(format) }))
+/// The size of a record's item, as the table stores it with the default [`TOKEN_INLINE_MAX`]
+/// (a store told a higher limit keeps longer tokens inline, and writes larger records).
+pub fn record_size(record: &Record) -> usize {
+    item_size(&record_item(record, Layout { shards: MAX_DUE_SHARDS, ..Layout::default() }))
 }
 
 /// The size of a task's item ([`item_size`]): what the in-memory store checks against
@@ -718,11 +670,10 @@ pub fn ledger_size(entry: &LedgerEntry) -> usize {
 
 /// DynamoDB's rules for the size of each kind of item, as this store writes it: what the engine
 /// trims a record to, and what the in-memory store holds items to when it stands in for DynamoDB
-/// (the store contract and the simulation). A record is measured as the larger format writes it,
-/// so that it fits whichever format is in use.
+/// (the store contract and the simulation).
 pub const ITEM_SIZES: ItemSizes = ItemSizes {
     record_bound: record_size_bound,
-    record: |record| record_size(record, ItemFormat::Objects),
+    record: record_size,
     task: task_size,
     receipt: receipt_size,
     inbox: inbox_size,
@@ -851,7 +802,7 @@ impl<'a> Reader<'a> {
 }
 
 /// The attributes every item starts with: its keys. The (workflow, key) it belongs to is read
-/// back from `pk` ([`Reader::names`]); items written before also carry them as attributes.
+/// back from `pk` ([`Reader::names`]).
 fn base_item(workflow: &WorkflowName, key: &CorrelationKey, sk: &str) -> Item {
     Item::from([("pk".into(), s(&pk(workflow, key))), ("sk".into(), s(sk))])
 }
@@ -859,16 +810,10 @@ fn base_item(workflow: &WorkflowName, key: &CorrelationKey, sk: &str) -> Item {
 // ---- records ---------------------------------------------------------------------------------
 
 fn record_item(r: &Record, layout: Layout) -> Item {
-    let Layout { format, shards, .. } = layout;
+    let Layout { shards, .. } = layout;
     let mut item = base_item(&r.workflow, &r.key, RECORD_SK);
-    format.stamp(&mut item);
-    let (applied, history) = match format {
-        ItemFormat::Compact => (
-            s(&compact::encode_applied(&r.applied)),
-            s(&compact::encode_history(&r.history, &history_context(r))),
-        ),
-        ItemFormat::Objects => (json(&r.applied), json(&r.history)),
-    };
+    let applied = s(&compact::encode_applied(&r.applied));
+    let history = s(&compact::encode_history(&r.history, &history_context(r)));
     item.extend([
         ("generation".into(), n(r.generation)),
         ("state".into(), s(r.state.kind().as_str())),
@@ -931,7 +876,7 @@ fn history_context(r: &Record) -> compact::Context<'_> {
 }
 
 /// The record `item` holds. A token kept out of line is read from `token_item`, the item its
-/// `token_sk` (or, written before 2026-12-03, `token_ref`) names ([`referred_token_sk`]).
+/// `token_sk` names ([`referred_token_sk`]).
 /// Without it (it expired: [`TOKEN_KEPT`]), the record reads as having no token, as the token
 /// itself is long dead: nothing is resumed with it, and an input to a record still waiting is
 /// ignored into the ledger.
@@ -972,7 +917,7 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
     Ok(record)
 }
 
-/// The head of the record `item` holds, in either item format, without decoding the rest.
+/// The head of the record `item` holds, without decoding the rest.
 fn parse_head(item: &Item) -> Result<RecordHead, StoreError> {
     let r = Reader { item };
     let (workflow, key) = r.names()?;
@@ -993,24 +938,24 @@ fn parse_state(r: &Reader) -> Result<State, StoreError> {
 
 // ---- side items ------------------------------------------------------------------------------
 
-/// How a store lays a record's item out: its form, its `by_due` shards, and which tokens it
-/// keeps in token items.
+/// How a store lays a record's item out: its `by_due` shards, and which tokens it keeps in
+/// token items.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
-    format: ItemFormat,
     shards: u32,
     token_inline_max: usize,
 }
 
-impl Layout {
-    fn of(format: ItemFormat) -> Layout {
-        Layout { format, shards: DEFAULT_DUE_SHARDS, token_inline_max: TOKEN_INLINE_MAX }
+impl Default for Layout {
+    fn default() -> Layout {
+        Layout { shards: DEFAULT_DUE_SHARDS, token_inline_max: TOKEN_INLINE_MAX }
     }
+}
 
-    /// Whether a record keeps `token` in a token item. The objects form keeps every token
-    /// inline: the versions before token items read only that.
+impl Layout {
+    /// Whether a record keeps `token` in a token item.
     fn token_out_of_line(self, token: &TaskToken) -> bool {
-        self.format == ItemFormat::Compact && token.expose().len() > self.token_inline_max
+        token.expose().len() > self.token_inline_max
     }
 }
 
@@ -1034,20 +979,14 @@ pub fn token_sk(record: &Record, token: &TaskToken) -> String {
     format!("{TOKEN_SK_PREFIX}{:08x}{:08x}#{}", !record.generation, !step, token_ref(token))
 }
 
-/// The sort key of the token item the record `item` refers to: its `token_sk`, or, in a record
-/// written before 2026-12-03, `TOKEN#<token_ref>`, where those versions kept the token.
+/// The sort key of the token item the record `item` refers to: its `token_sk`.
 fn referred_token_sk(item: &Item) -> Option<String> {
-    let attribute = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
-    match (attribute("token_sk"), attribute("token_ref")) {
-        (Some(sk), _) => Some(sk.clone()),
-        (None, Some(reference)) => Some(format!("TOKEN#{reference}")),
-        (None, None) => None,
-    }
+    item.get("token_sk").and_then(|v| v.as_s().ok()).cloned()
 }
 
-/// Whether `sk` names a token item, as this version or the versions before 2026-12-03 wrote it.
+/// Whether `sk` names a token item.
 fn is_token_sk(sk: &str) -> bool {
-    sk.starts_with(TOKEN_SK_PREFIX) || sk.starts_with("TOKEN#")
+    sk.starts_with(TOKEN_SK_PREFIX)
 }
 
 /// The item that keeps `token` for `record`. A token that is canonical base64 (AWS's look it:
@@ -1797,7 +1736,7 @@ mod tests {
         let mut apply = |input: Input, now: OffsetDateTime, record: &mut Option<Record>| {
             let to =
                 decide(&plan, (&workflow, &key), record.as_ref(), &input, now).write.expect("a write").to;
-            largest = largest.max(record_size(&to, ItemFormat::Compact));
+            largest = largest.max(record_size(&to));
             *record = Some(to);
         };
         apply(Input::Start { event: EventId::parse(uuid(0)).unwrap() }, now, &mut record);
@@ -1940,12 +1879,10 @@ mod tests {
                 }
             })
             .collect();
-        assert!(record_size(&record, ItemFormat::Objects) > MAX_ITEM_BYTES, "the case is over the limit");
+        assert!(record_size(&record) > MAX_ITEM_BYTES, "the case is over the limit");
         baton_core::use_cases::engine::fit_item_limit(&mut record, ITEM_SIZES);
-        for format in [ItemFormat::Compact, ItemFormat::Objects] {
-            let size = record_size(&record, format);
-            assert!(size <= MAX_ITEM_BYTES, "{format:?}: {size} bytes");
-        }
+        let size = record_size(&record);
+        assert!(size <= MAX_ITEM_BYTES, "{size} bytes");
         // Every attempt is still there, with who failed it.
         assert!(
             record
@@ -1991,44 +1928,18 @@ mod tests {
             };
             owe(step, Resume::Success { output: Value::Array(values.clone()) });
             with_branches_attempts_and_compensation(&mut record, &pick, &values);
-            for format in [ItemFormat::Compact, ItemFormat::Objects] {
-                proptest::prop_assert!(record_size_bound(&record) >= record_size(&record, format));
-            }
+            proptest::prop_assert!(record_size_bound(&record) >= record_size(&record));
             owe(&mut record.waits[0], Resume::Failure { error: pick(0), cause: pick(1) });
-            for format in [ItemFormat::Compact, ItemFormat::Objects] {
-                proptest::prop_assert!(record_size_bound(&record) >= record_size(&record, format));
-            }
+            proptest::prop_assert!(record_size_bound(&record) >= record_size(&record));
         }
     }
 
     #[test]
-    fn items_written_as_objects_are_what_the_previous_versions_read_and_both_forms_read_back() {
-        use baton_core::domain::lifecycle::{AppliedInput, AuditEntry};
+    fn a_record_reads_back_as_written_with_its_names_in_pk_alone() {
         let record = largest_record(2).1;
-        for format in [ItemFormat::Compact, ItemFormat::Objects] {
-            assert_eq!(
-                parse_record(&record_item(&record, Layout::of(format)), None).unwrap(),
-                record,
-                "{format:?}"
-            );
-        }
-        // What parse_record read before the compact record (a4e9275), on every item.
-        let item = record_item(&record, Layout::of(ItemFormat::Objects));
-        let old = Reader { item: &item };
-        assert_eq!(old.id::<WorkflowName>("workflow").unwrap(), record.workflow);
-        assert_eq!(old.id::<CorrelationKey>("key").unwrap(), record.key);
-        assert_eq!(old.json::<Vec<AppliedInput>>("applied").unwrap(), record.applied);
-        assert_eq!(old.json::<Vec<AuditEntry>>("history").unwrap(), record.history);
-        let mut side = base_item(&record.workflow, &record.key, "LEDGER#x#y");
-        ItemFormat::Objects.stamp(&mut side);
-        assert_eq!(Reader { item: &side }.id::<CorrelationKey>("key").unwrap(), record.key);
-        let compact = record_item(&record, Layout::of(ItemFormat::Compact));
-        assert!(!compact.contains_key("workflow") && !compact.contains_key("key"));
-        assert_eq!(ItemFormat::parse("objects"), Ok(ItemFormat::Objects));
-        assert_eq!(
-            ItemFormat::parse("json").unwrap_err(),
-            "\"json\" is not an item format: compact or objects"
-        );
+        let item = record_item(&record, Layout::default());
+        assert_eq!(parse_record(&item, None).unwrap(), record);
+        assert!(!item.contains_key("workflow") && !item.contains_key("key"));
     }
 
     #[test]
@@ -2066,10 +1977,7 @@ mod tests {
         assert!(matches!(item.get("token"), Some(AttributeValue::S(_))), "not base64: kept as text");
         assert_eq!(parse_token(&item).unwrap(), text);
         // A UUID-sized token (the emulator's) stays in the record, as before token items.
-        let short = record_item(
-            &largest_record_with(1, |_| "6f1c2a7e-90b4".into()).1,
-            Layout::of(ItemFormat::Compact),
-        );
+        let short = record_item(&largest_record_with(1, |_| "6f1c2a7e-90b4".into()).1, Layout::default());
         assert!(!short.contains_key("token_sk"));
     }
 
@@ -2144,7 +2052,7 @@ mod tests {
             b.inputs = inputs;
             r
         };
-        let fits = |r: &Record| record_size(r, ItemFormat::Compact) <= MAX_ITEM_BYTES;
+        let fits = |r: &Record| record_size(r) <= MAX_ITEM_BYTES;
         for (branches, full, fit) in
             [(69, true, true), (70, true, false), (193, false, true), (194, false, false)]
         {
@@ -2161,7 +2069,7 @@ mod tests {
                 fits(&record),
                 fit,
                 "{branches} branches, inputs at their limit: {full}: {} bytes",
-                record_size(&record, ItemFormat::Compact)
+                record_size(&record)
             );
         }
     }
@@ -2217,10 +2125,7 @@ mod tests {
         let spread: std::collections::BTreeSet<u32> =
             (0..200).map(|i| due_shard(&format!("WF#order-review#order-{i}"), 8)).collect();
         assert_eq!(spread.len(), 8, "200 keys reach every one of 8 shards");
-        assert_eq!(
-            due_partitions("record#waiting", 2),
-            ["record#waiting", "record#waiting#0", "record#waiting#1"]
-        );
+        assert_eq!(due_partitions("record#waiting", 2), ["record#waiting#0", "record#waiting#1"]);
     }
 
     #[test]

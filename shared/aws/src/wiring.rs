@@ -20,7 +20,7 @@ use baton_core::use_cases::engine::{Engine, random_write_ids, system_clock};
 use secrecy::{ExposeSecret, SecretString};
 use tracing_subscriber::filter::LevelFilter;
 
-use crate::dynamodb::{DEFAULT_DUE_SHARDS, DynamoDbStore, ItemFormat, MAX_DUE_SHARDS, TOKEN_INLINE_MAX};
+use crate::dynamodb::{DEFAULT_DUE_SHARDS, DynamoDbStore, MAX_DUE_SHARDS, TOKEN_INLINE_MAX};
 use crate::sqs::SqsTaskPublisher;
 use crate::stepfunctions::StepFunctionsOrchestrator;
 
@@ -66,9 +66,6 @@ pub struct Settings {
     /// `BATON_DUE_SHARDS`: how many `by_due` index partitions each state is spread over
     /// (default 8; only ever raise it).
     pub due_shards: u32,
-    /// `BATON_ITEM_FORMAT`: `compact` (default) or `objects`, how table items are written
-    /// ([`ItemFormat`]; docs/RUNBOOK.md, "Upgrading across the compact record").
-    pub item_format: ItemFormat,
     /// `BATON_TOKEN_INLINE_MAX`: task tokens longer than this many characters are kept in an
     /// item of their own (default [`TOKEN_INLINE_MAX`], 128; 0 to [`TaskToken::MAX_LEN`], 2,048).
     pub token_inline_max: usize,
@@ -149,12 +146,6 @@ fn task_queue_url_prefix(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<
     }
 }
 
-/// `BATON_ITEM_FORMAT` (default `compact`): how table items are written ([`ItemFormat`]). The
-/// operator commands read it as the functions do.
-pub fn item_format(env: &dyn Fn(&str) -> Option<String>) -> Result<ItemFormat, SettingsError> {
-    optional(env, "BATON_ITEM_FORMAT", ItemFormat::default(), ItemFormat::parse)
-}
-
 impl Settings {
     /// From the process environment (variables that are not UTF-8 count as unset).
     pub fn from_env() -> Result<Settings, SettingsError> {
@@ -195,7 +186,7 @@ impl Settings {
             optional(env, "BATON_REQUEUE_DELAY_SECONDS", REQUEUE_DELAY_SECONDS, |v| {
                 whole(v, |n: &i32| (0..=900).contains(n), "of seconds from 0 to 900")
             })?;
-        let (due_shards, item_format) = (due_shards(env)?, item_format(env)?);
+        let due_shards = due_shards(env)?;
         let token_inline_max = optional(env, "BATON_TOKEN_INLINE_MAX", TOKEN_INLINE_MAX, |v| {
             let what = format!("of characters from 0 to {}", TaskToken::MAX_LEN);
             whole(v, |n: &usize| *n <= TaskToken::MAX_LEN, &what)
@@ -214,7 +205,6 @@ impl Settings {
             source_queue_url: lookup(env, "BATON_SOURCE_QUEUE_URL"),
             requeue_delay_seconds,
             due_shards,
-            item_format,
             token_inline_max,
         })
     }
@@ -308,7 +298,6 @@ pub fn engine_with(
         config: Arc::new(config),
         store: Arc::new(
             DynamoDbStore::new(aws_sdk_dynamodb::Client::new(sdk), settings.table.clone())
-                .with_format(settings.item_format)
                 .with_due_shards(settings.due_shards)
                 .with_token_inline_max(settings.token_inline_max),
         ),
@@ -352,13 +341,6 @@ mod tests {
         };
         let err = Settings::from_lookup(&bad_ttl).unwrap_err();
         assert!(err.to_string().contains("BATON_WEBHOOK_SECRETS_TTL_SECONDS is invalid"), "{err}");
-        assert_eq!(settings.item_format, ItemFormat::Compact, "compact unless told");
-        let format = |value: &'static str| {
-            move |name: &str| if name == "BATON_ITEM_FORMAT" { Some(value.to_owned()) } else { env(name) }
-        };
-        assert_eq!(Settings::from_lookup(&format("objects")).unwrap().item_format, ItemFormat::Objects);
-        let err = Settings::from_lookup(&format("json")).unwrap_err();
-        assert!(err.to_string().contains("BATON_ITEM_FORMAT is invalid"), "{err}");
         let shards = |value: &'static str| due_shards(&move |_| Some(value.to_owned()));
         assert_eq!(shards(" 16 ").unwrap(), 16);
         assert!(shards("0").is_err() && shards("257").is_err() && shards("x").is_err());

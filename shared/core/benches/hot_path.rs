@@ -166,10 +166,10 @@ fn record_size_check(bencher: Bencher, how: &str) {
     let config = Config::parse(SAMPLE).expect("sample");
     let key = CorrelationKey::parse("order-1".to_owned()).expect("key");
     let waiting = waiting_record(&config.workflows[0].name, &key, OffsetDateTime::now_utc());
-    use baton_aws::dynamodb::{ItemFormat, record_size};
+    use baton_aws::dynamodb::record_size;
     use baton_core::ports::store::limits::record_size_bound;
     let size: fn(&Record) -> usize = match how {
-        "exact" => |r| record_size(r, ItemFormat::Objects),
+        "exact" => record_size,
         _ => record_size_bound,
     };
     bencher.counter(ItemsCount::new(1usize)).bench(|| size(black_box(&waiting)));

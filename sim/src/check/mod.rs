@@ -3,7 +3,7 @@
 //! the dead-letter queues) and from what senders and operators were told, not from baton's
 //! account of itself.
 //!
-//! One function per invariant, named after it (DESIGN.md §4 where it names one), grouped by
+//! One function per invariant, named after it (docs/ARCHITECTURE.md where it names one), grouped by
 //! concern in the files of this folder. Every violation starts with its invariant's name in
 //! brackets, `[terminal_record_never_changes] ...`, so a failed schedule says which one broke.
 //! [`all`] runs them in a fixed order; checks of one item by several invariants (a landed write,

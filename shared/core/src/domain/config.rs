@@ -7,7 +7,7 @@
 //! (`workflows.order-review.steps[1].timeout: missing`). Duplicate keys are an error, as are
 //! unknown fields: a typo such as `timout` must not silently drop a deadline.
 //!
-//! Rules kept here (DESIGN.md §3): names are valid and unique, every step has a timeout, durations
+//! Rules kept here (docs/WORKFLOWS.md): names are valid and unique, every step has a timeout, durations
 //! parse, `heartbeat` is shorter than `timeout`, `requires` names are unique identifiers, the key
 //! is a JSON pointer, and every pattern compiles.
 

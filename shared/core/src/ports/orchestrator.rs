@@ -1,7 +1,7 @@
 //! The orchestrator port: what baton asks of Step Functions, and nothing more.
 //!
 //! Step Functions owns waiting, deadlines and the console view of a workflow instance; the
-//! DynamoDB record owns the truth about progression (DESIGN.md §1, §4). The use cases talk to
+//! DynamoDB record owns the truth about progression (docs/ARCHITECTURE.md). The use cases talk to
 //! Step Functions only through [`Orchestrator`], so they can be tested against an in-memory
 //! double and the adapter (`baton_aws::stepfunctions::StepFunctionsOrchestrator`) can be proven on its own against
 //! the emulator.
@@ -16,7 +16,7 @@
 //!   `TaskDoesNotExist` all become [`OrchestratorError::TokenGone`]: the step can no longer be
 //!   resumed, so retrying is pointless and the caller records the outcome instead.
 //! - **Step Functions is not trusted to reject a second resume.** The emulator accepts one
-//!   silently while the execution runs (EMULATOR.md); exactly-once resumes come from the
+//!   silently while the execution runs (docs/EMULATOR_DEVIATIONS.md); exactly-once resumes come from the
 //!   record's conditional write, never from this port.
 //! - **Tokens never reach a log**: only [`TaskToken::fingerprint`] does.
 //! - **Every failure keeps its cause** (`#[source]`) and has a stable `error_type`

@@ -1,7 +1,7 @@
 //! SQS batches the way Lambda hands them over: per-message verdicts, partial batch failures, and
 //! dead-lettering of messages that can never succeed.
 //!
-//! The rule (STYLE.md §6): a message that fails for a reason that can pass (a throttle, an
+//! The rule: a message that fails for a reason that can pass (a throttle, an
 //! outage) is reported in `batchItemFailures`, so SQS redelivers it after the visibility
 //! timeout and, after `maxReceiveCount`, the redrive policy moves it to the dead-letter queue.
 //! A message that can never succeed (unparseable, invalid) is sent to the dead-letter queue

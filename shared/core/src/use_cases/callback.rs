@@ -1,4 +1,4 @@
-//! The callback use case: `POST /v1/callbacks`, as DESIGN.md §3's table answers it.
+//! The callback use case: `POST /v1/callbacks`, as docs/CALLBACK_API.md answers it.
 //!
 //! Order of checks, each with its own answer: size (413), signature (401), body (400), workflow
 //! and step (404), then the idempotency receipt and the lifecycle.
@@ -849,7 +849,7 @@ fn to_store(answer: &Answer) -> Value {
 }
 
 /// A repeated `webhook-id`: 200 with the first answer's body, marked as a duplicate
-/// (DESIGN.md §3), whatever status the first answer had.
+/// (docs/CALLBACK_API.md), whatever status the first answer had.
 fn stored_answer(first: &Value) -> Answer {
     let mut body = first["body"].clone();
     body["duplicate"] = json!(true);

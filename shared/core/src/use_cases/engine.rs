@@ -1,7 +1,7 @@
 //! The engine: load, decide, write, then carry out the decision's effects.
 //!
 //! Every handler (intake, progress, callback, sweeper, the operator CLI) submits its inputs
-//! here, so the rules of DESIGN.md §4 are applied in one place:
+//! here, so the lifecycle's rules (docs/ARCHITECTURE.md) are applied in one place:
 //!
 //! - **Decide, then apply.** [`lifecycle::decide`] is pure; the engine carries out its one
 //!   conditional write, then its effects, in order.
@@ -11,7 +11,7 @@
 //! - **Effects are idempotent**, so a retry after a crash between the write and an effect
 //!   repairs it: executions have deterministic names, tasks are put-if-absent, buffered entries
 //!   settle once, ledger entries are keyed by input and reason.
-//! - **The lost wake-up is closed by a handshake** (DESIGN.md §4): a buffering side writes its
+//! - **The lost wake-up is closed by a handshake** (docs/ARCHITECTURE.md): a buffering side writes its
 //!   inbox entry, then reads the record strongly consistently; the progress side writes
 //!   `waiting{n}`, then reads the inbox strongly consistently. At least one side sees the other.
 //! - **A lost answer is not a lost race.** Each record write carries a fresh `write_id`. When

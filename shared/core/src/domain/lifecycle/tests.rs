@@ -730,7 +730,7 @@ impl World {
         d
     }
 
-    /// The invariants of DESIGN.md §4 (1), (4), (5), (6), checked on every decision.
+    /// The invariants (1), (4), (5), (6) of docs/ARCHITECTURE.md, checked on every decision.
     fn check(&mut self, prior: Option<&Record>, input: &Input, d: &Decision) {
         if let Some(w) = &d.write {
             // (1) only allowed transitions, from the state and version actually stored.
@@ -1056,13 +1056,13 @@ fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
     assert!(!backwards.follows(Some(&pending)), "pending -> waiting is no restart");
 }
 
-mod branch_retry_attack;
+mod branch_retry_races;
 mod compensation;
-mod compensation_attack;
+mod compensation_races;
+mod features_meet;
 mod group;
 mod group_races;
 mod repark;
 mod retry;
-mod retry_attack;
-mod review_attack;
+mod retry_races;
 mod stranded;

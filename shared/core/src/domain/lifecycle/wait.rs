@@ -78,9 +78,10 @@ impl WaitOutcome {
     }
 }
 
-/// Where a wait stands, with what each status needs and no more.
+/// Where a wait stands, with what each status needs and no more. Stored under short names
+/// (`w`, `at`, `o`, `v`, `c`: the record's item holds many waits, docs/DATA_MODEL.md).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
+#[serde(tag = "w", rename_all = "snake_case")]
 pub enum WaitStatus {
     /// Not reached: Step Functions has not handed over its token (inputs for it are buffered).
     Unreached,
@@ -90,21 +91,31 @@ pub enum WaitStatus {
     /// failed attempt's backoff, or at once), and nothing answers that attempt until it is
     /// marked out.
     TaskDue {
-        #[serde(with = "time::serde::rfc3339")]
+        #[serde(with = "micros")]
         at: OffsetDateTime,
     },
     /// Decided by baton: `resume` is owed to its token, since `since`.
     Owed {
+        #[serde(rename = "o")]
         outcome: WaitOutcome,
+        #[serde(rename = "v")]
         resume: Resume,
-        #[serde(with = "time::serde::rfc3339")]
+        #[serde(rename = "at", with = "micros")]
         since: OffsetDateTime,
     },
     /// Its resume went out: Step Functions took it (`confirmed`), or its token was found gone
     /// (then whether an earlier copy reached it is not known).
-    Resumed { outcome: WaitOutcome, confirmed: bool },
+    Resumed {
+        #[serde(rename = "o")]
+        outcome: WaitOutcome,
+        #[serde(rename = "c")]
+        confirmed: bool,
+    },
     /// Ended: nothing is owed to it, and nothing changes it any more.
-    Ended { outcome: WaitOutcome },
+    Ended {
+        #[serde(rename = "o")]
+        outcome: WaitOutcome,
+    },
 }
 
 /// A status without its data: what the wait's table talks about.
@@ -234,27 +245,69 @@ pub fn running_attempt(failed: &[FailedAttempt]) -> u32 {
     u32::try_from(failed.len()).map_or(u32::MAX, |n| n.saturating_add(1))
 }
 
-/// One wait: a step's, a branch's or a compensation's.
+/// One wait: a step's, a branch's or a compensation's. Stored under short names (`s`, `r`,
+/// `t`, `d`, `i`, `f`, and its status's), times as microseconds since the epoch: a group's
+/// record holds one per branch in its one item (docs/DATA_MODEL.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Wait {
     /// The step (or branch) it belongs to, by its index in the record's config version.
+    #[serde(rename = "s")]
     pub step: u32,
-    #[serde(default, skip_serializing_if = "is_step")]
+    #[serde(rename = "r", default, skip_serializing_if = "is_step")]
     pub role: Role,
     /// Its task token, once Step Functions reached it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
     pub token: Option<TaskToken>,
-    #[serde(default, with = "time::serde::rfc3339::option", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "d", default, with = "micros::option", skip_serializing_if = "Option::is_none")]
     pub deadline: Option<OffsetDateTime>,
     /// The inputs gathered for its running attempt.
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[serde(rename = "i", default, skip_serializing_if = "Map::is_empty")]
     pub inputs: Map<String, Value>,
     /// Its failed attempts, oldest first (empty: its first attempt runs). The attempt running
     /// (or, while its task is due, next to run) is the one after.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(rename = "f", default, skip_serializing_if = "Vec::is_empty")]
     pub failed: Vec<FailedAttempt>,
     #[serde(flatten)]
     pub status: WaitStatus,
+}
+
+/// A time as whole microseconds since the epoch, in an `i64` (serde's buffering of flattened
+/// fields, which a wait's status and an undo's wait go through, holds no `i128`).
+mod micros {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+    use time::OffsetDateTime;
+
+    fn to_micros(t: OffsetDateTime) -> i64 {
+        i64::try_from(t.unix_timestamp_nanos() / 1_000).unwrap_or(i64::MAX)
+    }
+
+    fn from_micros<E: Error>(us: i64) -> Result<OffsetDateTime, E> {
+        OffsetDateTime::from_unix_timestamp_nanos(i128::from(us) * 1_000).map_err(E::custom)
+    }
+
+    pub fn serialize<S: Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i64(to_micros(*t))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<OffsetDateTime, D::Error> {
+        from_micros(i64::deserialize(d)?)
+    }
+
+    pub mod option {
+        use super::{Deserialize, Deserializer, OffsetDateTime, Serializer, from_micros, to_micros};
+
+        #[expect(clippy::ref_option, reason = "serde's `with` passes a reference to the field")]
+        pub fn serialize<S: Serializer>(t: &Option<OffsetDateTime>, s: S) -> Result<S::Ok, S::Error> {
+            match t {
+                Some(t) => s.serialize_some(&to_micros(*t)),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<OffsetDateTime>, D::Error> {
+            Option::<i64>::deserialize(d)?.map(from_micros).transpose()
+        }
+    }
 }
 
 #[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]

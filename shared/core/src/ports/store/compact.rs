@@ -1,8 +1,7 @@
 //! The record's audit trail and applied inputs as the DynamoDB store writes them: positional
 //! arrays that leave out what can be told from elsewhere in the item, so that a record write
 //! stays within one write unit (1 KB) for workflows of a few steps (docs/COST.md,
-//! docs/DATA_MODEL.md). Records written before keep their objects until their next write; both
-//! forms read back. Nothing here is a rule of the lifecycle: a prediction that misses only costs
+//! docs/DATA_MODEL.md). Nothing here is a rule of the lifecycle: a prediction that misses only costs
 //! bytes, as the field is then written out.
 //!
 //! An audit entry is `[µs after the entry before, cause, cause_id, exceptions]`:
@@ -15,8 +14,8 @@
 //!   the first entry: no state, generation 1, version 0); and `to` what the cause usually leads
 //!   to from `from` (`step_ready` from `pending` to `waiting{0}`, from `advancing{n}` to
 //!   `waiting{n+1}`; `complete` or `fail_step` from `waiting{n}` to `advancing{n}`; and so on).
-//!   `ns` holds the nanoseconds below the microsecond: only entries of records written before
-//!   this form have any, and they keep them.
+//!   `ns` holds the nanoseconds below the microsecond: the lifecycle keeps microseconds, so
+//!   only a time set by other hands has any, and keeps them.
 //!
 //! Trailing `null`s and an empty `exceptions` are left off. A contiguous trail of one generation
 //! that followed the usual path has no exceptions at all; a restart carries `generation`, and
@@ -129,7 +128,7 @@ fn micros(t: OffsetDateTime) -> i128 {
 }
 
 /// What [`micros`] leaves out. New entries have none (the lifecycle keeps microseconds); entries
-/// of records written before kept nanoseconds, and keep them.
+/// set by other hands keep theirs.
 fn sub_micros(t: OffsetDateTime) -> i128 {
     t.unix_timestamp_nanos().rem_euclid(1000)
 }
@@ -178,7 +177,7 @@ pub fn decode_history(text: &str, context: &Context) -> Result<Vec<AuditEntry>, 
     for (i, entry) in entries.into_iter().enumerate() {
         let decoded = match entry {
             Value::Array(fields) => before.decode(fields, context),
-            object => serde_json::from_value(object).map_err(|e| e.to_string()),
+            other => Err(format!("{other} is not an array")),
         }
         .map_err(|e| format!("entry {i}: {e}"))?;
         before = Predicted::after(&decoded);
@@ -417,15 +416,6 @@ mod tests {
     }
 
     #[test]
-    fn records_written_before_read_back_in_the_object_form() {
-        let context = Context { base: CREATED, applied: &[], start_events: &[] };
-        let trail = [entry(0, None, "pending", Cause::Start, Some("evt-1"), 1, 1)];
-        let old = serde_json::to_string(&trail).unwrap();
-        assert!(old.starts_with("[{\"at\":"), "{old}");
-        assert_eq!(decode_history(&old, &context).unwrap(), trail);
-    }
-
-    #[test]
     fn a_damaged_trail_names_the_entry_and_what_is_wrong() {
         let context = Context { base: CREATED, applied: &[], start_events: &[] };
         let err = |text: &str| decode_history(text, &context).unwrap_err();
@@ -433,6 +423,10 @@ mod tests {
         assert_eq!(err(r#"[["0",0]]"#), "entry 0: the time is missing or not an integer");
         assert_eq!(err(r#"[[0,0,3]]"#), "entry 0: cause_id 3 refers to no input");
         assert_eq!(err(r#"[[0,3]]"#), "entry 0: to is missing and cannot be predicted");
+        assert!(
+            err(r#"[{"at":"2026-12-01T09:00:00Z"}]"#).starts_with("entry 0: {"),
+            "an object is not an entry"
+        );
         let err = decode_applied(r#"[["cb-1"]]"#).unwrap_err();
         assert!(err.starts_with("applied input 0:"), "{err}");
     }
@@ -475,7 +469,7 @@ mod tests {
                 entry(at, from, to, cause, id.as_deref(), generation, version)
             })
             .prop_flat_map(|e| {
-                // Records written before this form kept nanoseconds.
+                // Times set by other hands may have nanoseconds.
                 (Just(e), prop_oneof![Just(0i64), 1i64..1000])
                     .prop_map(|(e, ns)| AuditEntry { at: e.at + time::Duration::nanoseconds(ns), ..e })
             })

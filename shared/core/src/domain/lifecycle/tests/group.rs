@@ -295,3 +295,29 @@ fn an_end_after_success_with_an_optional_success_unconfirmed_is_degraded() {
     let end = Input::End { generation: 1, status: "SUCCEEDED".into(), error: None, reason: "ops".into() };
     assert_eq!(after(&run(&p, Some(&stranded), &end)).state, State::Degraded);
 }
+
+/// A branch's resume owed while its siblings keep the record busy is re-sent a grace after it
+/// became owed, however often the record is written since (`make sim`, seed 15237: each write
+/// of a busy wide group put the re-send off, and the owed resume starved).
+#[test]
+fn an_owed_branch_resume_is_due_a_grace_after_it_became_owed_whatever_is_written_since() {
+    let p = grouped();
+    let (w, k) = names();
+    let r = at_group(&p);
+    let owed_at = T0 + time::Duration::seconds(5);
+    let d = decide(&p, (&w, &k), Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3})), owed_at);
+    let mut r = after(&d);
+    let due = r.due_at();
+    assert!(r.owes_work(), "the fraud branch's resume is owed");
+    // Listed at the time it became owed: the sweeper takes what was due a grace before its tick.
+    assert_eq!(due, owed_at);
+    // Partial inputs of the credit branch, one every 10 s: each is a write of the record.
+    for i in 1..=5 {
+        let later = owed_at + time::Duration::seconds(10 * i);
+        let d =
+            decide(&p, (&w, &k), Some(&r), &input(&format!("cb-note-{i}"), 2, json!({ "note": i })), later);
+        r = after(&d);
+        assert_eq!(r.updated_at, later);
+        assert_eq!(r.due_at(), due, "write {i} put the owed resume off");
+    }
+}

@@ -195,7 +195,7 @@ fn an_optional_branch_timeout_read_before_its_step_ready_still_ends_the_branch()
 /// Found by an attack on the group logic, now fixed. The optional branch's Catch sends `branch_ended` and the branch ends; the required
 /// branches are resumed, so the Parallel state completes and payment's `step_ready` is sent at
 /// once. Read first (no order on the queue), it finds the record still `waiting{1}` (the
-/// optional branch open) and is ignored `out_of_order` (lifecycle.rs, `on_step_ready`'s last
+/// optional branch open) and is ignored `out_of_order` (`step_ready.rs`, `on_step_ready`'s last
 /// line; group.rs is not consulted since step 4 is no branch) — without failing its token.
 /// The `branch_ended` then advances the group, but nothing will bring payment's `step_ready`
 /// again: the record sits at `advancing{1}` while the execution parks on payment until its
@@ -250,7 +250,7 @@ fn a_group_after_a_group_is_not_failed_by_the_first_groups_late_optional_report(
 
 /// Found by an attack on the group logic, now fixed. The group is the last position: after the optional branch's `branch_ended` the
 /// execution reports `finished(succeeded)` straight away. Read first, the report finds the
-/// record `waiting{1}` and `on_finished` ignores it `out_of_order` (lifecycle.rs, `fits`
+/// record `waiting{1}` and `on_finished` ignores it `out_of_order` (`reports.rs`, `fits`
 /// requires `advancing{last}`). The `branch_ended` then advances the group, and the record stays
 /// `advancing{1}` for good: never terminal (a restart is refused `already_running`), and the
 /// sweeper re-sends the last branch's resume to a dead token on every tick.
@@ -298,7 +298,7 @@ fn an_optional_branch_that_timed_out_after_its_success_found_the_token_gone_make
 /// be decided: baton owes it a success, the group advances (no `MarkResumed` once advancing),
 /// the success finds the token gone because the branch had just timed out, and its Catch sends
 /// `branch_ended`. Payment's `step_ready` (the Parallel state completed) is read first: it clears
-/// `branches` (lifecycle.rs, `on_step_ready`: `branches: Vec::new()`), so the report then finds
+/// `branches` (then `lifecycle.rs`, `on_step_ready`: `branches: Vec::new()`), so the report then finds
 /// no branch and is ignored `out_of_order` (group.rs:245). `missed` never learns of it and the
 /// workflow ends `succeeded`. With the group last, `finished(succeeded)` read first makes the
 /// record terminal, and the report is a `Duplicate` (group.rs:259): the same wrong `succeeded`.
@@ -480,7 +480,7 @@ fn no_report_is_applied_to_a_branch_after_its_group_failed() {
 // Invariant 2 (a resume is re-sent only while it is owed) and rule 5 (a terminal record owes
 // nothing; a late input changes nothing).
 
-/// BUG (minor). Cancel and `finished` clear the record's `owed` (lifecycle.rs: `owed: None` in
+/// BUG (minor). Cancel and `finished` clear the record's `owed` (then `lifecycle.rs`: `owed: None` in
 /// `on_finished` and the cancel arm), so a straight step owes nothing once the record is
 /// terminal. A branch's `owed` is never cleared there (`close_open_branches` only touches open
 /// branches). A redelivered callback after the end, past the grace, then goes through

@@ -1,6 +1,6 @@
 //! Attack tests of the answer to an attempt whose task baton has not yet marked out: 503
 //! `task_not_out` with `Retry-After: 1`, nothing kept for its `webhook-id` (callback.rs
-//! `not_out_yet`, lifecycle.rs `task_not_out`), and its retry applied once the mark lands.
+//! `not_out_yet`, `lifecycle/tick.rs` `task_not_out`), and its retry applied once the mark lands.
 //! Driven through the real callback use case over the simulated world.
 
 mod common;

@@ -6,7 +6,7 @@
 
 mod common;
 
-use baton_aws::dynamodb::{ItemFormat, record_size};
+use baton_aws::dynamodb::record_size;
 use baton_core::domain::ids::CorrelationKey;
 use baton_core::domain::lifecycle::{Record, State};
 use baton_core::ports::store::WorkflowStore;
@@ -81,7 +81,7 @@ fn a_long_compensation_whose_every_attempt_failed_stays_within_its_item() {
                 "error": "UndoRefused", "cause": "the ledger refused the reversal"});
             let id = long_id(&format!("u{i}a{attempt}"));
             let a = callback(&s, &id, &body);
-            let size = record_size(&load(&s), ItemFormat::Objects);
+            let size = record_size(&load(&s));
             largest = largest.max(size);
             assert_eq!(
                 (a.status.as_u16(), a.body["status"].as_str()),
