@@ -1237,7 +1237,7 @@ async fn counted_store() -> (baton_tests::calls::Calls, baton_aws::dynamodb::Dyn
 }
 
 /// DynamoDB-specific: what the sweeper and `baton status` read, counted at the client. Each due
-/// kind is a Query of each `by_due` partition (the shards and the unsharded one), a bounded count
+/// kind is a Query of each `by_due` partition (one a shard), a bounded count
 /// stops at its bound, and nothing is a Scan, however many records the table holds.
 #[tokio::test]
 async fn dynamodb_due_reads_and_bounded_counts_are_index_queries_never_a_scan() {
@@ -1246,7 +1246,7 @@ async fn dynamodb_due_reads_and_bounded_counts_are_index_queries_never_a_scan() 
         waiting_record(&store, &format!("read-{i}")).await;
     }
     calls.take();
-    let partitions = baton_aws::dynamodb::DEFAULT_DUE_SHARDS as usize + 1;
+    let partitions = baton_aws::dynamodb::DEFAULT_DUE_SHARDS as usize;
     let query = "Query";
 
     let far = t0() + Duration::days(365);
@@ -1277,7 +1277,7 @@ async fn dynamodb_counting_live_records_reads_no_token_item() {
     }
     calls.take();
     let live = baton_core::use_cases::rollout::count_live(&store, t0()).await.unwrap();
-    let partitions = baton_aws::dynamodb::DEFAULT_DUE_SHARDS as usize + 1;
+    let partitions = baton_aws::dynamodb::DEFAULT_DUE_SHARDS as usize;
     let lists: usize =
         baton_core::use_cases::rollout::LIVE_KINDS.iter().map(|k| DueList::of_state(*k).len()).sum();
     assert_eq!(
@@ -1315,10 +1315,9 @@ async fn dynamodb_items_carry_the_ttl_attribute_and_the_table_has_ttl_enabled() 
 }
 
 /// DynamoDB-specific: each state's `by_due` entries are spread over shards (no hot partition),
-/// every read covers them all, and entries written before sharding (the unsharded
-/// `record#<state>`) are still found and counted until their next write moves them.
+/// and every read covers them all.
 #[tokio::test]
-async fn dynamodb_due_entries_are_sharded_and_read_from_every_shard_and_the_unsharded_partition() {
+async fn dynamodb_due_entries_are_sharded_and_read_from_every_shard() {
     use aws_sdk_dynamodb::types::AttributeValue;
     use baton_aws::dynamodb::{DEFAULT_DUE_SHARDS, due_shard};
     let emulator = Emulator::from_env();
@@ -1338,21 +1337,9 @@ async fn dynamodb_due_entries_are_sharded_and_read_from_every_shard_and_the_unsh
         let pk = item["pk"].as_s().unwrap();
         assert_eq!(kind_of(item), format!("record#waiting#{}", due_shard(pk, DEFAULT_DUE_SHARDS)));
     }
-    // One record as a version before sharding wrote it.
-    let (w, k) = names("shard-0");
-    client
-        .update_item()
-        .table_name(store.table())
-        .key("pk", AttributeValue::S(format!("WF#{w}#{k}")))
-        .key("sk", AttributeValue::S("RECORD".into()))
-        .update_expression("SET due_kind = :legacy")
-        .expression_attribute_values(":legacy", AttributeValue::S("record#waiting".into()))
-        .send()
-        .await
-        .unwrap();
     let far = t0() + Duration::days(365);
     let due = store.due(watched(Kind::Waiting), far, 100).await.unwrap();
-    assert_eq!(due.len(), keys.len(), "every shard, and the unsharded partition, is read");
+    assert_eq!(due.len(), keys.len(), "every shard is read");
     assert!(due.windows(2).all(|w| w[0].due_at() <= w[1].due_at()), "merged oldest first");
     assert_eq!(store.due(watched(Kind::Waiting), far, 5).await.unwrap().len(), 5, "and cut to the limit");
     let waiting = |counts: std::collections::BTreeMap<Kind, Count>| counts[&Kind::Waiting];

@@ -120,7 +120,9 @@ async fn the_sweeper_resends_an_owed_resume_with_the_token_from_its_item() {
     assert_eq!(crashed.apply(&write).await.unwrap(), Applied::Written);
     assert_eq!(write.to.state, State::Advancing { step: 0 });
     let stored = &items(&system, "k-owed", "RECORD").await[0];
-    assert!(stored.contains_key("owed") && stored.contains_key("token_sk") && !stored.contains_key("token"));
+    let waits = stored.get("waits").and_then(|v| v.as_s().ok()).expect("the step's wait");
+    assert!(waits.contains(r#""w":"owed""#), "the resume is owed: {waits}");
+    assert!(stored.contains_key("token_sk") && !stored.contains_key("token"));
 
     let later = write.to.updated_at + baton_core::limits::RESEND_RESUME_AFTER + time::Duration::seconds(1);
     let report = system.sweep(later).await;
