@@ -2030,7 +2030,7 @@ mod tests {
     }
 
     /// What bounds a record at a parallel group with AWS-length tokens: each branch keeps its
-    /// token inline (2,048 characters, about 2.1 KB of the record's `branches`), and nothing in
+    /// token inline (2,048 characters, about 2.1 KB of the record's `waits`), and nothing in
     /// the config bounds a group's width. With the group's inputs at their limit
     /// (`MAX_STEP_INPUT_BYTES`, held twice while a resume is owed), 69 branches fit DynamoDB's
     /// 400 KB item and 70 do not; with no inputs, 193 fit and 194 do not (docs/LIMITS.md).
