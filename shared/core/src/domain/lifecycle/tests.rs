@@ -1066,3 +1066,4 @@ mod repark;
 mod retry;
 mod retry_races;
 mod stranded;
+mod wait_attack;
