@@ -27,7 +27,9 @@ fn resumes_to(d: &Decision, tok: &str) -> Vec<Resume> {
     d.effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Resume { token: t, resume, .. } | Effect::Answer { token: t, resume } if *t == token(tok) => {
+            Effect::Resume { token: t, resume, .. } | Effect::Answer { token: t, resume }
+                if *t == token(tok) =>
+            {
                 Some(resume.clone())
             }
             _ => None,
@@ -194,8 +196,82 @@ fn a_cancel_of_an_advancing_step_sends_its_token_no_second_different_resume() {
     assert_eq!(all.len(), 1, "t0 is sent two different resumes: {all:?}");
 }
 
+/// Invariant 2 (one start event, delivered any number of times, starts exactly one execution
+/// per generation). Ordering: evt-1 starts generation 1, which ends; sixteen other start events
+/// each start (and end) a later generation; then evt-1 is delivered again (a standard queue's
+/// late copy, or a producer's retry). The record remembers only the last sixteen start events,
+/// so evt-1 opens generation 18.
+#[test]
+fn a_start_event_redelivered_after_sixteen_restarts_starts_no_new_generation() {
+    let p = plan(&[&["decision"]]);
+    let cancel = Input::Cancel { reason: "op".into() };
+    let mut r = after(&run(&p, Some(&started(&p)), &cancel));
+    for n in 2..=17 {
+        r = after(&run(&p, Some(&r), &Input::Start { event: eid(&format!("evt-{n}")) }));
+        r = after(&run(&p, Some(&r), &cancel));
+    }
+    assert_eq!((r.generation, r.state), (17, State::Cancelled));
+    let d = run(&p, Some(&r), &Input::Start { event: eid("evt-1") });
+    assert!(
+        d.write.is_none() && !d.effects.iter().any(|e| matches!(e, Effect::StartExecution { .. })),
+        "evt-1, which started generation 1, starts another: {:?} -> {:?}",
+        d.outcome,
+        d.transition()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Held.
+
+/// Invariant 2: a start event redelivered in every state of its run starts only its own
+/// generation, and after a restart only the new one.
+#[test]
+fn held_a_start_event_redelivered_anywhere_starts_one_execution_per_generation() {
+    let p = plan(&[&["decision"]]);
+    let start = Input::Start { event: eid("evt-1") };
+    let r = started(&p);
+    let executions = |d: &Decision| -> Vec<u32> {
+        d.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::StartExecution { generation } => Some(*generation),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(executions(&run(&p, Some(&r), &start)), [1]);
+    let waiting = ready(&p, &r, 0, "t0");
+    assert!(executions(&run(&p, Some(&waiting), &start)).is_empty());
+    let done = after(&run(&p, Some(&waiting), &ok("cb-0", 0)));
+    let done = after(&run(&p, Some(&done), &Input::Finished { generation: 1, finish: Finish::Succeeded }));
+    assert_eq!(run(&p, Some(&done), &start).outcome, Outcome::Duplicate);
+    let g2 = after(&run(&p, Some(&done), &Input::Start { event: eid("evt-2") }));
+    assert_eq!(g2.generation, 2);
+    assert_eq!(executions(&run(&p, Some(&g2), &start)), [2], "only the pending generation's, idempotently");
+}
+
+/// Invariant 5: a terminal record (each ending) ignores every late input with a ledger reason
+/// and no write, and its waits have all ended.
+#[test]
+fn held_a_terminal_record_never_changes_and_ledgers_late_inputs() {
+    let p = grouped();
+    let r = at_group(&p);
+    let cancelled = after(&run(&p, Some(&r), &Input::Cancel { reason: "op".into() }));
+    assert!(cancelled.waits.iter().all(|w| matches!(w.status, WaitStatus::Ended { .. })));
+    for input in [
+        ok("cb-1", 1),
+        ready_at(1, 1, "b1-b", T0 + Duration::days(3)),
+        Input::BranchEnded { generation: 1, step: 2, error: None },
+        Input::Finished { generation: 1, finish: Finish::Succeeded },
+        Input::Finished { generation: 1, finish: Finish::TimedOut },
+        Input::Resumed { wait: wid(1, 1), delivered: false },
+        Input::AttemptOpened { wait: wid(1, 1), attempt: 1 },
+        Input::Tick,
+    ] {
+        let d = run(&p, Some(&cancelled), &input);
+        assert!(d.write.is_none(), "{input:?} wrote {:?}", d.transition());
+    }
+}
 
 /// Invariant 8: a repark during a retried step's backoff keeps the attempt count and due time,
 /// opens nothing early, and the next attempt's heartbeat goes to the new token.
@@ -206,7 +282,8 @@ fn held_a_repark_in_the_backoff_neither_opens_early_nor_loses_the_attempt() {
     let r = waiting(&p);
     let r = after(&at(&p, Some(&r), &failure("f-1", true, None), T0));
     let due = r.next_attempt_at().unwrap();
-    let d = at(&p, Some(&r), &ready_at(1, 0, "t0-b", T0 + Duration::days(2) + LATER), T0 + Duration::minutes(1));
+    let d =
+        at(&p, Some(&r), &ready_at(1, 0, "t0-b", T0 + Duration::days(2) + LATER), T0 + Duration::minutes(1));
     assert!(
         d.effects.iter().all(|e| !matches!(e, Effect::OpenAttempt { .. } | Effect::CreateTask { .. })),
         "{:?}",
@@ -310,7 +387,10 @@ fn walk(p: &Plan, pool: &[Input], seed: u64, len: usize) -> Option<String> {
                         p.step(wait.step).and_then(|s| s.retry).map_or(1, |r| r.attempts)
                     };
                     if *attempt > max {
-                        return Some(format!("task of attempt {attempt} > {max}\npath:\n{}", path.join("\n")));
+                        return Some(format!(
+                            "task of attempt {attempt} > {max}\npath:\n{}",
+                            path.join("\n")
+                        ));
                     }
                 }
                 _ => {}
@@ -322,7 +402,10 @@ fn walk(p: &Plan, pool: &[Input], seed: u64, len: usize) -> Option<String> {
                 Effect::Resume { wait, token, .. } => {
                     let held = after_d.and_then(|r| {
                         if wait.compensation {
-                            r.compensation.as_ref().and_then(|c| c.undo(wait.step)).and_then(|u| u.wait.token.clone())
+                            r.compensation
+                                .as_ref()
+                                .and_then(|c| c.undo(wait.step))
+                                .and_then(|u| u.wait.token.clone())
                         } else {
                             r.wait(wait.step).and_then(|w| w.token.clone())
                         }
@@ -343,7 +426,8 @@ fn walk(p: &Plan, pool: &[Input], seed: u64, len: usize) -> Option<String> {
                         }
                     });
                     let fine = prior.as_ref().is_some_and(|w| {
-                        w.attempt() == *attempt && w.task_due().is_some_and(|due| due <= now)
+                        w.attempt() == *attempt
+                            && w.task_due().is_some_and(|due| due <= now)
                             && w.deadline.is_none_or(|dl| now < dl)
                     });
                     if !fine {
@@ -368,8 +452,13 @@ fn walk(p: &Plan, pool: &[Input], seed: u64, len: usize) -> Option<String> {
             if to.state.is_terminal() {
                 terminal_at = Some((to.generation, to.state));
                 let undos = to.compensation.iter().flat_map(|c| c.undos.iter().map(|u| &u.wait));
-                if let Some(w) = to.waits.iter().chain(undos).find(|w| !matches!(w.status, WaitStatus::Ended { .. })) {
-                    return Some(format!("terminal with a wait not ended: {w:?}\npath:\n{}", path.join("\n")));
+                if let Some(w) =
+                    to.waits.iter().chain(undos).find(|w| !matches!(w.status, WaitStatus::Ended { .. }))
+                {
+                    return Some(format!(
+                        "terminal with a wait not ended: {w:?}\npath:\n{}",
+                        path.join("\n")
+                    ));
                 }
             }
             record = Some(to.clone());
@@ -397,11 +486,15 @@ fn bfail(id: &str, step: u32, retryable: bool, attempt: Option<u32>) -> Input {
 /// Invariants 1, 3, 4, 5: a retried group with an optional branch and compensation, under every
 /// input its queues may deliver, reparks included.
 #[test]
-fn random_walks_over_a_retried_group_with_compensation_keep_the_invariants() {
+fn held_random_walks_over_a_retried_group_with_compensation_keep_the_invariants() {
     let retry = Retry { attempts: 2, backoff: std::time::Duration::from_secs(60) };
     let p = with_compensation(
         with_retry(
-            with_group(plan(&[&["decision"], &["fraud_score"], &["address_ok"], &["payment_ref"]]), (1, 2), &[2]),
+            with_group(
+                plan(&[&["decision"], &["fraud_score"], &["address_ok"], &["payment_ref"]]),
+                (1, 2),
+                &[2],
+            ),
             &[1, 2],
             retry,
             (std::time::Duration::from_secs(2 * 86_400), Some(std::time::Duration::from_secs(3600))),
@@ -456,7 +549,7 @@ fn random_walks_over_a_retried_group_with_compensation_keep_the_invariants() {
 
 /// Invariants 1, 3, 4, 5, 8: a retried step, reparked, restarted, cancelled and stranded.
 #[test]
-fn random_walks_over_a_retried_step_with_restarts_keep_the_invariants() {
+fn held_random_walks_over_a_retried_step_with_restarts_keep_the_invariants() {
     let mut p = retried();
     p.steps[0].heartbeat = Some(std::time::Duration::from_secs(3600));
     p.steps[0].compensate = Some(2);
