@@ -696,7 +696,11 @@ impl Engine {
                 // nothing to mark. The mark follows a resume that went out, never one that
                 // failed (it stays owed, for a retry or the sweeper).
                 if *mark == Mark::Always || delivered == Delivered::TokenGone {
-                    let resumed = Input::Resumed { wait: *wait, delivered: delivered == Delivered::Yes };
+                    let resumed = Input::Resumed {
+                        wait: *wait,
+                        token: token.clone(),
+                        delivered: delivered == Delivered::Yes,
+                    };
                     Box::pin(self.submit(workflow, key, &resumed, now)).await?;
                 }
             }
@@ -1170,7 +1174,7 @@ pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
             format!("finished/g{generation}/{outcome}")
         }
         Input::BranchEnded { generation, step, .. } => format!("branch_ended/g{generation}/s{step}"),
-        Input::Resumed { wait, .. } => format!("resumed/{wait}"),
+        Input::Resumed { wait, token, .. } => format!("resumed/{wait}/{}", token.fingerprint()),
         Input::AttemptOpened { wait, attempt } => format!("attempt_opened/{wait}/a{attempt}"),
         Input::Cancel { .. } => format!("cancel/{}", now.unix_timestamp()),
         Input::CancelCompensate { .. } => format!("cancel_compensate/{}", now.unix_timestamp()),
@@ -1205,8 +1209,8 @@ pub fn input_detail(input: &Input) -> Value {
         Input::BranchEnded { generation, step, error } => {
             json!({"kind": "branch_ended", "generation": generation, "step": step, "error": error})
         }
-        Input::Resumed { wait, delivered } => {
-            json!({"kind": "resumed", "wait": wait, "delivered": delivered})
+        Input::Resumed { wait, token, delivered } => {
+            json!({"kind": "resumed", "wait": wait, "token": token.fingerprint(), "delivered": delivered})
         }
         Input::AttemptOpened { wait, attempt } => {
             json!({"kind": "attempt_opened", "wait": wait, "attempt": attempt})

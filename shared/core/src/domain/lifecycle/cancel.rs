@@ -27,15 +27,22 @@ pub(super) fn on_cancel(r: &Record, reason: &str, now: OffsetDateTime) -> Decisi
     }
     position::close(&mut to, None);
     position::end_run(&mut to);
-    let d = Decision::new(Outcome::Applied).with_write(Cause::Cancel, Some(r), to.clone()).effect(stop);
+    let mut d = Decision::new(Outcome::Applied).with_write(Cause::Cancel, Some(r), to.clone()).effect(stop);
+    // A wait decided before the cancel gets the resume it was owed, never a second, different
+    // one (found by an attack: an advancing step's token got its failure and `baton.Cancelled`).
+    for w in &r.waits {
+        if let (Some(token), Some(resume)) = (&w.token, w.owed()) {
+            d = d.effect(Effect::Answer { token: token.clone(), resume: resume.clone() });
+        }
+    }
     fail_parked(d, &to, reason)
 }
 
-/// `d`, failing every token the cancelled record `r` parks on as well: the step's, or those of
-/// the group's branches it closed. That ends the execution even where a stop of a token wait is
-/// deferred (the local emulator); on AWS the tokens are already gone.
+/// `d`, failing every token the cancelled record `r` parks on as well: the waits the cancel
+/// closed (the step's, or the group's open branches). That ends the execution even where a stop
+/// of a token wait is deferred (the local emulator); on AWS the tokens are already gone.
 fn fail_parked(mut d: Decision, r: &Record, reason: &str) -> Decision {
-    let parked = r.waits.iter().filter(|w| w.role == Role::Step || w.outcome() == Some(WaitOutcome::Closed));
+    let parked = r.waits.iter().filter(|w| w.outcome() == Some(WaitOutcome::Closed));
     for token in parked.filter_map(|w| w.token.as_ref()) {
         d = d.effect(Effect::fail(token, "baton.Cancelled", reason));
     }

@@ -310,7 +310,7 @@ fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decisi
         Input::BranchEnded { .. } | Input::Cancel { .. } | Input::CancelCompensate { .. } => {
             Decision::ignored(IgnoreReason::Compensating)
         }
-        Input::Resumed { wait, delivered } => marks::on_resumed(r, *wait, *delivered, now),
+        Input::Resumed { wait, token, delivered } => marks::on_resumed(r, (*wait, token), *delivered, now),
         Input::AttemptOpened { wait, attempt } => marks::on_attempt_opened(r, *wait, *attempt, now),
         Input::Tick => tick::on_tick(plan, r, now),
     }
@@ -403,16 +403,33 @@ fn on_undo_ready(
         };
     }
     // Reported again with a new token and a later deadline: its send was retried and the wait
-    // re-entered; only the newest token can be resumed (`step_ready.rs`, `repark`).
-    if u.waits() && w.newer(token, deadline) {
+    // re-entered; only the newest token can be resumed, and what the wait owes goes to it, as a
+    // step's (`step_ready.rs`, `repark`; found by an attack: an acknowledgement owed to the old
+    // token never reached the new one).
+    let reparks =
+        u.waits() || w.owed().is_some() || matches!(w.status, WaitStatus::Resumed { confirmed: false, .. });
+    if u.skip.is_none() && reparks && w.newer(token, deadline) {
         let mut to = r.next(r.state, now);
         let due = w.task_due();
-        if let Some(u) = to.compensation.as_mut().and_then(|c| c.undo_mut(step)) {
-            u.wait.token = Some(token.clone());
-            u.wait.deadline = Some(deadline);
-        }
+        let Some(new) = to.compensation.as_mut().and_then(|c| c.undo_mut(step)).map(|u| &mut u.wait) else {
+            return Decision::ignored(IgnoreReason::OutOfOrder);
+        };
+        new.repark(token, deadline, now, |w| {
+            let outcome = w.outcome().unwrap_or(WaitOutcome::Succeeded);
+            success(json!({"compensation": outcome.name(Role::Compensation)}))
+        });
+        let owed = new.owed().cloned();
         let d = Decision::new(Outcome::Applied).with_write(Cause::Undo, Some(r), to);
-        return if due.is_some() { d.effect(open_attempt(generation, step, w.attempt())) } else { d };
+        return match (owed, due) {
+            (Some(resume), _) => d.effect(Effect::Resume {
+                wait: WaitId { generation, step, compensation: true },
+                token: token.clone(),
+                resume,
+                mark: Mark::Always,
+            }),
+            (None, Some(_)) => d.effect(open_attempt(generation, step, w.attempt())),
+            (None, None) => d,
+        };
     }
     if w.token.is_some() || w.outcome().is_some() {
         return Decision::ignored(IgnoreReason::OutOfOrder);

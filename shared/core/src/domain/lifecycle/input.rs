@@ -102,9 +102,10 @@ pub enum Input {
     /// took baton's success), or its own catch caught `error` (`States.Timeout` when it missed
     /// its deadline, or the error its task failed with).
     BranchEnded { generation: u32, step: u32, error: Option<String> },
-    /// A wait's owed resume went out: it reached Step Functions (`delivered`), or found its
-    /// token gone (then an earlier copy may have reached it, or the wait ended without it).
-    Resumed { wait: WaitId, delivered: bool },
+    /// A wait's owed resume went out to `token`: it reached Step Functions (`delivered`), or
+    /// found the token gone (then an earlier copy may have reached it, or the wait ended without
+    /// it). A mark for a token the wait no longer holds (it was reparked since) is nothing.
+    Resumed { wait: WaitId, token: TaskToken, delivered: bool },
     /// The task of `attempt` of a wait went out (the first, or the next after a backoff).
     AttemptOpened { wait: WaitId, attempt: u32 },
     /// An operator cancels the workflow.

@@ -8,6 +8,7 @@ use super::input::Outcome;
 use super::record::{Kind, Record};
 use super::table::Cause;
 use super::wait::{Wait, WaitId};
+use crate::domain::ids::TaskToken;
 
 /// The record's wait `id` names, to change in `to`, with the cause of the write: a
 /// compensation's while compensating, else the position's while it waits or advances.
@@ -25,11 +26,20 @@ fn named(to: &mut Record, id: WaitId) -> Option<(&mut Wait, Kind)> {
     }
 }
 
-/// A wait's owed resume went out: no longer owed. Found gone, a success is unconfirmed: the
-/// branch's own report, or the run's end, may still say it ended without it.
-pub(super) fn on_resumed(r: &Record, id: WaitId, delivered: bool, now: OffsetDateTime) -> Decision {
+/// A wait's owed resume went out to `token`: no longer owed. Found gone, a success is
+/// unconfirmed: the branch's own report, or the run's end, may still say it ended without it.
+/// The mark of a send to an older token (the wait was reparked since) is nothing: what is owed
+/// to the newer one stays owed (found by an attack).
+pub(super) fn on_resumed(
+    r: &Record,
+    (id, token): (WaitId, &TaskToken),
+    delivered: bool,
+    now: OffsetDateTime,
+) -> Decision {
     let mut to = r.next(r.state, now);
-    let Some((w, kind)) = named(&mut to, id).filter(|(w, _)| w.owed().is_some()) else {
+    let Some((w, kind)) =
+        named(&mut to, id).filter(|(w, _)| w.owed().is_some() && w.token.as_ref() == Some(token))
+    else {
         return Decision::nothing_owed();
     };
     w.resumed(delivered);

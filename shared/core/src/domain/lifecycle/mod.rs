@@ -165,7 +165,7 @@ fn route(
         Input::BranchEnded { generation, step, error } => {
             reports::on_branch_ended(plan, r, (*generation, *step), error.as_deref(), now)
         }
-        Input::Resumed { wait, delivered } => marks::on_resumed(r, *wait, *delivered, now),
+        Input::Resumed { wait, token, delivered } => marks::on_resumed(r, (*wait, token), *delivered, now),
         Input::AttemptOpened { wait, attempt } => marks::on_attempt_opened(r, *wait, *attempt, now),
         Input::Tick => tick::on_tick(plan, r, now),
         // Decided by `compensation::route` and `stranded::route`.

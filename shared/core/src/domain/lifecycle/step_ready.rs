@@ -93,7 +93,7 @@ fn step_again(
     if r.state.kind() == Kind::Waiting && w.token.as_ref() == Some(token) {
         // Redelivery of the report that already won. Task creation and the drain are
         // idempotent, so a crash after the write is repaired by running them again.
-        return Decision::new(Outcome::Duplicate).effects(ready(r.generation, w.step));
+        return Decision::new(Outcome::Duplicate).effects(ready(r.generation, w.step, w.deadline, now));
     }
     Decision::ignored(IgnoreReason::StepAlreadyPassed)
 }
@@ -109,9 +109,12 @@ fn branch_again(
 ) -> Decision {
     let waiting = r.state.kind() == Kind::Waiting;
     if w.token.as_ref() == Some(token) {
-        return Decision::new(Outcome::Duplicate).effects(ready(r.generation, w.step));
+        return Decision::new(Outcome::Duplicate).effects(ready(r.generation, w.step, w.deadline, now));
     }
-    if waiting && w.is_open() && w.newer(token, deadline) {
+    // As a step's: open, owed, or its resume found the old token gone, while the group waits
+    // or after it was decided (found by an attack: a branch's owed success never reached the
+    // newer token).
+    if w.newer(token, deadline) {
         return repark(r, w, token, deadline, now);
     }
     if waiting && w.status == WaitStatus::Unreached {
@@ -119,9 +122,12 @@ fn branch_again(
         if let Some(reached) = to.wait_mut(w.step) {
             *reached = Wait::reached(w.step, Role::Branch, token, deadline);
         }
-        return Decision::new(Outcome::Applied)
-            .with_write(Cause::BranchReady, Some(r), to)
-            .effects(ready(r.generation, w.step));
+        return Decision::new(Outcome::Applied).with_write(Cause::BranchReady, Some(r), to).effects(ready(
+            r.generation,
+            w.step,
+            Some(deadline),
+            now,
+        ));
     }
     // The group failed before this branch was reached: its token dies with the execution.
     if w.outcome() == Some(WaitOutcome::Closed) {
@@ -130,12 +136,13 @@ fn branch_again(
     Decision::ignored(IgnoreReason::OutOfOrder)
 }
 
-/// What a wait Step Functions reached owes: its task, and its buffered inputs drained.
-fn ready(generation: u32, step: u32) -> [Effect; 2] {
-    [
-        Effect::CreateTask { wait: WaitId { generation, step, compensation: false }, attempt: 1 },
-        Effect::DrainInbox { generation, step },
-    ]
+/// What a wait Step Functions reached owes: its task, unless its deadline has passed (Step
+/// Functions has timed it out, and its report is on its way: found by an attack, a task went
+/// out for a wait already over), and its buffered inputs drained.
+fn ready(generation: u32, step: u32, deadline: Option<OffsetDateTime>, now: OffsetDateTime) -> Vec<Effect> {
+    let task = Effect::CreateTask { wait: WaitId { generation, step, compensation: false }, attempt: 1 };
+    let live = deadline.is_none_or(|d| now < d);
+    live.then_some(task).into_iter().chain([Effect::DrainInbox { generation, step }]).collect()
 }
 
 /// The position `span` opens: a step with its one wait, reached; or a group with a wait per
@@ -161,9 +168,12 @@ fn open(
         .map(|s| if s == step { Wait::reached(s, role, token, deadline) } else { Wait::unreached(s, role) })
         .collect();
     let to = Record { waits, config_version, ..r.next(State::Waiting { step: span.first }, now) };
-    Decision::new(Outcome::Applied)
-        .with_write(Cause::StepReady, Some(r), to)
-        .effects(ready(r.generation, step))
+    Decision::new(Outcome::Applied).with_write(Cause::StepReady, Some(r), to).effects(ready(
+        r.generation,
+        step,
+        Some(deadline),
+        now,
+    ))
 }
 
 /// Step Functions reported the wait `w` again with a new token and a later deadline: the

@@ -228,6 +228,7 @@ pub const WAIT_WRITES: &[WaitWrite] = &[
     // The wait the record is at, reported again with a newer token (its send was retried).
     w(Cause::StepReady, &[W, A], &[WaitCause::Repark]),
     w(Cause::BranchReady, &[W], &[WaitCause::Reach, WaitCause::Repark]),
+    w(Cause::BranchReady, &[A], &[WaitCause::Repark]),
     w(Cause::Merge, &[W], &[WaitCause::Merge]),
     w(Cause::AttemptFailed, &[W], &[WaitCause::AttemptFailed]),
     w(Cause::AttemptOpened, &[W], &[WaitCause::AttemptOpened]),

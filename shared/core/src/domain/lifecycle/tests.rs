@@ -78,6 +78,16 @@ fn run(plan: &Plan, record: Option<&Record>, input: &Input) -> Decision {
     decide(plan, (&w, &k), record, input, T0)
 }
 
+/// The engine's mark that the resume `wait` owed went out, to the token the record holds for it.
+fn resumed(r: &Record, wait: WaitId, delivered: bool) -> Input {
+    let held = if wait.compensation {
+        r.compensation.as_ref().and_then(|c| c.undo(wait.step)).and_then(|u| u.wait.token.clone())
+    } else {
+        r.wait(wait.step).and_then(|w| w.token.clone())
+    };
+    Input::Resumed { wait, token: held.unwrap_or_else(|| token("no-token")), delivered }
+}
+
 fn after(d: &Decision) -> Record {
     d.write.as_ref().expect("a write").to.clone()
 }
@@ -813,7 +823,7 @@ impl World {
                 self.check_resend(&token);
                 self.resume(&token, matches!(resume, Resume::Success { .. }));
                 if mark == Mark::Always {
-                    self.decide_and_apply(&Input::Resumed { wait, delivered: true });
+                    self.decide_and_apply(&Input::Resumed { wait, token, delivered: true });
                 }
             }
             Effect::Answer { token, resume } => self.resume(&token, matches!(resume, Resume::Success { .. })),
@@ -1066,4 +1076,4 @@ mod repark;
 mod retry;
 mod retry_races;
 mod stranded;
-mod wait_attack;
+mod wait_races;

@@ -178,7 +178,7 @@ fn acknowledged_in_turn(p: &Plan, r: &Record) {
     );
     let other = run(&p, Some(&r), &ack("ack-pay-2", 1, StepOutcome::Succeeded, Some(1)));
     assert_eq!(other.outcome, Outcome::Ignored(IgnoreReason::StepAlreadyAdvanced));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: uid(1, 1), delivered: true }));
+    let r = after(&run(&p, Some(&r), &resumed(&r, uid(1, 1), true)));
 
     // Reserve: attempt 1 fails, attempt 2 goes out at once and is acknowledged.
     let r = reached(&p, &r, 0, "NoCarrier");

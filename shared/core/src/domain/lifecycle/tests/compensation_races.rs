@@ -447,7 +447,7 @@ fn held_attempt_opened_and_resumed_marks_out_of_order_or_twice_are_nothing_owed(
         Input::AttemptOpened { wait: uid(1, 1), attempt: 2 },
         Input::AttemptOpened { wait: uid(1, 0), attempt: 1 },
         Input::AttemptOpened { wait: uid(2, 1), attempt: 1 },
-        Input::Resumed { wait: uid(1, 1), delivered: true },
+        resumed(&r, uid(1, 1), true),
     ] {
         let d = run(&p, Some(&r), &input);
         assert_eq!((d.outcome, d.write.is_none()), (nothing, true), "{input:?}");
@@ -456,8 +456,8 @@ fn held_attempt_opened_and_resumed_marks_out_of_order_or_twice_are_nothing_owed(
     let twice = run(&p, Some(&r), &Input::AttemptOpened { wait: uid(1, 1), attempt: 1 });
     assert_eq!((twice.outcome, twice.write.is_none()), (nothing, true));
     let r = after(&run(&p, Some(&r), &ack("a1", 1, StepOutcome::Succeeded, None)));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: uid(1, 1), delivered: false }));
-    let twice = run(&p, Some(&r), &Input::Resumed { wait: uid(1, 1), delivered: true });
+    let r = after(&run(&p, Some(&r), &resumed(&r, uid(1, 1), false)));
+    let twice = run(&p, Some(&r), &resumed(&r, uid(1, 1), true));
     assert_eq!((twice.outcome, twice.write.is_none()), (nothing, true));
     assert_eq!(undo_outcome(undo_of(&r, 1)), Some(UndoOutcome::Acknowledged));
 }
@@ -564,7 +564,7 @@ fn held_a_lost_undo_ready_times_the_wait_out_and_its_late_answers_change_nothing
         undo_ready(1, "NoCarrier"),
         ack("a1", 1, StepOutcome::Succeeded, Some(1)),
         Input::AttemptOpened { wait: uid(1, 1), attempt: 1 },
-        Input::Resumed { wait: uid(1, 1), delivered: true },
+        resumed(&r, uid(1, 1), true),
     ] {
         let d = run(&p, Some(&r), &input);
         assert_eq!(d.write, None, "{input:?}");
@@ -614,7 +614,7 @@ fn held_restart_after_compensated_starts_clean_and_generation_one_inputs_are_sta
         ack("a0", 0, StepOutcome::Succeeded, Some(1)),
         ended("NoCarrier"),
         Input::AttemptOpened { wait: uid(1, 0), attempt: 1 },
-        Input::Resumed { wait: uid(1, 0), delivered: true },
+        resumed(&r, uid(1, 0), true),
         Input::Tick,
     ] {
         let d = run(&p, Some(&r), &input);

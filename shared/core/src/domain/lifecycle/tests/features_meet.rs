@@ -218,7 +218,7 @@ fn held_a_group_stranded_between_attempts_owes_nothing_and_late_marks_write_noth
     for input in [
         Input::Tick,
         Input::AttemptOpened { wait: wid(1, 1), attempt: 2 },
-        Input::Resumed { wait: wid(1, 2), delivered: true },
+        resumed(&stranded, wid(1, 2), true),
     ] {
         let d = at(&p, Some(&stranded), &input, T0 + Duration::hours(1));
         assert!(d.write.is_none() && d.effects.is_empty(), "{input:?}: {:?}", d.effects);

@@ -42,7 +42,8 @@ fn the_first_branch_reached_opens_the_group_and_each_other_joins_it_once() {
     let p = grouped();
     let r = ready(&p, &started(&p), 0, "t0");
     let r = after(&run(&p, Some(&r), &input("cb-review", 0, json!({"decision": "ok"}))));
-    let d = run(&p, Some(&r), &Input::StepReady { generation: 1, step: 2, token: token("t2"), deadline: T0 });
+    let deadline = T0 + time::Duration::days(1);
+    let d = run(&p, Some(&r), &Input::StepReady { generation: 1, step: 2, token: token("t2"), deadline });
     assert_eq!(d.transition(), Some((Some(State::Advancing { step: 0 }), State::Waiting { step: 1 })));
     assert_eq!(d.effects, [create(wid(1, 2), 1), Effect::DrainInbox { generation: 1, step: 2 }]);
     let r = after(&d);
@@ -81,7 +82,7 @@ fn the_group_advances_once_every_branch_has_an_outcome_and_the_next_step_follows
     // A branch's input moves no sibling.
     assert_eq!((outcome(&r, 2), outcome(&r, 3)), (None, None));
     assert!(r.waits.iter().filter(|b| b.step != 1).all(|b| b.inputs.is_empty()));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 1), delivered: true }));
+    let r = after(&run(&p, Some(&r), &resumed(&r, wid(1, 1), true)));
     assert!(r.waits[0].owed().is_none());
     let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
     let d = run(&p, Some(&r), &input("cb-address", 3, json!({"address_ok": true})));
@@ -194,7 +195,7 @@ fn the_sweeper_resends_only_what_is_still_owed_and_a_cancel_fails_every_open_bra
             mark: Mark::Always
         },]
     );
-    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 1), delivered: true }));
+    let r = after(&run(&p, Some(&r), &resumed(&r, wid(1, 1), true)));
     assert_eq!(later(&r, &Input::Tick).outcome, Outcome::Ignored(IgnoreReason::NothingOwed));
     let d = run(&p, Some(&r), &Input::Cancel { reason: "ops".into() });
     let failed_tokens: Vec<&str> = d
@@ -236,7 +237,7 @@ fn a_success_refused_before_its_deadline_then_the_groups_timeout_ends_the_branch
     let p = grouped();
     let r = at_group(&p);
     let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 1), delivered: false }));
+    let r = after(&run(&p, Some(&r), &resumed(&r, wid(1, 1), false)));
     assert_eq!(outcome(&r, 1), Some(WaitOutcome::Succeeded));
     let timed_out = Input::Finished { generation: 1, finish: Finish::TimedOut };
     let r = after(&run(&p, Some(&r), &timed_out));
@@ -253,9 +254,9 @@ fn a_last_success_still_owed_when_the_group_times_out_ends_the_branch_timed_out(
     let p = grouped();
     let r = at_group(&p);
     let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 2), delivered: true }));
+    let r = after(&run(&p, Some(&r), &resumed(&r, wid(1, 2), true)));
     let r = after(&run(&p, Some(&r), &failed("cb-address", 3)));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 3), delivered: true }));
+    let r = after(&run(&p, Some(&r), &resumed(&r, wid(1, 3), true)));
     let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
     assert_eq!(r.state, State::Advancing { step: 1 });
     let timed_out = Input::Finished { generation: 1, finish: Finish::TimedOut };
@@ -285,9 +286,9 @@ fn an_end_after_success_with_an_optional_success_unconfirmed_is_degraded() {
     let p = grouped();
     let r = at_group(&p);
     let r = after(&run(&p, Some(&r), &input("cb-fraud", 1, json!({"fraud_score": 3}))));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 1), delivered: true }));
+    let r = after(&run(&p, Some(&r), &resumed(&r, wid(1, 1), true)));
     let r = after(&run(&p, Some(&r), &input("cb-credit", 2, json!({"credit_ok": true}))));
-    let r = after(&run(&p, Some(&r), &Input::Resumed { wait: wid(1, 2), delivered: true }));
+    let r = after(&run(&p, Some(&r), &resumed(&r, wid(1, 2), true)));
     let r = after(&run(&p, Some(&r), &input("cb-address", 3, json!({"address_ok": true}))));
     assert_eq!(r.state, State::Advancing { step: 1 });
     let gone = Input::ExecutionGone { generation: 1, status: "SUCCEEDED".into(), error: None };

@@ -286,7 +286,7 @@ fn an_optional_branch_that_timed_out_after_its_success_found_the_token_gone_make
             .any(|e| matches!(e, Effect::Resume { wait, mark: Mark::Always, .. } if *wait == wid(1, 3)))
     );
     // SendTaskSuccess answered TaskTimedOut (token gone): the engine marks it, not delivered.
-    s.apply(&Input::Resumed { wait: wid(1, 3), delivered: false });
+    s.apply(&resumed(s.r(), wid(1, 3), false));
     s.apply(&ended(3, "States.Timeout"));
     assert_eq!(s.r().missed, vec![3], "the timeout report of the optional branch was taken for a duplicate");
     s.all(&[ok("cb-fraud", 1), ok("cb-credit", 2), step_ready(4, "t4"), ok("cb-pay", 4)]);
@@ -371,7 +371,7 @@ fn the_end_waits_for_two_optional_reports_read_in_any_order_and_twice() {
         let mut s = Sim::before_group(two_optional_last());
         s.all(&[step_ready(1, "t1"), step_ready(2, "t2"), step_ready(3, "t3")]);
         s.all(&[ok("cb-1", 1), ok("cb-2", 2), ok("cb-3", 3)]);
-        s.apply(&Input::Resumed { wait: wid(1, 3), delivered: false });
+        s.apply(&resumed(s.r(), wid(1, 3), false));
         s.apply(&finished());
         assert_eq!(s.r().state, State::Advancing { step: 1 });
         let reports = [confirmed(2), ended(3, "States.Timeout")];
@@ -439,7 +439,7 @@ fn an_open_optional_branch_at_the_end_needs_no_report_and_a_failed_group_takes_n
     let outcomes =
         |r: &Record| (r.state, r.missed.clone(), r.waits.iter().map(Wait::outcome).collect::<Vec<_>>());
     let before = outcomes(s.r());
-    s.all(&[confirmed(3), Input::Resumed { wait: wid(1, 3), delivered: true }]);
+    s.all(&[confirmed(3), resumed(s.r(), wid(1, 3), true)]);
     // The delivery mark of the success owed before the failure is kept (the sweeper sends it no
     // more); no outcome changes.
     assert_eq!(outcomes(s.r()), before, "nothing applied after the group failed");

@@ -54,7 +54,7 @@ fn a_step_reported_again_while_its_resume_is_owed_gets_the_resume_on_the_new_tok
         },]
     );
     // The old token's resume found it gone first: the success is owed again to the new one.
-    let gone = after(&run(&p, Some(&advancing), &Input::Resumed { wait: wid(1, 0), delivered: false }));
+    let gone = after(&run(&p, Some(&advancing), &resumed(&advancing, wid(1, 0), false)));
     // (Its wait keeps the success, unconfirmed: for the repark below, and for compensation.)
     assert_eq!((gone.owed(), wait_of(&gone, 0).unconfirmed(), gone.owes_work()), (None, true, false));
     let d = run(&p, Some(&gone), &ready_at(1, 0, "t0-b", later));
