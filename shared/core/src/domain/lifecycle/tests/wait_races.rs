@@ -309,6 +309,7 @@ impl Rng {
 }
 
 /// What a walk found wrong, with the path that led there.
+#[expect(clippy::too_many_lines, reason = "one walk: each decision, then every check of it, in order")]
 fn walk(p: &Plan, pool: &[Input], seed: u64, len: usize) -> Option<String> {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let (w, k) = names();
