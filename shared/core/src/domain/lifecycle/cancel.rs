@@ -27,20 +27,16 @@ pub(super) fn on_cancel(r: &Record, reason: &str, now: OffsetDateTime) -> Decisi
     }
     position::close(&mut to, None);
     position::end_run(&mut to);
-    let mut d = Decision::new(Outcome::Applied).with_write(Cause::Cancel, Some(r), to.clone()).effect(stop);
-    // A wait decided before the cancel gets the resume it was owed, never a second, different
-    // one (found by an attack: an advancing step's token got its failure and `baton.Cancelled`).
-    for w in &r.waits {
-        if let (Some(token), Some(resume)) = (&w.token, w.owed()) {
-            d = d.effect(Effect::Answer { token: token.clone(), resume: resume.clone() });
-        }
-    }
+    let d = Decision::new(Outcome::Applied).with_write(Cause::Cancel, Some(r), to.clone()).effect(stop);
     fail_parked(d, &to, reason)
 }
 
 /// `d`, failing every token the cancelled record `r` parks on as well: the waits the cancel
 /// closed (the step's, or the group's open branches). That ends the execution even where a stop
-/// of a token wait is deferred (the local emulator); on AWS the tokens are already gone.
+/// of a token wait is deferred (the local emulator); on AWS the tokens are already gone. A wait
+/// decided before the cancel is not failed: its token was owed (and perhaps sent) another resume,
+/// and gets no second, different one (found by an attack: an advancing step's token got its
+/// failure and `baton.Cancelled`); the stop ends its execution.
 fn fail_parked(mut d: Decision, r: &Record, reason: &str) -> Decision {
     let parked = r.waits.iter().filter(|w| w.outcome() == Some(WaitOutcome::Closed));
     for token in parked.filter_map(|w| w.token.as_ref()) {
