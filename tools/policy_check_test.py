@@ -31,8 +31,9 @@ def template(start_resource):
     }
 
 
-def check(start_resource, recorded_resource):
-    """Runs the contract on one recorded StartExecution; returns (exit code, output)."""
+def check(start_resource, recorded_resource, justified=""):
+    """Runs the contract on one recorded StartExecution (None: no call), with `justified` as the
+    list of unused grants; returns (exit code, output)."""
     with tempfile.TemporaryDirectory() as d:
         d = pathlib.Path(d)
         (d / "t.json").write_text(json.dumps(template(start_resource)))
@@ -40,8 +41,9 @@ def check(start_resource, recorded_resource):
                  "attrs": {"OrderReviewStateMachine.Name": "s1-order-review"}}
         call = {"kind": "call", "function": "IntakeFunction", "stack": "s1",
                 "action": "states:StartExecution", "resource": recorded_resource, "qualifier": "live"}
-        (d / "calls.jsonl").write_text(json.dumps(stack) + "\n" + json.dumps(call) + "\n")
-        (d / "unused.txt").write_text("")
+        calls = [stack] + ([call] if recorded_resource else [])
+        (d / "calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls))
+        (d / "unused.txt").write_text(justified)
         out = subprocess.run([sys.executable, CHECK, d / "t.json", d / "calls.jsonl", "--justified", d / "unused.txt"],
                              capture_output=True, text=True)
         return out.returncode, out.stdout + out.stderr
@@ -65,6 +67,34 @@ class StartThroughAnAlias(unittest.TestCase):
         code, out = check({"Ref": "OrderReviewStateMachine"}, MACHINE.replace("s1-", "s1-staging-"))
         self.assertEqual(code, 1, out)
         self.assertIn("DENIED", out)
+
+
+class UnusedGrants(unittest.TestCase):
+    GRANT = "IntakeFunction states:StartExecution OrderReviewStateMachine"
+
+    def test_an_unused_grant_needs_a_justification(self):
+        code, out = check({"Ref": "OrderReviewStateMachine"}, None)
+        self.assertEqual(code, 1, out)
+        self.assertIn("NOT JUSTIFIED", out)
+        code, out = check({"Ref": "OrderReviewStateMachine"}, None, f"{self.GRANT}  # why\n")
+        self.assertEqual(code, 0, out)
+
+    def test_a_justification_of_a_grant_used_now_is_stale(self):
+        code, out = check({"Ref": "OrderReviewStateMachine"}, MACHINE, f"{self.GRANT}  # why\n")
+        self.assertEqual(code, 1, out)
+        self.assertIn("STALE JUSTIFICATION", out)
+
+    def test_a_grant_marked_timing_dependent_may_be_used_or_not(self):
+        line = f"? {self.GRANT}  # covered only when a race goes one way\n"
+        for recorded in (MACHINE, None):
+            code, out = check({"Ref": "OrderReviewStateMachine"}, recorded, line)
+            self.assertEqual(code, 0, out)
+
+    def test_a_timing_dependent_line_for_a_grant_gone_is_stale(self):
+        line = "? IntakeFunction states:StopExecution OrderReviewStateMachine  # race\n"
+        code, out = check({"Ref": "OrderReviewStateMachine"}, MACHINE, line)
+        self.assertEqual(code, 1, out)
+        self.assertIn("STALE JUSTIFICATION", out)
 
 
 if __name__ == "__main__":
