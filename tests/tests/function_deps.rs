@@ -7,8 +7,10 @@
 //!   is what its zip carries; this keeps it so.
 //! - The core links no AWS SDK crate and no Lambda runtime; the simulation and the CLI link no
 //!   Lambda runtime.
-//! - Inside the core, the domain imports neither a port nor a use case, and a port imports no use
-//!   case.
+//! - Inside the core, the domain imports neither a port nor a use case, a port imports no use
+//!   case, and the lifecycle does not import `config`.
+//! - No two modules of a crate import each other through `crate::`, directly or through others
+//!   (a module and those inside it aside).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -186,4 +188,139 @@ fn the_import_check_finds_the_lifecycle_importing_config_by_either_path() {
         upward_imports(planted, lifecycle),
         ["use crate::domain::config::Config;", "use super::super::config::RetryPolicy;"]
     );
+}
+
+// ---- no import cycle between the modules of a crate -----------------------------------------
+
+/// A source file's module, as a path under `src` (`domain/lifecycle` for every file of that
+/// folder, `domain/config` for `domain/config.rs`; `lib.rs` and `main.rs` are the crate root, "").
+fn module_of(relative: &Path) -> String {
+    let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let file = parts.pop().unwrap_or_default();
+    let stem = file.trim_end_matches(".rs");
+    // A file two folders down belongs to its folder's module.
+    if !matches!(stem, "mod" | "lib" | "main") && parts.len() < 2 {
+        parts.push(stem.to_owned());
+    }
+    parts.join("/")
+}
+
+/// The modules `code` names through `crate::…`, each as the longest of `modules` it starts with.
+fn named_modules(code: &str, modules: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        let line = line.split(" //").next().unwrap_or_default();
+        for (i, _) in line.match_indices("crate::") {
+            let path: String = line[i + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect::<String>()
+                .replace("::", "/");
+            let best = modules
+                .iter()
+                .filter(|m| !m.is_empty() && (path == **m || path.starts_with(&format!("{m}/"))))
+                .max_by_key(|m| m.len());
+            if let Some(m) = best {
+                found.push(m.clone());
+            }
+        }
+    }
+    found
+}
+
+/// The imports on a cycle among the modules of the non-test sources `files` (path under `src`,
+/// text), as [from, to]: modules, neither inside the other, that import each other through
+/// `crate::`, directly or through others.
+fn import_cycles(files: &[(PathBuf, String)]) -> Vec<Vec<String>> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let modules: Vec<String> =
+        files.iter().map(|(p, _)| module_of(p)).collect::<BTreeSet<_>>().into_iter().collect();
+    let nested = |a: &str, b: &str| {
+        a.is_empty()
+            || b.is_empty()
+            || a.starts_with(&format!("{b}/"))
+            || b.starts_with(&format!("{a}/"))
+            || a == b
+    };
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (path, text) in files {
+        let from = module_of(path);
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for to in named_modules(code, &modules) {
+            if !nested(&from, &to) {
+                edges.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    // An edge on a cycle: a → b with b reaching a back.
+    let reaches = |start: &str, goal: &str| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![start.to_owned()];
+        while let Some(m) = todo.pop() {
+            if m == goal {
+                return true;
+            }
+            if seen.insert(m.clone()) {
+                todo.extend(edges.get(&m).into_iter().flatten().cloned());
+            }
+        }
+        false
+    };
+    let mut cycles = Vec::new();
+    for (from, tos) in &edges {
+        for to in tos {
+            if reaches(to, from) {
+                cycles.push(vec![from.clone(), to.clone()]);
+            }
+        }
+    }
+    cycles
+}
+
+/// The non-test sources of a crate's `src`, as (path under `src`, text).
+fn crate_sources(src: &Path) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    files
+        .into_iter()
+        .map(|f| (f.strip_prefix(src).unwrap_or(&f).to_path_buf(), f))
+        .filter(|(relative, _)| {
+            !relative.ends_with("tests.rs") && !relative.components().any(|c| c.as_os_str() == "tests")
+        })
+        .map(|(relative, f)| (relative, std::fs::read_to_string(&f).expect("readable")))
+        .collect()
+}
+
+#[test]
+fn no_two_modules_of_a_crate_import_each_other() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for krate in ["shared/core", "shared/aws", "shared/lambda", "cli", "local", "sim", "harness"] {
+        let src = root.join(krate).join("src");
+        let files = crate_sources(&src);
+        assert!(!files.is_empty(), "{krate}: its sources were found");
+        let cycles = import_cycles(&files);
+        assert!(cycles.is_empty(), "{krate}: modules that import each other: {cycles:?}");
+    }
+}
+
+#[test]
+fn the_cycle_check_finds_a_planted_cycle_through_a_third_module() {
+    let file = |path: &str, text: &str| (PathBuf::from(path), text.to_owned());
+    let planted = [
+        file("domain/config.rs", "use crate::domain::lifecycle::Plan;\n"),
+        file("domain/lifecycle/plan.rs", "use crate::domain::ids::Id;\n"),
+        file("domain/ids.rs", "use crate::domain::config::Config;\n#[cfg(test)]\nuse crate::x;\n"),
+        file("domain/lifecycle/mod.rs", "use super::plan::Plan; // crate::domain::config in a comment\n"),
+    ];
+    assert_eq!(
+        import_cycles(&planted),
+        [
+            ["domain/config", "domain/lifecycle"],
+            ["domain/ids", "domain/config"],
+            ["domain/lifecycle", "domain/ids"]
+        ]
+    );
+    // Without the last edge there is none; a module importing its own folder's modules is none.
+    let broken = [planted[0].clone(), planted[1].clone(), file("domain/ids.rs", ""), planted[3].clone()];
+    assert!(import_cycles(&broken).is_empty());
 }

@@ -94,10 +94,9 @@ fn compensates(workflow: &Workflow) -> bool {
     workflow.steps.iter().any(|s| s.compensate.is_some())
 }
 
-/// The error name of the final `Fail` state after a step missed its deadline.
-pub const TIMED_OUT_ERROR: &str = "baton.StepTimedOut";
-/// The error name of the final `Fail` state after a step failed.
-pub const FAILED_ERROR: &str = "baton.StepFailed";
+// The error names of the final `Fail` states after a step missed its deadline, and after it
+// failed: the lifecycle's words (it reads them in reports), which the definitions write.
+pub use crate::domain::lifecycle::{FAILED_ERROR, TIMED_OUT_ERROR};
 
 /// The execution input baton starts every execution with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

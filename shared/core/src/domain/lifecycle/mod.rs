@@ -43,6 +43,12 @@
 //!                      └─────────────────────► pending (generation + 1)
 //! ```
 
+/// The error name of the state machine's final `Fail` state after a step missed its deadline
+/// (`asl.rs` writes it; a report carries it back).
+pub const TIMED_OUT_ERROR: &str = "baton.StepTimedOut";
+/// The error name of the state machine's final `Fail` state after a step failed.
+pub const FAILED_ERROR: &str = "baton.StepFailed";
+
 mod cancel;
 pub mod compensation;
 mod effect;

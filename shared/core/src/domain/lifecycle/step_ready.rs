@@ -200,7 +200,7 @@ fn repark(
     new.repark(token, deadline, now, |w| match w.outcome() {
         Some(WaitOutcome::Succeeded) => success(Value::Object(w.inputs.clone())),
         _ => failure(
-            crate::domain::asl::FAILED_ERROR,
+            super::FAILED_ERROR,
             "the step failed; its failure was sent again after Step Functions retried its report",
         ),
     });

@@ -150,7 +150,7 @@ fn unconfirmed_optional(plan: &Plan, r: &Record) -> bool {
 /// its stop's) ends: as its report would have ended it (found by an attack test: a step that
 /// timed out, its report lost, ended `failed`).
 pub fn ended_as((status, error): (&str, Option<&str>), missed: bool) -> State {
-    let timed_out = [crate::domain::asl::TIMED_OUT_ERROR, compensation::TIMEOUT_ERROR];
+    let timed_out = [super::TIMED_OUT_ERROR, compensation::TIMEOUT_ERROR];
     match (status, error) {
         ("SUCCEEDED", _) if missed => State::Degraded,
         ("SUCCEEDED", _) => State::Succeeded,
