@@ -406,9 +406,7 @@ fn on_undo_ready(
     // re-entered; only the newest token can be resumed, and what the wait owes goes to it, as a
     // step's (`step_ready.rs`, `repark`; found by an attack: an acknowledgement owed to the old
     // token never reached the new one).
-    let reparks =
-        u.waits() || w.owed().is_some() || matches!(w.status, WaitStatus::Resumed { confirmed: false, .. });
-    if u.skip.is_none() && reparks && w.newer(token, deadline) {
+    if u.skip.is_none() && w.reparks() && w.newer(token, deadline) {
         let mut to = r.next(r.state, now);
         let due = w.task_due();
         let Some(new) = to.compensation.as_mut().and_then(|c| c.undo_mut(step)).map(|u| &mut u.wait) else {

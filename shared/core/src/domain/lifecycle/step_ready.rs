@@ -188,9 +188,7 @@ fn repark(
     deadline: OffsetDateTime,
     now: OffsetDateTime,
 ) -> Decision {
-    let reparks =
-        w.is_open() || w.owed().is_some() || matches!(w.status, WaitStatus::Resumed { confirmed: false, .. });
-    if !reparks {
+    if !w.reparks() {
         return Decision::ignored(IgnoreReason::OutOfOrder);
     }
     let mut to = r.next(r.state, now);

@@ -471,6 +471,14 @@ impl Wait {
         self.deadline = Some(deadline);
     }
 
+    /// Whether a newer token for it is taken, with what it owes: while it is open, owes a
+    /// resume, or its resume found the old token gone (whatever its role).
+    pub fn reparks(&self) -> bool {
+        self.is_open()
+            || self.owed().is_some()
+            || matches!(self.status, WaitStatus::Resumed { confirmed: false, .. })
+    }
+
     /// Whether a report with this deadline is newer than the one the wait was reached by.
     pub fn newer(&self, token: &TaskToken, deadline: OffsetDateTime) -> bool {
         self.token.as_ref() != Some(token) && self.deadline.is_some_and(|d| deadline > d)
