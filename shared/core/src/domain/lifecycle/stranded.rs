@@ -24,7 +24,7 @@ use super::effect::Decision;
 use super::input::{IgnoreReason, Input, Outcome};
 use super::plan::Plan;
 use super::position;
-use super::record::{Kind, Record, State};
+use super::record::{Kind, Record, State, payload_fingerprint};
 use super::table::Cause;
 use super::wait::{Role, WaitOutcome, WaitStatus};
 
@@ -171,6 +171,20 @@ fn while_stranded(r: &Record, input: &Input) -> Decision {
         // the end never starts a later run (found by the simulation: a producer's late retry,
         // ledgered `stranded`, restarted the workflow weeks later).
         Input::Start { .. } => Decision::ignored(IgnoreReason::AlreadyRunning),
+        // An input the run applied before it was stranded, again (a drain that died after its
+        // write, finished by the sweeper): a duplicate, as it was applied, never `stranded`
+        // (found by the simulation, seed 28386: its inbox entry was settled ignored).
+        Input::StepInput { id, source, hash, step, .. }
+            if r.applied.iter().any(|a| {
+                &a.id == id
+                    && a.source == *source
+                    && a.step == *step
+                    && a.generation == r.generation
+                    && payload_fingerprint(&a.hash) == payload_fingerprint(hash)
+            }) =>
+        {
+            Decision::new(Outcome::Duplicate)
+        }
         Input::Tick | Input::Resumed { .. } | Input::AttemptOpened { .. } => Decision::nothing_owed(),
         _ => Decision::ignored(IgnoreReason::Stranded),
     }

@@ -100,3 +100,22 @@ fn a_record_stranded_while_compensating_ends_compensation_failed_with_what_stays
     let c = ended.compensation.as_ref().unwrap();
     assert!(c.undos.iter().all(|u| undo_outcome(u).is_some()), "every compensation has its outcome");
 }
+
+/// An input the run applied before it was stranded, decided again (a drain that died after its
+/// write, finished by the sweeper), is a duplicate, never ignored as `stranded`: its inbox entry
+/// settles as applied (`make sim`, seed 28386). Another input still is `stranded`.
+#[test]
+fn an_input_applied_before_the_strand_is_a_duplicate_after_it() {
+    let p = plan(&[&["decision"], &["payment_ref"]]);
+    let input = callback("cb-0", 0, StepOutcome::Succeeded, json!({"decision": "ok"}));
+    let advancing = after(&run(&p, Some(&ready(&p, &started(&p), 0, "t0")), &input));
+    let stranded = after(&run(&p, Some(&advancing), &gone("ABORTED")));
+    assert_eq!(stranded.state.kind(), Kind::Stranded);
+    let again = run(&p, Some(&stranded), &input);
+    assert_eq!(
+        (again.outcome, again.write.is_none(), again.effects.is_empty()),
+        (Outcome::Duplicate, true, true)
+    );
+    let other = callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": "ok"}));
+    assert_eq!(run(&p, Some(&stranded), &other).outcome, Outcome::Ignored(IgnoreReason::Stranded));
+}
