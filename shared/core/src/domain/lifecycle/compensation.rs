@@ -347,17 +347,8 @@ fn begin_at_undo_ready(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTi
     if *generation != r.generation {
         return Decision::ignored(IgnoreReason::StaleGeneration);
     }
-    // The record ended after compensating: the execution ended with its chain, and every wait
-    // of it was resumed or passed (a copy after the end is owed nothing more).
-    if r.state.is_terminal() && r.compensation.is_some() {
-        return Decision::ignored(IgnoreReason::Terminal);
-    }
-    if r.state.is_terminal() {
-        return Decision::ignored(IgnoreReason::Terminal).effect(Effect::fail(
-            token,
-            "baton.Terminal",
-            &format!("the workflow record is already {}", r.state),
-        ));
+    if let Some(ended) = super::step_ready::reported_after_the_end(r, token) {
+        return ended;
     }
     let mut to = begin(plan, r, Trigger::from_error(error, cause), now);
     let effects = match to.compensation.as_ref().and_then(|c| c.undo(*step)) {

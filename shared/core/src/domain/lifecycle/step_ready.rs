@@ -31,18 +31,8 @@ pub(super) fn on_step_ready(
             "the workflow record has moved to another generation",
         ));
     }
-    // After a compensation, the execution has ended with its chain: a copy of a step_ready it
-    // reported (its token resumed, or failed into the chain) is owed nothing more (found by
-    // review: such a token got a second, different resume).
-    if r.state.is_terminal() && r.compensation.is_some() {
-        return Decision::ignored(IgnoreReason::Terminal);
-    }
-    if r.state.is_terminal() {
-        return Decision::ignored(IgnoreReason::Terminal).effect(Effect::fail(
-            token,
-            "baton.Terminal",
-            &format!("the workflow record is already {}", r.state),
-        ));
+    if let Some(ended) = reported_after_the_end(r, token) {
+        return ended;
     }
     if !plan.has(step) {
         return Decision::new(Outcome::Rejected(RejectReason::UnknownStep)).effect(Effect::fail(
@@ -76,6 +66,25 @@ pub(super) fn on_step_ready(
         // Its token is left alone: the record may be the one behind.
         None => Decision::ignored(IgnoreReason::OutOfOrder),
     }
+}
+
+/// A report of a wait (a step's, a branch's or a compensation's) to a record that ended. After a
+/// compensation, the execution has ended with its chain: a copy of a report it sent (its token
+/// resumed, failed into the chain, or passed) is owed nothing more (found by review: such a
+/// token got a second, different resume). Otherwise its token is failed, so that its execution
+/// ends rather than waits out its deadline. `None` while the record lives.
+pub(super) fn reported_after_the_end(r: &Record, token: &TaskToken) -> Option<Decision> {
+    if !r.state.is_terminal() {
+        return None;
+    }
+    if r.compensation.is_some() {
+        return Some(Decision::ignored(IgnoreReason::Terminal));
+    }
+    Some(Decision::ignored(IgnoreReason::Terminal).effect(Effect::fail(
+        token,
+        "baton.Terminal",
+        &format!("the workflow record is already {}", r.state),
+    )))
 }
 
 /// A step's report, for the step the record is at: a newer token, a copy of the report that
