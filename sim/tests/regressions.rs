@@ -482,6 +482,33 @@ fn a_buffered_copy_of_an_applied_input_is_settled_applied_not_expired() {
     assert!(!t.ledger.iter().any(|l| l.input_id == "cb-x"), "ledgered as lost: {:?}", t.ledger);
 }
 
+/// Found by `make sim`, seed 66191: a sweep died holding the expiry of a buffered copy of an
+/// input applied straight to its step; a later event reused the id with another payload and
+/// was ledgered `idempotency_key_reused`; the sweep that took the expiry over read that ledger
+/// entry as the dead sweep's, and settled the copy `expired` though its input was applied.
+#[test]
+fn a_sweep_taking_over_the_expiry_of_an_applied_inputs_copy_settles_it_applied() {
+    let s = stack();
+    waiting_on_review(&s, "k");
+    let applied = callback(&s, "cb-x", &review("k", json!({"decision": "ok"})));
+    assert_eq!(applied.status.as_u16(), 200, "{}", applied.body);
+    let hash = record(&s, "k").applied.last().unwrap().hash.clone();
+    buffer_review_copy(&s, "cb-x", hash, json!({"decision": "ok"}));
+    s.world.advance(Duration::hours(2));
+    // The first sweep claims the copy's expiry and dies before its settle.
+    s.world.script("ddb.UpdateItem(inbox)", Fault::Before);
+    let _ = drive(s.sweeper.run_once(s.world.now()));
+    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Expiring);
+    // The same id again, with another payload: refused and ledgered.
+    let reused = callback(&s, "cb-x", &review("k", json!({"decision": "changed"})));
+    assert_eq!(reused.status.as_u16(), 409, "{}", reused.body);
+    assert!(ledgered(&s, "k", "cb-x", "idempotency_key_reused"));
+    // Past the dead sweep's lease, the next sweep takes the expiry over.
+    s.world.advance(baton_core::limits::EXPIRY_LEASE + Duration::seconds(1));
+    drive(s.sweeper.run_once(s.world.now())).unwrap();
+    assert_eq!(trace(&s, "k").inbox[0].status, InboxStatus::Applied, "the applied input's copy settled expired");
+}
+
 #[test]
 fn a_message_throttled_on_every_receive_is_sent_back_to_its_queue_not_dead_lettered() {
     let s = stack();

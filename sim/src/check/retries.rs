@@ -219,6 +219,18 @@ pub(super) fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s:
                     && next_attempt_opened(&w.to, step, failed.len())
             })
             .map(|w| w.at);
+        // Or by its task's publication, when the mark after it failed: the worker has had the
+        // task from then (seed 76664: the task went out with every beat around it throttled, a
+        // later sweep's beat landed and its mark failed; the worker stayed silent a whole
+        // heartbeat after both).
+        let sent = s
+            .published
+            .iter()
+            .filter(|p| p.at > last.at && p.at <= missed.at && p.task.attempt == running)
+            .filter(|p| p.task.workflow.as_str() == workflow && p.task.key.as_str() == key)
+            .find(|p| u64::from(p.task.generation) == generation && p.task.step == step)
+            .map(|p| p.at);
+        let opened = opened.into_iter().chain(sent).min();
         let lag =
             time::Duration::try_from(baton_core::limits::ATTEMPT_OPEN_LAG).unwrap_or(time::Duration::ZERO);
         let jumped = crate::world::lock(&s.stack.world.jumps)
