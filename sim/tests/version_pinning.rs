@@ -689,34 +689,33 @@ fn r2_probe_a_callback_buffered_under_a_name_the_repinned_version_lacks_expires_
     assert!(ledgered(&s, "k", "cb-pay", "buffer_expired"), "{}", whereabouts(&s, "k", "cb-pay"));
 }
 
-// A report from an execution started before reports named their config version is read in its
-// record's own version (the one that execution was started for), not in the deployed one.
+// Every report the generated definitions send names its config version: one without it is
+// malformed, dead-lettered with its reason like any other, and moves nothing.
 #[test]
-fn a_report_without_a_config_version_is_read_in_its_records_version() {
+fn a_report_without_a_config_version_is_dead_lettered_as_malformed() {
     let s = stack();
     waiting_on_review(&s, "k");
     callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
-    // The execution's step_ready for payment (step 1 of version 1) waits in the queue, as one
-    // from before versions: without `config_version`.
+    // The execution's step_ready for payment waits in the queue: taken, and sent again without
+    // `config_version`.
     let now = s.world.now();
     let taken = lock(&s.sqs).receive(QueueId::Progress, 10, now, &mut |_| 0);
     let ready = taken.iter().find(|m| m.body.contains("step_ready")).expect("the payment step_ready");
-    let mut legacy: serde_json::Value = serde_json::from_str(&ready.body).unwrap();
-    legacy.as_object_mut().unwrap().remove("config_version");
+    let mut unnamed: serde_json::Value = serde_json::from_str(&ready.body).unwrap();
+    unnamed.as_object_mut().unwrap().remove("config_version");
     for m in &taken {
         lock(&s.sqs).delete(QueueId::Progress, &m.id, m.receipt);
     }
-    s.deploy(config_v2());
-    lock(&s.sqs).send(QueueId::Progress, legacy.to_string(), Default::default(), now);
+    let before = record(&s, "k");
+    lock(&s.sqs).send(QueueId::Progress, unnamed.to_string(), Default::default(), now);
     settle(&s);
-    assert!(lock(&s.sqs).messages(QueueId::ProgressDlq).is_empty(), "not dead-lettered as unknown_step");
-    let r = record(&s, "k");
-    assert_eq!(
-        (r.state, r.config_version.as_deref()),
-        (State::Waiting { step: 1 }, Some(s.config.version.as_str()))
-    );
-    let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p"})));
-    assert_eq!(a.status.as_u16(), 200, "{}", a.body);
-    settle(&s);
-    assert_eq!(record(&s, "k").state, State::Succeeded);
+    let dead = lock(&s.sqs).messages(QueueId::ProgressDlq).to_vec();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let attribute = |name: &str| dead[0].attributes.get(name).map(String::as_str);
+    assert_eq!(attribute(baton_core::ports::dead_letters::REASON_ATTRIBUTE), Some("malformed_report"));
+    let detail = attribute(baton_core::ports::dead_letters::DETAIL_ATTRIBUTE).unwrap_or_default();
+    assert!(detail.contains("config_version"), "{detail}");
+    assert_eq!(dead[0].body, unnamed.to_string(), "the body as it came");
+    let after = record(&s, "k");
+    assert_eq!((after.state, after.version), (before.state, before.version), "the record did not move");
 }

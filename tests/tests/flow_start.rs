@@ -229,7 +229,9 @@ async fn after_a_terminal_state_on_restart_decides_whether_a_new_generation_open
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_progress_cannot_use_goes_to_its_dlq_with_the_reason() {
     let system = start_system(CONFIG).await;
-    let report = json!({"kind": "finished", "workflow": "no-such-workflow", "key": "k", "generation": 1, "outcome": "succeeded"});
+    let version = baton_core::domain::config::Config::parse(CONFIG).expect("valid").version;
+    let report = json!({"kind": "finished", "workflow": "no-such-workflow", "key": "k", "generation": 1,
+        "config_version": version, "outcome": "succeeded"});
     system
         .sqs
         .send_message()

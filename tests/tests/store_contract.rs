@@ -833,7 +833,7 @@ workflows:
 fn parked_report(kind: &str, key: &str, step: (u32, &str), token: &str) -> String {
     let mut report = json!({
         "kind": kind, "workflow": "order-review", "key": key, "generation": 1,
-        "step": step.0, "step_name": step.1, "token": token,
+        "step": step.0, "step_name": step.1, "config_version": "v1", "token": token,
         "entered_at": "2026-12-01T09:00:00Z", "timeout_seconds": 172_800,
     });
     if kind == "undo_ready" {

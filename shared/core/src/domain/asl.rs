@@ -637,6 +637,27 @@ workflows:
         }
     }
 
+    /// Every message a definition sends to the progress queue (every kind of report, a token
+    /// wait's or not) names the config version it was generated from: progress refuses one
+    /// without it as malformed.
+    #[test]
+    fn every_report_names_its_config_version() {
+        let config = Config::parse(SAGA).unwrap();
+        let workflow = &config.workflows[0];
+        let states = all_states(&definition(workflow));
+        let reports: Vec<&(String, Value)> = states
+            .iter()
+            .filter(|(_, s)| s["Parameters"]["QueueUrl"] == PROGRESS_QUEUE_PLACEHOLDER)
+            .collect();
+        let kinds: std::collections::BTreeSet<&str> =
+            reports.iter().filter_map(|(_, s)| s["Parameters"]["MessageBody"]["kind"].as_str()).collect();
+        assert_eq!(kinds, ["branch_ended", "finished", "step_ready", "undo_ready"].into(), "every kind");
+        for (name, state) in reports {
+            let body = &state["Parameters"]["MessageBody"];
+            assert_eq!(body["config_version"], workflow.config_version.as_str(), "{name}");
+        }
+    }
+
     /// The states a path from `start` enters, following `Next` (a Parallel state counted with the
     /// states of its branches, each branch taken to its end).
     fn path_len(def: &Value, start: &str) -> usize {

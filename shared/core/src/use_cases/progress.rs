@@ -30,7 +30,7 @@ use time::{Duration, OffsetDateTime};
 use tracing::instrument;
 
 use crate::domain::config::Workflow;
-use crate::domain::ids::{CorrelationKey, TaskToken, WorkflowName};
+use crate::domain::ids::{CorrelationKey, TaskToken};
 use crate::domain::lifecycle::{Finish, Input};
 use crate::ports::dead_letters::DeadLetters;
 use crate::ports::metrics::Metric;
@@ -47,9 +47,8 @@ pub enum Report {
         generation: u32,
         step: u32,
         step_name: String,
-        /// The config version the state machine was generated from (absent before versions).
-        #[serde(default)]
-        config_version: Option<String>,
+        /// The config version the state machine was generated from.
+        config_version: String,
         token: String,
         /// When the Task state was entered (`$$.State.EnteredTime`).
         entered_at: String,
@@ -60,8 +59,7 @@ pub enum Report {
         key: String,
         generation: u32,
         outcome: FinishedOutcome,
-        #[serde(default)]
-        config_version: Option<String>,
+        config_version: String,
         #[serde(default)]
         error: Option<String>,
         #[serde(default)]
@@ -78,8 +76,7 @@ pub enum Report {
         generation: u32,
         step: u32,
         step_name: String,
-        #[serde(default)]
-        config_version: Option<String>,
+        config_version: String,
         token: String,
         entered_at: String,
         timeout_seconds: i64,
@@ -91,8 +88,7 @@ pub enum Report {
         generation: u32,
         step: u32,
         step_name: String,
-        #[serde(default)]
-        config_version: Option<String>,
+        config_version: String,
         /// The error the branch's Catch caught (`States.Timeout` when it missed its deadline);
         /// absent when the branch succeeded (Step Functions took baton's success).
         #[serde(default)]
@@ -152,28 +148,15 @@ impl ReportError {
 }
 
 /// The config version a report names: its execution runs that version's definition, so its
-/// step is read in that version (the engine finds it again in the record's). A report that
-/// names none comes from an execution started before reports did: it is read in its record's
-/// own version, the one that execution was started for.
+/// step is read in that version (the engine finds it again in the record's). Every report the
+/// generated definitions send names one; a body without one is read in this engine's version,
+/// where [`parse_report`] refuses it as malformed.
 pub async fn report_config(
     engine: &Engine,
     body: &str,
 ) -> Result<Arc<crate::domain::config::Config>, crate::ports::store::StoreError> {
     let doc = serde_json::from_str::<serde_json::Value>(body).unwrap_or_default();
-    let text = |field: &str| doc.get(field).and_then(|v| v.as_str()).map(str::to_owned);
-    let version = match text("config_version") {
-        Some(version) => Some(version),
-        None => match (text("workflow"), text("key")) {
-            (Some(workflow), Some(key)) => {
-                match (WorkflowName::parse(workflow), CorrelationKey::parse(key)) {
-                    (Ok(w), Ok(k)) => engine.store.load(&w, &k).await?.and_then(|r| r.config_version),
-                    _ => None,
-                }
-            }
-            _ => None,
-        },
-    };
-    engine.config_of(version.as_deref()).await
+    engine.config_of(doc.get("config_version").and_then(|v| v.as_str())).await
 }
 
 /// Turns a report into the workflow it concerns, the key, and the lifecycle input.
@@ -329,7 +312,7 @@ mod tests {
     #[test]
     fn a_step_ready_report_becomes_a_step_ready_input_with_its_deadline() {
         let body = r#"{"kind":"step_ready","workflow":"order-review","key":"order-1","generation":1,"step":0,
-            "step_name":"manual-review","token":"AAAA","entered_at":"2026-11-29T10:00:00.123+00:00","timeout_seconds":60}"#;
+            "step_name":"manual-review","config_version":"v1","token":"AAAA","entered_at":"2026-11-29T10:00:00.123+00:00","timeout_seconds":60}"#;
         let config = config();
         let (wf, key, input) = parse_report(&config, body).unwrap();
         assert_eq!((wf.name.as_str(), key.as_str()), ("order-review", "order-1"));
@@ -341,7 +324,7 @@ mod tests {
     #[test]
     fn a_failed_report_keeps_error_and_cause_and_tolerates_null_cause() {
         let body = r#"{"kind":"finished","workflow":"order-review","key":"order-1","generation":2,
-            "outcome":"failed","error":"Rejected","cause":null}"#;
+            "config_version":"v1","outcome":"failed","error":"Rejected","cause":null}"#;
         let config = config();
         let (_, _, input) = parse_report(&config, body).unwrap();
         assert_eq!(
@@ -358,20 +341,29 @@ mod tests {
         let config = config();
         let cases = [
             ("not json", "malformed_report"),
+            // Every report the generated definitions send names its config version.
             (
-                r#"{"kind":"finished","workflow":"nope","key":"k","generation":1,"outcome":"succeeded"}"#,
+                r#"{"kind":"step_ready","workflow":"order-review","key":"k","generation":1,"step":0,"step_name":"manual-review","token":"t","entered_at":"2026-11-29T10:00:00Z","timeout_seconds":1}"#,
+                "malformed_report",
+            ),
+            (
+                r#"{"kind":"finished","workflow":"order-review","key":"k","generation":1,"outcome":"succeeded"}"#,
+                "malformed_report",
+            ),
+            (
+                r#"{"kind":"finished","workflow":"nope","key":"k","generation":1,"config_version":"v1","outcome":"succeeded"}"#,
                 "unknown_workflow",
             ),
             (
-                r#"{"kind":"step_ready","workflow":"order-review","key":"k","generation":1,"step":0,"step_name":"renamed","token":"t","entered_at":"2026-11-29T10:00:00Z","timeout_seconds":1}"#,
+                r#"{"kind":"step_ready","workflow":"order-review","key":"k","generation":1,"step":0,"step_name":"renamed","config_version":"v1","token":"t","entered_at":"2026-11-29T10:00:00Z","timeout_seconds":1}"#,
                 "unknown_step",
             ),
             (
-                r#"{"kind":"step_ready","workflow":"order-review","key":"k","generation":1,"step":0,"step_name":"manual-review","token":"t","entered_at":"yesterday","timeout_seconds":1}"#,
+                r#"{"kind":"step_ready","workflow":"order-review","key":"k","generation":1,"step":0,"step_name":"manual-review","config_version":"v1","token":"t","entered_at":"yesterday","timeout_seconds":1}"#,
                 "invalid_field",
             ),
             (
-                r#"{"kind":"finished","workflow":"order-review","key":"bad key","generation":1,"outcome":"succeeded"}"#,
+                r#"{"kind":"finished","workflow":"order-review","key":"bad key","generation":1,"config_version":"v1","outcome":"succeeded"}"#,
                 "invalid_field",
             ),
         ];
