@@ -60,7 +60,7 @@ pub async fn run(args: CompensateArgs) -> Result<()> {
         bail!("no such workflow record: {} {}", args.workflow, args.key);
     };
     // The record is read in the config version it runs.
-    let pinned = t.engine.definition(workflow.name.as_str(), record.config_version.as_deref()).await?;
+    let pinned = t.engine.definition(workflow.name.as_str(), Some(record.config_version.as_str())).await?;
     let definition: &Workflow = pinned.as_deref().unwrap_or(workflow);
     let doc = document(definition, &record);
     if args.json {

@@ -61,9 +61,9 @@ pub async fn run(args: EndArgs) -> Result<()> {
     };
     // The record's own config version defines its workflow, even one a later deploy removed.
     let definition =
-        t.engine.definition(name.as_str(), record.config_version.as_deref()).await?.with_context(|| {
-            format!("no workflow named {:?} in the record's config version", args.workflow)
-        })?;
+        t.engine.definition(name.as_str(), Some(record.config_version.as_str())).await?.with_context(
+            || format!("no workflow named {:?} in the record's config version", args.workflow),
+        )?;
     let workflow: &Workflow = &definition;
     let execution = ExecutionEnd::of(&t.engine, workflow, &record)
         .await

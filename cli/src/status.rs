@@ -84,7 +84,7 @@ pub async fn read(
     // Each record's steps are named as its own config version names them, not as the
     // operator's checkout does (after an inserted step, its indices mean other steps).
     let mut versions = BTreeMap::new();
-    for version in overdue.iter().filter_map(|r| r.config_version.clone()) {
+    for version in overdue.iter().map(|r| r.config_version.clone()) {
         if let std::collections::btree_map::Entry::Vacant(vacant) = versions.entry(version) {
             let named = names.clone().of_version(store, Some(vacant.key())).await;
             vacant.insert(named);
@@ -159,7 +159,7 @@ pub fn build(
                 generation: r.generation,
                 step,
                 step_name: step.and_then(|s| {
-                    let own = r.config_version.as_ref().and_then(|v| versions.get(v)).unwrap_or(names);
+                    let own = versions.get(&r.config_version).unwrap_or(names);
                     own.name(r.workflow.as_str(), s)
                 }),
                 deadline,
@@ -267,7 +267,7 @@ mod tests {
             created_at: deadline,
             updated_at: deadline,
             write_id: None,
-            config_version: None,
+            config_version: "v-test".into(),
             missed: Vec::new(),
             confirmed: Vec::new(),
             succeeded: Vec::new(),
@@ -290,7 +290,7 @@ mod tests {
         );
         let now = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
         let mut record = waiting("a", 1, now - Duration::minutes(5));
-        record.config_version = Some(v1.version.clone());
+        record.config_version = v1.version.clone();
         let versions = BTreeMap::from([(v1.version.clone(), StepNames::from_config(v1))]);
         // When the report is built with the checkout's names (version 2)
         let report =

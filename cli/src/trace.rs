@@ -171,8 +171,7 @@ pub async fn read_showing(
             _ => Vec::new(),
         };
     // Step names as the record's own config version has them, which may not be the checkout's.
-    let names =
-        names.of_version(store, trace.record.as_ref().and_then(|r| r.config_version.as_deref())).await;
+    let names = names.of_version(store, trace.record.as_ref().map(|r| r.config_version.as_str())).await;
     Ok(Some(build(&trace, executions, &names, (workflow, key)).showing(ledger)))
 }
 
@@ -354,8 +353,8 @@ pub struct RecordView {
     pub step_name: Option<String>,
     pub generation: u32,
     pub version: u64,
-    /// The config version this generation runs (`null`: started before versions).
-    pub config_version: Option<String>,
+    /// The config version this generation runs.
+    pub config_version: String,
     #[serde(serialize_with = "crate::ops::ser_opt_time")]
     pub deadline: Option<OffsetDateTime>,
     /// A short hash of the task token; the token itself is never shown.
@@ -826,11 +825,8 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
             line(
                 &mut out,
                 &format!(
-                    "  state     {}{step}, generation {}, version {}{}",
-                    r.state,
-                    r.generation,
-                    r.version,
-                    r.config_version.as_ref().map(|v| format!(", config {v}")).unwrap_or_default()
+                    "  state     {}{step}, generation {}, version {}, config {}",
+                    r.state, r.generation, r.version, r.config_version
                 ),
             );
             if let Some(deadline) = r.deadline {
@@ -1136,7 +1132,7 @@ mod tests {
             created_at: t(0),
             updated_at: t(10),
             write_id: None,
-            config_version: Some("vfd00d5526fd9".into()),
+            config_version: "vfd00d5526fd9".into(),
             missed: Vec::new(),
             confirmed: Vec::new(),
             succeeded: Vec::new(),

@@ -1282,7 +1282,7 @@ fn stranded_at(stack: &Stack, r: &baton_core::domain::lifecycle::Record, step: u
         // The step's name in the record's own config version: the inbox is kept by name.
         let Some(name) = stack
             .store
-            .deployed(r.config_version.as_ref())
+            .deployed(Some(&r.config_version))
             .and_then(|c| Some(c.workflow(r.workflow.as_str())?.steps.get(step as usize)?.name.to_string()))
         else {
             return;

@@ -303,7 +303,7 @@ impl WorkflowStore for SimStore {
         // The step of the entry's name in the record's own version (the inbox is kept by name).
         let waiting = record.as_ref().and_then(|r| {
             let step = self
-                .deployed(r.config_version.as_ref())?
+                .deployed(Some(&r.config_version))?
                 .workflow(r.workflow.as_str())?
                 .step_index(&entry.step_name)?;
             (r.state == State::Waiting { step } && Some(r.generation) == entry.generation).then_some(step)

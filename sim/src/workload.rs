@@ -696,7 +696,7 @@ impl Parts {
                 || r.applied.iter().any(|a| a.id.as_str() == id)
         });
         let running = trace.record.as_ref().and_then(|r| {
-            let config = self.stack.store.deployed(r.config_version.as_ref())?;
+            let config = self.stack.store.deployed(Some(&r.config_version))?;
             let index = config.workflow(workflow)?.step_index(step)?;
             Some((r.generation, baton_core::domain::lifecycle::running_attempt(r.failed_attempts(index))))
         });
@@ -952,7 +952,7 @@ async fn end_stranded(parts: Parts, at: OffsetDateTime) {
         .collect();
     for record in stranded {
         let Ok(Some(workflow)) =
-            engine.definition(record.workflow.as_str(), record.config_version.as_deref()).await
+            engine.definition(record.workflow.as_str(), Some(record.config_version.as_str())).await
         else {
             continue;
         };

@@ -6,7 +6,6 @@ mod common;
 
 use baton_core::domain::ids::CorrelationKey;
 use baton_core::domain::lifecycle::State;
-use baton_core::ports::store::WorkflowStore;
 use baton_sim::sqs::QueueId;
 use baton_sim::world::{Fault, drive, lock};
 use baton_sim::{CONFIG, Stack, config_v2};
@@ -48,7 +47,7 @@ fn a_payment_buffered_before_the_start_and_a_deploy_is_never_applied_to_another_
     // The order arrives; the record starts on version 2; its review completes.
     send(&s, &event("start-k", "order.placed", "k", json!({})));
     settle(&s);
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), s.live().config.version.as_str());
     approve(&s, "k", "cb-review");
     let r = record(&s, "k");
     // The payment callback named `payment`: applied, it belongs to payment (step 2 in version
@@ -80,7 +79,7 @@ fn a_payment_buffered_by_the_new_functions_reaches_a_record_the_old_ones_started
     send(&s, &event("start-k", "order.placed", "k", json!({})));
     deliver_with(&s, QueueId::Intake, &old.intake);
     lock(&s.sfn).machines = v2_machines;
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(old.config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), old.config.version.as_str());
     settle(&s);
     assert_eq!(record(&s, "k").state, State::Waiting { step: 0 });
     approve(&s, "k", "cb-review");
@@ -113,7 +112,7 @@ fn a_callback_for_the_next_generation_buffered_before_a_deploy_reaches_its_named
     send(&s, &event("start-k-2", "order.placed", "k", json!({})));
     settle(&s);
     let r = record(&s, "k");
-    assert_eq!((r.generation, r.config_version.as_deref()), (2, Some(s.live().config.version.as_str())));
+    assert_eq!((r.generation, r.config_version.as_str()), (2, s.live().config.version.as_str()));
     approve(&s, "k", "cb-review-2");
     let r = record(&s, "k");
     assert_ne!(
@@ -147,7 +146,7 @@ fn a_pending_record_restarted_by_the_sweeper_after_a_deploy_follows_the_definiti
         }
     }
     let r = record(&s, "k");
-    assert_eq!((r.state, r.config_version.as_deref()), (State::Pending, Some(s.config.version.as_str())));
+    assert_eq!((r.state, r.config_version.as_str()), (State::Pending, s.config.version.as_str()));
     s.deploy(config_v2());
     s.world.advance(Duration::minutes(5));
     drive(s.live().sweeper.run_once(s.world.now())).unwrap();
@@ -155,8 +154,8 @@ fn a_pending_record_restarted_by_the_sweeper_after_a_deploy_follows_the_definiti
     // No step had happened: the record follows its execution, which runs version 2.
     let r = record(&s, "k");
     assert_eq!(
-        (r.state, r.config_version.as_deref()),
-        (State::Waiting { step: 0 }, Some(s.live().config.version.as_str()))
+        (r.state, r.config_version.as_str()),
+        (State::Waiting { step: 0 }, s.live().config.version.as_str())
     );
     finish(&s, "k", &["manual-review", "fraud-check", "payment"]);
 }
@@ -235,44 +234,10 @@ fn a_start_paused_across_a_deploy_follows_the_definition_its_execution_runs() {
     s.deploy(config_v2());
     let _ = drive(intake);
     lock(&s.sqs).delete(QueueId::Intake, &batch[0].id, batch[0].receipt);
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(old.config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), old.config.version.as_str());
     settle(&s);
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), s.live().config.version.as_str());
     finish(&s, "k", &["manual-review", "fraud-check", "payment"]);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Invariant 1 and the rollout plan: a record from before versions (`config_version: None`) is
-// decided on whatever config is deployed now, not the one it started on.
-// ---------------------------------------------------------------------------------------------
-
-#[test]
-fn a_record_from_before_versions_makes_the_plan_ask_for_a_person() {
-    let s = stack();
-    waiting_on_review(&s, "k");
-    callback(&s, "cb-review", &review("k", json!({"decision": "ok"})));
-    settle(&s);
-    // The record as a release before versions wrote it: no config version.
-    let r = record(&s, "k");
-    assert_eq!(r.state, State::Waiting { step: 1 });
-    let mut old = r.clone();
-    old.config_version = None;
-    old.version += 1;
-    let write = baton_core::domain::lifecycle::Write {
-        cause: baton_core::domain::lifecycle::Cause::Merge,
-        from: Some(r.state),
-        expected_version: Some(r.version),
-        to: old,
-    };
-    assert!(matches!(drive(s.memory.apply(&write)).unwrap(), baton_core::ports::store::Applied::Written));
-    // It follows the deployed config, unpinned: the plan says so instead of `safe`.
-    let live = baton_core::use_cases::rollout::Live::count(&[baton_core::ports::store::RecordHead::of(
-        &record(&s, "k"),
-    )]);
-    let plan = baton_core::use_cases::rollout::plan(&s.config, &config_v2(), &live);
-    assert_eq!(plan.verdict, baton_core::use_cases::rollout::Class::NeedsHuman, "{:#?}", plan.changes);
-    let inserted = plan.changes.iter().find(|c| c.kind == "step_inserted").expect("the inserted step");
-    assert!(inserted.why.contains("predate config versions"), "{}", inserted.why);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -331,9 +296,9 @@ fn a_record_started_before_the_alias_moved_follows_the_definition_its_execution_
     let live = s.live();
     deliver_with(&s, QueueId::Intake, &live.intake);
     lock(&s.sfn).machines = v2_machines;
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(live.config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), live.config.version.as_str());
     settle(&s);
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), s.config.version.as_str());
     finish(&s, "k", &["manual-review", "payment"]);
 }
 
@@ -462,7 +427,7 @@ fn pending_on_v1_running_next(s: &Stack, key: &str, next: baton_core::domain::co
         }
     }
     let r = record(s, key);
-    assert_eq!((r.state, r.config_version.as_deref()), (State::Pending, Some(s.config.version.as_str())));
+    assert_eq!((r.state, r.config_version.as_str()), (State::Pending, s.config.version.as_str()));
     s.deploy(next);
     s.world.advance(Duration::minutes(5));
     drive(s.live().sweeper.run_once(s.world.now())).unwrap();
@@ -518,7 +483,7 @@ fn r2_an_event_for_the_version_the_pending_record_moves_to_waits_for_the_version
     deliver_with(&s, QueueId::Intake, &live.intake);
     assert_eq!(lock(&s.sqs).messages(QueueId::Intake).len(), 1, "retried, not decided while pending");
     deliver_with(&s, QueueId::Progress, &live.progress);
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), s.live().config.version.as_str());
     s.world.advance(baton_sim::sqs::VISIBILITY);
     settle(&s);
     approve(&s, "k", "cb-review");
@@ -538,7 +503,7 @@ fn r2_an_event_only_the_old_version_takes_is_not_applied_once_the_record_runs_th
     deliver_with(&s, QueueId::Intake, &live.intake);
     assert_eq!(lock(&s.sqs).messages(QueueId::Intake).len(), 1, "retried, not decided while pending");
     deliver_with(&s, QueueId::Progress, &live.progress);
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), s.live().config.version.as_str());
     approve(&s, "k", "cb-review");
     s.world.advance(baton_sim::sqs::VISIBILITY);
     settle(&s);
@@ -564,7 +529,7 @@ fn r2_an_old_warm_intake_reads_an_event_for_a_record_on_the_new_version_in_that_
     s.deploy(config_v2());
     send(&s, &event("start-k", "order.placed", "k", json!({})));
     settle(&s);
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), s.live().config.version.as_str());
     assert_eq!(record(&s, "k").state, State::Waiting { step: 0 });
     // The payment event is taken by an old invocation (the deploy window).
     send(&s, &event("pay-1", "payment.settled", "k", json!({"payment_ref": "p1"})));
@@ -590,7 +555,7 @@ fn r2_a_repin_while_an_event_is_read_does_not_lose_it() {
     let mut intake = std::pin::pin!(live.intake.handle(baton_sim::sqs::event(&batch)));
     run_until(&s.world, &mut intake, "ddb.GetItem(record)");
     deliver_with(&s, QueueId::Progress, &live.progress);
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(live.config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), live.config.version.as_str());
     let response = drive(intake);
     if response.batch_item_failures.is_empty() {
         lock(&s.sqs).delete(QueueId::Intake, &batch[0].id, batch[0].receipt);
@@ -680,7 +645,7 @@ fn r2_probe_a_callback_buffered_under_a_name_the_repinned_version_lacks_expires_
     let a = callback(&s, "cb-pay", &payment("k", json!({"payment_ref": "p1"})));
     assert_eq!(a.status.as_u16(), 202, "{}", a.body);
     settle(&s);
-    assert_eq!(record(&s, "k").config_version.as_deref(), Some(s.live().config.version.as_str()));
+    assert_eq!(record(&s, "k").config_version.as_str(), s.live().config.version.as_str());
     approve(&s, "k", "cb-review");
     assert_eq!(record(&s, "k").state, State::Waiting { step: 1 });
     s.world.advance(Duration::days(2));

@@ -439,7 +439,7 @@ mod tests {
         let plan = Plan {
             steps: vec![StepPlan::requiring(&["decision"])],
             on_restart: OnRestart::AfterTerminal,
-            version: None,
+            version: String::new(),
         };
         let now = time::OffsetDateTime::now_utc();
         let start = decide(&plan, (&w, &k), None, &Input::Start { event: EventId::parse("e").unwrap() }, now);

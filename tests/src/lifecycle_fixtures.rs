@@ -19,7 +19,7 @@ pub fn plan() -> Plan {
     Plan {
         steps: vec![StepPlan::requiring(&["decision"]), StepPlan::requiring(&["payment_ref"])],
         on_restart: OnRestart::AfterTerminal,
-        version: Some("v0123456789ab".into()),
+        version: "v0123456789ab".into(),
     }
 }
 

@@ -97,11 +97,7 @@ async fn records_in_flight_finish_on_their_version_and_new_starts_follow_the_dep
     // Three records on version 1: two wait for the review, one was reviewed and waits for payment.
     for key in ["k-a", "k-b", "k-c"] {
         let record = start(&system, key).await;
-        assert_eq!(
-            record.config_version.as_deref(),
-            Some(v1.version.as_str()),
-            "the record keeps its version"
-        );
+        assert_eq!(record.config_version, v1.version, "the record keeps its version");
     }
     advance(&system, "k-c", "manual-review", json!({"decision": "approve"}), Some(1)).await;
 
@@ -139,7 +135,7 @@ async fn records_in_flight_finish_on_their_version_and_new_starts_follow_the_dep
 
     // A new start follows version 2: its first step is risk-review, and the old name is refused.
     let fresh = start(&system, "k-new").await;
-    assert_eq!(fresh.config_version.as_deref(), Some(v2.version.as_str()));
+    assert_eq!(fresh.config_version, v2.version);
     let (status, body) = complete(&system, "k-new", "manual-review", json!({"decision": "approve"})).await;
     assert_eq!((status, body["error"].as_str()), (404, Some("unknown_step")), "{body}");
 
@@ -172,7 +168,7 @@ async fn records_in_flight_finish_on_their_version_and_new_starts_follow_the_dep
     }
     for key in ["k-a", "k-b", "k-c"] {
         let record = system.record("order-review", key).await.unwrap();
-        assert_eq!(record.config_version.as_deref(), Some(v1.version.as_str()), "{key} stays on version 1");
+        assert_eq!(record.config_version, v1.version, "{key} stays on version 1");
         assert_eq!(system.resumes("order-review", key).await, 2, "{key}: exactly one resume per step");
     }
 

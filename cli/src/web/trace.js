@@ -98,7 +98,7 @@ function header() {
     fact("generation", "generation", String(r.generation));
     fact("deadline", "deadline", r.deadline || "none");
     fact("token", "token", r.token_fingerprint || "none");
-    fact("config version", "config-version", r.config_version || "none");
+    fact("config version", "config-version", r.config_version);
     fact("owed to Step Functions", "owed", r.owed || "nothing");
     // A retried step: each failed attempt with its error, then the one running or due.
     const attempts = attemptLines(r, r.terminal);

@@ -858,9 +858,7 @@ fn record_item(r: &Record, layout: Layout) -> Item {
     if let Some(write_id) = &r.write_id {
         item.insert("write_id".into(), s(write_id));
     }
-    if let Some(config_version) = &r.config_version {
-        item.insert("config_version".into(), s(config_version));
-    }
+    item.insert("config_version".into(), s(&r.config_version));
     item
 }
 
@@ -906,7 +904,7 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
         created_at: r.time("created_at")?,
         updated_at: r.time("updated_at")?,
         write_id: r.opt_s("write_id")?.map(str::to_owned),
-        config_version: r.opt_s("config_version")?.map(str::to_owned),
+        config_version: r.s("config_version")?.to_owned(),
         missed: r.opt_s("missed")?.map(|_| r.json("missed")).transpose()?.unwrap_or_default(),
         confirmed: r.opt_s("confirmed")?.map(|_| r.json("confirmed")).transpose()?.unwrap_or_default(),
         succeeded: r.opt_s("succeeded")?.map(|_| r.json("succeeded")).transpose()?.unwrap_or_default(),
@@ -925,7 +923,7 @@ fn parse_head(item: &Item) -> Result<RecordHead, StoreError> {
         workflow,
         key,
         state: parse_state(&r)?,
-        config_version: r.opt_s("config_version")?.map(str::to_owned),
+        config_version: r.s("config_version")?.to_owned(),
     })
 }
 
@@ -1726,7 +1724,7 @@ mod tests {
         let plan = Plan {
             steps: (0..steps).map(|_| StepPlan::requiring(&["decision"])).collect(),
             on_restart: baton_core::domain::lifecycle::OnRestart::AfterTerminal,
-            version: Some("vfd00d5526fd9".into()),
+            version: "vfd00d5526fd9".into(),
         };
         let (workflow, key) =
             (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse("order-1234567").unwrap());
@@ -1990,7 +1988,7 @@ mod tests {
                 .chain((0..branches).map(|_| StepPlan::requiring(&["ok"])))
                 .collect(),
             on_restart: baton_core::domain::lifecycle::OnRestart::AfterTerminal,
-            version: Some("vfd00d5526fd9".into()),
+            version: "vfd00d5526fd9".into(),
         }
         .grouped(1, branches);
         let (workflow, key) =

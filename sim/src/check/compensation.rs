@@ -53,7 +53,7 @@ fn undo_tasks<'s>(s: &'s Seen<'_>) -> impl Iterator<Item = &'s Published> + 's {
 
 /// The plan of `r`'s workflow in its config version.
 fn plan_of(s: &Seen<'_>, r: &Record) -> Option<Plan> {
-    let config = s.version_of(r.config_version.as_ref())?;
+    let config = s.version_of(Some(&r.config_version))?;
     Some(config.workflow(r.workflow.as_str())?.plan())
 }
 
@@ -184,7 +184,7 @@ fn compensated_only_if_every_one_was_acknowledged(c: &mut Checker<'_>, s: &Seen<
         .collect();
     for r in s.writes.iter().map(|l| &l.to).filter(|r| r.state == State::Compensated) {
         let Some(comp) = &r.compensation else { continue };
-        let names = s.version_of(r.config_version.as_ref());
+        let names = s.version_of(Some(&r.config_version));
         let wf = names.as_ref().and_then(|c| c.workflow(r.workflow.as_str()));
         for u in comp.run() {
             let name = wf.and_then(|w| w.steps.get(u.step() as usize)).map(|st| st.name.to_string());
@@ -271,7 +271,7 @@ fn an_acknowledgement_applies_to_the_compensation_it_names(c: &mut Checker<'_>, 
             .filter(|u| earlier.and_then(|e| e.undo(u.step())) != Some(u))
             .map(Undo::step)
             .collect();
-        let config = s.version_of(r.config_version.as_ref());
+        let config = s.version_of(Some(&r.config_version));
         let name = |step: u32| {
             config.as_ref().and_then(|c| {
                 Some(c.workflow(r.workflow.as_str())?.steps.get(step as usize)?.name.to_string())

@@ -11,7 +11,7 @@ use super::{Checker, Seen, execution_arn};
 
 /// The plan of the config version `r` runs.
 fn plan_of(s: &Seen<'_>, r: &Record) -> Option<Plan> {
-    let config = s.version_of(r.config_version.as_ref())?;
+    let config = s.version_of(Some(&r.config_version))?;
     Some(config.workflow(r.workflow.as_str())?.plan())
 }
 
@@ -111,7 +111,7 @@ pub(super) fn optional_branch_never_fails_its_group(c: &mut Checker<'_>, s: &See
         // An execution that reached the step after the group ended there, not in the group (the
         // record, not told yet, was still at the group when the end was reported).
         let next = r.branches().next().and_then(|b| plan.next_position(b.step));
-        let config = s.version_of(r.config_version.as_ref());
+        let config = s.version_of(Some(&r.config_version));
         let next_name = next.and_then(|i| {
             Some(config.as_ref()?.workflow(r.workflow.as_str())?.steps.get(i as usize)?.name.to_string())
         });
@@ -147,7 +147,7 @@ pub(super) fn optional_branch_never_fails_its_group(c: &mut Checker<'_>, s: &See
 /// its optional branches' tokens, read from Step Functions' own log.
 pub(super) fn degraded_exactly_when_an_optional_branch_did_not_succeed(c: &mut Checker<'_>, s: &Seen<'_>) {
     for r in s.records.iter().filter(|r| matches!(r.state, State::Succeeded | State::Degraded)) {
-        let Some(config) = s.version_of(r.config_version.as_ref()) else { continue };
+        let Some(config) = s.version_of(Some(&r.config_version)) else { continue };
         let Some(wf) = config.workflow(r.workflow.as_str()) else { continue };
         let optional: Vec<&str> =
             wf.steps.iter().filter(|st| st.optional).map(|st| st.name.as_str()).collect();

@@ -111,7 +111,7 @@ pub(super) fn inbox_status_matches_what_happened(
         if w.to.key != record.key || w.to.workflow != record.workflow {
             continue;
         }
-        let config = s.version_of(w.to.config_version.as_ref());
+        let config = s.version_of(Some(&w.to.config_version));
         let steps = config.as_ref().and_then(|c| c.workflow(w.to.workflow.as_str())).map(|wf| &wf.steps);
         let its_step = |step: Option<u32>| match (steps, entry.step_name.as_str()) {
             (Some(steps), name) if !name.is_empty() => {

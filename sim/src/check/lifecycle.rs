@@ -65,7 +65,7 @@ mod tests {
         let plan = Plan {
             steps: vec![Default::default(), Default::default()],
             on_restart: OnRestart::AfterTerminal,
-            version: None,
+            version: String::new(),
         };
         let (w, k) = (WorkflowName::parse("wf").unwrap(), CorrelationKey::parse("k").unwrap());
         let now = time::OffsetDateTime::UNIX_EPOCH;

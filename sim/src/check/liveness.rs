@@ -153,7 +153,7 @@ fn owed_by(
     use baton_core::domain::lifecycle::{Kind, Role, WaitStatus};
     use baton_core::ports::store::{Task, TaskKind};
     let grace = baton_core::limits::RESEND_RESUME_AFTER;
-    let Some(config) = s.version_of(r.config_version.as_ref()) else { return Vec::new() };
+    let Some(config) = s.version_of(Some(&r.config_version)) else { return Vec::new() };
     let Some(wf) = config.workflow(r.workflow.as_str()) else { return Vec::new() };
     let name = |step: u32| wf.steps.get(step as usize).map(|st| st.name.to_string());
     let task = |step: u32, attempt: u32, kind: TaskKind| {

@@ -18,7 +18,7 @@ pub(super) type Versions = BTreeMap<(String, String, u32), String>;
 /// Every landed write names a config version that was deployed.
 pub(super) fn written_with_a_deployed_version(c: &mut Checker<'_>, s: &Seen<'_>, w: &Landed) {
     let r = &w.to;
-    if s.version_of(r.config_version.as_ref()).is_none() {
+    if s.version_of(Some(&r.config_version)).is_none() {
         c.check("written_with_a_deployed_version", false, || {
             format!(
                 "{}/{} was written with config version {:?}, never deployed",
@@ -31,7 +31,7 @@ pub(super) fn written_with_a_deployed_version(c: &mut Checker<'_>, s: &Seen<'_>,
 /// A landed write's step is a step of its config version.
 pub(super) fn step_within_its_version(c: &mut Checker<'_>, s: &Seen<'_>, w: &Landed) {
     let r = &w.to;
-    let Some(config) = s.version_of(r.config_version.as_ref()) else { return };
+    let Some(config) = s.version_of(Some(&r.config_version)) else { return };
     let steps = config.workflow(r.workflow.as_str()).map_or(0, |wf| wf.steps.len());
     c.check("step_within_its_version", r.state.step().is_none_or(|step| (step as usize) < steps), || {
         format!(
@@ -50,7 +50,7 @@ pub(super) fn generation_keeps_its_version(
     versions: &mut Versions,
 ) {
     let r = &w.to;
-    let Some(config) = s.version_of(r.config_version.as_ref()) else { return };
+    let Some(config) = s.version_of(Some(&r.config_version)) else { return };
     let first = versions
         .entry((r.workflow.to_string(), r.key.to_string(), r.generation))
         .or_insert_with(|| config.version.clone());

@@ -33,7 +33,7 @@ fn version_at<'s>(s: &'s Seen<'_>, task: &Task) -> Option<&'s String> {
         .find(|w| {
             w.to.workflow == task.workflow && w.to.key == task.key && w.to.generation == task.generation
         })
-        .and_then(|w| w.to.config_version.as_ref())
+        .map(|w| &w.to.config_version)
 }
 
 /// At most `attempts` tasks per step and generation, each attempt's under its own id.
@@ -104,7 +104,7 @@ fn caused_by(r: &Record) -> Option<(Cause, &str)> {
 
 /// The index of the step `name` in `r`'s workflow, in the config version it runs.
 fn step_named(s: &Seen<'_>, r: &Record, name: Option<&str>) -> Option<u32> {
-    let config = s.version_of(r.config_version.as_ref())?;
+    let config = s.version_of(Some(&r.config_version))?;
     config.workflow(r.workflow.as_str())?.step_index(name?)
 }
 
@@ -196,7 +196,7 @@ pub(super) fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s:
         if !r.waits_at(step) || s.cursed == Some(key) {
             continue;
         }
-        let Some((retry, timeout)) = retry_of(s, workflow, r.config_version.as_ref(), step) else { continue };
+        let Some((retry, timeout)) = retry_of(s, workflow, Some(&r.config_version), step) else { continue };
         let failed = r.failed_attempts(step);
         let Some(last) = failed.last() else { continue };
         let running = running_attempt(failed);

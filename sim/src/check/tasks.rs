@@ -49,7 +49,7 @@ pub(super) fn every_waiting_step_gets_its_task(
         if s.cursed == Some(r.key.as_str()) {
             continue;
         }
-        let Some(config) = s.version_of(r.config_version.as_ref()) else { continue };
+        let Some(config) = s.version_of(Some(&r.config_version)) else { continue };
         let Some(wf) = config.workflow(r.workflow.as_str()) else { continue };
         let waiting: Vec<(u32, u32, Option<OffsetDateTime>, Option<OffsetDateTime>)> = match r.state {
             State::Waiting { .. } => r

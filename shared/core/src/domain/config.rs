@@ -256,7 +256,7 @@ impl Workflow {
                 compensate: s.compensate.as_ref().map(|c| c.attempts),
             })
             .collect();
-        Plan { steps, on_restart: self.on_restart, version: Some(self.config_version.clone()) }
+        Plan { steps, on_restart: self.on_restart, version: self.config_version.clone() }
     }
 
     /// The group a step is a branch of.

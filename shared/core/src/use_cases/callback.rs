@@ -489,7 +489,7 @@ impl Callbacks {
         let record = self.engine.store.load(&workflow.name, key).await?;
         if let Some(r) = record
             && let Some(pinned) =
-                self.engine.definition(workflow.name.as_str(), r.config_version.as_deref()).await?
+                self.engine.definition(workflow.name.as_str(), Some(r.config_version.as_str())).await?
             && let Some(step) = pinned.step_index(step)
             && let Some(token) = r.token_at(step)
         {
@@ -543,7 +543,7 @@ impl Callbacks {
             ) && let Some(r) = &trace.record
                 && entry.generation.is_none_or(|g| g == r.generation)
                 && let Some(pinned) =
-                    self.engine.definition(workflow.name.as_str(), r.config_version.as_deref()).await?
+                    self.engine.definition(workflow.name.as_str(), Some(r.config_version.as_str())).await?
                 && let Some(step) = pinned.step_index(&entry.step_name)
                 && r.waits_at(step)
             {
@@ -599,7 +599,7 @@ impl Callbacks {
         id: &EventId,
     ) -> Result<bool, EngineError> {
         let Some(pinned) =
-            self.engine.definition(workflow.name.as_str(), r.config_version.as_deref()).await?
+            self.engine.definition(workflow.name.as_str(), Some(r.config_version.as_str())).await?
         else {
             return Ok(false);
         };

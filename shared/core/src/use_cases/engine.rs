@@ -120,7 +120,7 @@ fn pinned_version<'r>(record: Option<&'r Record>, input: &Input, reported: &'r s
         {
             Some(reported)
         }
-        (Some(r), _) => r.config_version.as_deref(),
+        (Some(r), _) => Some(&r.config_version),
         (None, _) => None,
     }
 }
@@ -331,7 +331,7 @@ impl Engine {
     /// registered first, a write id of its own (to know a lost answer from a lost race), and
     /// trimmed to the store's item limit.
     async fn write_record(&self, write: &mut lifecycle::Write, attempt: u32) -> Result<Landed, EngineError> {
-        if write.to.config_version.as_ref() == Some(&self.config.version) {
+        if write.to.config_version == self.config.version {
             self.ensure_registered().await?;
         }
         write.to.write_id = Some((self.write_ids)());

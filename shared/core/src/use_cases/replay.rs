@@ -75,8 +75,7 @@ pub struct Target {
     /// The record's version at planning time (`None`: no record). The guard.
     pub version: Option<u64>,
     /// The config version the input's step is read in: the record's own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_version: Option<String>,
+    pub config_version: String,
     pub input: Input,
     pub classification: Classification,
     /// What applying it would do, in words.
@@ -198,7 +197,7 @@ pub async fn plan_ledger(
     // before versions: the record's); planning finds it again by name in the record's own.
     let version = match &entry.config_version {
         Some(v) => Some(v.clone()),
-        None => engine.store.load(&entry.workflow, &entry.key).await?.and_then(|r| r.config_version),
+        None => engine.store.load(&entry.workflow, &entry.key).await?.map(|r| r.config_version),
     };
     let Some(workflow) = engine.definition(entry.workflow.as_str(), version.as_deref()).await? else {
         return Ok(Line::alone(
@@ -266,7 +265,7 @@ async fn plan_target(
         key: key.to_string(),
         state: record.as_ref().map(|r| r.state.to_string()),
         version: record.as_ref().map(|r| r.version),
-        config_version: Some(governing.config_version.clone()),
+        config_version: governing.config_version.clone(),
         input,
         classification,
         effect,
@@ -432,7 +431,7 @@ async fn deliver(engine: &Engine, line: &Line, now: OffsetDateTime) -> Result<Ap
     let mut outcomes = Vec::new();
     for t in &line.targets {
         let (_, k) = names(t)?;
-        let Some(workflow) = engine.definition(&t.workflow, t.config_version.as_deref()).await? else {
+        let Some(workflow) = engine.definition(&t.workflow, Some(&t.config_version)).await? else {
             continue;
         };
         let submitted = engine.submit(&workflow, &k, &t.input, now).await?;

@@ -12,8 +12,7 @@
 //! - **breaking even with pinning**: a changed key pointer, always (start events and restarts
 //!   would correlate to other keys); a removed workflow with live records (their callbacks
 //!   would be refused);
-//! - **needs a person**: live records from before versions (unpinned: they follow the deployed
-//!   config) are touched, or a removed workflow's live records were not counted.
+//! - **needs a person**: a removed workflow's live records were not counted.
 //!
 //! Live records are counted per (workflow, config version, state) from the table's `by_due`
 //! index (queried, never scanned) by the caller, and passed in as [`Live`].
@@ -82,9 +81,6 @@ pub struct Live {
 /// (workflow, config version, state as text): what live records are counted by.
 type LiveKey = (String, String, String);
 
-/// The config version of a record that predates versions.
-pub const UNVERSIONED: &str = "unversioned";
-
 impl Live {
     /// Live records not counted: every change that depends on them needs a person.
     pub fn unknown() -> Live {
@@ -95,9 +91,8 @@ impl Live {
     pub fn count<'a>(records: impl IntoIterator<Item = &'a RecordHead>) -> Live {
         let mut counts = BTreeMap::new();
         for r in records.into_iter().filter(|r| !r.state.is_terminal()) {
-            let version = r.config_version.clone().unwrap_or_else(|| UNVERSIONED.to_owned());
-            counts.entry((r.workflow.to_string(), version, r.state.to_string())).or_insert((r.state, 0)).1 +=
-                1;
+            let key = (r.workflow.to_string(), r.config_version.clone(), r.state.to_string());
+            counts.entry(key).or_insert((r.state, 0)).1 += 1;
         }
         Live { counts: Some(counts) }
     }
@@ -359,8 +354,7 @@ fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
                 "step_renamed" => PINNED_RENAMED,
                 _ => PINNED,
             };
-            let (class, why) = pinned(&touches, why);
-            change(old, kind, detail, class, why, touches.clone())
+            change(old, kind, detail, Class::Safe, why.into(), touches.clone())
         })
         .collect()
 }
@@ -368,7 +362,7 @@ fn step_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
 /// Parallel groups added, removed or renamed, branches moved into, out of or between groups,
 /// and branches made optional or required. Safe with pinning, as step changes are: a record at a
 /// group finishes it (and its workflow) on its version's group, its execution on the definition
-/// it started with; needs a person for records from before versions.
+/// it started with.
 fn group_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
     // Each group by name, with its branches by name, in order.
     let groups = |w: &Workflow| -> Vec<(String, Vec<String>)> {
@@ -418,26 +412,8 @@ fn group_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
     let touches = live.touching(old.name.as_str(), |_| true);
     found
         .into_iter()
-        .map(|(kind, detail)| {
-            let (class, why) = pinned(&touches, PINNED);
-            change(old, kind, detail, class, why, touches.clone())
-        })
+        .map(|(kind, detail)| change(old, kind, detail, Class::Safe, PINNED.into(), touches.clone()))
         .collect()
-}
-
-/// Safe for records pinned to their version; records from before versions follow the deployed
-/// config, unpinned: they need a look.
-fn pinned(touches: &Option<Vec<Touch>>, why: &str) -> (Class, String) {
-    let unversioned: u64 =
-        touches.iter().flatten().filter(|t| t.version == UNVERSIONED).map(|t| t.records).sum();
-    if unversioned > 0 {
-        let why = format!(
-            "{unversioned} live record(s) predate config versions: they follow the deployed config, \
-             unpinned (look at them with `baton trace`)"
-        );
-        return (Class::NeedsHuman, why);
-    }
-    (Class::Safe, why.into())
 }
 
 /// Changes to one step that kept its name.
@@ -455,18 +431,16 @@ fn step_changes(
         let touches = live.touching(wf.name.as_str(), at_step);
         let detail =
             format!("{}: requires [{}] -> [{}]", old.name, old.requires.join(", "), new.requires.join(", "));
-        let (class, why) = pinned(&touches, PINNED);
-        out.push(change(wf, "requires_changed", detail, class, why, touches));
+        out.push(change(wf, "requires_changed", detail, Class::Safe, PINNED.into(), touches));
     }
     if accepts_events.0 != accepts_events.1 {
         let touches = live.touching(wf.name.as_str(), at_or_before);
-        let (class, why) = pinned(&touches, PINNED);
         out.push(change(
             wf,
             "accepts_events_changed",
             format!("{}: accepts_events changed", old.name),
-            class,
-            why,
+            Class::Safe,
+            PINNED.into(),
             touches,
         ));
     }
@@ -536,8 +510,7 @@ fn compensation_change(wf: &Workflow, index: u32, (old, new): (&Step, &Step), li
     let touches = live.touching(wf.name.as_str(), reached);
     let why = "records in flight are compensated as the config version they started on says, through the \
         compensation chain their execution started with; new starts follow the new one";
-    let (class, why) = pinned(&touches, why);
-    change(wf, kind, detail, class, why, touches)
+    change(wf, kind, detail, Class::Safe, why.into(), touches)
 }
 
 #[cfg(test)]
@@ -597,7 +570,7 @@ workflows:
             workflow: WorkflowName::parse("order-review").unwrap(),
             key: CorrelationKey::parse(format!("k{i}")).unwrap(),
             state: *state,
-            config_version: Some("v1".into()),
+            config_version: "v1".into(),
         };
         states.iter().enumerate().map(head).collect()
     }
@@ -668,11 +641,11 @@ workflows:
     fn live_records_are_summed_per_workflow_and_version_whatever_their_state() {
         let mut records =
             records(&[State::Waiting { step: 0 }, State::Advancing { step: 1 }, State::Pending]);
-        records[2].config_version = None;
+        records[2].config_version = "v2".into();
         records.extend(self::records(&[State::Succeeded]));
         let by_version = Live::count(&records).by_version().expect("counted");
         let row = |v: &str, n| LiveVersion { workflow: "order-review".into(), version: v.into(), records: n };
-        assert_eq!(by_version, [row(UNVERSIONED, 1), row("v1", 2)], "terminal records are not live");
+        assert_eq!(by_version, [row("v1", 2), row("v2", 1)], "terminal records are not live");
         assert_eq!(Live::unknown().by_version(), None);
     }
 
@@ -707,14 +680,6 @@ workflows:
         assert_eq!(kinds(&optional), [("branch_made_optional", Class::Safe)]);
         let added = plan(&config(V1), &v1, &live(&[State::Waiting { step: 0 }]));
         assert!(kinds(&added).contains(&("group_added", Class::Safe)), "{:?}", kinds(&added));
-        let mut old = records(&[State::Waiting { step: 1 }]);
-        old[0].config_version = None;
-        let unpinned = plan(&v1, &config(&grouped("risk", &["fraud", "credit"], "")), &Live::count(&old));
-        assert_eq!(
-            kinds(&unpinned),
-            [("group_renamed", Class::NeedsHuman)],
-            "unpinned records follow the new group"
-        );
     }
 
     #[test]
@@ -743,14 +708,6 @@ workflows:
             p.changes[0].detail
         );
         assert_eq!(p.changes[0].touches.iter().map(|t| t.records).sum::<u64>(), 2);
-        let mut old = records(&[State::Waiting { step: 0 }]);
-        old[0].config_version = None;
-        let p = plan(&config(V1), &config(to), &Live::count(&old));
-        assert_eq!(
-            kinds(&p),
-            [("steps_reordered", Class::NeedsHuman)],
-            "unpinned records follow the new order"
-        );
     }
 
     #[test]
@@ -814,19 +771,6 @@ workflows:
     }
 
     #[test]
-    fn records_from_before_versions_make_structural_changes_need_a_person() {
-        let mut old = records(&[State::Waiting { step: 1 }]);
-        old[0].config_version = None;
-        let to = V1.replace(
-            "      - name: payment",
-            "      - name: check\n        timeout: 1h\n      - name: payment",
-        );
-        let p = plan(&config(V1), &config(&to), &Live::count(&old));
-        assert_eq!(kinds(&p), [("step_inserted", Class::NeedsHuman)]);
-        assert!(p.changes[0].why.contains("predate config versions"), "{}", p.changes[0].why);
-    }
-
-    #[test]
     fn changed_accepts_events_are_safe_and_count_the_records_at_or_before_the_step() {
         let to = V1.replace(
             "requires: [payment_ref]\n",
@@ -858,13 +802,6 @@ workflows:
         );
         assert_eq!(kinds(&plan(&added, &changed, &live(&reached))), [("compensation_changed", Class::Safe)]);
         assert_eq!(kinds(&plan(&changed, &v1, &live(&reached))), [("compensation_removed", Class::Safe)]);
-        // A compensating record from before config versions follows the deployed config.
-        let mut old = records(&[State::Compensating]);
-        old[0].config_version = None;
-        assert_eq!(
-            kinds(&plan(&added, &v1, &Live::count(&old))),
-            [("compensation_removed", Class::NeedsHuman)]
-        );
     }
 
     #[test]

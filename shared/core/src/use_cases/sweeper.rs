@@ -178,7 +178,7 @@ impl Sweeper {
     ) -> Result<(), EngineError> {
         // Decided on the record's own config version, which defines its workflow even after a
         // deploy removed it.
-        let config = self.engine.config_of(record.config_version.as_deref()).await?;
+        let config = self.engine.config_of(Some(record.config_version.as_str())).await?;
         let Some(workflow) = config.workflow(record.workflow.as_str()) else {
             warn!(workflow = %record.workflow, key = %record.key, config_version = %config.version,
                 "due record of a workflow its config version does not define");
@@ -403,7 +403,9 @@ impl Sweeper {
     ) -> Result<(Option<Record>, Option<Definition>, Option<u32>), EngineError> {
         let record = self.engine.store.load(&entry.workflow, &entry.key).await?;
         let pinned = match &record {
-            Some(r) => self.engine.definition(entry.workflow.as_str(), r.config_version.as_deref()).await?,
+            Some(r) => {
+                self.engine.definition(entry.workflow.as_str(), Some(r.config_version.as_str())).await?
+            }
             None => None,
         };
         let step = pinned.as_ref().and_then(|w| w.step_index(&entry.step_name));

@@ -86,15 +86,15 @@ pub struct Plan {
     /// Every step and parallel branch, in order: a step's index is its place here.
     pub steps: Vec<StepPlan>,
     pub on_restart: OnRestart,
-    /// The config version a new generation starts on (`None` in tests that need none).
-    pub version: Option<String>,
+    /// The config version a new generation starts on (empty in tests that need none).
+    pub version: String,
 }
 
 impl Plan {
     /// A straight line of steps with these requirements (tests and tools).
     pub fn line(steps: Vec<Vec<String>>) -> Plan {
         let steps = steps.into_iter().map(|requires| StepPlan { requires, ..StepPlan::default() }).collect();
-        Plan { steps, on_restart: OnRestart::default(), version: None }
+        Plan { steps, on_restart: OnRestart::default(), version: String::new() }
     }
 
     /// The plan with steps `first..=last` a parallel group (tests and tools).

@@ -292,8 +292,9 @@ pub struct Record {
     /// item returned carries this id if the "winner" was that very write, so the engine counts
     /// it as its own and does not mistake it for a duplicate. `None` until the engine sets it.
     pub write_id: Option<String>,
-    /// The config version this generation runs.
-    pub config_version: Option<String>,
+    /// The config version this generation runs: written at its start, confirmed by its first
+    /// step's report.
+    pub config_version: String,
     /// The optional branches of this generation that did not succeed, by step: a workflow that
     /// finishes with any ends `degraded`.
     pub missed: Vec<u32>,

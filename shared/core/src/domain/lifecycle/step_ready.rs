@@ -168,7 +168,7 @@ fn open(
     // version written at the start only when the start crossed a deploy; no step has
     // happened yet, so the record follows its execution.
     let config_version = match r.state {
-        State::Pending => plan.version.clone().or_else(|| r.config_version.clone()),
+        State::Pending => plan.version.clone(),
         _ => r.config_version.clone(),
     };
     let role = if plan.group_of(step).is_some() { Role::Branch } else { Role::Step };

@@ -17,7 +17,7 @@ fn plan(steps: &[&[&str]]) -> Plan {
     Plan {
         steps: steps.iter().map(|s| StepPlan::requiring(s)).collect(),
         on_restart: OnRestart::AfterTerminal,
-        version: Some("v1".into()),
+        version: "v1".into(),
     }
 }
 
@@ -690,7 +690,7 @@ impl World {
         // As the engine pins: a live record on its own version; a new start on the deployed one.
         let plan = match (&prior, input) {
             (Some(r), Input::Start { .. }) if r.state.is_terminal() => self.plan.clone(),
-            (Some(r), _) => self.plans[r.config_version.as_deref().expect("a version")].clone(),
+            (Some(r), _) => self.plans[r.config_version.as_str()].clone(),
             (None, _) => self.plan.clone(),
         };
         let d = decide(&plan, (&w, &k), prior.as_ref(), input, self.now);
@@ -703,7 +703,7 @@ impl World {
                     assert_eq!(w.to.config_version, self.plan.version, "a new generation on an old version")
                 }
             }
-            let own = &self.plans[w.to.config_version.as_deref().expect("a version")];
+            let own = &self.plans[w.to.config_version.as_str()];
             if let Some(step) = w.to.state.step() {
                 assert!((step as usize) < own.steps.len(), "step {step} past its version's steps");
             }
@@ -722,7 +722,7 @@ impl World {
         }
         // A report for a step its own version has is never refused as unknown.
         if let (Some(r), Input::StepReady { step, .. }) = (&prior, input) {
-            let own = &self.plans[r.config_version.as_deref().expect("a version")];
+            let own = &self.plans[r.config_version.as_str()];
             if (*step as usize) < own.steps.len() {
                 assert_ne!(
                     d.outcome,
@@ -808,8 +808,8 @@ impl World {
             Effect::StartExecution { generation } => {
                 if let std::collections::btree_map::Entry::Vacant(slot) = self.executions.entry(generation) {
                     let token = TaskToken::parse(format!("g{generation}-s0")).unwrap();
-                    let version = self.record.as_ref().and_then(|r| r.config_version.clone());
-                    let steps = self.plans[version.as_deref().expect("a version")].steps.len() as u32;
+                    let version = self.record.as_ref().map(|r| r.config_version.clone());
+                    let steps = self.plans[version.as_deref().expect("a record")].steps.len() as u32;
                     slot.insert(Execution { steps, parked: Some((0, token.clone())), ..Default::default() });
                     self.progress.push_back(Input::StepReady {
                         generation,
@@ -999,7 +999,7 @@ impl World {
                     _ => steps[0] = StepPlan::requiring(&["b", "c"]),
                 }
                 let version = format!("v-prop-{}", self.plans.len());
-                self.plan = Plan { steps, version: Some(version.clone()), ..self.plan.clone() };
+                self.plan = Plan { steps, version: version.clone(), ..self.plan.clone() };
                 self.plans.insert(version, self.plan.clone());
             }
         }
@@ -1017,7 +1017,7 @@ proptest! {
     ) {
         let on_restart = if never { OnRestart::Never } else { OnRestart::AfterTerminal };
         let steps = steps.into_iter().map(|requires| StepPlan { requires, ..StepPlan::default() }).collect();
-        let plan = Plan { steps, on_restart, version: Some("v-prop".into()) };
+        let plan = Plan { steps, on_restart, version: "v-prop".into() };
         let mut world = World {
             plans: HashMap::from([("v-prop".to_owned(), plan.clone())]),
             plan,

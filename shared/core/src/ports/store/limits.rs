@@ -194,15 +194,8 @@ pub fn record_size_bound(record: &Record) -> usize {
         nested += list.len() * 12;
     }
     let names = 2 * (record.workflow.as_str().len() + record.key.as_str().len());
-    let others = [&record.write_id.as_deref(), &record.config_version.as_deref()];
-    1024 + names
-        + nested
-        + inputs
-        + owed
-        + history
-        + applied
-        + starts
-        + others.iter().map(|s| s.map_or(0, str::len)).sum::<usize>()
+    let others = record.write_id.as_ref().map_or(0, String::len) + record.config_version.len();
+    1024 + names + nested + inputs + owed + history + applied + starts + others
 }
 
 #[cfg(test)]

@@ -589,8 +589,8 @@ pub struct RecordHead {
     pub workflow: WorkflowName,
     pub key: CorrelationKey,
     pub state: crate::domain::lifecycle::State,
-    /// The config version its generation runs; `None` on records from before versions.
-    pub config_version: Option<String>,
+    /// The config version its generation runs.
+    pub config_version: String,
 }
 
 impl RecordHead {
@@ -930,8 +930,11 @@ mod tests {
 
     #[test]
     fn conditions_come_from_the_transition_table() {
-        let plan =
-            Plan { steps: vec![Default::default()], on_restart: OnRestart::AfterTerminal, version: None };
+        let plan = Plan {
+            steps: vec![Default::default()],
+            on_restart: OnRestart::AfterTerminal,
+            version: String::new(),
+        };
         let w = WorkflowName::parse("wf").unwrap();
         let k = CorrelationKey::parse("k").unwrap();
         let now = OffsetDateTime::UNIX_EPOCH;
