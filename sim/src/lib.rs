@@ -1295,7 +1295,7 @@ fn stranded_at(stack: &Stack, r: &baton_core::domain::lifecycle::Record, step: u
         ))
         .unwrap_or_default();
         for e in inbox {
-            if !e.status.is_final() && e.generation.is_none_or(|g| g == r.generation) {
+            if !e.status.is_final() && e.generation == r.generation {
                 found.push(format!(
                     "[no_lost_wake_up] {}/{} input {} is still {} while its step {step} waits (generation {}): a lost wake-up",
                     r.workflow,

@@ -89,7 +89,7 @@ pub struct LatePut {
     pub actor: String,
     pub workflow: String,
     pub key: String,
-    pub generation: Option<u32>,
+    pub generation: u32,
     /// The waiting step, in the record's version.
     pub step: u32,
     pub step_name: String,
@@ -306,7 +306,7 @@ impl WorkflowStore for SimStore {
                 .deployed(Some(&r.config_version))?
                 .workflow(r.workflow.as_str())?
                 .step_index(&entry.step_name)?;
-            (r.state == State::Waiting { step } && Some(r.generation) == entry.generation).then_some(step)
+            (r.state == State::Waiting { step } && r.generation == entry.generation).then_some(step)
         });
         if claim == Claim::Acquired
             && let Some(step) = waiting

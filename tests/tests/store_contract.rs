@@ -354,9 +354,9 @@ fn entry(id: &str, step: u32, arrived: i64) -> InboxEntry {
         key: k,
         step,
         step_name: format!("step-{step}"),
-        config_version: Some("v1".into()),
+        config_version: "v1".into(),
         id: EventId::parse(id).unwrap(),
-        generation: Some(1),
+        generation: 1,
         arrived_at: t0() + Duration::seconds(arrived),
         input: json!({"id": id}),
         status: InboxStatus::Buffered,
@@ -1194,37 +1194,6 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     assert_eq!(record.get("token").and_then(|v| v.as_s().ok()), Some(&token));
     assert!(!record.contains_key("token_sk"));
     assert_eq!(inline_store.load(&w, &k).await.unwrap().as_ref(), Some(&inline));
-}
-
-/// DynamoDB-specific (docs/SIMULATION_BUGS.md, #44): an inbox entry written before the inbox was
-/// kept by step name (no `step_name`, its key by index) is read, listed as expired, and settles.
-#[tokio::test]
-async fn dynamodb_an_inbox_entry_from_before_step_names_is_read_expired_and_settled() {
-    use aws_sdk_dynamodb::types::AttributeValue;
-    let emulator = Emulator::from_env();
-    let store = dynamo_store(&emulator).await;
-    let client = aws_sdk_dynamodb::Client::new(&emulator.sdk_config().await);
-    let legacy = InboxEntry { step_name: String::new(), ..entry("cb-legacy", 1, 0) };
-    assert_eq!(store.buffer(&legacy).await.unwrap(), Claim::Acquired);
-    let (w, k) = names("k-inbox");
-    client
-        .update_item()
-        .table_name(store.table())
-        .key("pk", AttributeValue::S(format!("WF#{w}#{k}")))
-        .key("sk", AttributeValue::S("INBOX#00001#cb-legacy".into()))
-        .condition_expression("attribute_exists(pk)")
-        .update_expression("REMOVE step_name")
-        .send()
-        .await
-        .expect("the entry is where an old version kept it");
-    let expired = store.expired_buffers(t0() + Duration::days(365), 10).await.unwrap();
-    assert_eq!(expired, vec![legacy.clone()], "read back, by index, without a name");
-    assert_eq!(store.trace(&w, &k).await.unwrap().inbox, vec![legacy.clone()]);
-    assert_eq!(
-        store.settle(&legacy, InboxStatus::Buffered, InboxStatus::Expired).await.unwrap(),
-        Claim::Acquired
-    );
-    assert!(store.expired_buffers(t0() + Duration::days(365), 10).await.unwrap().is_empty());
 }
 
 /// A DynamoDB store on a table of its own whose client counts the calls it sends.

@@ -8,7 +8,7 @@
 //! | record | `WF#<workflow>#<key>` | `RECORD` |
 //! | task | same | `TASK#<generation:010>#<step:05>`, `#undo` for a compensation, `#a<attempt:02>` from the second attempt |
 //! | receipt | same | `RECEIPT#<step name, /undo for a compensation>#<input id>` |
-//! | inbox entry | same | `INBOX#<step name>#<input id>` (a callback's id marked with [`baton_core::ports::store::limits::CALLBACK_MARK`]; entries from before the inbox was kept by name: `INBOX#<step:05>#<input id>`) |
+//! | inbox entry | same | `INBOX#<step name>#<input id>` (a callback's id marked with [`baton_core::ports::store::limits::CALLBACK_MARK`]) |
 //! | ledger entry | same | `LEDGER#<reason>#<input id>` |
 //! | task token (longer than [`TOKEN_INLINE_MAX`]) | same | `RECORD#T#<generation><step>#<ref>` (the numbers inverted, newest first) |
 //!
@@ -1119,6 +1119,8 @@ fn inbox_item(e: &InboxEntry, shards: u32) -> Item {
     item.extend([
         ("step".into(), n(e.step)),
         ("step_name".into(), s(&e.step_name)),
+        ("config_version".into(), s(&e.config_version)),
+        ("generation".into(), n(e.generation)),
         ("input_id".into(), s(e.id.as_str())),
         ("arrived_at".into(), s(&ts(e.arrived_at))),
         ("input".into(), json(&e.input)),
@@ -1128,12 +1130,6 @@ fn inbox_item(e: &InboxEntry, shards: u32) -> Item {
         ("buffer_until".into(), s(&ts(e.expires_at))),
         (TTL_ATTRIBUTE.into(), epoch(e.expires_at + baton_core::ports::store::INBOX_RETENTION)),
     ]);
-    if let Some(g) = e.generation {
-        item.insert("generation".into(), n(g));
-    }
-    if let Some(v) = &e.config_version {
-        item.insert("config_version".into(), s(v));
-    }
     if let Some(hold) = &e.expiry_hold {
         item.insert("expiry_by".into(), s(&hold.by));
         item.insert("expiry_at".into(), s(&ts(hold.at)));
@@ -1171,26 +1167,20 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
         workflow,
         key,
         step: r.n("step")?,
-        // Written before the inbox was kept by name: none (inbox_sk keeps their key by index).
-        step_name: r.opt_s("step_name")?.unwrap_or_default().to_owned(),
-        config_version: r.opt_s("config_version")?.map(str::to_owned),
+        step_name: r.s("step_name")?.to_owned(),
+        config_version: r.s("config_version")?.to_owned(),
         id: r.id("input_id")?,
-        generation: r.opt_n("generation")?,
+        generation: r.n("generation")?,
         arrived_at: r.time("arrived_at")?,
         input: r.json("input")?,
         status,
-        expires_at: match r.opt_time("buffer_until")? {
-            Some(at) => at,
-            // Written before `buffer_until` existed: the TTL was the buffer's expiry.
-            None => r.epoch(TTL_ATTRIBUTE)?,
-        },
+        expires_at: r.time("buffer_until")?,
         expiry_hold: hold(&r, "expiry_by", "expiry_at")?,
         drained_at: r.opt_time("drain_at")?,
         drain_target: match (r.opt_n("drain_generation")?, r.opt_n("drain_step")?) {
             (Some(generation), Some(step)) => Some(DrainTarget { generation, step }),
             _ => None,
         },
-        // Written before callbacks had keys of their own: none (kept under the bare id).
         callback_key: matches!(item.get("callback_key"), Some(AttributeValue::Bool(true))),
     })
 }

@@ -29,7 +29,7 @@ pub(super) fn no_lost_wake_up(c: &mut Checker<'_>, s: &Seen<'_>) {
         let completed = s.writes.iter().any(|w| {
             w.to.workflow.as_str() == late.workflow
                 && w.to.key.as_str() == late.key
-                && Some(w.to.generation) == late.generation
+                && w.to.generation == late.generation
                 && w.from == Some(State::Waiting { step: late.step })
                 && w.to.state == State::Advancing { step: late.step }
         });
@@ -77,7 +77,7 @@ pub(super) fn applied_input_never_ledgered_expired(
     let ledgered_expired = t.ledger.iter().any(|l| {
         l.input_id == entry.id.as_str()
             && l.reason == IgnoreReason::BufferExpired
-            && l.generation == entry.generation
+            && l.generation == Some(entry.generation)
             && l.detail.get("step") == entry.input.get("step")
     });
     c.check(
@@ -85,7 +85,7 @@ pub(super) fn applied_input_never_ledgered_expired(
         !(entry.status == InboxStatus::Applied && ledgered_expired),
         || {
             format!(
-                "{}/{} input {} (step {}, generation {:?}) is applied, and ledgered buffer_expired",
+                "{}/{} input {} (step {}, generation {}) is applied, and ledgered buffer_expired",
                 record.workflow, record.key, entry.id, entry.step, entry.generation
             )
         },
@@ -137,22 +137,19 @@ pub(super) fn inbox_status_matches_what_happened(
         .map(|x| x.after_writes)
         .min()
         .unwrap_or(usize::MAX);
-    let applied_before_settle =
-        |g: Option<u32>| first_applied.iter().any(|(ag, i)| g.is_none_or(|g| g == *ag) && *i < settled_at);
+    let applied_before_settle = |g: u32| first_applied.iter().any(|(ag, i)| g == *ag && *i < settled_at);
     let consistent = match entry.status {
         InboxStatus::Buffered => true,
         // Held by a drain or a sweep that never finished: nothing finished it after the faults
         // stopped, the sweeps ran and every deadline passed.
         InboxStatus::Draining | InboxStatus::Expiring => s.cursed == Some(record.key.as_str()),
         // Applied in the generation it waited for, not merely somewhere.
-        InboxStatus::Applied => {
-            entry.generation.map_or(!this_applied_in.is_empty(), |g| this_applied_in.contains(&g))
-        }
+        InboxStatus::Applied => this_applied_in.contains(&entry.generation),
         InboxStatus::Expired | InboxStatus::Ignored => !applied_before_settle(entry.generation),
     };
     c.check("inbox_status_matches_what_happened", consistent, || {
         format!(
-            "{}/{} input {} (step {}, generation {:?}) is {} in the inbox, and was applied in generations {this_applied_in:?}",
+            "{}/{} input {} (step {}, generation {}) is {} in the inbox, and was applied in generations {this_applied_in:?}",
             record.workflow,
             record.key,
             entry.id,

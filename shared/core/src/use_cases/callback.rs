@@ -533,7 +533,7 @@ impl Callbacks {
             &e.id == id
                 && e.source() == Some(Source::Callback)
                 && e.arrived_at >= since
-                && (e.step_name.is_empty() || e.step_name == callback.step)
+                && e.step_name == callback.step
                 && !callback.compensation
         }) {
             // Its step, by name, in the record's own config version.
@@ -541,7 +541,7 @@ impl Callbacks {
                 entry.status,
                 crate::ports::store::InboxStatus::Buffered | crate::ports::store::InboxStatus::Draining
             ) && let Some(r) = &trace.record
-                && entry.generation.is_none_or(|g| g == r.generation)
+                && entry.generation == r.generation
                 && let Some(pinned) =
                     self.engine.definition(workflow.name.as_str(), Some(r.config_version.as_str())).await?
                 && let Some(step) = pinned.step_index(&entry.step_name)

@@ -896,9 +896,9 @@ impl Engine {
             key: key.clone(),
             step,
             step_name: spec.name.to_string(),
-            config_version: Some(workflow.config_version.clone()),
+            config_version: workflow.config_version.clone(),
             id: id.clone(),
-            generation: Some(generation),
+            generation,
             arrived_at: now,
             input: serde_json::to_value(input).unwrap_or(Value::Null),
             status: InboxStatus::Buffered,
@@ -972,7 +972,7 @@ impl Engine {
         // this one, they only expire (found by an attack test).
         let open = inbox.iter().filter(|e| {
             matches!(e.status, InboxStatus::Buffered | InboxStatus::Draining | InboxStatus::Expiring)
-                && e.generation.is_none_or(|g| Some(g) == entry.generation)
+                && e.generation == entry.generation
         });
         let held: usize = open.map(buffered_bytes).sum();
         if held + buffered_bytes(entry) <= MAX_STEP_INPUT_BYTES {
@@ -1003,7 +1003,7 @@ impl Engine {
         let Some(spec) = workflow.steps.get(step as usize) else { return Ok(()) };
         for entry in self.store.inbox(&workflow.name, key, spec.name.as_str()).await? {
             let open = matches!(entry.status, InboxStatus::Buffered | InboxStatus::Draining);
-            if !open || entry.generation.is_some_and(|g| g != generation) {
+            if !open || entry.generation != generation {
                 continue;
             }
             // Taken first: the sweeper may be expiring it (then it is left to the sweeper, which
@@ -1049,7 +1049,7 @@ impl Engine {
         // And it is for the step of its name in `workflow`, the record's version, whichever
         // version it was buffered under.
         if let Input::StepInput { generation, step: at, .. } = &mut input {
-            *generation = entry.generation.or(*generation);
+            *generation = Some(entry.generation);
             *at = step;
         }
         // An entry whose input reached the record is settled even when an effect after it

@@ -321,7 +321,7 @@ impl Sweeper {
         // found by review).
         if let (Some(r), Some(workflow), Some(step)) = (&record, &pinned, step)
             && r.waits_at(step)
-            && entry.generation.is_none_or(|g| g == r.generation)
+            && entry.generation == r.generation
         {
             self.engine.store.claim(entry, &InboxClaim::Release(hold.clone())).await?;
             self.engine.drain(workflow, &entry.key, r.generation, step, now).await?;
@@ -353,10 +353,10 @@ impl Sweeper {
             key: entry.key.clone(),
             input_id: entry.id.to_string(),
             reason,
-            generation: entry.generation,
+            generation: Some(entry.generation),
             state: None,
             detail: entry.input.clone(),
-            config_version: entry.config_version.clone(),
+            config_version: Some(entry.config_version.clone()),
             at: now,
             expires_at: now + LEDGER_RETENTION,
         };
@@ -378,13 +378,8 @@ impl Sweeper {
     }
 
     /// The entry as the table holds it now (strongly consistent), `None` when it is settled
-    /// for good: what the expiry decides on, rather than the index's copy, `listed`. An entry
-    /// kept by index (buffered before the inbox was kept by name) is not in its step's inbox
-    /// by name: it is never drained, and the index's copy stands.
+    /// for good: what the expiry decides on, rather than the index's copy, `listed`.
     async fn fresh(&self, listed: &InboxEntry) -> Result<Option<InboxEntry>, EngineError> {
-        if listed.step_name.is_empty() {
-            return Ok(Some(listed.clone()));
-        }
         let inbox = self.engine.store.inbox(&listed.workflow, &listed.key, &listed.step_name).await?;
         Ok(match inbox.into_iter().find(|e| e.same_input(listed)) {
             Some(e) if e.status.is_final() => None,
@@ -436,7 +431,7 @@ impl Sweeper {
             return Ok(false);
         }
         match (&record, pinned, step) {
-            (Some(r), Some(workflow), Some(step)) if entry.generation.is_none_or(|g| g == r.generation) => {
+            (Some(r), Some(workflow), Some(step)) if entry.generation == r.generation => {
                 self.engine.drain(&workflow, &entry.key, r.generation, step, now).await?;
                 info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "unfinished drain finished");
             }
@@ -468,15 +463,9 @@ enum Twin {
 /// restart on a new version; found by the simulation).
 fn twin(entry: &InboxEntry, record: Option<&Record>, step: Option<u32>) -> Option<Twin> {
     let r = record?;
-    let at = match entry.generation {
-        Some(g) if g != r.generation => Some(entry.step),
-        _ => step,
-    };
+    let at = if entry.generation == r.generation { step } else { Some(entry.step) };
     let applied = r.applied.iter().find(|a| {
-        a.id == entry.id
-            && same_source(a, entry)
-            && at == Some(a.step)
-            && entry.generation.is_none_or(|g| a.generation == g)
+        a.id == entry.id && same_source(a, entry) && at == Some(a.step) && a.generation == entry.generation
     })?;
     let same = entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint)
         == Some(payload_fingerprint(&applied.hash));

@@ -117,14 +117,9 @@ pub fn receipt_sk(receipt: &super::Receipt) -> String {
     format!("RECEIPT#{}#{}", receipt.target, receipt.id)
 }
 
-/// An inbox entry's sort key: by step name. Entries buffered before the inbox was kept by name
-/// (no `step_name`) keep their key by index; they are not drained, and expire into the ledger.
-/// A callback's entry is kept under its id marked with [`CALLBACK_MARK`], which no id can hold,
-/// so an event's entry with the same id is another item.
+/// An inbox entry's sort key: by step name. A callback's entry is kept under its id marked with
+/// [`CALLBACK_MARK`], which no id can hold, so an event's entry with the same id is another item.
 pub fn inbox_sk(entry: &InboxEntry) -> String {
-    if entry.step_name.is_empty() {
-        return format!("INBOX#{:05}#{}", entry.step, entry.id);
-    }
     format!("INBOX#{}#{}", entry.step_name, inbox_id(entry))
 }
 

@@ -415,11 +415,10 @@ pub struct InboxEntry {
     /// generation) drains into the step of that name in the version the record runs.
     pub step_name: String,
     /// The config version `step` (and the input's own step) is an index in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_version: Option<String>,
+    pub config_version: String,
     pub id: EventId,
-    /// The generation the input waits for (`None`: buffered before baton kept it; any).
-    pub generation: Option<u32>,
+    /// The generation the input waits for.
+    pub generation: u32,
     /// Arrival time; entries drain in (arrived_at, id) order.
     #[serde(with = "time::serde::rfc3339")]
     pub arrived_at: OffsetDateTime,
@@ -441,7 +440,7 @@ pub struct InboxEntry {
     /// Kept under a key of the callbacks' own ([`limits::inbox_sk`]): a domain event's id and
     /// a callback's `webhook-id` are chosen by different parties, so an early event and an
     /// early callback with one id are two inputs (found by review: the second was refused as
-    /// a reuse of the first's id). `false` for events, and for callbacks buffered before.
+    /// a reuse of the first's id). `false` for events.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub callback_key: bool,
 }
