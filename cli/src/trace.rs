@@ -1196,7 +1196,7 @@ mod tests {
                 generation: Some(1),
                 state: Some("waiting{0}".into()),
                 detail: json!({"kind": "start"}),
-                config_version: None,
+                config_version: Some("vfd00d5526fd9".into()),
                 at: t(5),
                 expires_at: t(99_999),
             }],

@@ -193,13 +193,12 @@ pub async fn plan_ledger(
             not_kept(&summary),
         ));
     }
-    // The entry's step is an index in the config version it was ledgered under (entries from
-    // before versions: the record's); planning finds it again by name in the record's own.
-    let version = match &entry.config_version {
-        Some(v) => Some(v.clone()),
-        None => engine.store.load(&entry.workflow, &entry.key).await?.map(|r| r.config_version),
-    };
-    let Some(workflow) = engine.definition(entry.workflow.as_str(), version.as_deref()).await? else {
+    // The entry's step is an index in the config version it was ledgered under; planning finds
+    // it again by name in the record's own. An entry without one (a callback refused as a reuse
+    // of its id) keeps the body as sent, which is no input: it is read in this engine's version
+    // and planned needs-human below.
+    let Some(workflow) = engine.definition(entry.workflow.as_str(), entry.config_version.as_deref()).await?
+    else {
         return Ok(Line::alone(
             &entry.input_id,
             Origin::Ledger,

@@ -499,7 +499,12 @@ pub struct LedgerEntry {
     pub state: Option<String>,
     /// What the input was: its kind and payload summary.
     pub detail: Value,
-    /// The config version the input's step is an index in (`None`: ledgered before versions).
+    /// The config version the input's step is an index in. `None` only for a callback refused
+    /// as a reuse of its `webhook-id` when its receipt was claimed
+    /// ([`IgnoreReason::IdempotencyKeyReused`] from the callback use case): it is refused before
+    /// it is read as an input, and its `detail` is the body as sent, which names its step by
+    /// name, not by an index in any version. Every other writer (the engine's ledger, the
+    /// sweeper's expiry) sets it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_version: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
