@@ -129,7 +129,7 @@ impl StepNames {
     }
 
     /// The names as config `version` has them (a record's own): this config when it is that
-    /// version (or the record predates versions), else that version as registered in the table;
+    /// version (or there is no record, `None`), else that version as registered in the table;
     /// by index when neither can be had, rather than another version's names.
     pub async fn of_version(
         self,

@@ -1046,7 +1046,7 @@ fn parse_task(item: &Item) -> Result<Task, StoreError> {
         key,
         generation: r.n("generation")?,
         step: r.n("step")?,
-        step_name: r.opt_s("step_name")?.unwrap_or_default().to_owned(),
+        step_name: r.s("step_name")?.to_owned(),
         id: r.s("task_id")?.to_owned(),
         title: r.s("title")?.to_owned(),
         queue: r.s("queue")?.to_owned(),
@@ -1583,13 +1583,11 @@ impl WorkflowStore for DynamoDbStore {
         let mut all = Vec::new();
         for item in self.query_partition(CONFIG_PK, Some("VERSION#")).await? {
             let r = Reader { item: &item };
-            let registered_at = r.time("registered_at")?;
             all.push(RegisteredConfig {
                 version: r.s("version")?.to_owned(),
                 canonical: r.s("canonical")?.to_owned(),
-                registered_at,
-                // Registered by a version before the start time was kept: its registration.
-                started_at: r.opt_time("started_at")?.unwrap_or(registered_at),
+                registered_at: r.time("registered_at")?,
+                started_at: r.time("started_at")?,
             });
         }
         all.sort_by(|a, b| (a.registered_at, &a.version).cmp(&(b.registered_at, &b.version)));
