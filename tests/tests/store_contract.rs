@@ -400,8 +400,7 @@ async fn the_inbox_keeps_arrival_order_and_settles_once(store: Arc<dyn WorkflowS
 }
 
 /// An early event and an early callback with one id are two entries (their ids are chosen by
-/// different parties); each settles on its own. A callback's entry buffered before callbacks had
-/// keys of their own is found and settled where it is.
+/// different parties); each settles on its own.
 async fn an_event_and_a_callback_with_one_id_are_two_entries(store: Arc<dyn WorkflowStore>) {
     let from = |source: &str, callback_key: bool| InboxEntry {
         input: json!({"id": "same", "source": source}),
@@ -429,14 +428,6 @@ async fn an_event_and_a_callback_with_one_id_are_two_entries(store: Arc<dyn Work
     assert_eq!(
         (status(&event), status(&callback)),
         (Some(InboxStatus::Buffered), Some(InboxStatus::Applied))
-    );
-    // Buffered by an earlier release: a callback under its bare id.
-    let older = InboxEntry { id: EventId::parse("cb-older").unwrap(), ..from("callback", false) };
-    assert_eq!(store.buffer(&older).await.unwrap(), Claim::Acquired);
-    assert!(store.inbox(&w, &k, "step-0").await.unwrap().contains(&older));
-    assert_eq!(
-        store.settle(&older, InboxStatus::Buffered, InboxStatus::Expired).await.unwrap(),
-        Claim::Acquired
     );
 }
 

@@ -99,7 +99,7 @@ pub fn pk(workflow: &WorkflowName, key: &CorrelationKey) -> String {
 /// The record's sort key.
 pub const RECORD_SK: &str = "RECORD";
 
-/// A task's sort key: the first attempt's as before retries, a later one's after it; a
+/// A task's sort key: the first attempt's without an attempt suffix, a later one's after it; a
 /// compensation's after its step's.
 pub fn task_sk(generation: u32, step: u32, attempt: u32, kind: super::TaskKind) -> String {
     let undo = match kind {
