@@ -88,7 +88,6 @@ fn summary(plan: &RolloutPlan) -> Vec<(&'static str, Class, u64)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[expect(clippy::too_many_lines, reason = "an end-to-end scenario reads as one story, step by step")]
 async fn records_in_flight_finish_on_their_version_and_new_starts_follow_the_deployed_one() {
     captured();
     let mut system = start_system(V1).await;
