@@ -160,6 +160,24 @@ pub(super) fn non_retryable_failure_never_retried(c: &mut Checker<'_>, s: &Seen<
     }
 }
 
+/// The record of (workflow, key, generation) as it stood at `at`.
+fn record_at<'s>(
+    s: &'s Seen<'_>,
+    at: time::OffsetDateTime,
+    (workflow, key, generation): (&str, &str, u64),
+) -> Option<&'s Record> {
+    s.writes
+        .iter()
+        .rev()
+        .find(|w| {
+            w.at <= at
+                && w.to.workflow.as_str() == workflow
+                && w.to.key.as_str() == key
+                && u64::from(w.to.generation) == generation
+        })
+        .map(|w| &w.to)
+}
+
 /// Step Functions times a step out on its heartbeat only once the worker of the attempt running
 /// has been silent for a whole heartbeat: a retried step's (or branch's) attempt n >= 2 holds
 /// the step from when its task is due (the failure before it plus its wait), so its heartbeat
@@ -176,21 +194,7 @@ pub(super) fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s:
         else {
             continue;
         };
-        // The record as it stood when the heartbeat ran out.
-        let Some(r) = s
-            .writes
-            .iter()
-            .rev()
-            .find(|w| {
-                w.at <= missed.at
-                    && w.to.workflow.as_str() == workflow
-                    && w.to.key.as_str() == key
-                    && u64::from(w.to.generation) == generation
-            })
-            .map(|w| &w.to)
-        else {
-            continue;
-        };
+        let Some(r) = record_at(s, missed.at, (workflow, key, generation)) else { continue };
         let Some(step) = step_named(s, r, Some(missed.state.as_str())) else { continue };
         // Every store call for the cursed key fails: nothing can be marked for it.
         if !r.waits_at(step) || s.cursed == Some(key) {
