@@ -54,7 +54,7 @@ pub fn human(d: Duration) -> String {
 
 /// How many `by_due` shards to read: the most any of the stack's functions registered in its
 /// table (the template's `DueShards`), or `BATON_DUE_SHARDS` if that is more (a stack whose
-/// functions predate the registration), else the default 8. The operator commands read them all.
+/// functions have not run yet has registered none), else the default 8. The operator commands read them all.
 pub async fn due_shards(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<u32> {
     let registered = registered_due_shards(client, table).await?;
     Ok(match (registered, env_due_shards()?) {
