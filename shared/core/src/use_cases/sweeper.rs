@@ -284,38 +284,30 @@ impl Sweeper {
                 _ => Ok(false),
             };
         }
-        let (record, pinned, step) = self.locate(entry).await?;
-        let twin = twin(entry, record.as_ref(), step);
-        // A redelivery of the same input may have been applied straight to its step, leaving
-        // this copy behind: it is applied, not expired, whatever a ledger entry under its id
-        // says (found by the simulation; and seed 66191: a later event reusing the id with
-        // another payload was ledgered `idempotency_key_reused`, and a sweep taking the expiry
-        // over read that entry as its dead predecessor's).
-        if twin == Some(Twin::Same) {
-            self.engine.store.settle(entry, InboxStatus::Expiring, InboxStatus::Applied).await?;
-            info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "buffered copy of an applied input settled");
-            return Ok(false);
-        }
-        // Taken over from a sweep that died holding it: if that sweep had ledgered it, only
-        // the settle is left (the record might show its step waiting now, and the input would
-        // end both ledgered and applied). `entry` is the table's copy, read before the claim:
-        // the index may still list it `buffered` long after the sweep that died took it (found
-        // with the simulation's lagging index: `sim/tests/regressions.rs`). An entry that was
-        // buffered when read is not taken by another sweep before this claim, as that sweep's
-        // lease would outlast this one's run.
+        // Taken over from a sweep that died holding it: if that sweep had ledgered it
+        // `buffer_expired`, only the settle is left (read again now, the record might show its
+        // step waiting, and the input would end both ledgered and applied). Only the expiry
+        // ledgers `buffer_expired`; an `idempotency_key_reused` entry under the id may be a
+        // later event's, refused on its own (seed 66191: read as the dead sweep's, it settled
+        // the copy of an applied input `expired`), so that case is decided again below, where
+        // ledgering it once more changes nothing. `entry` is the table's copy, read before the
+        // claim: the index may still list it `buffered` long after the sweep that died took it
+        // (found with the simulation's lagging index: `sim/tests/regressions.rs`). An entry
+        // that was buffered when read is not taken by another sweep before this claim, as that
+        // sweep's lease would outlast this one's run.
         let taken_over = if crate::mutants::active(crate::mutants::Mutation::TrustIndexStatus) {
             listed.status == InboxStatus::Expiring
         } else {
             entry.status == InboxStatus::Expiring
         };
-        if taken_over {
-            for reason in [IgnoreReason::BufferExpired, IgnoreReason::IdempotencyKeyReused] {
-                if self.engine.store.ledgered(&entry.workflow, &entry.key, entry.id.as_str(), reason).await? {
-                    self.engine.store.settle(entry, InboxStatus::Expiring, InboxStatus::Expired).await?;
-                    return Ok(true);
-                }
-            }
+        let expired = IgnoreReason::BufferExpired;
+        if taken_over
+            && self.engine.store.ledgered(&entry.workflow, &entry.key, entry.id.as_str(), expired).await?
+        {
+            self.engine.store.settle(entry, InboxStatus::Expiring, InboxStatus::Expired).await?;
+            return Ok(true);
         }
+        let (record, pinned, step) = self.locate(entry).await?;
         // Its step waits in its generation: a drain is owed, or under way. Given back and
         // drained, never expired from under it (an input both applied and ledgered expired;
         // found by review).
@@ -328,11 +320,18 @@ impl Sweeper {
             info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "expired buffer's step waits: drained");
             return Ok(false);
         }
-        // A copy with another payload is a conflict the direct application never saw: refused,
-        // and ledgered as one (found by the simulation).
-        let reason = match twin {
+        // A redelivery of the same input may have been applied straight to its step, leaving
+        // this copy behind: it is applied, not expired. A copy with another payload is a
+        // conflict the direct application never saw: refused, and ledgered as one (both found
+        // by the simulation).
+        let reason = match twin(entry, record.as_ref(), step) {
+            Some(Twin::Same) => {
+                self.engine.store.settle(entry, InboxStatus::Expiring, InboxStatus::Applied).await?;
+                info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "buffered copy of an applied input settled");
+                return Ok(false);
+            }
             Some(Twin::Other) => IgnoreReason::IdempotencyKeyReused,
-            _ => IgnoreReason::BufferExpired,
+            None => IgnoreReason::BufferExpired,
         };
         self.ledger_expired(entry, reason, now).await
     }
