@@ -20,7 +20,11 @@ pub fn validate(path: &Path) -> Result<()> {
 
 fn summary(wf: &Workflow) -> String {
     let step = |s: &baton_core::domain::config::Step| {
-        let requires = if s.requires.is_empty() { "any success".to_owned() } else { s.requires.join("+") };
+        let requires = match s.requires.of.len() {
+            0 => "any success".to_owned(),
+            _ if s.requires.is_all() => s.requires.of.join("+"),
+            _ => s.requires.to_string(),
+        };
         let optional = if s.optional { ", optional" } else { "" };
         let undo = s.compensate.as_ref().map_or(String::new(), |c| {
             format!(", undone by {:?} within {}, {} attempt(s)", c.task.title, human(c.timeout), c.attempts)

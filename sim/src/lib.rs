@@ -83,6 +83,9 @@ workflows:
         timeout: 20m
 "#;
 
+/// The `audit` workflow's step as some schedules have it: two approvals of three.
+pub const QUORUM_CHECK: &str = "        requires: { at_least: 2, of: [ok, ok2, ok3] }\n";
+
 /// The workflow with a parallel group that some schedules add to [`CONFIG`]: a step, then three
 /// branches side by side (one fed by events too, one optional with a heartbeat), then (unless
 /// the group is last, [`GROUP_LAST`]) a final step.
@@ -768,6 +771,16 @@ fn run_schedule(options: Options) -> Outcome {
             )
         }
         None => CONFIG.to_owned(),
+    };
+    // Two schedules in five make the audit workflow's step an N-of-M approval, with approvers
+    // of their own, drawn from a generator of their own.
+    let mut quorums = rng::Rng::new(options.seed ^ 0x9_0a0_2f3);
+    let yaml = if quorums.chance(0.4) {
+        world.note(|| "the audit workflow's check takes two approvals of three".to_owned());
+        plan.add_quorum(&mut quorums);
+        yaml.replacen("        requires: [ok]\n", QUORUM_CHECK, 1)
+    } else {
+        yaml
     };
     // Two schedules in five add the workflow with a parallel group (half of them with the group
     // last), with its own senders, drawn from a generator of their own.

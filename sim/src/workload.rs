@@ -366,6 +366,27 @@ impl Plan {
         }
     }
 
+    /// The approvers of the `audit` workflow's `check` step when it asks for two of three
+    /// ([`crate::QUORUM_CHECK`]), drawn from `rng`: for each key, `ok2` and `ok3` approve now
+    /// and then (beside `ok`, sent with the plan's own senders), and one in three withdraws
+    /// (`ok2: null`), which must not count.
+    pub fn add_quorum(&mut self, rng: &mut crate::rng::Rng) {
+        let keys = self.keys.clone();
+        for key in &keys {
+            let approve = |name: &str, value: Value| json!({"workflow": "audit", "key": key, "step": "check", "outcome": "succeeded", "data": {name: value}});
+            for (name, chance) in [("ok2", 0.6), ("ok3", 0.4)] {
+                if rng.chance(chance) {
+                    let at = Duration::seconds(rng.range(0, 15 * 60));
+                    self.resend_sometimes(rng, key, "check", approve(name, json!(true)), at);
+                }
+            }
+            if rng.chance(0.35) {
+                let at = Duration::seconds(rng.range(0, 15 * 60));
+                self.resend_sometimes(rng, key, "check", approve("ok2", Value::Null), at);
+            }
+        }
+    }
+
     /// A callback sent at `at`, and again (the same webhook-id) in one case in five.
     fn resend_sometimes(
         &mut self,

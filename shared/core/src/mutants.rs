@@ -94,10 +94,13 @@ pub enum Mutation {
     /// The state machines' sends to SQS carry no `Retry`: a transient failure fails the run, or
     /// ends it with no report. Only a world where Step Functions' own sends fail shows it.
     SendsUnretried,
+    /// An N-of-M step counts an input sent as null (an approver who withdrew) as present: the
+    /// step completes one approval short. Only quorum steps whose senders withdraw show it.
+    QuorumCountsNulls,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 26] = [
+    pub const ALL: [Mutation; 27] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
@@ -124,6 +127,7 @@ impl Mutation {
         Mutation::OneDueList,
         Mutation::BoundWithoutParts,
         Mutation::SendsUnretried,
+        Mutation::QuorumCountsNulls,
     ];
 }
 

@@ -45,6 +45,7 @@ mod limits;
 mod liveness;
 mod nothing_lost;
 mod pinning;
+mod quorum;
 mod resumes;
 mod retries;
 mod tasks;
@@ -179,17 +180,14 @@ pub fn all(
     pinning::task_is_its_versions_step(c, &s, &versions);
     tasks::every_waiting_step_gets_its_task(c, &s, &tasks, (settled_by, waiting_at_calm));
     lifecycle::each_step_advances_at_most_once(c, &s);
+    quorum::quorum_met_before_the_step_completes(c, &s);
     groups::every_opened_branch_ends_with_one_outcome(c, &s);
     groups::each_branch_token_resumed_at_most_once(c, &s);
     groups::optional_branch_never_fails_its_group(c, &s);
     groups::degraded_exactly_when_an_optional_branch_did_not_succeed(c, &s);
     groups::no_input_applied_after_the_group_failed(c, &s);
     groups::a_branch_input_never_moves_a_sibling(c, &s);
-    retries::at_most_attempts_tasks_per_step(c, &s);
-    retries::no_attempt_before_its_backoff(c, &s);
-    retries::earlier_attempt_never_completes_a_later_one(c, &s);
-    retries::non_retryable_failure_never_retried(c, &s);
-    retries::heartbeat_runs_out_only_on_a_silent_worker(c, &s);
+    retries::all(c, &s);
     compensation::all(c, &s);
     let owed = resumes::Owed::of(&s);
     for (token, calls) in &owed.by_token {

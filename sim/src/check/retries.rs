@@ -13,6 +13,15 @@ use serde_json::Value;
 
 use super::{Checker, Seen};
 
+/// Every invariant of retried steps, in order.
+pub(super) fn all(c: &mut Checker<'_>, s: &Seen<'_>) {
+    at_most_attempts_tasks_per_step(c, s);
+    no_attempt_before_its_backoff(c, s);
+    earlier_attempt_never_completes_a_later_one(c, s);
+    non_retryable_failure_never_retried(c, s);
+    heartbeat_runs_out_only_on_a_silent_worker(c, s);
+}
+
 /// The `retry` of `step` of `r`'s workflow, in the config version it runs, with the step's
 /// timeout.
 fn retry_of(
@@ -37,7 +46,7 @@ fn version_at<'s>(s: &'s Seen<'_>, task: &Task) -> Option<&'s String> {
 }
 
 /// At most `attempts` tasks per step and generation, each attempt's under its own id.
-pub(super) fn at_most_attempts_tasks_per_step(c: &mut Checker<'_>, s: &Seen<'_>) {
+fn at_most_attempts_tasks_per_step(c: &mut Checker<'_>, s: &Seen<'_>) {
     type Step = (String, String, u32, u32);
     let mut by_step: BTreeMap<Step, Vec<&Task>> = BTreeMap::new();
     // A compensation's attempts are checked with compensation's invariants.
@@ -64,7 +73,7 @@ pub(super) fn at_most_attempts_tasks_per_step(c: &mut Checker<'_>, s: &Seen<'_>)
 /// No attempt's task goes out before its backoff has passed: the task of attempt n (n >= 2) is
 /// published no sooner than the failure of attempt n - 1 plus its wait (the failure's time is
 /// its writer's clock, the publish the sweeper's: they may disagree by the clocks' spread).
-pub(super) fn no_attempt_before_its_backoff(c: &mut Checker<'_>, s: &Seen<'_>) {
+fn no_attempt_before_its_backoff(c: &mut Checker<'_>, s: &Seen<'_>) {
     let skew = s.stack.skews().spread();
     for p in s.published.iter().filter(|p| p.task.attempt > 1 && p.task.kind == TaskKind::Step) {
         let t = &p.task;
@@ -110,7 +119,7 @@ fn step_named(s: &Seen<'_>, r: &Record, name: Option<&str>) -> Option<u32> {
 
 /// An input for an earlier attempt never completes (nor fails, nor adds to) a later one: every
 /// write a callback naming its attempt caused was made while that attempt ran.
-pub(super) fn earlier_attempt_never_completes_a_later_one(c: &mut Checker<'_>, s: &Seen<'_>) {
+fn earlier_attempt_never_completes_a_later_one(c: &mut Checker<'_>, s: &Seen<'_>) {
     let bodies = bodies(s);
     for w in &s.writes {
         let r = &w.to;
@@ -142,7 +151,7 @@ pub(super) fn earlier_attempt_never_completes_a_later_one(c: &mut Checker<'_>, s
 }
 
 /// A failure marked not retryable is never retried: no failed attempt is recorded for it.
-pub(super) fn non_retryable_failure_never_retried(c: &mut Checker<'_>, s: &Seen<'_>) {
+fn non_retryable_failure_never_retried(c: &mut Checker<'_>, s: &Seen<'_>) {
     let bodies = bodies(s);
     for w in &s.writes {
         let Some((cause, id)) = caused_by(&w.to) else { continue };
@@ -184,7 +193,7 @@ fn record_at<'s>(
 /// runs out no sooner than that plus the heartbeat (the clocks' spread allowed). A step timed
 /// out during a backoff, or a worker given less than its heartbeat, broke the step's promise:
 /// `baton validate` accepts the config, and the attempts left are never run.
-pub(super) fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s: &Seen<'_>) {
+fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s: &Seen<'_>) {
     let skew = s.stack.skews().spread();
     for missed in &s.model.beats_missed {
         let Some(e) = s.model.executions.get(&missed.arn) else { continue };

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::event::Event;
 use crate::domain::ids::{CorrelationKey, IdError, StepName, WorkflowName};
+pub use crate::domain::lifecycle::Requires;
 pub use crate::domain::lifecycle::Retry;
 use crate::domain::lifecycle::{OnRestart, Plan, Span, StepPlan};
 use crate::domain::pattern::Pattern;
@@ -102,8 +103,10 @@ pub struct Step {
     pub name: StepName,
     /// The operator-facing work created when the step starts waiting.
     pub task: Option<TaskTemplate>,
-    /// Inputs that must all be present before the step advances.
-    pub requires: Vec<String>,
+    /// Inputs that must be present before the step advances: all of a list (`requires: [a, b]`),
+    /// any of it (`requires: { any_of: [a, b] }`) or at least N of it (`requires: { at_least:
+    /// 2, of: [a, b, c] }`).
+    pub requires: Requires,
     pub timeout: Duration,
     pub heartbeat: Option<Duration>,
     /// Domain events that may supply this step's inputs, correlated by the workflow's key.
@@ -786,7 +789,7 @@ impl Validator {
         });
         let task = self.optional(path, map, "task", Self::task);
         let requires = match map.get("requires") {
-            None => Some(Vec::new()),
+            None => Some(Requires::default()),
             Some(r) => self.requires(&join(path, "requires"), r),
         };
         let timeout =
@@ -982,7 +985,57 @@ impl Validator {
         Some(TaskTemplate { title: title?.to_owned(), queue: queue?.to_owned() })
     }
 
-    fn requires(&mut self, path: &str, v: &Value) -> Option<Vec<String>> {
+    /// `requires`: a list (all of it), `{ any_of: [..] }`, or `{ at_least: N, of: [..] }`, with
+    /// N from 1 to the list's length: a rule that can never be met is refused here.
+    fn requires(&mut self, path: &str, v: &Value) -> Option<Requires> {
+        if v.is_array() {
+            let of = self.names(path, v)?;
+            return Some(Requires { at_least: of.len(), of });
+        }
+        let before = self.errors.len();
+        let map = self.object(path, v, &["any_of", "at_least", "of"])?;
+        match (map.get("any_of"), map.get("at_least"), map.get("of")) {
+            (Some(list), None, None) => {
+                let of = self.names(&join(path, "any_of"), list)?;
+                if of.is_empty() {
+                    self.err(&join(path, "any_of"), "is empty: no input could ever meet it");
+                    return None;
+                }
+                Some(Requires { of, at_least: 1 })
+            }
+            (None, Some(n), Some(list)) => {
+                let of = self.names(&join(path, "of"), list);
+                let np = join(path, "at_least");
+                let Some(n) = n.as_u64().and_then(|n| usize::try_from(n).ok()).filter(|n| *n >= 1) else {
+                    self.err(&np, format!("expected a whole number from 1, found {n}"));
+                    return None;
+                };
+                let of = of?;
+                if n > of.len() {
+                    self.err(
+                        &np,
+                        format!(
+                            "{n} is more than the {} input(s) in `of`: the rule can never be met",
+                            of.len()
+                        ),
+                    );
+                    return None;
+                }
+                Some(Requires { of, at_least: n })
+            }
+            // An unknown field is error enough.
+            _ if self.errors.len() > before => None,
+            _ => {
+                self.err(
+                    path,
+                    "expected a list of input names, `any_of: [..]`, or `at_least: N` with `of: [..]`",
+                );
+                None
+            }
+        }
+    }
+
+    fn names(&mut self, path: &str, v: &Value) -> Option<Vec<String>> {
         let Some(list) = v.as_array() else {
             self.err(path, format!("expected a list of input names, found {}", kind(v)));
             return None;
@@ -1077,11 +1130,11 @@ pub(crate) mod tests {
         assert_eq!(names, ["manual-review", "payment"]);
         assert_eq!(wf.steps[0].timeout, Duration::from_secs(2 * 86_400));
         assert_eq!(wf.steps[0].heartbeat, Some(Duration::from_secs(3600)));
-        assert_eq!(wf.steps[0].requires, ["decision"]);
+        assert_eq!(wf.steps[0].requires, Requires::all(&["decision"]));
         assert!(wf.steps[1].accepts_events.is_some());
         assert_eq!(wf.steps[1].buffer_ttl, Duration::from_secs(7 * 86_400 + 3600), "timeout plus the margin");
-        let requires: Vec<Vec<String>> = wf.plan().steps.iter().map(|s| s.requires.clone()).collect();
-        assert_eq!(requires, vec![vec!["decision".to_string()], vec!["payment_ref".to_string()]]);
+        let requires: Vec<Requires> = wf.plan().steps.iter().map(|s| s.requires.clone()).collect();
+        assert_eq!(requires, [Requires::all(&["decision"]), Requires::all(&["payment_ref"])]);
         assert_eq!(wf.step_index("payment"), Some(1));
     }
 
@@ -1116,6 +1169,54 @@ workflows:
       - { name: payment, requires: [payment_ref] }
 "#;
         assert_eq!(errors(yaml), ["workflows.order-review.steps[1].timeout: missing"]);
+    }
+
+    #[test]
+    fn requires_says_all_any_or_n_of_a_list() {
+        let yaml = r#"
+workflows:
+  approval:
+    start: { when: { type: ["order.placed"] }, key: /subject }
+    steps:
+      - { name: all, requires: [a, b], timeout: 1d }
+      - { name: any, requires: { any_of: [legal, compliance] }, timeout: 1d }
+      - { name: quorum, requires: { at_least: 2, of: [ann, bob, cy] }, timeout: 1d }
+"#;
+        let config = Config::parse(yaml).expect("valid");
+        let shown: Vec<String> =
+            config.workflow("approval").unwrap().steps.iter().map(|s| s.requires.to_string()).collect();
+        assert_eq!(shown, ["all of [a, b]", "any of [legal, compliance]", "2 of [ann, bob, cy]"]);
+    }
+
+    #[test]
+    fn a_requires_rule_that_can_never_be_met_is_refused_by_its_path() {
+        let yaml = r#"
+workflows:
+  approval:
+    start: { when: { type: ["order.placed"] }, key: /subject }
+    steps:
+      - { name: s0, requires: { at_least: 4, of: [ann, bob, cy] }, timeout: 1d }
+      - { name: s1, requires: { any_of: [] }, timeout: 1d }
+      - { name: s2, requires: { at_least: 0, of: [ann] }, timeout: 1d }
+      - { name: s3, requires: { at_least: 1, of: [ann, ann] }, timeout: 1d }
+      - { name: s4, requires: { any_of: [a], of: [b] }, timeout: 1d }
+      - { name: s5, requires: { at_least: 1 }, timeout: 1d }
+      - { name: s6, requires: { all: [a] }, timeout: 1d }
+"#;
+        let errs = errors(yaml);
+        let expect = [
+            "workflows.approval.steps[0].requires.at_least: 4 is more than the 3 input(s) in `of`: the rule can never be met",
+            "workflows.approval.steps[1].requires.any_of: is empty: no input could ever meet it",
+            "workflows.approval.steps[2].requires.at_least: expected a whole number from 1, found 0",
+            "workflows.approval.steps[3].requires.of[1]: \"ann\" is listed twice",
+            "workflows.approval.steps[4].requires: expected a list of input names",
+            "workflows.approval.steps[5].requires: expected a list of input names",
+            "workflows.approval.steps[6].requires.all: unknown field",
+        ];
+        assert_eq!(errs.len(), expect.len(), "{errs:#?}");
+        for (got, want) in errs.iter().zip(expect) {
+            assert!(got.starts_with(want), "expected {want:?}, got {got:?}");
+        }
     }
 
     #[test]

@@ -429,8 +429,7 @@ fn step_changes(
     let at_or_before = |state: State| state == State::Pending || state.step().is_some_and(|s| s <= index);
     if old.requires != new.requires {
         let touches = live.touching(wf.name.as_str(), at_step);
-        let detail =
-            format!("{}: requires [{}] -> [{}]", old.name, old.requires.join(", "), new.requires.join(", "));
+        let detail = format!("{}: requires {} -> {}", old.name, old.requires, new.requires);
         out.push(change(wf, "requires_changed", detail, Class::Safe, PINNED.into(), touches));
     }
     if accepts_events.0 != accepts_events.1 {
@@ -749,6 +748,19 @@ workflows:
         assert!(p.changes[0].touches.is_empty());
         let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 1 }]));
         assert_eq!(kinds(&p), [("requires_changed", Class::Safe)]);
+        assert_eq!(p.changes[0].touches[0].records, 1);
+    }
+
+    #[test]
+    fn a_quorum_rule_changed_is_reported_in_words_with_the_records_it_touches() {
+        let to =
+            V1.replace("requires: [payment_ref]", "requires: { at_least: 1, of: [payment_ref, voucher] }");
+        let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 1 }]));
+        assert_eq!(kinds(&p), [("requires_changed", Class::Safe)]);
+        assert_eq!(
+            p.changes[0].detail,
+            "payment: requires all of [payment_ref] -> any of [payment_ref, voucher]"
+        );
         assert_eq!(p.changes[0].touches[0].records, 1);
     }
 

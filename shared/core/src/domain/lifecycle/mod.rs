@@ -71,7 +71,7 @@ pub use compensation::{
 };
 pub use effect::{Decision, Effect, Mark, Write};
 pub use input::{Finish, IgnoreReason, Input, Outcome, RejectReason, Source, StepOutcome};
-pub use plan::{OnRestart, Plan, Retry, Span, StepPlan};
+pub use plan::{OnRestart, Plan, Requires, Retry, Span, StepPlan};
 pub use position::group_failed;
 pub use record::{
     AppliedInput, AuditEntry, Kind, MAX_FAILURE_CAUSE_CHARS, MAX_FAILURE_ERROR_CHARS, MAX_STEP_INPUT_BYTES,
@@ -206,10 +206,9 @@ fn without_record(
     }
 }
 
-/// Are all of the step's required inputs present (and not null)?
+/// Do the step's inputs meet its `requires` rule (all, any or N of its list)?
 pub fn requirements_met(plan: &Plan, step: u32, inputs: &Map<String, Value>) -> bool {
-    plan.step(step)
-        .is_some_and(|s| s.requires.iter().all(|name| inputs.get(name).is_some_and(|v| !v.is_null())))
+    plan.step(step).is_some_and(|s| s.requires.met(inputs))
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// May a start event after a terminal state open a new generation?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -35,6 +36,49 @@ impl Retry {
     }
 }
 
+/// What a step needs before it advances: at least `at_least` of the inputs `of` (all of them,
+/// any one, or N of M), each counted once by its name, and only when present and not null.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Requires {
+    pub of: Vec<String>,
+    pub at_least: usize,
+}
+
+impl Requires {
+    /// Every one of `names` (the `requires: [a, b]` of a config).
+    pub fn all(names: &[&str]) -> Requires {
+        Requires { of: names.iter().map(|n| (*n).to_owned()).collect(), at_least: names.len() }
+    }
+
+    /// Whether `inputs` meet the rule. An input named twice is one input: it is kept by name,
+    /// and a later value replaces the earlier.
+    pub fn met(&self, inputs: &Map<String, Value>) -> bool {
+        let present = self.of.iter().filter(|name| inputs.get(*name).is_some_and(|v| !v.is_null())).count();
+        let counted = if crate::mutants::active(crate::mutants::Mutation::QuorumCountsNulls) {
+            self.of.iter().filter(|name| inputs.contains_key(*name)).count()
+        } else {
+            present
+        };
+        counted >= self.at_least
+    }
+
+    /// Whether the rule asks for every input it names.
+    pub fn is_all(&self) -> bool {
+        self.at_least == self.of.len()
+    }
+}
+
+impl std::fmt::Display for Requires {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = self.of.join(", ");
+        match self.at_least {
+            _ if self.is_all() => write!(f, "all of [{list}]"),
+            1 => write!(f, "any of [{list}]"),
+            n => write!(f, "{n} of [{list}]"),
+        }
+    }
+}
+
 /// The steps one parallel group spans: its branches, `first..=last`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
@@ -56,8 +100,8 @@ impl Span {
 /// One step (or parallel branch) of the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StepPlan {
-    /// The inputs that must all be present before it advances.
-    pub requires: Vec<String>,
+    /// The inputs that must be present before it advances: all, any or N of a list.
+    pub requires: Requires,
     /// The parallel group it is a branch of.
     pub group: Option<Span>,
     /// A branch whose failure never fails its group.
@@ -76,7 +120,7 @@ pub struct StepPlan {
 impl StepPlan {
     /// A step that requires these inputs, with nothing else declared.
     pub fn requiring(requires: &[&str]) -> StepPlan {
-        StepPlan { requires: requires.iter().map(|r| (*r).to_owned()).collect(), ..StepPlan::default() }
+        StepPlan { requires: Requires::all(requires), ..StepPlan::default() }
     }
 }
 
@@ -93,7 +137,10 @@ pub struct Plan {
 impl Plan {
     /// A straight line of steps with these requirements (tests and tools).
     pub fn line(steps: Vec<Vec<String>>) -> Plan {
-        let steps = steps.into_iter().map(|requires| StepPlan { requires, ..StepPlan::default() }).collect();
+        let steps = steps
+            .into_iter()
+            .map(|of| StepPlan { requires: Requires { at_least: of.len(), of }, ..StepPlan::default() })
+            .collect();
         Plan { steps, on_restart: OnRestart::default(), version: String::new() }
     }
 

@@ -412,6 +412,50 @@ fn given_in_progress_then_data_merges_and_a_heartbeat_is_sent() {
 }
 
 #[test]
+fn a_two_of_three_step_completes_once_on_the_second_distinct_approval() {
+    let mut p = plan(&[&[]]);
+    p.step_mut(0).unwrap().requires =
+        Requires { of: vec!["ann".into(), "bob".into(), "cy".into()], at_least: 2 };
+    let approve =
+        |r: &Record, id: &str, data| run(&p, Some(r), &callback(id, 0, StepOutcome::Succeeded, data));
+    let r = ready(&p, &started(&p), 0, "tok-0");
+    // ann approves, then again under another id: one approval, counted once.
+    let r = after(&approve(&r, "cb-ann", json!({"ann": "yes"})));
+    let r = after(&approve(&r, "cb-ann-again", json!({"ann": "yes, again"})));
+    assert_eq!(r.state, State::Waiting { step: 0 });
+    // bob withdraws (null), and an input not in the list arrives: neither counts.
+    let r = after(&approve(&r, "cb-bob", json!({"bob": null, "note": "later"})));
+    assert_eq!(r.state, State::Waiting { step: 0 });
+    // cy approves: two of three, the step completes, once.
+    let d = approve(&r, "cb-cy", json!({"cy": "yes"}));
+    let r = after(&d);
+    assert_eq!(r.state, State::Advancing { step: 0 });
+    let resumes = d
+        .effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Resume { resume: Resume::Success { .. }, .. }))
+        .count();
+    assert_eq!(resumes, 1, "{:?}", d.effects);
+    // bob approves after: answered as for a step already advanced, and ledgered.
+    let late = approve(&r, "cb-bob-yes", json!({"bob": "yes"}));
+    assert!(
+        matches!(late.outcome, Outcome::Ignored(IgnoreReason::StepAlreadyAdvanced)),
+        "{:?}",
+        late.outcome
+    );
+    assert!(late.effects.iter().any(|e| matches!(e, Effect::Ledger { .. })), "{:?}", late.effects);
+}
+
+#[test]
+fn an_any_of_step_completes_on_the_first_of_its_list() {
+    let mut p = plan(&[&[]]);
+    p.step_mut(0).unwrap().requires = Requires { of: vec!["legal".into(), "compliance".into()], at_least: 1 };
+    let r = ready(&p, &started(&p), 0, "tok-0");
+    let d = run(&p, Some(&r), &callback("cb-c", 0, StepOutcome::Succeeded, json!({"compliance": "ok"})));
+    assert_eq!(after(&d).state, State::Advancing { step: 0 });
+}
+
+#[test]
 fn given_a_terminal_record_then_late_inputs_are_ignored_and_ledgered_and_step_ready_fails_its_token() {
     let p = plan(&[&["decision"]]);
     let r = ready(&p, &started(&p), 0, "tok-0");
@@ -647,8 +691,12 @@ fn action() -> impl Strategy<Value = Action> {
 
 const KEYS: [&str; 3] = ["a", "b", "c"];
 
-fn requires() -> impl Strategy<Value = Vec<String>> {
-    prop::sample::subsequence(KEYS.to_vec(), 1..=2).prop_map(|v| v.into_iter().map(String::from).collect())
+/// All of one or two inputs, or any one of two.
+fn requires() -> impl Strategy<Value = Requires> {
+    (prop::sample::subsequence(KEYS.to_vec(), 1..=2), any::<bool>()).prop_map(|(v, any)| {
+        let of: Vec<String> = v.into_iter().map(String::from).collect();
+        Requires { at_least: if any { 1 } else { of.len() }, of }
+    })
 }
 
 /// One Step Functions execution, as far as the model needs it.
@@ -712,12 +760,8 @@ impl World {
                 (w.from, w.to.state, w.to.step_wait().and_then(Wait::owed))
             {
                 let inputs = &wait_of(&w.to, step).inputs;
-                let missing: Vec<&String> =
-                    own.steps[step as usize].requires.iter().filter(|k| !inputs.contains_key(*k)).collect();
-                assert!(
-                    missing.is_empty(),
-                    "step {step} advanced without {missing:?}, which its version requires"
-                );
+                let requires = &own.steps[step as usize].requires;
+                assert!(requires.met(inputs), "step {step} advanced on {inputs:?}, short of {requires}");
             }
         }
         // A report for a step its own version has is never refused as unknown.

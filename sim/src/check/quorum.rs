@@ -1,0 +1,45 @@
+//! Steps whose `requires` asks for any or N of a list: a step completes only once its rule is
+//! met, each distinct input of the list counted once and a null not at all. Counted here from
+//! the landed record, apart from the lifecycle's own count. (That it completes at most once is
+//! `each_step_advances_at_most_once`.)
+
+use baton_core::domain::lifecycle::{Cause, State};
+
+use super::{Checker, Seen};
+
+pub(super) fn quorum_met_before_the_step_completes(c: &mut Checker<'_>, s: &Seen<'_>) {
+    for w in &s.writes {
+        let r = &w.to;
+        let (Some(State::Waiting { step }), State::Advancing { step: to }) = (w.from, r.state) else {
+            continue;
+        };
+        if step != to || r.history.last().is_none_or(|h| h.cause != Cause::Complete) {
+            continue;
+        }
+        let Some(config) = s.version_of(Some(&r.config_version)) else { continue };
+        let Some(rule) = config
+            .workflow(r.workflow.as_str())
+            .and_then(|wf| wf.steps.get(step as usize))
+            .map(|s| &s.requires)
+        else {
+            continue;
+        };
+        if rule.is_all() {
+            continue;
+        }
+        let Some(wait) = r.wait(step) else { continue };
+        let mut present: Vec<&str> = rule
+            .of
+            .iter()
+            .filter(|n| wait.inputs.get(*n).is_some_and(|v| !v.is_null()))
+            .map(String::as_str)
+            .collect();
+        present.dedup();
+        c.check("quorum_met_before_the_step_completes", present.len() >= rule.at_least, || {
+            format!(
+                "{}/{} generation {} step {step} completed with {present:?}, short of {rule}",
+                r.workflow, r.key, r.generation
+            )
+        });
+    }
+}
