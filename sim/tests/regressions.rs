@@ -464,17 +464,23 @@ fn a_message_failing_on_its_last_receive_is_dead_lettered_with_a_reason() {
     );
 }
 
+/// k's review applied straight to its step as `cb-x`, a copy of it (the same payload) buffered
+/// behind, and the clock past the copy's expiry.
+fn applied_with_a_copy_past_its_expiry(s: &Stack) {
+    waiting_on_review(s, "k");
+    let applied = callback(s, "cb-x", &review("k", json!({"decision": "ok"})));
+    assert_eq!(applied.status.as_u16(), 200, "{}", applied.body);
+    let hash = record(s, "k").applied.last().unwrap().hash.clone();
+    buffer_review_copy(s, "cb-x", hash, json!({"decision": "ok"}));
+    s.world.advance(Duration::hours(2));
+}
+
 #[test]
 fn a_buffered_copy_of_an_applied_input_is_settled_applied_not_expired() {
     let s = stack();
-    waiting_on_review(&s, "k");
-    let applied = callback(&s, "cb-x", &review("k", json!({"decision": "ok"})));
-    assert_eq!(applied.status.as_u16(), 200, "{}", applied.body);
-    // A copy of that very input (same payload) landed in the inbox behind it (a redelivery
+    // A copy of an applied input (same payload) landed in the inbox behind it (a redelivery
     // racing the direct application): when it expires, it is the input applied, not one lost.
-    let hash = record(&s, "k").applied.last().unwrap().hash.clone();
-    buffer_review_copy(&s, "cb-x", hash, json!({"decision": "ok"}));
-    s.world.advance(Duration::hours(2));
+    applied_with_a_copy_past_its_expiry(&s);
     let report = drive(s.sweeper.run_once(s.world.now())).unwrap();
     assert_eq!(report.expired, 0);
     let t = trace(&s, "k");
@@ -489,12 +495,7 @@ fn a_buffered_copy_of_an_applied_input_is_settled_applied_not_expired() {
 #[test]
 fn a_sweep_taking_over_the_expiry_of_an_applied_inputs_copy_settles_it_applied() {
     let s = stack();
-    waiting_on_review(&s, "k");
-    let applied = callback(&s, "cb-x", &review("k", json!({"decision": "ok"})));
-    assert_eq!(applied.status.as_u16(), 200, "{}", applied.body);
-    let hash = record(&s, "k").applied.last().unwrap().hash.clone();
-    buffer_review_copy(&s, "cb-x", hash, json!({"decision": "ok"}));
-    s.world.advance(Duration::hours(2));
+    applied_with_a_copy_past_its_expiry(&s);
     // The first sweep claims the copy's expiry and dies before its settle.
     s.world.script("ddb.UpdateItem(inbox)", Fault::Before);
     let _ = drive(s.sweeper.run_once(s.world.now()));

@@ -197,6 +197,17 @@ impl System {
         self.store.load(&w, &k).await.expect("load")
     }
 
+    /// The ledger of (`workflow`, `key`): each ignored input's id and reason.
+    pub async fn ledger(
+        &self,
+        workflow: &str,
+        key: &str,
+    ) -> Vec<(String, baton_core::domain::lifecycle::IgnoreReason)> {
+        let (w, k) = (WorkflowName::parse(workflow).unwrap(), CorrelationKey::parse(key).unwrap());
+        let trace = self.store.trace(&w, &k).await.expect("trace");
+        trace.ledger.into_iter().map(|l| (l.input_id, l.reason)).collect()
+    }
+
     /// Waits (as [`System::until`]) for the record of (`workflow`, `key`) to satisfy `want`,
     /// and returns it.
     pub async fn record_until(
