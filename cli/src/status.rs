@@ -198,10 +198,19 @@ impl Report {
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "records by state (table {})", report.table);
-    for state in report.counts.keys() {
-        let _ = writeln!(out, "  {state:<10} {:>13}", report.count(state));
+    // Both columns as wide as their widest cell: `compensation_failed` and "more than 100"
+    // keep the counts aligned.
+    let rows: Vec<(&str, String)> = report
+        .counts
+        .keys()
+        .map(|state| (state.as_str(), report.count(state)))
+        .chain([("total", report.total())])
+        .collect();
+    let w_state = rows.iter().map(|(s, _)| s.len()).max().unwrap_or(0);
+    let w_count = rows.iter().map(|(_, n)| n.len()).max().unwrap_or(0);
+    for (state, n) in &rows {
+        let _ = writeln!(out, "  {state:<w_state$}  {n:>w_count$}");
     }
-    let _ = writeln!(out, "  {:<10} {:>13}", "total", report.total());
     let _ = writeln!(out);
     if report.overdue.is_empty() {
         let _ = writeln!(out, "waiting past their deadline: none");
@@ -325,8 +334,8 @@ mod tests {
         assert_eq!(json["overdue_truncated"], false);
 
         let text = render(&report);
-        assert!(text.contains("  waiting                3\n"), "{text}");
-        assert!(text.contains("  total                 10\n"), "{text}");
+        assert!(text.contains("  waiting               3\n"), "{text}");
+        assert!(text.contains("  total                10\n"), "{text}");
         assert!(text.contains("waiting past their deadline (2):"), "{text}");
         let b = text.lines().find(|l| l.contains("  b  ")).unwrap();
         assert!(b.contains("step 1") && b.ends_with("2h 0m"), "{b}");
@@ -349,9 +358,33 @@ mod tests {
         assert_eq!(json["more_than"], json!(["succeeded"]));
         assert_eq!(json["total"], 53);
         let text = render(&report);
-        assert!(text.contains("  succeeded   more than 50\n"), "{text}");
-        assert!(text.contains("  waiting                3\n"), "{text}");
-        assert!(text.contains("  total       more than 53\n"), "{text}");
+        assert!(text.contains("  succeeded            more than 50\n"), "{text}");
+        assert!(text.contains("  waiting                         3\n"), "{text}");
+        assert!(text.contains("  total                more than 53\n"), "{text}");
+    }
+
+    #[test]
+    fn the_counts_stay_aligned_past_the_longest_state_name_and_a_bound() {
+        let counts = BTreeMap::from([
+            (Kind::Waiting, Count::Exact(3)),
+            (Kind::CompensationFailed, Count::Exact(12)),
+            (Kind::Succeeded, Count::MoreThan(100)),
+        ]);
+        let report = build(
+            "t",
+            &counts,
+            100,
+            &[],
+            (&StepNames::default(), &BTreeMap::new()),
+            OffsetDateTime::UNIX_EPOCH,
+        );
+        let text = render(&report);
+        let rows: Vec<&str> = text.lines().skip(1).take_while(|l| !l.is_empty()).collect();
+        assert_eq!(rows.len(), Kind::ALL.len() + 1, "every state and the total: {text}");
+        let ends: Vec<usize> = rows.iter().map(|l| l.len()).collect();
+        assert!(ends.iter().all(|e| *e == ends[0]), "the counts end in one column:\n{text}");
+        let starts: Vec<usize> = rows.iter().map(|l| l.len() - l.trim_start().len()).collect();
+        assert!(starts.iter().all(|s| *s == 2), "{text}");
     }
 
     #[test]

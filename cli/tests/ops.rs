@@ -63,11 +63,11 @@ async fn send_starts_a_workflow_refuses_an_invalid_event_and_status_counts_it() 
     assert_eq!(overdue[0]["deadline"].as_str(), Some(late.as_str()));
 
     let table = stack.baton(&["status"]).await.ok();
-    assert!(table.contains("  waiting                3"), "{table}");
+    assert!(table.contains("  waiting              3\n"), "{table}");
     // And counted up to a bound below what a state holds, it says "more than"
     let bounded = stack.baton(&["status", "--count-up-to", "2"]).await.ok();
-    assert!(bounded.contains("  waiting      more than 2"), "{bounded}");
-    assert!(bounded.contains("  total        more than 2"), "{bounded}");
+    assert!(bounded.contains("  waiting              more than 2\n"), "{bounded}");
+    assert!(bounded.contains("  total                more than 2\n"), "{bounded}");
     assert!(table.lines().any(|l| l.contains("order-review  k-late  manual-review")), "{table}");
     stack.system.stop().await;
 }

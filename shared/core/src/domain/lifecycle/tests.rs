@@ -1116,6 +1116,7 @@ mod compensation_races;
 mod features_meet;
 mod group;
 mod group_races;
+mod quorum_races;
 mod repark;
 mod retry;
 mod retry_races;
