@@ -101,7 +101,7 @@ fn feed(p: &Plan, r: &Record, inputs: &[Input]) -> (Record, usize) {
 /// Invariant 2: one name carried by a callback and by an event (two sources, two ids) is one
 /// approval: ann twice never makes two of three.
 #[test]
-fn held_a_name_carried_by_a_callback_and_an_event_counts_once() {
+fn a_name_carried_by_a_callback_and_an_event_counts_once() {
     let p = two_of_three();
     let r = ready(&p, &started(&p), 0, "t0");
     let (r, n) = feed(
@@ -121,7 +121,7 @@ fn held_a_name_carried_by_a_callback_and_an_event_counts_once() {
 /// Invariant 2: a null sent after an approval withdraws it, whoever sends it and however the
 /// approval came (a success, an in-progress report, an event): the step waits on.
 #[test]
-fn held_a_null_after_an_approval_withdraws_it_whatever_carried_either() {
+fn a_null_after_an_approval_withdraws_it_whatever_carried_either() {
     let p = two_of_three();
     let r = ready(&p, &started(&p), 0, "t0");
     let (r, n) = feed(
@@ -144,7 +144,7 @@ fn held_a_null_after_an_approval_withdraws_it_whatever_carried_either() {
 /// Invariant 2: an any-of step whose only approval was withdrawn waits, and a success with no
 /// listed name (or with listed names all null) does not complete it.
 #[test]
-fn held_an_any_of_step_with_its_approval_withdrawn_waits_for_another() {
+fn an_any_of_step_with_its_approval_withdrawn_waits_for_another() {
     let mut p = plan(&[&[]]);
     p.steps[0].requires = rule(1, &["legal", "compliance"]);
     let r = ready(&p, &started(&p), 0, "t0");
@@ -171,7 +171,7 @@ fn held_an_any_of_step_with_its_approval_withdrawn_waits_for_another() {
 /// under the approval's id is a conflict, refused and ledgered: the approval stands, and the
 /// repeat of an approval after its withdrawal does not bring it back.
 #[test]
-fn held_a_repeat_never_re_applies_an_approval_that_was_withdrawn() {
+fn a_repeat_never_re_applies_an_approval_that_was_withdrawn() {
     let p = two_of_three();
     let r = ready(&p, &started(&p), 0, "t0");
     let approve = ok("cb-ann", 0, json!({"ann": "yes"}));
@@ -195,7 +195,7 @@ fn held_a_repeat_never_re_applies_an_approval_that_was_withdrawn() {
 /// failure) is ignored `step_already_advanced`, ledgered, and sends no resume; once the next step
 /// waits they are `step_already_passed`. The resume that went out carries the approvals.
 #[test]
-fn held_inputs_after_completion_are_ignored_ledgered_and_never_resume_again() {
+fn inputs_after_completion_are_ignored_ledgered_and_never_resume_again() {
     let p = two_of_three();
     let r = ready(&p, &started(&p), 0, "t0");
     let (r, _) = feed(&p, &r, &[ok("cb-ann", 0, json!({"ann": "yes"}))]);
@@ -231,7 +231,7 @@ fn held_inputs_after_completion_are_ignored_ledgered_and_never_resume_again() {
 /// Invariant 1: a repark (the step reported again with a newer token) keeps the approvals
 /// gathered: the second approval completes the step, to the new token, once.
 #[test]
-fn held_a_repark_keeps_the_approvals_gathered_and_the_quorum_resumes_the_new_token() {
+fn a_repark_keeps_the_approvals_gathered_and_the_quorum_resumes_the_new_token() {
     let p = two_of_three();
     let r = ready(&p, &started(&p), 0, "t0");
     let (r, _) = feed(&p, &r, &[ok("cb-ann", 0, json!({"ann": "yes"}))]);
@@ -274,7 +274,7 @@ fn at_quorum_group(p: &Plan) -> Record {
 /// branch; the quorum branch completes once, on its own second approval, and a late approval to
 /// it is ignored and ledgered while its sibling still waits.
 #[test]
-fn held_a_quorum_branch_counts_only_its_own_inputs_and_completes_once() {
+fn a_quorum_branch_counts_only_its_own_inputs_and_completes_once() {
     let p = quorum_group();
     let r = at_quorum_group(&p);
     let (r, n) = feed(
@@ -304,7 +304,7 @@ fn held_a_quorum_branch_counts_only_its_own_inputs_and_completes_once() {
 /// Invariant 4: inputs for a branch that Step Functions has not reached yet are buffered, and
 /// drained after it is reached they count as any other: the branch completes once.
 #[test]
-fn held_a_branch_not_reached_yet_buffers_its_approvals_and_completes_once_from_the_drain() {
+fn a_branch_not_reached_yet_buffers_its_approvals_and_completes_once_from_the_drain() {
     let p = quorum_group();
     let r = ready(&p, &started(&p), 0, "t0");
     let r = after(&run(&p, Some(&r), &ok("cb-0", 0, json!({"decision": "go"}))));
@@ -342,7 +342,7 @@ fn held_a_branch_not_reached_yet_buffers_its_approvals_and_completes_once_from_t
 /// arrival order, give what they would have given live: bob's approval then withdrawal, ann and
 /// ann again leave one approval; the drain's cy completes; later drained entries are ignored, ledgered.
 #[test]
-fn held_early_approvals_drained_count_like_live_ones_and_complete_once() {
+fn early_approvals_drained_count_like_live_ones_and_complete_once() {
     let p = two_of_three();
     let pending = started(&p);
     let early = [
@@ -364,7 +364,7 @@ fn held_early_approvals_drained_count_like_live_ones_and_complete_once() {
     for e in &early {
         let d = run(&p, Some(&r), &drained(e.clone(), 1));
         resumes += success_resumes(&d);
-        outcomes.push(d.outcome.clone());
+        outcomes.push(d.outcome);
         if !matches!(d.outcome, Outcome::Applied) {
             assert!(ledgered(&d), "{d:?}");
         }
@@ -406,7 +406,7 @@ fn fail(id: &str, attempt: Option<u32>) -> Input {
 /// Invariant 4: the approvals of attempt 1 never count toward attempt 2, however they come
 /// back: named for attempt 1 (late), repeated under their id, or in the failure's own data.
 #[test]
-fn held_an_earlier_attempts_approvals_never_count_toward_the_next() {
+fn an_earlier_attempts_approvals_never_count_toward_the_next() {
     let p = retried_quorum();
     let r = ready(&p, &started(&p), 0, "t0");
     let ann1 = with_attempt(ok("cb-ann-1", 0, json!({"ann": "yes"})), Some(1));
@@ -441,7 +441,7 @@ fn held_an_earlier_attempts_approvals_never_count_toward_the_next() {
 /// Invariant 1 (once per generation): approvals of generation 1 never count in generation 2,
 /// whether they come back named for generation 1 (stale) or as repeats of their id.
 #[test]
-fn held_a_restarted_generation_counts_none_of_the_earlier_ones_approvals() {
+fn a_restarted_generation_counts_none_of_the_earlier_ones_approvals() {
     let p = two_of_three();
     let r = ready(&p, &started(&p), 0, "t0");
     let ann = ok("cb-ann", 0, json!({"ann": "yes"}));
@@ -485,7 +485,7 @@ impl Rng {
 /// repeated id never applied again) meets the rule, with one success resume carrying the
 /// model's inputs; every later input resumes nothing.
 #[test]
-fn held_random_walks_complete_exactly_when_the_model_meets_the_rule() {
+fn random_walks_complete_exactly_when_the_model_meets_the_rule() {
     let names = ["ann", "bob", "cy", "note"];
     for (at_least, of) in
         [(2, &["ann", "bob", "cy"][..]), (1, &["ann", "bob"][..]), (3, &["ann", "bob", "cy"][..])]
@@ -571,7 +571,7 @@ fn errors(yaml: &str) -> Vec<String> {
 /// Invariant 4 (validate): a branch of a parallel group is a step: a rule it can never meet is
 /// refused by the branch's path; one it can is planned as written.
 #[test]
-fn held_a_branch_rule_that_can_never_be_met_is_refused_by_its_path() {
+fn a_branch_rule_that_can_never_be_met_is_refused_by_its_path() {
     let bad = workflow_yaml(
         "      - parallel:\n          name: checks\n          branches:\n            - { name: audit, requires: { at_least: 3, of: [ann, bob] }, timeout: 1d }\n            - { name: sign, requires: { any_of: [] }, timeout: 1d }\n",
     );
@@ -600,7 +600,7 @@ fn held_a_branch_rule_that_can_never_be_met_is_refused_by_its_path() {
 /// path: an `of` that is empty, an `at_least` that is no whole number, a name listed twice in
 /// `any_of`, a rule with both forms.
 #[test]
-fn held_more_rules_that_can_never_be_met_are_refused_by_their_path() {
+fn more_rules_that_can_never_be_met_are_refused_by_their_path() {
     let cases = [
         ("{ at_least: 1, of: [] }", "requires.at_least: 1 is more than the 0"),
         ("{ at_least: 1.5, of: [a, b] }", "requires.at_least: expected a whole number"),
@@ -629,7 +629,7 @@ fn held_more_rules_that_can_never_be_met_are_refused_by_their_path() {
 /// version is stored as gives the very rule back when read again (a record in flight is decided
 /// by its version's rule, as the table keeps it).
 #[test]
-fn held_a_changed_rule_is_another_version_whose_stored_form_gives_the_rule_back() {
+fn a_changed_rule_is_another_version_whose_stored_form_gives_the_rule_back() {
     let forms = [
         "[ann, bob]",
         "{ any_of: [ann, bob] }",
@@ -663,7 +663,7 @@ fn held_a_changed_rule_is_another_version_whose_stored_form_gives_the_rule_back(
 /// [ann, bob]) waits on one approval though a later version's (any of) would complete it, and
 /// the plan it is decided with is the one its own version names.
 #[test]
-fn held_a_record_decided_under_its_own_versions_rule_waits_as_that_rule_says() {
+fn a_record_decided_under_its_own_versions_rule_waits_as_that_rule_says() {
     let v1 = plan(&[&["ann", "bob"]]);
     let mut v2 = plan(&[&[]]);
     v2.steps[0].requires = rule(1, &["ann", "bob"]);
