@@ -1110,6 +1110,24 @@ fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
     assert!(!backwards.follows(Some(&pending)), "pending -> waiting is no restart");
 }
 
+/// A small deterministic generator (xorshift) for the random walks of the race tests.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
 mod branch_retry_races;
 mod compensation;
 mod compensation_races;

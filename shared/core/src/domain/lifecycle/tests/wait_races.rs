@@ -293,25 +293,10 @@ fn held_a_redelivered_first_attempt_failure_never_fails_the_second() {
 // Random walks: every input the queues may deliver, in any order, any number of times, with the
 // engine's marks fed back; invariants checked after each decision.
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// What a walk found wrong, with the path that led there.
 #[expect(clippy::too_many_lines, reason = "one walk: each decision, then every check of it, in order")]
 fn walk(p: &Plan, pool: &[Input], seed: u64, len: usize) -> Option<String> {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::seeded(seed);
     let (w, k) = names();
     let mut record: Option<Record> = Some(started(p));
     let mut dynamic: Vec<Input> = Vec::new();
