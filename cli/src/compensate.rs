@@ -16,7 +16,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::recover::tools;
 use crate::target::TargetArgs;
-use crate::terminal::line;
+use crate::terminal::{columns, line};
 
 /// The JSON document's schema name.
 pub const SCHEMA: &str = "baton.compensation-plan/v1";
@@ -171,34 +171,13 @@ pub fn text(doc: &Value) -> String {
         let why = detail["error"].as_str().or(detail["reason"].as_str()).unwrap_or_default();
         line(&mut out, &format!("  began {} after the run {} {}", s(&t["began_at"]), s(&t["kind"]), why));
     }
-    line(&mut out, "  step            completed  attempts  state                    compensation");
-    for step in doc["steps"].as_array().into_iter().flatten() {
-        let comp = &step["compensation"];
-        let what = match comp.as_object() {
-            Some(_) => {
-                format!("{} ({}, {} attempts)", s(&comp["title"]), s(&comp["queue"]), comp["attempts"])
-            }
-            None => "none declared".to_owned(),
-        };
-        let attempts = match comp.as_object() {
-            Some(_) => format!("{}/{}", step["attempts_used"], comp["attempts"]),
-            None => "-".to_owned(),
-        };
-        let mut state = s(&step["state"]);
-        if let Some(reason) = step["skip_reason"].as_str() {
-            state = format!("{state} ({reason})");
-        }
-        line(
-            &mut out,
-            &format!(
-                "  {:<15} {:<10} {:<9} {:<24} {}",
-                s(&step["name"]),
-                if step["completed"] == true { "yes" } else { "no" },
-                attempts,
-                state,
-                what
-            ),
-        );
+    let steps: Vec<&Value> = doc["steps"].as_array().into_iter().flatten().collect();
+    let header = ["step", "completed", "attempts", "state", "compensation"].map(str::to_owned).to_vec();
+    let rows: Vec<Vec<String>> = std::iter::once(header).chain(steps.iter().copied().map(step_row)).collect();
+    let lines = columns(&rows);
+    out.push_str(&format!("  {}\n", lines[0]));
+    for (step, text) in steps.iter().zip(&lines[1..]) {
+        out.push_str(&format!("  {text}\n"));
         for e in step["errors"].as_array().into_iter().flatten() {
             line(
                 &mut out,
@@ -207,6 +186,25 @@ pub fn text(doc: &Value) -> String {
         }
     }
     out
+}
+
+/// One step's cells in the plan's table: name, completed, attempts, state, compensation.
+fn step_row(step: &Value) -> Vec<String> {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let comp = &step["compensation"];
+    let (what, attempts) = match comp.as_object() {
+        Some(_) => (
+            format!("{} ({}, {} attempts)", s(&comp["title"]), s(&comp["queue"]), comp["attempts"]),
+            format!("{}/{}", step["attempts_used"], comp["attempts"]),
+        ),
+        None => ("none declared".to_owned(), "-".to_owned()),
+    };
+    let mut state = s(&step["state"]);
+    if let Some(reason) = step["skip_reason"].as_str() {
+        state = format!("{state} ({reason})");
+    }
+    let completed = if step["completed"] == true { "yes" } else { "no" };
+    vec![s(&step["name"]), completed.to_owned(), attempts, state, what]
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use baton_core::use_cases::replay::{self, Applied, Classification, Done, Line, O
 use serde::{Deserialize, Serialize};
 
 use crate::target::{self, Field, Target, TargetArgs};
-use crate::terminal::terminal_safe;
+use crate::terminal::{columns, terminal_safe};
 
 /// Which dead-letter queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -277,25 +277,23 @@ fn describe(result: &Applied) -> String {
 }
 
 fn print_plan(lines: &[Line]) {
-    println!("{:<40} {:<12} {:<28} effect", "message", "class", "record (state, version)");
+    let mut rows =
+        vec![["message", "class", "record (state, version)", "effect"].map(str::to_owned).to_vec()];
     for line in lines {
         if line.targets.is_empty() {
-            println!(
-                "{:<40} {:<12} {:<28} {}",
-                terminal_safe(&line.id),
-                line.classification.to_string(),
-                "-",
-                terminal_safe(line.note.as_deref().unwrap_or(""))
-            );
+            let class = line.classification.to_string();
+            rows.push(vec![line.id.clone(), class, "-".to_owned(), line.note.clone().unwrap_or_default()]);
         }
         for t in &line.targets {
             let record = match (&t.state, t.version) {
                 (Some(s), Some(v)) => format!("{}/{} {s} v{v}", t.workflow, t.key),
                 _ => format!("{}/{} (none)", t.workflow, t.key),
             };
-            let (id, effect) = (terminal_safe(&line.id), terminal_safe(&t.effect));
-            println!("{id:<40} {:<12} {:<28} {effect}", t.classification.to_string(), record);
+            rows.push(vec![line.id.clone(), t.classification.to_string(), record, t.effect.clone()]);
         }
+    }
+    for text in columns(&rows) {
+        println!("{text}");
     }
     let count = |c: Classification| lines.iter().filter(|l| l.classification == c).count();
     println!(

@@ -16,6 +16,30 @@ pub fn line(out: &mut String, text: &str) {
     out.push('\n');
 }
 
+/// Rows of cells as lines of aligned columns, each column but the last as wide as its widest
+/// cell (in characters, once escaped as [`terminal_safe`] escapes them), two spaces apart: a
+/// long step name or message id moves the columns after it, never into them.
+pub fn columns(rows: &[Vec<String>]) -> Vec<String> {
+    let cells: Vec<Vec<Cow<'_, str>>> =
+        rows.iter().map(|r| r.iter().map(|c| terminal_safe(c)).collect()).collect();
+    let width =
+        |i: usize| cells.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cells.iter().map(Vec::len).max().unwrap_or(0)).map(width).collect();
+    cells
+        .iter()
+        .map(|row| {
+            let mut text = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                text.push_str(cell);
+                if i + 1 < row.len() {
+                    text.extend(std::iter::repeat_n(' ', widths[i] - cell.chars().count() + 2));
+                }
+            }
+            text.trim_end().to_owned()
+        })
+        .collect()
+}
+
 /// `text` fit for a terminal: every control character (C0 including newline and ESC, DEL, C1)
 /// and every bidirectional override is written visibly as an escape (`\x1b`, `\n`, `\u{202e}`).
 pub fn terminal_safe(text: &str) -> Cow<'_, str> {
@@ -44,6 +68,24 @@ pub fn terminal_safe(text: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn columns_are_as_wide_as_their_widest_cell_and_escaped() {
+        let rows = vec![
+            vec!["step".to_owned(), "state".to_owned(), "what".to_owned()],
+            vec!["a-very-long-step-name".to_owned(), "done".to_owned(), "x".to_owned()],
+            vec!["b\u{1b}".to_owned(), "skipped (not completed)".to_owned(), "y".to_owned()],
+        ];
+        let lines = super::columns(&rows);
+        assert_eq!(
+            lines,
+            [
+                "step                   state                    what",
+                "a-very-long-step-name  done                     x",
+                "b\\x1b                  skipped (not completed)  y",
+            ]
+        );
+    }
+
     use super::*;
 
     #[test]
