@@ -947,10 +947,15 @@ fn attempt_lines<'a>(
 
 /// A parallel group's branches, one line each: name, state, deadline, inputs, owed resume.
 fn render_branches(out: &mut String, r: &RecordView, now: OffsetDateTime) {
+    let name_of = |b: &BranchView| b.name.clone().unwrap_or_else(|| format!("step {}", b.step));
+    // The names and states as wide as the widest of the group's (a long branch name never
+    // pushes into the state).
+    let w_name = r.branches.iter().map(|b| name_of(b).chars().count()).max().unwrap_or(0);
+    let w_state = r.branches.iter().map(|b| b.state.chars().count()).max().unwrap_or(0);
     for (i, b) in r.branches.iter().enumerate() {
         let label = if i == 0 { "  branches  " } else { "            " };
-        let name = b.name.clone().unwrap_or_else(|| format!("step {}", b.step));
-        let mut text = format!("{label}{name:<20} {:<11}", b.state);
+        let name = name_of(b);
+        let mut text = format!("{label}{name:<w_name$}  {:<w_state$}", b.state);
         if let Some(deadline) = b.deadline.filter(|_| b.state == "waiting") {
             let when = if deadline <= now {
                 format!("overdue by {}", human(now - deadline))
@@ -993,12 +998,14 @@ fn render_compensation(out: &mut String, r: &RecordView) {
         out,
         &format!("  compensation began {} after the run {}{detail}", table_time(c.began_at), c.trigger),
     );
+    let name_of = |u: &UndoView| u.name.clone().unwrap_or_else(|| format!("step {}", u.step));
+    let w_name = c.steps.iter().map(|u| name_of(u).chars().count()).max().unwrap_or(0);
     for u in &c.steps {
-        let name = u.name.clone().unwrap_or_else(|| format!("step {}", u.step));
+        let name = name_of(u);
         let why = u.skip_reason.map(|s| format!(" ({s})")).unwrap_or_default();
         let attempts =
             if u.failed_attempts.is_empty() { String::new() } else { format!(", attempt {}", u.attempt) };
-        line(out, &format!("              undo {name:<20} {}{why}{attempts}", u.state));
+        line(out, &format!("              undo {name:<w_name$}  {}{why}{attempts}", u.state));
         for a in &u.failed_attempts {
             line(
                 out,
@@ -1602,8 +1609,8 @@ mod tests {
         assert_eq!(json["record"]["missed"], json!(["address-check"]));
         assert!(!json.to_string().contains("tok-c"), "tokens are never shown");
         let text = render(&report, t(60));
-        assert!(text.contains("  branches  fraud-check          succeeded   inputs {\"s\":1}"), "{text}");
-        assert!(text.contains("            credit-check         waiting     deadline"), "{text}");
+        assert!(text.contains("  branches  fraud-check    succeeded inputs {\"s\":1}"), "{text}");
+        assert!(text.contains("            credit-check   waiting   deadline"), "{text}");
         assert!(!text.contains("attempt"), "no attempt without retry: {text}");
         assert!(text.contains("  missed    address-check (optional; the workflow ends degraded)"), "{text}");
         // The graph draws the group as one state with its branches side by side.
