@@ -232,7 +232,7 @@ fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s: &Seen<'_>)
                     && next_attempt_opened(&w.to, step, failed.len())
             })
             .map(|w| w.at);
-        // Or by its task's publication, when the mark after it failed: the worker has had the
+        // Without the mark, by its task's publication: the worker has had the
         // task from then (seed 76664: the task went out with every beat around it throttled, a
         // later sweep's beat landed and its mark failed; the worker stayed silent a whole
         // heartbeat after both).
@@ -243,7 +243,6 @@ fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s: &Seen<'_>)
             .filter(|p| p.task.workflow.as_str() == workflow && p.task.key.as_str() == key)
             .find(|p| u64::from(p.task.generation) == generation && p.task.step == step)
             .map(|p| p.at);
-        let opened = opened.into_iter().chain(sent).min();
         let lag =
             time::Duration::try_from(baton_core::limits::ATTEMPT_OPEN_LAG).unwrap_or(time::Duration::ZERO);
         let jumped = crate::world::lock(&s.stack.world.jumps)
@@ -254,10 +253,14 @@ fn heartbeat_runs_out_only_on_a_silent_worker(c: &mut Checker<'_>, s: &Seen<'_>)
         let throttled = crate::world::lock(&s.stack.world.spells).iter().any(|(from, until, prefix)| {
             "sfn.SendTaskHeartbeat".starts_with(prefix) && *from < held_from + lag && *until > held_from
         });
+        // The beat goes just before the mark's write, which latency may hold back a while.
+        let had_it_from =
+            |at: time::OffsetDateTime| missed.at + skew + time::Duration::minutes(1) >= at + missed.heartbeat;
         let kept = match opened {
-            // The beat goes just before the mark's write, which latency may hold back a while.
-            Some(at) => missed.at + skew + time::Duration::minutes(1) >= at + missed.heartbeat,
-            None => jumped || throttled || missed.at + skew < held_from + lag,
+            Some(at) => had_it_from(at),
+            None => {
+                jumped || throttled || missed.at + skew < held_from + lag || sent.is_some_and(had_it_from)
+            }
         };
         c.check("heartbeat_runs_out_only_on_a_silent_worker", kept, || {
             format!(
