@@ -28,13 +28,13 @@ pub(super) fn quorum_met_before_the_step_completes(c: &mut Checker<'_>, s: &Seen
             continue;
         }
         let Some(wait) = r.wait(step) else { continue };
-        let mut present: Vec<&str> = rule
+        // The list's names are unique (`baton validate` refuses a name listed twice).
+        let present: Vec<&str> = rule
             .of
             .iter()
             .filter(|n| wait.inputs.get(*n).is_some_and(|v| !v.is_null()))
             .map(String::as_str)
             .collect();
-        present.dedup();
         c.check("quorum_met_before_the_step_completes", present.len() >= rule.at_least, || {
             format!(
                 "{}/{} generation {} step {step} completed with {present:?}, short of {rule}",
