@@ -20,6 +20,9 @@ pub fn validate(path: &Path) -> Result<()> {
 
 fn summary(wf: &Workflow) -> String {
     let step = |s: &baton_core::domain::config::Step| {
+        if let Some(after) = s.timer {
+            return format!("{} (timer {}, timeout {})", s.name, human(after), human(s.timeout));
+        }
         let requires = match s.requires.of.len() {
             0 => "any success".to_owned(),
             _ if s.requires.is_all() => s.requires.of.join("+"),

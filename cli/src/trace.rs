@@ -387,6 +387,9 @@ pub struct RecordView {
     /// When the next attempt's task goes out, during a backoff.
     #[serde(serialize_with = "crate::ops::ser_opt_time")]
     pub next_attempt_at: Option<OffsetDateTime>,
+    /// A timer step, while it sleeps: when the sweeper wakes it.
+    #[serde(serialize_with = "crate::ops::ser_opt_time")]
+    pub wakes_at: Option<OffsetDateTime>,
     /// The compensation phase, once it began: why, when, and each step of its plan (`null`
     /// before).
     pub compensation: Option<CompensationView>,
@@ -708,6 +711,7 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         failed_attempts: at_step.map(|w| w.failed.clone()).unwrap_or_default(),
         attempt: at_step.map_or(1, Wait::attempt),
         next_attempt_at: at_step.and_then(Wait::task_due),
+        wakes_at: at_step.and_then(Wait::wakes_at),
         compensation: r.compensation.as_ref().map(|c| compensation_view(c, r.workflow.as_str(), names)),
         created_at: r.created_at,
         updated_at: r.updated_at,
@@ -836,6 +840,14 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
                     format!("in {}", human(deadline - now))
                 };
                 line(&mut out, &format!("  deadline  {} ({when})", table_time(deadline)));
+            }
+            if let Some(at) = r.wakes_at {
+                let when = if at <= now {
+                    format!("due {} ago", human(now - at))
+                } else {
+                    format!("in {}", human(at - now))
+                };
+                line(&mut out, &format!("  timer     wakes {} ({when})", table_time(at)));
             }
             if let Some(fingerprint) = &r.token_fingerprint {
                 line(&mut out, &format!("  token     {fingerprint}"));
@@ -1502,6 +1514,19 @@ mod tests {
             source: InputSource::Callback,
             at: t(10),
         }
+    }
+
+    #[test]
+    fn a_timer_step_shows_when_it_wakes() {
+        let mut trace = trace();
+        let record = trace.record.as_mut().unwrap();
+        record.waits[0].status = WaitStatus::Sleeping { until: t(600) };
+        let (w, k) = names();
+        let report = build(&trace, vec![], &StepNames::default(), (&w, &k));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["record"]["wakes_at"], rfc3339(t(600)));
+        let text = render(&report, t(60));
+        assert!(text.contains("  timer     wakes ") && text.contains("(in 9m 0s)"), "{text}");
     }
 
     #[test]

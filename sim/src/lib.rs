@@ -83,6 +83,10 @@ workflows:
         timeout: 20m
 "#;
 
+/// The timer some schedules put before `review`'s `payment`: a cooling-off of 90 seconds (its
+/// step's timeout the default margin after), during which operators cancel as at any step.
+pub const TIMER_STEP: &str = "      - name: cool-off\n        timer: { after: 90s }\n";
+
 /// The `audit` workflow's step as some schedules have it: two approvals of three.
 pub const QUORUM_CHECK: &str = "        requires: { at_least: 2, of: [ok, ok2, ok3] }\n";
 
@@ -779,6 +783,15 @@ fn run_schedule(options: Options) -> Outcome {
         world.note(|| "the audit workflow's check takes two approvals of three".to_owned());
         plan.add_quorum(&mut quorums);
         yaml.replacen("        requires: [ok]\n", QUORUM_CHECK, 1)
+    } else {
+        yaml
+    };
+    // Three schedules in ten put a timer before the review workflow's payment, drawn from a
+    // generator of their own.
+    let mut timers = rng::Rng::new(options.seed ^ 0x7_1e3e);
+    let yaml = if timers.chance(0.3) {
+        world.note(|| "the review workflow cools off 90s before payment".to_owned());
+        yaml.replacen("      - name: payment\n", &format!("{TIMER_STEP}      - name: payment\n"), 1)
     } else {
         yaml
     };

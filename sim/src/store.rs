@@ -214,7 +214,8 @@ impl WorkflowStore for SimStore {
         });
         if applied == Applied::Written {
             let r = &write.to;
-            let due = r.waits.iter().filter_map(|w| w.task_due());
+            // (A timer's wake is due as an attempt's task is: the sweep comes on time.)
+            let due = r.waits.iter().filter_map(|w| w.task_due().or_else(|| w.wakes_at()));
             let undos = r.compensation.iter().flat_map(|c| c.undos.iter().filter_map(|u| u.wait.task_due()));
             lock(&self.attempts_due).extend(due.chain(undos));
             if r.state == State::Compensating {

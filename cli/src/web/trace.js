@@ -97,6 +97,8 @@ function header() {
     fact("state", "state", badge(r.state, label));
     fact("generation", "generation", String(r.generation));
     fact("deadline", "deadline", r.deadline || "none");
+    // A timer step, while it sleeps: when the sweeper wakes it.
+    if (r.wakes_at) fact("timer wakes", "wakes-at", r.wakes_at);
     fact("token", "token", r.token_fingerprint || "none");
     fact("config version", "config-version", r.config_version);
     fact("owed to Step Functions", "owed", r.owed || "nothing");

@@ -97,10 +97,13 @@ pub enum Mutation {
     /// An N-of-M step counts an input sent as null (an approver who withdrew) as present: the
     /// step completes one approval short. Only quorum steps whose senders withdraw show it.
     QuorumCountsNulls,
+    /// A timer's time is taken with the grace the sweeper's lists allow an owed resume: the
+    /// sweeper wakes it 30 seconds early.
+    TimerWakesEarly,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 27] = [
+    pub const ALL: [Mutation; 28] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
@@ -128,6 +131,7 @@ impl Mutation {
         Mutation::BoundWithoutParts,
         Mutation::SendsUnretried,
         Mutation::QuorumCountsNulls,
+        Mutation::TimerWakesEarly,
     ];
 }
 

@@ -49,6 +49,7 @@ mod quorum;
 mod resumes;
 mod retries;
 mod tasks;
+mod timers;
 
 struct Checker<'a> {
     outcome: &'a mut Outcome,
@@ -181,6 +182,8 @@ pub fn all(
     tasks::every_waiting_step_gets_its_task(c, &s, &tasks, (settled_by, waiting_at_calm));
     lifecycle::each_step_advances_at_most_once(c, &s);
     quorum::quorum_met_before_the_step_completes(c, &s);
+    timers::a_timer_never_wakes_before_its_time(c, &s);
+    timers::a_timer_never_blocks_a_cancel(c, &s);
     groups::every_opened_branch_ends_with_one_outcome(c, &s);
     groups::each_branch_token_resumed_at_most_once(c, &s);
     groups::optional_branch_never_fails_its_group(c, &s);

@@ -122,7 +122,15 @@ pub fn definition(workflow: &Workflow) -> Value {
     for (at, position) in positions.iter().enumerate() {
         let next = positions.get(at + 1).map_or(REPORT_SUCCEEDED.to_owned(), name_of);
         let mut state = match position {
-            Position::Step(i, step) => wait_state(workflow, *i, step, &format!("Step {i}")),
+            Position::Step(i, step) => {
+                let what = match step.timer {
+                    Some(after) => {
+                        format!("Timer {i}, {}s (baton resumes it when its time has come)", after.as_secs())
+                    }
+                    None => format!("Step {i}"),
+                };
+                wait_state(workflow, *i, step, &what)
+            }
             Position::Group(group) => parallel_state(workflow, group),
         };
         // A failure after a step that declares `compensate` enters the compensation chain at the
@@ -520,6 +528,27 @@ mod tests {
         }
         assert_eq!(def["States"][&at]["End"], true);
         assert_eq!(visited, sample().steps.len() + 1);
+    }
+
+    #[test]
+    fn a_timer_step_is_a_state_of_its_own_parked_for_its_time_and_margin() {
+        let yaml = r#"
+workflows:
+  payout:
+    start: { when: { type: ["payout.requested"] }, key: /subject }
+    steps:
+      - { name: approve, requires: [ok], timeout: 1d }
+      - { name: cool-off, timer: { after: 24h } }
+      - { name: pay, requires: [paid], timeout: 1h }
+"#;
+        let config = crate::domain::config::Config::parse(yaml).expect("valid");
+        let def = definition(config.workflow("payout").unwrap());
+        assert_eq!(def["States"]["approve"]["Next"], "cool-off");
+        let timer = &def["States"]["cool-off"];
+        assert_eq!(timer["TimeoutSeconds"], 24 * 3600 + 15 * 60);
+        assert_eq!(timer["Parameters"]["MessageBody"]["kind"], "step_ready");
+        assert_eq!(timer["Next"], "pay");
+        assert!(timer["Comment"].as_str().unwrap().starts_with("Timer 1, 86400s"), "{timer}");
     }
 
     #[test]

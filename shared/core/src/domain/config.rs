@@ -128,6 +128,10 @@ pub struct Step {
     /// How the step is undone when a later failure (or `baton cancel --compensate`) ends the
     /// workflow after it completed (`compensate`; `None`: it is not undone).
     pub compensate: Option<Compensate>,
+    /// A timer step (`timer: { after: 24h }`): it waits for time alone, this long after Step
+    /// Functions reaches it, then the workflow goes on. It takes no input, publishes no task,
+    /// and has nothing to undo.
+    pub timer: Option<Duration>,
 }
 
 /// A step's compensation: the task that undoes it, how long its wait may last, and how many
@@ -143,6 +147,10 @@ impl Compensate {
     /// `attempts` when the config leaves it out.
     pub const DEFAULT_ATTEMPTS: u32 = 3;
 }
+
+/// Added to a timer's `after` to get its step's default `timeout`: room for the sweep that wakes
+/// it to be late, before Step Functions times the step out.
+pub const TIMER_MARGIN: Duration = Duration::from_secs(15 * 60);
 
 /// Added to a step's timeout to get the default `buffer_ttl`.
 pub const BUFFER_MARGIN: Duration = Duration::from_secs(3600);
@@ -257,6 +265,7 @@ impl Workflow {
                 heartbeat: s.heartbeat,
                 retry: s.retry,
                 compensate: s.compensate.as_ref().map(|c| c.attempts),
+                timer: s.timer,
             })
             .collect();
         Plan { steps, on_restart: self.on_restart, version: self.config_version.clone() }
@@ -765,6 +774,9 @@ impl Validator {
 
     /// One step, or (`branch`) one branch of a parallel group, which may also be `optional`.
     fn step(&mut self, path: &str, v: &Value, branch: bool) -> Option<Step> {
+        if v.get("timer").is_some() {
+            return self.timer_step(path, v, branch);
+        }
         const FIELDS: [&str; 11] = [
             "name",
             "task",
@@ -813,6 +825,7 @@ impl Validator {
         };
         let compensate = self.optional(path, map, "compensate", Self::compensate);
         Some(Step {
+            timer: None,
             compensate: compensate?,
             retry: retry?,
             optional: optional?,
@@ -824,6 +837,77 @@ impl Validator {
             timeout: timeout?,
             heartbeat: heartbeat?,
             accepts_events: accepts_events?,
+        })
+    }
+
+    /// A timer step: `name`, `timer: { after: <duration> }`, and a `timeout` that leaves the sweep
+    /// that wakes it time to be late ([`ATTEMPT_OPEN_LAG`]; default: `after` plus
+    /// [`TIMER_MARGIN`]). Nothing else: a timer takes no input, publishes no task, and has nothing
+    /// to undo. Not a branch of a parallel group.
+    fn timer_step(&mut self, path: &str, v: &Value, branch: bool) -> Option<Step> {
+        let Some(map) = v.as_object() else { return self.object(path, v, &[]).and(None) };
+        for k in map.keys().filter(|k| !["name", "timer", "timeout"].contains(&k.as_str())) {
+            self.err(
+                &join(path, k),
+                "not allowed on a timer step, which takes no input, publishes no task and has nothing to \
+                 undo: a timer step has only name, timer and timeout",
+            );
+        }
+        let tp = join(path, "timer");
+        if branch {
+            self.err(
+                &tp,
+                "a branch of a parallel group cannot be a timer; put the timer before or after the group",
+            );
+        }
+        let name = self.required(path, map, "name").and_then(|n| {
+            let np = join(path, "name");
+            let s = self.string(&np, n)?;
+            StepName::parse(s).map_err(|e| self.err(&np, e.to_string())).ok()
+        });
+        let after = self
+            .object(&tp, &map["timer"], &["after"])
+            .and_then(|t| self.required(&tp, t, "after"))
+            .and_then(|a| self.duration(&join(&tp, "after"), a));
+        let timeout = match (map.get("timeout"), after) {
+            (None, after) => after.map(|a| a.saturating_add(TIMER_MARGIN)),
+            (Some(t), after) => {
+                let top = join(path, "timeout");
+                let timeout = self.duration(&top, t)?;
+                if let Some(a) = after.filter(|a| timeout < a.saturating_add(ATTEMPT_OPEN_LAG)) {
+                    self.err(
+                        &top,
+                        format!(
+                            "must be at least the timer's `after` ({}s) plus {}s for the sweep that wakes it \
+                             (leave it out for {}s more than `after`)",
+                            a.as_secs(),
+                            ATTEMPT_OPEN_LAG.as_secs(),
+                            TIMER_MARGIN.as_secs()
+                        ),
+                    );
+                    return None;
+                }
+                Some(timeout)
+            }
+        };
+        if timeout.is_some_and(|t| t > MAX_TIMEOUT) {
+            self.err(&tp, format!("the timer and its margin may wait at most {}", spell(MAX_TIMEOUT)));
+            return None;
+        }
+        let timeout = timeout?;
+        Some(Step {
+            name: name?,
+            task: None,
+            requires: Requires::default(),
+            timeout,
+            heartbeat: None,
+            accepts_events: None,
+            accepts_callbacks: false,
+            buffer_ttl: timeout.saturating_add(BUFFER_MARGIN),
+            optional: false,
+            retry: None,
+            compensate: None,
+            timer: after,
         })
     }
 
@@ -1635,6 +1719,60 @@ workflows:
                 "workflows.wf.steps[4].parallel.branches: a parallel group needs at least one branch that is not optional (make the one the workflow cannot do without required)",
                 "workflows.wf.steps[1].parallel.branches[0].name: duplicate step name \"review\"; steps, branches and groups share one namespace",
                 "workflows.wf.steps[3].parallel.name: duplicate step name \"review\"; steps, branches and groups share one namespace",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_timer_step_waits_for_time_alone_with_a_default_timeout() {
+        let yaml = r#"
+workflows:
+  payout:
+    start: { when: { type: ["payout.requested"] }, key: /subject }
+    steps:
+      - { name: approve, requires: [ok], timeout: 1d }
+      - { name: cool-off, timer: { after: 24h } }
+      - { name: pay, requires: [paid], timeout: 1h }
+"#;
+        let c = Config::parse(yaml).expect("valid");
+        let wf = c.workflow("payout").unwrap();
+        let timer = &wf.steps[1];
+        assert_eq!(timer.timer, Some(Duration::from_secs(24 * 3600)));
+        assert_eq!(timer.timeout, Duration::from_secs(24 * 3600) + TIMER_MARGIN);
+        assert!(timer.task.is_none() && !timer.accepts_callbacks && timer.accepts_events.is_none());
+        assert_eq!(wf.plan().timer_of(1), Some(Duration::from_secs(24 * 3600)));
+        assert_eq!(wf.plan().timer_of(0), None);
+    }
+
+    #[test]
+    fn a_bad_timer_is_named_by_its_path() {
+        let yaml = r#"
+workflows:
+  wf:
+    start: { when: { type: ["a"] }, key: /subject }
+    steps:
+      - { name: a, timer: { after: 1h }, task: { title: "T", queue: q }, requires: [x] }
+      - { name: b, timer: { after: 1h }, timeout: 61m }
+      - { name: c, timer: { after: 0s } }
+      - { name: d, timer: { until: /starts_at } }
+      - { name: e, timer: 1h }
+      - parallel:
+          name: g
+          branches:
+            - { name: f, timer: { after: 1h } }
+            - { name: h, requires: [approved], timeout: 1h }
+"#;
+        assert_eq!(
+            errors(yaml),
+            [
+                "workflows.wf.steps[0].task: not allowed on a timer step, which takes no input, publishes no task and has nothing to undo: a timer step has only name, timer and timeout",
+                "workflows.wf.steps[0].requires: not allowed on a timer step, which takes no input, publishes no task and has nothing to undo: a timer step has only name, timer and timeout",
+                "workflows.wf.steps[1].timeout: must be at least the timer's `after` (3600s) plus 120s for the sweep that wakes it (leave it out for 900s more than `after`)",
+                "workflows.wf.steps[2].timer.after: must be longer than zero",
+                "workflows.wf.steps[3].timer.until: unknown field; expected one of: after",
+                "workflows.wf.steps[3].timer.after: missing",
+                "workflows.wf.steps[4].timer: expected a mapping, found a string",
+                "workflows.wf.steps[5].parallel.branches[0].timer: a branch of a parallel group cannot be a timer; put the timer before or after the group",
             ]
         );
     }

@@ -443,7 +443,19 @@ impl Callbacks {
         let definition = self.step_of(&callback).await?;
         // A compensation is acknowledged by callback only, whatever feeds its step.
         let refuses = |s: &crate::domain::config::Step| !s.accepts_callbacks && !callback.compensation;
-        if definition.steps.iter().any(|s| s.name.as_str() == callback.step && refuses(s)) {
+        let step = definition.steps.iter().find(|s| s.name.as_str() == callback.step);
+        if step.is_some_and(|s| s.timer.is_some()) {
+            return Err(Answer::error(
+                StatusCode::FORBIDDEN,
+                "callbacks_refused",
+                format!(
+                    "step {:?} of workflow {} is a timer: it takes no input, and the workflow goes on when its \
+                     time has come",
+                    callback.step, callback.workflow
+                ),
+            ));
+        }
+        if step.is_some_and(refuses) {
             return Err(Answer::error(
                 StatusCode::FORBIDDEN,
                 "callbacks_refused",

@@ -443,6 +443,14 @@ fn step_changes(
             touches,
         ));
     }
+    if old.timer != new.timer {
+        let spell = |t: Option<std::time::Duration>| {
+            t.map_or("none".to_owned(), |t| format!("after {}s", t.as_secs()))
+        };
+        let touches = live.touching(wf.name.as_str(), at_step);
+        let detail = format!("{}: timer {} -> {}", old.name, spell(old.timer), spell(new.timer));
+        out.push(change(wf, "timer_changed", detail, Class::Safe, PINNED.into(), touches));
+    }
     let pinned = "running executions keep the deadlines they started with; new executions get the new one";
     if old.timeout != new.timeout {
         let detail =
@@ -749,6 +757,25 @@ workflows:
         let p = plan(&config(V1), &config(&to), &live(&[State::Waiting { step: 1 }]));
         assert_eq!(kinds(&p), [("requires_changed", Class::Safe)]);
         assert_eq!(p.changes[0].touches[0].records, 1);
+    }
+
+    #[test]
+    fn a_timer_inserted_then_changed_is_reported_with_the_records_sleeping_at_it() {
+        let timer = |after: &str| {
+            V1.replace(
+                "      - name: payment\n",
+                &format!(
+                    "      - {{ name: cool-off, timer: {{ after: {after} }} }}\n      - name: payment\n"
+                ),
+            )
+        };
+        let p = plan(&config(V1), &config(&timer("24h")), &live(&[State::Waiting { step: 0 }]));
+        assert!(kinds(&p).contains(&("step_inserted", Class::Safe)), "{:?}", kinds(&p));
+        let p = plan(&config(&timer("24h")), &config(&timer("12h")), &live(&[State::Waiting { step: 1 }]));
+        let changed: Vec<&Change> = p.changes.iter().filter(|c| c.kind == "timer_changed").collect();
+        assert_eq!(changed.len(), 1, "{:?}", kinds(&p));
+        assert_eq!(changed[0].detail, "cool-off: timer after 86400s -> after 43200s");
+        assert_eq!(changed[0].touches[0].records, 1, "the record sleeping at the timer");
     }
 
     #[test]

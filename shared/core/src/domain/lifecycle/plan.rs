@@ -115,6 +115,9 @@ pub struct StepPlan {
     pub retry: Option<Retry>,
     /// How many times its compensation's task may go out, when it declares `compensate`.
     pub compensate: Option<u32>,
+    /// A timer step's wait: how long after Step Functions reaches it the sweeper wakes it. A
+    /// timer takes no input and publishes no task.
+    pub timer: Option<Duration>,
 }
 
 impl StepPlan {
@@ -198,6 +201,11 @@ impl Plan {
     pub fn beats_between_attempts(&self, step: u32) -> bool {
         self.step(step).is_some_and(|s| s.retry.is_some() && s.heartbeat.is_some())
             && !crate::mutants::active(crate::mutants::Mutation::SilentBackoff)
+    }
+
+    /// How long the timer of `step` sleeps, if it is a timer step.
+    pub fn timer_of(&self, step: u32) -> Option<Duration> {
+        self.step(step).and_then(|s| s.timer)
     }
 
     /// The first step of the position after the one `step` belongs to.

@@ -23,7 +23,9 @@ pub(super) fn on_step_input(plan: &Plan, r: &Record, input: &Input, now: OffsetD
         return Decision::ignored(IgnoreReason::OutOfOrder);
     };
     let (who, step) = ((id, *source), *step);
-    if !plan.has(step) {
+    // A timer takes no input: the callback function refuses one (403) and no event routes to it,
+    // so one that names it anyway is refused as naming no step that takes input.
+    if !plan.has(step) || plan.timer_of(step).is_some() {
         return Decision::new(Outcome::Rejected(RejectReason::UnknownStep));
     }
     match *generation {

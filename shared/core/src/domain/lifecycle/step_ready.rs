@@ -58,8 +58,8 @@ pub(super) fn on_step_ready(
     }
     let at_position = r.state.step() == Some(position.first);
     match r.wait(step).filter(|_| at_position) {
-        Some(w) if w.role == Role::Step => step_again(r, w, token, deadline, now),
-        Some(w) => branch_again(r, w, token, deadline, now),
+        Some(w) if w.role == Role::Step => step_again(plan, r, w, token, deadline, now),
+        Some(w) => branch_again(plan, r, w, token, deadline, now),
         None if r.state.step().is_some_and(|current| step < current) => {
             Decision::ignored(IgnoreReason::StepAlreadyPassed)
         }
@@ -90,6 +90,7 @@ pub(super) fn reported_after_the_end(r: &Record, token: &TaskToken) -> Option<De
 /// A step's report, for the step the record is at: a newer token, a copy of the report that
 /// won, or one the step is past.
 fn step_again(
+    plan: &Plan,
     r: &Record,
     w: &Wait,
     token: &TaskToken,
@@ -102,7 +103,12 @@ fn step_again(
     if r.state.kind() == Kind::Waiting && w.token.as_ref() == Some(token) {
         // Redelivery of the report that already won. Task creation and the drain are
         // idempotent, so a crash after the write is repaired by running them again.
-        return Decision::new(Outcome::Duplicate).effects(ready(r.generation, w.step, w.deadline, now));
+        return Decision::new(Outcome::Duplicate).effects(ready(
+            plan,
+            (r.generation, w.step),
+            w.deadline,
+            now,
+        ));
     }
     Decision::ignored(IgnoreReason::StepAlreadyPassed)
 }
@@ -110,6 +116,7 @@ fn step_again(
 /// A branch's report, for the group the record is at: a copy of the one that reached it, a
 /// newer token, the branch joining its group, or one its group is past.
 fn branch_again(
+    plan: &Plan,
     r: &Record,
     w: &Wait,
     token: &TaskToken,
@@ -118,7 +125,12 @@ fn branch_again(
 ) -> Decision {
     let waiting = r.state.kind() == Kind::Waiting;
     if w.token.as_ref() == Some(token) {
-        return Decision::new(Outcome::Duplicate).effects(ready(r.generation, w.step, w.deadline, now));
+        return Decision::new(Outcome::Duplicate).effects(ready(
+            plan,
+            (r.generation, w.step),
+            w.deadline,
+            now,
+        ));
     }
     // As a step's: open, owed, or its resume found the old token gone, while the group waits
     // or after it was decided (found by an attack: a branch's owed success never reached the
@@ -128,12 +140,12 @@ fn branch_again(
     }
     if waiting && w.status == WaitStatus::Unreached {
         let mut to = r.next(r.state, now);
-        if let Some(reached) = to.wait_mut(w.step) {
-            *reached = Wait::reached(w.step, Role::Branch, token, deadline);
+        if let Some(branch) = to.wait_mut(w.step) {
+            *branch = reached(plan, (w.step, Role::Branch), token, deadline);
         }
         return Decision::new(Outcome::Applied).with_write(Cause::BranchReady, Some(r), to).effects(ready(
-            r.generation,
-            w.step,
+            plan,
+            (r.generation, w.step),
             Some(deadline),
             now,
         ));
@@ -147,8 +159,17 @@ fn branch_again(
 
 /// What a wait Step Functions reached owes: its task, unless its deadline has passed (Step
 /// Functions has timed it out, and its report is on its way: found by an attack, a task went
-/// out for a wait already over), and its buffered inputs drained.
-fn ready(generation: u32, step: u32, deadline: Option<OffsetDateTime>, now: OffsetDateTime) -> Vec<Effect> {
+/// out for a wait already over), and its buffered inputs drained. A timer owes neither: it
+/// takes no input.
+fn ready(
+    plan: &Plan,
+    (generation, step): (u32, u32),
+    deadline: Option<OffsetDateTime>,
+    now: OffsetDateTime,
+) -> Vec<Effect> {
+    if plan.timer_of(step).is_some() {
+        return Vec::new();
+    }
     let task = Effect::CreateTask { wait: WaitId { generation, step, compensation: false }, attempt: 1 };
     let live = deadline.is_none_or(|d| now < d);
     live.then_some(task).into_iter().chain([Effect::DrainInbox { generation, step }]).collect()
@@ -174,15 +195,29 @@ fn open(
     let role = if plan.group_of(step).is_some() { Role::Branch } else { Role::Step };
     let waits = span
         .steps()
-        .map(|s| if s == step { Wait::reached(s, role, token, deadline) } else { Wait::unreached(s, role) })
+        .map(|s| if s == step { reached(plan, (s, role), token, deadline) } else { Wait::unreached(s, role) })
         .collect();
     let to = Record { waits, config_version, ..r.next(State::Waiting { step: span.first }, now) };
     Decision::new(Outcome::Applied).with_write(Cause::StepReady, Some(r), to).effects(ready(
-        r.generation,
-        step,
+        plan,
+        (r.generation, step),
         Some(deadline),
         now,
     ))
+}
+
+/// The wait of `step`, reached with `token` until `deadline`: open, or, a timer's, sleeping until
+/// its `after` has passed since Step Functions entered the step (by Step Functions' clock, which
+/// set the deadline `timeout` after it: a report that waited in the queue shortens the timer, and
+/// never lengthens it).
+fn reached(plan: &Plan, (step, role): (u32, Role), token: &TaskToken, deadline: OffsetDateTime) -> Wait {
+    let mut w = Wait::reached(step, role, token, deadline);
+    if let Some((after, timeout)) = plan.step(step).and_then(|s| Some((s.timer?, s.timeout))) {
+        let entered = deadline - time::Duration::try_from(timeout).unwrap_or(time::Duration::ZERO);
+        let after = time::Duration::try_from(after).unwrap_or(time::Duration::MAX);
+        w.status = WaitStatus::Sleeping { until: entered.saturating_add(after) };
+    }
+    w
 }
 
 /// Step Functions reported the wait `w` again with a new token and a later deadline: the

@@ -1139,4 +1139,5 @@ mod repark;
 mod retry;
 mod retry_races;
 mod stranded;
+mod timer;
 mod wait_races;

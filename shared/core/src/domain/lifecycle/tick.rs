@@ -1,21 +1,26 @@
-//! The sweeper's tick: what a record owes, carried out again. A pending record's start; each
-//! wait's next attempt whose turn has come; each resume owed past its grace.
+//! The sweeper's tick: what a record owes, carried out again. A pending record's start; a timer
+//! whose time has come; each wait's next attempt whose turn has come; each resume owed past its
+//! grace.
 
 use time::OffsetDateTime;
 
-use super::effect::{Decision, Effect};
+use super::effect::{Decision, Effect, success};
 use super::input::{Input, Outcome};
 use super::plan::Plan;
+use super::position;
 use super::record::{Kind, Record, State};
 use super::resend_after;
 use super::step_input::mark_for;
-use super::wait::{Role, Wait, WaitId, WaitStatus};
+use super::wait::{Role, Wait, WaitId, WaitOutcome, WaitStatus};
 use crate::limits::RESTART_PENDING_AFTER;
 use crate::mutants::{Mutation, active as mutant};
 
 pub(super) fn on_tick(plan: &Plan, r: &Record, now: OffsetDateTime) -> Decision {
     if r.state == State::Pending && now - r.updated_at >= RESTART_PENDING_AFTER {
         return Decision::new(Outcome::Applied).effect(Effect::StartExecution { generation: r.generation });
+    }
+    if let Some(woken) = wake(plan, r, now) {
+        return woken;
     }
     // An owed resume again, and the mark that it went out: one that finds its token gone owes
     // nothing more, and the record leaves the sweeper's work list (found by an attack test: a
@@ -40,6 +45,30 @@ pub(super) fn on_tick(plan: &Plan, r: &Record, now: OffsetDateTime) -> Decision 
     } else {
         Decision::new(Outcome::Applied).effects(effects)
     }
+}
+
+/// A timer step whose time has come, by this sweep's clock: its wait succeeds (with no output),
+/// and with it the step, and its success is owed to its token. A timer that Step Functions has
+/// timed out already (the sweeper later than the step's margin) is left to its timeout report.
+fn wake(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
+    let w = r.waits.iter().find(|w| w.wakes_at().is_some_and(|at| at <= now))?;
+    let token = w.token.clone()?;
+    if r.state.kind() != Kind::Waiting || w.deadline.is_some_and(|deadline| now >= deadline) {
+        return None;
+    }
+    let mut to = r.next(r.state, now);
+    let woken = to.wait_mut(w.step)?;
+    let resume = success(serde_json::Value::Object(serde_json::Map::new()));
+    woken.decide(WaitOutcome::Succeeded, resume.clone(), now);
+    let wait = WaitId::of(r.generation, woken);
+    let cause = position::settle(plan, &mut to, w.step, WaitOutcome::Succeeded);
+    let mark = mark_for(&to);
+    Some(Decision::new(Outcome::Applied).with_write(cause, Some(r), to).effect(Effect::Resume {
+        wait,
+        token,
+        resume,
+        mark,
+    }))
 }
 
 /// The task of the next attempt of `w`, once due at `due`: a heartbeat first when the step keeps

@@ -8,11 +8,14 @@
 //!
 //! ```text
 //!  unreached ──reach──► open ◄──attempt opened── task due ◄──attempt failed── open
-//!                         │                         │
-//!                         └──decide──► owed ──resumed──► resumed ──report / end──► ended
-//!                                       ▲ repark (a new token) ─┘
+//!      │                  │                         │
+//!      │                  └──decide──► owed ──resumed──► resumed ──report / end──► ended
+//!      │                                ▲ ▲ repark (a new token) ─┘
+//!      └──reach (a timer)──► sleeping ──wake─┘
 //!  (any status but ended) ──close / pass / report──► ended
 //! ```
+//!
+//! A timer step's wait sleeps: it takes no input, and the sweeper wakes it when its time comes.
 //!
 //! Retry, deadlines, heartbeats, owed resumes and "is this attempt's task out yet" are written
 //! here once, for every role. What a wait's status implies of its fields is asserted
@@ -94,6 +97,12 @@ pub enum WaitStatus {
         #[serde(with = "micros")]
         at: OffsetDateTime,
     },
+    /// Reached, a timer's: nothing answers it; the sweeper wakes it (decides it succeeded) once
+    /// its clock reads `until`.
+    Sleeping {
+        #[serde(rename = "at", with = "micros")]
+        until: OffsetDateTime,
+    },
     /// Decided by baton: `resume` is owed to its token, since `since`.
     Owed {
         #[serde(rename = "o")]
@@ -124,6 +133,7 @@ pub enum WaitKind {
     Unreached,
     Open,
     TaskDue,
+    Sleeping,
     Owed,
     Resumed,
     Ended,
@@ -135,6 +145,7 @@ impl WaitStatus {
             WaitStatus::Unreached => WaitKind::Unreached,
             WaitStatus::Open => WaitKind::Open,
             WaitStatus::TaskDue { .. } => WaitKind::TaskDue,
+            WaitStatus::Sleeping { .. } => WaitKind::Sleeping,
             WaitStatus::Owed { .. } => WaitKind::Owed,
             WaitStatus::Resumed { .. } => WaitKind::Resumed,
             WaitStatus::Ended { .. } => WaitKind::Ended,
@@ -157,6 +168,8 @@ pub enum WaitCause {
     AttemptOpened,
     /// An input completed or failed it: a resume is owed.
     Decide,
+    /// Its timer ran out: its success is owed.
+    Wake,
     /// Its resume went out.
     Resumed,
     /// Step Functions' own report settled it (an optional branch's), or confirmed its success.
@@ -166,7 +179,7 @@ pub enum WaitCause {
     Close,
 }
 
-use WaitKind::{Ended as E, Open as O, Owed as W, Resumed as R, TaskDue as D, Unreached as U};
+use WaitKind::{Ended as E, Open as O, Owed as W, Resumed as R, Sleeping as S, TaskDue as D, Unreached as U};
 
 /// Every change a wait may go through, as (from, to, cause). A write of the record is checked
 /// against it for every wait it changes (`decide`'s assertion), beside the record's own table.
@@ -177,7 +190,10 @@ pub const WAIT_TRANSITIONS: &[(WaitKind, WaitKind, WaitCause)] = &[
     // Reached after Step Functions had passed it, or a compensation skipped and resumed at once.
     (U, E, WaitCause::Reach),
     (U, W, WaitCause::Reach),
+    // A timer, until its time.
+    (U, S, WaitCause::Reach),
     (O, O, WaitCause::Repark),
+    (S, S, WaitCause::Repark),
     (D, D, WaitCause::Repark),
     (W, W, WaitCause::Repark),
     // A resume that found its old token gone is owed again, to the new one.
@@ -187,6 +203,7 @@ pub const WAIT_TRANSITIONS: &[(WaitKind, WaitKind, WaitCause)] = &[
     (D, O, WaitCause::AttemptOpened),
     (O, W, WaitCause::Decide),
     (D, W, WaitCause::Decide),
+    (S, W, WaitCause::Wake),
     (W, R, WaitCause::Resumed),
     // An optional branch's report: it ended without baton (or corrects a success never taken),
     // or confirms a success.
@@ -198,6 +215,7 @@ pub const WAIT_TRANSITIONS: &[(WaitKind, WaitKind, WaitCause)] = &[
     (U, E, WaitCause::Close),
     (O, E, WaitCause::Close),
     (D, E, WaitCause::Close),
+    (S, E, WaitCause::Close),
     (W, E, WaitCause::Close),
     (R, E, WaitCause::Close),
     // Stranded: the run's execution ended without baton; what a wait owed is kept for the plan
@@ -344,14 +362,33 @@ impl Wait {
         running_attempt(&self.failed)
     }
 
-    /// Not decided yet: unreached, open, or its task due.
+    /// Not decided yet: unreached, open, its task due, or sleeping.
     pub fn is_open(&self) -> bool {
-        matches!(self.status, WaitStatus::Unreached | WaitStatus::Open | WaitStatus::TaskDue { .. })
+        matches!(
+            self.status,
+            WaitStatus::Unreached
+                | WaitStatus::Open
+                | WaitStatus::TaskDue { .. }
+                | WaitStatus::Sleeping { .. }
+        )
     }
 
-    /// Reached and not decided: its token is what an input for it would resume.
+    /// Reached and not decided: its token is what an input for it (or a cancel) would resume.
     pub fn waits(&self) -> bool {
-        self.token.is_some() && matches!(self.status, WaitStatus::Open | WaitStatus::TaskDue { .. })
+        self.token.is_some()
+            && matches!(
+                self.status,
+                WaitStatus::Open | WaitStatus::TaskDue { .. } | WaitStatus::Sleeping { .. }
+            )
+    }
+
+    /// When its timer wakes it, while it sleeps.
+    pub fn wakes_at(&self) -> Option<OffsetDateTime> {
+        let WaitStatus::Sleeping { until } = self.status else { return None };
+        if crate::mutants::active(crate::mutants::Mutation::TimerWakesEarly) {
+            return Some(until - crate::limits::RESEND_RESUME_AFTER);
+        }
+        Some(until)
     }
 
     /// How it ended, or how baton decided it (`None`: not decided).
@@ -391,18 +428,22 @@ impl Wait {
         }
     }
 
-    /// Whether it owes the sweeper work: a resume, or an attempt's task.
+    /// Whether it owes the sweeper work: a resume, an attempt's task, or a timer's wake.
     pub fn owes_work(&self) -> bool {
-        matches!(self.status, WaitStatus::Owed { .. } | WaitStatus::TaskDue { .. })
+        matches!(
+            self.status,
+            WaitStatus::Owed { .. } | WaitStatus::TaskDue { .. } | WaitStatus::Sleeping { .. }
+        )
     }
 
     /// When the sweeper must look at it, which it does a grace after: an owed resume's re-send
-    /// waits out the grace from when it was owed; an attempt's task is listed on time; an open
-    /// wait's deadline is watched.
+    /// waits out the grace from when it was owed; an attempt's task and a timer's wake are listed
+    /// on time; an open wait's deadline is watched.
     pub fn due_at(&self, grace: time::Duration) -> Option<OffsetDateTime> {
         match &self.status {
             WaitStatus::Owed { since, .. } => Some(*since),
             WaitStatus::TaskDue { at } => Some(*at - grace),
+            WaitStatus::Sleeping { .. } => self.wakes_at().map(|at| at - grace),
             WaitStatus::Open => self.deadline,
             _ => None,
         }
@@ -414,6 +455,10 @@ impl Wait {
         match &self.status {
             WaitStatus::Unreached => self.token.is_none() && self.inputs.is_empty() && self.failed.is_empty(),
             WaitStatus::Open | WaitStatus::TaskDue { .. } | WaitStatus::Owed { .. } => self.token.is_some(),
+            // A timer gathers nothing and has no attempts.
+            WaitStatus::Sleeping { .. } => {
+                self.token.is_some() && self.inputs.is_empty() && self.failed.is_empty()
+            }
             WaitStatus::Resumed { .. } | WaitStatus::Ended { .. } => true,
         }
     }

@@ -1,0 +1,65 @@
+//! Timer steps: the sweeper wakes a timer once its time has come, never before (by Step
+//! Functions' clock, which entered the step; the functions' clocks may be apart from it by the
+//! schedule's spread), and a cancel during a timer ends its execution as at any step. (That a
+//! timer ends once is `each_step_advances_at_most_once`, and that its token takes one resume is
+//! `at_most_one_resume_accepted`.)
+
+use baton_core::domain::lifecycle::{Cause, Kind, State};
+use baton_core::ports::orchestrator::ExecutionStatus;
+
+use super::{Checker, Seen, execution_arn};
+
+/// `after` and `timeout` of `step` in `r`'s config version, if it is a timer step.
+fn timer_of(
+    s: &Seen<'_>,
+    r: &baton_core::domain::lifecycle::Record,
+    step: u32,
+) -> Option<(time::Duration, time::Duration)> {
+    let config = s.version_of(Some(&r.config_version))?;
+    let st = config.workflow(r.workflow.as_str())?.steps.get(step as usize)?;
+    let after = time::Duration::try_from(st.timer?).ok()?;
+    Some((after, time::Duration::try_from(st.timeout).ok()?))
+}
+
+pub(super) fn a_timer_never_wakes_before_its_time(c: &mut Checker<'_>, s: &Seen<'_>) {
+    let spread = s.stack.skews().spread();
+    for w in &s.writes {
+        let r = &w.to;
+        let (Some(State::Waiting { step }), State::Advancing { step: to }) = (w.from, r.state) else {
+            continue;
+        };
+        if step != to || r.history.last().is_none_or(|h| h.cause != Cause::Complete) {
+            continue;
+        }
+        let Some((after, timeout)) = timer_of(s, r, step) else { continue };
+        // Step Functions set the deadline `timeout` after it entered the step.
+        let Some(deadline) = r.wait(step).and_then(|t| t.deadline) else { continue };
+        let due = deadline - timeout + after;
+        c.check("a_timer_never_wakes_before_its_time", w.at + spread >= due, || {
+            format!(
+                "{}/{} generation {} woke timer step {step} at {}, before its time {due}",
+                r.workflow, r.key, r.generation, w.at
+            )
+        });
+    }
+}
+
+pub(super) fn a_timer_never_blocks_a_cancel(c: &mut Checker<'_>, s: &Seen<'_>) {
+    for w in &s.writes {
+        let r = &w.to;
+        let Some(State::Waiting { step }) = w.from else { continue };
+        let cancelled =
+            r.state.kind() == Kind::Cancelled && r.history.last().is_some_and(|h| h.cause == Cause::Cancel);
+        if !cancelled || timer_of(s, r, step).is_none() {
+            continue;
+        }
+        let arn = execution_arn(r);
+        let running = s.model.executions.get(&arn).is_some_and(|e| e.status == ExecutionStatus::Running);
+        c.check("a_timer_never_blocks_a_cancel", !running, || {
+            format!(
+                "{}/{} generation {} was cancelled during its timer, and its execution still runs",
+                r.workflow, r.key, r.generation
+            )
+        });
+    }
+}
