@@ -390,6 +390,10 @@ pub struct RecordView {
     /// A timer step, while it sleeps: when the sweeper wakes it.
     #[serde(serialize_with = "crate::ops::ser_opt_time")]
     pub wakes_at: Option<OffsetDateTime>,
+    /// A step with `remind`: how many reminders of its task went out, and when the next is due.
+    pub reminded: u32,
+    #[serde(serialize_with = "crate::ops::ser_opt_time")]
+    pub next_reminder_at: Option<OffsetDateTime>,
     /// The compensation phase, once it began: why, when, and each step of its plan (`null`
     /// before).
     pub compensation: Option<CompensationView>,
@@ -712,6 +716,8 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         attempt: at_step.map_or(1, Wait::attempt),
         next_attempt_at: at_step.and_then(Wait::task_due),
         wakes_at: at_step.and_then(Wait::wakes_at),
+        reminded: at_step.map_or(0, |w| w.reminded),
+        next_reminder_at: at_step.and_then(|w| w.remind_at),
         compensation: r.compensation.as_ref().map(|c| compensation_view(c, r.workflow.as_str(), names)),
         created_at: r.created_at,
         updated_at: r.updated_at,
@@ -848,6 +854,12 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
                     format!("in {}", human(at - now))
                 };
                 line(&mut out, &format!("  timer     wakes {} ({when})", table_time(at)));
+            }
+            if r.reminded > 0 || r.next_reminder_at.is_some() {
+                let next = r
+                    .next_reminder_at
+                    .map_or("none left".to_owned(), |at| format!("next {}", table_time(at)));
+                line(&mut out, &format!("  reminded  {} time(s), {next}", r.reminded));
             }
             if let Some(fingerprint) = &r.token_fingerprint {
                 line(&mut out, &format!("  token     {fingerprint}"));
@@ -1173,6 +1185,7 @@ mod tests {
                 attempt: 1,
                 previous_error: None,
                 kind: TaskKind::Step,
+                reminder: 0,
             }],
             receipts: vec![Receipt {
                 workflow: w.clone(),
@@ -1527,6 +1540,22 @@ mod tests {
         assert_eq!(json["record"]["wakes_at"], rfc3339(t(600)));
         let text = render(&report, t(60));
         assert!(text.contains("  timer     wakes ") && text.contains("(in 9m 0s)"), "{text}");
+    }
+
+    #[test]
+    fn a_reminded_step_shows_how_many_reminders_went_out_and_the_next() {
+        let mut trace = trace();
+        let record = trace.record.as_mut().unwrap();
+        (record.waits[0].reminded, record.waits[0].remind_at) = (2, Some(t(7200)));
+        let (w, k) = names();
+        let report = build(&trace, vec![], &StepNames::default(), (&w, &k));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            (json["record"]["reminded"].as_u64(), &json["record"]["next_reminder_at"]),
+            (Some(2), &json!(rfc3339(t(7200))))
+        );
+        let text = render(&report, t(60));
+        assert!(text.contains("  reminded  2 time(s), next "), "{text}");
     }
 
     #[test]

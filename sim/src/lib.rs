@@ -795,6 +795,19 @@ fn run_schedule(options: Options) -> Outcome {
     } else {
         yaml
     };
+    // Three schedules in ten remind the reviewers of manual-review's task, three times, drawn from
+    // a generator of their own.
+    let mut reminders = rng::Rng::new(options.seed ^ 0x4e_3141);
+    let yaml = if reminders.chance(0.3) {
+        world.note(|| "manual-review's task is reminded of every 4m, three times".to_owned());
+        yaml.replacen(
+            "        heartbeat: 10m\n",
+            "        heartbeat: 10m\n        remind: { after: 4m, every: 4m, times: 3 }\n",
+            1,
+        )
+    } else {
+        yaml
+    };
     // Two schedules in five add the workflow with a parallel group (half of them with the group
     // last), with its own senders, drawn from a generator of their own.
     let mut groups = rng::Rng::new(options.seed ^ 0x6a0_9a11);

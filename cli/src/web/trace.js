@@ -99,6 +99,10 @@ function header() {
     fact("deadline", "deadline", r.deadline || "none");
     // A timer step, while it sleeps: when the sweeper wakes it.
     if (r.wakes_at) fact("timer wakes", "wakes-at", r.wakes_at);
+    // A step with reminders: how many went out, and when the next is due.
+    if (r.reminded || r.next_reminder_at) {
+      fact("reminded", "reminded", r.reminded + " time(s)" + (r.next_reminder_at ? ", next " + r.next_reminder_at : ""));
+    }
     fact("token", "token", r.token_fingerprint || "none");
     fact("config version", "config-version", r.config_version);
     fact("owed to Step Functions", "owed", r.owed || "nothing");

@@ -100,10 +100,12 @@ pub enum Mutation {
     /// A timer's time is taken with the grace the sweeper's lists allow an owed resume: the
     /// sweeper wakes it 30 seconds early.
     TimerWakesEarly,
+    /// A step's reminders are not held to `times`: the sweeper reminds until the wait ends.
+    RemindersUnbounded,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 28] = [
+    pub const ALL: [Mutation; 29] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
@@ -132,6 +134,7 @@ impl Mutation {
         Mutation::SendsUnretried,
         Mutation::QuorumCountsNulls,
         Mutation::TimerWakesEarly,
+        Mutation::RemindersUnbounded,
     ];
 }
 

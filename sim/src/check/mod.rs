@@ -46,6 +46,7 @@ mod liveness;
 mod nothing_lost;
 mod pinning;
 mod quorum;
+mod reminders;
 mod resumes;
 mod retries;
 mod tasks;
@@ -182,8 +183,8 @@ pub fn all(
     tasks::every_waiting_step_gets_its_task(c, &s, &tasks, (settled_by, waiting_at_calm));
     lifecycle::each_step_advances_at_most_once(c, &s);
     quorum::quorum_met_before_the_step_completes(c, &s);
-    timers::a_timer_never_wakes_before_its_time(c, &s);
-    timers::a_timer_never_blocks_a_cancel(c, &s);
+    timers::all(c, &s);
+    reminders::all(c, &s);
     groups::every_opened_branch_ends_with_one_outcome(c, &s);
     groups::each_branch_token_resumed_at_most_once(c, &s);
     groups::optional_branch_never_fails_its_group(c, &s);

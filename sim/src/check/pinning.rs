@@ -79,7 +79,7 @@ pub(super) fn task_is_its_versions_step(c: &mut Checker<'_>, s: &Seen<'_>, versi
         let expected = spec.and_then(|spec| {
             // A compensation's task is its version's `compensate.task`.
             let template = match t.kind {
-                TaskKind::Step => spec.task.as_ref()?,
+                TaskKind::Step | TaskKind::Reminder => spec.task.as_ref()?,
                 TaskKind::Compensation => &spec.compensate.as_ref()?.task,
             };
             let title =

@@ -21,7 +21,7 @@ fn timer_of(
     Some((after, time::Duration::try_from(st.timeout).ok()?))
 }
 
-pub(super) fn a_timer_never_wakes_before_its_time(c: &mut Checker<'_>, s: &Seen<'_>) {
+fn a_timer_never_wakes_before_its_time(c: &mut Checker<'_>, s: &Seen<'_>) {
     let spread = s.stack.skews().spread();
     for w in &s.writes {
         let r = &w.to;
@@ -44,7 +44,7 @@ pub(super) fn a_timer_never_wakes_before_its_time(c: &mut Checker<'_>, s: &Seen<
     }
 }
 
-pub(super) fn a_timer_never_blocks_a_cancel(c: &mut Checker<'_>, s: &Seen<'_>) {
+fn a_timer_never_blocks_a_cancel(c: &mut Checker<'_>, s: &Seen<'_>) {
     for w in &s.writes {
         let r = &w.to;
         let Some(State::Waiting { step }) = w.from else { continue };
@@ -62,4 +62,9 @@ pub(super) fn a_timer_never_blocks_a_cancel(c: &mut Checker<'_>, s: &Seen<'_>) {
             )
         });
     }
+}
+
+pub(super) fn all(c: &mut Checker<'_>, s: &Seen<'_>) {
+    a_timer_never_wakes_before_its_time(c, s);
+    a_timer_never_blocks_a_cancel(c, s);
 }

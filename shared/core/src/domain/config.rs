@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::event::Event;
 use crate::domain::ids::{CorrelationKey, IdError, StepName, WorkflowName};
+pub use crate::domain::lifecycle::Remind;
 pub use crate::domain::lifecycle::Requires;
 pub use crate::domain::lifecycle::Retry;
 use crate::domain::lifecycle::{OnRestart, Plan, Span, StepPlan};
@@ -132,6 +133,9 @@ pub struct Step {
     /// Functions reaches it, then the workflow goes on. It takes no input, publishes no task,
     /// and has nothing to undo.
     pub timer: Option<Duration>,
+    /// Reminders of the step's task while it waits (`remind: { after: 1d, every: 1d, times: 3 }`):
+    /// each a task event of its own on the step's queue.
+    pub remind: Option<Remind>,
 }
 
 /// A step's compensation: the task that undoes it, how long its wait may last, and how many
@@ -266,6 +270,7 @@ impl Workflow {
                 retry: s.retry,
                 compensate: s.compensate.as_ref().map(|c| c.attempts),
                 timer: s.timer,
+                remind: s.remind,
             })
             .collect();
         Plan { steps, on_restart: self.on_restart, version: self.config_version.clone() }
@@ -777,8 +782,9 @@ impl Validator {
         if v.get("timer").is_some() {
             return self.timer_step(path, v, branch);
         }
-        const FIELDS: [&str; 11] = [
+        const FIELDS: [&str; 12] = [
             "name",
+            "remind",
             "task",
             "requires",
             "timeout",
@@ -824,8 +830,13 @@ impl Validator {
             Some(r) => self.retry(&join(path, "retry"), r, (timeout, heartbeat.flatten())).map(Some),
         };
         let compensate = self.optional(path, map, "compensate", Self::compensate);
+        let remind = self.optional(path, map, "remind", |v, p, r| v.remind(p, r, (branch, timeout)));
+        if map.contains_key("remind") && !map.contains_key("task") {
+            self.err(&join(path, "remind"), "reminds of the step's task: the step needs a `task`");
+        }
         Some(Step {
             timer: None,
+            remind: remind?,
             compensate: compensate?,
             retry: retry?,
             optional: optional?,
@@ -908,7 +919,57 @@ impl Validator {
             retry: None,
             compensate: None,
             timer: after,
+            remind: None,
         })
+    }
+
+    /// `remind`: the first reminder `after` the step began to wait (before its `timeout`), then
+    /// one `every` (default: `after`), `times` in all (1 to [`Remind::MAX_TIMES`], default 1).
+    /// Not on a branch of a parallel group.
+    fn remind(
+        &mut self,
+        path: &str,
+        v: &Value,
+        (branch, timeout): (bool, Option<Duration>),
+    ) -> Option<Remind> {
+        let map = self.object(path, v, &["after", "every", "times"])?;
+        if branch {
+            self.err(path, "a branch of a parallel group cannot be reminded of yet; remind on a step");
+        }
+        let after = self.required(path, map, "after").and_then(|a| self.duration(&join(path, "after"), a));
+        let every = match map.get("every") {
+            None => after,
+            Some(e) => self.duration(&join(path, "every"), e),
+        };
+        let times = match map.get("times") {
+            None => Some(1),
+            Some(t) => {
+                let n = t
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| (1..=Remind::MAX_TIMES).contains(n));
+                if n.is_none() {
+                    self.err(
+                        &join(path, "times"),
+                        format!("expected a whole number from 1 to {}, found {t}", Remind::MAX_TIMES),
+                    );
+                }
+                n
+            }
+        };
+        if let (Some(a), Some(t)) = (after, timeout)
+            && a >= t
+        {
+            self.err(
+                &join(path, "after"),
+                format!(
+                    "must be shorter than the step's timeout ({}s): no reminder could go out",
+                    t.as_secs()
+                ),
+            );
+            return None;
+        }
+        Some(Remind { after: after?, every: every?, times: times? })
     }
 
     /// `retry`: `attempts` (1 to [`Retry::MAX_ATTEMPTS`]) and `backoff`, shorter than the
@@ -1773,6 +1834,45 @@ workflows:
                 "workflows.wf.steps[3].timer.after: missing",
                 "workflows.wf.steps[4].timer: expected a mapping, found a string",
                 "workflows.wf.steps[5].parallel.branches[0].timer: a branch of a parallel group cannot be a timer; put the timer before or after the group",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reminder_reads_after_every_and_times_and_a_bad_one_is_named_by_its_path() {
+        let yaml = r#"
+workflows:
+  wf:
+    start: { when: { type: ["a"] }, key: /subject }
+    steps:
+      - { name: a, task: { title: "T", queue: q }, requires: [x], timeout: 2d, remind: { after: 1d } }
+      - { name: b, task: { title: "T", queue: q }, requires: [x], timeout: 2d, remind: { after: 4h, every: 1h, times: 3 } }
+"#;
+        let c = Config::parse(yaml).expect("valid");
+        let steps = &c.workflow("wf").unwrap().steps;
+        let day = Duration::from_secs(86_400);
+        assert_eq!(steps[0].remind, Some(Remind { after: day, every: day, times: 1 }));
+        let b = steps[1].remind.expect("b's reminders");
+        assert_eq!(
+            (b.due_after(1), b.due_after(3)),
+            (Duration::from_secs(4 * 3600), Duration::from_secs(6 * 3600))
+        );
+        let bad = r#"
+workflows:
+  wf:
+    start: { when: { type: ["a"] }, key: /subject }
+    steps:
+      - { name: a, requires: [x], timeout: 2d, remind: { after: 1d } }
+      - { name: b, task: { title: "T", queue: q }, timeout: 2d, remind: { after: 3d } }
+      - { name: c, task: { title: "T", queue: q }, timeout: 2d, remind: { after: 1h, times: 11, often: true } }
+"#;
+        assert_eq!(
+            errors(bad),
+            [
+                "workflows.wf.steps[0].remind: reminds of the step's task: the step needs a `task`",
+                "workflows.wf.steps[1].remind.after: must be shorter than the step's timeout (172800s): no reminder could go out",
+                "workflows.wf.steps[2].remind.often: unknown field; expected one of: after, every, times",
+                "workflows.wf.steps[2].remind.times: expected a whole number from 1 to 10, found 11",
             ]
         );
     }

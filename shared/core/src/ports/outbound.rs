@@ -17,6 +17,9 @@ use crate::ports::store::{Task, TaskKind};
 pub const TASK_CREATED: &str = "baton.task.created";
 /// The CloudEvents `type` of a published compensation task: undo a step that completed.
 pub const COMPENSATION_REQUESTED: &str = "baton.compensation.requested";
+/// The CloudEvents `type` of a reminder of a task still waiting: its `data.reminds` names the
+/// task, `data.reminder` counts from 1.
+pub const TASK_REMINDER: &str = "baton.task.reminder";
 
 /// Where operator tasks go.
 #[async_trait]
@@ -33,6 +36,7 @@ pub fn task_event(task: &Task) -> Value {
         "type": match task.kind {
             TaskKind::Step => TASK_CREATED,
             TaskKind::Compensation => COMPENSATION_REQUESTED,
+            TaskKind::Reminder => TASK_REMINDER,
         },
         "subject": task.key.as_str(),
         "time": task.created_at.format(&Rfc3339).unwrap_or_default(),
@@ -48,6 +52,10 @@ pub fn task_event(task: &Task) -> Value {
             "attempt": task.attempt,
             "previous_error": task.previous_error,
             "compensation": task.kind == TaskKind::Compensation,
+            // A reminder names the task it reminds of, and its count.
+            "reminds": (task.kind == TaskKind::Reminder)
+                .then(|| task.id.strip_suffix(&format!("/r{}", task.reminder)).unwrap_or(&task.id)),
+            "reminder": (task.kind == TaskKind::Reminder).then_some(task.reminder),
         },
     })
 }

@@ -687,6 +687,9 @@ impl Engine {
             Effect::CreateTask { wait, attempt } => {
                 self.create_task(workflow, key, *wait, *attempt, record, now).await?
             }
+            Effect::Remind { wait, attempt, count } => {
+                self.remind(workflow, key, *wait, (*attempt, *count), now).await?
+            }
             Effect::OpenAttempt { wait, attempt, beat } => {
                 self.open_attempt(workflow, key, (*wait, *attempt), beat.as_ref(), record, now).await?
             }
@@ -846,6 +849,7 @@ impl Engine {
         let template = match kind {
             TaskKind::Step => spec.task.as_ref(),
             TaskKind::Compensation => spec.compensate.as_ref().map(|c| &c.task),
+            TaskKind::Reminder => None,
         };
         let Some(template) = template else { return Ok(()) };
         let task = Task {
@@ -865,6 +869,7 @@ impl Engine {
                 .filter(|r| attempt > 1 && r.generation == generation)
                 .and_then(|r| r.failed_attempts(step).iter().find(|a| a.attempt + 1 == attempt))
                 .map(|a| format!("{}: {}", a.error, a.cause)),
+            reminder: 0,
         };
         let stored = match self.store.put_task(&task).await? {
             Claim::Acquired => task,
@@ -874,6 +879,41 @@ impl Engine {
         self.publisher.publish(&stored).await?;
         self.store.mark_task_published(&stored).await?;
         info!(task = %stored.id, queue = %stored.queue, "task created and published");
+        Ok(())
+    }
+
+    /// Publishes reminder `count` of the task of `attempt` of `wait`, claimed by the write before:
+    /// once, and not stored (a crash before it goes out loses it; the next one still comes).
+    async fn remind(
+        &self,
+        workflow: &Workflow,
+        key: &CorrelationKey,
+        wait: WaitId,
+        (attempt, count): (u32, u32),
+        now: OffsetDateTime,
+    ) -> Result<(), EngineError> {
+        let Some(spec) = workflow.steps.get(wait.step as usize) else { return Ok(()) };
+        let Some(template) = spec.task.as_ref() else { return Ok(()) };
+        let reminds =
+            Task::task_id(&workflow.name, key, wait.generation, spec.name.as_str(), attempt, TaskKind::Step);
+        let reminder = Task {
+            kind: TaskKind::Reminder,
+            workflow: workflow.name.clone(),
+            key: key.clone(),
+            generation: wait.generation,
+            step: wait.step,
+            step_name: spec.name.to_string(),
+            id: format!("{reminds}/r{count}"),
+            title: template.render(workflow.name.as_str(), key.as_str(), spec.name.as_str(), wait.generation),
+            queue: template.queue.clone(),
+            created_at: now,
+            published: false,
+            attempt,
+            previous_error: None,
+            reminder: count,
+        };
+        self.publisher.publish(&reminder).await?;
+        info!(task = %reminder.id, queue = %reminder.queue, reminds = %reminds, count, "reminder published");
         Ok(())
     }
 

@@ -99,6 +99,13 @@ pub enum Effect {
         wait: WaitId,
         attempt: u32,
     },
+    /// A reminder (the `count`th) of the task of `attempt` of the wait, claimed: published once,
+    /// to the step's queue.
+    Remind {
+        wait: WaitId,
+        attempt: u32,
+        count: u32,
+    },
     /// The task of `attempt` of the wait, whose turn has come: a heartbeat first when `beat`
     /// names the token baton keeps alive between attempts, then the task, then the mark that
     /// it went out ([`super::Input::AttemptOpened`]), once both landed.

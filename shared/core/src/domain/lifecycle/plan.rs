@@ -36,6 +36,25 @@ impl Retry {
     }
 }
 
+/// A step's reminders: the first `after` its wait began, then one every `every`, `times` in
+/// all. Each reminds whoever holds the step's task; none goes out once the wait is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remind {
+    pub after: Duration,
+    pub every: Duration,
+    pub times: u32,
+}
+
+impl Remind {
+    /// The most reminders a step may declare.
+    pub const MAX_TIMES: u32 = 10;
+
+    /// How long after the wait began reminder `n` (1 for the first) is due.
+    pub fn due_after(&self, n: u32) -> Duration {
+        self.after.saturating_add(self.every.saturating_mul(n.saturating_sub(1)))
+    }
+}
+
 /// What a step needs before it advances: at least `at_least` of the inputs `of` (all of them,
 /// any one, or N of M), each counted once by its name, and only when present and not null.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -118,6 +137,8 @@ pub struct StepPlan {
     /// A timer step's wait: how long after Step Functions reaches it the sweeper wakes it. A
     /// timer takes no input and publishes no task.
     pub timer: Option<Duration>,
+    /// Its reminders, if it declares `remind`.
+    pub remind: Option<Remind>,
 }
 
 impl StepPlan {

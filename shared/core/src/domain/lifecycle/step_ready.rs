@@ -206,17 +206,21 @@ fn open(
     ))
 }
 
-/// The wait of `step`, reached with `token` until `deadline`: open, or, a timer's, sleeping until
-/// its `after` has passed since Step Functions entered the step (by Step Functions' clock, which
-/// set the deadline `timeout` after it: a report that waited in the queue shortens the timer, and
-/// never lengthens it).
+/// The wait of `step`, reached with `token` until `deadline`: open (its first reminder due, if it
+/// declares `remind`), or, a timer's, sleeping until its `after` has passed. Both count from when
+/// Step Functions entered the step (by Step Functions' clock, which set the deadline `timeout`
+/// after it: a report that waited in the queue shortens the wait, and never lengthens it).
 fn reached(plan: &Plan, (step, role): (u32, Role), token: &TaskToken, deadline: OffsetDateTime) -> Wait {
     let mut w = Wait::reached(step, role, token, deadline);
-    if let Some((after, timeout)) = plan.step(step).and_then(|s| Some((s.timer?, s.timeout))) {
-        let entered = deadline - time::Duration::try_from(timeout).unwrap_or(time::Duration::ZERO);
-        let after = time::Duration::try_from(after).unwrap_or(time::Duration::MAX);
-        w.status = WaitStatus::Sleeping { until: entered.saturating_add(after) };
+    let Some(s) = plan.step(step) else { return w };
+    let entered = deadline - time::Duration::try_from(s.timeout).unwrap_or(time::Duration::ZERO);
+    let after = |d: std::time::Duration| {
+        entered.saturating_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX))
+    };
+    if let Some(timer) = s.timer {
+        w.status = WaitStatus::Sleeping { until: after(timer) };
     }
+    w.remind_at = s.remind.map(|r| after(r.due_after(1)));
     w
 }
 

@@ -66,6 +66,8 @@ pub enum Cause {
     /// A decided position's resume went out and found its token gone: nothing is owed to it
     /// any more.
     StepResumed,
+    /// The sweeper claimed a reminder of a waiting step's task, before publishing it.
+    Reminded,
 }
 
 impl Cause {
@@ -92,6 +94,7 @@ impl Cause {
             Cause::ExecutionGone => "execution_gone",
             Cause::End => "end",
             Cause::StepResumed => "step_resumed",
+            Cause::Reminded => "reminded",
         }
     }
 }
@@ -230,6 +233,7 @@ pub const WAIT_WRITES: &[WaitWrite] = &[
     w(Cause::BranchReady, &[W], &[WaitCause::Reach, WaitCause::Repark]),
     w(Cause::BranchReady, &[A], &[WaitCause::Repark]),
     w(Cause::Merge, &[W], &[WaitCause::Merge]),
+    w(Cause::Reminded, &[W], &[WaitCause::Remind]),
     w(Cause::AttemptFailed, &[W], &[WaitCause::AttemptFailed]),
     w(Cause::AttemptOpened, &[W], &[WaitCause::AttemptOpened]),
     // A branch decided while its siblings wait; an optional branch's report settling it (after

@@ -902,6 +902,7 @@ impl World {
             }
             Effect::CreateTask { .. }
             | Effect::OpenAttempt { .. }
+            | Effect::Remind { .. }
             | Effect::SendTaskHeartbeat { .. }
             | Effect::Ledger { .. } => {}
         }
@@ -1135,6 +1136,7 @@ mod features_meet;
 mod group;
 mod group_races;
 mod quorum_races;
+mod reminders;
 mod repark;
 mod retry;
 mod retry_races;

@@ -11,6 +11,7 @@ use super::position;
 use super::record::{Kind, Record, State};
 use super::resend_after;
 use super::step_input::mark_for;
+use super::table::Cause;
 use super::wait::{Role, Wait, WaitId, WaitOutcome, WaitStatus};
 use crate::limits::RESTART_PENDING_AFTER;
 use crate::mutants::{Mutation, active as mutant};
@@ -21,6 +22,9 @@ pub(super) fn on_tick(plan: &Plan, r: &Record, now: OffsetDateTime) -> Decision 
     }
     if let Some(woken) = wake(plan, r, now) {
         return woken;
+    }
+    if let Some(reminder) = remind(plan, r, now) {
+        return reminder;
     }
     // An owed resume again, and the mark that it went out: one that finds its token gone owes
     // nothing more, and the record leaves the sweeper's work list (found by an attack test: a
@@ -68,6 +72,35 @@ fn wake(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
         token,
         resume,
         mark,
+    }))
+}
+
+/// A reminder of a waiting step's task whose time has come, by this sweep's clock: claimed by a
+/// write (the next one's time, or none left), then published. A sweep late past several
+/// reminders' times sends the last of them only, with its count: never more than `times`, never
+/// one before its time, and none once the wait is decided (its claim would find it decided).
+/// A crash between the claim and the publish loses that one reminder, never sends it twice.
+fn remind(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
+    let w = r.step_wait().filter(|w| w.status == WaitStatus::Open && r.state.kind() == Kind::Waiting)?;
+    let remind = plan.step(w.step)?.remind?;
+    let due = w.remind_at.filter(|at| *at <= now && w.deadline.is_none_or(|d| now < d))?;
+    let after = |n: u32| time::Duration::try_from(remind.due_after(n)).unwrap_or(time::Duration::MAX);
+    // When the wait began: each reminder's time counts from it.
+    let began = due - after(w.reminded + 1);
+    let left = |count: u32| count < remind.times || mutant(Mutation::RemindersUnbounded);
+    let mut count = w.reminded + 1;
+    while left(count) && began + after(count + 1) <= now {
+        count += 1;
+    }
+    let mut to = r.next(r.state, now);
+    let claimed = to.wait_mut(w.step)?;
+    claimed.reminded = count;
+    claimed.remind_at = left(count).then(|| began + after(count + 1));
+    let wait = WaitId::of(r.generation, w);
+    Some(Decision::new(Outcome::Applied).with_write(Cause::Reminded, Some(r), to).effect(Effect::Remind {
+        wait,
+        attempt: w.attempt(),
+        count,
     }))
 }
 

@@ -170,6 +170,8 @@ pub enum WaitCause {
     Decide,
     /// Its timer ran out: its success is owed.
     Wake,
+    /// A reminder of its task went out (the sweeper's claim, written before it is published).
+    Remind,
     /// Its resume went out.
     Resumed,
     /// Step Functions' own report settled it (an optional branch's), or confirmed its success.
@@ -199,6 +201,7 @@ pub const WAIT_TRANSITIONS: &[(WaitKind, WaitKind, WaitCause)] = &[
     // A resume that found its old token gone is owed again, to the new one.
     (R, W, WaitCause::Repark),
     (O, O, WaitCause::Merge),
+    (O, O, WaitCause::Remind),
     (O, D, WaitCause::AttemptFailed),
     (D, O, WaitCause::AttemptOpened),
     (O, W, WaitCause::Decide),
@@ -285,6 +288,12 @@ pub struct Wait {
     /// (or, while its task is due, next to run) is the one after.
     #[serde(rename = "f", default, skip_serializing_if = "Vec::is_empty")]
     pub failed: Vec<FailedAttempt>,
+    /// How many reminders of its task went out (a step with `remind`).
+    #[serde(rename = "n", default, skip_serializing_if = "is_zero")]
+    pub reminded: u32,
+    /// When its next reminder is due, while it is open and one is left.
+    #[serde(rename = "m", default, with = "micros::option", skip_serializing_if = "Option::is_none")]
+    pub remind_at: Option<OffsetDateTime>,
     #[serde(flatten)]
     pub status: WaitStatus,
 }
@@ -333,6 +342,11 @@ fn is_step(role: &Role) -> bool {
     *role == Role::Step
 }
 
+#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl Wait {
     /// A wait not reached yet.
     pub fn unreached(step: u32, role: Role) -> Wait {
@@ -343,6 +357,8 @@ impl Wait {
             deadline: None,
             inputs: Map::new(),
             failed: Vec::new(),
+            reminded: 0,
+            remind_at: None,
             status: WaitStatus::Unreached,
         }
     }
@@ -428,12 +444,13 @@ impl Wait {
         }
     }
 
-    /// Whether it owes the sweeper work: a resume, an attempt's task, or a timer's wake.
+    /// Whether it owes the sweeper work: a resume, an attempt's task, a timer's wake, or a
+    /// reminder.
     pub fn owes_work(&self) -> bool {
         matches!(
             self.status,
             WaitStatus::Owed { .. } | WaitStatus::TaskDue { .. } | WaitStatus::Sleeping { .. }
-        )
+        ) || self.status == WaitStatus::Open && self.remind_at.is_some()
     }
 
     /// When the sweeper must look at it, which it does a grace after: an owed resume's re-send
@@ -444,7 +461,11 @@ impl Wait {
             WaitStatus::Owed { since, .. } => Some(*since),
             WaitStatus::TaskDue { at } => Some(*at - grace),
             WaitStatus::Sleeping { .. } => self.wakes_at().map(|at| at - grace),
-            WaitStatus::Open => self.deadline,
+            // An open wait's next reminder is listed on time.
+            WaitStatus::Open => match (self.deadline, self.remind_at) {
+                (Some(deadline), Some(at)) => Some(deadline.min(at - grace)),
+                (deadline, at) => deadline.or(at.map(|at| at - grace)),
+            },
             _ => None,
         }
     }
@@ -452,6 +473,13 @@ impl Wait {
     /// Whether what its status says agrees with its fields: a token once reached (but for a wait
     /// that ended, which keeps what it had); nothing gathered before.
     pub fn agrees(&self) -> bool {
+        // A reminder is due only while its wait is open (or between its attempts).
+        let reminder_ok =
+            self.remind_at.is_none() || matches!(self.status, WaitStatus::Open | WaitStatus::TaskDue { .. });
+        reminder_ok && self.status_agrees()
+    }
+
+    fn status_agrees(&self) -> bool {
         match &self.status {
             WaitStatus::Unreached => self.token.is_none() && self.inputs.is_empty() && self.failed.is_empty(),
             WaitStatus::Open | WaitStatus::TaskDue { .. } | WaitStatus::Owed { .. } => self.token.is_some(),
@@ -463,14 +491,17 @@ impl Wait {
         }
     }
 
-    /// Ends it with `outcome`: nothing is owed to it any more.
+    /// Ends it with `outcome`: nothing is owed to it any more, and no reminder goes out.
     pub fn end(&mut self, outcome: WaitOutcome) {
         self.status = WaitStatus::Ended { outcome };
+        self.remind_at = None;
     }
 
-    /// Decides it with `outcome`: `resume` is owed to its token from `now`.
+    /// Decides it with `outcome`: `resume` is owed to its token from `now`, and no reminder goes
+    /// out.
     pub fn decide(&mut self, outcome: WaitOutcome, resume: Resume, now: OffsetDateTime) {
         self.status = WaitStatus::Owed { outcome, resume, since: now };
+        self.remind_at = None;
     }
 
     /// Its owed resume went out: taken (`delivered`), or its token found gone.

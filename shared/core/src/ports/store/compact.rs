@@ -57,11 +57,12 @@ fn code(cause: Cause) -> u8 {
         Cause::ExecutionGone => 18,
         Cause::End => 19,
         Cause::StepResumed => 20,
+        Cause::Reminded => 21,
     }
 }
 
 /// The causes by their stored number.
-const CAUSES: [Cause; 21] = [
+const CAUSES: [Cause; 22] = [
     Cause::Start,
     Cause::Restart,
     Cause::StepReady,
@@ -83,6 +84,7 @@ const CAUSES: [Cause; 21] = [
     Cause::ExecutionGone,
     Cause::End,
     Cause::StepResumed,
+    Cause::Reminded,
 ];
 
 /// What an audit trail is written against: the rest of its record.
@@ -199,7 +201,8 @@ fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
         | Cause::BranchReady
         | Cause::BranchResumed
         | Cause::AttemptFailed
-        | Cause::AttemptOpened => State::Waiting { step: step(Kind::Waiting)? },
+        | Cause::AttemptOpened
+        | Cause::Reminded => State::Waiting { step: step(Kind::Waiting)? },
         Cause::BranchDone | Cause::StepResumed => return from.map(str::to_owned),
         Cause::Complete | Cause::FailStep => State::Advancing { step: step(Kind::Waiting)? },
         Cause::ReportSucceeded => State::Succeeded,
@@ -419,7 +422,7 @@ mod tests {
     fn a_damaged_trail_names_the_entry_and_what_is_wrong() {
         let context = Context { base: CREATED, applied: &[], start_events: &[] };
         let err = |text: &str| decode_history(text, &context).unwrap_err();
-        assert_eq!(err(r#"[[0,0],[5,21]]"#), "entry 1: the cause 21 is not one of 0..21");
+        assert_eq!(err(r#"[[0,0],[5,22]]"#), "entry 1: the cause 22 is not one of 0..22");
         assert_eq!(err(r#"[["0",0]]"#), "entry 0: the time is missing or not an integer");
         assert_eq!(err(r#"[[0,0,3]]"#), "entry 0: cause_id 3 refers to no input");
         assert_eq!(err(r#"[[0,3]]"#), "entry 0: to is missing and cannot be predicted");

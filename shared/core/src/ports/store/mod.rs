@@ -114,9 +114,17 @@ pub struct Task {
     pub created_at: OffsetDateTime,
     /// Set once the `baton.task.created` event went out.
     pub published: bool,
-    /// A step's task, or the task that undoes a completed step.
+    /// A step's task, or the task that undoes a completed step, or a reminder of a step's task.
     #[serde(default, skip_serializing_if = "TaskKind::is_step")]
     pub kind: TaskKind,
+    /// A reminder's count (1 for the first); 0 for a task.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reminder: u32,
+}
+
+#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What a task asks for.
@@ -128,6 +136,9 @@ pub enum TaskKind {
     Step,
     /// The compensation of a completed step (`baton.compensation.requested`).
     Compensation,
+    /// A reminder of a step's task still waiting (`baton.task.reminder`): never stored, published
+    /// once when the sweeper claims it.
+    Reminder,
 }
 
 impl TaskKind {
@@ -139,6 +150,7 @@ impl TaskKind {
         match self {
             TaskKind::Step => "step",
             TaskKind::Compensation => "compensation",
+            TaskKind::Reminder => "reminder",
         }
     }
 }
@@ -153,7 +165,7 @@ impl Task {
         kind: TaskKind,
     ) -> String {
         let undo = match kind {
-            TaskKind::Step => "",
+            TaskKind::Step | TaskKind::Reminder => "",
             TaskKind::Compensation => "/undo",
         };
         match attempt {

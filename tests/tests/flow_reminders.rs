@@ -1,0 +1,74 @@
+//! End to end, on the emulator: a step's task is reminded of while nobody answers it. The worker
+//! ignores the first task and answers the reminder; the sweeper, run again after, sends no more.
+//! A reminder is a task event of its own on the step's queue, naming the task it reminds of and
+//! its count.
+
+use baton_core::domain::lifecycle::State;
+use baton_tests::order_placed;
+use baton_tests::system::start_system;
+use serde_json::{Value, json};
+use time::{Duration, OffsetDateTime};
+
+const CONFIG: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        task: { title: "Review {key}", queue: reviewers }
+        requires: [decision]
+        timeout: 2d
+        remind: { after: 1h, every: 2h, times: 2 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_missed_the_task_answers_its_reminder_and_no_more_go_out() {
+    let system = start_system(CONFIG).await;
+    let key = "k-remind";
+    system.send_event(&order_placed(key)).await;
+    let r = system
+        .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
+        .await;
+    let remind_at = r.wait(0).and_then(|w| w.remind_at).expect("the first reminder's time");
+    let from_now = remind_at - OffsetDateTime::now_utc();
+    assert!(from_now > Duration::minutes(59) && from_now <= Duration::hours(1), "{remind_at}");
+
+    // The task goes out; its worker misses it (it reads and drops it).
+    let tasks = system.published_tasks(1).await;
+    assert_eq!(tasks.len(), 1, "{tasks:#?}");
+    let task_id = tasks[0]["data"]["task_id"].as_str().expect("a task id").to_owned();
+    assert_eq!(tasks[0]["type"], "baton.task.created");
+
+    // Before its time, a sweep sends nothing; on time, the first reminder goes out.
+    system.sweep(remind_at - Duration::seconds(1)).await;
+    assert_eq!(system.record("order-review", key).await.and_then(|r| r.wait(0).map(|w| w.reminded)), Some(0));
+    let report = system.sweep(remind_at).await;
+    assert_eq!(report.repaired, 1, "{report:?}");
+    let reminders = system.published_tasks(1).await;
+    assert_eq!(reminders.len(), 1, "one reminder: {reminders:#?}");
+    let reminder = &reminders[0];
+    assert_eq!(reminder["type"], "baton.task.reminder", "{reminder}");
+    assert_eq!(reminder["id"].as_str(), Some(format!("{task_id}/r1").as_str()), "{reminder}");
+    assert_eq!(reminder["data"]["reminds"].as_str(), Some(task_id.as_str()), "{reminder}");
+    assert_eq!(reminder["data"]["reminder"], 1, "{reminder}");
+    assert_eq!(reminder["data"]["queue"], "reviewers", "{reminder}");
+
+    // The worker answers the step the reminder names, as it would the task.
+    let answer = json!({"workflow": reminder["data"]["workflow"], "key": reminder["data"]["key"],
+        "step": reminder["data"]["step"], "outcome": "succeeded", "data": {"decision": "approve"}});
+    system.answered("review-1", answer, (200, "applied")).await;
+    system.record_until("order-review", key, "succeeded", |r| r.state == State::Succeeded).await;
+
+    // The second reminder's time comes: nothing goes out.
+    system.sweep(remind_at + Duration::hours(2)).await;
+    let after: Vec<Value> = system
+        .drain_queue(&system.task_queue("reviewers"))
+        .await
+        .into_iter()
+        .filter_map(|m| serde_json::from_str(m.body()?).ok())
+        .collect();
+    assert!(after.is_empty(), "no reminder once answered: {after:#?}");
+    system.stop().await;
+}
