@@ -1,7 +1,7 @@
 //! Reminders of a step's task: each goes out only once claimed by a write that landed while its
 //! wait was open, never before its time (counted from when Step Functions entered the step, by
 //! its clock; the functions' clocks may be apart from it by the schedule's spread), and never
-//! more of them than the step's `times`.
+//! more of them than the step's `times`, each once.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -63,7 +63,9 @@ fn a_reminder_goes_out_while_its_wait_is_open_and_on_time(c: &mut Checker<'_>, s
 
 fn never_more_reminders_than_times(c: &mut Checker<'_>, s: &Seen<'_>) {
     let mut counts: BTreeMap<(String, String, u32, u32), BTreeSet<u32>> = BTreeMap::new();
+    let mut copies: BTreeMap<&str, usize> = BTreeMap::new();
     for t in s.published.iter().map(|p| &p.task).filter(|t| t.kind == TaskKind::Reminder) {
+        *copies.entry(t.id.as_str()).or_default() += 1;
         counts
             .entry((t.workflow.to_string(), t.key.to_string(), t.generation, t.step))
             .or_default()
@@ -76,6 +78,9 @@ fn never_more_reminders_than_times(c: &mut Checker<'_>, s: &Seen<'_>) {
         c.check("never_more_reminders_than_times", within, || {
             format!("{workflow}/{key} generation {generation} step {step} sent reminders {sent:?}, at most {} declared", remind.times)
         });
+    }
+    for (id, n) in copies {
+        c.check("never_more_reminders_than_times", n == 1, || format!("reminder {id} went out {n} times"));
     }
 }
 

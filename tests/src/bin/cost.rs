@@ -76,6 +76,25 @@ workflows:
         timeout: 7d
 "#;
 
+/// The two-step workflow whose review is an approval reminded of twice, an hour apart, before
+/// it is answered.
+const REMINDED: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        task: { title: "Review order {key}", queue: risk-review }
+        requires: [decision]
+        timeout: 2d
+        remind: { after: 1h, every: 1h, times: 2 }
+      - name: payment
+        requires: [payment_ref]
+        timeout: 7d
+"#;
+
 /// One workflow shape `make cost` measures.
 #[derive(Clone, Copy)]
 enum Shape {
@@ -87,12 +106,16 @@ enum Shape {
     Retried,
     /// [`baton_tests::SAGA`]: the failure path, two compensations acknowledged.
     Compensated,
+    /// [`REMINDED`]: two steps, the first answered after its two reminders went out.
+    Reminded,
 }
 
 impl Shape {
     fn workflow(self) -> &'static str {
         match self {
-            Shape::TwoStep | Shape::Grouped | Shape::Retried | Shape::Compensated => "order-review",
+            Shape::TwoStep | Shape::Grouped | Shape::Retried | Shape::Compensated | Shape::Reminded => {
+                "order-review"
+            }
         }
     }
 
@@ -102,6 +125,7 @@ impl Shape {
             Shape::Grouped => GROUPED,
             Shape::Retried => RETRIED,
             Shape::Compensated => baton_tests::SAGA,
+            Shape::Reminded => REMINDED,
         }
     }
 
@@ -115,6 +139,7 @@ impl Shape {
             Shape::Compensated => {
                 "failures after two completed steps, both compensated (the failure path, per failure)"
             }
+            Shape::Reminded => "two-step workflows whose approval is answered after two reminders",
         }
     }
 
@@ -125,7 +150,7 @@ impl Shape {
     fn counts(self, caller: &str, operation: &str) -> bool {
         match caller {
             RUNNER => false,
-            SWEEPER => matches!(self, Shape::Retried) && !operation.ends_with("Query"),
+            SWEEPER => matches!(self, Shape::Retried | Shape::Reminded) && !operation.ends_with("Query"),
             _ => true,
         }
     }
@@ -141,6 +166,8 @@ async fn main() {
     measure(Shape::Retried, workflows).await;
     println!();
     measure(Shape::Compensated, workflows).await;
+    println!();
+    measure(Shape::Reminded, workflows).await;
 }
 
 #[expect(clippy::too_many_lines, reason = "the cost model's report, figure by figure")]
@@ -292,7 +319,36 @@ async fn run(shape: Shape, system: &System, key: &str, i: u64) -> Load {
         Shape::Grouped => run_grouped(system, key).await,
         Shape::Retried => run_retried(system, key).await,
         Shape::Compensated => run_compensated(system, key).await,
+        Shape::Reminded => run_reminded(system, key).await,
     }
+}
+
+/// A [`REMINDED`] workflow: nobody answers the review until the sweeper has published both its
+/// reminders, an hour apart (the sweeps run as of those times); then it and payment are answered.
+async fn run_reminded(system: &System, key: &str) -> Load {
+    let placed = json!({"specversion": "1.0", "id": format!("{key}-placed"), "source": "shop",
+        "type": "order.placed", "subject": key, "data": {"total": 1500}});
+    system.send_event(&placed.to_string()).await;
+    let workflow = Shape::Reminded.workflow();
+    wait_in(system, workflow, key, State::Waiting { step: 0 }).await;
+    let first =
+        system.record(workflow, key).await.and_then(|r| r.wait(0)?.remind_at).expect("a reminder due");
+    for (n, at) in [(1, first), (2, first + time::Duration::hours(1))] {
+        system.sweep(at).await;
+        let reminded = system.record(workflow, key).await.and_then(|r| r.wait(0).map(|w| w.reminded));
+        assert_eq!(reminded, Some(n), "reminder {n} went out");
+    }
+    let answer = |step: &str, data: Value| json!({"workflow": workflow, "key": key, "step": step, "outcome": "succeeded", "data": data});
+    let (status, body) = system
+        .callback(&format!("{key}-review"), &answer("manual-review", json!({"decision": "approve"})))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    wait_in(system, workflow, key, State::Waiting { step: 1 }).await;
+    let (status, body) =
+        system.callback(&format!("{key}-pay"), &answer("payment", json!({"payment_ref": "pay-1"}))).await;
+    assert_eq!(status, 200, "{body}");
+    wait_in(system, workflow, key, State::Succeeded).await;
+    Load { events: 1, callbacks: 2 }
 }
 
 /// A [`baton_tests::SAGA`] workflow: reserve-stock and payment complete, shipping fails, and
