@@ -10,7 +10,13 @@
 //!   keeps the task and calls back again with the same `webhook-id`, without another receive;
 //! - `ignored` (a task whose workflow was cancelled before the worker got to it);
 //! - `202 buffered` and `409` (one task id delivered with two different answers: the first is
-//!   kept early, the second is refused and left on the queue for its redrive).
+//!   kept early, the second is refused and left on the queue for its redrive);
+//! - reminders (`baton.task.reminder`), answered as the task they remind of, with its id as the
+//!   `webhook-id`: a duplicate (`"duplicate": true`) of a task the worker answered already, and
+//!   `ignored` for a step answered elsewhere; each deleted, none left for the redrive.
+//!
+//! Both workers also parse the same messages alike, without the stack: a reminder as its task,
+//! and a malformed reminder refused.
 //!
 //! The attacks: a flood of the callback URL over the stage's rate (429 for the worker too), which
 //! sends no task to the dead-letter queue; messages that are not the worker's tasks (not JSON,
@@ -163,6 +169,19 @@ fn forged(key: &str, step: &str, queue: &str, generation: u64, compensation: boo
         "compensation": compensation}})
 }
 
+/// A reminder of `task` (as [`forged`] builds it), its `count`th, as baton publishes it.
+fn reminder_of(task: &Value, count: u64) -> Value {
+    let reminds = task["id"].as_str().expect("a task id").to_owned();
+    let id = format!("{reminds}/r{count}");
+    let mut reminder = task.clone();
+    reminder["type"] = json!("baton.task.reminder");
+    reminder["id"] = json!(id);
+    reminder["data"]["task_id"] = json!(id);
+    reminder["data"]["reminds"] = json!(reminds);
+    reminder["data"]["reminder"] = json!(count);
+    reminder
+}
+
 /// Places an order for each key, and waits until each one's reserve-stock task is out.
 async fn orders(local: &Local, info: &LocalInfo, keys: &[&str]) {
     let sqs = sqs(info).await;
@@ -205,6 +224,7 @@ struct Keys {
     unavailable: String,
     cancelled: String,
     twice: String,
+    elsewhere: String,
 }
 
 impl Keys {
@@ -214,13 +234,14 @@ impl Keys {
             unavailable: format!("{prefix}-503"),
             cancelled: format!("{prefix}-cancelled"),
             twice: format!("{prefix}-twice"),
+            elsewhere: format!("{prefix}-elsewhere"),
         }
     }
 }
 
 /// Sets the scene on a running saga stack before any worker runs.
 async fn scene(local: &Local, info: &LocalInfo, keys: &Keys, config: &Path) {
-    orders(local, info, &[&keys.ok, &keys.unavailable, &keys.cancelled]).await;
+    orders(local, info, &[&keys.ok, &keys.unavailable, &keys.cancelled, &keys.elsewhere]).await;
     // Cancelled while its task waits on the queue.
     let cancel = std::process::Command::new(bin())
         .args(["cancel", "order-review", &keys.cancelled, "--reason", "customer withdrew", "--config"])
@@ -244,6 +265,16 @@ async fn scene(local: &Local, info: &LocalInfo, keys: &Keys, config: &Path) {
         event["data"]["task_id"] = json!(task_id);
         put_on(info, "stock", &event.to_string()).await;
     }
+    // A step answered elsewhere (by a person, say), then reminded of: its task and its reminder
+    // are both on the queue.
+    let secrets = Secrets::parse(&info.webhook_secret).unwrap();
+    let by_hand = json!({"workflow": "order-review", "key": &keys.elsewhere, "step": "reserve-stock",
+        "outcome": "succeeded", "data": {"hold": "by-hand"}});
+    let by = format!("{}-by-hand", keys.elsewhere);
+    let (status, body) = send_callback(&info.api_url, &secrets, &by, &by_hand).await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{body}");
+    let reminder = reminder_of(&forged(&keys.elsewhere, "reserve-stock", "stock", 1, false), 1);
+    put_on(info, "stock", &reminder.to_string()).await;
 }
 
 /// The story both workers must pass, one worker for each team.
@@ -261,6 +292,7 @@ async fn a_worker_answers_every_documented_answer(worker: Worker) {
                 && !about(seen, &keys.ok).is_empty()
                 && !about(seen, &keys.cancelled).is_empty()
                 && about(seen, &keys.twice).len() >= 2
+                && about(seen, &keys.elsewhere).len() >= 2
         })
         .await;
     every_answer_as_documented(&seen, &keys);
@@ -268,6 +300,7 @@ async fn a_worker_answers_every_documented_answer(worker: Worker) {
         t["record"]["state"] == "waiting{1}"
     })
     .await;
+    a_reminder_of_an_answered_task_is_a_duplicate(&info, &keys.ok, &mut stock).await;
 
     the_saga_s_compensations(&local, &info, &keys.ok, (&mut stock, &mut payments)).await;
     each_worker_saw_its_own_team_s_tasks_alone(&stock.seen, &payments.seen);
@@ -304,6 +337,44 @@ fn every_answer_as_documented(seen: &[Value], keys: &Keys) {
         [(202, "buffered".into(), "done".into()), (409, "idempotency_key_reused".into(), "refused".into())],
         "{seen:#?}"
     );
+    // A step answered elsewhere: its task and its reminder, answered with the task's id, are
+    // both ignored (the step passed), and deleted.
+    assert!(every(&keys.elsewhere, "ignored"), "{seen:#?}");
+    let elsewhere = about(seen, &keys.elsewhere);
+    assert!(elsewhere.iter().all(|l| l["reason"] == "step_already_advanced"), "{seen:#?}");
+    let task_id = format!("order-review/{}/g1/reserve-stock", keys.elsewhere);
+    assert!(elsewhere.iter().all(|l| l["webhook_id"] == task_id.as_str()), "{seen:#?}");
+    assert!(
+        elsewhere
+            .iter()
+            .any(|l| l["type"] == "baton.task.reminder" && l["task_id"] == format!("{task_id}/r1")),
+        "{seen:#?}"
+    );
+}
+
+/// A reminder of the task of `key` the worker answered already (`applied`): the worker does the
+/// work again and calls back with the task's id as the `webhook-id`, and baton answers as it did
+/// the first time, a duplicate; the worker deletes it.
+async fn a_reminder_of_an_answered_task_is_a_duplicate(info: &LocalInfo, key: &str, stock: &mut Lines) {
+    let task = forged(key, "reserve-stock", "stock", 1, false);
+    let task_id = task["id"].as_str().unwrap().to_owned();
+    let first = stock.seen.iter().find(|l| l["task_id"] == task_id.as_str() && l["answer"] == "applied");
+    let first = first.unwrap_or_else(|| panic!("the task {task_id} answered: {:#?}", stock.seen)).clone();
+    assert_eq!(
+        (first["webhook_id"].as_str(), first["duplicate"].as_bool()),
+        (Some(task_id.as_str()), Some(false))
+    );
+    let message = put_on(info, "stock", &reminder_of(&task, 1).to_string()).await;
+    let seen = stock
+        .until("the reminder answered", |seen| seen.iter().any(|l| l["message_id"] == message.as_str()))
+        .await;
+    let line = seen.iter().find(|l| l["message_id"] == message.as_str()).unwrap();
+    assert_eq!(answers(&[line]), [(200, "applied".into(), "done".into())], "{line}");
+    assert_eq!(line["type"], "baton.task.reminder", "{line}");
+    assert_eq!(line["task_id"].as_str(), Some(format!("{task_id}/r1").as_str()), "{line}");
+    assert_eq!(line["webhook_id"].as_str(), Some(task_id.as_str()), "the reminded task's id: {line}");
+    assert_eq!(line["duplicate"].as_bool(), Some(true), "{line}");
+    // Deleted (the worker deletes before it logs `done`): only_the_refused_message_is_left.
 }
 
 /// The stock worker logged stock tasks only, the payments worker the refund only.
@@ -407,6 +478,117 @@ async fn the_python_worker_answers_every_documented_answer_against_baton_local()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rust_worker_answers_every_documented_answer_against_baton_local() {
     a_worker_answers_every_documented_answer(Worker::Rust).await;
+}
+
+// ---- reminders, parsed by each worker ------------------------------------------------------------
+
+/// What a worker makes of each message body, as JSON: for a task it takes, its type, its id,
+/// the webhook-id it calls back with and the callback's body; else `{"refused": code}`.
+fn python_parses(bodies: &[String]) -> Vec<Value> {
+    const SCRIPT: &str = r#"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import worker
+verdicts = []
+for body in json.load(sys.stdin):
+    try:
+        kind, task, work = worker.parse_task(body, "stock")
+    except worker.NotMine as refusal:
+        verdicts.append({"refused": refusal.code})
+        continue
+    verdicts.append({"type": kind, "task_id": task["task_id"], "webhook_id": worker.webhook_id(task),
+                     "callback": worker.callback_body(task, *work(task))})
+print(json.dumps(verdicts))
+"#;
+    use std::io::Write;
+    let python = std::env::var("BATON_PYTHON")
+        .unwrap_or_else(|_| root().join(".venv/bin/python").display().to_string());
+    let mut child = std::process::Command::new(python)
+        .args(["-c", SCRIPT])
+        .arg(root().join("examples/python-worker"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    child.stdin.take().unwrap().write_all(json!(bodies).to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn rust_parses(bodies: &[String]) -> Vec<Value> {
+    use baton_example_worker::{callback_body, parse_task, work_for};
+    let verdict = |body: &String| match parse_task(body, "stock") {
+        Err(refusal) => json!({"refused": refusal.code}),
+        Ok((kind, task)) => {
+            let work = work_for("stock", &task).expect("the work parse_task found")(&task);
+            json!({"type": kind, "task_id": task.task_id, "webhook_id": task.webhook_id(),
+                "callback": callback_body(&task, &work)})
+        }
+    };
+    bodies.iter().map(verdict).collect()
+}
+
+#[test]
+fn both_workers_take_a_reminder_as_the_task_it_reminds_of_and_refuse_a_malformed_one() {
+    let mut task = forged("k", "reserve-stock", "stock", 1, false);
+    let task_id = "order-review/k/g1/reserve-stock";
+    let reminder = reminder_of(&task, 2);
+    let callback = json!({"workflow": "order-review", "key": "k", "step": "reserve-stock", "generation": 1,
+        "attempt": 1, "outcome": "succeeded", "data": {"hold": "hold-k"}});
+    let taken = |kind: &str, id: &str| json!({"type": kind, "task_id": id, "webhook_id": task_id, "callback": callback});
+    let mut cases = vec![
+        // The reminder: the reminded task's work and callback, with that task's id as webhook-id.
+        (reminder.clone(), taken("baton.task.reminder", &format!("{task_id}/r2"))),
+        (task.clone(), taken("baton.task.created", task_id)),
+    ];
+    // The task as baton publishes it now: a task's reminds and reminder are null.
+    task["data"]["reminds"] = Value::Null;
+    task["data"]["reminder"] = Value::Null;
+    cases.push((task.clone(), taken("baton.task.created", task_id)));
+    let refused = |code: &str| json!({"refused": code});
+    let changed = |change: &dyn Fn(&mut Value)| {
+        let mut changed = reminder.clone();
+        change(&mut changed);
+        changed
+    };
+    let malformed: [&dyn Fn(&mut Value); 17] = [
+        &|r| _ = r["data"].as_object_mut().unwrap().remove("reminds"),
+        &|r| r["data"]["reminds"] = Value::Null,
+        &|r| r["data"]["reminds"] = json!(7),
+        &|r| {
+            r["data"]["reminds"] = json!("");
+            r["data"]["task_id"] = json!("/r2");
+            r["id"] = json!("/r2");
+        },
+        &|r| _ = r["data"].as_object_mut().unwrap().remove("reminder"),
+        &|r| r["data"]["reminder"] = json!(0),
+        &|r| r["data"]["reminder"] = json!(-2),
+        &|r| r["data"]["reminder"] = json!(2.5),
+        &|r| r["data"]["reminder"] = json!("2"),
+        &|r| r["data"]["reminder"] = json!(true),
+        &|r| r["data"]["reminder"] = json!(1), // its id says the second
+        &|r| r["id"] = json!(task_id),
+        &|r| r["data"]["task_id"] = json!(task_id),
+        &|r| r["data"]["compensation"] = json!(true),
+        &|r| _ = r["data"].as_object_mut().unwrap().remove("title"),
+        &|r| r["data"]["generation"] = json!("1"),
+        &|r| r["type"] = json!("baton.task.created"), // a task naming another
+    ];
+    cases.extend(malformed.into_iter().map(|change| (changed(change), refused("malformed_task"))));
+    cases.push((changed(&|r| r["data"]["queue"] = json!("payments")), refused("foreign_queue")));
+    let shipping = reminder_of(&forged("k", "shipping", "stock", 1, false), 1);
+    cases.push((shipping, refused("not_handled")));
+    cases.push((changed(&|r| r["type"] = json!("baton.task.reminded")), refused("not_a_baton_task")));
+
+    let bodies: Vec<String> = cases.iter().map(|(body, _)| body.to_string()).collect();
+    for (worker, verdicts) in [("python", python_parses(&bodies)), ("rust", rust_parses(&bodies))] {
+        assert_eq!(verdicts.len(), cases.len(), "{worker}: {verdicts:#?}");
+        for ((body, expected), verdict) in cases.iter().zip(&verdicts) {
+            assert_eq!(verdict, expected, "the {worker} worker, for {body}");
+        }
+    }
 }
 
 // ---- the attacks ---------------------------------------------------------------------------------

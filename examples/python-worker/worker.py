@@ -15,9 +15,13 @@ acting on each answer baton documents (docs/TASK_WORKERS.md):
                                                left for the queue's redrive to its dead-letter
                                                queue, where a person looks at it
 
-A message that is not a task this worker takes (not JSON, not a baton task, a field missing or
-of the wrong type, another team's `queue`, a workflow and step WORK does not list for its queue)
-is never acted on: it is logged and refused, left for the redrive.
+A reminder (baton.task.reminder: the task `data.reminds` names still waits for an answer) is
+taken as that task: the same work, and the same callback with the reminded task's id as its
+webhook-id, so that a task answered already is answered again as a duplicate, never twice.
+
+A message that is not a task this worker takes (not JSON, not a baton task or reminder, a field
+missing or of the wrong type, another team's `queue`, a workflow and step WORK does not list for
+its queue) is never acted on: it is logged and refused, left for the redrive.
 
 Configuration, from the environment (a deployed stack's outputs):
     BATON_TASK_QUEUE             the team's queue name, as the config's tasks give it (risk-review)
@@ -48,6 +52,8 @@ from standardwebhooks.webhooks import Webhook
 
 TASK_CREATED = "baton.task.created"
 COMPENSATION_REQUESTED = "baton.compensation.requested"
+TASK_REMINDER = "baton.task.reminder"
+EVENT_TYPES = (TASK_CREATED, COMPENSATION_REQUESTED, TASK_REMINDER)
 
 MAX_RETRY_AFTER = 900  # the most a Retry-After is honoured for, in seconds
 MAX_BACKOFF = 60  # the longest wait between tries without one
@@ -73,7 +79,8 @@ def undone(task):
 # {"error", "cause"}). This demo approves reviews (risk-review), holds stock and releases it
 # (stock), and refunds payments (payments); replace these with your team's. `task` is the
 # event's `data`: task_id, workflow, key, generation, step, title, queue, attempt,
-# previous_error and compensation.
+# previous_error and compensation; a reminder's also reminds and reminder, and it is looked up
+# as the step's task it reminds of (compensation False).
 WORK = {
     "risk-review": {("order-review", "manual-review", False): review},
     "stock": {
@@ -109,13 +116,14 @@ FIELDS = {
 
 
 def parse_task(body, queue):
-    """The task in a message body, checked: a baton task event, every field there and of its
-    type, for this worker's `queue`, and one WORK lists for it. Returns (event type, data, work)."""
+    """The task in a message body, checked: a baton task event (or a reminder of one), every
+    field there and of its type, for this worker's `queue`, and one WORK lists for it. Returns
+    (event type, data, work)."""
     try:
         event = json.loads(body)
     except (TypeError, ValueError) as error:
         raise NotMine("malformed_task", f"not JSON: {error}")
-    if not isinstance(event, dict) or event.get("type") not in (TASK_CREATED, COMPENSATION_REQUESTED):
+    if not isinstance(event, dict) or event.get("type") not in EVENT_TYPES:
         kind = event.get("type") if isinstance(event, dict) else None
         raise NotMine("not_a_baton_task", f"type {kind!r} is not a baton task")
     data = event.get("data")
@@ -133,6 +141,7 @@ def parse_task(body, queue):
         raise NotMine("malformed_task", "data.generation and data.attempt count from 1")
     if data["compensation"] != (event["type"] == COMPENSATION_REQUESTED):
         raise NotMine("malformed_task", "data.compensation does not match the event's type")
+    check_reminder(event, data)
     if data["queue"] != queue:
         raise NotMine("foreign_queue", f"data.queue {data['queue']!r} is not this worker's {queue!r}")
     work = WORK.get(queue, {}).get((data["workflow"], data["step"], data["compensation"]))
@@ -140,6 +149,30 @@ def parse_task(body, queue):
         what = "compensation" if data["compensation"] else "step"
         raise NotMine("not_handled", f"this worker does no {what} {data['step']!r} of workflow {data['workflow']!r}")
     return event["type"], data, work
+
+
+def check_reminder(event, data):
+    """A reminder names the task it reminds of (`reminds`, a task id) and its count (`reminder`,
+    from 1), and its own id is the two together; a task carries neither (null or absent)."""
+    reminds, count = data.get("reminds"), data.get("reminder")
+    if event["type"] != TASK_REMINDER:
+        if reminds is not None or count is not None:
+            raise NotMine("malformed_task", "data.reminds and data.reminder belong to a reminder, not a task")
+        return
+    if not isinstance(reminds, str) or not reminds:
+        raise NotMine("malformed_task", "data.reminds is missing, empty or not a string")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise NotMine("malformed_task", "data.reminder is missing or not a whole number from 1")
+    if data["task_id"] != f"{reminds}/r{count}" or event.get("id") != data["task_id"]:
+        problem = "a reminder's id (and data.task_id) is not data.reminds + '/r' + data.reminder"
+        raise NotMine("malformed_task", problem)
+
+
+def webhook_id(task):
+    """The callback's webhook-id: the task id, and for a reminder the id of the task it reminds
+    of. A task and each of its reminders then make one callback, applied at most once: whichever
+    comes later is answered as a duplicate of the first."""
+    return task.get("reminds") or task["task_id"]
 
 
 def callback_body(task, outcome, data):
@@ -279,16 +312,17 @@ class Worker:
             self.log({**base, "answer": refusal.code, "message": refusal.problem, "action": "refused"})
             return
         outcome, data = work(task)
-        base.update(task_id=task["task_id"], type=kind, webhook_id=task["task_id"])
+        base.update(task_id=task["task_id"], type=kind, webhook_id=webhook_id(task))
         self.deliver(message, task, callback_body(task, outcome, data), base)
 
     def deliver(self, message, task, body, base):
         """Calls back until the answer is not transient, keeping the message invisible meanwhile.
-        The webhook-id is the task id: the same for every try and every delivery of this task,
-        so a repeated callback is applied at most once and answered as the first one was."""
+        The webhook-id is the task id (a reminder's: the id of the task it reminds of): the same
+        for every try and every delivery of this task and of its reminders, so a repeated
+        callback is applied at most once and answered as the first one was."""
         retries = 0
         while True:
-            status, answer, retry_after, location = post_callback(self.api_url, self.webhook, task["task_id"], body)
+            status, answer, retry_after, location = post_callback(self.api_url, self.webhook, webhook_id(task), body)
             action = verdict(status)
             line = {
                 **base,

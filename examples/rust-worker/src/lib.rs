@@ -11,10 +11,15 @@
 //! | 3xx | `Later`: never followed (the signed headers go to the callback URL and nowhere else); visible again after a minute, and after 10 receives in the dead-letter queue |
 //! | 409 and every other 4xx | `Refused`: retrying cannot help; left for the queue's redrive to its dead-letter queue |
 //!
-//! A message that is not a task this worker takes (not JSON, not a baton task, a field missing
-//! or of the wrong type, another team's `queue`, a workflow and step [`WORK`] does not list for
-//! its queue) is never acted on: it is logged and `Refused`, left for the redrive, where a person
-//! looks.
+//! A reminder ([`TASK_REMINDER`]: the task its `data.reminds` names still waits for an answer) is
+//! taken as that task: the same work, and the same callback with the reminded task's id as its
+//! `webhook-id` ([`Task::webhook_id`]), so that a task answered already is answered again as a
+//! duplicate, never twice.
+//!
+//! A message that is not a task this worker takes (not JSON, not a baton task or reminder, a
+//! field missing or of the wrong type, another team's `queue`, a workflow and step [`WORK`] does
+//! not list for its queue) is never acted on: it is logged and `Refused`, left for the redrive,
+//! where a person looks.
 
 pub mod signing;
 
@@ -35,6 +40,8 @@ use signing::Signer;
 
 pub const TASK_CREATED: &str = "baton.task.created";
 pub const COMPENSATION_REQUESTED: &str = "baton.compensation.requested";
+/// A reminder of a step's task still waiting for an answer: answered as that task.
+pub const TASK_REMINDER: &str = "baton.task.reminder";
 
 /// Where the worker reads and calls back.
 #[derive(Debug, Clone)]
@@ -88,8 +95,9 @@ impl Settings {
     }
 }
 
-/// A task: the `data` of a `baton.task.created` or `baton.compensation.requested` event. Every
-/// field is required and typed; an event whose data does not fit is not a task.
+/// A task: the `data` of a `baton.task.created` or `baton.compensation.requested` event, or of
+/// a `baton.task.reminder` (whose `task_id` is its own, `reminds` the task's, `reminder` its
+/// count). Every field is required and typed; an event whose data does not fit is not a task.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Task {
     pub task_id: String,
@@ -102,6 +110,21 @@ pub struct Task {
     pub attempt: Option<u32>,
     pub previous_error: Option<String>,
     pub compensation: bool,
+    /// A reminder's: the id of the task it reminds of. A task's is null (or absent).
+    #[serde(default)]
+    pub reminds: Option<String>,
+    /// A reminder's: its count, from 1. A task's is null (or absent).
+    #[serde(default)]
+    pub reminder: Option<u64>,
+}
+
+impl Task {
+    /// The callback's `webhook-id`: the task id, and for a reminder the id of the task it
+    /// reminds of. A task and each of its reminders then make one callback, applied at most
+    /// once: whichever comes later is answered as a duplicate of the first.
+    pub fn webhook_id(&self) -> &str {
+        self.reminds.as_deref().unwrap_or(&self.task_id)
+    }
 }
 
 /// What the work came to.
@@ -153,13 +176,14 @@ fn not_mine(code: &'static str, problem: impl Into<String>) -> NotMine {
     NotMine { code, problem: problem.into() }
 }
 
-/// The task in a message body, checked: a baton task event, every field there and of its type,
-/// for this worker's `queue`, and one [`WORK`] lists. Returns the event's type with it.
+/// The task in a message body, checked: a baton task event (or a reminder of one), every field
+/// there and of its type, for this worker's `queue`, and one [`WORK`] lists. Returns the event's
+/// type with it.
 pub fn parse_task(body: &str, queue: &str) -> Result<(String, Task), NotMine> {
     let event: Value =
         serde_json::from_str(body).map_err(|e| not_mine("malformed_task", format!("not JSON: {e}")))?;
     let event_type = match event.get("type").and_then(Value::as_str) {
-        Some(t @ (TASK_CREATED | COMPENSATION_REQUESTED)) => t.to_owned(),
+        Some(t @ (TASK_CREATED | COMPENSATION_REQUESTED | TASK_REMINDER)) => t.to_owned(),
         other => return Err(not_mine("not_a_baton_task", format!("type {other:?} is not a baton task"))),
     };
     let data = event.get("data").cloned().unwrap_or(Value::Null);
@@ -178,6 +202,7 @@ pub fn parse_task(body: &str, queue: &str) -> Result<(String, Task), NotMine> {
     if task.compensation != (event_type == COMPENSATION_REQUESTED) {
         return Err(not_mine("malformed_task", "data.compensation does not match the event's type"));
     }
+    check_reminder(&event, &event_type, &task).map_err(|problem| not_mine("malformed_task", problem))?;
     if task.queue != queue {
         return Err(not_mine(
             "foreign_queue",
@@ -192,6 +217,28 @@ pub fn parse_task(body: &str, queue: &str) -> Result<(String, Task), NotMine> {
         ));
     }
     Ok((event_type, task))
+}
+
+/// A reminder names the task it reminds of (`reminds`, a task id) and its count (`reminder`, from
+/// 1), and its own id is the two together; a task carries neither (null or absent).
+fn check_reminder(event: &Value, event_type: &str, task: &Task) -> Result<(), &'static str> {
+    match (event_type == TASK_REMINDER, &task.reminds, task.reminder) {
+        (false, None, None) => Ok(()),
+        (false, _, _) => Err("data.reminds and data.reminder belong to a reminder, not a task"),
+        (true, None, _) => Err("data.reminds is missing or null"),
+        (true, _, None) => Err("data.reminder is missing or null"),
+        (true, Some(reminds), _) if reminds.is_empty() => Err("data.reminds is empty"),
+        (true, _, Some(0)) => Err("data.reminder counts from 1"),
+        (true, Some(reminds), Some(count)) => {
+            let own = format!("{reminds}/r{count}");
+            let event_id = event.get("id").and_then(Value::as_str);
+            if task.task_id == own && event_id == Some(own.as_str()) {
+                Ok(())
+            } else {
+                Err("a reminder's id (and data.task_id) is not data.reminds + \"/r\" + data.reminder")
+            }
+        }
+    }
 }
 
 /// The callback for `task`. It names the generation and attempt the task carries, so that a late
@@ -400,15 +447,16 @@ impl Worker {
         let base = Handled {
             task_id: Some(task.task_id.clone()),
             event_type: Some(event_type),
-            webhook_id: Some(task.task_id.clone()),
+            webhook_id: Some(task.webhook_id().to_owned()),
             ..base
         };
-        self.deliver(message.receipt_handle().unwrap_or_default(), &task.task_id, &body, base, log).await
+        self.deliver(message.receipt_handle().unwrap_or_default(), task.webhook_id(), &body, base, log).await
     }
 
     /// Calls back until the answer is not transient, keeping the message invisible meanwhile.
-    /// The webhook-id is the task id: the same for every try and every delivery of this task,
-    /// so a repeated callback is applied at most once and answered as the first one was.
+    /// The webhook-id is the task id (a reminder's: the id of the task it reminds of): the same
+    /// for every try and every delivery of this task and of its reminders, so a repeated callback
+    /// is applied at most once and answered as the first one was.
     async fn deliver(
         &self,
         receipt: &str,
@@ -523,6 +571,8 @@ mod tests {
             attempt: Some(2),
             previous_error: None,
             compensation,
+            reminds: None,
+            reminder: None,
         }
     }
 
@@ -605,5 +655,79 @@ mod tests {
         );
         let (kind, task) = parse_task(&event(data("reserve-stock", true), true), "stock").unwrap();
         assert_eq!((kind.as_str(), task.compensation), (COMPENSATION_REQUESTED, true));
+    }
+
+    /// A reminder of the task `data(step, false)`, its `count`th, as baton publishes it.
+    fn reminder(step: &str, count: u64) -> Value {
+        let mut data = data(step, false);
+        let reminds = data["task_id"].as_str().unwrap().to_owned();
+        let id = format!("{reminds}/r{count}");
+        data["task_id"] = json!(id);
+        data["reminds"] = json!(reminds);
+        data["reminder"] = json!(count);
+        json!({"specversion": "1.0", "id": id, "source": "baton", "type": TASK_REMINDER, "data": data})
+    }
+
+    #[test]
+    fn a_reminder_is_taken_as_the_task_it_reminds_of_and_answered_with_that_task_s_id() {
+        let (kind, reminded) = parse_task(&reminder("reserve-stock", 2).to_string(), "stock").unwrap();
+        assert_eq!(kind, TASK_REMINDER);
+        assert_eq!(reminded.task_id, "order-review/k/g1/reserve-stock/r2");
+        assert_eq!(reminded.webhook_id(), "order-review/k/g1/reserve-stock", "the reminded task's id");
+        // The task itself, as baton publishes it now (a task's reminds and reminder are null).
+        let mut data = data("reserve-stock", false);
+        data["reminds"] = Value::Null;
+        data["reminder"] = Value::Null;
+        let (kind, task) = parse_task(&event(data, false), "stock").unwrap();
+        assert_eq!((kind.as_str(), task.webhook_id()), (TASK_CREATED, "order-review/k/g1/reserve-stock"));
+        // The same work, the same callback, the same webhook-id: a duplicate of the task's answer.
+        let answer = |t: &Task| callback_body(t, &work_for("stock", t).unwrap()(t));
+        assert_eq!(answer(&reminded), answer(&task));
+        assert_eq!(
+            answer(&reminded),
+            json!({"workflow": "order-review", "key": "k", "step": "reserve-stock", "generation": 1,
+                "attempt": 1, "outcome": "succeeded", "data": {"hold": "hold-k"}})
+        );
+    }
+
+    #[test]
+    fn a_malformed_reminder_is_refused_as_a_malformed_task_is() {
+        let refused = |event: Value| parse_task(&event.to_string(), "stock").unwrap_err().code;
+        let with = |change: &dyn Fn(&mut Value)| {
+            let mut event = reminder("reserve-stock", 1);
+            change(&mut event);
+            refused(event)
+        };
+        let malformed: [(&str, &dyn Fn(&mut Value)); 16] = [
+            ("no reminds", &|e| _ = e["data"].as_object_mut().unwrap().remove("reminds")),
+            ("reminds null", &|e| e["data"]["reminds"] = Value::Null),
+            ("reminds a number", &|e| e["data"]["reminds"] = json!(7)),
+            ("reminds empty", &|e| {
+                e["data"]["reminds"] = json!("");
+                e["data"]["task_id"] = json!("/r1");
+                e["id"] = json!("/r1");
+            }),
+            ("no count", &|e| _ = e["data"].as_object_mut().unwrap().remove("reminder")),
+            ("count 0", &|e| e["data"]["reminder"] = json!(0)),
+            ("count negative", &|e| e["data"]["reminder"] = json!(-1)),
+            ("count a fraction", &|e| e["data"]["reminder"] = json!(1.5)),
+            ("count a string", &|e| e["data"]["reminder"] = json!("1")),
+            ("count a boolean", &|e| e["data"]["reminder"] = json!(true)),
+            ("a compensation", &|e| e["data"]["compensation"] = json!(true)),
+            ("its id not reminds/rN", &|e| e["data"]["reminder"] = json!(2)),
+            ("the event's id another", &|e| e["id"] = json!("order-review/k/g1/reserve-stock")),
+            ("a field missing", &|e| _ = e["data"].as_object_mut().unwrap().remove("generation")),
+            ("a field of the wrong type", &|e| e["data"]["attempt"] = json!("1")),
+            ("a task naming a reminded task", &|e| e["type"] = json!(TASK_CREATED)),
+        ];
+        for (what, change) in malformed {
+            assert_eq!(with(change), "malformed_task", "{what}");
+        }
+        assert_eq!(with(&|e| e["data"]["queue"] = json!("payments")), "foreign_queue");
+        assert_eq!(refused(reminder("shipping", 1)), "not_handled");
+        assert_eq!(
+            refused(json!({"type": "baton.task.reminded", "data": reminder("reserve-stock", 1)["data"]})),
+            "not_a_baton_task"
+        );
     }
 }
