@@ -657,6 +657,9 @@ mod tests {
         assert_eq!((kind.as_str(), task.compensation), (COMPENSATION_REQUESTED, true));
     }
 
+    /// A change to a message.
+    type Change = fn(&mut Value);
+
     /// A reminder of the task `data(step, false)`, its `count`th, as baton publishes it.
     fn reminder(step: &str, count: u64) -> Value {
         let mut data = data(step, false);
@@ -698,30 +701,30 @@ mod tests {
             change(&mut event);
             refused(event)
         };
-        let malformed: [(&str, &dyn Fn(&mut Value)); 16] = [
-            ("no reminds", &|e| _ = e["data"].as_object_mut().unwrap().remove("reminds")),
-            ("reminds null", &|e| e["data"]["reminds"] = Value::Null),
-            ("reminds a number", &|e| e["data"]["reminds"] = json!(7)),
-            ("reminds empty", &|e| {
+        let malformed: [(&str, Change); 16] = [
+            ("no reminds", |e| _ = e["data"].as_object_mut().unwrap().remove("reminds")),
+            ("reminds null", |e| e["data"]["reminds"] = Value::Null),
+            ("reminds a number", |e| e["data"]["reminds"] = json!(7)),
+            ("reminds empty", |e| {
                 e["data"]["reminds"] = json!("");
                 e["data"]["task_id"] = json!("/r1");
                 e["id"] = json!("/r1");
             }),
-            ("no count", &|e| _ = e["data"].as_object_mut().unwrap().remove("reminder")),
-            ("count 0", &|e| e["data"]["reminder"] = json!(0)),
-            ("count negative", &|e| e["data"]["reminder"] = json!(-1)),
-            ("count a fraction", &|e| e["data"]["reminder"] = json!(1.5)),
-            ("count a string", &|e| e["data"]["reminder"] = json!("1")),
-            ("count a boolean", &|e| e["data"]["reminder"] = json!(true)),
-            ("a compensation", &|e| e["data"]["compensation"] = json!(true)),
-            ("its id not reminds/rN", &|e| e["data"]["reminder"] = json!(2)),
-            ("the event's id another", &|e| e["id"] = json!("order-review/k/g1/reserve-stock")),
-            ("a field missing", &|e| _ = e["data"].as_object_mut().unwrap().remove("generation")),
-            ("a field of the wrong type", &|e| e["data"]["attempt"] = json!("1")),
-            ("a task naming a reminded task", &|e| e["type"] = json!(TASK_CREATED)),
+            ("no count", |e| _ = e["data"].as_object_mut().unwrap().remove("reminder")),
+            ("count 0", |e| e["data"]["reminder"] = json!(0)),
+            ("count negative", |e| e["data"]["reminder"] = json!(-1)),
+            ("count a fraction", |e| e["data"]["reminder"] = json!(1.5)),
+            ("count a string", |e| e["data"]["reminder"] = json!("1")),
+            ("count a boolean", |e| e["data"]["reminder"] = json!(true)),
+            ("a compensation", |e| e["data"]["compensation"] = json!(true)),
+            ("its id not reminds/rN", |e| e["data"]["reminder"] = json!(2)),
+            ("the event's id another", |e| e["id"] = json!("order-review/k/g1/reserve-stock")),
+            ("a field missing", |e| _ = e["data"].as_object_mut().unwrap().remove("generation")),
+            ("a field of the wrong type", |e| e["data"]["attempt"] = json!("1")),
+            ("a task naming a reminded task", |e| e["type"] = json!(TASK_CREATED)),
         ];
         for (what, change) in malformed {
-            assert_eq!(with(change), "malformed_task", "{what}");
+            assert_eq!(with(&change), "malformed_task", "{what}");
         }
         assert_eq!(with(&|e| e["data"]["queue"] = json!("payments")), "foreign_queue");
         assert_eq!(refused(reminder("shipping", 1)), "not_handled");
