@@ -390,10 +390,12 @@ pub struct RecordView {
     /// A timer step, while it sleeps: when the sweeper wakes it.
     #[serde(serialize_with = "crate::ops::ser_opt_time")]
     pub wakes_at: Option<OffsetDateTime>,
-    /// A step with `remind`: how many reminders of its task went out, and when the next is due.
-    pub reminded: u32,
+    /// A step with `remind` or `escalate`: how many of its reminders and escalation levels are
+    /// behind it (in the order of their times: sent, or a reminder passed over by a late
+    /// sweep), and when the next is due.
+    pub notices: u32,
     #[serde(serialize_with = "crate::ops::ser_opt_time")]
-    pub next_reminder_at: Option<OffsetDateTime>,
+    pub next_notice_at: Option<OffsetDateTime>,
     /// The compensation phase, once it began: why, when, and each step of its plan (`null`
     /// before).
     pub compensation: Option<CompensationView>,
@@ -716,8 +718,8 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         attempt: at_step.map_or(1, Wait::attempt),
         next_attempt_at: at_step.and_then(Wait::task_due),
         wakes_at: at_step.and_then(Wait::wakes_at),
-        reminded: at_step.map_or(0, |w| w.reminded),
-        next_reminder_at: at_step.and_then(|w| w.remind_at),
+        notices: at_step.map_or(0, |w| w.reminded),
+        next_notice_at: at_step.and_then(|w| w.remind_at),
         compensation: r.compensation.as_ref().map(|c| compensation_view(c, r.workflow.as_str(), names)),
         created_at: r.created_at,
         updated_at: r.updated_at,
@@ -847,20 +849,7 @@ pub fn render(report: &Report, now: OffsetDateTime) -> String {
                 };
                 line(&mut out, &format!("  deadline  {} ({when})", table_time(deadline)));
             }
-            if let Some(at) = r.wakes_at {
-                let when = if at <= now {
-                    format!("due {} ago", human(now - at))
-                } else {
-                    format!("in {}", human(at - now))
-                };
-                line(&mut out, &format!("  timer     wakes {} ({when})", table_time(at)));
-            }
-            if r.reminded > 0 || r.next_reminder_at.is_some() {
-                let next = r
-                    .next_reminder_at
-                    .map_or("none left".to_owned(), |at| format!("next {}", table_time(at)));
-                line(&mut out, &format!("  reminded  {} time(s), {next}", r.reminded));
-            }
+            render_timed(&mut out, r, now);
             if let Some(fingerprint) = &r.token_fingerprint {
                 line(&mut out, &format!("  token     {fingerprint}"));
             }
@@ -925,6 +914,23 @@ fn render_timeline(out: &mut String, report: &Report) {
             out,
             &format!("{:<24}  {:<9}  {}", table_time(entry.at), entry.source.as_str(), describe(&entry.what)),
         );
+    }
+}
+
+/// What the step waits on the clock for: a timer's wake, and its reminders and escalation levels
+/// (how many are behind it, and when the next is due).
+fn render_timed(out: &mut String, r: &RecordView, now: OffsetDateTime) {
+    if let Some(at) = r.wakes_at {
+        let when = if at <= now {
+            format!("due {} ago", human(now - at))
+        } else {
+            format!("in {}", human(at - now))
+        };
+        line(out, &format!("  timer     wakes {} ({when})", table_time(at)));
+    }
+    if r.notices > 0 || r.next_notice_at.is_some() {
+        let next = r.next_notice_at.map_or("none left".to_owned(), |at| format!("next {}", table_time(at)));
+        line(out, &format!("  notices   {} behind (reminders and escalation levels), {next}", r.notices));
     }
 }
 
@@ -1185,7 +1191,7 @@ mod tests {
                 attempt: 1,
                 previous_error: None,
                 kind: TaskKind::Step,
-                reminder: 0,
+                notice: 0,
             }],
             receipts: vec![Receipt {
                 workflow: w.clone(),
@@ -1543,7 +1549,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reminded_step_shows_how_many_reminders_went_out_and_the_next() {
+    fn a_reminded_step_shows_how_many_notices_are_behind_it_and_the_next() {
         let mut trace = trace();
         let record = trace.record.as_mut().unwrap();
         (record.waits[0].reminded, record.waits[0].remind_at) = (2, Some(t(7200)));
@@ -1551,11 +1557,11 @@ mod tests {
         let report = build(&trace, vec![], &StepNames::default(), (&w, &k));
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(
-            (json["record"]["reminded"].as_u64(), &json["record"]["next_reminder_at"]),
+            (json["record"]["notices"].as_u64(), &json["record"]["next_notice_at"]),
             (Some(2), &json!(rfc3339(t(7200))))
         );
         let text = render(&report, t(60));
-        assert!(text.contains("  reminded  2 time(s), next "), "{text}");
+        assert!(text.contains("  notices   2 behind (reminders and escalation levels), next "), "{text}");
     }
 
     #[test]

@@ -98,7 +98,8 @@ pub fn task_queues(config: &Config) -> Result<Vec<TaskQueue>, TaskQueueError> {
     let mut queues: BTreeMap<String, TaskQueue> = BTreeMap::new();
     for workflow in &config.workflows {
         for step in &workflow.steps {
-            let tasks = step.task.iter().chain(step.compensate.as_ref().map(|c| &c.task));
+            let escalations = step.escalate.iter().map(|e| &e.task);
+            let tasks = step.task.iter().chain(step.compensate.as_ref().map(|c| &c.task)).chain(escalations);
             for task in tasks {
                 queues.entry(task.queue.clone()).or_insert_with(|| TaskQueue {
                     name: task.queue.clone(),

@@ -795,14 +795,18 @@ fn run_schedule(options: Options) -> Outcome {
     } else {
         yaml
     };
-    // Three schedules in ten remind the reviewers of manual-review's task, three times, drawn from
-    // a generator of their own.
+    // Three schedules in ten remind the reviewers of manual-review's task, three times, and
+    // escalate it twice, drawn from a generator of their own.
     let mut reminders = rng::Rng::new(options.seed ^ 0x4e_3141);
     let yaml = if reminders.chance(0.3) {
-        world.note(|| "manual-review's task is reminded of every 4m, three times".to_owned());
+        world.note(|| {
+            "manual-review's task is reminded of every 4m, three times, and escalated at 6m and 12m"
+                .to_owned()
+        });
         yaml.replacen(
             "        heartbeat: 10m\n",
-            "        heartbeat: 10m\n        remind: { after: 4m, every: 4m, times: 3 }\n",
+            "        heartbeat: 10m\n        remind: { after: 4m, every: 4m, times: 3 }\n        \
+             escalate: [{ after: 6m, queue: risk-leads }, { after: 12m, queue: risk-heads }]\n",
             1,
         )
     } else {

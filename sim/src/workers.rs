@@ -102,8 +102,8 @@ impl Workers {
         let answer = match t.kind {
             TaskKind::Step => self.answer_step(t, &task, policy),
             TaskKind::Compensation => self.answer_undo(t, &task, policy),
-            // (The workflows whose tasks these workers take declare no reminders.)
-            TaskKind::Reminder => return,
+            // (The workflows whose tasks these workers take declare no reminders nor escalation.)
+            TaskKind::Reminder | TaskKind::Escalation => return,
         };
         self.answered.insert(t.id.clone(), answer);
     }

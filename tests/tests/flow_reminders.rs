@@ -1,7 +1,8 @@
 //! End to end, on the emulator: a step's task is reminded of while nobody answers it. The worker
 //! ignores the first task and answers the reminder; the sweeper, run again after, sends no more.
 //! A reminder is a task event of its own on the step's queue, naming the task it reminds of and
-//! its count.
+//! its count. An escalation gives the task to a second queue, whose worker answers it; the later
+//! level never goes out.
 
 use baton_core::domain::lifecycle::State;
 use baton_tests::order_placed;
@@ -70,5 +71,63 @@ async fn a_worker_that_missed_the_task_answers_its_reminder_and_no_more_go_out()
         .filter_map(|m| serde_json::from_str(m.body()?).ok())
         .collect();
     assert!(after.is_empty(), "no reminder once answered: {after:#?}");
+    system.stop().await;
+}
+
+const ESCALATED: &str = r#"
+workflows:
+  order-review:
+    start:
+      when: { type: ["order.placed"] }
+      key: /subject
+    steps:
+      - name: manual-review
+        task: { title: "Review {key}", queue: reviewers }
+        requires: [decision]
+        timeout: 2d
+        escalate:
+          - { after: 4h, queue: leads }
+          - { after: 8h, queue: heads, title: "Overdue review of {key}" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_answered_by_the_second_queues_worker_completes_the_step_and_no_later_level_goes_out() {
+    let system = start_system(ESCALATED).await;
+    let key = "k-escalate";
+    system.send_event(&order_placed(key)).await;
+    let r = system
+        .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
+        .await;
+    let level_1_at = r.wait(0).and_then(|w| w.remind_at).expect("the first level's time");
+    let tasks = system.published_tasks(1).await;
+    let task_id = tasks[0]["data"]["task_id"].as_str().expect("a task id").to_owned();
+    assert_eq!(tasks[0]["data"]["queue"], "reviewers");
+
+    // The reviewers' worker misses it; at its time the task goes to the leads' queue as well.
+    let report = system.sweep(level_1_at).await;
+    assert_eq!(report.repaired, 1, "{report:?}");
+    let escalated = system.published_tasks(1).await;
+    assert_eq!(escalated.len(), 1, "{escalated:#?}");
+    let lead = &escalated[0];
+    assert_eq!(lead["type"], "baton.task.escalated", "{lead}");
+    assert_eq!(lead["id"].as_str(), Some(format!("{task_id}/e1").as_str()), "{lead}");
+    assert_eq!(
+        (lead["data"]["escalates"].as_str(), lead["data"]["level"].as_u64()),
+        (Some(task_id.as_str()), Some(1))
+    );
+    assert_eq!(lead["data"]["queue"], "leads", "on the leads' own queue: {lead}");
+
+    // The leads' worker answers the step the task names: that completes it.
+    let answer = json!({"workflow": lead["data"]["workflow"], "key": lead["data"]["key"],
+        "step": lead["data"]["step"], "outcome": "succeeded", "data": {"decision": "approve"}});
+    system.answered("lead-1", answer, (200, "applied")).await;
+    system.record_until("order-review", key, "succeeded", |r| r.state == State::Succeeded).await;
+
+    // The second level's time comes: nothing goes out, to anyone.
+    system.sweep(level_1_at + Duration::hours(4)).await;
+    for queue in ["reviewers", "leads", "heads"] {
+        let left = system.drain_queue(&system.task_queue(queue)).await;
+        assert!(left.is_empty(), "nothing more on {queue}: {left:?}");
+    }
     system.stop().await;
 }

@@ -163,7 +163,7 @@ fn task(step: u32, title: &str) -> Task {
         attempt: 1,
         previous_error: None,
         kind: TaskKind::Step,
-        reminder: 0,
+        notice: 0,
     }
 }
 

@@ -99,9 +99,9 @@ function header() {
     fact("deadline", "deadline", r.deadline || "none");
     // A timer step, while it sleeps: when the sweeper wakes it.
     if (r.wakes_at) fact("timer wakes", "wakes-at", r.wakes_at);
-    // A step with reminders: how many went out, and when the next is due.
-    if (r.reminded || r.next_reminder_at) {
-      fact("reminded", "reminded", r.reminded + " time(s)" + (r.next_reminder_at ? ", next " + r.next_reminder_at : ""));
+    // A step with reminders or escalation levels: how many are behind it, and when the next is due.
+    if (r.notices || r.next_notice_at) {
+      fact("notices", "notices", r.notices + " behind" + (r.next_notice_at ? ", next " + r.next_notice_at : ""));
     }
     fact("token", "token", r.token_fingerprint || "none");
     fact("config version", "config-version", r.config_version);

@@ -1058,7 +1058,7 @@ fn parse_task(item: &Item) -> Result<Task, StoreError> {
             Some("compensation") => TaskKind::Compensation,
             _ => TaskKind::Step,
         },
-        reminder: 0,
+        notice: 0,
     })
 }
 

@@ -102,10 +102,13 @@ pub enum Mutation {
     TimerWakesEarly,
     /// A step's reminders are not held to `times`: the sweeper reminds until the wait ends.
     RemindersUnbounded,
+    /// The sweeper forgets which escalation levels went out: each claim publishes every level
+    /// due so far again.
+    EscalationsRepeated,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 29] = [
+    pub const ALL: [Mutation; 30] = [
         Mutation::SkipHandshakeRead,
         Mutation::NoVersionCondition,
         Mutation::NoResendGrace,
@@ -135,6 +138,7 @@ impl Mutation {
         Mutation::QuorumCountsNulls,
         Mutation::TimerWakesEarly,
         Mutation::RemindersUnbounded,
+        Mutation::EscalationsRepeated,
     ];
 }
 

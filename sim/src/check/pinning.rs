@@ -80,6 +80,7 @@ pub(super) fn task_is_its_versions_step(c: &mut Checker<'_>, s: &Seen<'_>, versi
             // A compensation's task is its version's `compensate.task`.
             let template = match t.kind {
                 TaskKind::Step | TaskKind::Reminder => spec.task.as_ref()?,
+                TaskKind::Escalation => &spec.escalate.get(t.notice.checked_sub(1)? as usize)?.task,
                 TaskKind::Compensation => &spec.compensate.as_ref()?.task,
             };
             let title =

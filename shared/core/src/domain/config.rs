@@ -136,6 +136,22 @@ pub struct Step {
     /// Reminders of the step's task while it waits (`remind: { after: 1d, every: 1d, times: 3 }`):
     /// each a task event of its own on the step's queue.
     pub remind: Option<Remind>,
+    /// Escalation levels while it waits (`escalate: [{ after: 2d, queue: leads }]`): each, at its
+    /// time from when the step began to wait, gives the step's task to its own queue as well.
+    pub escalate: Vec<Escalation>,
+}
+
+/// One escalation level: `after` the step began to wait, its `task` (the step's title unless it
+/// names its own) goes to its own `queue`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Escalation {
+    pub after: Duration,
+    pub task: TaskTemplate,
+}
+
+impl Escalation {
+    /// The most levels a step may declare.
+    pub const MAX_LEVELS: usize = 5;
 }
 
 /// A step's compensation: the task that undoes it, how long its wait may last, and how many
@@ -271,6 +287,7 @@ impl Workflow {
                 compensate: s.compensate.as_ref().map(|c| c.attempts),
                 timer: s.timer,
                 remind: s.remind,
+                escalate: s.escalate.iter().map(|e| e.after).collect(),
             })
             .collect();
         Plan { steps, on_restart: self.on_restart, version: self.config_version.clone() }
@@ -782,9 +799,10 @@ impl Validator {
         if v.get("timer").is_some() {
             return self.timer_step(path, v, branch);
         }
-        const FIELDS: [&str; 12] = [
+        const FIELDS: [&str; 13] = [
             "name",
             "remind",
+            "escalate",
             "task",
             "requires",
             "timeout",
@@ -830,13 +848,12 @@ impl Validator {
             Some(r) => self.retry(&join(path, "retry"), r, (timeout, heartbeat.flatten())).map(Some),
         };
         let compensate = self.optional(path, map, "compensate", Self::compensate);
-        let remind = self.optional(path, map, "remind", |v, p, r| v.remind(p, r, (branch, timeout)));
-        if map.contains_key("remind") && !map.contains_key("task") {
-            self.err(&join(path, "remind"), "reminds of the step's task: the step needs a `task`");
-        }
+        let (remind, escalate) =
+            self.notices(path, map, (branch, timeout, task.as_ref().and_then(|t| t.as_ref())));
         Some(Step {
             timer: None,
             remind: remind?,
+            escalate: escalate?,
             compensate: compensate?,
             retry: retry?,
             optional: optional?,
@@ -920,7 +937,89 @@ impl Validator {
             compensate: None,
             timer: after,
             remind: None,
+            escalate: Vec::new(),
         })
+    }
+
+    /// `escalate`: a list of levels, each `after` (later than the level before, shorter than the
+    /// step's `timeout`) and a `queue` (a task queue name), and a `title` (default: the step's
+    /// task's). The step needs a `task`; not on a branch of a parallel group.
+    fn escalate(
+        &mut self,
+        path: &str,
+        v: &Value,
+        (branch, timeout, task): (bool, Option<Duration>, Option<&TaskTemplate>),
+    ) -> Option<Vec<Escalation>> {
+        let Some(list) = v.as_array() else {
+            self.err(path, format!("expected a list of levels, found {}", kind(v)));
+            return None;
+        };
+        if branch {
+            self.err(path, "a branch of a parallel group cannot be escalated yet; escalate a step");
+        }
+        let Some(task) = task else {
+            self.err(path, "gives the step's task to another queue: the step needs a `task`");
+            return None;
+        };
+        if list.is_empty() || list.len() > Escalation::MAX_LEVELS {
+            self.err(path, format!("expected 1 to {} levels, found {}", Escalation::MAX_LEVELS, list.len()));
+            return None;
+        }
+        let mut levels = Vec::new();
+        let mut previous: Option<Duration> = None;
+        for (i, level) in list.iter().enumerate() {
+            let at = format!("{path}[{i}]");
+            let Some(map) = self.object(&at, level, &["after", "queue", "title"]) else { continue };
+            let after = self.required(&at, map, "after").and_then(|a| self.duration(&join(&at, "after"), a));
+            let mut fields = serde_json::Map::new();
+            fields.insert("queue".into(), map.get("queue").cloned().unwrap_or(Value::Null));
+            fields.insert(
+                "title".into(),
+                map.get("title").cloned().unwrap_or_else(|| Value::String(task.title.clone())),
+            );
+            let template = if map.contains_key("queue") {
+                self.task(&at, &Value::Object(fields))
+            } else {
+                self.err(&join(&at, "queue"), "missing");
+                None
+            };
+            if let Some(a) = after {
+                if let Some(t) = timeout.filter(|t| a >= *t) {
+                    self.err(
+                        &join(&at, "after"),
+                        format!(
+                            "must be shorter than the step's timeout ({}s): the level could never be reached",
+                            t.as_secs()
+                        ),
+                    );
+                } else if previous.is_some_and(|p| a <= p) {
+                    self.err(&join(&at, "after"), "must be later than the level before");
+                }
+                previous = Some(a);
+            }
+            let (Some(after), Some(template)) = (after, template) else { continue };
+            levels.push(Escalation { after, task: template });
+        }
+        (levels.len() == list.len()).then_some(levels)
+    }
+
+    /// What a waiting step publishes on time besides its task: `remind` and `escalate`, both of
+    /// the step's `task`.
+    fn notices(
+        &mut self,
+        path: &str,
+        map: &Map<String, Value>,
+        (branch, timeout, task): (bool, Option<Duration>, Option<&TaskTemplate>),
+    ) -> (Option<Option<Remind>>, Option<Vec<Escalation>>) {
+        let remind = self.optional(path, map, "remind", |v, p, r| v.remind(p, r, (branch, timeout)));
+        if map.contains_key("remind") && task.is_none() && !map.contains_key("task") {
+            self.err(&join(path, "remind"), "reminds of the step's task: the step needs a `task`");
+        }
+        let escalate = match map.get("escalate") {
+            None => Some(Vec::new()),
+            Some(e) => self.escalate(&join(path, "escalate"), e, (branch, timeout, task)),
+        };
+        (remind, escalate)
     }
 
     /// `remind`: the first reminder `after` the step began to wait (before its `timeout`), then
@@ -1873,6 +1972,51 @@ workflows:
                 "workflows.wf.steps[1].remind.after: must be shorter than the step's timeout (172800s): no reminder could go out",
                 "workflows.wf.steps[2].remind.often: unknown field; expected one of: after, every, times",
                 "workflows.wf.steps[2].remind.times: expected a whole number from 1 to 10, found 11",
+            ]
+        );
+    }
+
+    #[test]
+    fn escalation_levels_read_their_queue_and_title_and_a_bad_level_is_named_by_its_path() {
+        let yaml = r#"
+workflows:
+  wf:
+    start: { when: { type: ["a"] }, key: /subject }
+    steps:
+      - name: approve
+        task: { title: "Approve {key}", queue: approvers }
+        requires: [ok]
+        timeout: 3d
+        escalate: [{ after: 1d, queue: leads }, { after: 2d, queue: heads, title: "Urgent: {key}" }]
+"#;
+        let c = Config::parse(yaml).expect("valid");
+        let wf = c.workflow("wf").unwrap();
+        let levels = &wf.steps[0].escalate;
+        assert_eq!(levels[0].task, TaskTemplate { title: "Approve {key}".into(), queue: "leads".into() });
+        assert_eq!(levels[1].task.title, "Urgent: {key}");
+        assert_eq!(
+            wf.plan().steps[0].escalate,
+            [Duration::from_secs(86_400), Duration::from_secs(2 * 86_400)]
+        );
+        let bad = r#"
+workflows:
+  wf:
+    start: { when: { type: ["a"] }, key: /subject }
+    steps:
+      - { name: a, requires: [x], timeout: 2d, escalate: [{ after: 1d, queue: leads }] }
+      - name: b
+        task: { title: "T", queue: q }
+        timeout: 2d
+        escalate: [{ after: 1d, queue: "no spaces" }, { after: 12h, queue: leads }, { after: 3d, queue: heads }, { queue: x }]
+"#;
+        assert_eq!(
+            errors(bad),
+            [
+                "workflows.wf.steps[0].escalate: gives the step's task to another queue: the step needs a `task`",
+                "workflows.wf.steps[1].escalate[0].queue: \"no spaces\" cannot name a task queue: 1 to 40 ASCII letters, digits, - and _ (it names the SQS queue <stack>_tasks-<queue>)",
+                "workflows.wf.steps[1].escalate[1].after: must be later than the level before",
+                "workflows.wf.steps[1].escalate[2].after: must be shorter than the step's timeout (172800s): the level could never be reached",
+                "workflows.wf.steps[1].escalate[3].after: missing",
             ]
         );
     }

@@ -20,6 +20,9 @@ pub const COMPENSATION_REQUESTED: &str = "baton.compensation.requested";
 /// The CloudEvents `type` of a reminder of a task still waiting: its `data.reminds` names the
 /// task, `data.reminder` counts from 1.
 pub const TASK_REMINDER: &str = "baton.task.reminder";
+/// The CloudEvents `type` of a task given to an escalation level's queue while it still waits:
+/// its `data.escalates` names the task, `data.level` counts from 1.
+pub const TASK_ESCALATED: &str = "baton.task.escalated";
 
 /// Where operator tasks go.
 #[async_trait]
@@ -37,6 +40,7 @@ pub fn task_event(task: &Task) -> Value {
             TaskKind::Step => TASK_CREATED,
             TaskKind::Compensation => COMPENSATION_REQUESTED,
             TaskKind::Reminder => TASK_REMINDER,
+            TaskKind::Escalation => TASK_ESCALATED,
         },
         "subject": task.key.as_str(),
         "time": task.created_at.format(&Rfc3339).unwrap_or_default(),
@@ -54,8 +58,12 @@ pub fn task_event(task: &Task) -> Value {
             "compensation": task.kind == TaskKind::Compensation,
             // A reminder names the task it reminds of, and its count.
             "reminds": (task.kind == TaskKind::Reminder)
-                .then(|| task.id.strip_suffix(&format!("/r{}", task.reminder)).unwrap_or(&task.id)),
-            "reminder": (task.kind == TaskKind::Reminder).then_some(task.reminder),
+                .then(|| task.id.strip_suffix(&format!("/r{}", task.notice)).unwrap_or(&task.id)),
+            "reminder": (task.kind == TaskKind::Reminder).then_some(task.notice),
+            // An escalation names the task it gives on, and its level.
+            "escalates": (task.kind == TaskKind::Escalation)
+                .then(|| task.id.strip_suffix(&format!("/e{}", task.notice)).unwrap_or(&task.id)),
+            "level": (task.kind == TaskKind::Escalation).then_some(task.notice),
         },
     })
 }

@@ -688,7 +688,12 @@ impl Engine {
                 self.create_task(workflow, key, *wait, *attempt, record, now).await?
             }
             Effect::Remind { wait, attempt, count } => {
-                self.remind(workflow, key, *wait, (*attempt, *count), now).await?
+                self.notify(workflow, key, (*wait, *attempt), lifecycle::Notice::Reminder(*count), now)
+                    .await?
+            }
+            Effect::Escalate { wait, attempt, level } => {
+                self.notify(workflow, key, (*wait, *attempt), lifecycle::Notice::Escalation(*level), now)
+                    .await?
             }
             Effect::OpenAttempt { wait, attempt, beat } => {
                 self.open_attempt(workflow, key, (*wait, *attempt), beat.as_ref(), record, now).await?
@@ -849,7 +854,7 @@ impl Engine {
         let template = match kind {
             TaskKind::Step => spec.task.as_ref(),
             TaskKind::Compensation => spec.compensate.as_ref().map(|c| &c.task),
-            TaskKind::Reminder => None,
+            TaskKind::Reminder | TaskKind::Escalation => None,
         };
         let Some(template) = template else { return Ok(()) };
         let task = Task {
@@ -869,7 +874,7 @@ impl Engine {
                 .filter(|r| attempt > 1 && r.generation == generation)
                 .and_then(|r| r.failed_attempts(step).iter().find(|a| a.attempt + 1 == attempt))
                 .map(|a| format!("{}: {}", a.error, a.cause)),
-            reminder: 0,
+            notice: 0,
         };
         let stored = match self.store.put_task(&task).await? {
             Claim::Acquired => task,
@@ -882,38 +887,48 @@ impl Engine {
         Ok(())
     }
 
-    /// Publishes reminder `count` of the task of `attempt` of `wait`, claimed by the write before:
-    /// once, and not stored (a crash before it goes out loses it; the next one still comes).
-    async fn remind(
+    /// Publishes a notice of the task of `attempt` of `wait`, claimed by the write before: a
+    /// reminder on the step's queue, or the task on an escalation level's queue. Once, and not
+    /// stored (a crash before it goes out loses it; the next one still comes).
+    async fn notify(
         &self,
         workflow: &Workflow,
         key: &CorrelationKey,
-        wait: WaitId,
-        (attempt, count): (u32, u32),
+        (wait, attempt): (WaitId, u32),
+        notice: lifecycle::Notice,
         now: OffsetDateTime,
     ) -> Result<(), EngineError> {
         let Some(spec) = workflow.steps.get(wait.step as usize) else { return Ok(()) };
-        let Some(template) = spec.task.as_ref() else { return Ok(()) };
-        let reminds =
+        let task_id =
             Task::task_id(&workflow.name, key, wait.generation, spec.name.as_str(), attempt, TaskKind::Step);
-        let reminder = Task {
-            kind: TaskKind::Reminder,
+        let (kind, n, template, id) = match notice {
+            lifecycle::Notice::Reminder(n) => {
+                (TaskKind::Reminder, n, spec.task.as_ref(), format!("{task_id}/r{n}"))
+            }
+            lifecycle::Notice::Escalation(level) => {
+                let template = spec.escalate.get(level as usize - 1).map(|e| &e.task);
+                (TaskKind::Escalation, level, template, format!("{task_id}/e{level}"))
+            }
+        };
+        let Some(template) = template else { return Ok(()) };
+        let task = Task {
+            kind,
             workflow: workflow.name.clone(),
             key: key.clone(),
             generation: wait.generation,
             step: wait.step,
             step_name: spec.name.to_string(),
-            id: format!("{reminds}/r{count}"),
+            id,
             title: template.render(workflow.name.as_str(), key.as_str(), spec.name.as_str(), wait.generation),
             queue: template.queue.clone(),
             created_at: now,
             published: false,
             attempt,
             previous_error: None,
-            reminder: count,
+            notice: n,
         };
-        self.publisher.publish(&reminder).await?;
-        info!(task = %reminder.id, queue = %reminder.queue, reminds = %reminds, count, "reminder published");
+        self.publisher.publish(&task).await?;
+        info!(task = %task.id, queue = %task.queue, of = %task_id, kind = kind.as_str(), n, "notice published");
         Ok(())
     }
 

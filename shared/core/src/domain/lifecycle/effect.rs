@@ -106,6 +106,13 @@ pub enum Effect {
         attempt: u32,
         count: u32,
     },
+    /// The task of `attempt` of the wait given to escalation `level`'s queue, claimed: published
+    /// once.
+    Escalate {
+        wait: WaitId,
+        attempt: u32,
+        level: u32,
+    },
     /// The task of `attempt` of the wait, whose turn has come: a heartbeat first when `beat`
     /// names the token baton keeps alive between attempts, then the task, then the mark that
     /// it went out ([`super::Input::AttemptOpened`]), once both landed.

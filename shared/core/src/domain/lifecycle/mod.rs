@@ -71,7 +71,7 @@ pub use compensation::{
 };
 pub use effect::{Decision, Effect, Mark, Write};
 pub use input::{Finish, IgnoreReason, Input, Outcome, RejectReason, Source, StepOutcome};
-pub use plan::{OnRestart, Plan, Remind, Requires, Retry, Span, StepPlan};
+pub use plan::{Notice, OnRestart, Plan, Remind, Requires, Retry, Span, StepPlan};
 pub use position::group_failed;
 pub use record::{
     AppliedInput, AuditEntry, Kind, MAX_FAILURE_CAUSE_CHARS, MAX_FAILURE_ERROR_CHARS, MAX_STEP_INPUT_BYTES,

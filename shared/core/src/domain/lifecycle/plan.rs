@@ -55,6 +55,14 @@ impl Remind {
     }
 }
 
+/// What the sweeper publishes while a step waits, each at its time from when the wait began: a
+/// reminder of its task (its count), or its task given to an escalation level's queue (its level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    Reminder(u32),
+    Escalation(u32),
+}
+
 /// What a step needs before it advances: at least `at_least` of the inputs `of` (all of them,
 /// any one, or N of M), each counted once by its name, and only when present and not null.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -139,9 +147,29 @@ pub struct StepPlan {
     pub timer: Option<Duration>,
     /// Its reminders, if it declares `remind`.
     pub remind: Option<Remind>,
+    /// Its escalation levels' times from when its wait began, in order (`escalate`).
+    pub escalate: Vec<Duration>,
 }
 
 impl StepPlan {
+    /// Its reminders and escalation levels, in the order of their times (a reminder before a
+    /// level due at the same time).
+    pub fn notices(&self) -> Vec<(Duration, Notice)> {
+        let times = self.remind.map_or(0, |r| {
+            if crate::mutants::active(crate::mutants::Mutation::RemindersUnbounded) {
+                r.times + 10
+            } else {
+                r.times
+            }
+        });
+        let reminders =
+            self.remind.iter().flat_map(|r| (1..=times).map(|n| (r.due_after(n), Notice::Reminder(n))));
+        let levels = (1u32..).zip(&self.escalate).map(|(level, after)| (*after, Notice::Escalation(level)));
+        let mut all: Vec<(Duration, Notice)> = reminders.chain(levels).collect();
+        all.sort_by_key(|(after, _)| *after);
+        all
+    }
+
     /// A step that requires these inputs, with nothing else declared.
     pub fn requiring(requires: &[&str]) -> StepPlan {
         StepPlan { requires: Requires::all(requires), ..StepPlan::default() }

@@ -220,7 +220,7 @@ fn reached(plan: &Plan, (step, role): (u32, Role), token: &TaskToken, deadline: 
     if let Some(timer) = s.timer {
         w.status = WaitStatus::Sleeping { until: after(timer) };
     }
-    w.remind_at = s.remind.map(|r| after(r.due_after(1)));
+    w.remind_at = s.notices().first().map(|(t, _)| after(*t));
     w
 }
 

@@ -903,6 +903,7 @@ impl World {
             Effect::CreateTask { .. }
             | Effect::OpenAttempt { .. }
             | Effect::Remind { .. }
+            | Effect::Escalate { .. }
             | Effect::SendTaskHeartbeat { .. }
             | Effect::Ledger { .. } => {}
         }

@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 
 use super::effect::{Decision, Effect, success};
 use super::input::{Input, Outcome};
-use super::plan::Plan;
+use super::plan::{Notice, Plan};
 use super::position;
 use super::record::{Kind, Record, State};
 use super::resend_after;
@@ -23,8 +23,8 @@ pub(super) fn on_tick(plan: &Plan, r: &Record, now: OffsetDateTime) -> Decision 
     if let Some(woken) = wake(plan, r, now) {
         return woken;
     }
-    if let Some(reminder) = remind(plan, r, now) {
-        return reminder;
+    if let Some(notices) = notify(plan, r, now) {
+        return notices;
     }
     // An owed resume again, and the mark that it went out: one that finds its token gone owes
     // nothing more, and the record leaves the sweeper's work list (found by an attack test: a
@@ -75,33 +75,39 @@ fn wake(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
     }))
 }
 
-/// A reminder of a waiting step's task whose time has come, by this sweep's clock: claimed by a
-/// write (the next one's time, or none left), then published. A sweep late past several
-/// reminders' times sends the last of them only, with its count: never more than `times`, never
-/// one before its time, and none once the wait is decided (its claim would find it decided).
-/// A crash between the claim and the publish loses that one reminder, never sends it twice.
-fn remind(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
+/// The reminders and escalation levels of a waiting step whose time has come, by this sweep's
+/// clock ([`super::plan::StepPlan::notices`]): claimed by one write (how many of the step's
+/// notices are behind it, and the next one's time), then published. Every level due goes out, in
+/// order; of the reminders due, a sweep late past several sends the last only, with its count.
+/// None goes out once the wait is decided (its claim would find it decided), none twice, none
+/// before its time; a crash between the claim and the publish loses those, never repeats them.
+fn notify(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
     let w = r.step_wait().filter(|w| w.status == WaitStatus::Open && r.state.kind() == Kind::Waiting)?;
-    let remind = plan.step(w.step)?.remind?;
-    let due = w.remind_at.filter(|at| *at <= now && w.deadline.is_none_or(|d| now < d))?;
-    let after = |n: u32| time::Duration::try_from(remind.due_after(n)).unwrap_or(time::Duration::MAX);
-    // When the wait began: each reminder's time counts from it.
-    let began = due - after(w.reminded + 1);
-    let left = |count: u32| count < remind.times || mutant(Mutation::RemindersUnbounded);
-    let mut count = w.reminded + 1;
-    while left(count) && began + after(count + 1) <= now {
-        count += 1;
-    }
+    let schedule = plan.step(w.step)?.notices();
+    let at = w.remind_at.filter(|at| *at <= now && w.deadline.is_none_or(|d| now < d))?;
+    let after = |d: std::time::Duration| time::Duration::try_from(d).unwrap_or(time::Duration::MAX);
+    let behind = w.reminded as usize;
+    // When the wait began: each notice's time counts from it.
+    let began = at - after(schedule.get(behind)?.0);
+    let due = schedule[behind..].iter().take_while(|(t, _)| began + after(*t) <= now).count();
+    let last_reminder = schedule[..behind + due].iter().rposition(|(_, n)| matches!(n, Notice::Reminder(_)));
+    let (wait, attempt) = (WaitId::of(r.generation, w), w.attempt());
+    // (The planted bug forgets which levels went out: every level due so far goes out again.)
+    let from = if mutant(Mutation::EscalationsRepeated) { 0 } else { behind };
+    let effects: Vec<Effect> = (from..behind + due)
+        .filter_map(|i| match schedule[i].1 {
+            Notice::Escalation(level) => Some(Effect::Escalate { wait, attempt, level }),
+            Notice::Reminder(count) if Some(i) == last_reminder && i >= behind => {
+                Some(Effect::Remind { wait, attempt, count })
+            }
+            Notice::Reminder(_) => None,
+        })
+        .collect();
     let mut to = r.next(r.state, now);
     let claimed = to.wait_mut(w.step)?;
-    claimed.reminded = count;
-    claimed.remind_at = left(count).then(|| began + after(count + 1));
-    let wait = WaitId::of(r.generation, w);
-    Some(Decision::new(Outcome::Applied).with_write(Cause::Reminded, Some(r), to).effect(Effect::Remind {
-        wait,
-        attempt: w.attempt(),
-        count,
-    }))
+    claimed.reminded = u32::try_from(behind + due).ok()?;
+    claimed.remind_at = schedule.get(behind + due).map(|(t, _)| began + after(*t));
+    Some(Decision::new(Outcome::Applied).with_write(Cause::Reminded, Some(r), to).effects(effects))
 }
 
 /// The task of the next attempt of `w`, once due at `due`: a heartbeat first when the step keeps

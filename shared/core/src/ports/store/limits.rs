@@ -103,7 +103,7 @@ pub const RECORD_SK: &str = "RECORD";
 /// compensation's after its step's.
 pub fn task_sk(generation: u32, step: u32, attempt: u32, kind: super::TaskKind) -> String {
     let undo = match kind {
-        super::TaskKind::Step | super::TaskKind::Reminder => "",
+        super::TaskKind::Step | super::TaskKind::Reminder | super::TaskKind::Escalation => "",
         super::TaskKind::Compensation => "#undo",
     };
     match attempt {

@@ -117,9 +117,9 @@ pub struct Task {
     /// A step's task, or the task that undoes a completed step, or a reminder of a step's task.
     #[serde(default, skip_serializing_if = "TaskKind::is_step")]
     pub kind: TaskKind,
-    /// A reminder's count (1 for the first); 0 for a task.
+    /// A reminder's count, or an escalation's level (1 for the first); 0 for a task.
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub reminder: u32,
+    pub notice: u32,
 }
 
 #[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
@@ -139,6 +139,9 @@ pub enum TaskKind {
     /// A reminder of a step's task still waiting (`baton.task.reminder`): never stored, published
     /// once when the sweeper claims it.
     Reminder,
+    /// The step's task given to an escalation level's queue as well (`baton.task.escalated`):
+    /// likewise never stored, published once.
+    Escalation,
 }
 
 impl TaskKind {
@@ -151,6 +154,7 @@ impl TaskKind {
             TaskKind::Step => "step",
             TaskKind::Compensation => "compensation",
             TaskKind::Reminder => "reminder",
+            TaskKind::Escalation => "escalation",
         }
     }
 }
@@ -165,7 +169,7 @@ impl Task {
         kind: TaskKind,
     ) -> String {
         let undo = match kind {
-            TaskKind::Step | TaskKind::Reminder => "",
+            TaskKind::Step | TaskKind::Reminder | TaskKind::Escalation => "",
             TaskKind::Compensation => "/undo",
         };
         match attempt {

@@ -1,5 +1,6 @@
-//! Reminders of a step's task: due from when Step Functions entered the step, claimed by a write
-//! before each goes out, never more than `times`, never once the wait is decided.
+//! Reminders of a step's task and its escalation levels: due from when Step Functions entered
+//! the step, claimed by a write before each goes out, each once, levels in order, never more
+//! reminders than `times`, nothing once the wait is decided.
 
 use super::retry::at;
 use super::*;
@@ -106,4 +107,60 @@ fn a_reminder_names_the_running_attempt_of_a_retried_step() {
     ));
     let d = at(&p, Some(&opened), &Input::Tick, T0 + Duration::minutes(61));
     assert_eq!(d.effects, vec![Effect::Remind { wait: wid(1, 0), attempt: 2, count: 1 }]);
+}
+
+/// review (0) as [`reminded`] (reminders at 1h, 3h and 5h), escalated at 2h and 4h.
+fn escalated() -> Plan {
+    let mut p = reminded();
+    p.steps[0].escalate =
+        vec![std::time::Duration::from_secs(2 * 3600), std::time::Duration::from_secs(4 * 3600)];
+    p
+}
+
+fn level(level: u32) -> Effect {
+    Effect::Escalate { wait: wid(1, 0), attempt: 1, level }
+}
+
+#[test]
+fn escalation_levels_go_out_each_once_in_order_between_the_reminders() {
+    let p = escalated();
+    let mut r = waiting(&p);
+    for (hours, effect) in
+        [(1, reminder(1)), (2, level(1)), (3, reminder(2)), (4, level(2)), (5, reminder(3))]
+    {
+        let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(hours));
+        assert_eq!(d.effects, vec![effect], "at {hours}h");
+        r = after(&d);
+        let again = at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(hours) + Duration::minutes(1));
+        assert!(again.write.is_none() && again.effects.is_empty(), "nothing again at {hours}h: {again:?}");
+    }
+    assert_eq!((wait_of(&r, 0).reminded, wait_of(&r, 0).remind_at), (5, None));
+}
+
+#[test]
+fn a_sweep_late_past_every_notice_sends_each_level_in_order_and_the_last_reminder() {
+    let p = escalated();
+    let d = at(&p, Some(&waiting(&p)), &Input::Tick, T0 + Duration::hours(4) + Duration::minutes(30));
+    assert_eq!(d.effects, vec![level(1), reminder(2), level(2)]);
+    assert_eq!(wait_of(&after(&d), 0).remind_at, Some(T0 + Duration::hours(5)));
+}
+
+#[test]
+fn an_answer_from_whoever_holds_the_task_ends_it_and_no_later_level_goes_out() {
+    let p = escalated();
+    let r = waiting(&p);
+    let r = after(&at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(2)));
+    let answered = after(&at(
+        &p,
+        Some(&r),
+        &callback("lead-1", 0, StepOutcome::Succeeded, json!({"decision": "approve"})),
+        T0 + Duration::hours(2) + Duration::minutes(5),
+    ));
+    assert_eq!(answered.state, State::Advancing { step: 0 });
+    let d = at(&p, Some(&answered), &Input::Tick, T0 + Duration::hours(4));
+    assert!(
+        !d.effects.iter().any(|e| matches!(e, Effect::Escalate { .. } | Effect::Remind { .. })),
+        "{:?}",
+        d.effects
+    );
 }
