@@ -195,7 +195,9 @@ pub fn plan(plan: &Plan, r: &Record) -> Vec<Undo> {
     loop {
         for step in span.steps() {
             let completed = completed(r, step, current.first) || mutant(Mutation::UndoOfIncompleteStep);
-            let declared = plan.compensation_of(step).is_some();
+            // A timer has nothing to undo, whatever a plan says (`baton validate` refuses one that
+            // declares `compensate`; found by an attack test).
+            let declared = plan.compensation_of(step).is_some() && plan.timer_of(step).is_none();
             match (completed, declared) {
                 (true, true) => undos.push(Undo::new(step, None)),
                 (true, false) => undos.push(Undo::new(step, Some(SkipReason::NotDeclared))),

@@ -194,7 +194,8 @@ fn without_record(
             "baton.NoRecord",
             "no workflow record for this execution",
         )),
-        Input::StepInput { step, .. } if !plan.has(*step) => {
+        // (A timer takes no input, before its record exists as after: found by an attack test.)
+        Input::StepInput { step, .. } if !plan.has(*step) || plan.timer_of(*step).is_some() => {
             Decision::new(Outcome::Rejected(RejectReason::UnknownStep))
         }
         // Buffered for the generation it names, or the first.

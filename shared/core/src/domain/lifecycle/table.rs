@@ -238,7 +238,9 @@ pub const WAIT_WRITES: &[WaitWrite] = &[
     w(Cause::AttemptOpened, &[W], &[WaitCause::AttemptOpened]),
     // A branch decided while its siblings wait; an optional branch's report settling it (after
     // the group was decided too: a timeout that overtook the success baton owed it).
-    w(Cause::BranchDone, &[W, A], &[WaitCause::Decide, WaitCause::Report]),
+    // (A timer branch's wake, which `baton validate` refuses, decides it as well: found by an
+    // attack test.)
+    w(Cause::BranchDone, &[W, A], &[WaitCause::Decide, WaitCause::Report, WaitCause::Wake]),
     w(Cause::BranchResumed, &[W], &[WaitCause::Resumed]),
     w(Cause::StepResumed, &[A], &[WaitCause::Resumed]),
     w(

@@ -1143,4 +1143,5 @@ mod retry;
 mod retry_races;
 mod stranded;
 mod timer;
+mod timer_notice_races;
 mod wait_races;
