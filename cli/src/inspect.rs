@@ -32,7 +32,21 @@ fn summary(wf: &Workflow) -> String {
         let undo = s.compensate.as_ref().map_or(String::new(), |c| {
             format!(", undone by {:?} within {}, {} attempt(s)", c.task.title, human(c.timeout), c.attempts)
         });
-        format!("{} (needs {requires}, timeout {}{optional}{undo})", s.name, human(s.timeout))
+        let remind = s.remind.map_or(String::new(), |r| {
+            format!(", reminded after {} every {}, {} time(s)", human(r.after), human(r.every), r.times)
+        });
+        let levels: Vec<String> =
+            s.escalate.iter().map(|e| format!("{} after {}", e.task.queue, human(e.after))).collect();
+        let escalate = if levels.is_empty() {
+            String::new()
+        } else {
+            format!(", escalated to {}", levels.join(", then "))
+        };
+        format!(
+            "{} (needs {requires}, timeout {}{optional}{remind}{escalate}{undo})",
+            s.name,
+            human(s.timeout)
+        )
     };
     // A parallel group: its branches side by side, in brackets.
     let steps: Vec<String> = wf

@@ -416,6 +416,37 @@ fn group_structure(old: &Workflow, new: &Workflow, live: &Live) -> Vec<Change> {
         .collect()
 }
 
+/// A step's reminders or escalation levels changed: a record waiting at the step keeps its
+/// version's.
+fn notice_changes(
+    wf: &Workflow,
+    (old, new): (&Step, &Step),
+    touches: impl Fn() -> Option<Vec<Touch>>,
+) -> Vec<Change> {
+    let mut out = Vec::new();
+    if old.remind != new.remind {
+        let spell = |r: Option<crate::domain::config::Remind>| {
+            r.map_or("none".to_owned(), |r| {
+                format!("after {}s, every {}s, {} time(s)", r.after.as_secs(), r.every.as_secs(), r.times)
+            })
+        };
+        let touches = touches();
+        let detail = format!("{}: remind {} -> {}", old.name, spell(old.remind), spell(new.remind));
+        out.push(change(wf, "remind_changed", detail, Class::Safe, PINNED.into(), touches));
+    }
+    if old.escalate != new.escalate {
+        let spell = |levels: &[crate::domain::config::Escalation]| {
+            let each: Vec<String> =
+                levels.iter().map(|e| format!("{} after {}s", e.task.queue, e.after.as_secs())).collect();
+            if each.is_empty() { "none".to_owned() } else { format!("[{}]", each.join(", ")) }
+        };
+        let touches = touches();
+        let detail = format!("{}: escalate {} -> {}", old.name, spell(&old.escalate), spell(&new.escalate));
+        out.push(change(wf, "escalate_changed", detail, Class::Safe, PINNED.into(), touches));
+    }
+    out
+}
+
 /// Changes to one step that kept its name.
 fn step_changes(
     wf: &Workflow,
@@ -451,6 +482,7 @@ fn step_changes(
         let detail = format!("{}: timer {} -> {}", old.name, spell(old.timer), spell(new.timer));
         out.push(change(wf, "timer_changed", detail, Class::Safe, PINNED.into(), touches));
     }
+    out.extend(notice_changes(wf, (old, new), || live.touching(wf.name.as_str(), at_step)));
     let pinned = "running executions keep the deadlines they started with; new executions get the new one";
     if old.timeout != new.timeout {
         let detail =
@@ -776,6 +808,31 @@ workflows:
         assert_eq!(changed.len(), 1, "{:?}", kinds(&p));
         assert_eq!(changed[0].detail, "cool-off: timer after 86400s -> after 43200s");
         assert_eq!(changed[0].touches[0].records, 1, "the record sleeping at the timer");
+    }
+
+    #[test]
+    fn reminders_and_escalation_changed_are_reported_with_the_records_waiting_at_the_step() {
+        let with = |notices: &str| {
+            V1.replace("        requires: [decision]\n", &format!("        task: {{ title: \"Review\", queue: risk }}\n        requires: [decision]\n{notices}"))
+        };
+        let from = with("");
+        let to = with(
+            "        remind: { after: 1h, times: 2 }\n        escalate: [{ after: 1d, queue: leads }]\n",
+        );
+        let p = plan(&config(&from), &config(&to), &live(&[State::Waiting { step: 0 }]));
+        let details: Vec<(&str, &str)> = p.changes.iter().map(|c| (c.kind, c.detail.as_str())).collect();
+        assert!(
+            details.contains(&(
+                "remind_changed",
+                "manual-review: remind none -> after 3600s, every 3600s, 2 time(s)"
+            )),
+            "{details:?}"
+        );
+        assert!(
+            details.contains(&("escalate_changed", "manual-review: escalate none -> [leads after 86400s]")),
+            "{details:?}"
+        );
+        assert!(p.changes.iter().filter(|c| c.kind.ends_with("_changed")).all(|c| c.touches[0].records == 1));
     }
 
     #[test]
