@@ -76,8 +76,8 @@ workflows:
         timeout: 7d
 "#;
 
-/// The two-step workflow whose review is an approval reminded of twice, an hour apart, before
-/// it is answered.
+/// The two-step workflow whose review is an approval reminded of twice, an hour apart, and
+/// escalated once between the two, before it is answered.
 const REMINDED: &str = r#"
 workflows:
   order-review:
@@ -90,6 +90,7 @@ workflows:
         requires: [decision]
         timeout: 2d
         remind: { after: 1h, every: 1h, times: 2 }
+        escalate: [{ after: 90m, queue: risk-leads }]
       - name: payment
         requires: [payment_ref]
         timeout: 7d
@@ -106,7 +107,8 @@ enum Shape {
     Retried,
     /// [`baton_tests::SAGA`]: the failure path, two compensations acknowledged.
     Compensated,
-    /// [`REMINDED`]: two steps, the first answered after its two reminders went out.
+    /// [`REMINDED`]: two steps, the first answered after its two reminders and its escalation
+    /// went out.
     Reminded,
 }
 
@@ -139,7 +141,9 @@ impl Shape {
             Shape::Compensated => {
                 "failures after two completed steps, both compensated (the failure path, per failure)"
             }
-            Shape::Reminded => "two-step workflows whose approval is answered after two reminders",
+            Shape::Reminded => {
+                "two-step workflows whose approval is answered after two reminders and one escalation"
+            }
         }
     }
 
@@ -324,7 +328,8 @@ async fn run(shape: Shape, system: &System, key: &str, i: u64) -> Load {
 }
 
 /// A [`REMINDED`] workflow: nobody answers the review until the sweeper has published both its
-/// reminders, an hour apart (the sweeps run as of those times); then it and payment are answered.
+/// reminders, an hour apart, and its escalation between them (the sweeps run as of those times);
+/// then the lead answers it, and payment is answered.
 async fn run_reminded(system: &System, key: &str) -> Load {
     let placed = json!({"specversion": "1.0", "id": format!("{key}-placed"), "source": "shop",
         "type": "order.placed", "subject": key, "data": {"total": 1500}});
@@ -333,10 +338,12 @@ async fn run_reminded(system: &System, key: &str) -> Load {
     wait_in(system, workflow, key, State::Waiting { step: 0 }).await;
     let first =
         system.record(workflow, key).await.and_then(|r| r.wait(0)?.remind_at).expect("a reminder due");
-    for (n, at) in [(1, first), (2, first + time::Duration::hours(1))] {
+    for (n, at) in
+        [(1, first), (2, first + time::Duration::minutes(30)), (3, first + time::Duration::hours(1))]
+    {
         system.sweep(at).await;
-        let reminded = system.record(workflow, key).await.and_then(|r| r.wait(0).map(|w| w.reminded));
-        assert_eq!(reminded, Some(n), "reminder {n} went out");
+        let behind = system.record(workflow, key).await.and_then(|r| r.wait(0).map(|w| w.reminded));
+        assert_eq!(behind, Some(n), "notice {n} went out");
     }
     let answer = |step: &str, data: Value| json!({"workflow": workflow, "key": key, "step": step, "outcome": "succeeded", "data": data});
     let (status, body) = system
