@@ -13,10 +13,16 @@
 //!   kept early, the second is refused and left on the queue for its redrive);
 //! - reminders (`baton.task.reminder`), answered as the task they remind of, with its id as the
 //!   `webhook-id`: a duplicate (`"duplicate": true`) of a task the worker answered already, and
-//!   `ignored` for a step answered elsewhere; each deleted, none left for the redrive.
+//!   `ignored` for a step answered elsewhere; each deleted, none left for the redrive;
+//! - escalations (`baton.task.escalated`), on the `leads` queue the saga's reserve-stock escalates
+//!   to, read by a third worker of the same kind: answered as the task, with the escalation's own
+//!   id as the `webhook-id`: `applied` for a step nobody answered yet (the stock worker's answer
+//!   to the task then `ignored`), `ignored` for a step answered elsewhere; each deleted, none left
+//!   for the redrive.
 //!
 //! Both workers also parse the same messages alike, without the stack: a reminder as its task,
-//! and a malformed reminder refused.
+//! an escalation as its task on the level's queue with its own id, and a malformed reminder or
+//! escalation refused.
 //!
 //! The attacks: a flood of the callback URL over the stage's rate (429 for the worker too), which
 //! sends no task to the dead-letter queue; messages that are not the worker's tasks (not JSON,
@@ -182,6 +188,25 @@ fn reminder_of(task: &Value, count: u64) -> Value {
     reminder
 }
 
+/// `task` (as [`forged`] builds it) escalated to `queue`, its `level`, as baton publishes it: its
+/// own id, the level's queue and title, the task it escalates and its level.
+fn escalation_of(task: &Value, level: u64, queue: &str) -> Value {
+    let escalates = task["id"].as_str().expect("a task id").to_owned();
+    let id = format!("{escalates}/e{level}");
+    let mut escalation = task.clone();
+    escalation["type"] = json!("baton.task.escalated");
+    escalation["id"] = json!(id);
+    let data = &mut escalation["data"];
+    data["task_id"] = json!(id);
+    data["queue"] = json!(queue);
+    data["title"] = json!(format!("Overdue: {}", task["data"]["key"].as_str().unwrap_or_default()));
+    data["reminds"] = Value::Null;
+    data["reminder"] = Value::Null;
+    data["escalates"] = json!(escalates);
+    data["level"] = json!(level);
+    escalation
+}
+
 /// Places an order for each key, and waits until each one's reserve-stock task is out.
 async fn orders(local: &Local, info: &LocalInfo, keys: &[&str]) {
     let sqs = sqs(info).await;
@@ -206,11 +231,24 @@ async fn orders(local: &Local, info: &LocalInfo, keys: &[&str]) {
     }
 }
 
-/// `baton local` running the saga, with `extra` arguments.
+/// [`SAGA`] with reserve-stock escalated to the `leads` queue (a level whose time never comes in
+/// a test): the stack then has the leads' task queue, which a deploy of it would have.
+fn escalating_saga() -> String {
+    let requires = "        requires: [hold]\n";
+    let saga = SAGA.replacen(
+        requires,
+        &format!("{requires}        escalate: [{{ after: 30m, queue: leads }}]\n"),
+        1,
+    );
+    assert_ne!(saga, SAGA, "reserve-stock requires a hold");
+    saga
+}
+
+/// `baton local` running the saga (reserve-stock escalating to `leads`), with `extra` arguments.
 fn saga_stack(extra: &[&str]) -> (Local, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("workflows.yaml");
-    std::fs::write(&config, SAGA).unwrap();
+    std::fs::write(&config, escalating_saga()).unwrap();
     let mut args = vec!["--config", config.to_str().unwrap()];
     args.extend_from_slice(extra);
     (Local::start_with(&args), dir)
@@ -225,6 +263,7 @@ struct Keys {
     cancelled: String,
     twice: String,
     elsewhere: String,
+    escalated: String,
 }
 
 impl Keys {
@@ -235,13 +274,15 @@ impl Keys {
             cancelled: format!("{prefix}-cancelled"),
             twice: format!("{prefix}-twice"),
             elsewhere: format!("{prefix}-elsewhere"),
+            escalated: format!("{prefix}-escalated"),
         }
     }
 }
 
 /// Sets the scene on a running saga stack before any worker runs.
 async fn scene(local: &Local, info: &LocalInfo, keys: &Keys, config: &Path) {
-    orders(local, info, &[&keys.ok, &keys.unavailable, &keys.cancelled, &keys.elsewhere]).await;
+    let keys_ordered = [&keys.ok, &keys.unavailable, &keys.cancelled, &keys.elsewhere, &keys.escalated];
+    orders(local, info, &keys_ordered.map(String::as_str)).await;
     // Cancelled while its task waits on the queue.
     let cancel = std::process::Command::new(bin())
         .args(["cancel", "order-review", &keys.cancelled, "--reason", "customer withdrew", "--config"])
@@ -273,8 +314,18 @@ async fn scene(local: &Local, info: &LocalInfo, keys: &Keys, config: &Path) {
     let by = format!("{}-by-hand", keys.elsewhere);
     let (status, body) = send_callback(&info.api_url, &secrets, &by, &by_hand).await;
     assert_eq!((status, body["status"].as_str()), (200, Some("applied")), "{body}");
+    eventually_trace(local, &keys.elsewhere, "the answer by hand applied", |t| {
+        t["record"]["state"] == "waiting{1}"
+    })
+    .await;
     let reminder = reminder_of(&forged(&keys.elsewhere, "reserve-stock", "stock", 1, false), 1);
     put_on(info, "stock", &reminder.to_string()).await;
+    // Escalated to the leads: the step answered elsewhere, and one nobody answered yet (its task
+    // waits on the stock queue).
+    for key in [&keys.elsewhere, &keys.escalated] {
+        let escalation = escalation_of(&forged(key, "reserve-stock", "stock", 1, false), 1, "leads");
+        put_on(info, "leads", &escalation.to_string()).await;
+    }
 }
 
 /// The story both workers must pass, one worker for each team.
@@ -283,6 +334,18 @@ async fn a_worker_answers_every_documented_answer(worker: Worker) {
     let (local, dir) = saga_stack(&[]);
     let info = local.info();
     scene(&local, &info, &keys, &dir.path().join("workflows.yaml")).await;
+    // The leads' worker first, so that the escalated step is still unanswered when it comes.
+    let mut leads = worker.start(&local.info_path, "leads");
+    let seen = leads
+        .until("both escalations answered", |seen| {
+            !about(seen, &keys.escalated).is_empty() && !about(seen, &keys.elsewhere).is_empty()
+        })
+        .await;
+    escalations_answered_with_their_own_ids(&seen, &keys);
+    eventually_trace(&local, &keys.escalated, "the lead's answer applied", |t| {
+        t["record"]["state"] == "waiting{1}"
+    })
+    .await;
     let mut stock = worker.start(&local.info_path, "stock");
     let mut payments = worker.start(&local.info_path, "payments");
 
@@ -293,6 +356,7 @@ async fn a_worker_answers_every_documented_answer(worker: Worker) {
                 && !about(seen, &keys.cancelled).is_empty()
                 && about(seen, &keys.twice).len() >= 2
                 && about(seen, &keys.elsewhere).len() >= 2
+                && !about(seen, &keys.escalated).is_empty()
         })
         .await;
     every_answer_as_documented(&seen, &keys);
@@ -303,9 +367,9 @@ async fn a_worker_answers_every_documented_answer(worker: Worker) {
     a_reminder_of_an_answered_task_is_a_duplicate(&info, &keys.ok, &mut stock).await;
 
     the_saga_s_compensations(&local, &info, &keys.ok, (&mut stock, &mut payments)).await;
-    each_worker_saw_its_own_team_s_tasks_alone(&stock.seen, &payments.seen);
+    each_worker_saw_its_own_team_s_tasks_alone(&stock.seen, &payments.seen, &leads.seen);
     only_the_refused_message_is_left(&info).await;
-    for (team, lines) in [("stock", &stock.seen), ("payments", &payments.seen)] {
+    for (team, lines) in [("stock", &stock.seen), ("payments", &payments.seen), ("leads", &leads.seen)] {
         let text: Vec<_> = lines.iter().map(Value::to_string).collect();
         println!("{} {team} worker logged:\n{}", worker.prefix(), text.join("\n"));
     }
@@ -350,6 +414,36 @@ fn every_answer_as_documented(seen: &[Value], keys: &Keys) {
             .any(|l| l["type"] == "baton.task.reminder" && l["task_id"] == format!("{task_id}/r1")),
         "{seen:#?}"
     );
+    // A step the lead answered first: its task, answered with its own id, is ignored (the step
+    // passed), and deleted.
+    assert!(every(&keys.escalated, "ignored"), "{seen:#?}");
+    let task_id = format!("order-review/{}/g1/reserve-stock", keys.escalated);
+    assert!(
+        about(seen, &keys.escalated).iter().all(|l| l["type"] == "baton.task.created"
+            && l["webhook_id"] == task_id.as_str()
+            && l["reason"] == "step_already_passed"),
+        "{seen:#?}"
+    );
+}
+
+/// The leads' worker took each escalation as the step's task, on its own queue, and called back
+/// with the escalation's own id: `applied` for the step nobody had answered, `ignored` for the
+/// step answered elsewhere; each deleted, on its first receive.
+fn escalations_answered_with_their_own_ids(seen: &[Value], keys: &Keys) {
+    let done = |answer: &str| (200, answer.to_owned(), "done".to_owned());
+    for (key, answer) in [(&keys.escalated, "applied"), (&keys.elsewhere, "ignored")] {
+        let lines = about(seen, key);
+        assert_eq!(answers(&lines), [done(answer)], "{key}: {seen:#?}");
+        let line = lines[0];
+        let id = format!("order-review/{key}/g1/reserve-stock/e1");
+        assert_eq!(line["type"], "baton.task.escalated", "{line}");
+        assert_eq!(line["task_id"].as_str(), Some(id.as_str()), "{line}");
+        assert_eq!(line["webhook_id"].as_str(), Some(id.as_str()), "the escalation's own id: {line}");
+        assert_eq!(line["duplicate"].as_bool(), Some(false), "{line}");
+        assert_eq!(line["receives"], 1, "{line}");
+    }
+    let elsewhere = about(seen, &keys.elsewhere);
+    assert_eq!(elsewhere[0]["reason"], "step_already_passed", "{seen:#?}");
 }
 
 /// A reminder of the task of `key` the worker answered already (`applied`): the worker does the
@@ -377,8 +471,9 @@ async fn a_reminder_of_an_answered_task_is_a_duplicate(info: &LocalInfo, key: &s
     // Deleted (the worker deletes before it logs `done`): only_the_refused_message_is_left.
 }
 
-/// The stock worker logged stock tasks only, the payments worker the refund only.
-fn each_worker_saw_its_own_team_s_tasks_alone(stock: &[Value], payments: &[Value]) {
+/// The stock worker logged stock tasks only, the payments worker the refund only, the leads'
+/// worker the escalations only.
+fn each_worker_saw_its_own_team_s_tasks_alone(stock: &[Value], payments: &[Value], leads: &[Value]) {
     let ids = |lines: &[Value]| -> Vec<String> {
         lines.iter().filter_map(|l| l["task_id"].as_str().map(str::to_owned)).collect()
     };
@@ -386,14 +481,20 @@ fn each_worker_saw_its_own_team_s_tasks_alone(stock: &[Value], payments: &[Value
     assert!(stock_ids.iter().all(|id| id.contains("/reserve-stock")), "{stock_ids:#?}");
     assert!(!payment_ids.is_empty(), "{payments:#?}");
     assert!(payment_ids.iter().all(|id| id.ends_with("/payment/undo")), "{payment_ids:#?}");
+    let lead_ids = ids(leads);
+    assert_eq!(lead_ids.len(), 2, "{leads:#?}");
+    assert!(lead_ids.iter().all(|id| id.ends_with("/reserve-stock/e1")), "{lead_ids:#?}");
+    assert!(stock.iter().chain(payments).all(|l| l["type"] != "baton.task.escalated"), "{stock:#?}");
 }
 
 /// Nothing left on the stock queue but the refused message, for the redrive (a task published
 /// twice has its copy answered `duplicate` and deleted in a moment), which moves it to the
-/// team's dead-letter queue after ten receives; nothing left on the payments queue.
+/// team's dead-letter queue after ten receives; nothing left on the payments queue, nor on the
+/// leads' queue or its dead-letter queue.
 async fn only_the_refused_message_is_left(info: &LocalInfo) {
     let sqs = sqs(info).await;
-    for (queue, dlq) in [("stock", "TaskDLQStock"), ("payments", "TaskDLQPayments")] {
+    let teams = [("stock", "TaskDLQStock"), ("payments", "TaskDLQPayments"), ("leads", "TaskDLQLeads")];
+    for (queue, dlq) in teams {
         let redrive = sqs
             .get_queue_attributes()
             .queue_url(task_url(info, queue))
@@ -412,13 +513,16 @@ async fn only_the_refused_message_is_left(info: &LocalInfo) {
         let left = (
             on_the_queue(&sqs, &task_url(info, "stock")).await,
             on_the_queue(&sqs, &task_url(info, "payments")).await,
+            on_the_queue(&sqs, &task_url(info, "leads")).await,
+            on_the_queue(&sqs, &info.queues.tasks["leads"].dlq).await,
         );
-        if left == (1, 0) {
+        if left == (1, 0, 0, 0) {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "{left:?} messages left on the stock and payments queues, not the refused one alone"
+            "{left:?} messages left on the stock, payments and leads queues and the leads' dead-letter \
+             queue, not the refused one alone"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -482,17 +586,18 @@ async fn the_rust_worker_answers_every_documented_answer_against_baton_local() {
 
 // ---- reminders, parsed by each worker ------------------------------------------------------------
 
-/// What a worker makes of each message body, as JSON: for a task it takes, its type, its id,
-/// the webhook-id it calls back with and the callback's body; else `{"refused": code}`.
-fn python_parses(bodies: &[String]) -> Vec<Value> {
+/// What a worker of each queue makes of each message body, as JSON: for a task it takes, its
+/// type, its id, the webhook-id it calls back with and the callback's body; else
+/// `{"refused": code}`.
+fn python_parses(bodies: &[(&str, String)]) -> Vec<Value> {
     const SCRIPT: &str = r#"
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import worker
 verdicts = []
-for body in json.load(sys.stdin):
+for queue, body in json.load(sys.stdin):
     try:
-        kind, task, work = worker.parse_task(body, "stock")
+        kind, task, work = worker.parse_task(body, queue)
     except worker.NotMine as refusal:
         verdicts.append({"refused": refusal.code})
         continue
@@ -518,12 +623,12 @@ print(json.dumps(verdicts))
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn rust_parses(bodies: &[String]) -> Vec<Value> {
+fn rust_parses(bodies: &[(&str, String)]) -> Vec<Value> {
     use baton_example_worker::{callback_body, parse_task, work_for};
-    let verdict = |body: &String| match parse_task(body, "stock") {
+    let verdict = |(queue, body): &(&str, String)| match parse_task(body, queue) {
         Err(refusal) => json!({"refused": refusal.code}),
         Ok((kind, task)) => {
-            let work = work_for("stock", &task).expect("the work parse_task found")(&task);
+            let work = work_for(queue, &task).expect("the work parse_task found")(&task);
             json!({"type": kind, "task_id": task.task_id, "webhook_id": task.webhook_id(),
                 "callback": callback_body(&task, &work)})
         }
@@ -583,13 +688,109 @@ fn both_workers_take_a_reminder_as_the_task_it_reminds_of_and_refuse_a_malformed
     cases.push((shipping, refused("not_handled")));
     cases.push((changed(&|r| r["type"] = json!("baton.task.reminded")), refused("not_a_baton_task")));
 
-    let bodies: Vec<String> = cases.iter().map(|(body, _)| body.to_string()).collect();
+    let cases: Vec<_> = cases.into_iter().map(|(body, expected)| ("stock", body, expected)).collect();
+    both_workers_agree(&cases);
+}
+
+/// Each worker, of each case's queue, makes of its body what the case expects.
+fn both_workers_agree(cases: &[(&str, Value, Value)]) {
+    let bodies: Vec<(&str, String)> =
+        cases.iter().map(|(queue, body, _)| (*queue, body.to_string())).collect();
     for (worker, verdicts) in [("python", python_parses(&bodies)), ("rust", rust_parses(&bodies))] {
         assert_eq!(verdicts.len(), cases.len(), "{worker}: {verdicts:#?}");
-        for ((body, expected), verdict) in cases.iter().zip(&verdicts) {
-            assert_eq!(verdict, expected, "the {worker} worker, for {body}");
+        for ((queue, body, expected), verdict) in cases.iter().zip(&verdicts) {
+            assert_eq!(verdict, expected, "the {worker} worker of {queue}, for {body}");
         }
     }
+}
+
+/// Changes that make an escalation (of `order-review/k/g1/reserve-stock`, level 1) malformed.
+const MALFORMED_ESCALATIONS: [fn(&mut Value); 20] = [
+    |e| _ = e["data"].as_object_mut().unwrap().remove("escalates"),
+    |e| e["data"]["escalates"] = Value::Null,
+    |e| e["data"]["escalates"] = json!(7),
+    |e| {
+        e["data"]["escalates"] = json!("");
+        e["data"]["task_id"] = json!("/e1");
+        e["id"] = json!("/e1");
+    },
+    |e| _ = e["data"].as_object_mut().unwrap().remove("level"),
+    |e| e["data"]["level"] = Value::Null,
+    |e| e["data"]["level"] = json!(0),
+    |e| e["data"]["level"] = json!(-1),
+    |e| e["data"]["level"] = json!(1.5),
+    |e| e["data"]["level"] = json!("1"),
+    |e| e["data"]["level"] = json!(true),
+    // Its id says the first.
+    |e| e["data"]["level"] = json!(2),
+    |e| {
+        // The escalated task's id as its own.
+        e["id"] = json!("order-review/k/g1/reserve-stock");
+        e["data"]["task_id"] = json!("order-review/k/g1/reserve-stock");
+    },
+    |e| e["id"] = json!("order-review/k/g1/reserve-stock/e2"),
+    |e| e["data"]["task_id"] = json!("order-review/k/g1/reserve-stock/r1"),
+    |e| e["data"]["compensation"] = json!(true),
+    |e| _ = e["data"].as_object_mut().unwrap().remove("title"),
+    |e| e["data"]["attempt"] = json!("1"),
+    // A reminder too.
+    |e| e["data"]["reminds"] = json!("order-review/k/g1/reserve-stock"),
+    // A task naming another.
+    |e| e["type"] = json!("baton.task.created"),
+];
+
+#[test]
+fn both_workers_take_an_escalation_on_their_own_queue_with_its_own_id_and_refuse_a_malformed_one() {
+    let task = forged("k", "reserve-stock", "stock", 1, false);
+    let task_id = "order-review/k/g1/reserve-stock";
+    let escalation = escalation_of(&task, 1, "leads");
+    let callback = json!({"workflow": "order-review", "key": "k", "step": "reserve-stock", "generation": 1,
+        "attempt": 1, "outcome": "succeeded", "data": {"hold": "hold-k"}});
+    let taken = |kind: &str, id: &str, webhook_id: &str| {
+        json!({"type": kind, "task_id": id, "webhook_id": webhook_id,
+            "callback": callback})
+    };
+    let (first, second) = (format!("{task_id}/e1"), format!("{task_id}/e2"));
+    let mut cases = vec![
+        // The leads' worker takes it as the task: the same work and callback, with the
+        // escalation's own id as webhook-id (another input than the task's, so never a 409).
+        ("leads", escalation.clone(), taken("baton.task.escalated", &first, &first)),
+        ("leads", escalation_of(&task, 2, "leads"), taken("baton.task.escalated", &second, &second)),
+    ];
+    // A task and a reminder as baton publishes them now: their escalates and level are null.
+    let mut nulled = task.clone();
+    let mut reminder = reminder_of(&task, 1);
+    for event in [&mut nulled, &mut reminder] {
+        event["data"]["escalates"] = Value::Null;
+        event["data"]["level"] = Value::Null;
+    }
+    cases.push(("stock", nulled, taken("baton.task.created", task_id, task_id)));
+    cases.push(("stock", reminder.clone(), taken("baton.task.reminder", &format!("{task_id}/r1"), task_id)));
+    let refused = |code: &str| json!({"refused": code});
+    let changed = |change: &dyn Fn(&mut Value)| {
+        let mut changed = escalation.clone();
+        change(&mut changed);
+        changed
+    };
+    cases.extend(MALFORMED_ESCALATIONS.map(|change| ("leads", changed(&change), refused("malformed_task"))));
+    // A task or a reminder with a level is no task either.
+    let mut levelled = task.clone();
+    levelled["data"]["level"] = json!(1);
+    cases.push(("stock", levelled, refused("malformed_task")));
+    let mut escalating = reminder;
+    escalating["data"]["escalates"] = json!(task_id);
+    cases.push(("stock", escalating, refused("malformed_task")));
+    // Its level's queue is the one it must name: not another team's, nor the task's own worker's.
+    cases.push(("leads", changed(&|e| e["data"]["queue"] = json!("payments")), refused("foreign_queue")));
+    cases.push(("stock", escalation.clone(), refused("foreign_queue")));
+    let shipping = escalation_of(&forged("k", "shipping", "stock", 1, false), 1, "leads");
+    cases.push(("leads", shipping, refused("not_handled")));
+    cases.push((
+        "leads",
+        changed(&|e| e["type"] = json!("baton.task.escalation")),
+        refused("not_a_baton_task"),
+    ));
+    both_workers_agree(&cases);
 }
 
 // ---- the attacks ---------------------------------------------------------------------------------

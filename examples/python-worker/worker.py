@@ -19,9 +19,16 @@ A reminder (baton.task.reminder: the task `data.reminds` names still waits for a
 taken as that task: the same work, and the same callback with the reminded task's id as its
 webhook-id, so that a task answered already is answered again as a duplicate, never twice.
 
-A message that is not a task this worker takes (not JSON, not a baton task or reminder, a field
-missing or of the wrong type, another team's `queue`, a workflow and step WORK does not list for
-its queue) is never acted on: it is logged and refused, left for the redrive.
+An escalation (baton.task.escalated: the task `data.escalates` names, given to a further level's
+queue, this worker's, while it still waits) is taken as that task too, by the level's team, for
+a step WORK lists for this queue: the same work and callback, but with the escalation's own id
+(`data.task_id`) as its webhook-id, for the level's answer is another input than the first
+holder's. Whichever answer comes first completes the step; a later one is ignored.
+
+A message that is not a task this worker takes (not JSON, not a baton task, reminder or
+escalation, a field missing or of the wrong type, another team's `queue`, a workflow and step
+WORK does not list for its queue) is never acted on: it is logged and refused, left for the
+redrive.
 
 Configuration, from the environment (a deployed stack's outputs):
     BATON_TASK_QUEUE             the team's queue name, as the config's tasks give it (risk-review)
@@ -53,7 +60,8 @@ from standardwebhooks.webhooks import Webhook
 TASK_CREATED = "baton.task.created"
 COMPENSATION_REQUESTED = "baton.compensation.requested"
 TASK_REMINDER = "baton.task.reminder"
-EVENT_TYPES = (TASK_CREATED, COMPENSATION_REQUESTED, TASK_REMINDER)
+TASK_ESCALATED = "baton.task.escalated"
+EVENT_TYPES = (TASK_CREATED, COMPENSATION_REQUESTED, TASK_REMINDER, TASK_ESCALATED)
 
 MAX_RETRY_AFTER = 900  # the most a Retry-After is honoured for, in seconds
 MAX_BACKOFF = 60  # the longest wait between tries without one
@@ -77,10 +85,12 @@ def undone(task):
 # The work each team's worker does: for its queue, by (workflow, step, compensation); anything
 # else it never acts on. Each returns (outcome, data): outcome "succeeded" or "failed" (data then
 # {"error", "cause"}). This demo approves reviews (risk-review), holds stock and releases it
-# (stock), and refunds payments (payments); replace these with your team's. `task` is the
-# event's `data`: task_id, workflow, key, generation, step, title, queue, attempt,
-# previous_error and compensation; a reminder's also reminds and reminder, and it is looked up
-# as the step's task it reminds of (compensation False).
+# (stock), refunds payments (payments), and has the leads, to whom a review or a stock hold
+# left waiting escalates (`escalate: [{ after: ..., queue: leads }]`), do either (leads); replace
+# these with your team's. `task` is the event's `data`: task_id, workflow, key, generation, step,
+# title, queue, attempt, previous_error and compensation; a reminder's also reminds and
+# reminder, an escalation's escalates and level, and either is looked up as the step's task
+# (compensation False): an escalation under its level's queue, this one.
 WORK = {
     "risk-review": {("order-review", "manual-review", False): review},
     "stock": {
@@ -88,6 +98,10 @@ WORK = {
         ("order-review", "reserve-stock", True): undone,
     },
     "payments": {("order-review", "payment", True): undone},
+    "leads": {
+        ("order-review", "manual-review", False): review,
+        ("order-review", "reserve-stock", False): hold_stock,
+    },
 }
 
 
@@ -116,9 +130,9 @@ FIELDS = {
 
 
 def parse_task(body, queue):
-    """The task in a message body, checked: a baton task event (or a reminder of one), every
-    field there and of its type, for this worker's `queue`, and one WORK lists for it. Returns
-    (event type, data, work)."""
+    """The task in a message body, checked: a baton task event (or a reminder or an escalation
+    of one), every field there and of its type, for this worker's `queue`, and one WORK lists
+    for it. Returns (event type, data, work)."""
     try:
         event = json.loads(body)
     except (TypeError, ValueError) as error:
@@ -141,7 +155,7 @@ def parse_task(body, queue):
         raise NotMine("malformed_task", "data.generation and data.attempt count from 1")
     if data["compensation"] != (event["type"] == COMPENSATION_REQUESTED):
         raise NotMine("malformed_task", "data.compensation does not match the event's type")
-    check_reminder(event, data)
+    check_notice(event, data)
     if data["queue"] != queue:
         raise NotMine("foreign_queue", f"data.queue {data['queue']!r} is not this worker's {queue!r}")
     work = WORK.get(queue, {}).get((data["workflow"], data["step"], data["compensation"]))
@@ -151,27 +165,40 @@ def parse_task(body, queue):
     return event["type"], data, work
 
 
-def check_reminder(event, data):
+# The notices of a task still waiting, by event type: the field naming the task, the field
+# counting from 1, and the letter between the two in the notice's own id (`<task>/r1`, `<task>/e1`).
+NOTICES = {
+    TASK_REMINDER: ("reminds", "reminder", "r"),
+    TASK_ESCALATED: ("escalates", "level", "e"),
+}
+
+
+def check_notice(event, data):
     """A reminder names the task it reminds of (`reminds`, a task id) and its count (`reminder`,
-    from 1), and its own id is the two together; a task carries neither (null or absent)."""
-    reminds, count = data.get("reminds"), data.get("reminder")
-    if event["type"] != TASK_REMINDER:
-        if reminds is not None or count is not None:
-            raise NotMine("malformed_task", "data.reminds and data.reminder belong to a reminder, not a task")
-        return
-    if not isinstance(reminds, str) or not reminds:
-        raise NotMine("malformed_task", "data.reminds is missing, empty or not a string")
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise NotMine("malformed_task", "data.reminder is missing or not a whole number from 1")
-    if data["task_id"] != f"{reminds}/r{count}" or event.get("id") != data["task_id"]:
-        problem = "a reminder's id (and data.task_id) is not data.reminds + '/r' + data.reminder"
-        raise NotMine("malformed_task", problem)
+    from 1); an escalation the task it escalates (`escalates`) and its level (`level`, from 1).
+    A notice's own id is the two together (`<reminds>/r<reminder>`, `<escalates>/e<level>`). A
+    task carries neither pair, and a notice not the other kind's (null or absent)."""
+    for kind, (names, counts, letter) in NOTICES.items():
+        of, count = data.get(names), data.get(counts)
+        if event["type"] != kind:
+            if of is not None or count is not None:
+                raise NotMine("malformed_task", f"data.{names} and data.{counts} do not belong to a {event['type']}")
+            continue
+        if not isinstance(of, str) or not of:
+            raise NotMine("malformed_task", f"data.{names} is missing, empty or not a string")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise NotMine("malformed_task", f"data.{counts} is missing or not a whole number from 1")
+        if data["task_id"] != f"{of}/{letter}{count}" or event.get("id") != data["task_id"]:
+            problem = f"the id (and data.task_id) is not data.{names} + '/{letter}' + data.{counts}"
+            raise NotMine("malformed_task", problem)
 
 
 def webhook_id(task):
     """The callback's webhook-id: the task id, and for a reminder the id of the task it reminds
     of. A task and each of its reminders then make one callback, applied at most once: whichever
-    comes later is answered as a duplicate of the first."""
+    comes later is answered as a duplicate of the first. An escalation's is its own id
+    (`task_id`, `<escalates>/e<level>`): the level's team answers as another input, and the
+    task's id with another body would be refused (409 idempotency_key_reused)."""
     return task.get("reminds") or task["task_id"]
 
 
@@ -317,9 +344,10 @@ class Worker:
 
     def deliver(self, message, task, body, base):
         """Calls back until the answer is not transient, keeping the message invisible meanwhile.
-        The webhook-id is the task id (a reminder's: the id of the task it reminds of): the same
-        for every try and every delivery of this task and of its reminders, so a repeated
-        callback is applied at most once and answered as the first one was."""
+        The webhook-id is the task id (a reminder's: the id of the task it reminds of; an
+        escalation's: its own): the same for every try and every delivery of this task and of its
+        reminders, so a repeated callback is applied at most once and answered as the first one
+        was."""
         retries = 0
         while True:
             status, answer, retry_after, location = post_callback(self.api_url, self.webhook, webhook_id(task), body)

@@ -16,10 +16,17 @@
 //! `webhook-id` ([`Task::webhook_id`]), so that a task answered already is answered again as a
 //! duplicate, never twice.
 //!
-//! A message that is not a task this worker takes (not JSON, not a baton task or reminder, a
-//! field missing or of the wrong type, another team's `queue`, a workflow and step [`WORK`] does
-//! not list for its queue) is never acted on: it is logged and `Refused`, left for the redrive,
-//! where a person looks.
+//! An escalation ([`TASK_ESCALATED`]: the task its `data.escalates` names, given to a further
+//! level's queue, this worker's, while it still waits) is taken as that task too, by the level's
+//! team, for a step [`WORK`] lists for this queue: the same work and callback, but with the
+//! escalation's own id (`data.task_id`) as its `webhook-id`, for the level's answer is another
+//! input than the first holder's. Whichever answer comes first completes the step; a later one is
+//! `ignored`.
+//!
+//! A message that is not a task this worker takes (not JSON, not a baton task, reminder or
+//! escalation, a field missing or of the wrong type, another team's `queue`, a workflow and step
+//! [`WORK`] does not list for its queue) is never acted on: it is logged and `Refused`, left for
+//! the redrive, where a person looks.
 
 pub mod signing;
 
@@ -42,6 +49,9 @@ pub const TASK_CREATED: &str = "baton.task.created";
 pub const COMPENSATION_REQUESTED: &str = "baton.compensation.requested";
 /// A reminder of a step's task still waiting for an answer: answered as that task.
 pub const TASK_REMINDER: &str = "baton.task.reminder";
+/// A step's task given to a further level's queue while it still waits: answered as that task,
+/// by the level's team, with the escalation's own id.
+pub const TASK_ESCALATED: &str = "baton.task.escalated";
 
 /// Where the worker reads and calls back.
 #[derive(Debug, Clone)]
@@ -97,7 +107,9 @@ impl Settings {
 
 /// A task: the `data` of a `baton.task.created` or `baton.compensation.requested` event, or of
 /// a `baton.task.reminder` (whose `task_id` is its own, `reminds` the task's, `reminder` its
-/// count). Every field is required and typed; an event whose data does not fit is not a task.
+/// count) or a `baton.task.escalated` (whose `task_id` is its own, `escalates` the task's,
+/// `level` its level, `queue` and `title` the level's). Every field is required and typed; an
+/// event whose data does not fit is not a task.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Task {
     pub task_id: String,
@@ -116,12 +128,20 @@ pub struct Task {
     /// A reminder's: its count, from 1. A task's is null (or absent).
     #[serde(default)]
     pub reminder: Option<u64>,
+    /// An escalation's: the id of the task it escalates. A task's is null (or absent).
+    #[serde(default)]
+    pub escalates: Option<String>,
+    /// An escalation's: its level, from 1. A task's is null (or absent).
+    #[serde(default)]
+    pub level: Option<u64>,
 }
 
 impl Task {
     /// The callback's `webhook-id`: the task id, and for a reminder the id of the task it
     /// reminds of. A task and each of its reminders then make one callback, applied at most
-    /// once: whichever comes later is answered as a duplicate of the first.
+    /// once: whichever comes later is answered as a duplicate of the first. An escalation's is
+    /// its own id (`task_id`, `<escalates>/e<level>`): the level's team answers as another input,
+    /// and the task's id with another body would be refused (409 `idempotency_key_reused`).
     pub fn webhook_id(&self) -> &str {
         self.reminds.as_deref().unwrap_or(&self.task_id)
     }
@@ -140,17 +160,26 @@ pub type Entry = (&'static str, &'static str, &'static str, bool, fn(&Task) -> W
 
 /// The work each team's worker does, by (queue, workflow, step, compensation): anything else
 /// it never acts on. This demo approves reviews (`risk-review`), holds stock and releases it
-/// (`stock`), and refunds payments (`payments`); replace these with your team's.
+/// (`stock`), refunds payments (`payments`), and has the leads, to whom a review or a stock hold
+/// left waiting escalates (`escalate: [{ after: ..., queue: leads }]`), do either (`leads`);
+/// replace these with your team's. A reminder is looked up as the step's task (not a
+/// compensation), and so is an escalation, under its level's queue: this one.
 pub const WORK: &[Entry] = &[
-    ("risk-review", "order-review", "manual-review", false, |_| {
-        Work::Succeeded(Some(json!({"decision": "approve"})))
-    }),
-    ("stock", "order-review", "reserve-stock", false, |t| {
-        Work::Succeeded(Some(json!({"hold": format!("hold-{}", t.key)})))
-    }),
+    ("risk-review", "order-review", "manual-review", false, review),
+    ("stock", "order-review", "reserve-stock", false, hold_stock),
     ("stock", "order-review", "reserve-stock", true, |_| Work::Succeeded(None)),
     ("payments", "order-review", "payment", true, |_| Work::Succeeded(None)),
+    ("leads", "order-review", "manual-review", false, review),
+    ("leads", "order-review", "reserve-stock", false, hold_stock),
 ];
+
+fn review(_: &Task) -> Work {
+    Work::Succeeded(Some(json!({"decision": "approve"})))
+}
+
+fn hold_stock(task: &Task) -> Work {
+    Work::Succeeded(Some(json!({"hold": format!("hold-{}", task.key)})))
+}
 
 /// The work for `task` on `queue`, if this worker does it.
 pub fn work_for(queue: &str, task: &Task) -> Option<fn(&Task) -> Work> {
@@ -176,14 +205,14 @@ fn not_mine(code: &'static str, problem: impl Into<String>) -> NotMine {
     NotMine { code, problem: problem.into() }
 }
 
-/// The task in a message body, checked: a baton task event (or a reminder of one), every field
-/// there and of its type, for this worker's `queue`, and one [`WORK`] lists. Returns the event's
-/// type with it.
+/// The task in a message body, checked: a baton task event (or a reminder or an escalation of
+/// one), every field there and of its type, for this worker's `queue`, and one [`WORK`] lists.
+/// Returns the event's type with it.
 pub fn parse_task(body: &str, queue: &str) -> Result<(String, Task), NotMine> {
     let event: Value =
         serde_json::from_str(body).map_err(|e| not_mine("malformed_task", format!("not JSON: {e}")))?;
     let event_type = match event.get("type").and_then(Value::as_str) {
-        Some(t @ (TASK_CREATED | COMPENSATION_REQUESTED | TASK_REMINDER)) => t.to_owned(),
+        Some(t @ (TASK_CREATED | COMPENSATION_REQUESTED | TASK_REMINDER | TASK_ESCALATED)) => t.to_owned(),
         other => return Err(not_mine("not_a_baton_task", format!("type {other:?} is not a baton task"))),
     };
     let data = event.get("data").cloned().unwrap_or(Value::Null);
@@ -202,7 +231,7 @@ pub fn parse_task(body: &str, queue: &str) -> Result<(String, Task), NotMine> {
     if task.compensation != (event_type == COMPENSATION_REQUESTED) {
         return Err(not_mine("malformed_task", "data.compensation does not match the event's type"));
     }
-    check_reminder(&event, &event_type, &task).map_err(|problem| not_mine("malformed_task", problem))?;
+    check_notice(&event, &event_type, &task).map_err(|problem| not_mine("malformed_task", problem))?;
     if task.queue != queue {
         return Err(not_mine(
             "foreign_queue",
@@ -220,25 +249,36 @@ pub fn parse_task(body: &str, queue: &str) -> Result<(String, Task), NotMine> {
 }
 
 /// A reminder names the task it reminds of (`reminds`, a task id) and its count (`reminder`, from
-/// 1), and its own id is the two together; a task carries neither (null or absent).
-fn check_reminder(event: &Value, event_type: &str, task: &Task) -> Result<(), &'static str> {
-    match (event_type == TASK_REMINDER, &task.reminds, task.reminder) {
-        (false, None, None) => Ok(()),
-        (false, _, _) => Err("data.reminds and data.reminder belong to a reminder, not a task"),
-        (true, None, _) => Err("data.reminds is missing or null"),
-        (true, _, None) => Err("data.reminder is missing or null"),
-        (true, Some(reminds), _) if reminds.is_empty() => Err("data.reminds is empty"),
-        (true, _, Some(0)) => Err("data.reminder counts from 1"),
-        (true, Some(reminds), Some(count)) => {
-            let own = format!("{reminds}/r{count}");
-            let event_id = event.get("id").and_then(Value::as_str);
-            if task.task_id == own && event_id == Some(own.as_str()) {
-                Ok(())
-            } else {
-                Err("a reminder's id (and data.task_id) is not data.reminds + \"/r\" + data.reminder")
+/// 1); an escalation the task it escalates (`escalates`) and its level (`level`, from 1). A
+/// notice's own id is the two together (`<reminds>/r<reminder>`, `<escalates>/e<level>`). A task
+/// carries neither pair, and a notice not the other kind's (null or absent).
+fn check_notice(event: &Value, event_type: &str, task: &Task) -> Result<(), String> {
+    let notices = [
+        (TASK_REMINDER, ("reminds", "reminder", 'r'), (&task.reminds, task.reminder)),
+        (TASK_ESCALATED, ("escalates", "level", 'e'), (&task.escalates, task.level)),
+    ];
+    for (kind, (names, counts, letter), pair) in notices {
+        match (event_type == kind, pair) {
+            (false, (None, None)) => {}
+            (false, _) => {
+                return Err(format!("data.{names} and data.{counts} do not belong to a {event_type}"));
+            }
+            (true, (None, _)) => return Err(format!("data.{names} is missing or null")),
+            (true, (_, None)) => return Err(format!("data.{counts} is missing or null")),
+            (true, (Some(of), _)) if of.is_empty() => return Err(format!("data.{names} is empty")),
+            (true, (_, Some(0))) => return Err(format!("data.{counts} counts from 1")),
+            (true, (Some(of), Some(count))) => {
+                let own = format!("{of}/{letter}{count}");
+                let event_id = event.get("id").and_then(Value::as_str);
+                if task.task_id != own || event_id != Some(own.as_str()) {
+                    return Err(format!(
+                        "the id (and data.task_id) is not data.{names} + \"/{letter}\" + data.{counts}"
+                    ));
+                }
             }
         }
     }
+    Ok(())
 }
 
 /// The callback for `task`. It names the generation and attempt the task carries, so that a late
@@ -454,9 +494,9 @@ impl Worker {
     }
 
     /// Calls back until the answer is not transient, keeping the message invisible meanwhile.
-    /// The webhook-id is the task id (a reminder's: the id of the task it reminds of): the same
-    /// for every try and every delivery of this task and of its reminders, so a repeated callback
-    /// is applied at most once and answered as the first one was.
+    /// The webhook-id is the task id (a reminder's: the id of the task it reminds of; an
+    /// escalation's: its own): the same for every try and every delivery of this task and of its
+    /// reminders, so a repeated callback is applied at most once and answered as the first one was.
     async fn deliver(
         &self,
         receipt: &str,
@@ -573,6 +613,8 @@ mod tests {
             compensation,
             reminds: None,
             reminder: None,
+            escalates: None,
+            level: None,
         }
     }
 
@@ -730,6 +772,121 @@ mod tests {
         assert_eq!(refused(reminder("shipping", 1)), "not_handled");
         assert_eq!(
             refused(json!({"type": "baton.task.reminded", "data": reminder("reserve-stock", 1)["data"]})),
+            "not_a_baton_task"
+        );
+    }
+
+    /// The task `data(step, false)` escalated to the `leads` queue, its `level`, as baton
+    /// publishes it: its own id, the level's queue and title.
+    fn escalation(step: &str, level: u64) -> Value {
+        let mut data = data(step, false);
+        let escalates = data["task_id"].as_str().unwrap().to_owned();
+        let id = format!("{escalates}/e{level}");
+        data["task_id"] = json!(id);
+        data["queue"] = json!("leads");
+        data["title"] = json!("Overdue: k");
+        data["reminds"] = Value::Null;
+        data["reminder"] = Value::Null;
+        data["escalates"] = json!(escalates);
+        data["level"] = json!(level);
+        json!({"specversion": "1.0", "id": id, "source": "baton", "type": TASK_ESCALATED, "data": data})
+    }
+
+    #[test]
+    fn an_escalation_is_taken_by_its_level_s_team_as_the_task_and_answered_with_its_own_id() {
+        let (kind, escalated) = parse_task(&escalation("reserve-stock", 2).to_string(), "leads").unwrap();
+        assert_eq!(kind, TASK_ESCALATED);
+        assert_eq!(
+            (escalated.escalates.as_deref(), escalated.level),
+            (Some("order-review/k/g1/reserve-stock"), Some(2))
+        );
+        assert_eq!(
+            escalated.webhook_id(),
+            "order-review/k/g1/reserve-stock/e2",
+            "its own id: another input than the task's, never a 409 for reusing its id"
+        );
+        // The same callback as the task's, from the leads' work for the step.
+        let (_, task) = parse_task(&event(data("reserve-stock", false), false), "stock").unwrap();
+        assert_eq!(task.webhook_id(), "order-review/k/g1/reserve-stock");
+        let answer = |queue: &str, t: &Task| callback_body(t, &work_for(queue, t).unwrap()(t));
+        assert_eq!(answer("leads", &escalated), answer("stock", &task));
+        // A review escalated is the leads' too; a level on another team's queue is not.
+        let mut review = escalation("manual-review", 1);
+        assert!(parse_task(&review.to_string(), "leads").is_ok());
+        review["data"]["queue"] = json!("risk-review");
+        assert_eq!(parse_task(&review.to_string(), "leads").unwrap_err().code, "foreign_queue");
+        // Tasks and reminders with escalates and level null, as baton publishes them, are taken.
+        let mut data = data("reserve-stock", false);
+        data["escalates"] = Value::Null;
+        data["level"] = Value::Null;
+        assert!(parse_task(&event(data, false), "stock").is_ok());
+        let mut reminder = reminder("reserve-stock", 1);
+        reminder["data"]["escalates"] = Value::Null;
+        reminder["data"]["level"] = Value::Null;
+        assert!(parse_task(&reminder.to_string(), "stock").is_ok());
+    }
+
+    #[test]
+    fn a_malformed_escalation_is_refused_as_a_malformed_task_is() {
+        let refused = |event: Value, queue: &str| parse_task(&event.to_string(), queue).unwrap_err().code;
+        let with = |change: &dyn Fn(&mut Value)| {
+            let mut event = escalation("reserve-stock", 1);
+            change(&mut event);
+            refused(event, "leads")
+        };
+        let malformed: [(&str, Change); 20] = [
+            ("no escalates", |e| _ = e["data"].as_object_mut().unwrap().remove("escalates")),
+            ("escalates null", |e| e["data"]["escalates"] = Value::Null),
+            ("escalates a number", |e| e["data"]["escalates"] = json!(7)),
+            ("escalates empty", |e| {
+                e["data"]["escalates"] = json!("");
+                e["data"]["task_id"] = json!("/e1");
+                e["id"] = json!("/e1");
+            }),
+            ("no level", |e| _ = e["data"].as_object_mut().unwrap().remove("level")),
+            ("level null", |e| e["data"]["level"] = Value::Null),
+            ("level 0", |e| e["data"]["level"] = json!(0)),
+            ("level negative", |e| e["data"]["level"] = json!(-1)),
+            ("level a fraction", |e| e["data"]["level"] = json!(1.5)),
+            ("level a string", |e| e["data"]["level"] = json!("1")),
+            ("level a boolean", |e| e["data"]["level"] = json!(true)),
+            ("a compensation", |e| e["data"]["compensation"] = json!(true)),
+            ("its id not escalates/eN", |e| e["data"]["level"] = json!(2)),
+            ("the escalated task's id as its own", |e| {
+                e["id"] = json!("order-review/k/g1/reserve-stock");
+                e["data"]["task_id"] = json!("order-review/k/g1/reserve-stock");
+            }),
+            ("a reminder's id", |e| {
+                e["id"] = json!("order-review/k/g1/reserve-stock/r1");
+                e["data"]["task_id"] = json!("order-review/k/g1/reserve-stock/r1");
+            }),
+            ("the event's id another", |e| e["id"] = json!("order-review/k/g1/reserve-stock")),
+            ("a field missing", |e| _ = e["data"].as_object_mut().unwrap().remove("title")),
+            ("a field of the wrong type", |e| e["data"]["generation"] = json!("1")),
+            ("an escalation naming a reminded task", |e| {
+                e["data"]["reminds"] = json!("order-review/k/g1/reserve-stock");
+                e["data"]["reminder"] = json!(1);
+            }),
+            ("a task naming an escalated task", |e| e["type"] = json!(TASK_CREATED)),
+        ];
+        for (what, change) in malformed {
+            assert_eq!(with(&change), "malformed_task", "{what}");
+        }
+        // A reminder that names an escalation, or a task that has a level, is no task either.
+        let mut reminder = reminder("reserve-stock", 1);
+        reminder["data"]["escalates"] = json!("order-review/k/g1/reserve-stock");
+        assert_eq!(refused(reminder, "stock"), "malformed_task");
+        let mut data = data("reserve-stock", false);
+        data["level"] = json!(1);
+        assert_eq!(refused(serde_json::from_str(&event(data, false)).unwrap(), "stock"), "malformed_task");
+        // The leads' escalation is not the stock worker's, and the leads do no shipping.
+        assert_eq!(refused(escalation("reserve-stock", 1), "stock"), "foreign_queue");
+        assert_eq!(refused(escalation("shipping", 1), "leads"), "not_handled");
+        assert_eq!(
+            refused(
+                json!({"type": "baton.task.escalation", "data": escalation("reserve-stock", 1)["data"]}),
+                "leads"
+            ),
             "not_a_baton_task"
         );
     }
