@@ -718,8 +718,8 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         attempt: at_step.map_or(1, Wait::attempt),
         next_attempt_at: at_step.and_then(Wait::task_due),
         wakes_at: at_step.and_then(Wait::wakes_at),
-        notices: at_step.map_or(0, |w| w.reminded),
-        next_notice_at: at_step.and_then(|w| w.remind_at),
+        notices: at_step.map_or(0, |w| w.notified),
+        next_notice_at: at_step.and_then(|w| w.notice_at),
         compensation: r.compensation.as_ref().map(|c| compensation_view(c, r.workflow.as_str(), names)),
         created_at: r.created_at,
         updated_at: r.updated_at,
@@ -1552,7 +1552,7 @@ mod tests {
     fn a_reminded_step_shows_how_many_notices_are_behind_it_and_the_next() {
         let mut trace = trace();
         let record = trace.record.as_mut().unwrap();
-        (record.waits[0].reminded, record.waits[0].remind_at) = (2, Some(t(7200)));
+        (record.waits[0].notified, record.waits[0].notice_at) = (2, Some(t(7200)));
         let (w, k) = names();
         let report = build(&trace, vec![], &StepNames::default(), (&w, &k));
         let json = serde_json::to_value(&report).unwrap();

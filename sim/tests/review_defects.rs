@@ -201,8 +201,8 @@ fn wide_record() -> Record {
             token: Some(baton_core::domain::ids::TaskToken::parse(format!("tok-{step}")).unwrap()),
             deadline: Some(now),
             inputs: Default::default(),
-            reminded: 0,
-            remind_at: None,
+            notified: 0,
+            notice_at: None,
             status: WaitStatus::TaskDue { at: now },
             failed: (1..=9)
                 .map(|attempt| FailedAttempt {

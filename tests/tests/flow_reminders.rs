@@ -32,9 +32,9 @@ async fn a_worker_that_missed_the_task_answers_its_reminder_and_no_more_go_out()
     let r = system
         .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
         .await;
-    let remind_at = r.wait(0).and_then(|w| w.remind_at).expect("the first reminder's time");
-    let from_now = remind_at - OffsetDateTime::now_utc();
-    assert!(from_now > Duration::minutes(59) && from_now <= Duration::hours(1), "{remind_at}");
+    let notice_at = r.wait(0).and_then(|w| w.notice_at).expect("the first reminder's time");
+    let from_now = notice_at - OffsetDateTime::now_utc();
+    assert!(from_now > Duration::minutes(59) && from_now <= Duration::hours(1), "{notice_at}");
 
     // The task goes out; its worker misses it (it reads and drops it).
     let tasks = system.published_tasks(1).await;
@@ -43,9 +43,9 @@ async fn a_worker_that_missed_the_task_answers_its_reminder_and_no_more_go_out()
     assert_eq!(tasks[0]["type"], "baton.task.created");
 
     // Before its time, a sweep sends nothing; on time, the first reminder goes out.
-    system.sweep(remind_at - Duration::seconds(1)).await;
-    assert_eq!(system.record("order-review", key).await.and_then(|r| r.wait(0).map(|w| w.reminded)), Some(0));
-    let report = system.sweep(remind_at).await;
+    system.sweep(notice_at - Duration::seconds(1)).await;
+    assert_eq!(system.record("order-review", key).await.and_then(|r| r.wait(0).map(|w| w.notified)), Some(0));
+    let report = system.sweep(notice_at).await;
     assert_eq!(report.repaired, 1, "{report:?}");
     let reminders = system.published_tasks(1).await;
     assert_eq!(reminders.len(), 1, "one reminder: {reminders:#?}");
@@ -63,7 +63,7 @@ async fn a_worker_that_missed_the_task_answers_its_reminder_and_no_more_go_out()
     system.record_until("order-review", key, "succeeded", |r| r.state == State::Succeeded).await;
 
     // The second reminder's time comes: nothing goes out.
-    system.sweep(remind_at + Duration::hours(2)).await;
+    system.sweep(notice_at + Duration::hours(2)).await;
     let after: Vec<Value> = system
         .drain_queue(&system.task_queue("reviewers"))
         .await
@@ -98,7 +98,7 @@ async fn an_escalation_answered_by_the_second_queues_worker_completes_the_step_a
     let r = system
         .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
         .await;
-    let level_1_at = r.wait(0).and_then(|w| w.remind_at).expect("the first level's time");
+    let level_1_at = r.wait(0).and_then(|w| w.notice_at).expect("the first level's time");
     let tasks = system.published_tasks(1).await;
     let task_id = tasks[0]["data"]["task_id"].as_str().expect("a task id").to_owned();
     assert_eq!(tasks[0]["data"]["queue"], "reviewers");

@@ -1787,8 +1787,8 @@ mod tests {
             deadline: Some(at),
             inputs: values.iter().enumerate().map(|(j, v)| (pick(i as usize + j), v.clone())).collect(),
             failed: (0..3).map(attempt).collect(),
-            reminded: 3,
-            remind_at: None,
+            notified: 3,
+            notice_at: None,
             status: WaitStatus::Owed {
                 outcome: WaitOutcome::Failed,
                 resume: Resume::Failure { error: pick(i as usize), cause: pick(i as usize + 1) },
@@ -1806,8 +1806,8 @@ mod tests {
                 deadline: Some(at),
                 inputs: serde_json::Map::new(),
                 failed: (0..2).map(attempt).collect(),
-                reminded: 3,
-                remind_at: None,
+                notified: 3,
+                notice_at: None,
                 status: WaitStatus::Owed {
                     outcome: WaitOutcome::Failed,
                     resume: Resume::Success { output: Value::Array(values.to_vec()) },
@@ -1851,8 +1851,8 @@ mod tests {
                     role: Role::Branch,
                     token: Some(TaskToken::parse("T".repeat(TaskToken::MAX_LEN)).unwrap()),
                     deadline: Some(at),
-                    reminded: 3,
-                    remind_at: None,
+                    notified: 3,
+                    notice_at: None,
                     status: WaitStatus::Owed {
                         outcome: WaitOutcome::Succeeded,
                         resume: Resume::Success { output: Value::Object(inputs.clone()) },

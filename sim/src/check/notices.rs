@@ -49,8 +49,8 @@ fn a_notice_goes_out_while_its_wait_is_open_and_on_time(c: &mut Checker<'_>, s: 
         // decided (or ended) the step's wait.
         let claim = s.writes.iter().find(|w| {
             same(&w.to)
-                && w.to.history.last().is_some_and(|h| h.cause == Cause::Reminded)
-                && w.to.wait(t.step).is_some_and(|x| x.reminded as usize > index)
+                && w.to.history.last().is_some_and(|h| h.cause == Cause::Notified)
+                && w.to.wait(t.step).is_some_and(|x| x.notified as usize > index)
         });
         let ended = s.writes.iter().find(|w| {
             same(&w.to)

@@ -337,12 +337,12 @@ async fn run_reminded(system: &System, key: &str) -> Load {
     let workflow = Shape::Reminded.workflow();
     wait_in(system, workflow, key, State::Waiting { step: 0 }).await;
     let first =
-        system.record(workflow, key).await.and_then(|r| r.wait(0)?.remind_at).expect("a reminder due");
+        system.record(workflow, key).await.and_then(|r| r.wait(0)?.notice_at).expect("a reminder due");
     for (n, at) in
         [(1, first), (2, first + time::Duration::minutes(30)), (3, first + time::Duration::hours(1))]
     {
         system.sweep(at).await;
-        let behind = system.record(workflow, key).await.and_then(|r| r.wait(0).map(|w| w.reminded));
+        let behind = system.record(workflow, key).await.and_then(|r| r.wait(0).map(|w| w.notified));
         assert_eq!(behind, Some(n), "notice {n} went out");
     }
     let answer = |step: &str, data: Value| json!({"workflow": workflow, "key": key, "step": step, "outcome": "succeeded", "data": data});

@@ -223,7 +223,7 @@ fn reached(plan: &Plan, (step, role): (u32, Role), token: &TaskToken, deadline: 
         // Reminders and escalation are a step's only (`tick::notify`; `baton validate` refuses
         // them on a branch, and on a timer: found by an attack test, a branch's would be owed
         // and never sent).
-        w.remind_at = s.notices().first().map(|(t, _)| after(*t));
+        w.notice_at = s.notices().first().map(|(t, _)| after(*t));
     }
     w
 }

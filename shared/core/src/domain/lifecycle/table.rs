@@ -66,8 +66,9 @@ pub enum Cause {
     /// A decided position's resume went out and found its token gone: nothing is owed to it
     /// any more.
     StepResumed,
-    /// The sweeper claimed a reminder of a waiting step's task, before publishing it.
-    Reminded,
+    /// The sweeper claimed the notices of a waiting step whose time has come (reminders of its
+    /// task, escalation levels), before publishing them.
+    Notified,
 }
 
 impl Cause {
@@ -94,7 +95,7 @@ impl Cause {
             Cause::ExecutionGone => "execution_gone",
             Cause::End => "end",
             Cause::StepResumed => "step_resumed",
-            Cause::Reminded => "reminded",
+            Cause::Notified => "notified",
         }
     }
 }
@@ -233,7 +234,7 @@ pub const WAIT_WRITES: &[WaitWrite] = &[
     w(Cause::BranchReady, &[W], &[WaitCause::Reach, WaitCause::Repark]),
     w(Cause::BranchReady, &[A], &[WaitCause::Repark]),
     w(Cause::Merge, &[W], &[WaitCause::Merge]),
-    w(Cause::Reminded, &[W], &[WaitCause::Remind]),
+    w(Cause::Notified, &[W], &[WaitCause::Notify]),
     w(Cause::AttemptFailed, &[W], &[WaitCause::AttemptFailed]),
     w(Cause::AttemptOpened, &[W], &[WaitCause::AttemptOpened]),
     // A branch decided while its siblings wait; an optional branch's report settling it (after

@@ -84,9 +84,9 @@ fn wake(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
 fn notify(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
     let w = r.step_wait().filter(|w| w.status == WaitStatus::Open && r.state.kind() == Kind::Waiting)?;
     let schedule = plan.step(w.step)?.notices();
-    let at = w.remind_at.filter(|at| *at <= now && w.deadline.is_none_or(|d| now < d))?;
+    let at = w.notice_at.filter(|at| *at <= now && w.deadline.is_none_or(|d| now < d))?;
     let after = |d: std::time::Duration| time::Duration::try_from(d).unwrap_or(time::Duration::MAX);
-    let behind = w.reminded as usize;
+    let behind = w.notified as usize;
     // When the wait began: each notice's time counts from it.
     let began = at - after(schedule.get(behind)?.0);
     let due = schedule[behind..].iter().take_while(|(t, _)| began + after(*t) <= now).count();
@@ -105,9 +105,9 @@ fn notify(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
         .collect();
     let mut to = r.next(r.state, now);
     let claimed = to.wait_mut(w.step)?;
-    claimed.reminded = u32::try_from(behind + due).ok()?;
-    claimed.remind_at = schedule.get(behind + due).map(|(t, _)| began + after(*t));
-    Some(Decision::new(Outcome::Applied).with_write(Cause::Reminded, Some(r), to).effects(effects))
+    claimed.notified = u32::try_from(behind + due).ok()?;
+    claimed.notice_at = schedule.get(behind + due).map(|(t, _)| began + after(*t));
+    Some(Decision::new(Outcome::Applied).with_write(Cause::Notified, Some(r), to).effects(effects))
 }
 
 /// The task of the next attempt of `w`, once due at `due`: a heartbeat first when the step keeps

@@ -170,8 +170,9 @@ pub enum WaitCause {
     Decide,
     /// Its timer ran out: its success is owed.
     Wake,
-    /// A reminder of its task went out (the sweeper's claim, written before it is published).
-    Remind,
+    /// Its notices whose time has come (reminders, escalation levels) were claimed by the
+    /// sweeper, before they are published.
+    Notify,
     /// Its resume went out.
     Resumed,
     /// Step Functions' own report settled it (an optional branch's), or confirmed its success.
@@ -201,7 +202,7 @@ pub const WAIT_TRANSITIONS: &[(WaitKind, WaitKind, WaitCause)] = &[
     // A resume that found its old token gone is owed again, to the new one.
     (R, W, WaitCause::Repark),
     (O, O, WaitCause::Merge),
-    (O, O, WaitCause::Remind),
+    (O, O, WaitCause::Notify),
     (O, D, WaitCause::AttemptFailed),
     (D, O, WaitCause::AttemptOpened),
     (O, W, WaitCause::Decide),
@@ -288,12 +289,14 @@ pub struct Wait {
     /// (or, while its task is due, next to run) is the one after.
     #[serde(rename = "f", default, skip_serializing_if = "Vec::is_empty")]
     pub failed: Vec<FailedAttempt>,
-    /// How many reminders of its task went out (a step with `remind`).
+    /// How many of its step's notices (its reminders and escalation levels, in the order of
+    /// their times: `StepPlan::notices`) are behind it: sent, or a reminder passed over by a
+    /// late sweep.
     #[serde(rename = "n", default, skip_serializing_if = "is_zero")]
-    pub reminded: u32,
-    /// When its next reminder is due, while it is open and one is left.
+    pub notified: u32,
+    /// When its next notice is due, while it is open and one is left.
     #[serde(rename = "m", default, with = "micros::option", skip_serializing_if = "Option::is_none")]
-    pub remind_at: Option<OffsetDateTime>,
+    pub notice_at: Option<OffsetDateTime>,
     #[serde(flatten)]
     pub status: WaitStatus,
 }
@@ -357,8 +360,8 @@ impl Wait {
             deadline: None,
             inputs: Map::new(),
             failed: Vec::new(),
-            reminded: 0,
-            remind_at: None,
+            notified: 0,
+            notice_at: None,
             status: WaitStatus::Unreached,
         }
     }
@@ -445,12 +448,12 @@ impl Wait {
     }
 
     /// Whether it owes the sweeper work: a resume, an attempt's task, a timer's wake, or a
-    /// reminder.
+    /// notice (a reminder, an escalation level).
     pub fn owes_work(&self) -> bool {
         matches!(
             self.status,
             WaitStatus::Owed { .. } | WaitStatus::TaskDue { .. } | WaitStatus::Sleeping { .. }
-        ) || self.status == WaitStatus::Open && self.remind_at.is_some()
+        ) || self.status == WaitStatus::Open && self.notice_at.is_some()
     }
 
     /// When the sweeper must look at it, which it does a grace after: an owed resume's re-send
@@ -461,8 +464,8 @@ impl Wait {
             WaitStatus::Owed { since, .. } => Some(*since),
             WaitStatus::TaskDue { at } => Some(*at - grace),
             WaitStatus::Sleeping { .. } => self.wakes_at().map(|at| at - grace),
-            // An open wait's next reminder is listed on time.
-            WaitStatus::Open => match (self.deadline, self.remind_at) {
+            // An open wait's next notice is listed on time.
+            WaitStatus::Open => match (self.deadline, self.notice_at) {
                 (Some(deadline), Some(at)) => Some(deadline.min(at - grace)),
                 (deadline, at) => deadline.or(at.map(|at| at - grace)),
             },
@@ -473,10 +476,10 @@ impl Wait {
     /// Whether what its status says agrees with its fields: a token once reached (but for a wait
     /// that ended, which keeps what it had); nothing gathered before.
     pub fn agrees(&self) -> bool {
-        // A reminder is due only while its wait is open (or between its attempts).
-        let reminder_ok =
-            self.remind_at.is_none() || matches!(self.status, WaitStatus::Open | WaitStatus::TaskDue { .. });
-        reminder_ok && self.status_agrees()
+        // A notice is due only while its wait is open (or between its attempts).
+        let notice_ok =
+            self.notice_at.is_none() || matches!(self.status, WaitStatus::Open | WaitStatus::TaskDue { .. });
+        notice_ok && self.status_agrees()
     }
 
     fn status_agrees(&self) -> bool {
@@ -491,17 +494,17 @@ impl Wait {
         }
     }
 
-    /// Ends it with `outcome`: nothing is owed to it any more, and no reminder goes out.
+    /// Ends it with `outcome`: nothing is owed to it any more, and no notice goes out.
     pub fn end(&mut self, outcome: WaitOutcome) {
         self.status = WaitStatus::Ended { outcome };
-        self.remind_at = None;
+        self.notice_at = None;
     }
 
-    /// Decides it with `outcome`: `resume` is owed to its token from `now`, and no reminder goes
+    /// Decides it with `outcome`: `resume` is owed to its token from `now`, and no notice goes
     /// out.
     pub fn decide(&mut self, outcome: WaitOutcome, resume: Resume, now: OffsetDateTime) {
         self.status = WaitStatus::Owed { outcome, resume, since: now };
-        self.remind_at = None;
+        self.notice_at = None;
     }
 
     /// Its owed resume went out: taken (`delivered`), or its token found gone.

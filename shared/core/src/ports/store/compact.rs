@@ -57,7 +57,7 @@ fn code(cause: Cause) -> u8 {
         Cause::ExecutionGone => 18,
         Cause::End => 19,
         Cause::StepResumed => 20,
-        Cause::Reminded => 21,
+        Cause::Notified => 21,
     }
 }
 
@@ -84,7 +84,7 @@ const CAUSES: [Cause; 22] = [
     Cause::ExecutionGone,
     Cause::End,
     Cause::StepResumed,
-    Cause::Reminded,
+    Cause::Notified,
 ];
 
 /// What an audit trail is written against: the rest of its record.
@@ -202,7 +202,7 @@ fn predicted_to(from: Option<&str>, cause: Cause) -> Option<String> {
         | Cause::BranchResumed
         | Cause::AttemptFailed
         | Cause::AttemptOpened
-        | Cause::Reminded => State::Waiting { step: step(Kind::Waiting)? },
+        | Cause::Notified => State::Waiting { step: step(Kind::Waiting)? },
         Cause::BranchDone | Cause::StepResumed => return from.map(str::to_owned),
         Cause::Complete | Cause::FailStep => State::Advancing { step: step(Kind::Waiting)? },
         Cause::ReportSucceeded => State::Succeeded,

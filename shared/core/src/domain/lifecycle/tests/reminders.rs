@@ -32,7 +32,7 @@ fn reminder(count: u32) -> Effect {
 fn the_first_reminder_is_due_after_its_delay_from_when_the_step_began_and_listed_on_time() {
     let p = reminded();
     let r = waiting(&p);
-    assert_eq!(wait_of(&r, 0).remind_at, Some(T0 + Duration::hours(1)));
+    assert_eq!(wait_of(&r, 0).notice_at, Some(T0 + Duration::hours(1)));
     assert!(r.owes_work());
     assert_eq!(r.due_at(), T0 + Duration::hours(1) - RESEND_RESUME_AFTER);
     let early = at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1) - Duration::milliseconds(1));
@@ -47,13 +47,13 @@ fn each_reminder_is_claimed_then_published_with_its_count_and_no_more_than_times
         let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(due));
         assert_eq!(d.effects, vec![reminder(count)], "reminder {count}");
         r = after(&d);
-        assert_eq!(r.history.last().map(|h| h.cause), Some(Cause::Reminded));
-        assert_eq!(wait_of(&r, 0).reminded, count);
+        assert_eq!(r.history.last().map(|h| h.cause), Some(Cause::Notified));
+        assert_eq!(wait_of(&r, 0).notified, count);
         // The same sweep again, or a second sweeper: nothing more until the next one's time.
         let again = at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(due) + Duration::minutes(1));
         assert!(again.write.is_none() && again.effects.is_empty(), "{again:?}");
     }
-    assert_eq!(wait_of(&r, 0).remind_at, None, "three reminders, then none");
+    assert_eq!(wait_of(&r, 0).notice_at, None, "three reminders, then none");
     assert!(!r.owes_work());
     let later = at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(20));
     assert!(later.write.is_none() && later.effects.is_empty(), "{later:?}");
@@ -65,7 +65,7 @@ fn a_sweep_late_past_two_reminders_sends_the_last_of_them_only() {
     let r = waiting(&p);
     let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(4));
     assert_eq!(d.effects, vec![reminder(2)]);
-    assert_eq!(wait_of(&after(&d), 0).remind_at, Some(T0 + Duration::hours(5)));
+    assert_eq!(wait_of(&after(&d), 0).notice_at, Some(T0 + Duration::hours(5)));
 }
 
 #[test]
@@ -78,7 +78,7 @@ fn no_reminder_goes_out_once_the_step_is_answered_or_cancelled() {
         &callback("cb-1", 0, StepOutcome::Succeeded, json!({"decision": 1})),
         T0 + Duration::minutes(30),
     ));
-    assert_eq!(wait_of(&answered, 0).remind_at, None);
+    assert_eq!(wait_of(&answered, 0).notice_at, None);
     let d = at(&p, Some(&answered), &Input::Tick, T0 + Duration::hours(1));
     assert!(!d.effects.iter().any(|e| matches!(e, Effect::Remind { .. })), "{:?}", d.effects);
     let cancelled =
@@ -134,7 +134,7 @@ fn escalation_levels_go_out_each_once_in_order_between_the_reminders() {
         let again = at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(hours) + Duration::minutes(1));
         assert!(again.write.is_none() && again.effects.is_empty(), "nothing again at {hours}h: {again:?}");
     }
-    assert_eq!((wait_of(&r, 0).reminded, wait_of(&r, 0).remind_at), (5, None));
+    assert_eq!((wait_of(&r, 0).notified, wait_of(&r, 0).notice_at), (5, None));
 }
 
 #[test]
@@ -142,7 +142,7 @@ fn a_sweep_late_past_every_notice_sends_each_level_in_order_and_the_last_reminde
     let p = escalated();
     let d = at(&p, Some(&waiting(&p)), &Input::Tick, T0 + Duration::hours(4) + Duration::minutes(30));
     assert_eq!(d.effects, vec![level(1), reminder(2), level(2)]);
-    assert_eq!(wait_of(&after(&d), 0).remind_at, Some(T0 + Duration::hours(5)));
+    assert_eq!(wait_of(&after(&d), 0).notice_at, Some(T0 + Duration::hours(5)));
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! An attack on timer steps and reminders (found five defects, fixed with it) (lifecycle/tick.rs `wake` and `remind`, step_ready.rs
-//! `reached`, wait.rs `Sleeping`, `reminded`, `remind_at`): targeted orderings, plans that the
+//! `reached`, wait.rs `Sleeping`, `notified`, `notice_at`): targeted orderings, plans that the
 //! config refuses but the lifecycle is handed anyway, and a random walk over a plan where timers,
 //! reminders, retry, a group with an optional branch, compensation, restarts, reparks, cancels
 //! and the stranded path meet. Each test names the invariant of the brief it holds the code to:
@@ -330,7 +330,7 @@ fn held_a_reminded_step_opened_past_a_left_group_counts_from_its_own_entry() {
     // Step Functions left the group (its optional branch ended without baton) and entered x at +2h.
     let entered = T0 + Duration::hours(2);
     let r = after(&at(&p, Some(&r), &step_ready(1, 2, "t2", entered + Duration::days(1)), entered));
-    assert_eq!(wait_of(&r, 2).remind_at, Some(entered + Duration::hours(1)));
+    assert_eq!(wait_of(&r, 2).notice_at, Some(entered + Duration::hours(1)));
     let early = at(&p, Some(&r), &Input::Tick, entered + MIN(59));
     assert!(!early.effects.iter().any(|e| matches!(e, Effect::Remind { .. })));
 }
@@ -343,7 +343,7 @@ fn held_no_reminder_at_or_past_the_deadline() {
     p.steps[0].remind = Some(Remind { after: std_secs(3600), every: std_secs(2 * 3600), times: 3 });
     let r = after(&at(&p, Some(&started(&p)), &step_ready(1, 0, "t0", T0 + Duration::hours(3)), T0));
     let r = after(&at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(1)));
-    assert_eq!(wait_of(&r, 0).remind_at, Some(T0 + Duration::hours(3)));
+    assert_eq!(wait_of(&r, 0).notice_at, Some(T0 + Duration::hours(3)));
     let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::hours(3));
     assert!(!d.effects.iter().any(|e| matches!(e, Effect::Remind { .. })), "{d:?}");
 }
@@ -674,7 +674,7 @@ impl Walk {
                     }
                     _ => {
                         // A reminder's time first, now and then.
-                        if let Some(at) = w.remind_at.filter(|at| self.now < *at && self.rng.below(3) == 0) {
+                        if let Some(at) = w.notice_at.filter(|at| self.now < *at && self.rng.below(3) == 0) {
                             self.now = at + Duration::seconds(self.rng.below(300) as i64);
                             return Some(Input::Tick);
                         }
@@ -792,7 +792,7 @@ impl Walk {
         }
         let grace = RESEND_RESUME_AFTER;
         for w in r.live_waits() {
-            let on_time = match (&w.status, w.remind_at) {
+            let on_time = match (&w.status, w.notice_at) {
                 (WaitStatus::Sleeping { until }, _) => Some(*until),
                 (WaitStatus::Open, Some(at)) => Some(at),
                 _ => None,
@@ -804,7 +804,7 @@ impl Walk {
             }
         }
         // The owed work due first, and when the sweeper takes it.
-        let work_at = |w: &Wait| match (&w.status, w.remind_at) {
+        let work_at = |w: &Wait| match (&w.status, w.notice_at) {
             (WaitStatus::Open, Some(at)) => Some(at),
             _ => w.due_at(grace).map(|d| d + grace),
         };
@@ -850,13 +850,13 @@ impl Walk {
         if reminders.len() > 1 {
             self.fail(format!("two reminders in one decision: {d:?}"));
         }
-        if cause == Some(Cause::Reminded) && reminders.is_empty() {
+        if cause == Some(Cause::Notified) && reminders.is_empty() {
             self.fail(format!("a reminder claimed and not published: {d:?}"));
         }
         for e in reminders {
             let Effect::Remind { wait, attempt, count } = *e else { unreachable!() };
             let Some(r) = prior else { self.fail(format!("a reminder with no record: {d:?}")) };
-            if cause != Some(Cause::Reminded) {
+            if cause != Some(Cause::Notified) {
                 self.fail(format!("a reminder published without its claim: {d:?}"));
             }
             let Some(w) = r.step_wait().filter(|w| w.step == wait.step && r.generation == wait.generation)
@@ -867,10 +867,10 @@ impl Walk {
                 self.fail(format!("a reminder while {} and the wait {:?}", r.state, w.status));
             }
             let remind = self.p.steps[wait.step as usize].remind.expect("a step that reminds");
-            if count == 0 || count > remind.times || count <= w.reminded {
+            if count == 0 || count > remind.times || count <= w.notified {
                 self.fail(format!(
                     "reminder count {count} (times {}, reminded {})",
-                    remind.times, w.reminded
+                    remind.times, w.notified
                 ));
             }
             if attempt != w.attempt() {
@@ -994,11 +994,11 @@ impl Walk {
             }
             if w.status == WaitStatus::Open
                 && w.role == Role::Step
-                && w.remind_at.is_some_and(|at| at <= now)
+                && w.notice_at.is_some_and(|at| at <= now)
                 && live
                 && !d.effects.iter().any(|e| matches!(e, Effect::Remind { .. }))
             {
-                self.fail(format!("a Tick at {now} sent no reminder due {:?}: {d:?}", w.remind_at));
+                self.fail(format!("a Tick at {now} sent no reminder due {:?}: {d:?}", w.notice_at));
             }
         }
     }
