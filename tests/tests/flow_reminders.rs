@@ -6,7 +6,7 @@
 
 use baton_core::domain::lifecycle::State;
 use baton_tests::order_placed;
-use baton_tests::system::start_system;
+use baton_tests::system::{System, start_system};
 use serde_json::{Value, json};
 use time::{Duration, OffsetDateTime};
 
@@ -24,23 +24,30 @@ workflows:
         remind: { after: 1h, every: 2h, times: 2 }
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_that_missed_the_task_answers_its_reminder_and_no_more_go_out() {
-    let system = start_system(CONFIG).await;
-    let key = "k-remind";
+/// Starts the review for `key` and waits until it waits with its task out on the reviewers'
+/// queue (read and dropped, as a worker that misses it): when its first notice is due, and the
+/// task's id.
+async fn waiting_with_its_task(system: &System, key: &str) -> (OffsetDateTime, String) {
     system.send_event(&order_placed(key)).await;
     let r = system
         .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
         .await;
-    let notice_at = r.wait(0).and_then(|w| w.notice_at).expect("the first reminder's time");
-    let from_now = notice_at - OffsetDateTime::now_utc();
-    assert!(from_now > Duration::minutes(59) && from_now <= Duration::hours(1), "{notice_at}");
-
-    // The task goes out; its worker misses it (it reads and drops it).
+    let first = r.wait(0).and_then(|w| w.notice_at).expect("the first notice's time");
     let tasks = system.published_tasks(1).await;
     assert_eq!(tasks.len(), 1, "{tasks:#?}");
-    let task_id = tasks[0]["data"]["task_id"].as_str().expect("a task id").to_owned();
-    assert_eq!(tasks[0]["type"], "baton.task.created");
+    let (kind, queue) = (tasks[0]["type"].as_str(), tasks[0]["data"]["queue"].as_str());
+    assert_eq!((kind, queue), (Some("baton.task.created"), Some("reviewers")));
+    (first, tasks[0]["data"]["task_id"].as_str().expect("a task id").to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_missed_the_task_answers_its_reminder_and_no_more_go_out() {
+    let system = start_system(CONFIG).await;
+    let key = "k-remind";
+    // The task goes out; its worker misses it (it reads and drops it).
+    let (notice_at, task_id) = waiting_with_its_task(&system, key).await;
+    let from_now = notice_at - OffsetDateTime::now_utc();
+    assert!(from_now > Duration::minutes(59) && from_now <= Duration::hours(1), "{notice_at}");
 
     // Before its time, a sweep sends nothing; on time, the first reminder goes out.
     system.sweep(notice_at - Duration::seconds(1)).await;
@@ -94,14 +101,7 @@ workflows:
 async fn an_escalation_answered_by_the_second_queues_worker_completes_the_step_and_no_later_level_goes_out() {
     let system = start_system(ESCALATED).await;
     let key = "k-escalate";
-    system.send_event(&order_placed(key)).await;
-    let r = system
-        .record_until("order-review", key, "waiting on review", |r| r.state == State::Waiting { step: 0 })
-        .await;
-    let level_1_at = r.wait(0).and_then(|w| w.notice_at).expect("the first level's time");
-    let tasks = system.published_tasks(1).await;
-    let task_id = tasks[0]["data"]["task_id"].as_str().expect("a task id").to_owned();
-    assert_eq!(tasks[0]["data"]["queue"], "reviewers");
+    let (level_1_at, task_id) = waiting_with_its_task(&system, key).await;
 
     // The reviewers' worker misses it; at its time the task goes to the leads' queue as well.
     let report = system.sweep(level_1_at).await;

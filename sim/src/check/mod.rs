@@ -14,7 +14,7 @@ use std::sync::{Arc, MutexGuard};
 
 use baton_core::domain::config::Config;
 use baton_core::domain::ids::CorrelationKey;
-use baton_core::domain::lifecycle::Record;
+use baton_core::domain::lifecycle::{Cause, Record, State};
 use baton_core::ports::store::{Trace, WorkflowStore};
 
 use crate::sfn::Model;
@@ -66,6 +66,18 @@ impl Checker<'_> {
             self.outcome.violations.push(format!("[{invariant}] {}", violation()));
         }
     }
+}
+
+/// Every landed write that completed a position (`waiting{n}` to `advancing{n}` by `complete`),
+/// with the step it completed.
+fn completions<'s>(s: &'s Seen<'_>) -> impl Iterator<Item = (&'s Landed, u32)> {
+    s.writes.iter().filter_map(|w| {
+        let (Some(State::Waiting { step }), State::Advancing { step: to }) = (w.from, w.to.state) else {
+            return None;
+        };
+        let completed = step == to && w.to.history.last().is_some_and(|h| h.cause == Cause::Complete);
+        completed.then_some((w, step))
+    })
 }
 
 /// What the checks read, gathered once after the schedule: the services' logs (copied, or held

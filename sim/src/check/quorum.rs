@@ -3,19 +3,11 @@
 //! the landed record, apart from the lifecycle's own count. (That it completes at most once is
 //! `each_step_advances_at_most_once`.)
 
-use baton_core::domain::lifecycle::{Cause, State};
-
 use super::{Checker, Seen};
 
 pub(super) fn quorum_met_before_the_step_completes(c: &mut Checker<'_>, s: &Seen<'_>) {
-    for w in &s.writes {
+    for (w, step) in super::completions(s) {
         let r = &w.to;
-        let (Some(State::Waiting { step }), State::Advancing { step: to }) = (w.from, r.state) else {
-            continue;
-        };
-        if step != to || r.history.last().is_none_or(|h| h.cause != Cause::Complete) {
-            continue;
-        }
         let Some(config) = s.version_of(Some(&r.config_version)) else { continue };
         let Some(rule) = config
             .workflow(r.workflow.as_str())

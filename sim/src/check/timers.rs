@@ -23,14 +23,8 @@ fn timer_of(
 
 fn a_timer_never_wakes_before_its_time(c: &mut Checker<'_>, s: &Seen<'_>) {
     let spread = s.stack.skews().spread();
-    for w in &s.writes {
+    for (w, step) in super::completions(s) {
         let r = &w.to;
-        let (Some(State::Waiting { step }), State::Advancing { step: to }) = (w.from, r.state) else {
-            continue;
-        };
-        if step != to || r.history.last().is_none_or(|h| h.cause != Cause::Complete) {
-            continue;
-        }
         let Some((after, timeout)) = timer_of(s, r, step) else { continue };
         // Step Functions set the deadline `timeout` after it entered the step.
         let Some(deadline) = r.wait(step).and_then(|t| t.deadline) else { continue };
