@@ -120,10 +120,26 @@ fn one_compensation_task_per_attempt_none_skipped(c: &mut Checker<'_>, s: &Seen<
 fn compensations_run_last_position_first(c: &mut Checker<'_>, s: &Seen<'_>) {
     type Run = (String, String, u32);
     let mut first: BTreeMap<Run, BTreeMap<u32, time::OffsetDateTime>> = BTreeMap::new();
+    // When baton set each compensation going: its wait reached in the record (the task is
+    // published after that write, and a send held back by latency can land after a later
+    // position's: seed 89724), or its first task's publication if that came first.
+    for w in &s.writes {
+        let r = &w.to;
+        for u in r
+            .compensation
+            .iter()
+            .flat_map(|c| &c.undos)
+            .filter(|u| u.wait.token.is_some() && u.skip.is_none())
+        {
+            let at = first.entry((r.workflow.to_string(), r.key.to_string(), r.generation)).or_default();
+            at.entry(u.step()).or_insert(w.at);
+        }
+    }
     for p in undo_tasks(s).filter(|p| p.task.attempt == 1) {
         let t = &p.task;
         let at = first.entry((t.workflow.to_string(), t.key.to_string(), t.generation)).or_default();
-        at.entry(t.step).or_insert(p.at);
+        let when = at.entry(t.step).or_insert(p.at);
+        *when = (*when).min(p.at);
     }
     for ((workflow, key, generation), by_step) in first {
         let Some(plan) = plan_at(s, &workflow, &key, generation) else { continue };
