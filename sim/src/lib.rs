@@ -796,17 +796,17 @@ fn run_schedule(options: Options) -> Outcome {
         yaml
     };
     // Three schedules in ten remind the reviewers of manual-review's task, three times, and
-    // escalate it twice, drawn from a generator of their own.
+    // escalate it twice, early in its 30 minutes (so that a review left open a while meets every
+    // notice, and the planted bugs of notices are met often), drawn from a generator of their own.
     let mut reminders = rng::Rng::new(options.seed ^ 0x4e_3141);
     let yaml = if reminders.chance(0.3) {
         world.note(|| {
-            "manual-review's task is reminded of every 4m, three times, and escalated at 6m and 12m"
-                .to_owned()
+            "manual-review's task is reminded of every 2m, three times, and escalated at 3m and 9m".to_owned()
         });
         yaml.replacen(
             "        heartbeat: 10m\n",
-            "        heartbeat: 10m\n        remind: { after: 4m, every: 4m, times: 3 }\n        \
-             escalate: [{ after: 6m, queue: risk-leads }, { after: 12m, queue: risk-heads }]\n",
+            "        heartbeat: 10m\n        remind: { after: 2m, every: 2m, times: 3 }\n        \
+             escalate: [{ after: 3m, queue: risk-leads }, { after: 9m, queue: risk-heads }]\n",
             1,
         )
     } else {

@@ -88,8 +88,13 @@ fn never_more_reminders_than_times(c: &mut Checker<'_>, s: &Seen<'_>) {
     }
     for ((workflow, key, generation, step), sent) in counts {
         let record = s.records.iter().find(|r| r.workflow.as_str() == workflow && r.key.as_str() == key);
-        let Some((schedule, _)) = record.and_then(|r| notices_of(s, r, step)) else { continue };
-        let times = schedule.iter().filter(|(_, n)| matches!(n, Notice::Reminder(_))).count();
+        // Read from the config itself, not from the lifecycle's schedule (which a planted bug may
+        // have grown).
+        let declared = record.and_then(|r| {
+            let config = s.version_of(Some(&r.config_version))?;
+            config.workflow(r.workflow.as_str())?.steps.get(step as usize)?.remind
+        });
+        let Some(times) = declared.map(|r| r.times as usize) else { continue };
         let within = sent.iter().all(|n| (1..=times).contains(&(*n as usize)));
         c.check("never_more_reminders_than_times", within, || {
             format!("{workflow}/{key} generation {generation} step {step} sent reminders {sent:?}, at most {times} declared")
