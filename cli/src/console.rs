@@ -4,6 +4,8 @@
 //!   written, with a search by key;
 //! - `/record?workflow=<workflow>&key=<key>`: one record, the same page as `baton trace
 //!   --html` (a query, not a path: a key may be `.` or `..`, which no path segment can carry);
+//! - `/owes?queue=<queue>&overdue=true`: the tasks people owe an answer to, by queue, as
+//!   `baton owes` lists them;
 //! - `/dlq`: each dead-letter queue's replay plan, the dry run of `baton replay --dlq`. The
 //!   page itself reads nothing: its script asks `POST /dlq/plan` for the plans.
 //!
@@ -40,6 +42,7 @@ use baton_core::use_cases::replay::{self, Classification, Line, Origin};
 use time::OffsetDateTime;
 
 use crate::ops::StepNames;
+use crate::owes;
 use crate::status;
 use crate::trace::{self, Sources};
 use crate::web::{PLAN_HEADER, content_security_policy, dlq_page, escape, page, trace_page};
@@ -69,6 +72,7 @@ pub async fn serve(console: Console, port: u16) -> Result<(String, tokio::task::
     let app = Router::new()
         .route("/", get(overview))
         .route("/record", get(record))
+        .route("/owes", get(owes_page))
         .route("/dlq", get(dlq_page_shell))
         .route("/dlq/plan", post(dlq_plans))
         .fallback(not_found)
@@ -82,8 +86,7 @@ pub async fn serve(console: Console, port: u16) -> Result<(String, tokio::task::
     Ok((url, task))
 }
 
-const NAV: &str =
-    "<nav class=\"top\"><a href=\"/\">Overview</a><a href=\"/dlq\">Dead-letter queues</a></nav>\n";
+const NAV: &str = "<nav class=\"top\"><a href=\"/\">Overview</a><a href=\"/owes\">Tasks owed</a><a href=\"/dlq\">Dead-letter queues</a></nav>\n";
 
 fn failed(what: &str, e: anyhow::Error) -> Response {
     let body = format!("<p>{}: {}</p>", escape(what), escape(&format!("{e:#}")));
@@ -91,7 +94,7 @@ fn failed(what: &str, e: anyhow::Error) -> Response {
 }
 
 async fn not_found() -> Response {
-    let body = "<p>There is no such page. The console has an <a href=\"/\">overview</a>, a page per record and the <a href=\"/dlq\">dead-letter queues</a>.</p>";
+    let body = "<p>There is no such page. The console has an <a href=\"/\">overview</a>, a page per record, the <a href=\"/owes\">tasks owed</a> and the <a href=\"/dlq\">dead-letter queues</a>.</p>";
     (StatusCode::NOT_FOUND, Html(page("baton console: not found", NAV, body))).into_response()
 }
 
@@ -144,18 +147,20 @@ async fn same_origin(
 
 /// A link to a record's page: the workflow and key as query values, percent-encoded.
 fn record_link(workflow: &str, key: &str) -> String {
-    let encode = |text: &str| {
-        let mut out = String::new();
-        for b in text.bytes() {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                out.push(char::from(b));
-            } else {
-                let _ = write!(out, "%{b:02X}");
-            }
-        }
-        out
-    };
     format!("<a href=\"/record?workflow={}&amp;key={}\">{}</a>", encode(workflow), encode(key), escape(key))
+}
+
+/// `text` as a query string's value: every byte but the unreserved ones percent-encoded.
+fn encode(text: &str) -> String {
+    let mut out = String::new();
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
 }
 
 // ---- The overview -----------------------------------------------------------------------------
@@ -262,6 +267,110 @@ async fn overview(State(console): State<Arc<Console>>, Query(search): Query<Sear
         escape(&report.table)
     );
     Html(page("baton console", NAV, &body)).into_response()
+}
+
+// ---- The tasks owed ---------------------------------------------------------------------------
+
+#[derive(serde::Deserialize)]
+struct OwesSearch {
+    queue: Option<String>,
+    overdue: Option<bool>,
+}
+
+/// The tasks people owe an answer to, a table per queue (`baton owes`).
+async fn owes_page(State(console): State<Arc<Console>>, Query(search): Query<OwesSearch>) -> Response {
+    let names = match StepNames::load(Some(&console.config)) {
+        Ok(names) => names,
+        Err(e) => return failed("cannot read the config", e),
+    };
+    let filter = owes::Filter {
+        queue: search.queue.map(|q| q.trim().to_owned()).filter(|q| !q.is_empty()),
+        overdue: search.overdue.unwrap_or(false),
+    };
+    let now = OffsetDateTime::now_utc();
+    let report = match owes::read(&console.sources.store, &names, now, COUNT_UP_TO, &filter).await {
+        Ok(report) => report,
+        Err(e) => return failed("cannot read the table", e),
+    };
+    let mut body = String::new();
+    let count = if report.more_than {
+        format!(
+            "more than {} (the first {} records of each list read)",
+            report.tasks.len(),
+            report.read_up_to
+        )
+    } else {
+        report.tasks.len().to_string()
+    };
+    // A search by queue, and links for all or only the overdue: nothing here submits but a
+    // GET, and the page has no button.
+    let queue = filter.queue.as_deref().unwrap_or("");
+    let (all, late) =
+        (format!("/owes?queue={}", encode(queue)), format!("/owes?queue={}&amp;overdue=true", encode(queue)));
+    let _ = writeln!(
+        body,
+        "<h2>Tasks owed: <span id=\"owed-count\">{count}</span></h2>\n<form class=\"search\" method=\"get\" action=\"/owes\" role=\"search\"><label>Queue <input type=\"search\" name=\"queue\" value=\"{}\" placeholder=\"reviewers\"></label>{}</form>\n<p>Show <a href=\"{all}\" id=\"owed-all\">all</a> or <a href=\"{late}\" id=\"owed-overdue\">only those past their deadline</a>{}.</p>",
+        escape(queue),
+        if filter.overdue { "<input type=\"hidden\" name=\"overdue\" value=\"true\">" } else { "" },
+        if filter.overdue { " (shown: past their deadline)" } else { "" }
+    );
+    if report.tasks.is_empty() {
+        body.push_str("<p class=\"empty\" id=\"owed-none\">None: no task is waiting for an answer.</p>\n");
+    }
+    body.push_str(&owed_tables(&report));
+    let _ = writeln!(
+        body,
+        "<p class=\"empty\">Read at {} from the table {}.</p>",
+        escape(&report.at),
+        escape(&report.table)
+    );
+    Html(page("baton console: tasks owed", NAV, &body)).into_response()
+}
+
+/// The tasks of `report`, a table per queue.
+fn owed_tables(report: &owes::Report) -> String {
+    let mut body = String::new();
+    let mut queue = None;
+    for t in &report.tasks {
+        if queue != Some(&t.queue) {
+            if queue.is_some() {
+                body.push_str("</table>\n");
+            }
+            queue = Some(&t.queue);
+            let name = t.queue.as_deref().unwrap_or("(unknown)");
+            let _ = writeln!(
+                body,
+                "<h3>Queue {}</h3>\n<table class=\"owed\" data-queue=\"{}\"><tr><th>workflow</th><th>key</th><th>step</th><th>attempt</th><th>out for</th><th>reminders</th><th>escalated to</th><th>deadline</th></tr>",
+                escape(name),
+                escape(name)
+            );
+        }
+        let step = t.step_name.clone().unwrap_or_else(|| t.step.to_string());
+        let step = if t.role == "step" { step } else { format!("{step} ({})", t.role) };
+        let level = match (t.level, &t.level_queue) {
+            (0, _) => "-".to_owned(),
+            (n, q) => format!("level {n} ({})", q.as_deref().unwrap_or("?")),
+        };
+        let deadline = t.deadline.map(crate::ops::rfc3339).unwrap_or_default();
+        let late = if t.overdue { " class=\"overdue\"" } else { "" };
+        let _ = writeln!(
+            body,
+            "<tr data-key=\"{}\"{late}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{deadline}{}</td></tr>",
+            escape(&t.key),
+            escape(&t.workflow),
+            record_link(&t.workflow, &t.key),
+            escape(&step),
+            t.attempt,
+            t.age_seconds.map(|s| crate::ops::human(time::Duration::seconds(s))).unwrap_or_default(),
+            t.reminders,
+            escape(&level),
+            if t.overdue { " (overdue)" } else { "" }
+        );
+    }
+    if queue.is_some() {
+        body.push_str("</table>\n");
+    }
+    body
 }
 
 /// The records of every workflow of the config with exactly this key.

@@ -5,6 +5,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use baton_core::domain::config::{Config, Position, Workflow};
 use baton_core::domain::event::Event;
+use baton_core::domain::lifecycle::Timer;
 
 use crate::terminal::line;
 
@@ -20,8 +21,14 @@ pub fn validate(path: &Path) -> Result<()> {
 
 fn summary(wf: &Workflow) -> String {
     let step = |s: &baton_core::domain::config::Step| {
-        if let Some(after) = s.timer {
-            return format!("{} (timer {}, timeout {})", s.name, human(after), human(s.timeout));
+        match &s.timer {
+            Some(Timer::After(after)) => {
+                return format!("{} (timer {}, timeout {})", s.name, human(*after), human(s.timeout));
+            }
+            Some(Timer::Until(pointer)) => {
+                return format!("{} (timer until {pointer}, timeout {})", s.name, human(s.timeout));
+            }
+            None => {}
         }
         let requires = match s.requires.of.len() {
             0 => "any success".to_owned(),

@@ -13,6 +13,7 @@ mod end;
 mod inspect;
 mod local;
 mod ops;
+mod owes;
 mod recover;
 mod rollout;
 mod send;
@@ -96,6 +97,9 @@ enum Command {
     Trace(trace::TraceArgs),
     /// Records by state, and the records waiting past their deadline.
     Status(status::StatusArgs),
+    /// The tasks people owe an answer to, by queue: how old, how many reminders, which
+    /// escalation level, which past their deadline.
+    Owes(owes::OwesArgs),
     /// Plan (and with --apply, carry out) the re-delivery of dead-lettered messages or ledgered
     /// inputs, from the current state: safe, noop or needs-human per message.
     Replay(recover::ReplayArgs),
@@ -148,6 +152,7 @@ fn main() -> ExitCode {
         Command::Callback(args) => block_on(send::callback(args)),
         Command::Trace(args) => block_on(trace::run(args)),
         Command::Status(args) => block_on(status::run(args)),
+        Command::Owes(args) => block_on(owes::run(args)),
         Command::Replay(args) => block_on(recover::replay(args)),
         Command::Redrive(args) => block_on(recover::redrive(args)),
         Command::Cancel(args) => block_on(recover::cancel(args)),

@@ -6,11 +6,14 @@
 //! when they can. The config is optional here: pointed at a deployed stack from another checkout,
 //! a missing `infra/workflows.yaml` must not stop a trace, so without one the index is shown.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use baton_aws::dynamodb::DynamoDbStore;
 use baton_core::domain::config::{self, Config};
+use baton_core::domain::lifecycle::{Notice, Role, Wait};
+use serde::Serialize;
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 use time::{Duration, OffsetDateTime, UtcOffset};
@@ -151,6 +154,24 @@ impl StepNames {
         }
     }
 
+    /// The names of each config version `records` are on, read once a version: a record's
+    /// steps are named as its own version names them, not as the operator's checkout does (after
+    /// an inserted step, its indices mean other steps).
+    pub async fn of_records(
+        &self,
+        store: &dyn baton_core::ports::store::WorkflowStore,
+        records: &[baton_core::domain::lifecycle::Record],
+    ) -> BTreeMap<String, StepNames> {
+        let mut versions = BTreeMap::new();
+        for r in records {
+            if !versions.contains_key(&r.config_version) {
+                let named = self.clone().of_version(store, Some(&r.config_version)).await;
+                versions.insert(r.config_version.clone(), named);
+            }
+        }
+        versions
+    }
+
     /// The workflows of the config (none without one).
     pub fn workflows(&self) -> impl Iterator<Item = &baton_core::domain::ids::WorkflowName> {
         self.0.iter().flat_map(|c| c.workflows.iter().map(|w| &w.name))
@@ -171,11 +192,99 @@ impl StepNames {
         }
     }
 
+    /// Who the task of the wait `w` (of a record of `workflow`) was given to, and when: its
+    /// step's queue when Step Functions reached it, then each reminder and escalation level
+    /// behind it, at its time (`baton trace`, `baton owes`). `None` for a wait with no task (a
+    /// timer's, or one not reached), or without this config's step.
+    pub fn asked(&self, workflow: &str, w: &Wait) -> Option<Asked> {
+        let wf = self.0.as_ref()?.workflow(workflow)?;
+        let step = wf.steps.get(usize::try_from(w.step).ok()?)?;
+        let (task, timeout) = match (w.role, &step.compensate) {
+            (Role::Compensation, Some(c)) => (&c.task, c.timeout),
+            (Role::Compensation, None) => return None,
+            _ => (step.task.as_ref()?, step.timeout),
+        };
+        let since = w.deadline?.checked_sub(Duration::try_from(timeout).ok()?)?;
+        let after =
+            |d: std::time::Duration| since.saturating_add(Duration::try_from(d).unwrap_or(Duration::MAX));
+        let plan = wf.plan();
+        // A compensation's task has no reminders or levels: they are a step's only.
+        let schedule = if w.role == Role::Step { plan.step(w.step)?.notices() } else { Vec::new() };
+        let behind = schedule.iter().take(w.notified as usize);
+        let notices: Vec<AskedAgain> = behind
+            .map(|(t, notice)| match *notice {
+                Notice::Reminder(count) => AskedAgain {
+                    at: after(*t),
+                    queue: task.queue.clone(),
+                    reminder: Some(count),
+                    level: None,
+                },
+                Notice::Escalation(level) => AskedAgain {
+                    at: after(*t),
+                    queue: step
+                        .escalate
+                        .get(level as usize - 1)
+                        .map_or_else(String::new, |e| e.task.queue.clone()),
+                    reminder: None,
+                    level: Some(level),
+                },
+            })
+            .collect();
+        Some(Asked {
+            queue: task.queue.clone(),
+            since,
+            reminders: notices.iter().filter_map(|n| n.reminder).max().unwrap_or(0),
+            level: notices.iter().filter_map(|n| n.level).max().unwrap_or(0),
+            again: notices,
+        })
+    }
+
     /// The name of step `index` of `workflow`, if the config has it.
     pub fn name(&self, workflow: &str, index: u32) -> Option<String> {
         let wf = self.0.as_ref()?.workflow(workflow)?;
         let step = wf.steps.get(usize::try_from(index).ok()?)?;
         Some(step.name.to_string())
+    }
+}
+
+/// Who a wait's task was given to, and when ([`StepNames::asked`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Asked {
+    /// The step's own queue, where its task went when Step Functions reached it.
+    pub queue: String,
+    /// When that was: when Step Functions entered the step (its deadline less its timeout).
+    #[serde(serialize_with = "ser_time")]
+    pub since: OffsetDateTime,
+    /// How many reminders are behind it (the highest count: a late sweep sends only the last of
+    /// those due at once).
+    pub reminders: u32,
+    /// The highest escalation level its task was given to (0: none yet).
+    pub level: u32,
+    /// Each reminder and escalation level behind it, in order, at its time.
+    pub again: Vec<AskedAgain>,
+}
+
+/// A reminder or an escalation level behind a wait: due at `at` (the sweeper publishes it at its
+/// first sweep from then), on `queue`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AskedAgain {
+    #[serde(serialize_with = "ser_time")]
+    pub at: OffsetDateTime,
+    pub queue: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reminder: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<u32>,
+}
+
+impl AskedAgain {
+    /// `reminder 2`, `level 1`.
+    pub fn what(&self) -> String {
+        match (self.reminder, self.level) {
+            (Some(n), _) => format!("reminder {n}"),
+            (_, Some(n)) => format!("level {n}"),
+            _ => String::new(),
+        }
     }
 }
 

@@ -81,15 +81,7 @@ pub async fn read(
         .due(DueList { kind: Kind::Waiting, work: false }, now, OVERDUE_LIMIT)
         .await
         .with_context(|| format!("cannot list the overdue records in {table}"))?;
-    // Each record's steps are named as its own config version names them, not as the
-    // operator's checkout does (after an inserted step, its indices mean other steps).
-    let mut versions = BTreeMap::new();
-    for version in overdue.iter().map(|r| r.config_version.clone()) {
-        if let std::collections::btree_map::Entry::Vacant(vacant) = versions.entry(version) {
-            let named = names.clone().of_version(store, Some(vacant.key())).await;
-            vacant.insert(named);
-        }
-    }
+    let versions = names.of_records(store, &overdue).await;
     Ok(build(table, &counts, up_to, &overdue, (names, &versions), now))
 }
 
@@ -281,6 +273,7 @@ mod tests {
             confirmed: Vec::new(),
             succeeded: Vec::new(),
             compensation: None,
+            untils: Vec::new(),
         }
     }
 

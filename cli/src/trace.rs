@@ -396,6 +396,10 @@ pub struct RecordView {
     pub notices: u32,
     #[serde(serialize_with = "crate::ops::ser_opt_time")]
     pub next_notice_at: Option<OffsetDateTime>,
+    /// Who the step's task was given to, and when: its queue when the step began to wait, then
+    /// each reminder and escalation level behind it (`null` without a task, or without the
+    /// config to name its queues).
+    pub asked: Option<crate::ops::Asked>,
     /// The compensation phase, once it began: why, when, and each step of its plan (`null`
     /// before).
     pub compensation: Option<CompensationView>,
@@ -720,6 +724,7 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         wakes_at: at_step.and_then(Wait::wakes_at),
         notices: at_step.map_or(0, |w| w.notified),
         next_notice_at: at_step.and_then(|w| w.notice_at),
+        asked: at_step.and_then(|w| names.asked(r.workflow.as_str(), w)),
         compensation: r.compensation.as_ref().map(|c| compensation_view(c, r.workflow.as_str(), names)),
         created_at: r.created_at,
         updated_at: r.updated_at,
@@ -932,6 +937,17 @@ fn render_timed(out: &mut String, r: &RecordView, now: OffsetDateTime) {
         let next = r.next_notice_at.map_or("none left".to_owned(), |at| format!("next {}", table_time(at)));
         line(out, &format!("  notices   {} behind (reminders and escalation levels), {next}", r.notices));
     }
+    // Who was asked when: the task on its queue, then each reminder and level behind it.
+    if let Some(asked) = r.asked.as_ref().filter(|a| !a.again.is_empty()) {
+        let first = (asked.since, asked.queue.as_str(), "the task".to_owned());
+        let again = asked.again.iter().map(|n| (n.at, n.queue.as_str(), n.what()));
+        let rows: Vec<_> = std::iter::once(first).chain(again).collect();
+        let width = rows.iter().map(|(_, queue, _)| queue.len()).max().unwrap_or(0);
+        for (i, (at, queue, what)) in rows.iter().enumerate() {
+            let label = if i == 0 { "asked" } else { "" };
+            line(out, &format!("  {label:<8}  {}  {queue:<width$}  {what}", table_time(*at)));
+        }
+    }
 }
 
 /// A retried step's attempts, one line each: the failed ones with their error, then the one
@@ -1104,6 +1120,7 @@ fn describe(what: &What) -> String {
 
 #[cfg(test)]
 mod tests {
+    use baton_core::domain::config::Config;
     use baton_core::domain::ids::{EventId, TaskToken};
     use baton_core::domain::lifecycle::{Cause, IgnoreReason, Role, State, Wait, WaitOutcome, WaitStatus};
     use baton_core::ports::orchestrator::ExecutionStatus;
@@ -1174,6 +1191,7 @@ mod tests {
             confirmed: Vec::new(),
             succeeded: Vec::new(),
             compensation: None,
+            untils: Vec::new(),
         };
         Trace {
             record: Some(record),
@@ -1562,6 +1580,48 @@ mod tests {
         );
         let text = render(&report, t(60));
         assert!(text.contains("  notices   2 behind (reminders and escalation levels), next "), "{text}");
+    }
+
+    #[test]
+    fn a_reminded_and_escalated_step_shows_who_was_asked_when() {
+        let config = Config::parse(
+            "workflows:\n  order-review:\n    start: { when: { type: [t] }, key: /subject }\n    steps:\n      \
+             - { name: intake, requires: [a], timeout: 1h }\n      \
+             - name: review\n        requires: [d]\n        timeout: 1h\n        \
+             task: { title: Review, queue: review }\n        \
+             remind: { after: 10m, every: 10m, times: 2 }\n        \
+             escalate: [{ after: 15m, queue: leads }]\n",
+        )
+        .unwrap();
+        let mut trace = trace();
+        let record = trace.record.as_mut().unwrap();
+        // The step began at t(0) (its deadline, t(3600), less its hour): reminder 1 at 10m,
+        // level 1 at 15m, reminder 2 at 20m; the first two are behind it.
+        (record.waits[0].notified, record.waits[0].notice_at) = (2, Some(t(1200)));
+        let (w, k) = names();
+        let report = build(&trace, vec![], &StepNames::from_config(config), (&w, &k));
+        let json = serde_json::to_value(&report).unwrap();
+        let asked = &json["record"]["asked"];
+        assert_eq!(
+            (asked["queue"].as_str(), asked["since"].as_str()),
+            (Some("review"), Some(&*rfc3339(t(0))))
+        );
+        assert_eq!((asked["reminders"].as_u64(), asked["level"].as_u64()), (Some(1), Some(1)));
+        assert_eq!(
+            asked["again"],
+            json!([
+                {"at": rfc3339(t(600)), "queue": "review", "reminder": 1},
+                {"at": rfc3339(t(900)), "queue": "leads", "level": 1},
+            ])
+        );
+        let text = render(&report, t(1000));
+        let rows = format!(
+            "  asked     {}  review  the task\n            {}  review  reminder 1\n            {}  leads   level 1\n",
+            table_time(t(0)),
+            table_time(t(600)),
+            table_time(t(900))
+        );
+        assert!(text.contains(&rows), "{text}");
     }
 
     #[test]

@@ -288,7 +288,7 @@ workflows:
 }
 
 /// The console `baton local` serves, in headless Chromium: the overview's counts, waits and
-/// recent records with the search, a record's page (the trace view), and the dead-letter
+/// recent records with the search, the tasks owed, a record's page (the trace view), and the dead-letter
 /// queues' replay plans, with nothing on any page that acts. Screenshots in target/screens/.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[expect(clippy::too_many_lines, reason = "an end-to-end scenario reads as one story, step by step")]
@@ -382,6 +382,27 @@ async fn browser_the_console_shows_the_local_stack_and_has_nothing_that_acts() {
     assert_eq!(select(&dom, "#recent-none").len(), 1, "a search that matches nothing says so");
     let dom = browser.dom(&format!("{console}?q=order-c1"), 1280);
     assert_eq!(select(&dom, "#recent tr[data-key]").len(), 1);
+
+    // The tasks owed: both reviews on the risk-review queue, the late one first; only it past
+    // its deadline.
+    let owes = format!("{console}owes");
+    let dom = browser.dom(&owes, 1280);
+    let owed = |dom: &Html| -> Vec<String> {
+        select(dom, "table.owed[data-queue=risk-review] tr[data-key]")
+            .iter()
+            .map(|r| r.value().attr("data-key").unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(owed(&dom), ["order-late", "order-c1"], "the oldest task first");
+    assert_eq!(only_text(&dom, "#owed-count"), "2");
+    assert!(only_text(&dom, "tr[data-key=order-late]").contains("(overdue)"));
+    nothing_acts(&dom, "tasks owed");
+    fits(&owes, "tasks owed");
+    shot("console-owes-800", &owes, 800, 900);
+    let dom = browser.dom(&format!("{owes}?overdue=true"), 1280);
+    assert_eq!(owed(&dom), ["order-late"]);
+    let dom = browser.dom(&format!("{owes}?queue=payments"), 1280);
+    assert_eq!(select(&dom, "#owed-none").len(), 1, "nothing owed on another queue says so");
 
     // A record's page is the trace view of that record.
     let page = format!("{console}record?workflow=order-review&key=order-c1");

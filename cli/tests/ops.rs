@@ -1,4 +1,4 @@
-//! `baton send`, `callback`, `trace` and `status`, run as an operator runs them: the real binary,
+//! `baton send`, `callback`, `trace`, `status` and `owes`, run as an operator runs them: the real binary,
 //! pointed by `--local` at a whole baton running on the emulator (in this test process), exactly
 //! as `make run` leaves `.baton/local.json` behind.
 //!
@@ -69,6 +69,39 @@ async fn send_starts_a_workflow_refuses_an_invalid_event_and_status_counts_it() 
     assert!(bounded.contains("  waiting              more than 2\n"), "{bounded}");
     assert!(bounded.contains("  total                more than 2\n"), "{bounded}");
     assert!(table.lines().any(|l| l.contains("order-review  k-late  manual-review")), "{table}");
+
+    // When the tasks owed are asked: each waiting review's task, on its queue, oldest first
+    let owes = stack.baton(&["owes", "--json"]).await.json();
+    assert_eq!(
+        (owes["schema"].as_str(), owes["more_than"].as_bool()),
+        (Some("baton.owes/v1"), Some(false)),
+        "{owes}"
+    );
+    let tasks = owes["tasks"].as_array().unwrap();
+    let keys: Vec<&str> = tasks.iter().filter_map(|t| t["key"].as_str()).collect();
+    assert_eq!(keys.len(), 3, "{owes}");
+    assert_eq!(keys[0], "k-late", "out the longest: {owes}");
+    assert!(tasks.iter().all(|t| t["queue"] == "risk-review" && t["step_name"] == "manual-review"), "{owes}");
+    // And only the one past its deadline, with --overdue; none on another queue
+    let overdue = stack.baton(&["owes", "--overdue", "--json"]).await.json();
+    let keys: Vec<&str> =
+        overdue["tasks"].as_array().unwrap().iter().filter_map(|t| t["key"].as_str()).collect();
+    assert_eq!(keys, ["k-late"], "{overdue}");
+    let other = stack.baton(&["owes", "--queue", "payments"]).await.ok();
+    assert!(other.starts_with("tasks owed (table ") && other.contains(", queue payments): 0\n"), "{other}");
+    let table = stack.baton(&["owes"]).await.ok();
+    assert!(table.contains("\nqueue risk-review\n"), "{table}");
+    assert!(
+        table.lines().any(|l| l.contains("order-review  k-late  manual-review") && l.ends_with("(overdue)")),
+        "{table}"
+    );
+    // And read up to a bound below what the waiting list holds, it says "more than"
+    let bounded = stack.baton(&["owes", "--up-to", "2", "--json"]).await.json();
+    assert_eq!(
+        (bounded["more_than"].as_bool(), bounded["tasks"].as_array().map(Vec::len)),
+        (Some(true), Some(2)),
+        "{bounded}"
+    );
     stack.system.stop().await;
 }
 
@@ -332,9 +365,9 @@ async fn trace_leaves_out_executions_that_never_started() {
     let key = baton_core::domain::ids::CorrelationKey::parse("k-nostart").unwrap();
     let mut record = None;
     for input in [
-        Input::Start { event: baton_core::domain::ids::EventId::parse("evt-a").unwrap() },
+        Input::start(baton_core::domain::ids::EventId::parse("evt-a").unwrap()),
         Input::Cancel { reason: "before it started".into() },
-        Input::Start { event: baton_core::domain::ids::EventId::parse("evt-b").unwrap() },
+        Input::start(baton_core::domain::ids::EventId::parse("evt-b").unwrap()),
     ] {
         let d = decide(&workflow.plan(), (&workflow.name, &key), record.as_ref(), &input, engine.now());
         let write = d.write.expect("a write");

@@ -86,6 +86,10 @@ workflows:
 /// The timer some schedules put before `review`'s `payment`: a cooling-off of 90 seconds (its
 /// step's timeout the default margin after), during which operators cancel as at any step.
 pub const TIMER_STEP: &str = "      - name: cool-off\n        timer: { after: 90s }\n";
+/// A timer until the start event's `data.cool_until` ([`workload::Plan::date_starts`]), up to 20
+/// minutes from when it is reached.
+pub const UNTIL_STEP: &str =
+    "      - name: cool-off\n        timer: { until: /data/cool_until }\n        timeout: 20m\n";
 
 /// The `audit` workflow's step as some schedules have it: two approvals of three.
 pub const QUORUM_CHECK: &str = "        requires: { at_least: 2, of: [ok, ok2, ok3] }\n";
@@ -789,9 +793,18 @@ fn run_schedule(options: Options) -> Outcome {
     // Three schedules in ten put a timer before the review workflow's payment, drawn from a
     // generator of their own.
     let mut timers = rng::Rng::new(options.seed ^ 0x7_1e3e);
+    // Half of those wait until a time each start event holds instead (sometimes past, sometimes
+    // too late for the timeout, sometimes unreadable: those fail the run).
     let yaml = if timers.chance(0.3) {
-        world.note(|| "the review workflow cools off 90s before payment".to_owned());
-        yaml.replacen("      - name: payment\n", &format!("{TIMER_STEP}      - name: payment\n"), 1)
+        let step = if timers.chance(0.5) {
+            world.note(|| "the review workflow cools off until the start event's cool_until".to_owned());
+            plan.date_starts(&mut timers, start);
+            UNTIL_STEP
+        } else {
+            world.note(|| "the review workflow cools off 90s before payment".to_owned());
+            TIMER_STEP
+        };
+        yaml.replacen("      - name: payment\n", &format!("{step}      - name: payment\n"), 1)
     } else {
         yaml
     };

@@ -197,8 +197,7 @@ pub fn run(scale: Scale) -> Report {
         let taken = starts.admit((arrived - t0).whole_seconds());
         let start = arrived.max(t0 + Duration::seconds(taken));
         let stuck = rng.below(1_000_000) < scale.stuck_per_million;
-        let mut inputs =
-            vec![(arrived, Input::Start { event: EventId::parse(format!("evt-{i}")).expect("id") })];
+        let mut inputs = vec![(arrived, Input::start(EventId::parse(format!("evt-{i}")).expect("id")))];
         if !stuck {
             let review = start + Duration::seconds(rng.range(60, 3_600));
             let paid = review + Duration::seconds(rng.range(60, 7_200));

@@ -370,6 +370,25 @@ impl Plan {
     /// ([`crate::QUORUM_CHECK`]), drawn from `rng`: for each key, `ok2` and `ok3` approve now
     /// and then (beside `ok`, sent with the plan's own senders), and one in three withdraws
     /// (`ok2: null`), which must not count.
+    /// Gives each start event a `data.cool_until` for a timer until it to read: mostly a time a
+    /// few minutes after the event is sent (`start` is the schedule's clock at zero), some long
+    /// past, some later than the timer's timeout lets it wait, some a number it cannot read.
+    pub fn date_starts(&mut self, rng: &mut crate::rng::Rng, start: OffsetDateTime) {
+        use time::format_description::well_known::Rfc3339;
+        for send in self.events.iter_mut().filter(|e| e.body.contains("\"order.placed\"")) {
+            let Ok(mut body) = serde_json::from_str::<Value>(&send.body) else { continue };
+            let time = |t: OffsetDateTime| json!(t.format(&Rfc3339).unwrap_or_default());
+            let until = match rng.below(20) {
+                0..=13 => time(start + send.at + Duration::seconds(rng.range(0, 6 * 60))),
+                14 | 15 => time(start - Duration::hours(1)),
+                16 => time(start + send.at + Duration::hours(2)),
+                _ => json!(1_800_000_000),
+            };
+            body["data"]["cool_until"] = until;
+            send.body = body.to_string();
+        }
+    }
+
     pub fn add_quorum(&mut self, rng: &mut crate::rng::Rng) {
         let keys = self.keys.clone();
         for key in &keys {

@@ -191,7 +191,7 @@ fn wide_record() -> Record {
     let plan = baton_core::domain::lifecycle::Plan::line(vec![Vec::new()]);
     let (w, k) = (WorkflowName::parse("wide").unwrap(), CorrelationKey::parse("k").unwrap());
     let now = OffsetDateTime::from_unix_timestamp(EPOCH).unwrap();
-    let start = Input::Start { event: EventId::parse("e").unwrap() };
+    let start = Input::start(EventId::parse("e").unwrap());
     let mut r = decide(&plan, (&w, &k), None, &start, now).write.unwrap().to;
     r.state = State::Waiting { step: 0 };
     r.waits = (0..12)

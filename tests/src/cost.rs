@@ -446,7 +446,7 @@ mod tests {
         // the stored item a byte smaller (found flaky, about one run in ten).
         let now = time::OffsetDateTime::from_unix_timestamp(1_831_234_567).unwrap()
             - baton_aws::dynamodb::TOKEN_KEPT;
-        let start = decide(&plan, (&w, &k), None, &Input::Start { event: EventId::parse("e").unwrap() }, now);
+        let start = decide(&plan, (&w, &k), None, &Input::start(EventId::parse("e").unwrap()), now);
         let token = base64::engine::general_purpose::STANDARD.encode([7u8; 1536]);
         let token = TaskToken::parse(token).unwrap();
         assert_eq!(token.expose().len(), AWS_TOKEN_CHARS);

@@ -353,9 +353,9 @@ pub async fn sweeper_scenario(binary: &str) {
     let engine = system.engine();
     let workflow = engine.config.workflow("order-review").expect("the workflow");
     let key = baton_core::domain::ids::CorrelationKey::parse(unique_name("bin")).expect("a key");
-    let crash = baton_core::domain::lifecycle::Input::Start {
-        event: baton_core::domain::ids::EventId::parse("evt-crash").expect("an id"),
-    };
+    let crash = baton_core::domain::lifecycle::Input::start(
+        baton_core::domain::ids::EventId::parse("evt-crash").expect("an id"),
+    );
     let crashed_at = engine.now() - baton_core::limits::RESTART_PENDING_AFTER - time::Duration::minutes(1);
     let decision = baton_core::domain::lifecycle::decide(
         &workflow.plan(),

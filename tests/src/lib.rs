@@ -124,7 +124,7 @@ pub async fn overdue_record(
     let plan = workflow.plan();
     let now = time::OffsetDateTime::now_utc();
     let now = now.replace_nanosecond(now.nanosecond() / 1000 * 1000).expect("microseconds");
-    let start = Input::Start { event: EventId::parse(format!("late-{key}")).expect("an event id") };
+    let start = Input::start(EventId::parse(format!("late-{key}")).expect("an event id"));
     let pending = decide(&plan, (w, &k), None, &start, now).write.expect("a start writes");
     assert_eq!(store.apply(&pending).await.expect("the start's write"), Applied::Written);
     let deadline = now - time::Duration::hours(1);

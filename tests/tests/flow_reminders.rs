@@ -117,10 +117,18 @@ async fn an_escalation_answered_by_the_second_queues_worker_completes_the_step_a
     );
     assert_eq!(lead["data"]["queue"], "leads", "on the leads' own queue: {lead}");
 
-    // The leads' worker answers the step the task names: that completes it.
-    let answer = json!({"workflow": lead["data"]["workflow"], "key": lead["data"]["key"],
-        "step": lead["data"]["step"], "outcome": "succeeded", "data": {"decision": "approve"}});
-    system.answered("lead-1", answer, (200, "applied")).await;
+    // The leads' worker answers the step the task names, naming the level it holds: that
+    // completes it. A level the step does not declare is refused first, by name.
+    let answer = |level: u64| {
+        json!({"workflow": lead["data"]["workflow"], "key": lead["data"]["key"], "step": lead["data"]["step"],
+            "outcome": "succeeded", "data": {"decision": "approve"}, "level": level})
+    };
+    let (status, refused) = system.callback("lead-0", &answer(3)).await;
+    assert_eq!(
+        (status, refused["error"].as_str(), refused["field"].as_str()),
+        (400, Some("invalid_body"), Some("level"))
+    );
+    system.answered("lead-1", answer(1), (200, "applied")).await;
     system.record_until("order-review", key, "succeeded", |r| r.state == State::Succeeded).await;
 
     // The second level's time comes: nothing goes out, to anyone.

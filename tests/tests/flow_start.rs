@@ -263,9 +263,9 @@ async fn a_crash_before_start_execution_is_repaired_by_the_sweeper() {
     let engine = system.engine();
     let workflow = engine.config.workflow("order-review").unwrap();
     let key = baton_core::domain::ids::CorrelationKey::parse("order-crash").unwrap();
-    let start = baton_core::domain::lifecycle::Input::Start {
-        event: baton_core::domain::ids::EventId::parse("evt-crash").unwrap(),
-    };
+    let start = baton_core::domain::lifecycle::Input::start(
+        baton_core::domain::ids::EventId::parse("evt-crash").unwrap(),
+    );
     let decision = baton_core::domain::lifecycle::decide(
         &workflow.plan(),
         (&workflow.name, &key),

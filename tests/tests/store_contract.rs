@@ -38,7 +38,7 @@ async fn waiting_record(store: &dyn WorkflowStore, key: &str) -> Record {
 async fn waiting_with_token(store: &dyn WorkflowStore, key: &str, token: &str) -> Record {
     let pending = must_write(
         store,
-        &write_of(decide_at(key, None, &Input::Start { event: EventId::parse("evt-1").unwrap() }, t0())),
+        &write_of(decide_at(key, None, &Input::start(EventId::parse("evt-1").unwrap()), t0())),
     )
     .await;
     let ready = Input::StepReady {
@@ -53,12 +53,7 @@ async fn waiting_with_token(store: &dyn WorkflowStore, key: &str, token: &str) -
 // ---- the contract ----------------------------------------------------------------------------
 
 async fn create_is_idempotent_and_a_lost_create_returns_the_winner(store: Arc<dyn WorkflowStore>) {
-    let start = write_of(decide_at(
-        "k-create",
-        None,
-        &Input::Start { event: EventId::parse("evt-1").unwrap() },
-        t0(),
-    ));
+    let start = write_of(decide_at("k-create", None, &Input::start(EventId::parse("evt-1").unwrap()), t0()));
     assert_eq!(store.apply(&start).await.unwrap(), Applied::Written);
     let (w, k) = names("k-create");
     assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&start.to), "the record reads back exactly");
@@ -138,7 +133,7 @@ async fn restart_opens_a_new_generation_from_a_terminal_record(store: Arc<dyn Wo
     let restart = write_of(decide_at(
         "k-restart",
         Some(&cancelled),
-        &Input::Start { event: EventId::parse("evt-2").unwrap() },
+        &Input::start(EventId::parse("evt-2").unwrap()),
         t0(),
     ));
     let second = must_write(&*store, &restart).await;
@@ -593,12 +588,7 @@ async fn due_records_and_counts_by_state(store: Arc<dyn WorkflowStore>) {
     let waiting = waiting_record(&*store, "k-due-1").await; // deadline t0 + 2d
     let pending = must_write(
         &*store,
-        &write_of(decide_at(
-            "k-due-2",
-            None,
-            &Input::Start { event: EventId::parse("evt-9").unwrap() },
-            t0(),
-        )),
+        &write_of(decide_at("k-due-2", None, &Input::start(EventId::parse("evt-9").unwrap()), t0())),
     )
     .await;
     let due_pending = store.due(DueList { kind: Kind::Pending, work: true }, t0(), 10).await.unwrap();
@@ -883,7 +873,7 @@ async fn a_2048_character_token_takes_every_path(store: Arc<dyn WorkflowStore>) 
                 .unwrap_or_else(|e| panic!("a {kind} with a {}-character token: {e}", token.len()));
             input
         };
-        let (r, _) = step(None, Input::Start { event: EventId::parse("evt-2048").unwrap() }).await;
+        let (r, _) = step(None, Input::start(EventId::parse("evt-2048").unwrap())).await;
         let (r, _) = step(Some(r), report("step_ready", (0, "reserve"), &longest(1))).await;
         assert_eq!(r.waits[0].token.as_ref().map(TaskToken::expose), Some(longest(1).as_str()));
         let (r, resumes) = step(Some(r), step_input("cb-hold", 0, json!({"hold": "h-1"}))).await;
@@ -1385,7 +1375,7 @@ fn any_token(rng: &mut fastrand::Rng, serial: u64) -> TaskToken {
 /// cancel (which keeps the token), and a restart after it.
 fn any_input(rng: &mut fastrand::Rng, key: &str, record: Option<&Record>, serial: u64) -> Input {
     let Some(r) = record else {
-        return Input::Start { event: EventId::parse(format!("start-{key}-{serial}")).unwrap() };
+        return Input::start(EventId::parse(format!("start-{key}-{serial}")).unwrap());
     };
     let deadline = t0() + Duration::days(2);
     let ready = |step, token| Input::StepReady { generation: r.generation, step, token, deadline };
@@ -1404,7 +1394,7 @@ fn any_input(rng: &mut fastrand::Rng, key: &str, record: Option<&Record>, serial
             _ => Input::Finished { generation: r.generation, finish: Finish::Succeeded },
         },
         _ if rng.bool() => Input::Cancel { reason: "again".into() },
-        _ => Input::Start { event: EventId::parse(format!("start-{key}-{serial}")).unwrap() },
+        _ => Input::start(EventId::parse(format!("start-{key}-{serial}")).unwrap()),
     }
 }
 

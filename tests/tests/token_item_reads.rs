@@ -35,7 +35,7 @@ fn tok(seed: u8) -> TaskToken {
 }
 
 fn start(id: &str) -> Input {
-    Input::Start { event: EventId::parse(id).unwrap() }
+    Input::start(EventId::parse(id).unwrap())
 }
 
 fn ready(generation: u32, step: u32, token: TaskToken) -> Input {

@@ -103,6 +103,12 @@ function header() {
     if (r.notices || r.next_notice_at) {
       fact("notices", "notices", r.notices + " behind" + (r.next_notice_at ? ", next " + r.next_notice_at : ""));
     }
+    // Who was asked when: the task on its queue, then each reminder and escalation level behind it.
+    if (r.asked && r.asked.again.length) {
+      const row = (at, queue, what) => el("div", {}, at + "  " + queue + "  " + what);
+      const again = r.asked.again.map((n) => row(n.at, n.queue, n.reminder ? "reminder " + n.reminder : "level " + n.level));
+      fact("asked", "asked", row(r.asked.since, r.asked.queue, "the task"), ...again);
+    }
     fact("token", "token", r.token_fingerprint || "none");
     fact("config version", "config-version", r.config_version);
     fact("owed to Step Functions", "owed", r.owed || "nothing");

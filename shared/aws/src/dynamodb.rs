@@ -851,6 +851,9 @@ fn record_item(r: &Record, layout: Layout) -> Item {
             item.insert(name.into(), json(steps));
         }
     }
+    if !r.untils.is_empty() {
+        item.insert("untils".into(), json(&r.untils));
+    }
     // A compensation's plan and how each compensation's wait stands, tokens included.
     if let Some(compensation) = &r.compensation {
         item.insert("compensation".into(), json(compensation));
@@ -909,6 +912,7 @@ fn parse_record(item: &Item, token_item: Option<&Item>) -> Result<Record, StoreE
         confirmed: r.opt_s("confirmed")?.map(|_| r.json("confirmed")).transpose()?.unwrap_or_default(),
         succeeded: r.opt_s("succeeded")?.map(|_| r.json("succeeded")).transpose()?.unwrap_or_default(),
         compensation: r.opt_s("compensation")?.map(|_| r.json("compensation")).transpose()?,
+        untils: r.opt_s("untils")?.map(|_| r.json("untils")).transpose()?.unwrap_or_default(),
     };
     record.history = compact::decode_history(r.s("history")?, &history_context(&record))
         .map_err(|e| r.corrupt(format!("attribute history: {e}")))?;
@@ -1726,7 +1730,7 @@ mod tests {
             largest = largest.max(record_size(&to));
             *record = Some(to);
         };
-        apply(Input::Start { event: EventId::parse(uuid(0)).unwrap() }, now, &mut record);
+        apply(Input::start(EventId::parse(uuid(0)).unwrap()), now, &mut record);
         for step in 0..steps as u32 {
             now += time::Duration::milliseconds(47);
             let token = TaskToken::parse(token(step)).unwrap();
@@ -1798,6 +1802,11 @@ mod tests {
         record.missed = vec![1, 2];
         record.confirmed = vec![3];
         record.succeeded = vec![4, 5];
+        let event = serde_json::json!({"at": "2026-12-01T09:30:00.25Z", "bad": 7});
+        record.untils = vec![
+            baton_core::domain::lifecycle::Until::read(6, "/at", &event),
+            baton_core::domain::lifecycle::Until::read(7, "/bad", &event),
+        ];
         let undo = |i: u32| Undo {
             wait: Wait {
                 step: i,
@@ -1999,7 +2008,7 @@ mod tests {
                 decide(&plan, (&workflow, &key), record.as_ref(), &input, now).write.expect("a write").to,
             );
         };
-        apply(Input::Start { event: EventId::parse("e-1").unwrap() }, &mut record);
+        apply(Input::start(EventId::parse("e-1").unwrap()), &mut record);
         let deadline = now + time::Duration::days(2);
         apply(Input::StepReady { generation: 1, step: 0, token: token(0), deadline }, &mut record);
         let data = serde_json::Map::new();

@@ -177,8 +177,7 @@ fn record_size_check(bencher: Bencher, how: &str) {
 
 /// A record waiting on step 0, as progress leaves it.
 fn waiting_record(workflow: &WorkflowName, key: &CorrelationKey, now: OffsetDateTime) -> Record {
-    let start =
-        Input::Start { event: baton_core::domain::ids::EventId::parse("evt-1".to_owned()).expect("id") };
+    let start = Input::start(baton_core::domain::ids::EventId::parse("evt-1".to_owned()).expect("id"));
     let plan = Config::parse(SAMPLE).expect("sample").workflows[0].plan();
     let pending = lifecycle::decide(&plan, (workflow, key), None, &start, now).write.expect("starts").to;
     let ready = Input::StepReady {

@@ -69,7 +69,7 @@ mod tests {
         };
         let (w, k) = (WorkflowName::parse("wf").unwrap(), CorrelationKey::parse("k").unwrap());
         let now = time::OffsetDateTime::UNIX_EPOCH;
-        let start = Input::Start { event: EventId::parse("e").unwrap() };
+        let start = Input::start(EventId::parse("e").unwrap());
         let mut record = decide(&plan, (&w, &k), None, &start, now).write.unwrap().to;
         record.state = State::Advancing { step: 0 };
         let advance =

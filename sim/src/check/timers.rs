@@ -4,34 +4,38 @@
 //! timer ends once is `each_step_advances_at_most_once`, and that its token takes one resume is
 //! `at_most_one_resume_accepted`.)
 
-use baton_core::domain::lifecycle::{Cause, Kind, State};
+use baton_core::domain::lifecycle::{Cause, Kind, State, Timer};
 use baton_core::ports::orchestrator::ExecutionStatus;
 
 use super::{Checker, Seen, execution_arn};
 
-/// `after` and `timeout` of `step` in `r`'s config version, if it is a timer step.
+/// The timer of `step` in `r`'s config version and that step's `timeout`, if it is a timer step.
 fn timer_of(
     s: &Seen<'_>,
     r: &baton_core::domain::lifecycle::Record,
     step: u32,
-) -> Option<(time::Duration, time::Duration)> {
+) -> Option<(Timer, time::Duration)> {
     let config = s.version_of(Some(&r.config_version))?;
     let st = config.workflow(r.workflow.as_str())?.steps.get(step as usize)?;
-    let after = time::Duration::try_from(st.timer?).ok()?;
-    Some((after, time::Duration::try_from(st.timeout).ok()?))
+    Some((st.timer.clone()?, time::Duration::try_from(st.timeout).ok()?))
 }
 
+/// A timer completes only once its time has come: `after` its entry (by Step Functions' clock,
+/// which set its deadline `timeout` after it), or the time its start event held; and one whose
+/// time could not be read never completes (it fails its workflow).
 fn a_timer_never_wakes_before_its_time(c: &mut Checker<'_>, s: &Seen<'_>) {
     let spread = s.stack.skews().spread();
     for (w, step) in super::completions(s) {
         let r = &w.to;
-        let Some((after, timeout)) = timer_of(s, r, step) else { continue };
-        // Step Functions set the deadline `timeout` after it entered the step.
+        let Some((timer, timeout)) = timer_of(s, r, step) else { continue };
         let Some(deadline) = r.wait(step).and_then(|t| t.deadline) else { continue };
-        let due = deadline - timeout + after;
-        c.check("a_timer_never_wakes_before_its_time", w.at + spread >= due, || {
+        let due = match &timer {
+            Timer::After(after) => time::Duration::try_from(*after).ok().map(|a| deadline - timeout + a),
+            Timer::Until(_) => r.until_of(step).ok(),
+        };
+        c.check("a_timer_never_wakes_before_its_time", due.is_some_and(|due| w.at + spread >= due), || {
             format!(
-                "{}/{} generation {} woke timer step {step} at {}, before its time {due}",
+                "{}/{} generation {} woke timer step {step} ({timer}) at {}, before its time {due:?}",
                 r.workflow, r.key, r.generation, w.at
             )
         });

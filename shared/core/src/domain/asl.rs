@@ -71,7 +71,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::domain::config::{Config, Group, Position, Step, Workflow};
-use crate::domain::lifecycle::CANCELLED_ERROR;
+use crate::domain::lifecycle::{CANCELLED_ERROR, Timer};
 
 /// The placeholder template.yaml's `DefinitionSubstitutions` fills in.
 pub const PROGRESS_QUEUE_PLACEHOLDER: &str = "${ProgressQueueUrl}";
@@ -123,10 +123,13 @@ pub fn definition(workflow: &Workflow) -> Value {
         let next = positions.get(at + 1).map_or(REPORT_SUCCEEDED.to_owned(), name_of);
         let mut state = match position {
             Position::Step(i, step) => {
-                let what = match step.timer {
-                    Some(after) => {
+                let what = match &step.timer {
+                    Some(Timer::After(after)) => {
                         format!("Timer {i}, {}s (baton resumes it when its time has come)", after.as_secs())
                     }
+                    Some(Timer::Until(pointer)) => format!(
+                        "Timer {i}, until the time at {pointer} in the start event (baton resumes it when its time has come)"
+                    ),
                     None => format!("Step {i}"),
                 };
                 wait_state(workflow, *i, step, &what)

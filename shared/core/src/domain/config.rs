@@ -23,7 +23,7 @@ use crate::domain::ids::{CorrelationKey, IdError, StepName, WorkflowName};
 pub use crate::domain::lifecycle::Remind;
 pub use crate::domain::lifecycle::Requires;
 pub use crate::domain::lifecycle::Retry;
-use crate::domain::lifecycle::{OnRestart, Plan, Span, StepPlan};
+use crate::domain::lifecycle::{OnRestart, Plan, Span, StepPlan, Timer, Until};
 use crate::domain::pattern::Pattern;
 use crate::limits::ATTEMPT_OPEN_LAG;
 
@@ -129,10 +129,11 @@ pub struct Step {
     /// How the step is undone when a later failure (or `baton cancel --compensate`) ends the
     /// workflow after it completed (`compensate`; `None`: it is not undone).
     pub compensate: Option<Compensate>,
-    /// A timer step (`timer: { after: 24h }`): it waits for time alone, this long after Step
-    /// Functions reaches it, then the workflow goes on. It takes no input, publishes no task,
-    /// and has nothing to undo.
-    pub timer: Option<Duration>,
+    /// A timer step (`timer: { after: 24h }`, or `timer: { until: /data/starts_at }`): it waits
+    /// for time alone, this long after Step Functions reaches it or until the time the start
+    /// event holds at the pointer, then the workflow goes on. It takes no input, publishes no
+    /// task, and has nothing to undo.
+    pub timer: Option<Timer>,
     /// Reminders of the step's task while it waits (`remind: { after: 1d, every: 1d, times: 3 }`):
     /// each a task event of its own on the step's queue.
     pub remind: Option<Remind>,
@@ -171,6 +172,27 @@ impl Compensate {
 /// Added to a timer's `after` to get its step's default `timeout`: room for the sweep that wakes
 /// it to be late, before Step Functions times the step out.
 pub const TIMER_MARGIN: Duration = Duration::from_secs(15 * 60);
+
+/// A timer step named `name` of `timeout`, its `timer` left to set: no task, no input, nothing to
+/// undo.
+fn timer_only(name: StepName, timeout: Duration) -> Step {
+    Step {
+        name,
+        task: None,
+        requires: Requires::default(),
+        timeout,
+        heartbeat: None,
+        accepts_events: None,
+        accepts_callbacks: false,
+        buffer_ttl: timeout.saturating_add(BUFFER_MARGIN),
+        optional: false,
+        retry: None,
+        compensate: None,
+        timer: None,
+        remind: None,
+        escalate: Vec::new(),
+    }
+}
 
 /// Added to a step's timeout to get the default `buffer_ttl`.
 pub const BUFFER_MARGIN: Duration = Duration::from_secs(3600);
@@ -285,7 +307,7 @@ impl Workflow {
                 heartbeat: s.heartbeat,
                 retry: s.retry,
                 compensate: s.compensate.as_ref().map(|c| c.attempts),
-                timer: s.timer,
+                timer: s.timer.clone(),
                 remind: s.remind,
                 escalate: s.escalate.iter().map(|e| e.after).collect(),
             })
@@ -327,6 +349,18 @@ impl Workflow {
         let text = crate::domain::event::text_at(normalised, &self.key)
             .ok_or_else(|| KeyError::Missing { pointer: self.key.clone() })?;
         CorrelationKey::parse(text).map_err(|source| KeyError::Invalid { pointer: self.key.clone(), source })
+    }
+
+    /// What each `timer: { until }` step reads from a start event (normalised): its time, or
+    /// why there is none, kept by the record for when Step Functions reaches the step.
+    pub fn untils(&self, normalised: &Value) -> Vec<Until> {
+        (0u32..)
+            .zip(&self.steps)
+            .filter_map(|(i, s)| match &s.timer {
+                Some(Timer::Until(pointer)) => Some(Until::read(i, pointer, normalised)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The index of the step with this name.
@@ -868,10 +902,11 @@ impl Validator {
         })
     }
 
-    /// A timer step: `name`, `timer: { after: <duration> }`, and a `timeout` that leaves the sweep
-    /// that wakes it time to be late ([`ATTEMPT_OPEN_LAG`]; default: `after` plus
-    /// [`TIMER_MARGIN`]). Nothing else: a timer takes no input, publishes no task, and has nothing
-    /// to undo. Not a branch of a parallel group.
+    /// A timer step: `name`, `timer: { after: <duration> }` or `timer: { until: <pointer> }`, and
+    /// a `timeout` that leaves the sweep that wakes it time to be late ([`ATTEMPT_OPEN_LAG`];
+    /// default: `after` plus [`TIMER_MARGIN`]; required with `until`, whose time only the start
+    /// event knows). Nothing else: a timer takes no input, publishes no task, and has nothing to
+    /// undo. Not a branch of a parallel group.
     fn timer_step(&mut self, path: &str, v: &Value, branch: bool) -> Option<Step> {
         let Some(map) = v.as_object() else { return self.object(path, v, &[]).and(None) };
         for k in map.keys().filter(|k| !["name", "timer", "timeout"].contains(&k.as_str())) {
@@ -893,8 +928,11 @@ impl Validator {
             let s = self.string(&np, n)?;
             StepName::parse(s).map_err(|e| self.err(&np, e.to_string())).ok()
         });
-        let after = self
-            .object(&tp, &map["timer"], &["after"])
+        let timer = self.object(&tp, &map["timer"], &["after", "until"]);
+        if let Some(t) = timer.filter(|t| t.contains_key("until")) {
+            return self.until_timer(path, map, t, name?);
+        }
+        let after = timer
             .and_then(|t| self.required(&tp, t, "after"))
             .and_then(|a| self.duration(&join(&tp, "after"), a));
         let timeout = match (map.get("timeout"), after) {
@@ -922,23 +960,42 @@ impl Validator {
             self.err(&tp, format!("the timer and its margin may wait at most {}", spell(MAX_TIMEOUT)));
             return None;
         }
-        let timeout = timeout?;
-        Some(Step {
-            name: name?,
-            task: None,
-            requires: Requires::default(),
-            timeout,
-            heartbeat: None,
-            accepts_events: None,
-            accepts_callbacks: false,
-            buffer_ttl: timeout.saturating_add(BUFFER_MARGIN),
-            optional: false,
-            retry: None,
-            compensate: None,
-            timer: after,
-            remind: None,
-            escalate: Vec::new(),
-        })
+        Some(Step { timer: Some(Timer::After(after?)), ..timer_only(name?, timeout?) })
+    }
+
+    /// `timer: { until: <pointer> }` of the timer step at `path`: the pointer, and the `timeout`
+    /// it needs (no `after` beside it).
+    fn until_timer(
+        &mut self,
+        path: &str,
+        map: &Map<String, Value>,
+        timer: &Map<String, Value>,
+        name: StepName,
+    ) -> Option<Step> {
+        let tp = join(path, "timer");
+        if timer.contains_key("after") {
+            self.err(
+                &tp,
+                "either `after` (a duration) or `until` (a pointer to a time in the start event), not both",
+            );
+            return None;
+        }
+        let up = join(&tp, "until");
+        let pointer = self.string(&up, &timer["until"])?;
+        check_pointer(pointer).map_err(|e| self.err(&up, e)).ok()?;
+        let Some(timeout) = map.get("timeout") else {
+            self.err(
+                &join(path, "timeout"),
+                format!(
+                    "missing: a timer until a time needs `timeout`, the longest it may wait from when the step \
+                     is reached (its time must come {}s before it, for the sweep that wakes it)",
+                    ATTEMPT_OPEN_LAG.as_secs()
+                ),
+            );
+            return None;
+        };
+        let timeout = self.duration(&join(path, "timeout"), timeout)?;
+        Some(Step { timer: Some(Timer::Until(pointer.to_owned())), ..timer_only(name, timeout) })
     }
 
     /// `escalate`: a list of levels, each `after` (later than the level before, shorter than the
@@ -1897,11 +1954,37 @@ workflows:
         let c = Config::parse(yaml).expect("valid");
         let wf = c.workflow("payout").unwrap();
         let timer = &wf.steps[1];
-        assert_eq!(timer.timer, Some(Duration::from_secs(24 * 3600)));
+        assert_eq!(timer.timer, Some(Timer::After(Duration::from_secs(24 * 3600))));
         assert_eq!(timer.timeout, Duration::from_secs(24 * 3600) + TIMER_MARGIN);
         assert!(timer.task.is_none() && !timer.accepts_callbacks && timer.accepts_events.is_none());
-        assert_eq!(wf.plan().timer_of(1), Some(Duration::from_secs(24 * 3600)));
+        assert_eq!(wf.plan().timer_of(1), Some(&Timer::After(Duration::from_secs(24 * 3600))));
         assert_eq!(wf.plan().timer_of(0), None);
+    }
+
+    #[test]
+    fn a_timer_until_a_time_reads_it_from_the_start_event_at_its_pointer() {
+        let yaml = r#"
+workflows:
+  wf:
+    start: { when: { type: ["a"] }, key: /subject }
+    steps:
+      - { name: start-date, timer: { until: /data/starts_at }, timeout: 90d }
+      - { name: approve, requires: [ok], timeout: 1h }
+"#;
+        let config = Config::parse(yaml).unwrap();
+        let wf = &config.workflows[0];
+        assert_eq!(wf.steps[0].timer, Some(Timer::Until("/data/starts_at".into())));
+        assert_eq!(wf.steps[0].timeout, Duration::from_secs(90 * 86_400));
+        let read = wf.untils(&serde_json::json!({"data": {"starts_at": "2027-01-01T09:00:00+01:00"}}));
+        assert_eq!(read.len(), 1);
+        assert_eq!((read[0].step, read[0].at), (0, Some(time::macros::datetime!(2027-01-01 08:00 UTC))));
+        let missing = wf.untils(&serde_json::json!({"data": {}}));
+        assert_eq!(missing[0].error.as_deref(), Some("the start event has no time at /data/starts_at"));
+        let long = wf.untils(&serde_json::json!({"data": {"starts_at": "x".repeat(10_000)}}));
+        assert!(
+            long[0].error.as_ref().is_some_and(|e| e.chars().count() <= Until::MAX_ERROR_CHARS),
+            "{long:?}"
+        );
     }
 
     #[test]
@@ -1916,6 +1999,9 @@ workflows:
       - { name: c, timer: { after: 0s } }
       - { name: d, timer: { until: /starts_at } }
       - { name: e, timer: 1h }
+      - { name: i, timer: { until: starts_at }, timeout: 1d }
+      - { name: j, timer: { until: /s, after: 1h }, timeout: 1d }
+      - { name: k, timer: { until: /s }, timeout: 400d }
       - parallel:
           name: g
           branches:
@@ -1929,10 +2015,12 @@ workflows:
                 "workflows.wf.steps[0].requires: not allowed on a timer step, which takes no input, publishes no task and has nothing to undo: a timer step has only name, timer and timeout",
                 "workflows.wf.steps[1].timeout: must be at least the timer's `after` (3600s) plus 120s for the sweep that wakes it (leave it out for 900s more than `after`)",
                 "workflows.wf.steps[2].timer.after: must be longer than zero",
-                "workflows.wf.steps[3].timer.until: unknown field; expected one of: after",
-                "workflows.wf.steps[3].timer.after: missing",
+                "workflows.wf.steps[3].timeout: missing: a timer until a time needs `timeout`, the longest it may wait from when the step is reached (its time must come 120s before it, for the sweep that wakes it)",
                 "workflows.wf.steps[4].timer: expected a mapping, found a string",
-                "workflows.wf.steps[5].parallel.branches[0].timer: a branch of a parallel group cannot be a timer; put the timer before or after the group",
+                "workflows.wf.steps[5].timer.until: \"starts_at\" is not a JSON pointer; it must start with '/', e.g. /subject or /data/order_id",
+                "workflows.wf.steps[6].timer: either `after` (a duration) or `until` (a pointer to a time in the start event), not both",
+                "workflows.wf.steps[7].timeout: is longer than a year, the longest a Step Functions execution may run",
+                "workflows.wf.steps[8].parallel.branches[0].timer: a branch of a parallel group cannot be a timer; put the timer before or after the group",
             ]
         );
     }

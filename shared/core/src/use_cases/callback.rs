@@ -121,6 +121,8 @@ struct Callback {
     attempt: Option<u32>,
     /// It acknowledges (or fails an attempt of) the step's compensation, not the step.
     compensation: bool,
+    /// The escalation level whose task it answers (`None`: the step's own task, or unsaid).
+    level: Option<u32>,
 }
 
 /// The callback handler.
@@ -454,6 +456,9 @@ impl Callbacks {
                     callback.step, callback.workflow
                 ),
             ));
+        }
+        if let (Some(level), Some(step)) = (callback.level, step) {
+            answers_level(&callback, step, level)?;
         }
         if step.is_some_and(refuses) {
             return Err(Answer::error(
@@ -876,7 +881,7 @@ fn stored_answer(first: &Value) -> Answer {
 }
 
 /// The body's fields: infra/openapi.yaml's `Callback` schema lists the same (a test checks).
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 12] = [
     "workflow",
     "key",
     "step",
@@ -888,6 +893,7 @@ const FIELDS: [&str; 11] = [
     "generation",
     "attempt",
     "compensation",
+    "level",
 ];
 
 /// Validates the JSON body, naming the first bad field.
@@ -944,6 +950,7 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
     };
     let generation = counter("generation")?;
     let attempt = counter("attempt")?;
+    let level = counter("level")?;
     let compensation = parse_compensation(map.remove("compensation"), &outcome, &data)?;
     // After `generation` and `attempt`, which name themselves when past 64 bits; what is left
     // is data.
@@ -956,7 +963,30 @@ fn parse_body(body: &[u8]) -> Result<Callback, Answer> {
             ),
         ));
     }
-    Ok(Callback { workflow, key, step, outcome, data, generation, attempt, compensation })
+    Ok(Callback { workflow, key, step, outcome, data, generation, attempt, compensation, level })
+}
+
+/// A callback that names the escalation `level` it answers: one `step` declares, of the step's
+/// own task (a compensation's task is not escalated). Whoever holds the task may answer it, so
+/// the level is not needed; named, it goes into the log beside the answer, for the audit of who
+/// acted.
+fn answers_level(callback: &Callback, step: &crate::domain::config::Step, level: u32) -> Result<(), Answer> {
+    let levels = step.escalate.len();
+    if callback.compensation || level as usize > levels {
+        let what = if callback.compensation {
+            "a compensation's task is not escalated".to_owned()
+        } else {
+            format!(
+                "step {:?} declares {levels} escalation level{}",
+                callback.step,
+                if levels == 1 { "" } else { "s" }
+            )
+        };
+        return Err(Answer::field("invalid_body", "level", format!("level {level} answers no task: {what}")));
+    }
+    let queue = step.escalate.get(level as usize - 1).map_or("", |e| e.task.queue.as_str());
+    info!(level, queue, "the callback answers the task of an escalation level");
+    Ok(())
 }
 
 /// The checks on a failure's `error` and `cause`. Step Functions refuses a longer `error` or
@@ -1138,6 +1168,58 @@ mod tests {
     }
 
     #[test]
+    fn a_named_escalation_level_must_be_one_the_step_declares_for_its_own_task() {
+        let config = crate::domain::config::Config::parse(
+            "workflows:\n  w:\n    start: { when: { type: [t] }, key: /subject }\n    steps:\n      \
+             - name: review\n        requires: [d]\n        timeout: 1d\n        \
+             task: { title: Review, queue: review }\n        \
+             compensate: { task: { title: Undo, queue: review }, timeout: 1h }\n        \
+             escalate: [{ after: 1h, queue: leads }, { after: 2h, queue: heads }]\n      \
+             - { name: pay, requires: [p], timeout: 1h }\n",
+        )
+        .unwrap();
+        let step = &config.workflows[0].steps[0];
+        let body = |level: u32, compensation: bool| {
+            let data = if compensation { "null" } else { r#"{"d":1}"# };
+            parse_body(
+                format!(
+                    r#"{{"workflow":"w","key":"k","step":"review","outcome":"succeeded","data":{data},"level":{level},"compensation":{compensation}}}"#
+                )
+                .as_bytes(),
+            )
+            .unwrap()
+        };
+        assert!(answers_level(&body(1, false), step, 1).is_ok());
+        assert!(answers_level(&body(2, false), step, 2).is_ok());
+        let refused = answers_level(&body(3, false), step, 3).unwrap_err();
+        assert_eq!(
+            (refused.status, refused.body["field"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("level"))
+        );
+        assert!(
+            refused.body["message"].as_str().unwrap().contains("declares 2 escalation levels"),
+            "{}",
+            refused.body
+        );
+        let compensation = answers_level(&body(1, true), step, 1).unwrap_err();
+        assert!(
+            compensation.body["message"].as_str().unwrap().contains("not escalated"),
+            "{}",
+            compensation.body
+        );
+        let none = answers_level(&body(1, false), &config.workflows[0].steps[1], 1).unwrap_err();
+        assert!(
+            none.body["message"].as_str().unwrap().contains("declares 0 escalation levels"),
+            "{}",
+            none.body
+        );
+        assert_eq!(
+            field_of(r#"{"workflow":"w","key":"k","step":"s","outcome":"succeeded","level":0}"#).0,
+            "level"
+        );
+    }
+
+    #[test]
     fn a_malformed_body_is_refused_naming_the_field() {
         assert_eq!(field_of("[1]").0, "");
         assert_eq!(field_of("{nope").0, "");
@@ -1316,11 +1398,11 @@ mod tests {
             generation: Some(1),
             attempt: None,
         };
-        let r = step(None, &Input::Start { event: EventId::parse("e1").unwrap() });
+        let r = step(None, &Input::start(EventId::parse("e1").unwrap()));
         let r = step(Some(&r), &ready(&r, "t1"));
         let r = step(Some(&r), &input);
         let r = step(Some(&r), &Input::Finished { generation: 1, finish: Finish::Succeeded });
-        let r = step(Some(&r), &Input::Start { event: EventId::parse("e2").unwrap() });
+        let r = step(Some(&r), &Input::start(EventId::parse("e2").unwrap()));
         let r = step(Some(&r), &ready(&r, "t2"));
         let a =
             answer(("w", &names.1, "s"), &EventId::parse("cb-1").unwrap(), (Outcome::Duplicate, Some(&r)))

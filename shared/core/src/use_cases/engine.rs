@@ -277,7 +277,7 @@ pub async fn decide(
     now: OffsetDateTime,
 ) -> Result<Decision, StoreError> {
     let decision = lifecycle::decide(plan, names, record, input, now);
-    if let (Input::Start { event }, Some(write)) = (input, &decision.write)
+    if let (Input::Start { event, .. }, Some(write)) = (input, &decision.write)
         && write.cause == lifecycle::Cause::Restart
         && store.ledgered(names.0, names.1, event.as_str(), IgnoreReason::AlreadyRunning).await?
     {
@@ -1214,7 +1214,7 @@ fn waits_mut(record: &mut Record) -> impl Iterator<Item = &mut lifecycle::Wait> 
 /// reports from Step Functions get one derived from what they say.
 pub fn input_ref(input: &Input, now: OffsetDateTime) -> String {
     match input {
-        Input::Start { event } => event.to_string(),
+        Input::Start { event, .. } => event.to_string(),
         Input::StepInput { id, .. } => id.to_string(),
         Input::StepReady { generation, step, token, .. } => {
             format!("step_ready/g{generation}/s{step}/{}", token.fingerprint())

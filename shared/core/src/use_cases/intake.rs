@@ -196,7 +196,8 @@ pub fn plan_event<'c>(config: &'c Config, body: &str) -> Result<EventPlan<'c>, V
             continue;
         }
         let Some(i) = route.step else {
-            inputs.push((workflow, key()?, Input::Start { event: event.id.clone() }));
+            let untils = workflow.untils(&normalised);
+            inputs.push((workflow, key()?, Input::Start { event: event.id.clone(), untils }));
             continue;
         };
         let data = match &event.data {

@@ -475,11 +475,11 @@ fn step_changes(
         ));
     }
     if old.timer != new.timer {
-        let spell = |t: Option<std::time::Duration>| {
-            t.map_or("none".to_owned(), |t| format!("after {}s", t.as_secs()))
+        let spell = |t: &Option<crate::domain::lifecycle::Timer>| {
+            t.as_ref().map_or("none".to_owned(), ToString::to_string)
         };
         let touches = live.touching(wf.name.as_str(), at_step);
-        let detail = format!("{}: timer {} -> {}", old.name, spell(old.timer), spell(new.timer));
+        let detail = format!("{}: timer {} -> {}", old.name, spell(&old.timer), spell(&new.timer));
         out.push(change(wf, "timer_changed", detail, Class::Safe, PINNED.into(), touches));
     }
     out.extend(notice_changes(wf, (old, new), || live.touching(wf.name.as_str(), at_step)));

@@ -280,7 +280,7 @@ pub(super) fn route(
 /// Decides an input for a record that is compensating.
 fn decide(plan: &Plan, r: &Record, input: &Input, now: OffsetDateTime) -> Decision {
     match input {
-        Input::Start { event } if r.start_events.contains(event) => Decision::new(Outcome::Duplicate),
+        Input::Start { event, .. } if r.start_events.contains(event) => Decision::new(Outcome::Duplicate),
         Input::Start { .. } => Decision::ignored(IgnoreReason::AlreadyRunning),
         Input::StepReady { generation, step, token, .. } => {
             on_step_ready(plan, r, (*generation, *step), token)

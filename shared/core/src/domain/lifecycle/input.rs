@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
+use super::record::Until;
 use super::wait::WaitId;
 use crate::domain::ids::{EventId, TaskToken};
 
@@ -67,8 +68,13 @@ pub enum Finish {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Input {
-    /// A domain event matched the workflow's `start.when`.
-    Start { event: EventId },
+    /// A domain event matched the workflow's `start.when`; `untils`, what its `timer: { until }`
+    /// steps read from it ([`Input::start`] for a workflow without one).
+    Start {
+        event: EventId,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        untils: Vec<Until>,
+    },
     /// Step Functions reached `step` and parked on `token` until `deadline`.
     StepReady {
         generation: u32,
@@ -160,10 +166,15 @@ pub enum Input {
 }
 
 impl Input {
+    /// The start of a run by `event`, for a workflow with no `timer: { until }` step.
+    pub fn start(event: EventId) -> Input {
+        Input::Start { event, untils: Vec::new() }
+    }
+
     /// The id of an input from outside, if it has one (for logs and the ledger).
     pub fn id(&self) -> Option<&EventId> {
         match self {
-            Input::Start { event } => Some(event),
+            Input::Start { event, .. } => Some(event),
             Input::StepInput { id, .. } | Input::UndoInput { id, .. } => Some(id),
             _ => None,
         }

@@ -48,6 +48,9 @@
 pub const TIMED_OUT_ERROR: &str = "baton.StepTimedOut";
 /// The error name of the state machine's final `Fail` state after a step failed.
 pub const FAILED_ERROR: &str = "baton.StepFailed";
+/// The error a timer step fails with when it cannot wait: its `until` could not be read from the
+/// start event, or lies past its timeout. Its cause says which, and why.
+pub const TIMER_ERROR: &str = "baton.TimerInvalid";
 
 mod cancel;
 pub mod compensation;
@@ -71,12 +74,12 @@ pub use compensation::{
 };
 pub use effect::{Decision, Effect, Mark, Write};
 pub use input::{Finish, IgnoreReason, Input, Outcome, RejectReason, Source, StepOutcome};
-pub use plan::{Notice, OnRestart, Plan, Remind, Requires, Retry, Span, StepPlan};
+pub use plan::{Notice, OnRestart, Plan, Remind, Requires, Retry, Span, StepPlan, Timer};
 pub use position::group_failed;
 pub use record::{
     AppliedInput, AuditEntry, Kind, MAX_FAILURE_CAUSE_CHARS, MAX_FAILURE_ERROR_CHARS, MAX_STEP_INPUT_BYTES,
-    REMEMBERED_INPUTS, REMEMBERED_START_EVENTS, REMEMBERED_TRANSITIONS, Record, State, failure_text_fits,
-    payload_fingerprint,
+    REMEMBERED_INPUTS, REMEMBERED_START_EVENTS, REMEMBERED_TRANSITIONS, Record, State, Until,
+    failure_text_fits, payload_fingerprint,
 };
 pub use reports::unsettled;
 pub use stranded::{NOT_FOUND, RUNNING, ended_as, execution_gone};
@@ -160,7 +163,9 @@ fn route(
     }
     let Some(r) = record else { return without_record(plan, (workflow, key), input, now) };
     match input {
-        Input::Start { event } => start::on_start(plan, (workflow, key), Some(r), event, now),
+        Input::Start { event, untils } => {
+            start::on_start(plan, (workflow, key), Some(r), (event, untils), now)
+        }
         // With nothing completed to undo, `cancel --compensate` is a plain cancel.
         Input::CancelCompensate { reason } | Input::Cancel { reason } => cancel::on_cancel(r, reason, now),
         Input::StepReady { generation, step, token, deadline } => {
@@ -188,7 +193,7 @@ fn without_record(
     now: OffsetDateTime,
 ) -> Decision {
     match input {
-        Input::Start { event } => start::on_start(plan, names, None, event, now),
+        Input::Start { event, untils } => start::on_start(plan, names, None, (event, untils), now),
         Input::StepReady { token, .. } => Decision::ignored(IgnoreReason::OutOfOrder).effect(Effect::fail(
             token,
             "baton.NoRecord",

@@ -124,6 +124,26 @@ impl Span {
     }
 }
 
+/// What a timer step waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Timer {
+    /// This long after Step Functions reached it (`timer: { after: 24h }`).
+    After(Duration),
+    /// The time the start event holds at this JSON pointer (`timer: { until: /data/starts_at }`),
+    /// read when the event started the run ([`super::Until`]).
+    Until(String),
+}
+
+impl std::fmt::Display for Timer {
+    /// As the config says it: `after 86400s`, `until /data/starts_at`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Timer::After(after) => write!(f, "after {}s", after.as_secs()),
+            Timer::Until(pointer) => write!(f, "until {pointer}"),
+        }
+    }
+}
+
 /// One step (or parallel branch) of the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StepPlan {
@@ -142,9 +162,9 @@ pub struct StepPlan {
     pub retry: Option<Retry>,
     /// How many times its compensation's task may go out, when it declares `compensate`.
     pub compensate: Option<u32>,
-    /// A timer step's wait: how long after Step Functions reaches it the sweeper wakes it. A
-    /// timer takes no input and publishes no task.
-    pub timer: Option<Duration>,
+    /// A timer step's wait: when the sweeper wakes it. A timer takes no input and publishes no
+    /// task.
+    pub timer: Option<Timer>,
     /// Its reminders, if it declares `remind`.
     pub remind: Option<Remind>,
     /// Its escalation levels' times from when its wait began, in order (`escalate`).
@@ -252,9 +272,9 @@ impl Plan {
             && !crate::mutants::active(crate::mutants::Mutation::SilentBackoff)
     }
 
-    /// How long the timer of `step` sleeps, if it is a timer step.
-    pub fn timer_of(&self, step: u32) -> Option<Duration> {
-        self.step(step).and_then(|s| s.timer)
+    /// What the timer of `step` waits for, if it is a timer step.
+    pub fn timer_of(&self, step: u32) -> Option<&Timer> {
+        self.step(step).and_then(|s| s.timer.as_ref())
     }
 
     /// The first step of the position after the one `step` belongs to.

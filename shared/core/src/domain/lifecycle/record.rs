@@ -247,6 +247,55 @@ pub fn payload_fingerprint(hash: &str) -> &str {
     hash.get(..16).unwrap_or(hash)
 }
 
+/// The time a `timer: { until: /pointer }` step waits until, as its run's start event held it:
+/// read once, when the event started the run (the record keeps no other part of the event), or
+/// why it could not be read. A wait reached with an error fails its step at once, with that
+/// error, rather than wait for a time nobody knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Until {
+    #[serde(rename = "s")]
+    pub step: u32,
+    #[serde(
+        rename = "t",
+        with = "time::serde::rfc3339::option",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub at: Option<OffsetDateTime>,
+    #[serde(rename = "e", default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Until {
+    /// The longest error text an [`Until`] keeps: the pointer, and what was found there, cut.
+    pub const MAX_ERROR_CHARS: usize = 240;
+
+    /// What the timer of `step` read from `event` (normalised) at `pointer`: an RFC 3339 time.
+    pub fn read(step: u32, pointer: &str, event: &serde_json::Value) -> Until {
+        use time::format_description::well_known::Rfc3339;
+        let found = match event.pointer(pointer) {
+            None | Some(serde_json::Value::Null) => Err(format!("the start event has no time at {pointer}")),
+            Some(serde_json::Value::String(text)) => OffsetDateTime::parse(text, &Rfc3339).map_err(|e| {
+                let shown: String = text.chars().take(64).collect();
+                format!("the start event's {pointer} is not an RFC 3339 time ({shown:?}: {e})")
+            }),
+            Some(other) => Err(format!(
+                "the start event's {pointer} is not an RFC 3339 time but {}",
+                match other {
+                    serde_json::Value::Bool(_) => "a boolean",
+                    serde_json::Value::Number(_) => "a number",
+                    serde_json::Value::Array(_) => "an array",
+                    _ => "an object",
+                }
+            )),
+        };
+        match found {
+            Ok(at) => Until { step, at: Some(at), error: None },
+            Err(e) => Until { step, at: None, error: Some(e.chars().take(Self::MAX_ERROR_CHARS).collect()) },
+        }
+    }
+}
+
 /// One transition, as the audit trail records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditEntry {
@@ -310,6 +359,9 @@ pub struct Record {
     /// The compensation of this generation, once it began: its plan, fixed then, and how each
     /// compensation's wait stands. It stays in the record that ended it.
     pub compensation: Option<Compensation>,
+    /// The times this generation's `timer: { until }` steps wait until, read from its start
+    /// event (empty without such a step).
+    pub untils: Vec<Until>,
 }
 
 impl Record {
@@ -383,6 +435,15 @@ impl Record {
             Kind::Waiting | Kind::Compensating if planted => false,
             Kind::Pending => true,
             _ => self.live_waits().any(Wait::owes_work),
+        }
+    }
+
+    /// What this generation read for the `until` timer of `step`: its time, or why there is none.
+    pub fn until_of(&self, step: u32) -> Result<OffsetDateTime, String> {
+        match self.untils.iter().find(|u| u.step == step) {
+            Some(Until { at: Some(at), .. }) => Ok(*at),
+            Some(Until { error: Some(e), .. }) => Err(e.clone()),
+            _ => Err("the run's start event was not read for this timer's time".to_owned()),
         }
     }
 

@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 use super::effect::{Decision, Effect};
 use super::input::{IgnoreReason, Outcome};
 use super::plan::{OnRestart, Plan};
-use super::record::{REMEMBERED_START_EVENTS, Record, State};
+use super::record::{REMEMBERED_START_EVENTS, Record, State, Until};
 use super::table::Cause;
 use crate::domain::ids::{CorrelationKey, EventId, WorkflowName};
 
@@ -14,7 +14,7 @@ pub(super) fn on_start(
     plan: &Plan,
     (workflow, key): (&WorkflowName, &CorrelationKey),
     record: Option<&Record>,
-    event: &EventId,
+    (event, untils): (&EventId, &[Until]),
     now: OffsetDateTime,
 ) -> Decision {
     let Some(r) = record else {
@@ -36,6 +36,7 @@ pub(super) fn on_start(
             confirmed: Vec::new(),
             succeeded: Vec::new(),
             compensation: None,
+            untils: untils.to_vec(),
         };
         return Decision::new(Outcome::Applied)
             .with_write(Cause::Start, None, to)
@@ -72,6 +73,7 @@ pub(super) fn on_start(
         confirmed: Vec::new(),
         succeeded: Vec::new(),
         compensation: None,
+        untils: untils.to_vec(),
         ..r.next(State::Pending, now)
     };
     Decision::new(Outcome::Applied)

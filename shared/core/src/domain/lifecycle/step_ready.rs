@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 
 use super::effect::{Decision, Effect, failure, success};
 use super::input::{IgnoreReason, Outcome, RejectReason};
-use super::plan::{Plan, Span};
+use super::plan::{Plan, Span, Timer};
 use super::position;
 use super::record::{Kind, Record, State};
 use super::table::Cause;
@@ -141,7 +141,7 @@ fn branch_again(
     if waiting && w.status == WaitStatus::Unreached {
         let mut to = r.next(r.state, now);
         if let Some(branch) = to.wait_mut(w.step) {
-            *branch = reached(plan, (w.step, Role::Branch), token, deadline);
+            *branch = reached(plan, r, (w.step, Role::Branch), token, deadline);
         }
         return Decision::new(Outcome::Applied).with_write(Cause::BranchReady, Some(r), to).effects(ready(
             plan,
@@ -193,10 +193,16 @@ fn open(
         _ => r.config_version.clone(),
     };
     let role = if plan.group_of(step).is_some() { Role::Branch } else { Role::Step };
-    let waits = span
-        .steps()
-        .map(|s| if s == step { reached(plan, (s, role), token, deadline) } else { Wait::unreached(s, role) })
-        .collect();
+    let waits =
+        span.steps()
+            .map(|s| {
+                if s == step {
+                    reached(plan, r, (s, role), token, deadline)
+                } else {
+                    Wait::unreached(s, role)
+                }
+            })
+            .collect();
     let to = Record { waits, config_version, ..r.next(State::Waiting { step: span.first }, now) };
     Decision::new(Outcome::Applied).with_write(Cause::StepReady, Some(r), to).effects(ready(
         plan,
@@ -207,18 +213,26 @@ fn open(
 }
 
 /// The wait of `step`, reached with `token` until `deadline`: open (its first reminder due, if it
-/// declares `remind`), or, a timer's, sleeping until its `after` has passed. Both count from when
+/// declares `remind`), or, a timer's, sleeping until its time ([`timer_wakes`]; a timer that
+/// cannot wait sleeps until it entered, so that the next sweep fails it). Times count from when
 /// Step Functions entered the step (by Step Functions' clock, which set the deadline `timeout`
 /// after it: a report that waited in the queue shortens the wait, and never lengthens it).
-fn reached(plan: &Plan, (step, role): (u32, Role), token: &TaskToken, deadline: OffsetDateTime) -> Wait {
+fn reached(
+    plan: &Plan,
+    r: &Record,
+    (step, role): (u32, Role),
+    token: &TaskToken,
+    deadline: OffsetDateTime,
+) -> Wait {
     let mut w = Wait::reached(step, role, token, deadline);
     let Some(s) = plan.step(step) else { return w };
-    let entered = deadline - time::Duration::try_from(s.timeout).unwrap_or(time::Duration::ZERO);
+    let entered = entered(s.timeout, deadline);
     let after = |d: std::time::Duration| {
         entered.saturating_add(time::Duration::try_from(d).unwrap_or(time::Duration::MAX))
     };
-    if let Some(timer) = s.timer {
-        w.status = WaitStatus::Sleeping { until: after(timer) };
+    if let Some(timer) = &s.timer {
+        let until = timer_wakes(timer, r, step, (s.timeout, deadline)).unwrap_or(entered);
+        w.status = WaitStatus::Sleeping { until };
     } else if role == Role::Step {
         // Reminders and escalation are a step's only (`tick::notify`; `baton validate` refuses
         // them on a branch, and on a timer: found by an attack test, a branch's would be owed
@@ -226,6 +240,45 @@ fn reached(plan: &Plan, (step, role): (u32, Role), token: &TaskToken, deadline: 
         w.notice_at = s.notices().first().map(|(t, _)| after(*t));
     }
     w
+}
+
+/// When Step Functions entered a step of `timeout` whose wait ends at `deadline`.
+fn entered(timeout: std::time::Duration, deadline: OffsetDateTime) -> OffsetDateTime {
+    deadline - time::Duration::try_from(timeout).unwrap_or(time::Duration::ZERO)
+}
+
+/// When the timer of `step` (of `timeout`, its wait ending at `deadline`) wakes: `after` Step
+/// Functions entered it, or at the time its run's start event held (at once, if that has passed).
+/// Or why it cannot wait: that time could not be read, or is past what its timeout lets the
+/// sweep that wakes it reach (Step Functions would time the step out first). Reach and wake
+/// ask it alike (`tick::wake`).
+pub(super) fn timer_wakes(
+    timer: &Timer,
+    r: &Record,
+    step: u32,
+    (timeout, deadline): (std::time::Duration, OffsetDateTime),
+) -> Result<OffsetDateTime, String> {
+    match timer {
+        Timer::After(after) => Ok(entered(timeout, deadline)
+            .saturating_add(time::Duration::try_from(*after).unwrap_or(time::Duration::MAX))),
+        Timer::Until(pointer) => {
+            let at = r.until_of(step)?;
+            let latest = deadline.saturating_sub(
+                time::Duration::try_from(crate::limits::ATTEMPT_OPEN_LAG).unwrap_or(time::Duration::ZERO),
+            );
+            if at > latest {
+                let rfc = |t: OffsetDateTime| {
+                    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+                };
+                return Err(format!(
+                    "the start event's {pointer} is {}, later than the step's timeout lets it wait (until {})",
+                    rfc(at),
+                    rfc(latest)
+                ));
+            }
+            Ok(at)
+        }
+    }
 }
 
 /// Step Functions reported the wait `w` again with a new token and a later deadline: the

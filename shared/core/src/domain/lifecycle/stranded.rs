@@ -166,7 +166,7 @@ pub fn ended_as((status, error): (&str, Option<&str>), missed: bool) -> State {
 /// outside or from a report; the sweeper's and the engine's own bookkeeping owe nothing.
 fn while_stranded(r: &Record, input: &Input) -> Decision {
     match input {
-        Input::Start { event } if r.start_events.contains(event) => Decision::new(Outcome::Duplicate),
+        Input::Start { event, .. } if r.start_events.contains(event) => Decision::new(Outcome::Duplicate),
         // Its run has not ended: refused as while it ran, so that a copy of the event after
         // the end never starts a later run (found by the simulation: a producer's late retry,
         // ledgered `stranded`, restarted the workflow weeks later).

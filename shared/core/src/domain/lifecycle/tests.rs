@@ -93,7 +93,7 @@ fn after(d: &Decision) -> Record {
 }
 
 fn started(plan: &Plan) -> Record {
-    after(&run(plan, None, &Input::Start { event: eid("evt-1") }))
+    after(&run(plan, None, &Input::start(eid("evt-1"))))
 }
 
 fn ready(plan: &Plan, r: &Record, step: u32, tok: &str) -> Record {
@@ -208,7 +208,7 @@ fn callback(id: &str, step: u32, outcome: StepOutcome, data: serde_json::Value) 
 #[test]
 fn given_no_record_when_a_start_event_arrives_then_a_pending_record_and_one_execution_are_owed() {
     let p = plan(&[&["decision"]]);
-    let d = run(&p, None, &Input::Start { event: eid("evt-1") });
+    let d = run(&p, None, &Input::start(eid("evt-1")));
     assert_eq!(d.outcome, Outcome::Applied);
     let w = d.write.as_ref().unwrap();
     assert_eq!(
@@ -223,7 +223,7 @@ fn given_a_pending_record_when_its_start_event_is_redelivered_then_it_is_a_dupli
  {
     let p = plan(&[&["decision"]]);
     let r = started(&p);
-    let d = run(&p, Some(&r), &Input::Start { event: eid("evt-1") });
+    let d = run(&p, Some(&r), &Input::start(eid("evt-1")));
     assert_eq!(d.outcome, Outcome::Duplicate);
     assert!(d.write.is_none());
     assert_eq!(d.effects, vec![Effect::StartExecution { generation: 1 }]);
@@ -233,7 +233,7 @@ fn given_a_pending_record_when_its_start_event_is_redelivered_then_it_is_a_dupli
 fn given_a_running_workflow_when_another_start_event_arrives_then_it_is_ignored_and_ledgered() {
     let p = plan(&[&["decision"]]);
     let r = ready(&p, &started(&p), 0, "tok-0");
-    let d = run(&p, Some(&r), &Input::Start { event: eid("evt-2") });
+    let d = run(&p, Some(&r), &Input::start(eid("evt-2")));
     assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::AlreadyRunning));
     assert_eq!(d.effects, vec![Effect::Ledger { reason: IgnoreReason::AlreadyRunning }]);
 }
@@ -496,15 +496,15 @@ fn given_a_terminal_record_when_a_new_start_arrives_then_on_restart_decides() {
     let r = started(&p);
     let r = after(&run(&p, Some(&r), &Input::Cancel { reason: "test".into() }));
 
-    let d = run(&p, Some(&r), &Input::Start { event: eid("evt-2") });
+    let d = run(&p, Some(&r), &Input::start(eid("evt-2")));
     let to = after(&d);
     assert_eq!((to.state, to.generation, to.version), (State::Pending, 2, r.version + 1));
     assert_eq!(d.effects, vec![Effect::StartExecution { generation: 2 }]);
     // The first generation's start event, redelivered, must not open a third generation.
-    assert_eq!(run(&p, Some(&r), &Input::Start { event: eid("evt-1") }).outcome, Outcome::Duplicate);
+    assert_eq!(run(&p, Some(&r), &Input::start(eid("evt-1"))).outcome, Outcome::Duplicate);
 
     p.on_restart = OnRestart::Never;
-    let d = run(&p, Some(&r), &Input::Start { event: eid("evt-2") });
+    let d = run(&p, Some(&r), &Input::start(eid("evt-2")));
     assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::RestartNotAllowed));
     assert_eq!(d.effects, vec![Effect::Ledger { reason: IgnoreReason::RestartNotAllowed }]);
 }
@@ -514,7 +514,7 @@ fn given_an_old_generation_when_its_reports_arrive_then_they_are_stale() {
     let p = plan(&[&["decision"]]);
     let r = started(&p);
     let r = after(&run(&p, Some(&r), &Input::Cancel { reason: "test".into() }));
-    let r = after(&run(&p, Some(&r), &Input::Start { event: eid("evt-2") }));
+    let r = after(&run(&p, Some(&r), &Input::start(eid("evt-2"))));
     let d = run(&p, Some(&r), &Input::Finished { generation: 1, finish: Finish::TimedOut });
     assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::StaleGeneration));
     let stray = Input::StepReady { generation: 1, step: 0, token: token("old"), deadline: T0 };
@@ -537,7 +537,7 @@ fn given_an_input_applied_in_an_earlier_generation_when_it_comes_again_then_it_i
     };
     let r = after(&run(&p, Some(&r), &for_g1("cb-1")));
     let r = after(&run(&p, Some(&r), &Input::Cancel { reason: "test".into() }));
-    let r = after(&run(&p, Some(&r), &Input::Start { event: eid("evt-2") }));
+    let r = after(&run(&p, Some(&r), &Input::start(eid("evt-2"))));
     assert_eq!(run(&p, Some(&r), &for_g1("cb-1")).outcome, Outcome::Duplicate);
     let unseen = run(&p, Some(&r), &for_g1("cb-2"));
     assert_eq!(unseen.outcome, Outcome::Ignored(IgnoreReason::StaleGeneration));
@@ -552,7 +552,7 @@ fn given_an_input_for_a_later_step_of_a_stale_run_then_its_application_to_an_ear
     let r = ready(&p, &started(&p), 0, "t0");
     let r = after(&run(&p, Some(&r), &callback("note-1", 0, StepOutcome::Succeeded, json!({"decision": 1}))));
     let r = after(&run(&p, Some(&r), &Input::Cancel { reason: "test".into() }));
-    let r = after(&run(&p, Some(&r), &Input::Start { event: eid("evt-2") }));
+    let r = after(&run(&p, Some(&r), &Input::start(eid("evt-2"))));
     let mut for_step_1 = callback("note-1", 1, StepOutcome::Succeeded, json!({"note": 1}));
     if let Input::StepInput { generation, .. } = &mut for_step_1 {
         *generation = Some(1);
@@ -965,7 +965,7 @@ impl World {
         self.now += Duration::seconds(1);
         match action {
             Action::Start(n) => {
-                self.decide_and_apply(&Input::Start { event: eid(&format!("evt-{n}")) });
+                self.decide_and_apply(&Input::start(eid(&format!("evt-{n}"))));
             }
             Action::Callback { id, step, outcome, keys } => {
                 let outcome = match outcome {
@@ -1096,7 +1096,7 @@ proptest! {
 #[test]
 fn a_write_follows_from_the_record_read_and_a_tampered_one_does_not() {
     let p = plan(&[&["approved"]]);
-    let created = run(&p, None, &Input::Start { event: eid("evt-1") }).write.expect("a write");
+    let created = run(&p, None, &Input::start(eid("evt-1"))).write.expect("a write");
     assert!(created.follows(None));
     let pending = created.to.clone();
     let input =

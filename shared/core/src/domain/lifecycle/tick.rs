@@ -4,13 +4,14 @@
 
 use time::OffsetDateTime;
 
-use super::effect::{Decision, Effect, success};
+use super::effect::{Decision, Effect, failure, success};
 use super::input::{Input, Outcome};
 use super::plan::{Notice, Plan};
 use super::position;
 use super::record::{Kind, Record, State};
 use super::resend_after;
 use super::step_input::mark_for;
+use super::step_ready::timer_wakes;
 use super::table::Cause;
 use super::wait::{Role, Wait, WaitId, WaitOutcome, WaitStatus};
 use crate::limits::RESTART_PENDING_AFTER;
@@ -52,20 +53,28 @@ pub(super) fn on_tick(plan: &Plan, r: &Record, now: OffsetDateTime) -> Decision 
 }
 
 /// A timer step whose time has come, by this sweep's clock: its wait succeeds (with no output),
-/// and with it the step, and its success is owed to its token. A timer that Step Functions has
-/// timed out already (the sweeper later than the step's margin) is left to its timeout report.
+/// and with it the step, and its success is owed to its token. A timer that cannot wait (its
+/// `until` could not be read from the start event, or lies past its timeout) fails instead, with
+/// [`TIMER_ERROR`](super::TIMER_ERROR) and why: the workflow fails with it, rather than wait for
+/// a time nobody knows. A timer that Step Functions has timed out already (the sweeper later
+/// than the step's margin) is left to its timeout report.
 fn wake(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
     let w = r.waits.iter().find(|w| w.wakes_at().is_some_and(|at| at <= now))?;
     let token = w.token.clone()?;
-    if r.state.kind() != Kind::Waiting || w.deadline.is_some_and(|deadline| now >= deadline) {
+    let deadline = w.deadline?;
+    if r.state.kind() != Kind::Waiting || now >= deadline {
         return None;
     }
+    let s = plan.step(w.step)?;
+    let (outcome, resume) = match timer_wakes(s.timer.as_ref()?, r, w.step, (s.timeout, deadline)) {
+        Ok(_) => (WaitOutcome::Succeeded, success(serde_json::Value::Object(serde_json::Map::new()))),
+        Err(why) => (WaitOutcome::Failed, failure(super::TIMER_ERROR, &why)),
+    };
     let mut to = r.next(r.state, now);
     let woken = to.wait_mut(w.step)?;
-    let resume = success(serde_json::Value::Object(serde_json::Map::new()));
-    woken.decide(WaitOutcome::Succeeded, resume.clone(), now);
+    woken.decide(outcome, resume.clone(), now);
     let wait = WaitId::of(r.generation, woken);
-    let cause = position::settle(plan, &mut to, w.step, WaitOutcome::Succeeded);
+    let cause = position::settle(plan, &mut to, w.step, outcome);
     let mark = mark_for(&to);
     Some(Decision::new(Outcome::Applied).with_write(cause, Some(r), to).effect(Effect::Resume {
         wait,

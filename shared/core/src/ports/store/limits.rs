@@ -185,6 +185,9 @@ pub fn record_size_bound(record: &Record) -> usize {
     if let Some(c) = record.compensation.as_ref().filter(|_| !planted) {
         nested += as_json(c);
     }
+    if !record.untils.is_empty() {
+        nested += as_json(&record.untils);
+    }
     for list in [&record.missed, &record.confirmed, &record.succeeded] {
         nested += list.len() * 12;
     }

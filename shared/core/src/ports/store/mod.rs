@@ -958,7 +958,7 @@ mod tests {
         let w = WorkflowName::parse("wf").unwrap();
         let k = CorrelationKey::parse("k").unwrap();
         let now = OffsetDateTime::UNIX_EPOCH;
-        let start = decide(&plan, (&w, &k), None, &Input::Start { event: EventId::parse("e").unwrap() }, now);
+        let start = decide(&plan, (&w, &k), None, &Input::start(EventId::parse("e").unwrap()), now);
         let write = start.write.unwrap();
         assert_eq!(condition_for(&write).unwrap(), Condition::Absent);
         assert!(Condition::Absent.holds(None));

@@ -355,7 +355,7 @@ fn held_cancel_in_a_branchs_backoff_then_restart_starts_over() {
         assert!(d.write.is_none() && create_tasks(&d).is_empty(), "{input:?}: {d:?}");
     }
     // A restart, and generation 2 at the group again.
-    let r2 = after(&at(&p, Some(&cancelled), &Input::Start { event: eid("evt-2") }, due));
+    let r2 = after(&at(&p, Some(&cancelled), &Input::start(eid("evt-2")), due));
     let t = due + Duration::minutes(1);
     let step_ready = |r: &Record, step: u32| {
         let input = Input::StepReady {

@@ -207,7 +207,7 @@ fn acknowledged_in_turn(p: &Plan, r: &Record) {
     // A late acknowledgement after the end is ledgered; a new start opens generation 2.
     let late = run(&p, Some(&r), &ack("ack-late", 0, StepOutcome::Succeeded, Some(3)));
     assert_eq!(late.outcome, Outcome::Ignored(IgnoreReason::Terminal));
-    let restarted = after(&run(&p, Some(&r), &Input::Start { event: eid("evt-2") }));
+    let restarted = after(&run(&p, Some(&r), &Input::start(eid("evt-2"))));
     assert_eq!((restarted.generation, restarted.compensation.is_none()), (2, true));
 }
 

@@ -124,7 +124,7 @@ fn an_undo_ready_redelivered_after_the_end_fails_no_token() {
 fn an_undo_ready_redelivered_after_a_restart_fails_no_token() {
     let p = saga();
     let (r, mut ds) = compensated(&p, &shipping_failed(&p));
-    let r = after(&run(&p, Some(&r), &Input::Start { event: eid("evt-2") }));
+    let r = after(&run(&p, Some(&r), &Input::start(eid("evt-2"))));
     assert_eq!(r.generation, 2);
     ds.push(run(&p, Some(&r), &undo_ready(1, "NoCarrier")));
     let all: Vec<&Decision> = ds.iter().collect();
@@ -163,7 +163,7 @@ fn a_step_ready_failed_into_the_chain_is_not_failed_again_after_the_end() {
 fn a_stale_generation_step_ready_while_compensating_is_stale_and_not_failed() {
     let p = saga();
     let (r, mut ds) = compensated(&p, &shipping_failed(&p));
-    let r = after(&run(&p, Some(&r), &Input::Start { event: eid("evt-2") }));
+    let r = after(&run(&p, Some(&r), &Input::start(eid("evt-2"))));
     let r = ready(&p, &r, 0, "g2-t0");
     let r =
         after(&run(&p, Some(&r), &callback("cb-0-g2", 0, StepOutcome::Succeeded, json!({"hold": "h-2"}))));
@@ -277,7 +277,7 @@ fn the_sweeper_publishes_no_compensation_attempt_after_its_wait_timed_out() {
 fn a_start_event_redelivered_while_compensating_is_a_duplicate() {
     let p = saga();
     let r = reached(&p, &shipping_failed(&p), 1, "NoCarrier");
-    let d = run(&p, Some(&r), &Input::Start { event: eid("evt-1") });
+    let d = run(&p, Some(&r), &Input::start(eid("evt-1")));
     assert_eq!((d.outcome, d.effects), (Outcome::Duplicate, vec![]));
 }
 
@@ -606,7 +606,7 @@ fn held_restart_after_compensated_starts_clean_and_generation_one_inputs_are_sta
     assert_eq!(late.outcome, Outcome::Ignored(IgnoreReason::Terminal));
     let dup = run(&p, Some(&r), &ack("a0", 0, StepOutcome::Succeeded, Some(1)));
     assert_eq!((dup.outcome, dup.effects.len()), (Outcome::Duplicate, 0));
-    let d = run(&p, Some(&r), &Input::Start { event: eid("evt-2") });
+    let d = run(&p, Some(&r), &Input::start(eid("evt-2")));
     assert_eq!(d.transition(), Some((Some(State::Compensated), State::Pending)));
     let r = after(&d);
     assert_eq!((r.generation, r.compensation.is_none(), r.waits.is_empty()), (2, true, true));

@@ -236,7 +236,7 @@ fn held_after_an_end_a_restart_is_a_clean_generation_that_generation_ones_leftov
     let stranded = after(&run(&p, Some(&r), &gone(1, "ABORTED")));
     let ended = after(&run(&p, Some(&stranded), &end(1, "ABORTED")));
     assert!(ended.state.is_terminal());
-    let d = run(&p, Some(&ended), &Input::Start { event: eid("evt-2") });
+    let d = run(&p, Some(&ended), &Input::start(eid("evt-2")));
     assert_eq!(d.write.as_ref().map(|w| w.cause), Some(Cause::Restart));
     let g2 = after(&d);
     assert_eq!(

@@ -134,7 +134,7 @@ impl Sim {
     /// Started, review done: the record is `advancing{0}`, the group not yet open.
     fn before_group(plan: Plan) -> Sim {
         let mut s = Sim::new(plan);
-        s.all(&[Input::Start { event: eid("evt-1") }, step_ready(0, "t0"), ok("cb-review", 0)]);
+        s.all(&[Input::start(eid("evt-1")), step_ready(0, "t0"), ok("cb-review", 0)]);
         assert_eq!(s.r().state, State::Advancing { step: 0 });
         s
     }
@@ -509,7 +509,7 @@ fn a_terminal_record_resends_no_branch_resume_on_a_redelivered_callback() {
     // The straight-line control: the same redelivery after the end sends nothing.
     let p = plan(&[&["decision"], &["x"]]);
     let mut s = Sim::new(p);
-    s.all(&[Input::Start { event: eid("evt-1") }, step_ready(0, "t0"), ok("cb-review", 0)]);
+    s.all(&[Input::start(eid("evt-1")), step_ready(0, "t0"), ok("cb-review", 0)]);
     s.apply(&Input::Cancel { reason: "ops".into() });
     s.now = T0 + RESEND_RESUME_AFTER;
     assert_eq!(s.apply(&ok("cb-review", 0)).effects, []);

@@ -448,7 +448,7 @@ fn a_restarted_generation_counts_none_of_the_earlier_ones_approvals() {
     let r = after(&run(&p, Some(&r), &ann));
     let r = after(&run(&p, Some(&r), &Input::Cancel { reason: "op".into() }));
     assert!(r.state.is_terminal(), "{}", r.state);
-    let g2 = after(&run(&p, Some(&r), &Input::Start { event: eid("evt-2") }));
+    let g2 = after(&run(&p, Some(&r), &Input::start(eid("evt-2"))));
     assert_eq!(g2.generation, 2);
     let g2 = ready(&p, &g2, 0, "g2-t0");
     let (g2, n) = feed(&p, &g2, &[drained(ok("cb-bob-g1", 0, json!({"bob": "yes"})), 1), ann]);

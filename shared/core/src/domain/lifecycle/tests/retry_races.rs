@@ -227,7 +227,7 @@ fn held_a_restart_starts_on_attempt_one_and_stale_marks_do_nothing() {
         let d = at(&p, Some(&cancelled), &input, due + Duration::hours(1));
         assert!(d.write.is_none() && create_tasks(&d).is_empty(), "{input:?}: {d:?}");
     }
-    let restarted = after(&at(&p, Some(&cancelled), &Input::Start { event: eid("evt-2") }, due));
+    let restarted = after(&at(&p, Some(&cancelled), &Input::start(eid("evt-2")), due));
     assert_eq!((restarted.generation, restarted.attempt(), restarted.next_attempt_at()), (2, 1, None));
     let input =
         Input::StepReady { generation: 2, step: 0, token: token("t2"), deadline: due + Duration::days(2) };

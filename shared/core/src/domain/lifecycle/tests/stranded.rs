@@ -53,7 +53,7 @@ fn nothing_but_an_end_moves_a_stranded_record_and_every_other_input_is_ledgered(
     }
     // A new start event is refused as while the run goes on (`already_running`): a copy of it
     // after the end must never start a later run.
-    let d = run(&p, Some(&stranded), &Input::Start { event: eid("evt-2") });
+    let d = run(&p, Some(&stranded), &Input::start(eid("evt-2")));
     assert_eq!(d.effects, [Effect::Ledger { reason: IgnoreReason::AlreadyRunning }]);
     let tick = run(&p, Some(&stranded), &Input::Tick);
     assert_eq!((tick.outcome, tick.effects.len()), (Outcome::Ignored(IgnoreReason::NothingOwed), 0));

@@ -9,7 +9,7 @@ use super::*;
 /// payment (1).
 fn cooling_off() -> Plan {
     let mut p = plan(&[&[], &["payment_ref"]]);
-    p.steps[0].timer = Some(std::time::Duration::from_secs(24 * 3600));
+    p.steps[0].timer = Some(Timer::After(std::time::Duration::from_secs(24 * 3600)));
     p.steps[0].timeout = std::time::Duration::from_secs(24 * 3600 + 15 * 60);
     p
 }
@@ -119,4 +119,95 @@ fn inputs_for_the_step_after_a_timer_wait_in_the_inbox_until_it_is_reached() {
     let d = at(&p, Some(&r), &early, T0 + Duration::hours(1));
     assert_eq!(d.outcome, Outcome::Buffered);
     assert!(matches!(d.effects.as_slice(), [Effect::Buffer { generation: 1, step: 1 }]));
+}
+
+/// A timer until the time the start event holds at `/data/starts_at` (step 0, its timeout 7
+/// days), then payment (1).
+fn until_start() -> Plan {
+    let mut p = plan(&[&[], &["payment_ref"]]);
+    p.steps[0].timer = Some(Timer::Until("/data/starts_at".into()));
+    p.steps[0].timeout = std::time::Duration::from_secs(7 * 86_400);
+    p
+}
+
+/// A run started by an event whose `data.starts_at` is `starts_at`.
+fn started_at(p: &Plan, starts_at: serde_json::Value) -> Record {
+    let event = json!({"data": {"starts_at": starts_at}});
+    let untils = vec![Until::read(0, "/data/starts_at", &event)];
+    after(&run(p, None, &Input::Start { event: eid("evt-1"), untils }))
+}
+
+/// Step Functions entered the until-timer at `T0`.
+fn entered_until(p: &Plan, r: &Record) -> Decision {
+    let deadline = T0 + Duration::days(7);
+    let input = Input::StepReady { generation: r.generation, step: 0, token: token("tok-0"), deadline };
+    at(p, Some(r), &input, T0 + Duration::seconds(5))
+}
+
+#[test]
+fn a_timer_until_a_time_sleeps_until_the_time_its_start_event_held_and_wakes_then() {
+    let p = until_start();
+    let r = started_at(&p, json!("2026-12-01T09:30:00Z"));
+    let r = after(&entered_until(&p, &r));
+    let time = datetime!(2026-12-01 09:30 UTC);
+    assert_eq!(wait_of(&r, 0).status, WaitStatus::Sleeping { until: time });
+    let early = at(&p, Some(&r), &Input::Tick, time - Duration::milliseconds(1));
+    assert!(early.write.is_none(), "{early:?}");
+    let woke = at(&p, Some(&r), &Input::Tick, time);
+    assert_eq!(after(&woke).state, State::Advancing { step: 0 });
+    assert_eq!(woke.effects, vec![resume_ok(wid(1, 0), "tok-0", json!({}), Mark::IfGone)]);
+}
+
+#[test]
+fn a_time_already_past_wakes_the_timer_at_the_first_sweep() {
+    let p = until_start();
+    let r = after(&entered_until(&p, &started_at(&p, json!("2020-01-01T00:00:00+01:00"))));
+    assert_eq!(r.due_at(), datetime!(2019-12-31 23:00 UTC) - RESEND_RESUME_AFTER, "due at once");
+    let woke = at(&p, Some(&r), &Input::Tick, T0 + Duration::seconds(6));
+    assert_eq!(woke.effects, vec![resume_ok(wid(1, 0), "tok-0", json!({}), Mark::IfGone)]);
+}
+
+#[test]
+fn a_time_that_cannot_be_read_fails_the_step_at_the_first_sweep_saying_why() {
+    let p = until_start();
+    for (held, why) in [
+        (json!(null), "the start event has no time at /data/starts_at"),
+        (json!(1_764_000_000), "the start event's /data/starts_at is not an RFC 3339 time but a number"),
+        (
+            json!("next tuesday"),
+            "the start event's /data/starts_at is not an RFC 3339 time (\"next tuesday\": ",
+        ),
+        // Later than the step's timeout (7 days from T0) lets the sweep reach it.
+        (
+            json!("2026-12-29T00:00:00Z"),
+            "the start event's /data/starts_at is 2026-12-29T00:00:00Z, later than",
+        ),
+    ] {
+        let r = after(&entered_until(&p, &started_at(&p, held.clone())));
+        assert_eq!(r.due_at(), T0 - RESEND_RESUME_AFTER, "{held}: due at once");
+        let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::seconds(6));
+        let failed = after(&d);
+        assert_eq!(
+            (failed.state, wait_of(&failed, 0).outcome()),
+            (State::Advancing { step: 0 }, Some(WaitOutcome::Failed))
+        );
+        let [Effect::Resume { resume: Resume::Failure { error, cause }, .. }] = d.effects.as_slice() else {
+            panic!("{held}: one failure owed: {:?}", d.effects)
+        };
+        assert_eq!(error, TIMER_ERROR);
+        assert!(cause.starts_with(why), "{held}: {cause}");
+    }
+}
+
+#[test]
+fn a_restart_reads_the_time_of_its_own_start_event() {
+    let p = until_start();
+    let first = started_at(&p, json!("2026-12-01T09:30:00Z"));
+    let mut ended = first.clone();
+    ended.state = State::Succeeded;
+    let event = json!({"data": {"starts_at": "2027-01-01T00:00:00Z"}});
+    let untils = vec![Until::read(0, "/data/starts_at", &event)];
+    let again = after(&run(&p, Some(&ended), &Input::Start { event: eid("evt-2"), untils }));
+    assert_eq!(again.generation, 2);
+    assert_eq!(again.until_of(0), Ok(datetime!(2027-01-01 00:00 UTC)));
 }

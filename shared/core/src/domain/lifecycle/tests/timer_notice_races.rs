@@ -49,7 +49,7 @@ fn then(r: &Record, d: &Decision) -> Record {
 /// payment (2). validate refuses a timer on a branch.
 fn timer_on_a_branch() -> Plan {
     let mut p = with_group(plan(&[&[], &["decision"], &["payment_ref"]]), (0, 1), &[]);
-    p.steps[0].timer = Some(std_secs(3600));
+    p.steps[0].timer = Some(Timer::After(std_secs(3600)));
     p.steps[0].timeout = std_secs(3600 + 15 * 60);
     p.steps[1].timeout = std_secs(86_400);
     p
@@ -81,7 +81,7 @@ fn a_timer_branch_woken_while_its_sibling_waits_keeps_the_tables() {
 #[test]
 fn a_timer_step_whose_plan_also_reminds_is_reached_within_the_tables() {
     let mut p = plan(&[&[], &["payment_ref"]]);
-    p.steps[0].timer = Some(std_secs(3600));
+    p.steps[0].timer = Some(Timer::After(std_secs(3600)));
     p.steps[0].timeout = std_secs(3600 + 15 * 60);
     p.steps[0].remind = Some(Remind { after: std_secs(600), every: std_secs(600), times: 2 });
     let r = started(&p);
@@ -125,7 +125,7 @@ fn a_reminded_branch_never_owes_the_sweeper_work_it_will_not_do() {
 #[test]
 fn an_input_naming_a_timer_step_before_the_record_exists_is_refused_as_after() {
     let mut p = plan(&[&[], &["payment_ref"]]);
-    p.steps[0].timer = Some(std_secs(3600));
+    p.steps[0].timer = Some(Timer::After(std_secs(3600)));
     p.steps[0].timeout = std_secs(3600 + 15 * 60);
     let input = callback("cb-early", 0, StepOutcome::Succeeded, json!({}));
     let pending = started(&p);
@@ -146,7 +146,7 @@ fn an_input_naming_a_timer_step_before_the_record_exists_is_refused_as_after() {
 #[test]
 fn the_compensation_plan_never_runs_a_timer_even_one_that_declares_compensate() {
     let mut p = plan(&[&[], &["decision"]]);
-    p.steps[0].timer = Some(std_secs(3600));
+    p.steps[0].timer = Some(Timer::After(std_secs(3600)));
     p.steps[0].timeout = std_secs(3600 + 15 * 60);
     p.steps[0].compensate = Some(2);
     p.steps[1].timeout = std_secs(86_400);
@@ -198,7 +198,7 @@ fn saga_with_timer() -> Plan {
     let mut p = plan(&[&["decision"], &[], &["payment_ref"]]);
     p.steps[0].timeout = std_secs(86_400);
     p.steps[0].compensate = Some(2);
-    p.steps[1].timer = Some(std_secs(3600));
+    p.steps[1].timer = Some(Timer::After(std_secs(3600)));
     p.steps[1].timeout = std_secs(3600 + 15 * 60);
     p.steps[2].timeout = std_secs(86_400);
     p.steps[2].remind = Some(Remind { after: std_secs(3600), every: std_secs(3600), times: 2 });
@@ -301,7 +301,7 @@ fn held_a_restart_gives_the_timer_a_new_sleep_and_refuses_the_old_ones() {
     let p = saga_with_timer();
     let r = sleeping(&p);
     let cancelled = after(&at(&p, Some(&r), &Input::Cancel { reason: "x".into() }, T0 + MIN(10)));
-    let r2 = after(&at(&p, Some(&cancelled), &Input::Start { event: eid("evt-2") }, T0 + MIN(20)));
+    let r2 = after(&at(&p, Some(&cancelled), &Input::start(eid("evt-2")), T0 + MIN(20)));
     assert_eq!(r2.generation, 2);
     let stale = at(&p, Some(&r2), &step_ready(1, 1, "t1-b", T0 + MIN(90)), T0 + MIN(21));
     assert!(stale.write.is_none() && fails(&stale.effects, "t1-b"));
@@ -361,12 +361,12 @@ fn walk_plan() -> Plan {
     s[0].remind = Some(Remind { after: std_secs(600), every: std_secs(900), times: 3 });
     s[0].retry = Some(Retry { attempts: 3, backoff: std_secs(300) });
     s[0].compensate = Some(2);
-    s[1].timer = Some(std_secs(3600));
+    s[1].timer = Some(Timer::After(std_secs(3600)));
     s[1].timeout = std_secs(3600 + 15 * 60);
     s[2].timeout = std_secs(2 * 3600);
     s[2].compensate = Some(1);
     s[3].timeout = std_secs(2 * 3600);
-    s[4].timer = Some(std_secs(1800));
+    s[4].timer = Some(Timer::After(std_secs(1800)));
     s[4].timeout = std_secs(45 * 60);
     s[5].timeout = std_secs(3 * 3600);
     s[5].remind = Some(Remind { after: std_secs(1200), every: std_secs(1200), times: 2 });
@@ -379,7 +379,7 @@ fn walk_plan() -> Plan {
 fn walk_plan_timers_first_and_last() -> Plan {
     let mut p = with_group(plan(&[&[], &["decision"], &["a"], &["b"], &[]]), (2, 3), &[2]);
     let s = &mut p.steps;
-    s[0].timer = Some(std_secs(3600));
+    s[0].timer = Some(Timer::After(std_secs(3600)));
     s[0].timeout = std_secs(3600 + 15 * 60);
     s[1].timeout = std_secs(3600);
     s[1].heartbeat = Some(std_secs(600));
@@ -389,7 +389,7 @@ fn walk_plan_timers_first_and_last() -> Plan {
     s[2].timeout = std_secs(3600);
     s[3].timeout = std_secs(3600);
     s[3].compensate = Some(1);
-    s[4].timer = Some(std_secs(1200));
+    s[4].timer = Some(Timer::After(std_secs(1200)));
     s[4].timeout = std_secs(25 * 60);
     p
 }
@@ -589,7 +589,7 @@ impl Walk {
                 if fresh {
                     self.events += 1;
                 }
-                Input::Start { event: eid(&format!("evt-{}", self.events)) }
+                Input::start(eid(&format!("evt-{}", self.events)))
             }
             87..=89 => {
                 let step = self.undo[self.rng.below(2)];
@@ -631,7 +631,7 @@ impl Walk {
     /// What Step Functions, a worker or the sweeper would send next for the run to go on.
     #[expect(clippy::too_many_lines, reason = "one match over what each party would send next")]
     fn progress(&mut self) -> Option<Input> {
-        let Some(r) = self.r.clone() else { return Some(Input::Start { event: eid("evt-1") }) };
+        let Some(r) = self.r.clone() else { return Some(Input::start(eid("evt-1"))) };
         let g = r.generation;
         let report = |walk: &mut Walk, step: u32| {
             walk.tokens += 1;
@@ -738,7 +738,7 @@ impl Walk {
             }
             _ => {
                 self.events += 1;
-                Input::Start { event: eid(&format!("evt-{}", self.events)) }
+                Input::start(eid(&format!("evt-{}", self.events)))
             }
         })
     }
@@ -924,7 +924,8 @@ impl Walk {
             let WaitStatus::Sleeping { until } = b.status else { continue };
             let key = (r.generation, b.step);
             if let Some(entered) = self.entered.get(&key) {
-                let after = Duration::try_from(self.p.timer_of(b.step).unwrap()).unwrap();
+                let Some(Timer::After(after)) = self.p.timer_of(b.step) else { continue };
+                let after = Duration::try_from(*after).unwrap();
                 if until != *entered + after {
                     self.fail(format!("a timer sleeps until {until}, entered {entered}"));
                 }

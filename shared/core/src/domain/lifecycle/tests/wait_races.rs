@@ -208,7 +208,7 @@ fn a_cancel_of_an_advancing_step_sends_its_token_no_second_different_resume() {
 #[test]
 fn held_a_start_event_redelivered_anywhere_starts_one_execution_per_generation() {
     let p = plan(&[&["decision"]]);
-    let start = Input::Start { event: eid("evt-1") };
+    let start = Input::start(eid("evt-1"));
     let r = started(&p);
     let executions = |d: &Decision| -> Vec<u32> {
         d.effects
@@ -225,7 +225,7 @@ fn held_a_start_event_redelivered_anywhere_starts_one_execution_per_generation()
     let done = after(&run(&p, Some(&waiting), &ok("cb-0", 0)));
     let done = after(&run(&p, Some(&done), &Input::Finished { generation: 1, finish: Finish::Succeeded }));
     assert_eq!(run(&p, Some(&done), &start).outcome, Outcome::Duplicate);
-    let g2 = after(&run(&p, Some(&done), &Input::Start { event: eid("evt-2") }));
+    let g2 = after(&run(&p, Some(&done), &Input::start(eid("evt-2"))));
     assert_eq!(g2.generation, 2);
     assert_eq!(executions(&run(&p, Some(&g2), &start)), [2], "only the pending generation's, idempotently");
 }
@@ -468,7 +468,7 @@ fn held_random_walks_over_a_retried_group_with_compensation_keep_the_invariants(
         &[(0, 2), (1, 2), (2, 1)],
     );
     let pool = vec![
-        Input::Start { event: eid("evt-1") },
+        Input::start(eid("evt-1")),
         step_ready_late(0, "t0", 0),
         ok("cb-0", 0),
         step_ready_late(1, "b1", 0),
@@ -520,8 +520,8 @@ fn held_random_walks_over_a_retried_step_with_restarts_keep_the_invariants() {
     p.steps[0].heartbeat = Some(std::time::Duration::from_secs(3600));
     p.steps[0].compensate = Some(2);
     let pool = vec![
-        Input::Start { event: eid("evt-1") },
-        Input::Start { event: eid("evt-2") },
+        Input::start(eid("evt-1")),
+        Input::start(eid("evt-2")),
         step_ready_late(0, "t0", 0),
         step_ready_late(0, "t0-b", 7),
         callback("cb-0", 0, StepOutcome::Succeeded, json!({"decision": "ok"})),
