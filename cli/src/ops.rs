@@ -77,6 +77,15 @@ pub async fn write_due_shards(client: &aws_sdk_dynamodb::Client, table: &str) ->
     })
 }
 
+/// The table `args` point at, as [`store`] reads it, and where it is (for an error's context).
+pub async fn table_at(args: &crate::target::TargetArgs) -> Result<(DynamoDbStore, String)> {
+    use crate::target::{Field, resolve};
+    let target = resolve(args, &[Field::Table], true)?;
+    let Some(table) = target.table.clone() else { anyhow::bail!("the table is needed") };
+    let store = store(aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?), &table).await?;
+    Ok((store, target.location()))
+}
+
 /// The stack's table, read across every `by_due` shard its functions write ([`due_shards`]).
 pub async fn store(client: aws_sdk_dynamodb::Client, table: &str) -> Result<DynamoDbStore> {
     let shards = due_shards(&client, table).await?;

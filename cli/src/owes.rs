@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use baton_aws::dynamodb::DynamoDbStore;
 use baton_core::domain::lifecycle::{Kind, Record, Role, WaitStatus};
 use baton_core::ports::store::{COUNT_UP_TO, DueList, WorkflowStore};
@@ -21,7 +21,7 @@ use serde::Serialize;
 use time::{Duration, OffsetDateTime};
 
 use crate::ops::{Asked, StepNames, human, rfc3339, table_time};
-use crate::target::{self, Field, TargetArgs};
+use crate::target::TargetArgs;
 
 /// The `--json` schema's name and version.
 pub const SCHEMA: &str = "baton.owes/v1";
@@ -53,14 +53,11 @@ pub struct OwesArgs {
 /// Reads the open tasks, then prints them.
 pub async fn run(args: OwesArgs) -> Result<()> {
     let names = StepNames::load(args.config.as_deref())?;
-    let target = target::resolve(&args.target, &[Field::Table], true)?;
-    let Some(table) = target.table.clone() else { bail!("the table is needed") };
-    let store =
-        crate::ops::store(aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?), &table).await?;
+    let (store, at) = crate::ops::table_at(&args.target).await?;
     let filter = Filter { queue: args.queue, overdue: args.overdue };
     let report = read(&store, &names, OffsetDateTime::now_utc(), args.up_to, &filter)
         .await
-        .with_context(|| format!("at {}", target.location()))?;
+        .with_context(|| format!("at {at}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use baton_aws::dynamodb::DynamoDbStore;
 use baton_core::domain::lifecycle::{Kind, Record};
 use baton_core::ports::store::{COUNT_UP_TO, Count, DueList, WorkflowStore};
@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
 use crate::ops::{StepNames, human, rfc3339, table_time};
-use crate::target::{self, Field, TargetArgs};
+use crate::target::TargetArgs;
 
 /// The `--json` schema's name and version.
 pub const SCHEMA: &str = "baton.status/v2";
@@ -49,13 +49,10 @@ pub struct StatusArgs {
 /// Reads the counts and the overdue records, then prints them.
 pub async fn run(args: StatusArgs) -> Result<()> {
     let names = StepNames::load(args.config.as_deref())?;
-    let target = target::resolve(&args.target, &[Field::Table], true)?;
-    let Some(table) = target.table.clone() else { bail!("the table is needed") };
-    let store =
-        crate::ops::store(aws_sdk_dynamodb::Client::new(&target.aws().sdk_config().await?), &table).await?;
+    let (store, at) = crate::ops::table_at(&args.target).await?;
     let report = read(&store, &names, OffsetDateTime::now_utc(), args.count_up_to)
         .await
-        .with_context(|| format!("at {}", target.location()))?;
+        .with_context(|| format!("at {at}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -411,6 +411,18 @@ impl System {
         handler.handle(event).await
     }
 
+    /// The history of an execution, oldest first (its first page: the tests' executions are short).
+    pub async fn history(&self, execution_arn: &str) -> Vec<aws_sdk_sfn::types::HistoryEvent> {
+        let history = self
+            .sfn
+            .get_execution_history()
+            .execution_arn(execution_arn)
+            .send()
+            .await
+            .expect("execution history");
+        history.events().to_vec()
+    }
+
     /// How many times Step Functions resumed a step of (workflow, key), across its generations:
     /// the `TaskSucceeded` and `TaskFailed` events of token waits in the execution histories.
     /// This is the effect a workflow saw; a second resume of a used token adds no event.
@@ -423,15 +435,9 @@ impl System {
             if !named {
                 continue;
             }
-            let history = self
-                .sfn
-                .get_execution_history()
-                .execution_arn(execution.execution_arn())
-                .send()
+            count += self
+                .history(execution.execution_arn())
                 .await
-                .expect("execution history");
-            count += history
-                .events()
                 .iter()
                 .filter(|e| {
                     let resource = e

@@ -167,15 +167,9 @@ async fn a_timer_until_the_start_events_time_wakes_then_and_one_it_cannot_read_f
 
     let mut failures = Vec::new();
     for execution in system.executions("order-review").await {
-        let history = system
-            .sfn
-            .get_execution_history()
-            .execution_arn(execution.execution_arn())
-            .send()
-            .await
-            .expect("execution history");
+        let history = system.history(execution.execution_arn()).await;
         failures.extend(
-            history.events().iter().filter_map(|e| e.task_failed_event_details()).map(|d| {
+            history.iter().filter_map(|e| e.task_failed_event_details()).map(|d| {
                 (d.error().unwrap_or_default().to_owned(), d.cause().unwrap_or_default().to_owned())
             }),
         );
