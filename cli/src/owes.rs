@@ -147,6 +147,9 @@ pub struct Owed {
     /// The highest escalation level it was given to (0: none), and that level's queue.
     pub level: u32,
     pub level_queue: Option<String>,
+    /// Every queue it was given to: its own, then each escalation level's behind it (each
+    /// holder may answer it).
+    pub held_by: Vec<String>,
     #[serde(serialize_with = "crate::ops::ser_opt_time")]
     pub deadline: Option<OffsetDateTime>,
     pub overdue: bool,
@@ -170,12 +173,7 @@ pub fn build(
             owed_by(r, own, now)
         })
         .filter(|t| !filter.overdue || t.overdue)
-        .filter(|t| {
-            filter
-                .queue
-                .as_ref()
-                .is_none_or(|q| t.queue.as_ref() == Some(q) || t.level_queue.as_ref() == Some(q))
-        })
+        .filter(|t| filter.queue.as_ref().is_none_or(|q| t.held_by.contains(q)))
         .collect();
     tasks.sort_by(|a, b| {
         (&a.queue, a.since, &a.workflow, &a.key).cmp(&(&b.queue, b.since, &b.workflow, &b.key))
@@ -192,16 +190,22 @@ pub fn build(
     }
 }
 
-/// The tasks record `r` owes: each of its live waits that is open (its attempt's task out).
+/// The tasks record `r` owes: each of its live waits that is open (its attempt's task out), and
+/// publishes a task (found by an attack test: a step fed by events alone, which no person owes,
+/// was listed). Without its config version, every open wait is listed, its queue unknown.
 fn owed_by(r: &Record, names: &StepNames, now: OffsetDateTime) -> Vec<Owed> {
     let workflow = r.workflow.as_str();
     r.live_waits()
         .filter(|w| w.token.is_some() && w.status == WaitStatus::Open)
-        .map(|w| {
+        .filter_map(|w| {
             let asked: Option<Asked> = names.asked(workflow, w);
+            if asked.is_none() && names.name(workflow, w.step).is_some() {
+                return None;
+            }
             let since = asked.as_ref().map(|a| a.since);
             let level = asked.as_ref().map_or(0, |a| a.level);
-            Owed {
+            let levels = asked.iter().flat_map(|a| a.again.iter().filter(|n| n.level.is_some()));
+            Some(Owed {
                 queue: asked.as_ref().map(|a| a.queue.clone()),
                 workflow: workflow.to_owned(),
                 key: r.key.to_string(),
@@ -218,13 +222,15 @@ fn owed_by(r: &Record, names: &StepNames, now: OffsetDateTime) -> Vec<Owed> {
                 age_seconds: since.map(|s| (now - s).whole_seconds()),
                 reminders: asked.as_ref().map_or(0, |a| a.reminders),
                 level,
-                level_queue: asked
-                    .as_ref()
-                    .and_then(|a| a.again.iter().rev().find(|n| n.level == Some(level)))
-                    .map(|n| n.queue.clone()),
+                level_queue: levels.clone().last().map(|n| n.queue.clone()),
+                held_by: asked
+                    .iter()
+                    .map(|a| a.queue.clone())
+                    .chain(levels.map(|n| n.queue.clone()))
+                    .collect(),
                 deadline: w.deadline,
                 overdue: w.deadline.is_some_and(|d| d <= now),
-            }
+            })
         })
         .collect()
 }
@@ -316,9 +322,10 @@ mod tests {
         - name: review\n        requires: [d]\n        timeout: 1d\n        \
         task: { title: Review, queue: reviewers }\n        \
         remind: { after: 1h, every: 1h, times: 3 }\n        \
-        escalate: [{ after: 4h, queue: leads }]\n      \
+        escalate: [{ after: 4h, queue: leads }, { after: 5h, queue: heads }]\n      \
         - name: pay\n        requires: [p]\n        timeout: 1h\n        \
-        task: { title: Pay, queue: payments }\n";
+        task: { title: Pay, queue: payments }\n      \
+        - name: await-refund\n        requires: [r]\n        timeout: 1h\n";
 
     fn t(hours: i64) -> OffsetDateTime {
         OffsetDateTime::UNIX_EPOCH + Duration::days(20_000) + Duration::hours(hours)
@@ -401,13 +408,21 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_filter_finds_a_task_by_its_own_queue_or_the_level_it_was_escalated_to() {
-        let records = [waiting("a", 0, (0, 24), 4), waiting("b", 0, (4, 24), 0), waiting("c", 1, (-2, 1), 0)];
+    fn a_queue_filter_finds_a_task_by_its_own_queue_or_any_level_it_was_escalated_to() {
+        // a: level 1 behind it (leads); d: level 2 as well (heads), and the leads still hold it
+        // (found by an attack test: only the highest level's queue found it).
+        let records = [
+            waiting("a", 0, (0, 24), 4),
+            waiting("b", 0, (4, 24), 0),
+            waiting("c", 1, (-2, 1), 0),
+            waiting("d", 0, (-1, 24), 5),
+        ];
         let keys = |filter: Filter| -> Vec<String> {
             report(&records, &filter, t(5)).tasks.into_iter().map(|t| t.key).collect()
         };
-        assert_eq!(keys(Filter { queue: Some("leads".into()), overdue: false }), ["a"]);
-        assert_eq!(keys(Filter { queue: Some("reviewers".into()), overdue: false }), ["a", "b"]);
+        assert_eq!(keys(Filter { queue: Some("leads".into()), overdue: false }), ["d", "a"]);
+        assert_eq!(keys(Filter { queue: Some("heads".into()), overdue: false }), ["d"]);
+        assert_eq!(keys(Filter { queue: Some("reviewers".into()), overdue: false }), ["d", "a", "b"]);
         assert_eq!(keys(Filter { queue: None, overdue: true }), ["c"]);
         assert!(keys(Filter { queue: Some("nobody".into()), overdue: false }).is_empty());
     }
@@ -424,6 +439,19 @@ mod tests {
         assert_eq!(serde_json::to_value(&more).unwrap()["more_than"], true);
         let none = report(&[], &Filter { queue: Some("leads".into()), overdue: true }, t(1));
         assert_eq!(render(&none), "tasks owed (table t, queue leads, past their deadline): 0\n");
+    }
+
+    #[test]
+    fn a_step_that_publishes_no_task_is_owed_by_no_one_and_without_a_config_every_open_wait_is() {
+        // Found by an attack test: a step fed by events alone was listed, its queue unknown.
+        let records = [waiting("a", 2, (0, 1), 0), waiting("b", 0, (0, 24), 0)];
+        let listed: Vec<String> =
+            report(&records, &Filter::default(), t(1)).tasks.into_iter().map(|t| t.key).collect();
+        assert_eq!(listed, ["b"]);
+        let none = (&StepNames::default(), &BTreeMap::new());
+        let blind = build("t", &records, none, (1_000, false), &Filter::default(), t(1));
+        assert_eq!(blind.tasks.len(), 2, "no config to tell: both listed");
+        assert!(blind.tasks.iter().all(|t| t.queue.is_none()));
     }
 
     #[test]

@@ -31,7 +31,7 @@ fn a_timer_never_wakes_before_its_time(c: &mut Checker<'_>, s: &Seen<'_>) {
         let Some(deadline) = r.wait(step).and_then(|t| t.deadline) else { continue };
         let due = match &timer {
             Timer::After(after) => time::Duration::try_from(*after).ok().map(|a| deadline - timeout + a),
-            Timer::Until(_) => r.until_of(step).ok(),
+            Timer::Until(pointer) => r.until_of(step, pointer).ok(),
         };
         c.check("a_timer_never_wakes_before_its_time", due.is_some_and(|due| w.at + spread >= due), || {
             format!(

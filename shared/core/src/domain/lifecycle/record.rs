@@ -255,6 +255,10 @@ pub fn payload_fingerprint(hash: &str) -> &str {
 pub struct Until {
     #[serde(rename = "s")]
     pub step: u32,
+    /// The pointer it read: a deploy between the start and the step's first report may have
+    /// changed it, and then this is not that step's time (found by an attack test).
+    #[serde(rename = "p")]
+    pub pointer: String,
     #[serde(
         rename = "t",
         with = "time::serde::rfc3339::option",
@@ -270,7 +274,9 @@ impl Until {
     /// The longest error text an [`Until`] keeps: the pointer, and what was found there, cut.
     pub const MAX_ERROR_CHARS: usize = 240;
 
-    /// What the timer of `step` read from `event` (normalised) at `pointer`: an RFC 3339 time.
+    /// What the timer of `step` read from `event` (normalised) at `pointer`: an RFC 3339 time,
+    /// rounded up to the microsecond the record's waits keep (found by an attack test: a time
+    /// of nanoseconds, cut to microseconds in the store, woke 500 ns early).
     pub fn read(step: u32, pointer: &str, event: &serde_json::Value) -> Until {
         use time::format_description::well_known::Rfc3339;
         let found = match event.pointer(pointer) {
@@ -289,9 +295,20 @@ impl Until {
                 }
             )),
         };
+        let pointer = pointer.to_owned();
         match found {
-            Ok(at) => Until { step, at: Some(at), error: None },
-            Err(e) => Until { step, at: None, error: Some(e.chars().take(Self::MAX_ERROR_CHARS).collect()) },
+            Ok(at) => {
+                let cut = i64::from(at.nanosecond() % 1_000);
+                let at =
+                    if cut == 0 { at } else { at.saturating_add(time::Duration::nanoseconds(1_000 - cut)) };
+                Until { step, pointer, at: Some(at), error: None }
+            }
+            Err(e) => Until {
+                step,
+                pointer,
+                at: None,
+                error: Some(e.chars().take(Self::MAX_ERROR_CHARS).collect()),
+            },
         }
     }
 }
@@ -438,12 +455,18 @@ impl Record {
         }
     }
 
-    /// What this generation read for the `until` timer of `step`: its time, or why there is none.
-    pub fn until_of(&self, step: u32) -> Result<OffsetDateTime, String> {
-        match self.untils.iter().find(|u| u.step == step) {
+    /// What this generation read for the timer of `step` until the time at `pointer`: its time,
+    /// or why there is none. A run whose start was read by a config that did not have this timer
+    /// (a deploy came between the start and the step's first report) has none: its start event
+    /// is not kept, so the time cannot be known, and the timer fails rather than guess.
+    pub fn until_of(&self, step: u32, pointer: &str) -> Result<OffsetDateTime, String> {
+        match self.untils.iter().find(|u| u.step == step && u.pointer == pointer) {
             Some(Until { at: Some(at), .. }) => Ok(*at),
             Some(Until { error: Some(e), .. }) => Err(e.clone()),
-            _ => Err("the run's start event was not read for this timer's time".to_owned()),
+            _ => Err(format!(
+                "the run started before a deploy made this step wait until the time at {pointer}, and its start \
+                 event is not kept: the time cannot be known"
+            )),
         }
     }
 

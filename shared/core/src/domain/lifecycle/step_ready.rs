@@ -262,7 +262,7 @@ pub(super) fn timer_wakes(
         Timer::After(after) => Ok(entered(timeout, deadline)
             .saturating_add(time::Duration::try_from(*after).unwrap_or(time::Duration::MAX))),
         Timer::Until(pointer) => {
-            let at = r.until_of(step)?;
+            let at = r.until_of(step, pointer)?;
             let latest = deadline.saturating_sub(
                 time::Duration::try_from(crate::limits::ATTEMPT_OPEN_LAG).unwrap_or(time::Duration::ZERO),
             );

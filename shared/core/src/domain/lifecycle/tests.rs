@@ -1144,4 +1144,5 @@ mod retry_races;
 mod stranded;
 mod timer;
 mod timer_notice_races;
+mod until_races;
 mod wait_races;

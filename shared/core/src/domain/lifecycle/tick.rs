@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 
 use super::effect::{Decision, Effect, failure, success};
 use super::input::{Input, Outcome};
-use super::plan::{Notice, Plan};
+use super::plan::{Notice, Plan, Timer};
 use super::position;
 use super::record::{Kind, Record, State};
 use super::resend_after;
@@ -66,9 +66,22 @@ fn wake(plan: &Plan, r: &Record, now: OffsetDateTime) -> Option<Decision> {
         return None;
     }
     let s = plan.step(w.step)?;
-    let (outcome, resume) = match timer_wakes(s.timer.as_ref()?, r, w.step, (s.timeout, deadline)) {
-        Ok(_) => (WaitOutcome::Succeeded, success(serde_json::Value::Object(serde_json::Map::new()))),
-        Err(why) => (WaitOutcome::Failed, failure(super::TIMER_ERROR, &why)),
+    // What reach decided stands: a timer until a time sleeps until that time, or, when it could
+    // not wait, until it was entered. (Judged again here, a newer token's later deadline could
+    // call a time valid that reach found too late, and wake it before that time.)
+    let timer = s.timer.as_ref()?;
+    let genuine = match timer {
+        Timer::After(_) => true,
+        Timer::Until(pointer) => r.until_of(w.step, pointer).ok() == w.wakes_at(),
+    };
+    let (outcome, resume) = if genuine {
+        (WaitOutcome::Succeeded, success(serde_json::Value::Object(serde_json::Map::new())))
+    } else {
+        let why = timer_wakes(timer, r, w.step, (s.timeout, deadline)).err().unwrap_or_else(|| {
+            "the start event's time is later than the step's timeout let it wait when Step Functions reached it"
+                .to_owned()
+        });
+        (WaitOutcome::Failed, failure(super::TIMER_ERROR, &why))
     };
     let mut to = r.next(r.state, now);
     let woken = to.wait_mut(w.step)?;

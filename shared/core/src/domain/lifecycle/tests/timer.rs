@@ -209,5 +209,5 @@ fn a_restart_reads_the_time_of_its_own_start_event() {
     let untils = vec![Until::read(0, "/data/starts_at", &event)];
     let again = after(&run(&p, Some(&ended), &Input::Start { event: eid("evt-2"), untils }));
     assert_eq!(again.generation, 2);
-    assert_eq!(again.until_of(0), Ok(datetime!(2027-01-01 00:00 UTC)));
+    assert_eq!(again.until_of(0, "/data/starts_at"), Ok(datetime!(2027-01-01 00:00 UTC)));
 }
