@@ -22,6 +22,14 @@ fn quick_timeout() -> String {
     CONFIG.replace("timeout: 1h\n      - name: payment", "timeout: 2s\n      - name: payment")
 }
 
+/// order-review with a review reminded of after 10 minutes and escalated to the leads after 20.
+fn with_notices() -> String {
+    CONFIG.replace(
+        "timeout: 1h\n      - name: payment",
+        "timeout: 1h\n        remind: { after: 10m }\n        escalate: [{ after: 20m, queue: leads }]\n      - name: payment",
+    )
+}
+
 /// order-review with a review that retries (two attempts, a one-second backoff), then a
 /// parallel group whose `fraud-check` branch retries the same way, and whose `address-check`
 /// branch is optional.
@@ -205,6 +213,21 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     retry_a_branch(&retried).await;
     degrade_a_group(&retried).await;
 
+    // escalated: the review's reminder and its first level are behind it (a sweep half an hour
+    // on): the page shows who was asked when.
+    assert_ne!(with_notices(), CONFIG, "the review is reminded and escalated");
+    let asked = stack_with(&with_notices()).await;
+    asked.system.send_event(&placed("asked-1")).await;
+    state_of(&asked, "order-review", "asked-1", State::Waiting { step: 0 }).await;
+    asked.system.sweep(time::OffsetDateTime::now_utc() + time::Duration::minutes(30)).await;
+    asked
+        .system
+        .until("asked-1's reminder and level behind it", || async {
+            let r = asked.system.record("order-review", "asked-1").await?;
+            (r.step_wait()?.notified == 2).then_some(())
+        })
+        .await;
+
     // cancelled: by an operator, while the review waits.
     system.send_event(&placed("stop-1")).await;
     state_of(&stack, "order-review", "stop-1", State::Waiting { step: 0 }).await;
@@ -334,6 +357,14 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             ],
         },
         Case {
+            name: "escalated",
+            workflow: "order-review",
+            key: "asked-1",
+            state: "waiting{0}",
+            current: Some("manual-review"),
+            passed: &[],
+        },
+        Case {
             name: "cancelled",
             workflow: "order-review",
             key: "stop-1",
@@ -372,6 +403,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
             "timed-out" => &quick,
             "retried" | "group-retried" | "degraded" => &retried,
             "compensated" => &saga,
+            "escalated" => &asked,
             _ => &stack,
         };
         // A state machine reports the end, then ends: the page is drawn once the execution has.
@@ -450,6 +482,7 @@ async fn browser_trace_pages_of_every_kind_show_their_whole_document() {
     let tied = select(&dom, &format!(".entry.related[data-index=\"{resumed}\"]"));
     assert_eq!(tied.len(), 1, "the execution's TaskSucceeded is marked as tied to it");
     quick.system.stop().await;
+    asked.system.stop().await;
     retried.system.stop().await;
     stack.system.stop().await;
 }
@@ -596,6 +629,19 @@ fn check_trace_page(browser: &Browser, file: &PathBuf, doc: &Value, case: &Case)
         if case.name == "retried" {
             assert_eq!(failed, 1, "{what}");
             assert!(attempts.last().is_some_and(|a| text(a) == "2 running"), "{what}");
+        }
+        // Who was asked when: the task on its queue, then each reminder and level behind it.
+        let again = doc["record"]["asked"]["again"].as_array().cloned().unwrap_or_default();
+        let rows = select(&dom, "#asked div");
+        assert_eq!(rows.len(), if again.is_empty() { 0 } else { again.len() + 1 }, "{what}: who was asked");
+        for (n, row) in again.iter().zip(rows.iter().skip(1)) {
+            let queue = n["queue"].as_str().unwrap_or_default();
+            assert!(text(row).contains(queue), "{what}: {n} shown as {}", text(row));
+        }
+        if case.name == "escalated" {
+            assert!(text(&rows[0]).ends_with("risk-review the task"), "{what}: {}", text(&rows[0]));
+            assert!(text(&rows[1]).ends_with("risk-review reminder 1"), "{what}: {}", text(&rows[1]));
+            assert!(text(&rows[2]).ends_with("leads level 1"), "{what}: {}", text(&rows[2]));
         }
         // A retried branch: the same, in its box of the graph.
         for b in doc["record"]["branches"].as_array().into_iter().flatten() {
