@@ -221,6 +221,8 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
         return Ok(());
     }
     let total = lines.len();
+    // Each line as it is done, in columns as wide as the plan's longest id.
+    let id_width = lines.iter().map(|l| terminal_safe(&l.id).chars().count()).max().unwrap_or(0);
     let mut n = 0;
     let mut progress = |d: &Done| {
         n += 1;
@@ -230,7 +232,10 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
         }
         if !args.json {
             let (id, result) = (terminal_safe(&d.id), describe(&d.result));
-            println!("{id:<40} {:<12} {}", d.classification.to_string(), terminal_safe(&result));
+            println!(
+                "{}",
+                done_line((&id, id_width), &d.classification.to_string(), &terminal_safe(&result))
+            );
         }
     };
     let (done, summary) = match args.dlq {
@@ -274,6 +279,12 @@ fn describe(result: &Applied) -> String {
         Applied::Skipped { reason } => format!("skipped: {reason}"),
         Applied::NotSafe => "left for a person".into(),
     }
+}
+
+/// One line of `--apply`'s output: the message's id padded to the plan's longest (`width`), its
+/// class in a column as wide as the longest (`needs-human`), and what was done.
+fn done_line((id, width): (&str, usize), class: &str, result: &str) -> String {
+    format!("{id:<width$}  {class:<11}  {result}")
 }
 
 fn print_plan(lines: &[Line]) {
@@ -437,4 +448,25 @@ pub async fn cancel(args: CancelArgs) -> Result<()> {
         other => bail!("unexpected outcome {other:?}"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applied_lines_keep_their_columns_past_a_long_id() {
+        let long = "evt-".repeat(20);
+        let width = long.len();
+        let done = [
+            (long.as_str(), "safe", "applied"),
+            ("evt-1", "needs-human", "left"),
+            ("evt-2", "noop", "removed"),
+        ];
+        for (id, class, result) in done {
+            let line = done_line((id, width), class, result);
+            assert_eq!(&line[width + 2..width + 2 + class.len()], class, "{line}");
+            assert_eq!(&line[width + 15..], result, "{line}");
+        }
+    }
 }
