@@ -184,6 +184,20 @@ fn resume_failed(wait: WaitId, tok: &str, (error, cause): (&str, &str), mark: Ma
 }
 
 /// Whether `effects` fail the token `tok`, whatever for.
+/// The successes `d` owes a token: resumes and answers alike.
+fn success_resumes(d: &Decision) -> usize {
+    d.effects
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Effect::Resume { resume: Resume::Success { .. }, .. }
+                    | Effect::Answer { resume: Resume::Success { .. }, .. }
+            )
+        })
+        .count()
+}
+
 fn fails(effects: &[Effect], tok: &str) -> bool {
     effects.iter().any(|e| {
         matches!(e, Effect::Answer { token: t, resume: Resume::Failure { .. } }

@@ -66,19 +66,6 @@ fn then(r: &Record, d: &Decision) -> Record {
     d.write.as_ref().map_or_else(|| r.clone(), |w| w.to.clone())
 }
 
-fn success_resumes(d: &Decision) -> usize {
-    d.effects
-        .iter()
-        .filter(|e| {
-            matches!(
-                e,
-                Effect::Resume { resume: Resume::Success { .. }, .. }
-                    | Effect::Answer { resume: Resume::Success { .. }, .. }
-            )
-        })
-        .count()
-}
-
 fn ledgered(d: &Decision) -> bool {
     d.effects.iter().any(|e| matches!(e, Effect::Ledger { .. }))
 }

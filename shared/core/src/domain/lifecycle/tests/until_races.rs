@@ -46,20 +46,6 @@ fn reach(
     at(p, Some(r), &input, now)
 }
 
-/// The successes `d` owes a token.
-fn successes(d: &Decision) -> usize {
-    d.effects
-        .iter()
-        .filter(|e| {
-            matches!(
-                e,
-                Effect::Resume { resume: Resume::Success { .. }, .. }
-                    | Effect::Answer { resume: Resume::Success { .. }, .. }
-            )
-        })
-        .count()
-}
-
 /// A timer whose time is too late for its first deadline sleeps until it entered (so that the
 /// first sweep fails it). Step Functions retries the report's send: the newer token comes with
 /// a deadline seconds later, under which the time fits. The sweep must not then wake the timer
@@ -84,7 +70,7 @@ fn a_newer_token_never_makes_a_timer_too_late_for_its_first_deadline_wake_before
     ));
     let d = at(&p, Some(&r), &Input::Tick, T0 + Duration::seconds(15));
     assert_eq!(
-        successes(&d),
+        success_resumes(&d),
         0,
         "the timer until {time} woke at {} with a success, {} early: {:?}",
         T0 + Duration::seconds(15),
@@ -111,7 +97,7 @@ fn a_start_that_crossed_a_deploy_changing_the_pointer_never_wakes_at_the_old_poi
     assert_eq!(r.config_version, "v2");
     let d = at(&v2, Some(&r), &Input::Tick, opens_at);
     assert_eq!(
-        successes(&d),
+        success_resumes(&d),
         0,
         "v2 waits until {POINTER} ({starts_at}); the timer woke at v1's /data/opens_at ({opens_at}): {:?} (sleeping {:?})",
         d.effects,
@@ -164,7 +150,7 @@ fn a_sleeping_until_time_round_trips_through_the_stored_waits_and_never_wakes_ea
     let reloaded = Record { waits: serde_json::from_str(&stored).unwrap(), ..r.clone() };
     let before = datetime!(2026-12-01 09:30 UTC);
     let d = at(&p, Some(&reloaded), &Input::Tick, before);
-    assert_eq!(successes(&d), 0, "reloaded, the timer until {time} woke at {before}: {:?}", d.effects);
+    assert_eq!(success_resumes(&d), 0, "reloaded, the timer until {time} woke at {before}: {:?}", d.effects);
     assert_eq!(reloaded.waits, r.waits, "the waits changed in the store: {stored}");
 }
 
@@ -213,7 +199,7 @@ fn each_generation_sleeps_until_its_own_start_events_time_and_a_redelivered_star
     let woke = at(&p, Some(&r), &Input::Tick, second);
     assert_eq!(woke.effects, vec![resume_ok(wid(2, 0), "tok-g2", json!({}), Mark::IfGone)]);
     let again = at(&p, Some(&after(&woke)), &Input::Tick, second + Duration::seconds(1));
-    assert_eq!(successes(&again), 0, "woke twice: {again:?}");
+    assert_eq!(success_resumes(&again), 0, "woke twice: {again:?}");
 }
 
 /// A cancel before the first sweep of a timer whose time cannot be read: cancelled, its token
