@@ -80,6 +80,32 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    preflights included; it sends no CORS headers at all. The SDK clients send no Origin, and
    moto's Step Functions interpreter calls back on `localhost:$MOTO_PORT`, so both still pass.
 
+8. Costs that do not grow with what moto holds (`quicker_moto`). Under a load of a few hundred
+   workflows, most of the emulator's time went to moto doing, on every request, work that grows
+   with what it holds (docs/PERFORMANCE.md, "The local stack under load"). Each shortcut gives
+   the same answer as the code it replaces:
+   - a Query of a table (not an index) reads the partition it names; moto sorted every item of
+     the table and kept the partition's. Installed only with the DynamoDB lock on (1): the
+     partition is handed to moto's own Query for that one call;
+   - an SQS receive reads the queue's retention period from the queue; moto computed every
+     attribute of the queue for each message it returned, three of them by scanning every
+     message the queue holds;
+   - whether a message is visible or delayed reads the clock once, as a float, not through two
+     datetimes;
+   - the list of moto's services, which it read from the disk (a directory listing and a stat
+     per service) on every request, is read once;
+   - the state machines' SQS and DynamoDB clients are made once per region and service, not for
+     every task state (a boto3 client is safe to share between threads).
+   `--moto-as-is` leaves moto's own code, to measure what these save.
+
+9. Where the time goes (`--stats`, for `make soak`): each request by caller (as in 6) and
+   operation (X-Amz-Target, or `other` for the rest), with how long moto took to answer it, and
+   for DynamoDB how long it waited for the lock (1) first. Cheap enough to leave on under load:
+   two clock reads and a counter per request.
+
+       GET    /_baton/stats   {"operations": [{"caller", "operation", "count", "seconds"}],
+                               "dynamodb_lock": {"requests", "wait_seconds", "held_seconds"}}
+
 Usage: python tools/emulator.py [--port 0] [--ready-file PATH]
 Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGTERM.
 """
@@ -103,6 +129,8 @@ def main() -> None:
     parser.add_argument("--no-dynamodb-lock", action="store_true")
     parser.add_argument("--record-calls", metavar="PATH", help="append each function's calls here")
     parser.add_argument("--count-calls", action="store_true", help="count API calls, read at /_baton/calls")
+    parser.add_argument("--moto-as-is", action="store_true", help="without the shortcuts of module doc 8, to measure them")
+    parser.add_argument("--stats", action="store_true", help="time each operation and the DynamoDB lock, read at /_baton/stats")
     args = parser.parse_args()
 
     from werkzeug.serving import make_server
@@ -121,12 +149,16 @@ def main() -> None:
     )
 
     moto_api_backend.set_config({"stepfunctions": {"execute_state_machine": True}})
+    if not args.moto_as_is:
+        quicker_moto(lock=not args.no_dynamodb_lock)
     app = DomainDispatcherApplication(create_backend_app)
     if args.count_calls:
         app = Counter(app)
-    app = Faults(app if args.no_dynamodb_lock else serialize_dynamodb(app))
+    stats = Stats() if args.stats else None
+    app = Faults(app if args.no_dynamodb_lock else serialize_dynamodb(app, stats))
     app = AliasStarts(app)
     app = Recorder(app, args.record_calls) if args.record_calls else app
+    app = stats.wrap(app) if stats else app
     holder["app"] = LoopbackOnly(app, port)
 
     def stop(*_):
@@ -151,19 +183,144 @@ def _request_handler():
     return MotoRequestHandler
 
 
-def serialize_dynamodb(app):
+def serialize_dynamodb(app, stats=None):
     """Wrap the WSGI app so DynamoDB requests run one at a time, response included."""
+    import time
+
     lock = threading.Lock()
 
     def wrapped(environ, start_response):
         if not environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB_"):
             return app(environ, start_response)
+        asked = time.perf_counter()
         with lock:
+            got = time.perf_counter()
             status, headers, exc_info, body = _call(app, environ)
+            if stats:
+                stats.locked(got - asked, time.perf_counter() - got)
         start_response(status, headers, exc_info)
         return [body]
 
     return wrapped
+
+
+def quicker_moto(lock):
+    """Shortcuts through moto's costs that grow with what it holds (module doc, 8)."""
+    import time
+
+    import moto.backends
+    from moto.dynamodb.models.table import Table
+    from moto.sqs.models import Message, SQSBackend
+
+    if lock:
+        original_query = Table.query
+
+        def query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key, scan_index_forward,
+                  projection_expressions, index_name=None, *args, **kwargs):
+            def moto_query():
+                return original_query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                                      scan_index_forward, projection_expressions, index_name, *args, **kwargs)
+
+            if index_name is not None or hash_key is None or "all_items" in vars(self):
+                return moto_query()
+            partition = self.items.get(hash_key)
+            if partition is None:
+                items = []
+            elif self.range_key_attr:
+                items = sorted(partition.values(), key=lambda item: item.range_key)
+            else:
+                items = [partition]
+            self.all_items = lambda: items
+            try:
+                return moto_query()
+            finally:
+                del self.all_items
+
+        Table.query = query
+
+    def within_retention(self, queue_name, message):
+        retention = int(self.get_queue(queue_name).message_retention_period)
+        return retention + message.sent_timestamp / 1000 > time.time()
+
+    SQSBackend.is_message_valid_based_on_retention_period = within_retention
+    Message.visible = property(lambda self: time.time() * 1000.0 > self.visible_at)
+    Message.delayed = property(lambda self: time.time() * 1000.0 < self.delayed_until)
+    modules = tuple(moto.backends.list_of_moto_modules())
+    moto.backends.list_of_moto_modules = lambda: modules
+    _share_state_machine_clients()
+
+
+def _share_state_machine_clients():
+    """The state machines' boto3 clients, made once per region and service (module doc, 8)."""
+    import sys
+
+    from moto.stepfunctions.parser.asl.utils import boto_client
+
+    original = boto_client.boto_client_for
+    clients = {}
+    lock = threading.Lock()
+
+    def shared(region, service, state_credentials=None):
+        if state_credentials is not None:
+            return original(region, service, state_credentials)
+        with lock:
+            if (region, service) not in clients:
+                clients[(region, service)] = original(region, service)
+            return clients[(region, service)]
+
+    # The modules that import it later get this one; those that did already are mended.
+    boto_client.boto_client_for = shared
+    for module in list(sys.modules.values()):
+        if getattr(module, "boto_client_for", None) is original:
+            module.boto_client_for = shared
+
+
+class Stats:
+    """Requests by operation with the time moto took, and the DynamoDB lock's (module doc, 9)."""
+
+    PATH = "/_baton/stats"
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.operations = collections.defaultdict(lambda: [0, 0.0])
+        self.dynamodb_lock = [0, 0.0, 0.0]
+
+    def wrap(self, app):
+        import time
+
+        def timed(environ, start_response):
+            if environ.get("PATH_INFO") == self.PATH:
+                return self.admin(environ, start_response)
+            operation = environ.get("HTTP_X_AMZ_TARGET") or "other"
+            caller = _caller(environ)[0] or (
+                "StepFunctions" if "Credential=ak/" in environ.get("HTTP_AUTHORIZATION", "") else "other")
+            began = time.perf_counter()
+            status, headers, exc_info, body = _call(app, environ)
+            took = time.perf_counter() - began
+            with self.lock:
+                entry = self.operations[(caller, operation)]
+                entry[0] += 1
+                entry[1] += took
+            start_response(status, headers, exc_info)
+            return [body]
+
+        return timed
+
+    def locked(self, wait, held):
+        with self.lock:
+            self.dynamodb_lock[0] += 1
+            self.dynamodb_lock[1] += wait
+            self.dynamodb_lock[2] += held
+
+    def admin(self, environ, start_response):
+        if environ.get("REQUEST_METHOD") != "GET":
+            return _json(start_response, 405, {"error": "GET only"})
+        with self.lock:
+            operations = [{"caller": c, "operation": o, "count": n, "seconds": round(t, 6)}
+                          for (c, o), (n, t) in sorted(self.operations.items())]
+            requests, wait, held = self.dynamodb_lock
+        return _json(start_response, 200, {"operations": operations, "dynamodb_lock": {
+            "requests": requests, "wait_seconds": round(wait, 6), "held_seconds": round(held, 6)}})
 
 
 class LoopbackOnly:
