@@ -8,6 +8,8 @@
 #               the HTTP API on 127.0.0.1; Ctrl-C stops everything it started
 #   make package  the four functions as Lambda zips (cargo-lambda, release profile), their sizes,
 #               and `sam validate --lint`; not part of `make test`
+#   make soak   1,000 workflows through `make run`'s stack with duplicates, early inputs and an
+#               emulator outage: nothing lost or doubled, workflows a second, CPU per process
 #   make scale  a million workflows through the lifecycle and the sharded index (docs/SCALE.md)
 #   make cost   K two-step workflows, then K with a parallel group, on the local stack, every API call counted: calls, units and
 #               dollars per workflow (docs/COST.md)
@@ -23,7 +25,7 @@ PYTHON ?= python3
 VENV := .venv
 TOOLS_STAMP := $(VENV)/.installed-$(shell sha1sum requirements-dev.txt | cut -c1-12)
 
-.PHONY: test disk run sim scale measure-local fmt-check clippy unit lint-infra tools chromium clean package bench cost
+.PHONY: test disk run sim soak scale measure-local fmt-check clippy unit lint-infra tools chromium clean package bench cost
 
 test: disk tools fmt-check clippy lint-infra unit
 
@@ -188,6 +190,16 @@ bench: package tools
 	cargo build --locked --release -p baton-lambda-harness --bin hello-lambda
 	BATON_PYTHON=$(VENV)/bin/python tools/with-emulator.sh bash -c \
 	  'target/sim/function-bench target/lambda "$$BATON_TEST_ENDPOINT" target/release/hello-lambda $(BENCH_SPAWNS)'
+
+# The local stack under load (tests/src/bin/soak.rs; docs/PERFORMANCE.md, "The local stack under
+# load"): SOAK_WORKFLOWS workflows through `baton local` (the same binary as `make run`), with
+# duplicated and early deliveries, 32 task workers and the emulator stopped for 15 s; then the
+# proof that nothing was lost or doubled, workflows per second, CPU per process and the
+# emulator's calls per workflow. Not part of `make test`.
+SOAK_WORKFLOWS ?= 1000
+soak: tools
+	cargo build --locked -p baton-cli -p baton-tests --bin baton --bin baton-soak
+	BATON_PYTHON=$(VENV)/bin/python target/debug/baton-soak $(SOAK_WORKFLOWS)
 
 # What a workflow costs: COST_WORKFLOWS two-step workflows, then as many with a parallel group, on the local stack with the emulator
 # counting every call (tests/src/bin/cost.rs; the model and prices: docs/COST.md).
