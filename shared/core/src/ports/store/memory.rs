@@ -18,7 +18,7 @@
 //! number of writes back that a simulation draws, until the simulation lets a quiet spell pass
 //! ([`MemoryStore::catch_up_index`]). By default there is no lag.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -89,12 +89,12 @@ impl Inner {
     }
 
     /// The records an index read sees, those `keep` selects.
-    fn indexed_records(&mut self, keep: impl Fn(&Record) -> bool) -> Vec<Record> {
+    fn indexed_records(&mut self, keep: impl Fn(&Record) -> bool) -> Vec<&Record> {
         index_view(&self.records, &self.record_versions, self.lag.as_mut(), self.writes, keep)
     }
 
     /// The inbox entries an index read sees, those `keep` selects.
-    fn indexed_inbox(&mut self, keep: impl Fn(&InboxEntry) -> bool) -> Vec<InboxEntry> {
+    fn indexed_inbox(&mut self, keep: impl Fn(&InboxEntry) -> bool) -> Vec<&InboxEntry> {
         index_view(&self.inbox, &self.inbox_versions, self.lag.as_mut(), self.writes, keep)
     }
 }
@@ -121,26 +121,44 @@ fn remember<K: Ord + Clone, T>(
 }
 
 /// The items an index read sees: each as it stood after the write its drawn lag reaches back
-/// to (absent if it did not exist then), those `keep` selects, in key order.
-fn index_view<K: Ord + Clone, T: Clone>(
-    current: &BTreeMap<K, T>,
-    versions: &BTreeMap<K, Versions<T>>,
+/// to (absent if it did not exist then), those `keep` selects, in key order. Borrowed: the
+/// caller clones only what it returns (a crowd's sweep reads hundreds of records and keeps a
+/// batch).
+fn index_view<'a, K: Ord, T>(
+    current: &'a BTreeMap<K, T>,
+    versions: &'a BTreeMap<K, Versions<T>>,
     lag: Option<&mut IndexLag>,
     writes: u64,
     keep: impl Fn(&T) -> bool,
-) -> Vec<T> {
+) -> Vec<&'a T> {
     let Some(lag) = lag else {
-        return current.values().filter(|t| keep(t)).cloned().collect();
+        return current.values().filter(|t| keep(t)).collect();
     };
-    let keys: BTreeSet<&K> = current.keys().chain(versions.keys()).collect();
-    keys.into_iter()
-        .filter_map(|k| {
-            let Some(kept) = versions.get(k) else { return current.get(k).cloned() };
-            let at = writes.saturating_sub((lag.pick)(lag.max).min(lag.max)).max(lag.caught_up);
-            kept.iter().rev().find(|(w, _)| *w <= at).and_then(|(_, t)| t.clone())
-        })
-        .filter(|t| keep(t))
-        .collect()
+    // Every key either map holds, once each, in key order (the two maps merged).
+    let (mut now, mut past) = (current.iter().peekable(), versions.iter().peekable());
+    let keys = std::iter::from_fn(move || {
+        let at = match (now.peek(), past.peek()) {
+            (Some((a, _)), Some((b, _))) => (*a).cmp(*b),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => return None,
+        };
+        match at {
+            std::cmp::Ordering::Less => now.next().map(|(_, t)| (Some(t), None)),
+            std::cmp::Ordering::Greater => past.next().map(|(_, v)| (None, Some(v))),
+            std::cmp::Ordering::Equal => {
+                let (_, t) = now.next()?;
+                past.next().map(|(_, v)| (Some(t), Some(v)))
+            }
+        }
+    });
+    keys.filter_map(|(now, kept)| {
+        let Some(kept) = kept else { return now };
+        let at = writes.saturating_sub((lag.pick)(lag.max).min(lag.max)).max(lag.caught_up);
+        kept.iter().rev().find(|(w, _)| *w <= at).and_then(|(_, t)| t.as_ref())
+    })
+    .filter(|t| keep(t))
+    .collect()
 }
 
 /// Refuses a request DynamoDB would refuse for its keys, or for the size of the item it writes
@@ -433,12 +451,14 @@ impl WorkflowStore for MemoryStore {
         step_name: &str,
     ) -> Result<Vec<InboxEntry>, StoreError> {
         let k = rk(workflow, key);
+        // The entries of the record's step: one range of the map, in key order.
+        let from = (k, step_name.to_owned(), String::new());
         let mut entries: Vec<InboxEntry> = self
             .lock()
             .inbox
-            .values()
-            .filter(|e| rk(&e.workflow, &e.key) == k && e.step_name == step_name)
-            .cloned()
+            .range(&from..)
+            .take_while(|((r, s, _), _)| *r == from.0 && s == step_name)
+            .map(|(_, e)| e.clone())
             .collect();
         entries.sort_by(|a, b| (a.arrived_at, &a.id).cmp(&(b.arrived_at, &b.id)));
         Ok(entries)
@@ -498,12 +518,25 @@ impl WorkflowStore for MemoryStore {
     async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError> {
         let inner = self.lock();
         let k = rk(workflow, key);
+        // Each map is keyed by the record's key first: its items are one range, in key order.
         let mut trace = Trace {
             record: inner.records.get(&k).cloned(),
-            tasks: inner.tasks.iter().filter(|((r, _, _, _), _)| r == &k).map(|(_, t)| t.clone()).collect(),
-            receipts: inner.receipts.iter().filter(|((r, _), _)| r == &k).map(|(_, t)| t.clone()).collect(),
-            inbox: inner.inbox.iter().filter(|((r, _, _), _)| r == &k).map(|(_, t)| t.clone()).collect(),
-            ledger: inner.ledger.iter().filter(|((r, _, _), _)| r == &k).map(|(_, t)| t.clone()).collect(),
+            tasks: (inner.tasks.range((k.clone(), 0, 0, (0, false))..))
+                .take_while(|((r, _, _, _), _)| r == &k)
+                .map(|(_, t)| t.clone())
+                .collect(),
+            receipts: (inner.receipts.range((k.clone(), String::new())..))
+                .take_while(|((r, _), _)| r == &k)
+                .map(|(_, t)| t.clone())
+                .collect(),
+            inbox: (inner.inbox.range((k.clone(), String::new(), String::new())..))
+                .take_while(|((r, _, _), _)| r == &k)
+                .map(|(_, t)| t.clone())
+                .collect(),
+            ledger: (inner.ledger.range((k.clone(), String::new(), "")..))
+                .take_while(|((r, _, _), _)| r == &k)
+                .map(|(_, t)| t.clone())
+                .collect(),
         };
         sort_trace(&mut trace);
         Ok(trace)
@@ -515,10 +548,11 @@ impl WorkflowStore for MemoryStore {
         before: OffsetDateTime,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
-        let mut due = self.lock().indexed_records(|r| DueList::of(r) == list && r.due_at() <= before);
-        due.sort_by_key(Record::due_at);
+        let mut inner = self.lock();
+        let mut due = inner.indexed_records(|r| DueList::of(r) == list && r.due_at() <= before);
+        due.sort_by_key(|r| r.due_at());
         due.truncate(limit);
-        Ok(due)
+        Ok(due.into_iter().cloned().collect())
     }
 
     async fn expired_buffers(
@@ -526,10 +560,11 @@ impl WorkflowStore for MemoryStore {
         before: OffsetDateTime,
         limit: usize,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        let mut expired = self.lock().indexed_inbox(|e| !e.status.is_final() && e.due_at() <= before);
-        expired.sort_by_key(InboxEntry::due_at);
+        let mut inner = self.lock();
+        let mut expired = inner.indexed_inbox(|e| !e.status.is_final() && e.due_at() <= before);
+        expired.sort_by_key(|e| e.due_at());
         expired.truncate(limit);
-        Ok(expired)
+        Ok(expired.into_iter().cloned().collect())
     }
 
     async fn count_by_state(&self, up_to: u64) -> Result<BTreeMap<Kind, Count>, StoreError> {
