@@ -345,12 +345,12 @@ impl Model {
     }
 
     /// Every wait of an execution: its top-level one and those of a running Parallel's branches.
-    fn waits(e: &Execution) -> Vec<(Scope, &Wait)> {
+    fn waits(e: &Execution) -> impl Iterator<Item = (Scope, &Wait)> {
         let top = e.wait.iter().map(|w| (Scope::Top, w));
         let branches = e.parallel.iter().flat_map(|p| {
             p.branches.iter().enumerate().filter_map(|(i, b)| b.wait.as_ref().map(|w| (Scope::Branch(i), w)))
         });
-        top.chain(branches).collect()
+        top.chain(branches)
     }
 
     fn start(
@@ -682,7 +682,7 @@ impl Model {
         execution.status = status;
         execution.closed_at = Some(now);
         execution.failure = failure;
-        let waits: Vec<Wait> = Self::waits(execution).into_iter().map(|(_, w)| w.clone()).collect();
+        let waits: Vec<Wait> = Self::waits(execution).map(|(_, w)| w.clone()).collect();
         execution.wait = None;
         execution.retrying = None;
         execution.parallel = None;
@@ -691,7 +691,7 @@ impl Model {
 
     /// The scope of `arn` whose wait holds `token`.
     fn scope_of(&self, arn: &str, token: &str) -> Option<Scope> {
-        Self::waits(&self.executions[arn]).into_iter().find(|(_, w)| w.token == token).map(|(s, _)| s)
+        Self::waits(&self.executions[arn]).find(|(_, w)| w.token == token).map(|(s, _)| s)
     }
 
     fn resume(
@@ -724,10 +724,8 @@ impl Model {
             .filter(|e| e.status == ExecutionStatus::Running)
             .flat_map(|e| {
                 Self::waits(e)
-                    .into_iter()
                     .filter(|(_, w)| w.deadline <= now || w.beat_deadline.is_some_and(|b| b <= now))
                     .map(|(scope, w)| (e.arn.clone(), scope, w.clone()))
-                    .collect::<Vec<_>>()
             })
             .collect();
         let mut fired = 0;
@@ -778,12 +776,11 @@ impl Model {
             .values()
             .filter(|e| e.status == ExecutionStatus::Running)
             .flat_map(|e| {
-                let waits = Self::waits(e)
-                    .into_iter()
-                    .map(|(_, w)| w.beat_deadline.map_or(w.deadline, |b| b.min(w.deadline)));
+                let waits =
+                    Self::waits(e).map(|(_, w)| w.beat_deadline.map_or(w.deadline, |b| b.min(w.deadline)));
                 let branches = e.parallel.iter().flat_map(|p| p.branches.iter().map(|b| &b.retrying));
                 let retries = std::iter::once(&e.retrying).chain(branches).filter_map(|r| r.as_ref()?.at);
-                waits.chain(retries).collect::<Vec<_>>()
+                waits.chain(retries)
             })
             .min()
     }

@@ -40,8 +40,24 @@ pub struct Landed {
 /// write measured exactly, where the in-memory store would trust the engine's cheap bound
 /// first: a bound that leaves something out would let the simulated table keep a record
 /// DynamoDB refuses).
-pub const EXACT_SIZES: baton_core::ports::store::ItemSizes =
-    baton_core::ports::store::ItemSizes { record_bound: ITEM_SIZES.record, ..ITEM_SIZES };
+pub const EXACT_SIZES: baton_core::ports::store::ItemSizes = baton_core::ports::store::ItemSizes {
+    record_bound: measured_record_size,
+    record: measured_record_size,
+    ..ITEM_SIZES
+};
+
+thread_local! {
+    /// The record [`SimStore::apply`] is writing (its address) and its exact size, measured once
+    /// for the write: the in-memory store's check of the item limit and the log of sizes both
+    /// read it, rather than serialising the record into its item twice.
+    static MEASURED: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// `ITEM_SIZES.record`, of the record being written if [`SimStore::apply`] has measured it.
+fn measured_record_size(record: &Record) -> usize {
+    let (at, size) = MEASURED.get();
+    if at == std::ptr::from_ref(record) as usize { size } else { record_size(record) }
+}
 
 pub struct SimStore {
     pub world: Arc<World>,
@@ -165,11 +181,16 @@ impl WorkflowStore for SimStore {
     async fn apply(&self, write: &Write) -> Result<Applied, StoreError> {
         let fault = self.enter("ddb.PutItem(record)", &write.to.key).await?;
         let before = self.inner.load(&write.to.workflow, &write.to.key).await?;
+        // Measured once, for the store's check of the limit and for the sizes logged below (the
+        // in-memory store's `apply` does not yield: nothing else is written meanwhile).
+        let size = record_size(&write.to);
+        MEASURED.set((std::ptr::from_ref(&write.to) as usize, size));
+        let applied = self.inner.apply(write).await;
+        MEASURED.set((0, 0));
         // The store refuses a record over 400 KB as DynamoDB does (a ValidationException,
         // every time): baton decided a write it can never make.
-        let applied = match self.inner.apply(write).await {
+        let applied = match applied {
             Err(e @ StoreError::Rejected { .. }) => {
-                let size = record_size(&write.to);
                 let bound = baton_core::ports::store::limits::record_size_bound(&write.to);
                 lock(&self.violations).push(format!(
                     "[record_fits_its_item] record {}/{} would be {size} bytes at version {} (the engine's bound said {bound}): over DynamoDB's 400 KB item limit, so it can never be written",
@@ -181,7 +202,6 @@ impl WorkflowStore for SimStore {
             other => other?,
         };
         if applied == Applied::Written {
-            let size = record_size(&write.to);
             let bound = baton_core::ports::store::limits::record_size_bound(&write.to);
             if write.to.branches().count() > 2 {
                 let mut largest = lock(&self.largest);

@@ -421,17 +421,29 @@ impl Executor {
     /// crashed).
     pub fn step(&mut self, world: &Arc<World>) -> bool {
         self.adopt(world);
-        // Poll an actor that can run: a sleeper would only say it is still asleep.
-        let runnable: Vec<usize> =
-            (0..self.actors.len()).filter(|&i| self.actors[i].at_point.load(Ordering::Relaxed)).collect();
-        let i = match runnable.len() {
+        // Poll an actor that can run: a sleeper would only say it is still asleep. (Counted, and
+        // the highest priority found, in one pass: a crowd's actors are many, and a step is one
+        // of them.)
+        let can_run = |a: &Actor| a.at_point.load(Ordering::Relaxed);
+        let (mut n, mut highest) = (0usize, None::<usize>);
+        for (i, a) in self.actors.iter().enumerate() {
+            if can_run(a) {
+                n += 1;
+                // The last of equal priorities, as `max_by_key` picks.
+                if highest.is_none_or(|h| a.priority >= self.actors[h].priority) {
+                    highest = Some(i);
+                }
+            }
+        }
+        let i = match n {
             0 if self.actors.is_empty() => return false,
             0 => world.below(self.actors.len() as u64) as usize,
             // Mostly the highest priority, sometimes anyone: long runs and fine interleavings.
-            _ if world.chance(0.7) => {
-                *runnable.iter().max_by_key(|&&i| self.actors[i].priority).expect("a runnable actor")
+            _ if world.chance(0.7) => highest.expect("a runnable actor"),
+            n => {
+                let k = world.below(n as u64) as usize;
+                (0..self.actors.len()).filter(|&i| can_run(&self.actors[i])).nth(k).expect("a runnable actor")
             }
-            n => runnable[world.below(n as u64) as usize],
         };
         if world.chance(0.1) {
             self.actors[i].priority = lock(&world.rng).next_u64();
