@@ -95,7 +95,8 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    - the list of moto's services, which it read from the disk (a directory listing and a stat
      per service) on every request, is read once;
    - the state machines' SQS and DynamoDB clients are made once per region and service, not for
-     every task state (a boto3 client is safe to share between threads).
+     every task state (a boto3 client is safe to share between threads), and each JSONPath of a
+     definition is parsed once, not at every evaluation.
    `--moto-as-is` leaves moto's own code, to measure what these save.
 
 9. Where the time goes (`--stats`, for `make soak`): each request by caller (as in 6) and
@@ -112,6 +113,7 @@ Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGT
 
 import argparse
 import collections
+import functools
 import json
 import os
 import random
@@ -248,6 +250,11 @@ def quicker_moto(lock):
     modules = tuple(moto.backends.list_of_moto_modules())
     moto.backends.list_of_moto_modules = lambda: modules
     _share_state_machine_clients()
+    # A JSONPath, parsed once: jsonpath_ng builds its parser (ply's tables) for every parse,
+    # and a state machine's paths are few. A parsed path is not changed by evaluating it.
+    from moto.stepfunctions.parser.asl.utils import json_path
+
+    json_path.parse = functools.lru_cache(maxsize=4096)(json_path.parse)
 
 
 def _share_state_machine_clients():
@@ -260,12 +267,12 @@ def _share_state_machine_clients():
     clients = {}
     lock = threading.Lock()
 
+    # moto 5.2.5's `boto_client_for` takes the state's credentials and does not use them: every
+    # client signs with the same fixed key, so one per region and service is the same client.
     def shared(region, service, state_credentials=None):
-        if state_credentials is not None:
-            return original(region, service, state_credentials)
         with lock:
             if (region, service) not in clients:
-                clients[(region, service)] = original(region, service)
+                clients[(region, service)] = original(region, service, state_credentials)
             return clients[(region, service)]
 
     # The modules that import it later get this one; those that did already are mended.
