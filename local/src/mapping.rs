@@ -8,7 +8,8 @@
 //! message that keeps failing to its dead-letter queue after `maxReceiveCount`; SQS does that,
 //! not this code.
 //!
-//! Idle, it sits in a 20-second long poll: no busy loop.
+//! Like Lambda, it runs several batches of one queue at once ([`pollers`]). Idle, each poller sits
+//! in a 20-second long poll: no busy loop.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +25,17 @@ use tracing::{info, warn};
 use baton_aws::sdk::{SDK_ATTEMPT_TIMEOUT, SDK_OPERATION_TIMEOUT};
 use baton_core::domain::error::error_chain;
 use baton_core::use_cases::batch::{SqsHandler, TimerDeadline};
+
+/// Batches in flight at once for one queue: as many as Lambda starts with for a standard queue
+/// (five), or fewer when the template's `ScalingConfig.MaximumConcurrency` says so. Lambda adds
+/// more while messages wait; locally five keep both cores of a laptop busy, and a handler that
+/// is wrong under concurrency shows it here as it would on AWS.
+pub const LAMBDA_INITIAL_POLLERS: u32 = 5;
+
+/// How many pollers [`run`] a mapping with this `MaximumConcurrency` gets.
+pub fn pollers(maximum_concurrency: Option<u32>) -> u32 {
+    maximum_concurrency.map_or(LAMBDA_INITIAL_POLLERS, |m| m.clamp(1, LAMBDA_INITIAL_POLLERS))
+}
 
 /// One queue wired to one handler.
 #[derive(Clone, Debug)]

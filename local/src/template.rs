@@ -195,6 +195,8 @@ pub struct SqsEventSpec {
     pub batch_size: u32,
     /// `FunctionResponseTypes: [ReportBatchItemFailures]`: the handler returns the failed ids.
     pub report_batch_item_failures: bool,
+    /// `ScalingConfig.MaximumConcurrency`: the most batches Lambda runs at once for this queue.
+    pub maximum_concurrency: Option<u32>,
 }
 
 /// An HttpApi route. Without `Path` and `Method`, SAM's default route: `ANY $default`.
@@ -1013,10 +1015,10 @@ fn event_source(spec: &mut FunctionSpec, event: &Node<'_>, names: &Names) -> Res
     let allow = |handled: &[&str], ignored: &[&str]| check_properties(&props, handled, ignored);
     match event_type.str()? {
         "SQS" => {
-            // The batching window and scaling only shape throughput, not what the handler sees.
+            // The batching window only shapes throughput, not what the handler sees.
             allow(
-                &["Queue", "BatchSize", "FunctionResponseTypes"],
-                &["MaximumBatchingWindowInSeconds", "ScalingConfig"],
+                &["Queue", "BatchSize", "FunctionResponseTypes", "ScalingConfig"],
+                &["MaximumBatchingWindowInSeconds"],
             )?;
             let mut report_batch_item_failures = false;
             if let Some(types) = props.get("FunctionResponseTypes") {
@@ -1035,6 +1037,11 @@ fn event_source(spec: &mut FunctionSpec, event: &Node<'_>, names: &Names) -> Res
                     .transpose()?
                     .unwrap_or(DEFAULT_SQS_BATCH_SIZE),
                 report_batch_item_failures,
+                maximum_concurrency: props
+                    .get("ScalingConfig")
+                    .and_then(|c| c.get("MaximumConcurrency"))
+                    .map(|n| names.u32(&n))
+                    .transpose()?,
             });
         }
         "HttpApi" => {
@@ -1197,6 +1204,7 @@ mod tests {
                     queue_logical_id: queue.into(),
                     batch_size: 10,
                     report_batch_item_failures: true,
+                    maximum_concurrency: None,
                 }]
             );
             assert_eq!(function.timeout_seconds, 30);
