@@ -65,7 +65,8 @@ struct Options {
     /// what the emulator's own fixes save.
     emulator_args: String,
     baton: PathBuf,
-    /// How long the whole load may take before what is not done counts as stuck.
+    /// How long the whole load may take before what is not done counts as stuck
+    /// (`SOAK_LIMIT_SECONDS`; 600 s and a second a workflow by default).
     limit: Duration,
 }
 
@@ -86,7 +87,7 @@ impl Options {
             emulator_args: std::env::var("SOAK_EMULATOR_ARGS").unwrap_or_default(),
             baton: std::env::var("BATON_BIN")
                 .map_or_else(|_| PathBuf::from("target/debug/baton"), PathBuf::from),
-            limit: Duration::from_secs(number("SOAK_LIMIT_SECONDS", 300 + workflows as u64 / 2)),
+            limit: Duration::from_secs(number("SOAK_LIMIT_SECONDS", 600 + workflows as u64)),
         }
     }
 }
@@ -486,7 +487,11 @@ impl Outcome {
             options.senders,
             options.outage.as_secs()
         );
-        println!("  all succeeded in {wall:.1} s: {:.2} workflows a second", n as f64 / wall);
+        println!(
+            "  {} of {n} succeeded in {wall:.1} s: {:.2} workflows a second",
+            self.done.len(),
+            self.done.len() as f64 / wall
+        );
         let mut latencies: Vec<f64> = self.done.values().map(Duration::as_secs_f64).collect();
         latencies.sort_by(f64::total_cmp);
         let at =
