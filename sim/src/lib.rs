@@ -449,9 +449,10 @@ impl Shared {
                 .trim_end_matches(".asl.json");
             let definition =
                 text.replace(baton_core::domain::asl::PROGRESS_QUEUE_PLACEHOLDER, "sim-progress");
-            lock(&self.sfn)
-                .machines
-                .insert(format!("{PREFIX}{name}"), serde_json::from_str(&definition).expect("ASL is JSON"));
+            lock(&self.sfn).machines.insert(
+                format!("{PREFIX}{name}"),
+                Arc::new(serde_json::from_str(&definition).expect("ASL is JSON")),
+            );
         }
         let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: self.sqs.clone(), queue });
         let secrets = RotatingSecrets::fixed(Secrets::parse(SECRET).expect("the secret"));

@@ -73,6 +73,24 @@ pub const SEND_FAILED_ERROR: &str = "SQS.AmazonSQSException";
 const SEND_FAILED_CAUSE: &str =
     "Service Unavailable (Service: AmazonSQS; Status Code: 503; Error Code: ServiceUnavailable)";
 
+/// The length of `value`'s JSON text (as `value.to_string()` writes it), counted without
+/// writing it.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).expect("a JSON value serialises");
+    count.0
+}
+
 /// Whether an `ErrorEquals` entry matches `error`: the name itself; `States.ALL` any but the
 /// terminal errors; `States.TaskFailed` any but those and `States.Timeout`.
 fn matches_error(entry: &Value, error: &str) -> bool {
@@ -140,7 +158,7 @@ pub struct Execution {
     pub arn: String,
     pub machine: String,
     /// The machine's definition when the execution started: a deploy never changes it.
-    pub definition: Value,
+    pub definition: Arc<Value>,
     pub input_text: String,
     pub doc: Value,
     pub status: ExecutionStatus,
@@ -207,7 +225,8 @@ pub struct ResumeCall {
 /// The model's state and its log.
 #[derive(Debug, Default)]
 pub struct Model {
-    pub machines: BTreeMap<String, Value>,
+    /// Each state machine's definition, shared by the executions started on it.
+    pub machines: BTreeMap<String, Arc<Value>>,
     pub executions: BTreeMap<String, Execution>,
     /// Token to (execution, state); closed tokens stay, so a late resume is recognised.
     pub tokens: BTreeMap<String, (String, String, bool)>,
@@ -235,19 +254,20 @@ enum Resume {
 }
 
 impl Model {
-    fn definition(&self, arn: &str) -> &Value {
-        &self.executions[arn].definition
+    /// `arn`'s definition, shared: what is read from it is borrowed from this, not the model,
+    /// which the caller changes meanwhile.
+    fn definition(&self, arn: &str) -> Arc<Value> {
+        self.executions[arn].definition.clone()
     }
 
-    /// The state `state` of `scope` in `arn`'s definition (`null` if it has none).
-    fn state(&self, arn: &str, scope: Scope, state: &str) -> Value {
-        let def = self.definition(arn);
+    /// The state `state` of `scope` in `arn`'s definition `def` (`null` if it has none).
+    fn state<'d>(&self, def: &'d Value, arn: &str, scope: Scope, state: &str) -> &'d Value {
         let states = match (scope, &self.executions[arn].parallel) {
             (Scope::Top, _) => &def["States"],
             (Scope::Branch(i), Some(p)) => &def["States"][&p.state]["Branches"][i]["States"],
             (Scope::Branch(_), None) => panic!("a branch scope without a running Parallel state"),
         };
-        states[state].clone()
+        &states[state]
     }
 
     fn doc_mut(&mut self, arn: &str, scope: Scope) -> &mut Value {
@@ -367,7 +387,7 @@ impl Model {
             Execution {
                 arn: arn.to_owned(),
                 machine: machine.to_owned(),
-                definition: self.machines[machine].clone(),
+                definition: Arc::clone(&self.machines[machine]),
                 input_text: input_text.to_owned(),
                 doc,
                 status: ExecutionStatus::Running,
@@ -397,7 +417,8 @@ impl Model {
             if self.executions[arn].status != ExecutionStatus::Running {
                 return;
             }
-            let def = self.state(arn, scope, &state);
+            let definition = self.definition(arn);
+            let def = self.state(&definition, arn, scope, &state);
             assert!(!def.is_null(), "state {state} is not in the definition");
             match def["Type"].as_str() {
                 Some("Fail") => {
@@ -418,7 +439,7 @@ impl Model {
                     }
                     None => return self.end_scope(arn, scope, now, out),
                 },
-                Some("Parallel") => return self.open_parallel(arn, scope, &state, &def, now, out),
+                Some("Parallel") => return self.open_parallel(arn, scope, &state, def, now, out),
                 Some("Task") => {}
                 other => panic!("the model does not know state type {other:?}"),
             }
@@ -431,7 +452,7 @@ impl Model {
                 Ok(body) => body.to_string(),
                 Err(path) => {
                     let cause = format!("The JSONPath '{path}' could not be found in the input");
-                    return self.fail_state(arn, scope, &def, ("States.Runtime".into(), cause), now, out);
+                    return self.fail_state(arn, scope, def, ("States.Runtime".into(), cause), now, out);
                 }
             };
             if body.len() > MAX_PAYLOAD_BYTES {
@@ -440,18 +461,18 @@ impl Model {
                 return self.fail_state(
                     arn,
                     scope,
-                    &def,
+                    def,
                     ("States.DataLimitExceeded".into(), cause),
                     now,
                     out,
                 );
             }
-            if !self.send(arn, scope, (&state, &def), body, now, out) {
+            if !self.send(arn, scope, (&state, def), body, now, out) {
                 return;
             }
             match resource {
                 "arn:aws:states:::sqs:sendMessage.waitForTaskToken" => {
-                    return self.park(arn, scope, state, &def, token, now);
+                    return self.park(arn, scope, state, def, token, now);
                 }
                 "arn:aws:states:::sqs:sendMessage" => {
                     assert!(def["ResultPath"].is_null(), "report states discard their result");
@@ -537,7 +558,7 @@ impl Model {
     ) {
         assert_eq!(scope, Scope::Top, "the generated definitions do not nest Parallel states");
         assert!(def["ResultPath"].is_null(), "a group discards its branches' outputs");
-        let branches = def["Branches"].as_array().expect("Branches").clone();
+        let branches = def["Branches"].as_array().expect("Branches");
         let doc = self.executions[arn].doc.clone();
         self.executions.get_mut(arn).expect("execution").parallel = Some(ParallelRun {
             state: state.to_owned(),
@@ -587,13 +608,14 @@ impl Model {
         if let Some(t) = self.tokens.get_mut(&wait.token) {
             t.2 = false;
         }
-        let def = self.state(arn, scope, &wait.state);
+        let definition = self.definition(arn);
+        let def = self.state(&definition, arn, scope, &wait.state);
         match result {
             Ok(output) => {
                 let doc = self.doc_mut(arn, scope);
                 let before = doc.clone();
                 set_path(doc, &def["ResultPath"], output);
-                let size = doc.to_string().len();
+                let size = json_len(doc);
                 if size > MAX_PAYLOAD_BYTES {
                     *doc = before;
                     let cause =
@@ -601,7 +623,7 @@ impl Model {
                     return self.fail_state(
                         arn,
                         scope,
-                        &def,
+                        def,
                         ("States.DataLimitExceeded".into(), cause),
                         now,
                         out,
@@ -616,8 +638,8 @@ impl Model {
                 }
             }
             Err(failure) => {
-                if !self.retry(arn, scope, (&wait.state, &def), &failure.0, now) {
-                    self.fail_state(arn, scope, &def, failure, now, out);
+                if !self.retry(arn, scope, (&wait.state, def), &failure.0, now) {
+                    self.fail_state(arn, scope, def, failure, now, out);
                 }
             }
         }
@@ -650,9 +672,10 @@ impl Model {
                     let parallel =
                         self.executions.get_mut(arn).and_then(|e| e.parallel.take()).expect("a Parallel");
                     self.close_tokens(parallel.branches.iter().filter_map(|b| b.wait.as_ref()));
-                    let def = self.definition(arn)["States"][&parallel.state].clone();
+                    let definition = self.definition(arn);
+                    let def = &definition["States"][&parallel.state];
                     assert!(def["Retry"].is_null(), "the model does not know Retry on a Parallel state");
-                    self.fail_state(arn, Scope::Top, &def, (error, cause), now, out);
+                    self.fail_state(arn, Scope::Top, def, (error, cause), now, out);
                 }
             };
         };

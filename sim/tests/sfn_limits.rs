@@ -43,7 +43,9 @@ fn rig() -> Rig {
     let mut model = Model::default();
     for w in &config.workflows {
         let text = baton_core::domain::asl::render(w).replace(PROGRESS_QUEUE_PLACEHOLDER, "limits-progress");
-        model.machines.insert(format!("{PREFIX}{}", w.name), serde_json::from_str(&text).unwrap());
+        model
+            .machines
+            .insert(format!("{PREFIX}{}", w.name), std::sync::Arc::new(serde_json::from_str(&text).unwrap()));
     }
     let model = Arc::new(Mutex::new(model));
     let sqs = Arc::new(Mutex::new(Sqs::default()));

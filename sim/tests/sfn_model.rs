@@ -48,7 +48,7 @@ fn rig(edit: impl Fn(&mut Value)) -> Rig {
     let text = baton_core::domain::asl::render(w).replace(PROGRESS_QUEUE_PLACEHOLDER, "model-progress");
     let mut definition: Value = serde_json::from_str(&text).unwrap();
     edit(&mut definition);
-    model.machines.insert(format!("{PREFIX}wf"), definition);
+    model.machines.insert(format!("{PREFIX}wf"), std::sync::Arc::new(definition));
     let model = Arc::new(Mutex::new(model));
     let sqs = Arc::new(Mutex::new(Sqs::default()));
     let orch = SimStepFunctions { world: world.clone(), model: model.clone(), sqs: sqs.clone() };

@@ -123,7 +123,7 @@ fn compensations_run_last_position_first(c: &mut Checker<'_>, s: &Seen<'_>) {
     // When baton set each compensation going: its wait reached in the record (the task is
     // published after that write, and a send held back by latency can land after a later
     // position's: seed 89724), or its first task's publication if that came first.
-    for w in &s.writes {
+    for w in s.writes.iter() {
         let r = &w.to;
         for u in r
             .compensation

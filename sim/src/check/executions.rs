@@ -13,7 +13,7 @@ use crate::workload::event_id;
 /// opened (a landed start or restart write) by an event of its own.
 pub(super) fn one_generation_per_start_event(c: &mut Checker<'_>, s: &Seen<'_>) {
     let mut opened_by: BTreeMap<(String, String, String), BTreeSet<u32>> = BTreeMap::new();
-    for w in &s.writes {
+    for w in s.writes.iter() {
         if let Some(a) = w.to.history.last().filter(|a| matches!(a.cause, Cause::Start | Cause::Restart))
             && let Some(id) = &a.cause_id
         {

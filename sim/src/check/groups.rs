@@ -24,7 +24,7 @@ fn branch(r: &Record, step: u32) -> Option<&Wait> {
 fn group_steps<'s>(s: &'s Seen<'_>) -> Vec<(&'s Record, &'s Record)> {
     let mut last: BTreeMap<(String, String), &Record> = BTreeMap::new();
     let mut pairs = Vec::new();
-    for w in &s.writes {
+    for w in s.writes.iter() {
         let at = (w.to.workflow.to_string(), w.to.key.to_string());
         if let Some(before) = last.get(&at) {
             let same_group = before.generation == w.to.generation
@@ -97,7 +97,7 @@ pub(super) fn each_branch_token_resumed_at_most_once(c: &mut Checker<'_>, s: &Se
 /// on by a branch's failure, or ended failed or timed out while at the group) had a required
 /// branch fail or time out.
 pub(super) fn optional_branch_never_fails_its_group(c: &mut Checker<'_>, s: &Seen<'_>) {
-    for w in &s.writes {
+    for w in s.writes.iter() {
         let r = &w.to;
         let failed_group = match r.state {
             State::Advancing { .. } => r.history.last().is_some_and(|a| a.cause == Cause::FailStep),

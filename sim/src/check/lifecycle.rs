@@ -11,7 +11,7 @@ use crate::store::Landed;
 /// A terminal record never changes state (DESIGN §4.5): the only write from a terminal state
 /// opens the next generation.
 pub(super) fn terminal_record_never_changes(c: &mut Checker<'_>, s: &Seen<'_>) {
-    for w in &s.writes {
+    for w in s.writes.iter() {
         if let (Some(from), Some(g)) = (w.from, w.from_generation) {
             c.check("terminal_record_never_changes", !from.is_terminal() || w.to.generation == g + 1, || {
                 format!(

@@ -99,7 +99,7 @@ pub(super) fn owed_work_goes_out_in_time(c: &mut Checker<'_>, s: &Seen<'_>) {
     // When each record stopped owing each item: the first landed write after it without it.
     let mut cleared: BTreeMap<(String, String, Owed), OffsetDateTime> = BTreeMap::new();
     let mut held: BTreeMap<(String, String), BTreeSet<Owed>> = BTreeMap::new();
-    for w in &s.writes {
+    for w in s.writes.iter() {
         let r = &w.to;
         let at = (r.workflow.to_string(), r.key.to_string());
         let now: BTreeMap<Owed, (OffsetDateTime, Option<OffsetDateTime>)> =

@@ -87,26 +87,28 @@ struct Seen<'a> {
     plan: &'a Plan,
     /// The key every call about fails from a moment on, if any.
     cursed: Option<&'a str>,
-    writes: Vec<Landed>,
+    writes: MutexGuard<'a, Vec<Landed>>,
     model: MutexGuard<'a, Model>,
-    published: Vec<Published>,
+    published: MutexGuard<'a, Vec<Published>>,
     evidence: MutexGuard<'a, Evidence>,
     sqs: MutexGuard<'a, Sqs>,
     records: Vec<Record>,
-    settles: Vec<Settled>,
+    settles: MutexGuard<'a, Vec<Settled>>,
     /// Each (workflow, key) of the plan's: its trace in the store.
     traces: BTreeMap<(String, String), Trace>,
 }
 
 impl<'a> Seen<'a> {
     fn gather(stack: &'a Stack, plan: &'a Plan) -> Seen<'a> {
-        let writes = lock(&stack.store.writes).clone();
+        // The logs are read where they are, held locked while the checks run (nothing writes
+        // them then), not copied.
+        let writes = lock(&stack.store.writes);
         let model = lock(&stack.sfn);
-        let published = lock(&stack.publisher.log).clone();
+        let published = lock(&stack.publisher.log);
         let evidence = lock(&stack.evidence);
         let sqs = lock(&stack.sqs);
         let records = stack.memory.records();
-        let settles = lock(&stack.store.settles).clone();
+        let settles = lock(&stack.store.settles);
         let crowd = stack
             .config
             .workflow("crowd")
@@ -186,7 +188,7 @@ pub fn all(
     let tasks = tasks::by_id(&s.published);
     tasks::one_task_per_step(c, &tasks);
     let mut versions = pinning::Versions::new();
-    for w in &s.writes {
+    for w in s.writes.iter() {
         pinning::written_with_a_deployed_version(c, &s, w);
         pinning::step_within_its_version(c, &s, w);
         pinning::generation_keeps_its_version(c, &s, w, &mut versions);

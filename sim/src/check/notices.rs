@@ -33,7 +33,7 @@ fn notice(t: &Task) -> Option<Notice> {
 
 fn a_notice_goes_out_while_its_wait_is_open_and_on_time(c: &mut Checker<'_>, s: &Seen<'_>) {
     let spread = s.stack.skews().spread();
-    for p in &s.published {
+    for p in s.published.iter() {
         let t = &p.task;
         let Some(n) = notice(t) else { continue };
         let same = |r: &Record| r.workflow == t.workflow && r.key == t.key && r.generation == t.generation;

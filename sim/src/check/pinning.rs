@@ -70,7 +70,7 @@ pub(super) fn generation_keeps_its_version(
 /// Every task published is its generation's version's task for that step, named and titled as
 /// that version defines it.
 pub(super) fn task_is_its_versions_step(c: &mut Checker<'_>, s: &Seen<'_>, versions: &Versions) {
-    for p in &s.published {
+    for p in s.published.iter() {
         let t = &p.task;
         let at = (t.workflow.to_string(), t.key.to_string(), t.generation);
         let Some(config) = versions.get(&at).and_then(|v| s.version_of(Some(v))) else { continue };

@@ -33,7 +33,7 @@ impl<'a> Owed<'a> {
             by_token.entry(r.token.as_str()).or_default().push(r);
         }
         let mut since: BTreeMap<&str, OffsetDateTime> = BTreeMap::new();
-        for w in &s.writes {
+        for w in s.writes.iter() {
             // Each wait's resume owed from the write that decided it (a step's, or a group's
             // branch's).
             for b in w.to.waits.iter().filter(|b| b.owed().is_some()) {

@@ -121,7 +121,7 @@ fn step_named(s: &Seen<'_>, r: &Record, name: Option<&str>) -> Option<u32> {
 /// write a callback naming its attempt caused was made while that attempt ran.
 fn earlier_attempt_never_completes_a_later_one(c: &mut Checker<'_>, s: &Seen<'_>) {
     let bodies = bodies(s);
-    for w in &s.writes {
+    for w in s.writes.iter() {
         let r = &w.to;
         let Some((cause, id)) = caused_by(r) else { continue };
         let Some(body) = bodies.get(id) else { continue };
@@ -153,7 +153,7 @@ fn earlier_attempt_never_completes_a_later_one(c: &mut Checker<'_>, s: &Seen<'_>
 /// A failure marked not retryable is never retried: no failed attempt is recorded for it.
 fn non_retryable_failure_never_retried(c: &mut Checker<'_>, s: &Seen<'_>) {
     let bodies = bodies(s);
-    for w in &s.writes {
+    for w in s.writes.iter() {
         let Some((cause, id)) = caused_by(&w.to) else { continue };
         let Some(body) = bodies.get(id).filter(|b| b["outcome"] == "failed") else { continue };
         let final_failure = body["retryable"] == Value::Bool(false);

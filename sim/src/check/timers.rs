@@ -43,7 +43,7 @@ fn a_timer_never_wakes_before_its_time(c: &mut Checker<'_>, s: &Seen<'_>) {
 }
 
 fn a_timer_never_blocks_a_cancel(c: &mut Checker<'_>, s: &Seen<'_>) {
-    for w in &s.writes {
+    for w in s.writes.iter() {
         let r = &w.to;
         let Some(State::Waiting { step }) = w.from else { continue };
         let cancelled =
