@@ -272,4 +272,13 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_mapping_runs_five_pollers_or_fewer_when_its_maximum_concurrency_says_so() {
+        use super::pollers;
+        assert_eq!(pollers(None), 5);
+        assert_eq!(pollers(Some(20)), 5);
+        assert_eq!(pollers(Some(2)), 2);
+        assert_eq!(pollers(Some(0)), 1);
+    }
 }

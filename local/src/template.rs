@@ -1204,7 +1204,8 @@ mod tests {
                     queue_logical_id: queue.into(),
                     batch_size: 10,
                     report_batch_item_failures: true,
-                    maximum_concurrency: None,
+                    // The template's `IntakeMaximumConcurrency` and `ProgressMaximumConcurrency`.
+                    maximum_concurrency: Some(20),
                 }]
             );
             assert_eq!(function.timeout_seconds, 30);
