@@ -424,14 +424,14 @@ impl Record {
     }
 
     /// The waits the sweeper looks after in this state: the position's, or the compensation's.
-    pub fn live_waits(&self) -> Box<dyn Iterator<Item = &Wait> + '_> {
-        match self.state.kind() {
-            Kind::Waiting | Kind::Advancing => Box::new(self.waits.iter()),
-            Kind::Compensating => {
-                Box::new(self.compensation.iter().flat_map(|c| c.undos.iter().map(|u| &u.wait)))
-            }
-            _ => Box::new(std::iter::empty()),
-        }
+    pub fn live_waits(&self) -> impl Iterator<Item = &Wait> + '_ {
+        // (Not boxed: the sweeper's index reads ask every record for its due time.)
+        let (waits, compensation): (&[Wait], _) = match self.state.kind() {
+            Kind::Waiting | Kind::Advancing => (&self.waits, None),
+            Kind::Compensating => (&[], self.compensation.as_ref()),
+            _ => (&[], None),
+        };
+        waits.iter().chain(compensation.into_iter().flat_map(|c| c.undos.iter().map(|u| &u.wait)))
     }
 
     /// When the record is due for the sweeper (its `due_at` in the store's `by_due` index), which
