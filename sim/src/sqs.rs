@@ -310,7 +310,7 @@ pub async fn invoke(
         return;
     }
     world.note(|| format!("  {queue:?} batch {:?}", batch.iter().map(|m| m.id.as_str()).collect::<Vec<_>>()));
-    let actor = world.actor();
+    let actor = world.actor().to_string();
     let mut watch =
         Unanswered { world: world.clone(), actor, sqs: sqs.clone(), queue, batch, deadline, violations };
     let limit = SimDeadline { world: world.clone(), at: deadline };

@@ -146,7 +146,7 @@ impl SimStore {
     /// or the inbox): its late puts for this key are answered.
     fn handshake_read(&self, key: &CorrelationKey) {
         let actor = self.world.actor();
-        lock(&self.late_puts).retain(|p| !(p.actor == actor && p.key == key.as_str()));
+        lock(&self.late_puts).retain(|p| !(*p.actor == *actor && p.key == key.as_str()));
     }
 
     async fn enter(&self, op: &'static str, key: &CorrelationKey) -> Result<Fault, StoreError> {
@@ -334,7 +334,7 @@ impl WorkflowStore for SimStore {
         {
             lock(&self.world.counts).add("late_inbox_put");
             lock(&self.late_puts).insert(LatePut {
-                actor: self.world.actor(),
+                actor: self.world.actor().to_string(),
                 workflow: entry.workflow.to_string(),
                 key: entry.key.to_string(),
                 generation: entry.generation,

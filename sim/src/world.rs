@@ -84,7 +84,8 @@ pub const FUNCTION_TIMEOUT: Duration =
     Duration::seconds(baton_core::limits::FUNCTION_TIMEOUT.as_secs() as i64);
 
 struct Actor {
-    name: String,
+    /// Its name, shared with the world while it is polled (a poll allocates nothing).
+    name: Arc<str>,
     kind: ActorKind,
     future: BoxFuture,
     /// Suspended at a point (so a crash lands between two effects), or not yet started: it can
@@ -107,7 +108,7 @@ pub struct World {
     /// The schedule, one readable line per step.
     pub log: Mutex<Vec<String>>,
     pub trace_on: bool,
-    current: Mutex<(String, Arc<AtomicBool>)>,
+    current: Mutex<(Arc<str>, Arc<AtomicBool>)>,
     spawned: Mutex<Vec<Actor>>,
     next_id: AtomicU64,
     /// When sleeping actors wake: so an idle world can skip straight to the next wake.
@@ -143,7 +144,7 @@ impl World {
             counts: Mutex::new(Counts::default()),
             log: Mutex::new(Vec::new()),
             trace_on,
-            current: Mutex::new((String::new(), Arc::new(AtomicBool::new(false)))),
+            current: Mutex::new((Arc::from(""), Arc::new(AtomicBool::new(false)))),
             spawned: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             wakes: Mutex::new(Vec::new()),
@@ -239,7 +240,7 @@ impl World {
     }
 
     /// The actor being polled now.
-    pub fn actor(&self) -> String {
+    pub fn actor(&self) -> Arc<str> {
         lock(&self.current).0.clone()
     }
 
@@ -311,7 +312,7 @@ impl World {
 
     /// Starts an actor; the executor picks it up at its next step.
     pub fn spawn(&self, name: impl Into<String>, kind: ActorKind, future: BoxFuture) {
-        let name = name.into();
+        let name: Arc<str> = name.into().into();
         self.note(|| format!("spawn {name}"));
         let deadline = None;
         let priority = lock(&self.rng).next_u64();
@@ -324,7 +325,7 @@ impl World {
 pub struct Point {
     world: Arc<World>,
     op: &'static str,
-    actor: String,
+    actor: Arc<str>,
     flag: Arc<AtomicBool>,
     yielded: bool,
 }
@@ -398,7 +399,7 @@ impl Executor {
 
     /// The names of the live actors.
     pub fn names(&self) -> Vec<String> {
-        self.actors.iter().map(|a| a.name.clone()).collect()
+        self.actors.iter().map(|a| a.name.to_string()).collect()
     }
 
     /// How many actors can run now (those spawned and not yet taken in counted).
@@ -454,7 +455,7 @@ impl Executor {
             let gone = self.actors.swap_remove(i);
             lock(&world.counts).add("function_timeout");
             world.note(|| format!("TIMEOUT {}: killed by Lambda", gone.name));
-            lock(&world.died).insert(gone.name);
+            lock(&world.died).insert(gone.name.to_string());
             return true;
         }
         if actor.kind == ActorKind::Invocation
@@ -464,7 +465,7 @@ impl Executor {
             let gone = self.actors.swap_remove(i);
             lock(&world.counts).add("crash");
             world.note(|| format!("CRASH {}", gone.name));
-            lock(&world.died).insert(gone.name);
+            lock(&world.died).insert(gone.name.to_string());
             return true;
         }
         let before = lock(&world.counts).points;
@@ -480,7 +481,7 @@ impl Executor {
             if self.actors[i].deadline.is_some_and(|d| world.now() > d) {
                 let gone = self.actors.swap_remove(i);
                 world.note(|| format!("TIMEOUT {}: killed by Lambda", gone.name));
-                lock(&world.died).insert(gone.name);
+                lock(&world.died).insert(gone.name.to_string());
                 finished += 1;
                 continue;
             }
