@@ -242,7 +242,22 @@ impl Config {
     }
 
     /// Parses and validates YAML text, collecting every problem.
+    ///
+    /// Parsing is a function of the text alone, and the same few texts are parsed again and
+    /// again (each engine reads every registered version back; the simulation builds its stacks
+    /// from a few hundred configs, thousands of times): the last configs parsed on this thread are
+    /// kept, by text, and a text parsed before is answered with a copy.
     pub fn parse(yaml: &str) -> Result<Config, ConfigErrors> {
+        if let Some(config) = parsed::get(yaml) {
+            return Ok(config);
+        }
+        let config = Self::parse_text(yaml)?;
+        parsed::keep(yaml, &config);
+        Ok(config)
+    }
+
+    /// [`Config::parse`], without the configs kept.
+    fn parse_text(yaml: &str) -> Result<Config, ConfigErrors> {
         let root: Value = serde_saphyr::from_str(yaml).map_err(|e| {
             ConfigErrors(vec![ConfigError::new(String::new(), format!("not valid YAML: {e}"))])
         })?;
@@ -285,6 +300,49 @@ fn canonical(value: &Value) -> Value {
         }
         Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
         other => other.clone(),
+    }
+}
+
+/// The configs [`Config::parse`] keeps, by the text they were parsed from: the last
+/// [`parsed::KEPT`] texts parsed on the thread.
+mod parsed {
+    use std::cell::RefCell;
+    use std::collections::{HashMap, VecDeque};
+
+    use super::Config;
+
+    /// How many texts are kept per thread (each config with its text: tens of kilobytes).
+    pub(super) const KEPT: usize = 256;
+
+    #[derive(Default)]
+    struct Kept {
+        by_text: HashMap<String, Config>,
+        /// The texts kept, oldest first: the oldest goes when one more is kept.
+        order: VecDeque<String>,
+    }
+
+    thread_local! {
+        static KEPT_CONFIGS: RefCell<Kept> = RefCell::new(Kept::default());
+    }
+
+    pub(super) fn get(text: &str) -> Option<Config> {
+        KEPT_CONFIGS.with(|k| k.borrow().by_text.get(text).cloned())
+    }
+
+    pub(super) fn keep(text: &str, config: &Config) {
+        KEPT_CONFIGS.with(|k| {
+            let mut k = k.borrow_mut();
+            if k.by_text.contains_key(text) {
+                return;
+            }
+            if k.order.len() >= KEPT
+                && let Some(oldest) = k.order.pop_front()
+            {
+                k.by_text.remove(&oldest);
+            }
+            k.order.push_back(text.to_owned());
+            k.by_text.insert(text.to_owned(), config.clone());
+        });
     }
 }
 
