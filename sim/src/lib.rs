@@ -443,16 +443,8 @@ impl Shared {
     fn deploy(&self, config: Arc<Config>) -> Deployment {
         let world = &self.world;
         lock(&self.store.deployed).push(config.clone());
-        for (rel, text) in baton_core::domain::asl::render_all(&config) {
-            let name = rel
-                .trim_start_matches(&format!("{}/", baton_core::domain::asl::OUT_DIR))
-                .trim_end_matches(".asl.json");
-            let definition =
-                text.replace(baton_core::domain::asl::PROGRESS_QUEUE_PLACEHOLDER, "sim-progress");
-            lock(&self.sfn).machines.insert(
-                format!("{PREFIX}{name}"),
-                Arc::new(serde_json::from_str(&definition).expect("ASL is JSON")),
-            );
+        for w in &config.workflows {
+            lock(&self.sfn).machines.insert(format!("{PREFIX}{}", w.name), Arc::new(machine_definition(w)));
         }
         let dlq = |queue| Arc::new(SimDeadLetters { world: world.clone(), sqs: self.sqs.clone(), queue });
         let secrets = RotatingSecrets::fixed(Secrets::parse(SECRET).expect("the secret"));
@@ -494,6 +486,28 @@ impl Shared {
             versions: Default::default(),
         })
     }
+}
+
+/// The definition `baton synth` writes for `workflow` (`asl::render`), as the stack deploys it:
+/// its progress queue's placeholder replaced by the simulated queue. Built as a value, not
+/// written out and read back (`machine_definition_is_the_synthesised_text` checks it is the
+/// same).
+pub fn machine_definition(workflow: &baton_core::domain::config::Workflow) -> serde_json::Value {
+    fn name_queue(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s)
+                if s.contains(baton_core::domain::asl::PROGRESS_QUEUE_PLACEHOLDER) =>
+            {
+                *s = s.replace(baton_core::domain::asl::PROGRESS_QUEUE_PLACEHOLDER, "sim-progress");
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(name_queue),
+            serde_json::Value::Object(fields) => fields.values_mut().for_each(name_queue),
+            _ => {}
+        }
+    }
+    let mut definition = baton_core::domain::asl::definition(workflow);
+    name_queue(&mut definition);
+    definition
 }
 
 /// Everything a schedule runs on. `config`, `engine` and the handlers are the deployment the
@@ -1377,4 +1391,54 @@ fn quiet(stack: &Stack) -> bool {
 /// The record states a schedule can end in without a violation.
 pub fn settled(kind: Kind) -> bool {
     kind.is_terminal()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The workflows every variant of the simulation's config deploys (each change a schedule
+    /// may make to [`CONFIG`], each added workflow, each version 2).
+    fn variants() -> Vec<Config> {
+        let all = format!(
+            "{CONFIG}{GROUP_WORKFLOW}{RETRY_WORKFLOW}{SAGA_WORKFLOW}{}{CROWD_WORKFLOW}",
+            wide_workflow()
+        );
+        let changed = CONFIG
+            .replacen("        heartbeat: 10m\n", "        heartbeat: 10m\n        buffer_ttl: 20s\n", 1)
+            .replacen("        requires: [ok]\n", QUORUM_CHECK, 1)
+            .replacen(
+                "        heartbeat: 10m\n",
+                "        heartbeat: 10m\n        remind: { after: 2m, every: 2m, times: 3 }\n        \
+                 escalate: [{ after: 3m, queue: risk-leads }, { after: 9m, queue: risk-heads }]\n",
+                1,
+            );
+        let timed = |step: &str| {
+            changed.replacen("      - name: payment\n", &format!("{step}      - name: payment\n"), 1)
+        };
+        let others =
+            format!("{}{}", GROUP_WORKFLOW.replace(GROUP_LAST, ""), retry_workflow_with_heartbeats());
+        let mut configs = vec![
+            Config::parse(&all).expect("valid"),
+            Config::parse(&format!("{}{others}", timed(TIMER_STEP))).expect("valid"),
+            Config::parse(&format!("{}{others}", timed(UNTIL_STEP))).expect("valid"),
+        ];
+        configs.extend(SagaChange::ALL.into_iter().map(|saga| config_v2_with(&all, saga)));
+        configs
+    }
+
+    /// A machine's definition built as a value is the one `baton synth` writes, read back with
+    /// its queue named, as the stack once deployed it.
+    #[test]
+    fn machine_definition_is_the_synthesised_text() {
+        for config in variants() {
+            for w in &config.workflows {
+                let text = baton_core::domain::asl::render(w)
+                    .replace(baton_core::domain::asl::PROGRESS_QUEUE_PLACEHOLDER, "sim-progress");
+                let read: serde_json::Value = serde_json::from_str(&text).expect("ASL is JSON");
+                assert_eq!(machine_definition(w), read, "{}", w.name);
+                assert_eq!(machine_definition(w).to_string(), read.to_string(), "{}", w.name);
+            }
+        }
+    }
 }
