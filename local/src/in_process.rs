@@ -286,17 +286,15 @@ impl LocalBaton {
                     wait_seconds: options.wait_seconds,
                     visibility_timeout: options.visibility_timeout,
                     timeout: Duration::from_secs(function.timeout_seconds.into()),
+                    concurrency: mapping::concurrency(event.maximum_concurrency),
                 };
-                let pollers = mapping::pollers(event.maximum_concurrency);
-                info!(function = %function_id, queue = %queue.name, batch_size = m.batch_size, pollers, "event source mapping started");
-                for _ in 0..pollers {
-                    baton.pollers.push(tokio::spawn(mapping::run(
-                        clients.sqs.clone(),
-                        m.clone(),
-                        handler.clone(),
-                        stopped.clone(),
-                    )));
-                }
+                info!(function = %function_id, queue = %queue.name, batch_size = m.batch_size, concurrency = m.concurrency, "event source mapping started");
+                baton.pollers.push(tokio::spawn(mapping::run(
+                    clients.sqs.clone(),
+                    m,
+                    handler,
+                    stopped.clone(),
+                )));
             }
             if let Some(handler) = handler {
                 baton.handlers.insert(function_id.clone(), handler);

@@ -8,8 +8,8 @@
 //! message that keeps failing to its dead-letter queue after `maxReceiveCount`; SQS does that,
 //! not this code.
 //!
-//! Like Lambda, it runs several batches of one queue at once ([`pollers`]). Idle, each poller sits
-//! in a 20-second long poll: no busy loop.
+//! Like Lambda, it runs several batches of one queue at once ([`concurrency`]). Idle, it sits in
+//! a 20-second long poll: no busy loop.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -30,11 +30,11 @@ use baton_core::use_cases::batch::{SqsHandler, TimerDeadline};
 /// (five), or fewer when the template's `ScalingConfig.MaximumConcurrency` says so. Lambda adds
 /// more while messages wait; locally five keep both cores of a laptop busy, and a handler that
 /// is wrong under concurrency shows it here as it would on AWS.
-pub const LAMBDA_INITIAL_POLLERS: u32 = 5;
+pub const LAMBDA_INITIAL_BATCHES: u32 = 5;
 
-/// How many pollers [`run`] a mapping with this `MaximumConcurrency` gets.
-pub fn pollers(maximum_concurrency: Option<u32>) -> u32 {
-    maximum_concurrency.map_or(LAMBDA_INITIAL_POLLERS, |m| m.clamp(1, LAMBDA_INITIAL_POLLERS))
+/// How many batches [`run`] keeps in flight for a mapping with this `MaximumConcurrency`.
+pub fn concurrency(maximum_concurrency: Option<u32>) -> u32 {
+    maximum_concurrency.map_or(LAMBDA_INITIAL_BATCHES, |m| m.clamp(1, LAMBDA_INITIAL_BATCHES))
 }
 
 /// One queue wired to one handler.
@@ -50,13 +50,15 @@ pub struct Mapping {
     pub visibility_timeout: Option<i32>,
     /// The function's timeout (template.yaml): each batch answers before it, as on Lambda.
     pub timeout: Duration,
+    /// Batches in flight at once ([`concurrency`]).
+    pub concurrency: u32,
 }
 
-/// Polls until `stop` turns true. Errors talking to SQS are logged and retried after a pause.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the event source mapping's poll loop: receive, invoke, delete, in the order Lambda's does"
-)]
+/// Polls until `stop` turns true, with up to `mapping.concurrency` batches in flight (one long
+/// poll at a time: a second poller would leave a second long poll open on the way out, and each
+/// one still open takes a message, raises its receive count and hands it back, towards the
+/// dead-letter queue). Errors talking to SQS are logged and retried after a pause. On the way
+/// out it waits for the batches in flight, as Lambda lets an invocation finish.
 pub async fn run(
     sqs: aws_sdk_sqs::Client,
     mapping: Mapping,
@@ -72,8 +74,17 @@ pub async fn run(
             .operation_timeout(SDK_OPERATION_TIMEOUT + Duration::from_secs(wait.unsigned_abs().into()))
             .build(),
     );
+    let mapping = Arc::new(mapping);
+    let mut in_flight = tokio::task::JoinSet::new();
     loop {
+        while in_flight.len() >= mapping.concurrency.max(1) as usize {
+            tokio::select! {
+                _ = in_flight.join_next() => {}
+                _ = stop.changed() => break,
+            }
+        }
         if *stop.borrow() {
+            while in_flight.join_next().await.is_some() {}
             return;
         }
         let mut receive = Box::pin(
@@ -101,6 +112,7 @@ pub async fn run(
                         release(&sqs, &url, &out.messages.unwrap_or_default()).await;
                     }
                 });
+                while in_flight.join_next().await.is_some() {}
                 return;
             }
         };
@@ -112,35 +124,45 @@ pub async fn run(
                 continue;
             }
         };
-        if messages.is_empty() {
-            continue;
+        if !messages.is_empty() {
+            in_flight.spawn(invoke(sqs.clone(), mapping.clone(), handler.clone(), messages));
         }
-        let event = to_event(&messages, &mapping.queue_arn);
-        // Lambda's clock starts at the invocation: so does this one.
-        let deadline = TimerDeadline::after(mapping.timeout);
-        let response = handler.handle_within(event, &deadline).await;
-        let failed: HashSet<String> =
-            response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
-        let done: Vec<DeleteMessageBatchRequestEntry> = messages
-            .iter()
-            .filter(|m| m.message_id.as_ref().is_some_and(|id| !failed.contains(id)))
-            .filter_map(|m| {
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(m.message_id.clone()?)
-                    .receipt_handle(m.receipt_handle.clone()?)
-                    .build()
-                    .ok()
-            })
-            .collect();
-        if !failed.is_empty() {
-            info!(queue = %mapping.queue_url, failed = failed.len(), "batch item failures left for redelivery");
-        }
-        if !done.is_empty()
-            && let Err(e) =
-                sqs.delete_message_batch().queue_url(&mapping.queue_url).set_entries(Some(done)).send().await
-        {
-            warn!(queue = %mapping.queue_url, error = %error_chain(&e), "cannot delete handled messages; they will be redelivered");
-        }
+    }
+}
+
+/// One invocation: the batch handed to the handler, then the messages it did not report failed
+/// deleted.
+async fn invoke(
+    sqs: aws_sdk_sqs::Client,
+    mapping: Arc<Mapping>,
+    handler: Arc<dyn SqsHandler>,
+    messages: Vec<aws_sdk_sqs::types::Message>,
+) {
+    let event = to_event(&messages, &mapping.queue_arn);
+    // Lambda's clock starts at the invocation: so does this one.
+    let deadline = TimerDeadline::after(mapping.timeout);
+    let response = handler.handle_within(event, &deadline).await;
+    let failed: HashSet<String> =
+        response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
+    let done: Vec<DeleteMessageBatchRequestEntry> = messages
+        .iter()
+        .filter(|m| m.message_id.as_ref().is_some_and(|id| !failed.contains(id)))
+        .filter_map(|m| {
+            DeleteMessageBatchRequestEntry::builder()
+                .id(m.message_id.clone()?)
+                .receipt_handle(m.receipt_handle.clone()?)
+                .build()
+                .ok()
+        })
+        .collect();
+    if !failed.is_empty() {
+        info!(queue = %mapping.queue_url, failed = failed.len(), "batch item failures left for redelivery");
+    }
+    if !done.is_empty()
+        && let Err(e) =
+            sqs.delete_message_batch().queue_url(&mapping.queue_url).set_entries(Some(done)).send().await
+    {
+        warn!(queue = %mapping.queue_url, error = %error_chain(&e), "cannot delete handled messages; they will be redelivered");
     }
 }
 
@@ -274,11 +296,11 @@ mod tests {
     }
 
     #[test]
-    fn a_mapping_runs_five_pollers_or_fewer_when_its_maximum_concurrency_says_so() {
-        use super::pollers;
-        assert_eq!(pollers(None), 5);
-        assert_eq!(pollers(Some(20)), 5);
-        assert_eq!(pollers(Some(2)), 2);
-        assert_eq!(pollers(Some(0)), 1);
+    fn a_mapping_runs_five_batches_at_once_or_fewer_when_its_maximum_concurrency_says_so() {
+        use super::concurrency;
+        assert_eq!(concurrency(None), 5);
+        assert_eq!(concurrency(Some(20)), 5);
+        assert_eq!(concurrency(Some(2)), 2);
+        assert_eq!(concurrency(Some(0)), 1);
     }
 }
