@@ -405,6 +405,7 @@ impl Model {
     }
 
     /// Runs `scope` of an execution from `state` until it waits on a token or ends.
+    #[expect(clippy::too_many_lines, reason = "one arm per state type the generated definitions use")]
     fn run(
         &mut self,
         arn: &str,

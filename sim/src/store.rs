@@ -149,6 +149,17 @@ impl SimStore {
         lock(&self.late_puts).retain(|p| !(*p.actor == *actor && p.key == key.as_str()));
     }
 
+    /// The in-memory store's `apply`, with the record measured once, for its check of the item
+    /// limit and for the sizes [`SimStore::apply`] logs (that `apply` does not yield: nothing
+    /// else is written meanwhile).
+    async fn apply_measured(&self, write: &Write) -> (usize, Result<Applied, StoreError>) {
+        let size = record_size(&write.to);
+        MEASURED.set((std::ptr::from_ref(&write.to) as usize, size));
+        let applied = self.inner.apply(write).await;
+        MEASURED.set((0, 0));
+        (size, applied)
+    }
+
     async fn enter(&self, op: &'static str, key: &CorrelationKey) -> Result<Fault, StoreError> {
         self.world.point(op).await;
         if self.cursed.as_ref().is_some_and(|(k, from)| k == key.as_str() && self.world.now() >= *from) {
@@ -181,12 +192,7 @@ impl WorkflowStore for SimStore {
     async fn apply(&self, write: &Write) -> Result<Applied, StoreError> {
         let fault = self.enter("ddb.PutItem(record)", &write.to.key).await?;
         let before = self.inner.load(&write.to.workflow, &write.to.key).await?;
-        // Measured once, for the store's check of the limit and for the sizes logged below (the
-        // in-memory store's `apply` does not yield: nothing else is written meanwhile).
-        let size = record_size(&write.to);
-        MEASURED.set((std::ptr::from_ref(&write.to) as usize, size));
-        let applied = self.inner.apply(write).await;
-        MEASURED.set((0, 0));
+        let (size, applied) = self.apply_measured(write).await;
         // The store refuses a record over 400 KB as DynamoDB does (a ValidationException,
         // every time): baton decided a write it can never make.
         let applied = match applied {
