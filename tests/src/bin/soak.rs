@@ -204,7 +204,6 @@ struct Outcome {
     seen: Arc<Mutex<Seen>>,
     cpu_before: Vec<f64>,
     cpu_after: Vec<f64>,
-    sent_at: HashMap<String, Instant>,
     keys: Vec<String>,
 }
 
@@ -227,7 +226,7 @@ fn settled(key: &str) -> String {
 
 /// One key in ten of each kind: a duplicated start, an early decision, an early payment.
 fn duplicated(i: usize) -> bool {
-    i % 10 == 0
+    i.is_multiple_of(10)
 }
 fn early_decision(i: usize) -> bool {
     i % 10 == 3
@@ -354,7 +353,7 @@ async fn soak(options: &Options, stack: &Stack) -> Outcome {
     }
     let _ = outage_task.await;
     let stuck = keys.iter().filter(|k| !done.contains_key(*k)).cloned().collect();
-    Outcome { started, finished, done, stuck, seen, cpu_before, cpu_after, sent_at, keys }
+    Outcome { started, finished, done, stuck, seen, cpu_before, cpu_after, keys }
 }
 
 /// The log of a worker: its tasks and answers, and the payment owed once a review is answered.
@@ -458,12 +457,15 @@ impl Outcome {
                 problems.push(format!("{key}: {count} executions, not 1"));
             }
         }
-        let seen = self.seen.lock().expect("seen");
-        for (key, tasks) in &seen.tasks {
-            if tasks.len() > 1 {
-                problems.push(format!("{key}: {} review tasks ({tasks:?})", tasks.len()));
+        let (deliveries, answers) = {
+            let seen = self.seen.lock().expect("seen");
+            for (key, tasks) in &seen.tasks {
+                if tasks.len() > 1 {
+                    problems.push(format!("{key}: {} review tasks ({tasks:?})", tasks.len()));
+                }
             }
-        }
+            (seen.deliveries, seen.callbacks.clone())
+        };
         // Lost: anything left on a queue, or dead-lettered.
         let queues = &stack.info.queues;
         let task = &queues.tasks[QUEUE];
@@ -502,14 +504,13 @@ impl Outcome {
             at(0.99),
             at(1.0)
         );
-        println!("  task deliveries {}, answers: {:?}", seen.deliveries, seen.callbacks);
+        println!("  task deliveries {deliveries}, answers: {answers:?}");
         println!("  CPU while the load ran ({wall:.0} s of wall time):");
         for (i, (name, _)) in stack.pids().iter().enumerate() {
             let used = self.cpu_after[i] - self.cpu_before[i];
             println!("    {name:<42} {used:>7.1} s  ({:>5.1} % of one core)", 100.0 * used / wall);
         }
         emulator_figures(stack, n).await;
-        let _ = &self.sent_at;
         if problems.is_empty() {
             println!(
                 "nothing lost or doubled: {n} of {n} succeeded, one execution and one task each, every queue empty"
