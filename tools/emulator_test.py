@@ -4,7 +4,8 @@ Any web page the operator visits could otherwise read the table, live task token
 reset it: moto answers every Origin with CORS `*`, and every Host (DNS rebinding). These start
 the emulator on a free port and try a foreign Origin, a foreign Host and a CORS preflight, and
 check that the clients baton has (the SDKs send no Origin; moto's Step Functions interpreter
-calls back on localhost:$MOTO_PORT) are still answered. Run with the venv's Python (moto):
+calls back on localhost:$MOTO_PORT) are still answered; and that `--stats` counts what it
+answers. Run with the venv's Python (moto):
 python -m unittest tools/emulator_test.py
 """
 
@@ -29,7 +30,7 @@ class LoopbackOnly(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.TemporaryDirectory()
         ready = os.path.join(cls.dir.name, "url")
-        cls.process = subprocess.Popen([sys.executable, str(EMULATOR), "--port", "0", "--ready-file", ready],
+        cls.process = subprocess.Popen([sys.executable, str(EMULATOR), "--port", "0", "--stats", "--ready-file", ready],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while not os.path.exists(ready):
@@ -103,6 +104,22 @@ class LoopbackOnly(unittest.TestCase):
             self.assertNoCors(headers)
         status, _, _ = self.ask("GET", "/moto-api/data.json", {"Host": f"rebound.example:{self.port}"})
         self.assertEqual(status, 421)
+
+    def test_with_stats_each_request_is_counted_by_caller_and_operation(self):
+        """`--stats` (module doc, 9), which this emulator is started with."""
+        def list_queues_counted():
+            status, _, body = self.ask("GET", "/_baton/stats", {"Host": f"127.0.0.1:{self.port}"})
+            self.assertEqual(status, 200, body)
+            stats = json.loads(body)
+            self.assertIn("dynamodb_lock", stats)
+            return sum(o["count"] for o in stats["operations"]
+                       if o == {**o, "caller": "other", "operation": "AmazonSQS.ListQueues"})
+
+        before = list_queues_counted()
+        for _ in range(3):
+            status, _, body = self.ask("POST", "/", LIST_QUEUES, b"{}")
+            self.assertEqual(status, 200, body)
+        self.assertEqual(list_queues_counted(), before + 3)
 
 
 if __name__ == "__main__":
