@@ -177,19 +177,7 @@ impl System {
 
     /// Messages on a queue, visible or not, without receiving (and so hiding) them.
     pub async fn queue_depth(&self, logical_id: &str) -> u64 {
-        use aws_sdk_sqs::types::QueueAttributeName as A;
-        let out = self
-            .sqs
-            .get_queue_attributes()
-            .queue_url(self.queue_url(logical_id))
-            .attribute_names(A::ApproximateNumberOfMessages)
-            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-            .send()
-            .await
-            .expect("queue attributes");
-        let attrs = out.attributes.unwrap_or_default();
-        let n = |a: A| attrs.get(&a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        n(A::ApproximateNumberOfMessages) + n(A::ApproximateNumberOfMessagesNotVisible)
+        queue_depth(&self.sqs, &self.queue_url(logical_id)).await
     }
 
     pub async fn record(&self, workflow: &str, key: &str) -> Option<Record> {
@@ -466,6 +454,22 @@ impl System {
     pub async fn stop(self) {
         self.baton.shutdown().await;
     }
+}
+
+/// Messages on the queue at `url`, visible or not, without receiving (and so hiding) them.
+pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("queue attributes");
+    let attrs = out.attributes.unwrap_or_default();
+    let n = |a: A| attrs.get(&a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    n(A::ApproximateNumberOfMessages) + n(A::ApproximateNumberOfMessagesNotVisible)
 }
 
 /// How long an end-to-end wait lasts at most: generous, since only a failing test waits that

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sfn::types::ExecutionStatus;
-use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use baton_aws::dynamodb::DynamoDbStore;
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
 use baton_core::domain::lifecycle::State;
@@ -38,6 +38,7 @@ use baton_core::ports::store::WorkflowStore;
 use baton_example_worker::{Handled, Settings, Worker};
 use baton_local::info::LocalInfo;
 use baton_tests::http;
+use baton_tests::system::queue_depth;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -381,8 +382,8 @@ async fn signal(pid: u32, which: &str) {
     assert!(status.success(), "kill {which} {pid}");
 }
 
-/// A decision callback, retried through 503s and refused connections as a sender would, for up
-/// to two minutes. Returns "<status> <answer status or error>".
+/// A decision callback, retried through 503s as a sender would, for up to two minutes. Returns
+/// "<status> <answer status or error>".
 async fn callback(api_url: &str, secrets: &Secrets, id: &str, key: &str) -> String {
     let body = json!({"workflow": WORKFLOW, "key": key, "step": "manual-review", "outcome": "succeeded",
         "data": {"decision": "approve"}});
@@ -477,7 +478,7 @@ impl Outcome {
             ("risk-review", &task.url),
             ("risk-review DLQ", &task.dlq),
         ] {
-            let depth = depth(stack, url).await;
+            let depth = queue_depth(&stack.sqs, url).await;
             if depth != 0 {
                 problems.push(format!("{name} queue: {depth} message(s) left"));
             }
@@ -555,22 +556,6 @@ async fn executions_by_key(stack: &Stack, status: Option<ExecutionStatus>) -> Ha
             return by_key;
         }
     }
-}
-
-async fn depth(stack: &Stack, url: &str) -> u64 {
-    let out = stack
-        .sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .expect("GetQueueAttributes");
-    let attrs = out.attributes.unwrap_or_default();
-    let n = |a: QueueAttributeName| attrs.get(&a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    n(QueueAttributeName::ApproximateNumberOfMessages)
-        + n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
 }
 
 /// The emulator's own figures (`--stats`): calls per workflow by service, the operations it
