@@ -14,6 +14,11 @@ use std::time::Instant;
 use baton_core::mutants::Mutation;
 use baton_sim::{Options, Outcome, run};
 
+// mimalloc, not the system allocator: the schedules allocate and free many small records, strings
+// and maps per step, and the system allocator took about a fifth of the CPU (docs/PERFORMANCE.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
