@@ -191,7 +191,8 @@ impl WorkflowStore for SimStore {
 
     async fn apply(&self, write: &Write) -> Result<Applied, StoreError> {
         let fault = self.enter("ddb.PutItem(record)", &write.to.key).await?;
-        let before = self.inner.load(&write.to.workflow, &write.to.key).await?;
+        // The state before, read in place rather than the whole record copied.
+        let before = self.inner.peek(&write.to.workflow, &write.to.key, |r| (r.state, r.generation))?;
         let (size, applied) = self.apply_measured(write).await;
         // The store refuses a record over 400 KB as DynamoDB does (a ValidationException,
         // every time): baton decided a write it can never make.
@@ -232,7 +233,7 @@ impl WorkflowStore for SimStore {
                 "  {}/{} {:?} -> {} v{} ({cause}) token {:?}: {applied:?}",
                 write.to.workflow,
                 write.to.key,
-                before.as_ref().map(|r| r.state.to_string()),
+                before.map(|(state, _)| state.to_string()),
                 write.to.state,
                 write.to.version,
                 write.to.step_wait().and_then(|w| w.token.as_ref()).map(|t| t.expose().to_owned())
@@ -249,8 +250,8 @@ impl WorkflowStore for SimStore {
             }
             lock(&self.writes).push(Landed {
                 at: self.world.now(),
-                from: before.as_ref().map(|r| r.state),
-                from_generation: before.as_ref().map(|r| r.generation),
+                from: before.map(|(state, _)| state),
+                from_generation: before.map(|(_, generation)| generation),
                 to: write.to.clone(),
             });
         }

@@ -267,6 +267,19 @@ impl MemoryStore {
         self.lock().writes
     }
 
+    /// What `read` takes from the record of `workflow` and `key`, read in place: as
+    /// [`WorkflowStore::load`] (the same refusal of keys DynamoDB would refuse), without copying
+    /// the record (a simulation reads the state before each write it logs).
+    pub fn peek<T>(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+        read: impl FnOnce(&Record) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        fits("Query", (workflow, key), RECORD_SK, || 0)?;
+        Ok(self.lock().records.get(&rk(workflow, key)).map(read))
+    }
+
     /// Every record, in key order: for a simulation's checks, which look at the store from the
     /// outside.
     pub fn records(&self) -> Vec<Record> {
@@ -550,7 +563,8 @@ impl WorkflowStore for MemoryStore {
     ) -> Result<Vec<Record>, StoreError> {
         let mut inner = self.lock();
         let mut due = inner.indexed_records(|r| DueList::of(r) == list && r.due_at() <= before);
-        due.sort_by_key(|r| r.due_at());
+        // Each record's due time computed once (it walks the record's waits), not per comparison.
+        due.sort_by_cached_key(|r| r.due_at());
         due.truncate(limit);
         Ok(due.into_iter().cloned().collect())
     }
