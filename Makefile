@@ -107,23 +107,31 @@ lint-infra: tools $(SAM_TEMPLATE)
 	$(VENV)/bin/python -m unittest --quiet tools/emulator_test.py
 
 # The whole workspace's tests, with the emulator on a free loopback port for the ones that
-# need it. tools/with-emulator.sh stops the emulator whatever the tests do. The differential
-# test and the simulation smoke run on their own with their output shown: the pairs compared;
-# the schedules run, faults injected and checks made, and each planted bug caught; and the
-# browser tests (headless Chromium), with the paths of their screenshots. (`--workspace`
-# with `--test`, not `-p`: the same features, so nothing is built twice.)
+# need it. tools/with-emulator.sh stops the emulator whatever the tests do. The tests are built
+# once, then tools/run-tests.py runs the test binaries TEST_JOBS at a time (most of their time
+# is waiting: on the emulator, a receipt's lease, the sweeper), each as cargo runs it, each one's
+# output whole when it ends. The differential test, the simulation smoke run and the browser
+# tests run apart with their output shown: the pairs compared; the schedules run, faults
+# injected and checks made, and each planted bug caught; the paths of the screenshots.
+# (`--workspace`, not `-p`: the same features as clippy's and the other builds, so nothing is
+# built twice.)
 # Then the policy contract (tools/policy-check.py): every call the functions made in those tests,
 # as the emulator recorded it (the emulators the `baton local` subprocesses of cli/tests/local.rs
 # start take BATON_EMULATOR_ARGS too), against their roles in the transformed template; and
 # proof that it catches a missing grant (intake without the policy that lets it resume a step).
+TEST_JOBS ?= 3
+TEST_BINARIES := $(TARGET_DIR)/test-binaries.json
 unit: tools $(SAM_TEMPLATE)
 	mkdir -p $(dir $(CALLS)) && rm -f $(CALLS)
+	cargo test --workspace --locked --no-run --message-format=json-render-diagnostics > $(TEST_BINARIES)
 	BATON_PYTHON=$(VENV)/bin/python BATON_EMULATOR_ARGS="--record-calls $(abspath $(CALLS))" \
-	  tools/with-emulator.sh bash -c '\
-	  cargo test --workspace --locked -- --skip baton_and_moto_agree --skip simulation_smoke_ --skip browser_ && \
-	  cargo test --workspace --locked --test pattern_differential -- --nocapture && \
-	  cargo test --workspace --locked --test smoke -- --nocapture --test-threads 1 && \
-	  cargo test --workspace --locked --test browser --test local -- browser_ --nocapture --test-threads 1'
+	  tools/with-emulator.sh $(VENV)/bin/python tools/run-tests.py --jobs $(TEST_JOBS) \
+	  --times $(TARGET_DIR)/test-times.json \
+	  --skip baton_and_moto_agree --skip simulation_smoke_ --skip browser_ \
+	  --alone 'pattern_differential baton_and_moto_agree --nocapture' \
+	  --alone 'smoke simulation_smoke_ --nocapture --test-threads 1' \
+	  --alone 'browser browser_ --nocapture --test-threads 1' \
+	  --alone 'local browser_ --nocapture --test-threads 1' < $(TEST_BINARIES)
 	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS)
 	$(VENV)/bin/python tools/policy-check.py $(SAM_TEMPLATE) $(CALLS) \
 	  --without IntakeFunction:ResumeStepsPolicy --expect-denied "IntakeFunction states:SendTaskSuccess"
