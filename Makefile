@@ -141,7 +141,7 @@ unit: tools $(SAM_TEMPLATE)
 # partition, and what one sweeper tick reads.
 scale:
 	cargo build --profile sim --locked -p baton-sim --bin baton-scale
-	target/sim/baton-scale $(SCALE_WORKFLOWS) $(SCALE_RATE)
+	$(TARGET_DIR)/sim/baton-scale $(SCALE_WORKFLOWS) $(SCALE_RATE)
 
 SCALE_WORKFLOWS ?= 1000000
 SCALE_RATE ?= 1000
@@ -151,11 +151,11 @@ SCALE_RATE ?= 1000
 SIM_SCHEDULES ?= 100000
 sim:
 	cargo build --profile sim --locked -p baton-sim
-	target/sim/baton-sim --schedules $(SIM_SCHEDULES)
+	$(TARGET_DIR)/sim/baton-sim --schedules $(SIM_SCHEDULES)
 
 run: tools
 	cargo build --locked -p baton-cli
-	BATON_PYTHON=$(VENV)/bin/python exec target/debug/baton local
+	BATON_PYTHON=$(VENV)/bin/python exec $(TARGET_DIR)/debug/baton local
 
 # Figures for `make run`: time to ready (warm build) and idle CPU over 30 s. Not part of `make test`.
 measure-local: tools
@@ -207,7 +207,7 @@ bench: package tools
 SOAK_WORKFLOWS ?= 1000
 soak: tools
 	cargo build --locked -p baton-cli -p baton-tests --bin baton --bin baton-soak
-	BATON_PYTHON=$(VENV)/bin/python target/debug/baton-soak $(SOAK_WORKFLOWS)
+	BATON_PYTHON=$(VENV)/bin/python BATON_BIN=$(TARGET_DIR)/debug/baton $(TARGET_DIR)/debug/baton-soak $(SOAK_WORKFLOWS)
 
 # What a workflow costs: COST_WORKFLOWS two-step workflows, then as many with a parallel group, on the local stack with the emulator
 # counting every call (tests/src/bin/cost.rs; the model and prices: docs/COST.md).
@@ -215,7 +215,7 @@ COST_WORKFLOWS ?= 20
 cost: tools
 	cargo build --locked -p baton-tests --bin baton-cost
 	BATON_PYTHON=$(VENV)/bin/python BATON_EMULATOR_ARGS=--count-calls \
-	  tools/with-emulator.sh target/debug/baton-cost $(COST_WORKFLOWS)
+	  tools/with-emulator.sh $(TARGET_DIR)/debug/baton-cost $(COST_WORKFLOWS)
 
 clean:
 	cargo clean

@@ -15,7 +15,7 @@ ready=$(date +%s.%N)
 awk -v a="$start" -v b="$ready" -v line="$(grep -m1 "baton local ready" "$out")" \
   'BEGIN { printf "make run -> ready: %.2f s (%s)\n", b - a, line }'
 
-baton_pid=$(pgrep -f "target/debug/baton local" | head -1)
+baton_pid=$(pgrep -f "debug/baton local" | head -1)
 emu_pid=$(pgrep -f "tools/emulator.py" | head -1)
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)

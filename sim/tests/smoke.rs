@@ -7,6 +7,11 @@ use std::collections::BTreeMap;
 use baton_core::mutants::Mutation;
 use baton_sim::{Options, Outcome, run};
 
+// The allocator `make sim` runs with (sim/src/main.rs): the schedules allocate and free many small
+// records, strings and maps per step.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Schedules in the smoke run, and the budget each deliberate bug must be caught within. The
 /// lost wake-up (`SkipHandshakeRead`) once needed seeds up to 4,351 (it needs an early input to
 /// land between a step's wait and its drain), and the budget was 4,500 then, with a run of 2,000
