@@ -286,7 +286,11 @@ impl LocalBaton {
                     wait_seconds: options.wait_seconds,
                     visibility_timeout: options.visibility_timeout,
                     timeout: Duration::from_secs(function.timeout_seconds.into()),
-                    concurrency: mapping::concurrency(event.maximum_concurrency),
+                    concurrency: mapping::concurrency(
+                        event.maximum_concurrency,
+                        options.visibility_timeout,
+                        Duration::from_secs(function.timeout_seconds.into()),
+                    ),
                 };
                 info!(function = %function_id, queue = %queue.name, batch_size = m.batch_size, concurrency = m.concurrency, "event source mapping started");
                 baton.pollers.push(tokio::spawn(mapping::run(

@@ -32,8 +32,20 @@ use baton_core::use_cases::batch::{SqsHandler, TimerDeadline};
 /// is wrong under concurrency shows it here as it would on AWS.
 pub const LAMBDA_INITIAL_BATCHES: u32 = 5;
 
-/// How many batches [`run`] keeps in flight for a mapping with this `MaximumConcurrency`.
-pub fn concurrency(maximum_concurrency: Option<u32>) -> u32 {
+/// How many batches [`run`] keeps in flight for a mapping with this `MaximumConcurrency`. One,
+/// when the visibility timeout is overridden below the function's timeout (the tests set 2 s, to
+/// see redelivery soon): a message still being handled would become visible again, and a second
+/// batch's poll would take it too, raising its receive count towards the dead-letter queue (seen
+/// when throttled starts, retried with backoff, outlasted it). Lambda's mappings never meet this:
+/// the template's visibility timeouts are six function timeouts.
+pub fn concurrency(
+    maximum_concurrency: Option<u32>,
+    visibility_timeout: Option<i32>,
+    timeout: Duration,
+) -> u32 {
+    if visibility_timeout.is_some_and(|v| u64::try_from(v).unwrap_or(0) < timeout.as_secs()) {
+        return 1;
+    }
     maximum_concurrency.map_or(LAMBDA_INITIAL_BATCHES, |m| m.clamp(1, LAMBDA_INITIAL_BATCHES))
 }
 
@@ -296,11 +308,14 @@ mod tests {
     }
 
     #[test]
-    fn a_mapping_runs_five_batches_at_once_or_fewer_when_its_maximum_concurrency_says_so() {
+    fn a_mapping_runs_five_batches_or_its_maximum_and_one_under_a_short_visibility() {
         use super::concurrency;
-        assert_eq!(concurrency(None), 5);
-        assert_eq!(concurrency(Some(20)), 5);
-        assert_eq!(concurrency(Some(2)), 2);
-        assert_eq!(concurrency(Some(0)), 1);
+        let timeout = std::time::Duration::from_secs(30);
+        assert_eq!(concurrency(None, None, timeout), 5);
+        assert_eq!(concurrency(Some(20), None, timeout), 5);
+        assert_eq!(concurrency(Some(2), None, timeout), 2);
+        assert_eq!(concurrency(Some(0), None, timeout), 1);
+        assert_eq!(concurrency(None, Some(180), timeout), 5, "the template's visibility: six timeouts");
+        assert_eq!(concurrency(None, Some(2), timeout), 1, "a test's short visibility: one batch at a time");
     }
 }
