@@ -95,8 +95,9 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    - the list of moto's services, which it read from the disk (a directory listing and a stat
      per service) on every request, is read once;
    - the state machines' SQS and DynamoDB clients are made once per region and service, not for
-     every task state (a boto3 client is safe to share between threads), and each JSONPath of a
-     definition is parsed once, not at every evaluation.
+     every task state (a boto3 client is safe to share between threads), each JSONPath of a
+     definition is parsed once, not at every evaluation, and each definition is parsed (ANTLR)
+     once, not at every execution.
    `--moto-as-is` leaves moto's own code, to measure what these save.
 
 9. Where the time goes (`--stats`, for `make soak`): each request by caller (as in 6) and
@@ -252,6 +253,28 @@ def quicker_moto(lock):
     from moto.stepfunctions.parser.asl.utils import json_path
 
     json_path.parse = functools.lru_cache(maxsize=4096)(json_path.parse)
+    _parse_each_definition_once()
+
+
+def _parse_each_definition_once():
+    """A state machine's definition, parsed by ANTLR once, not for every execution (module doc,
+    8). Each execution still gets its own program (moto's preprocessor visits the parse tree,
+    which it only reads), so no execution shares state with another."""
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+    from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+
+    original = AmazonStateLanguageParser.parse
+    trees = {}
+
+    def parse(definition):
+        tree = trees.get(definition)
+        if tree is None:
+            program, tree = original(definition)
+            trees[definition] = tree
+            return program, tree
+        return Preprocessor().visit(tree), tree
+
+    AmazonStateLanguageParser.parse = staticmethod(parse)
 
 
 def _share_state_machine_clients():
