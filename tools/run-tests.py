@@ -37,9 +37,9 @@ def binaries(lines):
             continue  # cargo's own lines, if any reach here
         if message.get("reason") == "compiler-artifact" and message.get("executable") and message["profile"]["test"]:
             target = message["target"]
-            name = target["name"] if target["kind"] != ["lib"] else f"{target['name']} (lib)"
-            if "bin" in target["kind"]:
-                name = f"{target['name']} (bin)"
+            # A test file goes by its name, as `cargo test --test NAME`; a crate's own tests say so.
+            kind = "lib" if target["kind"] == ["lib"] else "bin" if "bin" in target["kind"] else None
+            name = f"{target['name']} ({kind})" if kind else target["name"]
             found.append((name, message["executable"], str(Path(message["manifest_path"]).parent)))
     return found
 
