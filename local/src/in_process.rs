@@ -279,17 +279,18 @@ impl LocalBaton {
                         queue: event.queue_logical_id.clone(),
                     }
                 })?;
+                let timeout = Duration::from_secs(function.timeout_seconds.into());
                 let m = Mapping {
                     queue_url: queue.url.clone(),
                     queue_arn: queue.arn.clone(),
                     batch_size: i32::try_from(event.batch_size).unwrap_or(10),
                     wait_seconds: options.wait_seconds,
                     visibility_timeout: options.visibility_timeout,
-                    timeout: Duration::from_secs(function.timeout_seconds.into()),
+                    timeout,
                     concurrency: mapping::concurrency(
                         event.maximum_concurrency,
                         options.visibility_timeout,
-                        Duration::from_secs(function.timeout_seconds.into()),
+                        timeout,
                     ),
                 };
                 info!(function = %function_id, queue = %queue.name, batch_size = m.batch_size, concurrency = m.concurrency, "event source mapping started");
