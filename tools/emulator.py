@@ -84,9 +84,12 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    workflows, most of the emulator's time went to moto doing, on every request, work that grows
    with what it holds (docs/PERFORMANCE.md, "The local stack under load"). Each shortcut gives
    the same answer as the code it replaces:
-   - a Query of a table (not an index) reads the partition it names; moto sorted every item of
-     the table and kept the partition's. Installed only with the DynamoDB lock on (1): the
-     partition is handed to moto's own Query for that one call;
+   - a Query reads the partition it names, of the table or of an index; moto sorted every item
+     of the table and kept the partition's, and went through every item of the table for an
+     index's. An index's partitions are listed on its first Query and kept as each PutItem,
+     UpdateItem and DeleteItem lands. Installed only with the DynamoDB lock on (1): the
+     partition is handed to moto's own Query for that one call, which checks, sorts, pages and
+     projects as before (tools/emulator_test.py compares its answers with moto's own);
    - an SQS receive reads the queue's retention period from the queue; moto computed every
      attribute of the queue for each message it returned, three of them by scanning every
      message the queue holds;
@@ -213,30 +216,7 @@ def quicker_moto(lock):
     from moto.sqs.models import Message, SQSBackend
 
     if lock:
-        original_query = Table.query
-
-        def query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key, scan_index_forward,
-                  projection_expressions, index_name=None, *args, **kwargs):
-            def moto_query():
-                return original_query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
-                                      scan_index_forward, projection_expressions, index_name, *args, **kwargs)
-
-            if index_name is not None or hash_key is None or "all_items" in vars(self):
-                return moto_query()
-            partition = self.items.get(hash_key)
-            if partition is None:
-                items = []
-            elif self.range_key_attr:
-                items = sorted(partition.values(), key=lambda item: item.range_key)
-            else:
-                items = [partition]
-            self.all_items = lambda: items
-            try:
-                return moto_query()
-            finally:
-                del self.all_items
-
-        Table.query = query
+        _query_reads_one_partition(Table)
 
     def within_retention(self, queue_name, message):
         retention = int(self.get_queue(queue_name).message_retention_period)
@@ -254,6 +234,139 @@ def quicker_moto(lock):
 
     json_path.parse = functools.lru_cache(maxsize=4096)(json_path.parse)
     _parse_each_definition_once()
+
+
+def _query_reads_one_partition(Table):
+    """A Query reads the partition it names, of the table or of an index (module doc, 8). moto
+    goes through every item of the table for both. Installed only with the DynamoDB lock on (1):
+    the partition is handed to moto's own Query for that one call, which still checks every
+    condition, sorts, pages and projects as it does."""
+    from moto.dynamodb.models import DynamoDBBackend
+
+    original_query = Table.query
+
+    def query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key, scan_index_forward,
+              projection_expressions, index_name=None, *args, **kwargs):
+        def moto_query():
+            return original_query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
+                                  scan_index_forward, projection_expressions, index_name, *args, **kwargs)
+
+        if "all_items" in vars(self):
+            return moto_query()
+        if index_name is None:
+            items = _table_partition(self, hash_key)
+        else:
+            items = _index_partition(self, index_name, kwargs.get("hash_key_conditions"))
+        if items is None:
+            return moto_query()
+        self.all_items = lambda: items
+        try:
+            return moto_query()
+        finally:
+            del self.all_items
+
+    Table.query = query
+    # Every write moto makes to a table goes through these three; an UpdateItem changes the item
+    # in place, so the item's place in each index is read again after it, whatever it did.
+    original_put, original_delete, original_update = Table.put_item, Table.delete_item, DynamoDBBackend.update_item
+
+    def put_item(self, *args, **kwargs):
+        item = original_put(self, *args, **kwargs)
+        _IndexPartitions.place(self, (item.hash_key, item.range_key))
+        return item
+
+    def delete_item(self, hash_key, range_key):
+        item = original_delete(self, hash_key, range_key)
+        _IndexPartitions.place(self, (hash_key, range_key))
+        return item
+
+    def update_item(self, table_name, key, *args, **kwargs):
+        try:
+            return original_update(self, table_name, key, *args, **kwargs)
+        finally:
+            try:
+                table = self.get_table(table_name)
+                key = self.get_keys_value(table, key)
+            except Exception:  # moto refused the table or the key: it wrote nothing
+                table = None
+            if table is not None:
+                _IndexPartitions.place(table, key)
+
+    Table.put_item, Table.delete_item, DynamoDBBackend.update_item = put_item, delete_item, update_item
+
+
+def _table_partition(table, hash_key):
+    """The items of one partition of the table, in its sort key's order; None: ask moto."""
+    if hash_key is None:
+        return None
+    partition = table.items.get(hash_key)
+    if partition is None:
+        return []
+    if table.range_key_attr:
+        return sorted(partition.values(), key=lambda item: item.range_key)
+    return [partition]
+
+
+def _index_partition(table, index_name, hash_conditions):
+    """The items an index Query for one value of the index's partition key can return (moto
+    then checks, sorts and pages them); None: ask moto (an unknown index, another condition)."""
+    index = next((i for i in table.all_indexes() if i.name == index_name), None)
+    if index is None or not hash_conditions or len(hash_conditions) != 1:
+        return None
+    hashes = [key["AttributeName"] for key in index.schema if key["KeyType"] == "HASH"]
+    (name, value), = hash_conditions
+    if hashes != [name]:
+        return None
+    return list(_IndexPartitions.of(table, index_name, name).items.get(value, {}).values())
+
+
+class _IndexPartitions:
+    """The items of each value of one attribute (an index's partition key) in one table: built
+    from every item on the index's first Query, then kept as each write lands (`place`)."""
+
+    def __init__(self, attribute, table):
+        self.attribute = attribute
+        self.table_items = table.items  # a table restored from a backup gets a new dict: built again
+        self.items = collections.defaultdict(dict)  # value -> {(hash key, range key): item}
+        self.value_of = {}  # (hash key, range key) -> value
+        for item in table.all_items():
+            self.put((item.hash_key, item.range_key), item)
+
+    @staticmethod
+    def of(table, index_name, attribute):
+        kept = vars(table).setdefault("_baton_index_partitions", {})
+        partitions = kept.get(index_name)
+        if partitions is None or partitions.attribute != attribute or partitions.table_items is not table.items:
+            partitions = kept[index_name] = _IndexPartitions(attribute, table)
+        return partitions
+
+    @staticmethod
+    def place(table, key):
+        """Files the item at `key` as it now stands (or nowhere, gone) in each index kept."""
+        kept = vars(table).get("_baton_index_partitions", {})
+        if not kept:
+            return
+        hash_key, range_key = key
+        held = table.items.get(hash_key)
+        item = held.get(range_key) if table.range_key_attr and held is not None else held
+        for partitions in kept.values():
+            partitions.remove(key)
+            if item is not None:
+                partitions.put(key, item)
+
+    def put(self, key, item):
+        value = item.attrs.get(self.attribute)
+        if value is not None and value.type in ("S", "N", "B"):  # a key's types; only they can match
+            self.items[value][key] = item
+            self.value_of[key] = value
+
+    def remove(self, key):
+        value = self.value_of.pop(key, None)
+        if value is not None:
+            partition = self.items[value]
+            del partition[key]
+            if not partition:
+                del self.items[value]
 
 
 def _parse_each_definition_once():

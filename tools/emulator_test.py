@@ -5,7 +5,9 @@ reset it: moto answers every Origin with CORS `*`, and every Host (DNS rebinding
 the emulator on a free port and try a foreign Origin, a foreign Host and a CORS preflight, and
 check that the clients baton has (the SDKs send no Origin; moto's Step Functions interpreter
 calls back on localhost:$MOTO_PORT) are still answered; and that `--stats` counts what it
-answers. Run with the venv's Python (moto):
+answers. And that the shortcuts through moto's costs (module doc, 8) give moto's own answers:
+the same random writes and Queries against it with and without them.
+Run with the venv's Python (moto):
 python -m unittest tools/emulator_test.py
 """
 
@@ -13,6 +15,7 @@ import http.client
 import json
 import os
 import pathlib
+import random
 import subprocess
 import sys
 import tempfile
@@ -25,31 +28,43 @@ LIST_QUEUES = {"X-Amz-Target": "AmazonSQS.ListQueues", "Content-Type": "applicat
                                 "SignedHeaders=host, Signature=0"}
 
 
-class LoopbackOnly(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.TemporaryDirectory()
-        ready = os.path.join(cls.dir.name, "url")
-        cls.process = subprocess.Popen([sys.executable, str(EMULATOR), "--port", "0", "--stats", "--ready-file", ready],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+class Emulator:
+    """tools/emulator.py on a free loopback port, with `args`; `stop()` ends it."""
+
+    def __init__(self, *args):
+        self.dir = tempfile.TemporaryDirectory()
+        ready = os.path.join(self.dir.name, "url")
+        self.process = subprocess.Popen([sys.executable, str(EMULATOR), "--port", "0", "--ready-file", ready, *args],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while not os.path.exists(ready):
-            if cls.process.poll() is not None or time.monotonic() > deadline:
-                cls.tearDownClass()
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
                 raise RuntimeError("the emulator did not start")
             time.sleep(0.1)
         with open(ready) as f:
-            cls.port = int(f.read().rsplit(":", 1)[1])
+            self.url = f.read()
+        self.port = int(self.url.rsplit(":", 1)[1])
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:  # moto sometimes ignores SIGTERM (docs/EMULATOR_DEVIATIONS.md)
+            self.process.kill()
+            self.process.wait()
+        self.dir.cleanup()
+
+
+class LoopbackOnly(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.emulator = Emulator("--stats")
+        cls.port = cls.emulator.port
 
     @classmethod
     def tearDownClass(cls):
-        cls.process.terminate()
-        try:
-            cls.process.wait(10)
-        except subprocess.TimeoutExpired:  # moto sometimes ignores SIGTERM (docs/EMULATOR_DEVIATIONS.md)
-            cls.process.kill()
-            cls.process.wait()
-        cls.dir.cleanup()
+        cls.emulator.stop()
 
     def ask(self, method, path, headers, body=b""):
         """(status, headers in lower case, body) of one request to the emulator on 127.0.0.1."""
@@ -120,6 +135,100 @@ class LoopbackOnly(unittest.TestCase):
             status, _, body = self.ask("POST", "/", LIST_QUEUES, b"{}")
             self.assertEqual(status, 200, body)
         self.assertEqual(list_queues_counted(), before + 3)
+
+
+class ShortcutsGiveMotosAnswers(unittest.TestCase):
+    """A Query of the table or of an index reads only the partition it names (module doc, 8):
+    the same seeded writes (puts, updates that move an item between index partitions or out of
+    the index, deletes, conditions that fail) and Queries (conditions on the sort key, either
+    order, small pages) go to an emulator with the shortcuts and one without (`--moto-as-is`),
+    and every answer must be the same."""
+
+    TABLE = "shortcuts"
+    KINDS = ["record#waiting#0", "record#waiting#1", "inbox#buffered#0"]
+
+    @classmethod
+    def setUpClass(cls):
+        import boto3
+        from botocore.config import Config
+
+        cls.emulators = [Emulator(), Emulator("--moto-as-is")]
+        config = Config(retries={"mode": "standard", "max_attempts": 5})
+        cls.clients = [boto3.client("dynamodb", endpoint_url=e.url, region_name="us-east-1", aws_access_key_id="testing",
+                                    aws_secret_access_key="testing", config=config) for e in cls.emulators]
+
+    @classmethod
+    def tearDownClass(cls):
+        for emulator in cls.emulators:
+            emulator.stop()
+
+    def both(self, operation, **request):
+        """Each emulator's answer to one request: the response without its metadata, or the error code."""
+        answers = []
+        for client in self.clients:
+            try:
+                answer = getattr(client, operation)(**request)
+                answer.pop("ResponseMetadata", None)
+            except client.exceptions.ClientError as error:
+                answer = {"error": error.response["Error"]["Code"]}
+            answers.append(answer)
+        self.assertEqual(answers[0], answers[1], (operation, request))
+        return answers[0]
+
+    def pages(self, **query):
+        """Every page of one Query, from both emulators; each page must be the same."""
+        items, start = [], None
+        while True:
+            page = self.both("query", TableName=self.TABLE, **query, **({"ExclusiveStartKey": start} if start else {}))
+            self.assertNotIn("error", page, query)
+            items += page["Items"]
+            start = page.get("LastEvaluatedKey")
+            if start is None:
+                return items
+
+    def test_random_writes_and_queries(self):
+        key = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+        attributes = [{"AttributeName": name, "AttributeType": "S"} for name in ("pk", "sk", "due_kind", "due_at")]
+        index = {"IndexName": "by_due", "Projection": {"ProjectionType": "ALL"},
+                 "KeySchema": [{"AttributeName": "due_kind", "KeyType": "HASH"},
+                               {"AttributeName": "due_at", "KeyType": "RANGE"}]}
+        kind_only = {"IndexName": "by_kind", "Projection": {"ProjectionType": "KEYS_ONLY"},
+                     "KeySchema": [{"AttributeName": "due_kind", "KeyType": "HASH"}]}
+        for client in self.clients:  # the answers carry the time of creation
+            client.create_table(TableName=self.TABLE, KeySchema=key, AttributeDefinitions=attributes,
+                                BillingMode="PAY_PER_REQUEST", GlobalSecondaryIndexes=[index, kind_only])
+        rng = random.Random(53)
+        s = lambda v: {"S": v}
+        found = 0
+        for step in range(150):
+            item_key = {"pk": s(f"WF#{rng.randrange(5)}"), "sk": s(rng.choice(["RECORD", "INBOX#a", "INBOX#b"]))}
+            due = {"due_kind": s(rng.choice(self.KINDS)), "due_at": s(f"2026-12-06T10:{rng.randrange(60):02}")}
+            write = rng.randrange(4)
+            if write == 0:
+                attrs = {**item_key, "status": s(rng.choice(["waiting", "done"])), **(due if rng.random() < 0.7 else {})}
+                condition = {"ConditionExpression": "attribute_not_exists(pk)"} if rng.random() < 0.3 else {}
+                self.both("put_item", TableName=self.TABLE, Item=attrs, **condition)
+            elif write == 1:
+                self.both("update_item", TableName=self.TABLE, Key=item_key,
+                          UpdateExpression="SET due_kind = :k, due_at = :a, #s = :s",
+                          ExpressionAttributeNames={"#s": "status"},
+                          ExpressionAttributeValues={":k": due["due_kind"], ":a": due["due_at"], ":s": s("waiting")})
+            elif write == 2:
+                self.both("update_item", TableName=self.TABLE, Key=item_key, UpdateExpression="SET #s = :to REMOVE due_kind, due_at",
+                          ConditionExpression="#s = :from", ExpressionAttributeNames={"#s": "status"},
+                          ExpressionAttributeValues={":from": s("waiting"), ":to": s("done")}, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+            else:
+                self.both("delete_item", TableName=self.TABLE, Key=item_key, ReturnValues="ALL_OLD")
+            for kind in self.KINDS:
+                before = {":before": s(f"2026-12-06T10:{rng.randrange(60):02}")}
+                found += len(self.pages(IndexName="by_due", KeyConditionExpression="due_kind = :k AND due_at <= :before",
+                                        ExpressionAttributeValues={":k": s(kind), **before},
+                                        ScanIndexForward=rng.random() < 0.5, Limit=rng.randrange(1, 4)))
+                found += len(self.pages(IndexName="by_kind", KeyConditionExpression="due_kind = :k",
+                                        ExpressionAttributeValues={":k": s(kind)}, Limit=2))
+            found += len(self.pages(KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": item_key["pk"]},
+                                    ScanIndexForward=rng.random() < 0.5, Limit=rng.randrange(1, 4)))
+        self.assertGreater(found, 500, "the Queries found too little to compare")
 
 
 if __name__ == "__main__":
