@@ -90,9 +90,15 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
      UpdateItem and DeleteItem lands. Installed only with the DynamoDB lock on (1): the
      partition is handed to moto's own Query for that one call, which checks, sorts, pages and
      projects as before (tools/emulator_test.py compares its answers with moto's own);
-   - an SQS receive reads the queue's retention period from the queue; moto computed every
-     attribute of the queue for each message it returned, three of them by scanning every
-     message the queue holds;
+   - an index Query hands moto only the partition's items the key condition on the sort key
+     holds for (found by bisection in the partition kept sorted as moto sorts it), and past them
+     the next item and the largest: moto's answer depends on those too (it ends a page at any
+     item past the last it returns once it has `Limit` items or 1 MB, with a LastEvaluatedKey);
+   - an SQS receive reads the queue's retention period from the queue, and a send reads the one
+     attribute it needs (`ContentBasedDeduplication`); moto computed every attribute of the queue
+     for each message it returned or sent, three of them by scanning every message the queue
+     holds. A delete finds its message by receipt handle in a table of the handles given,
+     where moto scanned the queue twice;
    - whether a message is visible or delayed reads the clock once, as a float, not through two
      datetimes;
    - the list of moto's services, which it read from the disk (a directory listing and a stat
@@ -116,6 +122,7 @@ Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGT
 """
 
 import argparse
+import bisect
 import collections
 import functools
 import json
@@ -225,6 +232,7 @@ def quicker_moto(lock):
     SQSBackend.is_message_valid_based_on_retention_period = within_retention
     Message.visible = property(lambda self: time.time() * 1000.0 > self.visible_at)
     Message.delayed = property(lambda self: time.time() * 1000.0 < self.delayed_until)
+    _sqs_sends_and_deletes_without_scans()
     modules = tuple(moto.backends.list_of_moto_modules())
     moto.backends.list_of_moto_modules = lambda: modules
     _share_state_machine_clients()
@@ -256,7 +264,7 @@ def _query_reads_one_partition(Table):
         if index_name is None:
             items = _table_partition(self, hash_key)
         else:
-            items = _index_partition(self, index_name, kwargs.get("hash_key_conditions"))
+            items = _index_partition(self, index_name, range_comparison, range_objs, scan_index_forward, kwargs)
         if items is None:
             return moto_query()
         self.all_items = lambda: items
@@ -295,6 +303,65 @@ def _query_reads_one_partition(Table):
     Table.put_item, Table.delete_item, DynamoDBBackend.update_item = put_item, delete_item, update_item
 
 
+def _sqs_sends_and_deletes_without_scans():
+    """An SQS send and delete cost the same however many messages the queue holds (module doc,
+    8). moto worked out every attribute of the queue for each message sent, to read one
+    (`ContentBasedDeduplication`), three of them by scanning every message; and it found the
+    message a receipt handle deletes by scanning the queue twice."""
+    import weakref
+
+    from moto.sqs.exceptions import ReceiptHandleIsInvalid
+    from moto.sqs.models import Message, Queue, SQSBackend
+
+    sending = threading.local()  # the queue this thread is sending to, if any
+    every_attribute = Queue.attributes.fget
+
+    def attributes(queue):
+        if getattr(sending, "queue", None) is not queue:
+            return every_attribute(queue)
+        # All a send reads (moto's send_message, _validate_message, add_message), as moto words it.
+        if not queue.fifo_queue:
+            return {}
+        value = queue.content_based_deduplication
+        return {"ContentBasedDeduplication": str(value).lower() if isinstance(value, bool) else value}
+
+    def sends(original):
+        def send(self, queue_name, *args, **kwargs):
+            before, sending.queue = getattr(sending, "queue", None), self.get_queue(queue_name)
+            try:
+                return original(self, queue_name, *args, **kwargs)
+            finally:
+                sending.queue = before
+
+        return send
+
+    Queue.attributes = property(attributes)
+    SQSBackend.send_message = sends(SQSBackend.send_message)
+    SQSBackend.send_message_batch = sends(SQSBackend.send_message_batch)
+
+    received = weakref.WeakValueDictionary()  # every receipt handle given -> its message
+    mark_received = Message.mark_received
+
+    def mark_and_file(self, *args, **kwargs):
+        mark_received(self, *args, **kwargs)
+        received[self.receipt_handle] = self
+
+    def delete_message(self, receipt_handle):
+        if receipt_handle in self.deleted_messages:  # already deleted: nothing to do, as moto
+            return
+        message = received.get(receipt_handle)
+        if message is None or message not in self._messages:  # a Message is equal to itself only
+            raise ReceiptHandleIsInvalid()
+        self.pending_messages.discard(message)
+        self.deleted_messages.update(message.all_receipt_handles)
+        remaining = list(self._messages)  # a new list, as moto's: a scan under way keeps its own
+        remaining.remove(message)
+        self._messages = remaining
+
+    Message.mark_received = mark_and_file
+    Queue.delete_message = delete_message
+
+
 def _table_partition(table, hash_key):
     """The items of one partition of the table, in its sort key's order; None: ask moto."""
     if hash_key is None:
@@ -307,38 +374,54 @@ def _table_partition(table, hash_key):
     return [partition]
 
 
-def _index_partition(table, index_name, hash_conditions):
-    """The items an index Query for one value of the index's partition key can return (moto
-    then checks, sorts and pages them); None: ask moto (an unknown index, another condition)."""
+def _index_partition(table, index_name, range_comparison, range_objs, scan_index_forward, kwargs):
+    """The items an index Query for one value of the index's partition key may return, and the
+    ones moto's answer also depends on (below); None: ask moto (an unknown index, another kind
+    of condition). moto then checks, sorts, pages and projects them as it would every item."""
     index = next((i for i in table.all_indexes() if i.name == index_name), None)
-    if index is None or not hash_conditions or len(hash_conditions) != 1:
+    hash_conditions = kwargs.get("hash_key_conditions") or []
+    range_conditions = kwargs.get("range_key_conditions") or []
+    if index is None or len(hash_conditions) != 1 or set(kwargs) - _QUERY_KEYWORDS:
         return None
-    hashes = [key["AttributeName"] for key in index.schema if key["KeyType"] == "HASH"]
+    partitions = _IndexPartitions.of(table, index)
     (name, value), = hash_conditions
-    if hashes != [name]:
+    if partitions is None or name != partitions.hash_attr or len(range_conditions) > 1:
         return None
-    return list(_IndexPartitions.of(table, index_name, name).items.get(value, {}).values())
+    if range_conditions and range_conditions[0][0] != partitions.range_attr:
+        return None
+    return partitions.candidates(value, range_comparison, range_objs, scan_index_forward)
+
+
+# What moto's Table.query takes by keyword; another (the legacy KeyConditions' filters) is moto's.
+_QUERY_KEYWORDS = {"consistent_read", "filter_expression", "hash_key_conditions", "range_key_conditions"}
+_KEY_TYPES = ("S", "N", "B")
 
 
 class _IndexPartitions:
-    """The items of each value of one attribute (an index's partition key) in one table: built
-    from every item on the index's first Query, then kept as each write lands (`place`)."""
+    """One index's partitions in one table: for each value of its partition key, its items in
+    the order moto sorts an index Query's (the index's sort key, then the table's keys), with
+    each item's size. Built from every item on the index's first Query, then kept as each write
+    lands (`place`)."""
 
-    def __init__(self, attribute, table):
-        self.attribute = attribute
+    def __init__(self, index, table):
+        self.schema = index.schema
+        self.hash_attr = next(k["AttributeName"] for k in index.schema if k["KeyType"] == "HASH")
+        self.range_attr = next((k["AttributeName"] for k in index.schema if k["KeyType"] == "RANGE"), None)
+        self.range_type = None
+        self.mixed = False  # sort keys of two types: Python cannot order them as moto does; moto answers
         self.table_items = table.items  # a table restored from a backup gets a new dict: built again
-        self.items = collections.defaultdict(dict)  # value -> {(hash key, range key): item}
-        self.value_of = {}  # (hash key, range key) -> value
+        self.partitions = {}  # value -> [(sort key, size, item)], sorted
+        self.entry_of = {}  # (hash key, range key) -> (value, its entry)
         for item in table.all_items():
             self.put((item.hash_key, item.range_key), item)
 
     @staticmethod
-    def of(table, index_name, attribute):
+    def of(table, index):
         kept = vars(table).setdefault("_baton_index_partitions", {})
-        partitions = kept.get(index_name)
-        if partitions is None or partitions.attribute != attribute or partitions.table_items is not table.items:
-            partitions = kept[index_name] = _IndexPartitions(attribute, table)
-        return partitions
+        partitions = kept.get(index.name)
+        if partitions is None or partitions.schema != index.schema or partitions.table_items is not table.items:
+            partitions = kept[index.name] = _IndexPartitions(index, table)
+        return None if partitions.mixed else partitions
 
     @staticmethod
     def place(table, key):
@@ -355,18 +438,87 @@ class _IndexPartitions:
                 partitions.put(key, item)
 
     def put(self, key, item):
-        value = item.attrs.get(self.attribute)
-        if value is not None and value.type in ("S", "N", "B"):  # a key's types; only they can match
-            self.items[value][key] = item
-            self.value_of[key] = value
+        """Files `item` under its partition, if the index holds it (every key attribute there)."""
+        value = item.attrs.get(self.hash_attr)
+        if self.mixed or value is None or value.type not in _KEY_TYPES:  # only a key's types match
+            return
+        sort = ()
+        if self.range_attr is not None:
+            in_range = item.attrs.get(self.range_attr)
+            if in_range is None:
+                return
+            self.range_type = self.range_type or in_range.type
+            if in_range.type != self.range_type:
+                self.mixed = True  # from now on moto answers this index's Queries itself
+                return
+            sort = (in_range.cast_value,)
+        table_key = (item.hash_key.cast_value, None if item.range_key is None else item.range_key.cast_value)
+        entry = (sort + table_key, item.size(), item)
+        partition = self.partitions.setdefault(value, [])
+        partition.insert(bisect.bisect_left(partition, entry[0], key=_sort_key), entry)
+        self.entry_of[key] = (value, entry)
 
     def remove(self, key):
-        value = self.value_of.pop(key, None)
-        if value is not None:
-            partition = self.items[value]
-            del partition[key]
+        held = self.entry_of.pop(key, None)
+        if held is not None and not self.mixed:
+            value, entry = held
+            partition = self.partitions[value]
+            del partition[bisect.bisect_left(partition, entry[0], key=_sort_key)]
             if not partition:
-                del self.items[value]
+                del self.partitions[value]
+
+    def candidates(self, value, comparison, objs, forward):
+        """The items of partition `value` the key condition on the sort key holds for (a run, in
+        this order), and past them in the Query's direction the next item and the largest: moto
+        ends a page at any item past the last it returns, once it has `Limit` items or at 1 MB,
+        and gives LastEvaluatedKey, so its answer depends on them too; the items before the run
+        it only steps over. None: a comparison this does not know, or of another type."""
+        partition = self.partitions.get(value, [])
+        bounds = self.run(partition, comparison, objs) if comparison else (0, len(partition))
+        if bounds is None:
+            return None
+        lo, hi = bounds
+        past = partition[hi:] if forward else partition[:lo]
+        if past:
+            beyond = [past[0] if forward else past[-1], max(past, key=lambda entry: entry[1])]
+        else:
+            beyond = []
+        return [entry[2] for entry in partition[lo:hi]] + [entry[2] for entry in beyond]
+
+    def run(self, partition, comparison, objs):
+        """[lo, hi) of the entries whose sort key meets `comparison` on `objs`, as moto's
+        `DynamoType.compare` has it (the same values compared), or None."""
+        if self.range_attr is None or any(o.type != self.range_type for o in objs):
+            return None
+        values = [o.cast_value for o in objs]
+        left = lambda v: bisect.bisect_left(partition, v, key=_range_value)
+        right = lambda v: bisect.bisect_right(partition, v, key=_range_value)
+        end = len(partition)
+        bounds = {
+            "EQ": lambda v: (left(v), right(v)), "LT": lambda v: (0, left(v)), "LE": lambda v: (0, right(v)),
+            "GT": lambda v: (right(v), end), "GE": lambda v: (left(v), end),
+            "BETWEEN": lambda a, b: (left(a), max(left(a), right(b))),
+        }
+        name = {"=": "EQ", "<": "LT", "<=": "LE", ">": "GT", ">=": "GE"}.get(comparison, comparison)
+        if name == "BEGINS_WITH" and len(values) == 1:
+            lo = hi = left(values[0])
+            while hi < end and partition[hi][2].attrs[self.range_attr].compare(comparison, objs):
+                hi += 1
+            return lo, hi
+        if name not in bounds:
+            return None
+        try:
+            return bounds[name](*values)
+        except TypeError:  # a wrong number of values: moto says what is wrong
+            return None
+
+
+def _sort_key(entry):
+    return entry[0]
+
+
+def _range_value(entry):
+    return entry[0][0]
 
 
 def _parse_each_definition_once():

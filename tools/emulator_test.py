@@ -139,9 +139,9 @@ class LoopbackOnly(unittest.TestCase):
 
 class ShortcutsGiveMotosAnswers(unittest.TestCase):
     """A Query of the table or of an index reads only the partition it names (module doc, 8):
-    the same seeded writes (puts, updates that move an item between index partitions or out of
-    the index, deletes, conditions that fail) and Queries (conditions on the sort key, either
-    order, small pages) go to an emulator with the shortcuts and one without (`--moto-as-is`),
+    the same seeded writes (puts, some large, updates that move an item between index partitions
+    or out of the index, deletes, conditions that fail) and Queries (each condition on the sort
+    key, either order, small pages) go to an emulator with the shortcuts and one without (`--moto-as-is`),
     and every answer must be the same."""
 
     TABLE = "shortcuts"
@@ -186,7 +186,7 @@ class ShortcutsGiveMotosAnswers(unittest.TestCase):
             if start is None:
                 return items
 
-    def test_random_writes_and_queries(self):
+    def create_table(self, name):
         key = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
         attributes = [{"AttributeName": name, "AttributeType": "S"} for name in ("pk", "sk", "due_kind", "due_at")]
         index = {"IndexName": "by_due", "Projection": {"ProjectionType": "ALL"},
@@ -195,17 +195,36 @@ class ShortcutsGiveMotosAnswers(unittest.TestCase):
         kind_only = {"IndexName": "by_kind", "Projection": {"ProjectionType": "KEYS_ONLY"},
                      "KeySchema": [{"AttributeName": "due_kind", "KeyType": "HASH"}]}
         for client in self.clients:  # the answers carry the time of creation
-            client.create_table(TableName=self.TABLE, KeySchema=key, AttributeDefinitions=attributes,
+            client.create_table(TableName=name, KeySchema=key, AttributeDefinitions=attributes,
                                 BillingMode="PAY_PER_REQUEST", GlobalSecondaryIndexes=[index, kind_only])
+
+    def test_a_page_ends_at_1_mb_at_an_item_past_the_condition(self):
+        """moto ends a page, with a LastEvaluatedKey, at the first item past those it returns
+        that would take the page over 1 MB, whether or not the key condition holds for it."""
+        self.create_table("one-mb")
+        s = lambda v: {"S": v}
+        for minute, size in [(1, 350_000), (2, 350_000), (3, 10), (4, 350_000), (5, 350_000)]:
+            self.both("put_item", TableName="one-mb", Item={"pk": s(f"WF#{minute}"), "sk": s("RECORD"), "payload": s("x" * size),
+                                                            "due_kind": s("k"), "due_at": s(f"10:0{minute}")})
+        for condition, forward in [("due_at <= :a", True), ("due_at >= :b", False)]:
+            page = self.both("query", TableName="one-mb", IndexName="by_due", KeyConditionExpression=f"due_kind = :k AND {condition}",
+                             ExpressionAttributeValues={":k": s("k"), **({":a": s("10:02")} if forward else {":b": s("10:04")})},
+                             ScanIndexForward=forward, Limit=4)
+            self.assertEqual((len(page["Items"]), "LastEvaluatedKey" in page), (2, True), condition)
+
+    def test_random_writes_and_queries(self):
+        self.create_table(self.TABLE)
         rng = random.Random(53)
         s = lambda v: {"S": v}
         found = 0
         for step in range(150):
             item_key = {"pk": s(f"WF#{rng.randrange(5)}"), "sk": s(rng.choice(["RECORD", "INBOX#a", "INBOX#b"]))}
-            due = {"due_kind": s(rng.choice(self.KINDS)), "due_at": s(f"2026-12-06T10:{rng.randrange(60):02}")}
+            due = {"due_kind": s(rng.choice(self.KINDS)), "due_at": s(f"2026-12-06T10:{rng.randrange(12):02}")}
             write = rng.randrange(4)
             if write == 0:
                 attrs = {**item_key, "status": s(rng.choice(["waiting", "done"])), **(due if rng.random() < 0.7 else {})}
+                if rng.random() < 0.3:  # a page ends at 1 MB too
+                    attrs["payload"] = s("x" * 350_000)
                 condition = {"ConditionExpression": "attribute_not_exists(pk)"} if rng.random() < 0.3 else {}
                 self.both("put_item", TableName=self.TABLE, Item=attrs, **condition)
             elif write == 1:
@@ -220,15 +239,82 @@ class ShortcutsGiveMotosAnswers(unittest.TestCase):
             else:
                 self.both("delete_item", TableName=self.TABLE, Key=item_key, ReturnValues="ALL_OLD")
             for kind in self.KINDS:
-                before = {":before": s(f"2026-12-06T10:{rng.randrange(60):02}")}
-                found += len(self.pages(IndexName="by_due", KeyConditionExpression="due_kind = :k AND due_at <= :before",
-                                        ExpressionAttributeValues={":k": s(kind), **before},
-                                        ScanIndexForward=rng.random() < 0.5, Limit=rng.randrange(1, 4)))
+                at = lambda: s(f"2026-12-06T10:{rng.randrange(12):02}")  # often an item's own
+                condition, values = rng.choice([
+                    (" AND due_at <= :a", {":a": at()}), (" AND due_at < :a", {":a": at()}),
+                    (" AND due_at >= :a", {":a": at()}), (" AND due_at > :a", {":a": at()}),
+                    (" AND due_at = :a", {":a": at()}), (" AND due_at BETWEEN :a AND :b", {":a": at(), ":b": at()}),
+                    (" AND begins_with(due_at, :a)", {":a": s(f"2026-12-06T10:{rng.randrange(2)}")}), ("", {})])
+                found += len(self.pages(IndexName="by_due", KeyConditionExpression="due_kind = :k" + condition,
+                                        ExpressionAttributeValues={":k": s(kind), **values},
+                                        ScanIndexForward=rng.random() < 0.5, Limit=rng.randrange(1, 5)))
                 found += len(self.pages(IndexName="by_kind", KeyConditionExpression="due_kind = :k",
                                         ExpressionAttributeValues={":k": s(kind)}, Limit=2))
             found += len(self.pages(KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": item_key["pk"]},
                                     ScanIndexForward=rng.random() < 0.5, Limit=rng.randrange(1, 4)))
         self.assertGreater(found, 500, "the Queries found too little to compare")
+
+
+class SqsShortcutsGiveMotosAnswers(unittest.TestCase):
+    """An SQS send and a delete by receipt handle (module doc, 8): the same sends (standard and
+    FIFO with content-based deduplication, one and in batches), receives (one message received
+    again once visible: two receipt handles) and deletes (by the current handle, by the old one,
+    twice, by one never given) on an emulator with the shortcuts and one without; the same
+    answers and the same queue attributes after each."""
+
+    @classmethod
+    def setUpClass(cls):
+        import boto3
+
+        cls.emulators = [Emulator(), Emulator("--moto-as-is")]
+        cls.clients = [boto3.client("sqs", endpoint_url=e.url, region_name="us-east-1", aws_access_key_id="testing",
+                                    aws_secret_access_key="testing") for e in cls.emulators]
+
+    @classmethod
+    def tearDownClass(cls):
+        for emulator in cls.emulators:
+            emulator.stop()
+
+    def each(self, operation, **request):
+        """Each emulator's answer (with its queue's URL put in), or the error's code."""
+        answers = []
+        for client, queue in zip(self.clients, self.queues):
+            try:
+                answers.append(getattr(client, operation)(**{"QueueUrl": queue, **request}))
+            except client.exceptions.ClientError as error:
+                answers.append({"error": error.response["Error"]["Code"]})
+        return answers
+
+    def same(self, answers, *fields):
+        seen = [{f: a.get(f) for f in ("error", *fields)} for a in answers]
+        self.assertEqual(seen[0], seen[1])
+        return answers
+
+    def test_sends_receives_and_deletes(self):
+        for name, attributes in [("plain", {}), ("ordered.fifo", {"FifoQueue": "true", "ContentBasedDeduplication": "true"})]:
+            with self.subTest(name):
+                self.queues = [c.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"] for c in self.clients]
+                group = {"MessageGroupId": "g"} if attributes else {}
+                for n in range(3):
+                    self.same(self.each("send_message", MessageBody=f"m{n % 2}", **group))  # m0 twice: deduplicated in FIFO
+                self.same(self.each("send_message_batch", Entries=[{"Id": str(n), "MessageBody": f"b{n}", **group} for n in range(3)]))
+                first = self.each("receive_message", MaxNumberOfMessages=1, VisibilityTimeout=0)
+                again = self.each("receive_message", MaxNumberOfMessages=1, VisibilityTimeout=30)
+                bodies = lambda answers: [[m["Body"] for m in a.get("Messages", [])] for a in answers]
+                self.assertEqual(bodies(first), bodies(again))  # the same message, received twice
+                self.assertEqual(bodies(first)[0], bodies(first)[1])
+                handles = lambda answers: [a["Messages"][0]["ReceiptHandle"] for a in answers]
+                for handles_now in (handles(first), handles(first), handles(again)):  # the old handle, twice, then the new
+                    answers = []
+                    for client, queue, handle in zip(self.clients, self.queues, handles_now):
+                        client.delete_message(QueueUrl=queue, ReceiptHandle=handle)
+                        answers.append(client.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"])
+                    counts = [{k: v for k, v in a.items() if k.startswith("Approximate")} for a in answers]
+                    self.assertEqual(counts[0], counts[1])
+                self.same(self.each("delete_message", ReceiptHandle="never-given"))
+                rest = [sorted(m["Body"] for m in a.get("Messages", [])) for a in self.each("receive_message", MaxNumberOfMessages=10)]
+                self.assertEqual(rest[0], rest[1])
+                self.assertTrue(rest[0], "nothing left to compare")
 
 
 if __name__ == "__main__":
