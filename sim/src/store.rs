@@ -33,7 +33,8 @@ pub struct Landed {
     pub at: OffsetDateTime,
     pub from: Option<State>,
     pub from_generation: Option<u32>,
-    pub to: Record,
+    /// The record as written: the very one the store keeps (shared, not copied).
+    pub to: Arc<Record>,
 }
 
 /// How the simulated DynamoDB measures items: as DynamoDB does, every one of them (every record
@@ -248,11 +249,13 @@ impl WorkflowStore for SimStore {
             if r.state == State::Compensating {
                 lock(&self.compensating_since).get_or_insert(self.world.now());
             }
+            // The record the store now keeps (that `apply` did not yield: nothing else wrote it).
+            let to = self.inner.shared(&r.workflow, &r.key).unwrap_or_else(|| Arc::new(r.clone()));
             lock(&self.writes).push(Landed {
                 at: self.world.now(),
                 from: before.map(|(state, _)| state),
                 from_generation: before.map(|(_, generation)| generation),
-                to: write.to.clone(),
+                to,
             });
         }
         match (fault, applied) {
@@ -327,14 +330,17 @@ impl WorkflowStore for SimStore {
         let claim = self.limited(self.inner.buffer(entry).await)?;
         // An entry landing while its step already waits: only the buffering side's handshake
         // read can still apply it (what the SkipHandshakeRead mutation breaks).
-        let record = self.inner.load(&entry.workflow, &entry.key).await?;
+        // (Read in place: only its version, state and generation are needed.)
+        let record = self
+            .inner
+            .peek(&entry.workflow, &entry.key, |r| (r.config_version.clone(), r.state, r.generation))?;
         // The step of the entry's name in the record's own version (the inbox is kept by name).
-        let waiting = record.as_ref().and_then(|r| {
+        let waiting = record.and_then(|(version, state, generation)| {
             let step = self
-                .deployed(Some(&r.config_version))?
-                .workflow(r.workflow.as_str())?
+                .deployed(Some(&version))?
+                .workflow(entry.workflow.as_str())?
                 .step_index(&entry.step_name)?;
-            (r.state == State::Waiting { step } && r.generation == entry.generation).then_some(step)
+            (state == State::Waiting { step } && generation == entry.generation).then_some(step)
         });
         if claim == Claim::Acquired
             && let Some(step) = waiting

@@ -31,7 +31,7 @@ fn group_steps<'s>(s: &'s Seen<'_>) -> Vec<(&'s Record, &'s Record)> {
                 && before.at_group()
                 && before.branches().next().map(|b| b.step) == w.to.branches().next().map(|b| b.step);
             if same_group {
-                pairs.push((*before, &w.to));
+                pairs.push((*before, &*w.to));
             }
         }
         last.insert(at, &w.to);

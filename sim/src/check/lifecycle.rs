@@ -72,8 +72,12 @@ mod tests {
         let start = Input::start(EventId::parse("e").unwrap());
         let mut record = decide(&plan, (&w, &k), None, &start, now).write.unwrap().to;
         record.state = State::Advancing { step: 0 };
-        let advance =
-            Landed { at: now, from: Some(State::Waiting { step: 0 }), from_generation: Some(1), to: record };
+        let advance = Landed {
+            at: now,
+            from: Some(State::Waiting { step: 0 }),
+            from_generation: Some(1),
+            to: record.into(),
+        };
         assert!(steps_advanced_twice(std::slice::from_ref(&advance)).is_empty());
         let twice = steps_advanced_twice(&[advance.clone(), advance]);
         assert_eq!(twice, vec!["wf/k generation 1: step 0 advanced 2 times".to_owned()]);

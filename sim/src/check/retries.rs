@@ -184,7 +184,7 @@ fn record_at<'s>(
                 && w.to.key.as_str() == key
                 && u64::from(w.to.generation) == generation
         })
-        .map(|w| &w.to)
+        .map(|w| &*w.to)
 }
 
 /// Step Functions times a step out on its heartbeat only once the worker of the attempt running

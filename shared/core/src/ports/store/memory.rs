@@ -19,7 +19,7 @@
 //! ([`MemoryStore::catch_up_index`]). By default there is no lag.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -56,7 +56,9 @@ struct IndexLag {
 struct Inner {
     // Ordered maps throughout: the same operations give the same results in the same order, so
     // a seeded simulation replays exactly.
-    records: BTreeMap<RecordKey, Record>,
+    /// Shared (an `Arc`): the lagging index keeps the versions it may still see, and a
+    /// simulation logs each record written, without copying them ([`MemoryStore::shared`]).
+    records: BTreeMap<RecordKey, Arc<Record>>,
     /// By (record, generation, step, (attempt, a step's task rather than a compensation's)).
     tasks: BTreeMap<(RecordKey, u32, u32, (u32, bool)), Task>,
     receipts: BTreeMap<(RecordKey, String), Receipt>,
@@ -67,13 +69,13 @@ struct Inner {
     writes: u64,
     lag: Option<IndexLag>,
     /// What an index read lagging behind may still see, kept only while there is a lag.
-    record_versions: BTreeMap<RecordKey, Versions<Record>>,
+    record_versions: BTreeMap<RecordKey, Versions<Arc<Record>>>,
     inbox_versions: BTreeMap<InboxKey, Versions<InboxEntry>>,
 }
 
 impl Inner {
     /// Notes a write of the record `k` (the index may lag behind it).
-    fn record_written(&mut self, k: &RecordKey, before: Option<Record>) {
+    fn record_written(&mut self, k: &RecordKey, before: Option<Arc<Record>>) {
         self.writes += 1;
         let Some(lag) = &self.lag else { return };
         let now = self.records.get(k).cloned();
@@ -89,7 +91,8 @@ impl Inner {
     }
 
     /// The records an index read sees, those `keep` selects.
-    fn indexed_records(&mut self, keep: impl Fn(&Record) -> bool) -> Vec<&Record> {
+    fn indexed_records(&mut self, keep: impl Fn(&Record) -> bool) -> Vec<&Arc<Record>> {
+        let keep = |r: &Arc<Record>| keep(r);
         index_view(&self.records, &self.record_versions, self.lag.as_mut(), self.writes, keep)
     }
 
@@ -277,13 +280,19 @@ impl MemoryStore {
         read: impl FnOnce(&Record) -> T,
     ) -> Result<Option<T>, StoreError> {
         fits("Query", (workflow, key), RECORD_SK, || 0)?;
-        Ok(self.lock().records.get(&rk(workflow, key)).map(read))
+        Ok(self.lock().records.get(&rk(workflow, key)).map(|r| read(r)))
+    }
+
+    /// The record of `workflow` and `key` as it stands, shared rather than copied: for a
+    /// simulation's log of the records written (the store keeps the same one).
+    pub fn shared(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Option<Arc<Record>> {
+        self.lock().records.get(&rk(workflow, key)).cloned()
     }
 
     /// Every record, in key order: for a simulation's checks, which look at the store from the
     /// outside.
     pub fn records(&self) -> Vec<Record> {
-        self.lock().records.values().cloned().collect()
+        self.lock().records.values().map(|r| Record::clone(r)).collect()
     }
 
     /// Deletes receipts, inbox entries and ledger entries whose TTL has passed at `now` (an inbox
@@ -329,7 +338,7 @@ impl WorkflowStore for MemoryStore {
         key: &CorrelationKey,
     ) -> Result<Option<Record>, StoreError> {
         fits("Query", (workflow, key), RECORD_SK, || 0)?;
-        Ok(self.lock().records.get(&rk(workflow, key)).cloned())
+        Ok(self.lock().records.get(&rk(workflow, key)).map(|r| Record::clone(r)))
     }
 
     async fn apply(&self, write: &crate::domain::lifecycle::Write) -> Result<Applied, StoreError> {
@@ -338,11 +347,11 @@ impl WorkflowStore for MemoryStore {
         record_fits(&write.to, self.sizes)?;
         let mut inner = self.lock();
         let k = rk(&write.to.workflow, &write.to.key);
-        let current = inner.records.get(&k);
+        let current = inner.records.get(&k).map(|r| &**r);
         if !condition.holds(current) {
             return Ok(Applied::Lost { current: current.cloned().map(Box::new) });
         }
-        let before = inner.records.insert(k.clone(), write.to.clone());
+        let before = inner.records.insert(k.clone(), Arc::new(write.to.clone()));
         inner.record_written(&k, before);
         Ok(Applied::Written)
     }
@@ -533,7 +542,7 @@ impl WorkflowStore for MemoryStore {
         let k = rk(workflow, key);
         // Each map is keyed by the record's key first: its items are one range, in key order.
         let mut trace = Trace {
-            record: inner.records.get(&k).cloned(),
+            record: inner.records.get(&k).map(|r| Record::clone(r)),
             tasks: (inner.tasks.range((k.clone(), 0, 0, (0, false))..))
                 .take_while(|((r, _, _, _), _)| r == &k)
                 .map(|(_, t)| t.clone())
@@ -562,11 +571,15 @@ impl WorkflowStore for MemoryStore {
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
         let mut inner = self.lock();
-        let mut due = inner.indexed_records(|r| DueList::of(r) == list && r.due_at() <= before);
+        // The state's kind tested first: it alone leaves out most records, and costs nothing (the
+        // due time and the owed work each walk the record's waits).
+        let mut due = inner.indexed_records(|r| {
+            r.state.kind() == list.kind && r.due_at() <= before && DueList::of(r) == list
+        });
         // Each record's due time computed once (it walks the record's waits), not per comparison.
         due.sort_by_cached_key(|r| r.due_at());
         due.truncate(limit);
-        Ok(due.into_iter().cloned().collect())
+        Ok(due.into_iter().map(|r| Record::clone(r)).collect())
     }
 
     async fn expired_buffers(
