@@ -135,6 +135,25 @@ pub fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
     format!("LEDGER#{}#{input_id}", reason.as_str())
 }
 
+/// The length of `value`'s JSON text (as `serde_json::to_string` writes it), counted without
+/// writing it: the item sizes of records many kilobytes long are measured on every write, and
+/// their text was built only to be measured.
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> Result<usize, serde_json::Error> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value)?;
+    Ok(count.0)
+}
+
 /// At least the size of a record's item in either of the DynamoDB store's formats, without building
 /// the item: what every write checks first, so that
 /// only a record that may come near the 400 KB limit pays for the exact size. Each part is
@@ -176,7 +195,7 @@ pub fn record_size_bound(record: &Record) -> usize {
     // what DynamoDB counts, so it is measured as written (found by review: left out, a record of
     // 102,869 bytes was bounded at 2,519, and a write DynamoDB refuses every time was decided).
     fn as_json<T: serde::Serialize + ?Sized>(v: &T) -> usize {
-        serde_json::to_string(v).map_or(MAX_ITEM_BYTES + 1, |t| 16 + t.len())
+        json_len(v).map_or(MAX_ITEM_BYTES + 1, |len| 16 + len)
     }
     let mut nested = 0;
     if !record.waits.is_empty() && !planted {
