@@ -103,6 +103,8 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
      datetimes;
    - the list of moto's services, which it read from the disk (a directory listing and a stat
      per service) on every request, is read once;
+   - SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat go to the execution that issued the
+     token (a table of the tokens given); moto asked every execution it held;
    - the state machines' SQS and DynamoDB clients are made once per region and service, not for
      every task state (a boto3 client is safe to share between threads), each JSONPath of a
      definition is parsed once, not at every evaluation, and each definition is parsed (ANTLR)
@@ -236,6 +238,7 @@ def quicker_moto(lock):
     modules = tuple(moto.backends.list_of_moto_modules())
     moto.backends.list_of_moto_modules = lambda: modules
     _share_state_machine_clients()
+    _task_tokens_know_their_execution()
     # A JSONPath, parsed once: jsonpath_ng builds its parser (ply's tables) for every parse,
     # and a state machine's paths are few. A parsed path is not changed by evaluating it.
     from moto.stepfunctions.parser.asl.utils import json_path
@@ -540,6 +543,77 @@ def _parse_each_definition_once():
         return Preprocessor().visit(tree), tree
 
     AmazonStateLanguageParser.parse = staticmethod(parse)
+
+
+def _task_tokens_know_their_execution():
+    """SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat go to the execution that issued
+    the token (module doc, 8). moto asked every execution it holds, running or not, whether the
+    token was its own; a token is issued by one execution only, so asking that one gives the same
+    answer, InvalidToken included. A token this did not see issued is looked for as moto does."""
+    import weakref
+
+    from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackPoolManager
+    from moto.stepfunctions.parser.backend.execution import Execution
+    from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend as Backend
+
+    pools = weakref.WeakValueDictionary()  # task token -> the callback pool it was added to
+    only = threading.local()  # the executions this thread's request may concern
+
+    def files(add):
+        def add_and_file(self, callback_id, *args, **kwargs):
+            endpoint = add(self, callback_id, *args, **kwargs)
+            pools[callback_id] = self
+            return endpoint
+
+        return add_and_file
+
+    CallbackPoolManager.add = files(CallbackPoolManager.add)
+    CallbackPoolManager.add_activity_task = files(CallbackPoolManager.add_activity_task)
+
+    worker_of = Execution._get_start_execution_worker
+    environment_of = ExecutionWorker._get_evaluation_environment
+
+    def worker(self):
+        made = worker_of(self)
+        made.baton_execution = weakref.ref(self)
+        return made
+
+    def environment(self):
+        made = environment_of(self)
+        made.callback_pool_manager.baton_execution = getattr(self, "baton_execution", None)
+        return made
+
+    Execution._get_start_execution_worker = worker
+    ExecutionWorker._get_evaluation_environment = environment
+
+    get_executions = Backend._get_executions
+
+    def executions(self, execution_status=None):
+        if getattr(only, "executions", None) is None:
+            return get_executions(self, execution_status)
+        return [e for e in only.executions if execution_status is None or e.status == execution_status]
+
+    Backend._get_executions = executions
+
+    def to_its_execution(answer):
+        def answered(self, task_token, *args, **kwargs):
+            pool = pools.get(task_token)
+            owner = getattr(pool, "baton_execution", None)
+            execution = owner() if owner is not None else None
+            # Still one of this backend's (moto's own list), found by identity: no Python loop.
+            if execution is None or not any(execution in sm.executions for sm in self.state_machines):
+                return answer(self, task_token, *args, **kwargs)
+            only.executions = [execution]
+            try:
+                return answer(self, task_token, *args, **kwargs)
+            finally:
+                only.executions = None
+
+        return answered
+
+    for name in ("send_task_success", "send_task_failure", "send_task_heartbeat"):
+        setattr(Backend, name, to_its_execution(getattr(Backend, name)))
 
 
 def _share_state_machine_clients():

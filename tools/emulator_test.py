@@ -317,5 +317,73 @@ class SqsShortcutsGiveMotosAnswers(unittest.TestCase):
                 self.assertTrue(rest[0], "nothing left to compare")
 
 
+class TaskTokensGiveMotosAnswers(unittest.TestCase):
+    """SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat go to the token's own execution
+    (module doc, 8): the same calls, on tokens of running and ended executions and on one never
+    issued, on an emulator with the shortcuts and one without; the same answers, and
+    the executions end the same."""
+
+    @classmethod
+    def setUpClass(cls):
+        import boto3
+
+        cls.emulators = [Emulator(), Emulator("--moto-as-is")]
+        make = lambda service, e: boto3.client(service, endpoint_url=e.url, region_name="us-east-1",
+                                               aws_access_key_id="testing", aws_secret_access_key="testing")
+        cls.sfn = [make("stepfunctions", e) for e in cls.emulators]
+        cls.sqs = [make("sqs", e) for e in cls.emulators]
+
+    @classmethod
+    def tearDownClass(cls):
+        for emulator in cls.emulators:
+            emulator.stop()
+
+    def outcome(self, call):
+        try:
+            call()
+            return "ok"
+        except Exception as error:  # botocore's ClientError: the code is the answer compared
+            return error.response["Error"]["Code"]
+
+    def run_on(self, sfn, sqs):
+        """What each call on this emulator answered, and how its executions ended."""
+        queue = sqs.create_queue(QueueName="tasks")["QueueUrl"]
+        definition = {"StartAt": "Wait", "States": {"Wait": {
+            "Type": "Task", "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken", "HeartbeatSeconds": 300,
+            "Parameters": {"QueueUrl": queue, "MessageBody": {"name.$": "$.name", "token.$": "$$.Task.Token"}}, "End": True}}}
+        machine = sfn.create_state_machine(name="waits", definition=json.dumps(definition),
+                                           roleArn="arn:aws:iam::123456789012:role/r")["stateMachineArn"]
+        runs = {n: sfn.start_execution(stateMachineArn=machine, name=n, input=json.dumps({"name": n}))["executionArn"]
+                for n in ("a", "b", "c")}
+        tokens, deadline = {}, time.monotonic() + 60
+        while len(tokens) < 3 and time.monotonic() < deadline:
+            for m in sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", []):
+                body = json.loads(m["Body"])
+                tokens[body["name"]] = body["token"]
+        self.assertEqual(len(tokens), 3, "every execution sent its task")
+
+        def ended(name):
+            while sfn.describe_execution(executionArn=runs[name])["status"] == "RUNNING" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            return sfn.describe_execution(executionArn=runs[name])["status"]
+
+        deadline = time.monotonic() + 60
+        answers = [self.outcome(lambda: sfn.send_task_heartbeat(taskToken=tokens["a"])),
+                   self.outcome(lambda: sfn.send_task_success(taskToken=tokens["a"], output="{}")), ended("a"),
+                   self.outcome(lambda: sfn.send_task_success(taskToken=tokens["a"], output="{}")),
+                   self.outcome(lambda: sfn.send_task_heartbeat(taskToken=tokens["a"])),
+                   self.outcome(lambda: sfn.send_task_failure(taskToken=tokens["b"], error="E")), ended("b"),
+                   self.outcome(lambda: sfn.send_task_failure(taskToken=tokens["b"], error="E")),
+                   self.outcome(lambda: sfn.send_task_success(taskToken=tokens["c"], output="{}")), ended("c"),
+                   self.outcome(lambda: sfn.send_task_heartbeat(taskToken=tokens["c"])),
+                   self.outcome(lambda: sfn.send_task_success(taskToken="never-issued", output="{}"))]
+        return answers
+
+    def test_answers_on_tokens_of_running_and_ended_executions(self):
+        first, second = (self.run_on(sfn, sqs) for sfn, sqs in zip(self.sfn, self.sqs))
+        self.assertEqual(first, second)
+        self.assertEqual(first[:3], ["ok", "ok", "SUCCEEDED"])
+
+
 if __name__ == "__main__":
     unittest.main()
