@@ -51,10 +51,27 @@ async fn main() {
     let options = Options::from_env();
     let dir = tempfile::tempdir().expect("a temporary directory");
     let mut stack = Stack::start(&options, dir.path()).await;
-    let outcome = soak(&options, &stack).await;
-    let report = outcome.report(&options, &stack).await;
+    let code = tokio::select! {
+        outcome = soak(&options, &stack) => i32::from(!outcome.report(&options, &stack).await),
+        (signal, code) = interrupted() => {
+            eprintln!("{signal}: stopping the emulator and baton local");
+            code
+        }
+    };
     stack.stop().await;
-    std::process::exit(i32::from(!report));
+    std::process::exit(code);
+}
+
+/// SIGINT or SIGTERM, and the exit code a shell gives for it: the soak stops the processes it
+/// started before it ends (a process killed by a signal runs no destructor, and the children's
+/// `kill_on_drop` with it).
+async fn interrupted() -> (&'static str, i32) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => ("SIGINT", 130),
+        _ = term.recv() => ("SIGTERM", 143),
+    }
 }
 
 struct Options {
@@ -62,7 +79,7 @@ struct Options {
     senders: usize,
     outage: Duration,
     python: String,
-    /// More of the emulator's options (`SOAK_EMULATOR_ARGS`), e.g. `--moto-query` to measure
+    /// More of the emulator's options (`SOAK_EMULATOR_ARGS`), e.g. `--moto-as-is` to measure
     /// what the emulator's own fixes save.
     emulator_args: String,
     baton: PathBuf,
