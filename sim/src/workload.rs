@@ -729,24 +729,25 @@ impl Parts {
             return Facts::default();
         };
         let Ok(k) = CorrelationKey::parse(key) else { return Facts::default() };
-        let trace = block_on(baton_core::ports::store::WorkflowStore::trace(&*self.stack.memory, &name, &k))
-            .unwrap_or_default();
-        let in_record = trace.record.as_ref().is_some_and(|r| {
-            r.history.iter().any(|a| a.cause_id.as_deref() == Some(id))
-                || r.applied.iter().any(|a| a.id.as_str() == id)
-        });
-        let running = trace.record.as_ref().and_then(|r| {
-            let config = self.stack.store.deployed(Some(&r.config_version))?;
-            let index = config.workflow(workflow)?.step_index(step)?;
-            Some((r.generation, baton_core::domain::lifecycle::running_attempt(r.failed_attempts(index))))
-        });
-        Facts {
-            in_record,
-            inbox: trace.inbox.iter().any(|e| e.id.as_str() == id),
-            ledger: trace.ledger.iter().any(|l| l.input_id == id),
-            other_receipt: trace.receipts.iter().any(|r| r.id.as_str() == id && r.hash != hash),
-            running,
-        }
+        // Read in place, not copied: asked after every answer, of records a crowd's make large.
+        self.stack.memory.peek_trace(&name, &k, |trace| {
+            let in_record = trace.record.is_some_and(|r| {
+                r.history.iter().any(|a| a.cause_id.as_deref() == Some(id))
+                    || r.applied.iter().any(|a| a.id.as_str() == id)
+            });
+            let running = trace.record.and_then(|r| {
+                let config = self.stack.store.deployed(Some(&r.config_version))?;
+                let index = config.workflow(workflow)?.step_index(step)?;
+                Some((r.generation, baton_core::domain::lifecycle::running_attempt(r.failed_attempts(index))))
+            });
+            Facts {
+                in_record,
+                inbox: trace.inbox.iter().any(|e| e.id.as_str() == id),
+                ledger: trace.ledger.iter().any(|l| l.input_id == id),
+                other_receipt: trace.receipts.iter().any(|r| r.id.as_str() == id && r.hash != hash),
+                running,
+            }
+        })
     }
 }
 

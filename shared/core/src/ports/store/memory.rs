@@ -289,6 +289,40 @@ impl MemoryStore {
         self.lock().records.get(&rk(workflow, key)).cloned()
     }
 
+    /// What `read` takes from everything stored about (`workflow`, `key`), read in place: as
+    /// [`WorkflowStore::trace`] without copying it, each kind in key order (a simulation's
+    /// oracle asks it about an input after every answer it gets).
+    pub fn peek_trace<T>(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+        read: impl FnOnce(&TraceRef<'_>) -> T,
+    ) -> T {
+        let inner = self.lock();
+        let k = rk(workflow, key);
+        // Each map is keyed by the record's key first: its items are one range, in key order.
+        let trace = TraceRef {
+            record: inner.records.get(&k).map(|r| &**r),
+            tasks: (inner.tasks.range((k.clone(), 0, 0, (0, false))..))
+                .take_while(|((r, _, _, _), _)| r == &k)
+                .map(|(_, t)| t)
+                .collect(),
+            receipts: (inner.receipts.range((k.clone(), String::new())..))
+                .take_while(|((r, _), _)| r == &k)
+                .map(|(_, t)| t)
+                .collect(),
+            inbox: (inner.inbox.range((k.clone(), String::new(), String::new())..))
+                .take_while(|((r, _, _), _)| r == &k)
+                .map(|(_, t)| t)
+                .collect(),
+            ledger: (inner.ledger.range((k.clone(), String::new(), "")..))
+                .take_while(|((r, _, _), _)| r == &k)
+                .map(|(_, t)| t)
+                .collect(),
+        };
+        read(&trace)
+    }
+
     /// Every record, in key order: for a simulation's checks, which look at the store from the
     /// outside.
     pub fn records(&self) -> Vec<Record> {
@@ -324,6 +358,16 @@ impl MemoryStore {
         // insert), so a poisoned lock is still safe to use.
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Everything stored about one (workflow, key), borrowed ([`MemoryStore::peek_trace`]): each
+/// kind in key order, not yet in [`Trace`]'s.
+pub struct TraceRef<'a> {
+    pub record: Option<&'a Record>,
+    pub tasks: Vec<&'a Task>,
+    pub receipts: Vec<&'a Receipt>,
+    pub inbox: Vec<&'a InboxEntry>,
+    pub ledger: Vec<&'a LedgerEntry>,
 }
 
 fn rk(workflow: &WorkflowName, key: &CorrelationKey) -> RecordKey {
@@ -538,28 +582,13 @@ impl WorkflowStore for MemoryStore {
     }
 
     async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError> {
-        let inner = self.lock();
-        let k = rk(workflow, key);
-        // Each map is keyed by the record's key first: its items are one range, in key order.
-        let mut trace = Trace {
-            record: inner.records.get(&k).map(|r| Record::clone(r)),
-            tasks: (inner.tasks.range((k.clone(), 0, 0, (0, false))..))
-                .take_while(|((r, _, _, _), _)| r == &k)
-                .map(|(_, t)| t.clone())
-                .collect(),
-            receipts: (inner.receipts.range((k.clone(), String::new())..))
-                .take_while(|((r, _), _)| r == &k)
-                .map(|(_, t)| t.clone())
-                .collect(),
-            inbox: (inner.inbox.range((k.clone(), String::new(), String::new())..))
-                .take_while(|((r, _, _), _)| r == &k)
-                .map(|(_, t)| t.clone())
-                .collect(),
-            ledger: (inner.ledger.range((k.clone(), String::new(), "")..))
-                .take_while(|((r, _, _), _)| r == &k)
-                .map(|(_, t)| t.clone())
-                .collect(),
-        };
+        let mut trace = self.peek_trace(workflow, key, |t| Trace {
+            record: t.record.cloned(),
+            tasks: t.tasks.iter().map(|&t| t.clone()).collect(),
+            receipts: t.receipts.iter().map(|&r| r.clone()).collect(),
+            inbox: t.inbox.iter().map(|&e| e.clone()).collect(),
+            ledger: t.ledger.iter().map(|&l| l.clone()).collect(),
+        });
         sort_trace(&mut trace);
         Ok(trace)
     }
