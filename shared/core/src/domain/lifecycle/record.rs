@@ -36,6 +36,11 @@ pub const MAX_FAILURE_CAUSE_CHARS: usize = 32_768;
 /// Whether `text`, the `field` (`error` or `cause`) of a failure, fits what Step Functions
 /// takes; if not, a message that names the field and the limit.
 pub fn failure_text_fits(field: &str, text: &str, max: usize) -> Result<(), String> {
+    // A character is never more UTF-16 units than UTF-8 bytes: a text of at most `max` bytes
+    // fits without being counted (every failure decided is checked, many of them long).
+    if text.len() <= max {
+        return Ok(());
+    }
     let len = text.encode_utf16().count();
     if len <= max {
         return Ok(());
