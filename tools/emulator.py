@@ -98,7 +98,8 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
      attribute it needs (`ContentBasedDeduplication`); moto computed every attribute of the queue
      for each message it returned or sent, three of them by scanning every message the queue
      holds. A delete finds its message by receipt handle in a table of the handles given,
-     where moto scanned the queue twice;
+     where moto scanned the queue twice. A long poll waiting on a queue asks whether any
+     message can be received, not for the list of them, at every send to it;
    - whether a message is visible or delayed reads the clock once, as a float, not through two
      datetimes;
    - the list of moto's services, which it read from the disk (a directory listing and a stat
@@ -363,6 +364,15 @@ def _sqs_sends_and_deletes_without_scans():
 
     Message.mark_received = mark_and_file
     Queue.delete_message = delete_message
+
+    # A long poll waits until a message can be received. moto's test listed every message the
+    # queue can give, and ran on every send to it, in each receive waiting on the queue (32
+    # workers, 10,000 messages): whether there is one is answered at the first.
+    def wait_for_messages(self, timeout):
+        with self._messages_lock:
+            self._messages_lock.wait_for(lambda: any(m.visible and not m.delayed for m in self._messages), timeout)
+
+    Queue.wait_for_messages = wait_for_messages
 
 
 def _table_partition(table, hash_key):

@@ -19,6 +19,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -315,6 +316,14 @@ class SqsShortcutsGiveMotosAnswers(unittest.TestCase):
                 rest = [sorted(m["Body"] for m in a.get("Messages", [])) for a in self.each("receive_message", MaxNumberOfMessages=10)]
                 self.assertEqual(rest[0], rest[1])
                 self.assertTrue(rest[0], "nothing left to compare")
+                # every message now in flight: a long poll waits its second and gets nothing
+                self.same(self.each("receive_message", MaxNumberOfMessages=10, WaitTimeSeconds=1), "Messages")
+                if not attributes:  # and one sent while it waits wakes it (FIFO: its group is in flight)
+                    late = threading.Timer(0.5, lambda: self.each("send_message", MessageBody="late"))
+                    late.start()
+                    woken = [[m["Body"] for m in a.get("Messages", [])] for a in self.each("receive_message", WaitTimeSeconds=10)]
+                    late.join()
+                    self.assertEqual(woken, [["late"], ["late"]])
 
 
 class TaskTokensGiveMotosAnswers(unittest.TestCase):
