@@ -235,7 +235,7 @@ def quicker_moto(lock):
     SQSBackend.is_message_valid_based_on_retention_period = within_retention
     Message.visible = property(lambda self: time.time() * 1000.0 > self.visible_at)
     Message.delayed = property(lambda self: time.time() * 1000.0 < self.delayed_until)
-    _sqs_sends_and_deletes_without_scans()
+    _sqs_without_queue_scans()
     modules = tuple(moto.backends.list_of_moto_modules())
     moto.backends.list_of_moto_modules = lambda: modules
     _share_state_machine_clients()
@@ -307,11 +307,12 @@ def _query_reads_one_partition(Table):
     Table.put_item, Table.delete_item, DynamoDBBackend.update_item = put_item, delete_item, update_item
 
 
-def _sqs_sends_and_deletes_without_scans():
-    """An SQS send and delete cost the same however many messages the queue holds (module doc,
-    8). moto worked out every attribute of the queue for each message sent, to read one
-    (`ContentBasedDeduplication`), three of them by scanning every message; and it found the
-    message a receipt handle deletes by scanning the queue twice."""
+def _sqs_without_queue_scans():
+    """An SQS send, a delete and a long poll's wait cost the same however many messages the
+    queue holds (module doc, 8). moto worked out every attribute of the queue for each message
+    sent, to read one (`ContentBasedDeduplication`), three of them by scanning every message;
+    it found the message a receipt handle deletes by scanning the queue twice; and a waiting
+    receive listed every message it could take at each send to the queue."""
     import weakref
 
     from moto.sqs.exceptions import ReceiptHandleIsInvalid
