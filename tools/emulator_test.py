@@ -256,6 +256,69 @@ class ShortcutsGiveMotosAnswers(unittest.TestCase):
         self.assertGreater(found, 500, "the Queries found too little to compare")
 
 
+    def create_odd_table(self, name):
+        """A table whose two indexes share a partition key (`k`): `by_at` sorted on `at`, `by_n` on `n`."""
+        key = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+        attributes = [{"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "k", "at")]
+        attributes.append({"AttributeName": "n", "AttributeType": "N"})
+        indexes = [{"IndexName": index, "Projection": {"ProjectionType": "ALL"},
+                    "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"}, {"AttributeName": sort, "KeyType": "RANGE"}]}
+                   for index, sort in (("by_at", "at"), ("by_n", "n"))]
+        for client in self.clients:
+            client.create_table(TableName=name, KeySchema=key, AttributeDefinitions=attributes,
+                                BillingMode="PAY_PER_REQUEST", GlobalSecondaryIndexes=indexes)
+
+    def test_a_partition_key_value_of_a_type_no_key_has(self):
+        """moto stores an item whatever the type of its index key attributes, and a Query finds
+        it by any value: a BOOL, or a list, map or set (which Python cannot hash)."""
+        self.create_odd_table("odd-partition")
+        values = [{"BOOL": True}, {"L": [{"S": "x"}]}, {"M": {"a": {"S": "b"}}}, {"SS": ["q"]}]
+        for n, value in enumerate(values):
+            self.both("put_item", TableName="odd-partition", Item={"pk": {"S": f"p{n}"}, "sk": {"S": "r"}, "k": value,
+                                                                   "at": {"S": "10:00"}, "n": {"N": str(n)}})
+        for value in values:
+            for index in ("by_at", "by_n"):
+                self.both("query", TableName="odd-partition", IndexName=index, KeyConditionExpression="k = :k",
+                          ExpressionAttributeValues={":k": value})
+            self.both("query", TableName="odd-partition", KeyConditionExpression="pk = :k", ExpressionAttributeValues={":k": value})
+
+    def test_an_index_sort_key_python_cannot_order(self):
+        """Two maps as one partition's sort keys: moto stores both items (its Query of that index
+        fails, as Python cannot order them), and every other index still holds both."""
+        self.create_odd_table("odd-sort")
+        query = lambda index: self.both("query", TableName="odd-sort", IndexName=index, KeyConditionExpression="k = :k",
+                                        ExpressionAttributeValues={":k": {"S": "a"}})
+        query("by_at"), query("by_n")  # each index's partitions are kept from here on
+        for n, name in enumerate(("x", "y")):
+            self.both("put_item", TableName="odd-sort", Item={"pk": {"S": name}, "sk": {"S": "r"}, "k": {"S": "a"},
+                                                              "at": {"M": {name: {"S": "1"}}}, "n": {"N": str(n)}})
+        self.assertEqual(len(query("by_n")["Items"]), 2)
+
+    def test_queries_moto_fails_on_an_item_the_key_condition_skips(self):
+        """moto's Query goes through every item of the partition and fails (500) on one the key
+        condition does not hold for: begins_with on a Number, Limit 0, an ExclusiveStartKey
+        without the index's keys. Past the last item of the partition nothing is left to fail on."""
+        from botocore.config import Config
+        import boto3
+
+        self.create_odd_table("odd-condition")
+        self.both("put_item", TableName="odd-condition", Item={"pk": {"S": "p"}, "sk": {"S": "r"}, "k": {"S": "a"},
+                                                               "at": {"S": "10:00"}, "n": {"N": "1"}})
+        unchecked = Config(parameter_validation=False, retries={"max_attempts": 1})
+        clients = self.clients
+        self.clients = [boto3.client("dynamodb", endpoint_url=e.url, region_name="us-east-1", aws_access_key_id="testing",
+                                     aws_secret_access_key="testing", config=unchecked) for e in self.emulators]
+        try:
+            a, late = {":k": {"S": "a"}}, {":k": {"S": "a"}, ":at": {"S": "99"}}
+            self.both("query", TableName="odd-condition", IndexName="by_n", KeyConditionExpression="k = :k AND begins_with(n, :n)",
+                      ExpressionAttributeValues={**a, ":n": {"N": "9"}})
+            self.both("query", TableName="odd-condition", IndexName="by_at", KeyConditionExpression="k = :k AND at > :at",
+                      ExpressionAttributeValues=late, Limit=0)
+            self.both("query", TableName="odd-condition", IndexName="by_at", KeyConditionExpression="k = :k AND at > :at",
+                      ExpressionAttributeValues=late, ExclusiveStartKey={"pk": {"S": "p"}, "sk": {"S": "r"}})
+        finally:
+            self.clients = clients
+
 class SqsShortcutsGiveMotosAnswers(unittest.TestCase):
     """An SQS send and a delete by receipt handle (module doc, 8): the same sends (standard and
     FIFO with content-based deduplication, one and in batches), receives (one message received
