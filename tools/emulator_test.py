@@ -456,6 +456,38 @@ class TaskTokensGiveMotosAnswers(unittest.TestCase):
         self.assertEqual(first, second)
         self.assertEqual(first[:3], ["ok", "ok", "SUCCEEDED"])
 
+    def test_a_heartbeat_while_another_machines_execution_is_starting(self):
+        """moto asks every running execution whether the token is its own, in the order the
+        state machines were made, and an execution that has started but not yet parsed its
+        definition has no environment to ask (AttributeError, 500): a heartbeat for a token of a
+        later machine, sent while an execution of an earlier one is starting, gets moto's 500."""
+        role = "arn:aws:iam::123456789012:role/r"
+        states = {f"P{i}": {"Type": "Pass", "Next": f"P{i + 1}"} for i in range(1500)}  # parsed in about 0.4 s
+        states["P1500"] = {"Type": "Wait", "Seconds": 60, "End": True}
+        import boto3
+        from botocore.config import Config
+
+        once = [boto3.client("stepfunctions", endpoint_url=e.url, region_name="us-east-1", aws_access_key_id="testing",
+                             aws_secret_access_key="testing", config=Config(retries={"max_attempts": 1})) for e in self.emulators]
+        answers = []
+        for sfn, sqs, heartbeat in zip(self.sfn, self.sqs, once):
+            slow = sfn.create_state_machine(name="slow-to-parse", definition=json.dumps({"StartAt": "P0", "States": states}),
+                                            roleArn=role)["stateMachineArn"]
+            queue = sqs.create_queue(QueueName="heartbeats")["QueueUrl"]
+            waits = {"StartAt": "W", "States": {"W": {
+                "Type": "Task", "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken", "HeartbeatSeconds": 300,
+                "Parameters": {"QueueUrl": queue, "MessageBody": {"token.$": "$$.Task.Token"}}, "End": True}}}
+            machine = sfn.create_state_machine(name="waits-for-heartbeats", definition=json.dumps(waits), roleArn=role)["stateMachineArn"]
+            sfn.start_execution(stateMachineArn=machine, name="w")
+            token, deadline = None, time.monotonic() + 60
+            while token is None and time.monotonic() < deadline:
+                for m in sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=1).get("Messages", []):
+                    token = json.loads(m["Body"])["token"]
+            self.assertIsNotNone(token, "the execution sent its task")
+            sfn.start_execution(stateMachineArn=slow, name="starting")
+            answers.append(self.outcome(lambda: heartbeat.send_task_heartbeat(taskToken=token)))  # not retried
+        self.assertEqual(answers[0], answers[1])
+
 
 if __name__ == "__main__":
     unittest.main()
