@@ -389,6 +389,59 @@ class SqsShortcutsGiveMotosAnswers(unittest.TestCase):
                     self.assertEqual(woken, [["late"], ["late"]])
 
 
+class SqsDeletesAtOnce(unittest.TestCase):
+    """Two deletes of one message by its receipt handle at once (a consumer's retry while its
+    first delete is still under way): the emulator serves SQS requests on threads with no lock,
+    so one delete may run whole between two steps of the other. moto's own delete takes both;
+    the shortcut's (module doc, 8) must too. A switch between threads at just that point is
+    rare, so here it is made to happen: moto's SQS backend in a process of its own, whose queue
+    runs the second delete the first time the first one reads its messages."""
+
+    SCRIPT = r'''
+import sys
+sys.path.insert(0, sys.argv[2])
+import emulator
+from moto.sqs.models import SQSBackend
+if sys.argv[1] == "shortcuts":
+    emulator._sqs_without_queue_scans()
+backend = SQSBackend("us-east-1", "123456789012")
+queue = backend.create_queue("q")
+for n in range(3):
+    backend.send_message("q", f"m{n}")
+[message] = backend.receive_message("q", 1, 0, 30)
+outcomes = []
+
+def delete():
+    try:
+        backend.delete_message("q", message.receipt_handle)
+        outcomes.append("ok")
+    except Exception as error:
+        outcomes.append(type(error).__name__)
+
+class Interrupted(list):
+    """The queue's messages; the first read of them lets the other delete run whole."""
+    def interrupt(self):
+        if queue._messages is self:
+            queue._messages = list(list.__iter__(self))
+            delete()
+    def __iter__(self):
+        self.interrupt()
+        return list.__iter__(self)
+    def __contains__(self, item):
+        self.interrupt()
+        return list.__contains__(self, item)
+
+queue._messages = Interrupted(queue._messages)
+delete()
+print(outcomes, [m.body for m in queue._messages])
+'''
+
+    def test_one_message_deleted_twice_at_once(self):
+        answers = [subprocess.run([sys.executable, "-c", self.SCRIPT, which, str(EMULATOR.parent)], capture_output=True,
+                                  text=True, timeout=120, check=True).stdout.strip() for which in ("shortcuts", "as-is")]
+        self.assertEqual(answers[0], answers[1])
+
+
 class TaskTokensGiveMotosAnswers(unittest.TestCase):
     """SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat go to the token's own execution
     (module doc, 8): the same calls, on tokens of running and ended executions and on one never
