@@ -83,7 +83,8 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
 8. Costs that do not grow with what moto holds (`quicker_moto`). Under a load of a few hundred
    workflows, most of the emulator's time went to moto doing, on every request, work that grows
    with what it holds (docs/PERFORMANCE.md, "The local stack under load"). Each shortcut gives
-   the same answer as the code it replaces:
+   the same answer as the code it replaces, and hands moto the requests it would fail on (a
+   Query key of a type no key has, a Limit under 1, a start key moto cannot place):
    - a Query reads the partition it names, of the table or of an index; moto sorted every item
      of the table and kept the partition's, and went through every item of the table for an
      index's. An index's partitions are listed on its first Query and kept as each PutItem,
@@ -105,7 +106,8 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    - the list of moto's services, which it read from the disk (a directory listing and a stat
      per service) on every request, is read once;
    - SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat go to the execution that issued the
-     token (a table of the tokens given); moto asked every execution it held;
+     token (a table of the tokens given); moto asked every execution it held, and failed (500)
+     when one had started but not yet parsed its definition: the one answer not moto's;
    - the state machines' SQS and DynamoDB clients are made once per region and service, not for
      every task state (a boto3 client is safe to share between threads), each JSONPath of a
      definition is parsed once, not at every evaluation, and each definition is parsed (ANTLR)
@@ -268,7 +270,8 @@ def _query_reads_one_partition(Table):
         if index_name is None:
             items = _table_partition(self, hash_key)
         else:
-            items = _index_partition(self, index_name, range_comparison, range_objs, scan_index_forward, kwargs)
+            items = _index_partition(self, index_name, range_comparison, range_objs, scan_index_forward, limit,
+                                     exclusive_start_key, kwargs)
         if items is None:
             return moto_query()
         self.all_items = lambda: items
@@ -359,9 +362,9 @@ def _sqs_without_queue_scans():
             raise ReceiptHandleIsInvalid()
         self.pending_messages.discard(message)
         self.deleted_messages.update(message.all_receipt_handles)
-        remaining = list(self._messages)  # a new list, as moto's: a scan under way keeps its own
-        remaining.remove(message)
-        self._messages = remaining
+        # A new list, as moto's: a scan under way keeps its own, and a delete of the same message
+        # at the same time (moto serves SQS on threads, unlocked) finds it gone, not an error.
+        self._messages = [m for m in self._messages if m is not message]
 
     Message.mark_received = mark_and_file
     Queue.delete_message = delete_message
@@ -378,7 +381,7 @@ def _sqs_without_queue_scans():
 
 def _table_partition(table, hash_key):
     """The items of one partition of the table, in its sort key's order; None: ask moto."""
-    if hash_key is None:
+    if hash_key is None or hash_key.type not in _KEY_TYPES:  # another type: moto's answer, or its failure
         return None
     partition = table.items.get(hash_key)
     if partition is None:
@@ -388,20 +391,23 @@ def _table_partition(table, hash_key):
     return [partition]
 
 
-def _index_partition(table, index_name, range_comparison, range_objs, scan_index_forward, kwargs):
+def _index_partition(table, index_name, range_comparison, range_objs, scan_index_forward, limit, start, kwargs):
     """The items an index Query for one value of the index's partition key may return, and the
     ones moto's answer also depends on (below); None: ask moto (an unknown index, another kind
     of condition). moto then checks, sorts, pages and projects them as it would every item."""
     index = next((i for i in table.all_indexes() if i.name == index_name), None)
     hash_conditions = kwargs.get("hash_key_conditions") or []
     range_conditions = kwargs.get("range_key_conditions") or []
-    if index is None or len(hash_conditions) != 1 or set(kwargs) - _QUERY_KEYWORDS:
+    # moto fails (500) on the first item it compares with a Limit under 1: let it.
+    if index is None or len(hash_conditions) != 1 or set(kwargs) - _QUERY_KEYWORDS or (limit is not None and limit < 1):
         return None
     partitions = _IndexPartitions.of(table, index)
     (name, value), = hash_conditions
-    if partitions is None or name != partitions.hash_attr or len(range_conditions) > 1:
+    if partitions is None or name != partitions.hash_attr or len(range_conditions) > 1 or value.type not in _KEY_TYPES:
         return None
     if range_conditions and range_conditions[0][0] != partitions.range_attr:
+        return None
+    if start is not None and not partitions.orders(start, value, table):
         return None
     return partitions.candidates(value, range_comparison, range_objs, scan_index_forward)
 
@@ -422,7 +428,8 @@ class _IndexPartitions:
         self.hash_attr = next(k["AttributeName"] for k in index.schema if k["KeyType"] == "HASH")
         self.range_attr = next((k["AttributeName"] for k in index.schema if k["KeyType"] == "RANGE"), None)
         self.range_type = None
-        self.mixed = False  # sort keys of two types: Python cannot order them as moto does; moto answers
+        # Sort keys Python cannot order as moto would (two types, a map): moto answers from then on.
+        self.unordered = False
         self.table_items = table.items  # a table restored from a backup gets a new dict: built again
         self.partitions = {}  # value -> [(sort key, size, item)], sorted
         self.entry_of = {}  # (hash key, range key) -> (value, its entry)
@@ -435,7 +442,7 @@ class _IndexPartitions:
         partitions = kept.get(index.name)
         if partitions is None or partitions.schema != index.schema or partitions.table_items is not table.items:
             partitions = kept[index.name] = _IndexPartitions(index, table)
-        return None if partitions.mixed else partitions
+        return None if partitions.unordered else partitions
 
     @staticmethod
     def place(table, key):
@@ -454,7 +461,7 @@ class _IndexPartitions:
     def put(self, key, item):
         """Files `item` under its partition, if the index holds it (every key attribute there)."""
         value = item.attrs.get(self.hash_attr)
-        if self.mixed or value is None or value.type not in _KEY_TYPES:  # only a key's types match
+        if self.unordered or value is None or value.type not in _KEY_TYPES:  # only a key's types match
             return
         sort = ()
         if self.range_attr is not None:
@@ -462,8 +469,8 @@ class _IndexPartitions:
             if in_range is None:
                 return
             self.range_type = self.range_type or in_range.type
-            if in_range.type != self.range_type:
-                self.mixed = True  # from now on moto answers this index's Queries itself
+            if in_range.type != self.range_type or in_range.type not in _KEY_TYPES:
+                self.unordered = True
                 return
             sort = (in_range.cast_value,)
         table_key = (item.hash_key.cast_value, None if item.range_key is None else item.range_key.cast_value)
@@ -474,12 +481,20 @@ class _IndexPartitions:
 
     def remove(self, key):
         held = self.entry_of.pop(key, None)
-        if held is not None and not self.mixed:
+        if held is not None and not self.unordered:
             value, entry = held
             partition = self.partitions[value]
             del partition[bisect.bisect_left(partition, entry[0], key=_sort_key)]
             if not partition:
                 del self.partitions[value]
+
+    def orders(self, start, value, table):
+        """Whether moto can place ExclusiveStartKey `start` among this partition's items without
+        failing: every key it sorts by there, of the types it compares them with."""
+        types = {self.hash_attr: value.type, self.range_attr: self.range_type,
+                 table.hash_key_attr: table.hash_key_type, table.range_key_attr: table.range_key_type}
+        return all(isinstance(start.get(name), dict) and list(start[name]) == [kind]
+                   for name, kind in types.items() if name is not None and kind is not None)
 
     def candidates(self, value, comparison, objs, forward):
         """The items of partition `value` the key condition on the sort key holds for (a run, in
@@ -514,7 +529,7 @@ class _IndexPartitions:
             "BETWEEN": lambda a, b: (left(a), max(left(a), right(b))),
         }
         name = {"=": "EQ", "<": "LT", "<=": "LE", ">": "GT", ">=": "GE"}.get(comparison, comparison)
-        if name == "BEGINS_WITH" and len(values) == 1:
+        if name == "BEGINS_WITH" and len(values) == 1 and self.range_type != "N":  # on a number moto fails
             lo = hi = left(values[0])
             while hi < end and partition[hi][2].attrs[self.range_attr].compare(comparison, objs):
                 hi += 1

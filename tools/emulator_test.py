@@ -513,7 +513,9 @@ class TaskTokensGiveMotosAnswers(unittest.TestCase):
         """moto asks every running execution whether the token is its own, in the order the
         state machines were made, and an execution that has started but not yet parsed its
         definition has no environment to ask (AttributeError, 500): a heartbeat for a token of a
-        later machine, sent while an execution of an earlier one is starting, gets moto's 500."""
+        later machine, sent while an execution of an earlier one is starting, gets moto's 500.
+        The shortcut asks the token's own execution only, and answers: the one place it does
+        not give moto's answer (module doc, 8), as AWS would not fail there either."""
         role = "arn:aws:iam::123456789012:role/r"
         states = {f"P{i}": {"Type": "Pass", "Next": f"P{i + 1}"} for i in range(1500)}  # parsed in about 0.4 s
         states["P1500"] = {"Type": "Wait", "Seconds": 60, "End": True}
@@ -539,7 +541,7 @@ class TaskTokensGiveMotosAnswers(unittest.TestCase):
             self.assertIsNotNone(token, "the execution sent its task")
             sfn.start_execution(stateMachineArn=slow, name="starting")
             answers.append(self.outcome(lambda: heartbeat.send_task_heartbeat(taskToken=token)))  # not retried
-        self.assertEqual(answers[0], answers[1])
+        self.assertEqual(answers[0], "ok")  # moto as it is (answers[1]) fails in the race, most of the time
 
 
 if __name__ == "__main__":
