@@ -47,6 +47,14 @@ class Emulator:
             self.url = f.read()
         self.port = int(self.url.rsplit(":", 1)[1])
 
+    def client(self, service, **config):
+        """A boto3 client of `service` on this emulator (botocore's Config from `config`)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(service, endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="testing",
+                            aws_secret_access_key="testing", config=Config(**config))
+
     def stop(self):
         self.process.terminate()
         try:
@@ -138,7 +146,20 @@ class LoopbackOnly(unittest.TestCase):
         self.assertEqual(list_queues_counted(), before + 3)
 
 
-class ShortcutsGiveMotosAnswers(unittest.TestCase):
+class BesideMotoAsIs(unittest.TestCase):
+    """Two emulators, one with the shortcuts (module doc, 8) and one as moto is (`--moto-as-is`)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.emulators = [Emulator(), Emulator("--moto-as-is")]
+
+    @classmethod
+    def tearDownClass(cls):
+        for emulator in cls.emulators:
+            emulator.stop()
+
+
+class ShortcutsGiveMotosAnswers(BesideMotoAsIs):
     """A Query of the table or of an index reads only the partition it names (module doc, 8):
     the same seeded writes (puts, some large, updates that move an item between index partitions
     or out of the index, deletes, conditions that fail) and Queries (each condition on the sort
@@ -150,18 +171,8 @@ class ShortcutsGiveMotosAnswers(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        import boto3
-        from botocore.config import Config
-
-        cls.emulators = [Emulator(), Emulator("--moto-as-is")]
-        config = Config(retries={"mode": "standard", "max_attempts": 5})
-        cls.clients = [boto3.client("dynamodb", endpoint_url=e.url, region_name="us-east-1", aws_access_key_id="testing",
-                                    aws_secret_access_key="testing", config=config) for e in cls.emulators]
-
-    @classmethod
-    def tearDownClass(cls):
-        for emulator in cls.emulators:
-            emulator.stop()
+        super().setUpClass()
+        cls.clients = [e.client("dynamodb", retries={"mode": "standard", "max_attempts": 5}) for e in cls.emulators]
 
     def both(self, operation, **request):
         """Each emulator's answer to one request: the response without its metadata, or the error code."""
@@ -298,16 +309,11 @@ class ShortcutsGiveMotosAnswers(unittest.TestCase):
         """moto's Query goes through every item of the partition and fails (500) on one the key
         condition does not hold for: begins_with on a Number, Limit 0, an ExclusiveStartKey
         without the index's keys. Past the last item of the partition nothing is left to fail on."""
-        from botocore.config import Config
-        import boto3
-
         self.create_odd_table("odd-condition")
         self.both("put_item", TableName="odd-condition", Item={"pk": {"S": "p"}, "sk": {"S": "r"}, "k": {"S": "a"},
                                                                "at": {"S": "10:00"}, "n": {"N": "1"}})
-        unchecked = Config(parameter_validation=False, retries={"max_attempts": 1})
         clients = self.clients
-        self.clients = [boto3.client("dynamodb", endpoint_url=e.url, region_name="us-east-1", aws_access_key_id="testing",
-                                     aws_secret_access_key="testing", config=unchecked) for e in self.emulators]
+        self.clients = [e.client("dynamodb", parameter_validation=False, retries={"max_attempts": 1}) for e in self.emulators]
         try:
             a, late = {":k": {"S": "a"}}, {":k": {"S": "a"}, ":at": {"S": "99"}}
             self.both("query", TableName="odd-condition", IndexName="by_n", KeyConditionExpression="k = :k AND begins_with(n, :n)",
@@ -319,7 +325,7 @@ class ShortcutsGiveMotosAnswers(unittest.TestCase):
         finally:
             self.clients = clients
 
-class SqsShortcutsGiveMotosAnswers(unittest.TestCase):
+class SqsShortcutsGiveMotosAnswers(BesideMotoAsIs):
     """An SQS send and a delete by receipt handle (module doc, 8): the same sends (standard and
     FIFO with content-based deduplication, one and in batches), receives (one message received
     again once visible: two receipt handles) and deletes (by the current handle, by the old one,
@@ -328,16 +334,8 @@ class SqsShortcutsGiveMotosAnswers(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        import boto3
-
-        cls.emulators = [Emulator(), Emulator("--moto-as-is")]
-        cls.clients = [boto3.client("sqs", endpoint_url=e.url, region_name="us-east-1", aws_access_key_id="testing",
-                                    aws_secret_access_key="testing") for e in cls.emulators]
-
-    @classmethod
-    def tearDownClass(cls):
-        for emulator in cls.emulators:
-            emulator.stop()
+        super().setUpClass()
+        cls.clients = [e.client("sqs") for e in cls.emulators]
 
     def each(self, operation, **request):
         """Each emulator's answer (with its queue's URL put in), or the error's code."""
@@ -442,7 +440,7 @@ print(outcomes, [m.body for m in queue._messages])
         self.assertEqual(answers[0], answers[1])
 
 
-class TaskTokensGiveMotosAnswers(unittest.TestCase):
+class TaskTokensGiveMotosAnswers(BesideMotoAsIs):
     """SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat go to the token's own execution
     (module doc, 8): the same calls, on tokens of running and ended executions and on one never
     issued, on an emulator with the shortcuts and one without; the same answers, and
@@ -450,18 +448,9 @@ class TaskTokensGiveMotosAnswers(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        import boto3
-
-        cls.emulators = [Emulator(), Emulator("--moto-as-is")]
-        make = lambda service, e: boto3.client(service, endpoint_url=e.url, region_name="us-east-1",
-                                               aws_access_key_id="testing", aws_secret_access_key="testing")
-        cls.sfn = [make("stepfunctions", e) for e in cls.emulators]
-        cls.sqs = [make("sqs", e) for e in cls.emulators]
-
-    @classmethod
-    def tearDownClass(cls):
-        for emulator in cls.emulators:
-            emulator.stop()
+        super().setUpClass()
+        cls.sfn = [e.client("stepfunctions") for e in cls.emulators]
+        cls.sqs = [e.client("sqs") for e in cls.emulators]
 
     def outcome(self, call):
         try:
@@ -519,11 +508,8 @@ class TaskTokensGiveMotosAnswers(unittest.TestCase):
         role = "arn:aws:iam::123456789012:role/r"
         states = {f"P{i}": {"Type": "Pass", "Next": f"P{i + 1}"} for i in range(1500)}  # parsed in about 0.4 s
         states["P1500"] = {"Type": "Wait", "Seconds": 60, "End": True}
-        import boto3
-        from botocore.config import Config
 
-        once = [boto3.client("stepfunctions", endpoint_url=e.url, region_name="us-east-1", aws_access_key_id="testing",
-                             aws_secret_access_key="testing", config=Config(retries={"max_attempts": 1})) for e in self.emulators]
+        once = [e.client("stepfunctions", retries={"max_attempts": 1}) for e in self.emulators]
         answers = []
         for sfn, sqs, heartbeat in zip(self.sfn, self.sqs, once):
             slow = sfn.create_state_machine(name="slow-to-parse", definition=json.dumps({"StartAt": "P0", "States": states}),
