@@ -49,6 +49,7 @@ use baton_core::ports::orchestrator::{
     ExecutionInfo, ExecutionStatus, HistoryEvent, Orchestrator, OrchestratorError, StartExecution, Started,
     execution_arn,
 };
+use baton_core::ports::store::limits::json_len;
 use serde_json::{Value, json};
 use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
@@ -72,24 +73,6 @@ const NOT_IN_STATES_ALL: [&str; 2] = ["States.DataLimitExceeded", "States.Runtim
 pub const SEND_FAILED_ERROR: &str = "SQS.AmazonSQSException";
 const SEND_FAILED_CAUSE: &str =
     "Service Unavailable (Service: AmazonSQS; Status Code: 503; Error Code: ServiceUnavailable)";
-
-/// The length of `value`'s JSON text (as `value.to_string()` writes it), counted without
-/// writing it.
-fn json_len(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    serde_json::to_writer(&mut count, value).expect("a JSON value serialises");
-    count.0
-}
 
 /// Whether an `ErrorEquals` entry matches `error`: the name itself; `States.ALL` any but the
 /// terminal errors; `States.TaskFailed` any but those and `States.Timeout`.
@@ -616,7 +599,7 @@ impl Model {
                 let doc = self.doc_mut(arn, scope);
                 let before = doc.clone();
                 set_path(doc, &def["ResultPath"], output);
-                let size = json_len(doc);
+                let size = json_len(doc).expect("a JSON value serialises");
                 if size > MAX_PAYLOAD_BYTES {
                     *doc = before;
                     let cause =
