@@ -178,7 +178,7 @@ measure-local: tools
 
 # The functions as they ship: cargo-lambda builds each binary as `bootstrap` with the release
 # profile (Cargo.toml: fat LTO, one codegen unit, opt-level "s", stripped, panics unwind so
-# they reach Lambda as errors) and zips it into target/lambda/<function>/bootstrap.zip.
+# they reach Lambda as errors) and zips it into <target>/lambda/<function>/bootstrap.zip.
 # x86_64 only here: this machine has no aarch64 standard library (template.yaml deploys arm64;
 # docs/DEPLOYING.md, "arm64 or x86_64", has the one-line change). cargo-lambda links with the zig that
 # its PyPI wheel brings, for Lambda's glibc.
@@ -198,7 +198,7 @@ package: $(PACKAGE_STAMP)
 	  --target $(LAMBDA_TARGET) --output-format zip $(addprefix -p ,$(FUNCTIONS))
 	@for f in $(FUNCTIONS); do \
 	  printf '%-16s %8.2f MB zipped  (%s)\n' $$f \
-	    "$$(stat -c %s target/lambda/$$f/bootstrap.zip | awk '{print $$1/1000000}')" target/lambda/$$f/bootstrap.zip; \
+	    "$$(stat -c %s $(TARGET_DIR)/lambda/$$f/bootstrap.zip | awk '{print $$1/1000000}')" $(TARGET_DIR)/lambda/$$f/bootstrap.zip; \
 	done
 	SAM_CLI_TELEMETRY=0 $(PACKAGE_VENV)/bin/sam validate --lint --template template.yaml --region us-east-1
 
@@ -211,7 +211,7 @@ bench: package tools
 	cargo build --locked --profile sim -p baton-lambda-harness --bin function-bench
 	cargo build --locked --release -p baton-lambda-harness --bin hello-lambda
 	BATON_PYTHON=$(VENV)/bin/python tools/with-emulator.sh bash -c \
-	  'target/sim/function-bench target/lambda "$$BATON_TEST_ENDPOINT" target/release/hello-lambda $(BENCH_SPAWNS)'
+	  '$(TARGET_DIR)/sim/function-bench $(TARGET_DIR)/lambda "$$BATON_TEST_ENDPOINT" $(TARGET_DIR)/release/hello-lambda $(BENCH_SPAWNS)'
 
 # The local stack under load (tests/src/bin/soak.rs; docs/PERFORMANCE.md, "The local stack under
 # load"): SOAK_WORKFLOWS workflows through `baton local` (the same binary as `make run`), with
