@@ -120,7 +120,10 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    two clock reads and a counter per request.
 
        GET    /_baton/stats   {"operations": [{"caller", "operation", "count", "seconds"}],
-                               "dynamodb_lock": {"requests", "wait_seconds", "held_seconds"}}
+                               "dynamodb_lock": {"requests", "wait_seconds", "held_seconds"},
+                               "gc": [{"generation", "collections", "seconds"}], "objects"}
+
+   `gc` is Python's cycle collector by generation, and `objects` how many objects it tracks.
 
 Usage: python tools/emulator.py [--port 0] [--ready-file PATH]
 Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGTERM.
@@ -130,6 +133,7 @@ import argparse
 import bisect
 import collections
 import functools
+import gc
 import json
 import os
 import random
@@ -676,6 +680,20 @@ class Stats:
         self.lock = threading.Lock()
         self.operations = collections.defaultdict(lambda: [0, 0.0])
         self.dynamodb_lock = [0, 0.0, 0.0]
+        # Python's cycle collector, by generation: collections and seconds. A full collection
+        # walks every object the process holds, so its cost grows with what moto keeps.
+        self.gc = [[0, 0.0] for _ in range(3)]
+        self.gc_began = None
+        gc.callbacks.append(self.collected)
+
+    def collected(self, phase, info):
+        # Called by the thread that triggered the collection, with the GIL held throughout.
+        if phase == "start":
+            self.gc_began = time.perf_counter()
+        elif self.gc_began is not None:
+            entry = self.gc[info["generation"]]
+            entry[0] += 1
+            entry[1] += time.perf_counter() - self.gc_began
 
     def wrap(self, app):
         def timed(environ, start_response):
@@ -708,8 +726,11 @@ class Stats:
             operations = [{"caller": c, "operation": o, "count": n, "seconds": round(t, 6)}
                           for (c, o), (n, t) in sorted(self.operations.items())]
             requests, wait, held = self.dynamodb_lock
+        collector = [{"generation": g, "collections": n, "seconds": round(t, 6)}
+                     for g, (n, t) in enumerate(self.gc)]
         return _json(start_response, 200, {"operations": operations, "dynamodb_lock": {
-            "requests": requests, "wait_seconds": round(wait, 6), "held_seconds": round(held, 6)}})
+            "requests": requests, "wait_seconds": round(wait, 6), "held_seconds": round(held, 6)},
+            "gc": collector, "objects": len(gc.get_objects())})
 
 
 class LoopbackOnly:

@@ -625,4 +625,23 @@ async fn emulator_figures(stack: &Stack, workflows: usize) {
         lock["wait_seconds"].as_f64().unwrap_or(0.0),
         lock["held_seconds"].as_f64().unwrap_or(0.0)
     );
+    let collections: Vec<String> = reply.body["gc"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|g| {
+            format!(
+                "generation {}: {} collections, {:.1} s",
+                g["generation"],
+                g["collections"],
+                g["seconds"].as_f64().unwrap_or(0.0)
+            )
+        })
+        .collect();
+    println!(
+        "  Python's cycle collector in the emulator ({} objects tracked at the end): {}",
+        reply.body["objects"],
+        collections.join("; ")
+    );
 }
