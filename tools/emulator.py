@@ -111,19 +111,28 @@ Step Functions interpreter calls SQS and DynamoDB back over HTTP on localhost:$M
    - the state machines' SQS and DynamoDB clients are made once per region and service, not for
      every task state (a boto3 client is safe to share between threads), each JSONPath of a
      definition is parsed once, not at every evaluation, and each definition is parsed (ANTLR)
-     once, not at every execution.
-   `--moto-as-is` leaves moto's own code, to measure what these save.
+     once, not at every execution;
+   - the process's own futex hash (Linux 6.16 on) has 65,536 slots, not 16: each execution
+     waiting on a task token holds three or four threads blocked on futexes, and every futex
+     wake (each hand-over of the interpreter lock) walked the chain of its slot, about a
+     thousand waiters at 5,000 executions.
+   `--moto-as-is` leaves moto's own code and the kernel's default, to measure what these save.
 
 9. Where the time goes (`--stats`, for `make soak`): each request by caller (as in 6) and
    operation (X-Amz-Target, or `other` for the rest), with how long moto took to answer it, and
    for DynamoDB how long it waited for the lock (1) first. Cheap enough to leave on under load:
-   two clock reads and a counter per request.
+   four clock reads and a counter per request.
 
-       GET    /_baton/stats   {"operations": [{"caller", "operation", "count", "seconds"}],
+       GET    /_baton/stats   {"operations": [{"caller", "operation", "count", "seconds", "cpu_seconds"}],
                                "dynamodb_lock": {"requests", "wait_seconds", "held_seconds"},
-                               "gc": [{"generation", "collections", "seconds"}], "objects"}
+                               "gc": [{"generation", "collections", "seconds"}], "objects",
+                               "futex_hash_slots"}
 
-   `gc` is Python's cycle collector by generation, and `objects` how many objects it tracks.
+   `seconds` is request in to answer out (a long poll's wait, and waits for the interpreter lock,
+   included); `cpu_seconds` is the CPU the request's own thread used (the state machines'
+   interpreter threads are not in any operation's). `gc` is Python's cycle collector by
+   generation, `objects` how many objects it tracks, and `futex_hash_slots` the size of the
+   process's own futex hash (8; null: the kernel has none).
 
 Usage: python tools/emulator.py [--port 0] [--ready-file PATH]
 Prints `ready <url>` on stdout once it accepts requests. Stops on SIGINT or SIGTERM.
@@ -252,6 +261,35 @@ def quicker_moto(lock):
 
     json_path.parse = functools.lru_cache(maxsize=4096)(json_path.parse)
     _parse_each_definition_once()
+    _futex_hash_for_many_threads()
+
+
+# prctl(2) PR_FUTEX_HASH (Linux 6.16 on): the process's own futex hash table, and its size.
+_PR_FUTEX_HASH, _PR_FUTEX_HASH_SET_SLOTS, _PR_FUTEX_HASH_GET_SLOTS = 78, 1, 2
+FUTEX_HASH_SLOTS = 65536
+
+
+def _futex_hash_for_many_threads():
+    """A futex hash table sized for the threads moto runs (module doc, 8). moto's Step Functions
+    runs three or four threads for each execution waiting on a task token, 18,000 at 5,000
+    executions, each blocked on a futex of its own. Linux 6.16 on gives a threaded process its
+    own futex hash, of 16 slots here whatever the threads (6.18), so every futex wake (each
+    hand-over of the interpreter lock, each lock released to a waiter) walked a chain of about
+    a thousand waiters under a spin lock: `futex_wake` was 18 % of the machine's samples at
+    10,000 workflows. 65,536 slots (64 bytes each) keep the chains short. An older kernel,
+    without the call, keeps its shared table of 256 slots a CPU."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_FUTEX_HASH, _PR_FUTEX_HASH_SET_SLOTS, FUTEX_HASH_SLOTS, 0, 0)
+
+
+def futex_hash_slots():
+    """The slots of this process's own futex hash; None: the kernel has none (before 6.16)."""
+    import ctypes
+
+    slots = ctypes.CDLL(None, use_errno=True).prctl(_PR_FUTEX_HASH, _PR_FUTEX_HASH_GET_SLOTS, 0, 0, 0)
+    return slots if slots >= 0 else None
 
 
 def _query_reads_one_partition(Table):
@@ -678,7 +716,7 @@ class Stats:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.operations = collections.defaultdict(lambda: [0, 0.0])
+        self.operations = collections.defaultdict(lambda: [0, 0.0, 0.0])
         self.dynamodb_lock = [0, 0.0, 0.0]
         # Python's cycle collector, by generation: collections and seconds. A full collection
         # walks every object the process holds, so its cost grows with what moto keeps.
@@ -701,13 +739,14 @@ class Stats:
                 return self.admin(environ, start_response)
             operation = environ.get("HTTP_X_AMZ_TARGET") or "other"
             caller = _who(environ)
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.thread_time()
             status, headers, exc_info, body = _call(app, environ)
-            took = time.perf_counter() - began
+            took, cpu = time.perf_counter() - began, time.thread_time() - cpu
             with self.lock:
                 entry = self.operations[(caller, operation)]
                 entry[0] += 1
                 entry[1] += took
+                entry[2] += cpu
             start_response(status, headers, exc_info)
             return [body]
 
@@ -723,14 +762,15 @@ class Stats:
         if environ.get("REQUEST_METHOD") != "GET":
             return _json(start_response, 405, {"error": "GET only"})
         with self.lock:
-            operations = [{"caller": c, "operation": o, "count": n, "seconds": round(t, 6)}
-                          for (c, o), (n, t) in sorted(self.operations.items())]
+            operations = [{"caller": c, "operation": o, "count": n, "seconds": round(t, 6),
+                           "cpu_seconds": round(u, 6)}
+                          for (c, o), (n, t, u) in sorted(self.operations.items())]
             requests, wait, held = self.dynamodb_lock
         collector = [{"generation": g, "collections": n, "seconds": round(t, 6)}
                      for g, (n, t) in enumerate(self.gc)]
         return _json(start_response, 200, {"operations": operations, "dynamodb_lock": {
             "requests": requests, "wait_seconds": round(wait, 6), "held_seconds": round(held, 6)},
-            "gc": collector, "objects": len(gc.get_objects())})
+            "gc": collector, "objects": len(gc.get_objects()), "futex_hash_slots": futex_hash_slots()})
 
 
 class LoopbackOnly:

@@ -145,6 +145,24 @@ class LoopbackOnly(unittest.TestCase):
             self.assertEqual(status, 200, body)
         self.assertEqual(list_queues_counted(), before + 3)
 
+    def test_stats_say_the_cpu_of_each_operation_and_what_the_process_holds(self):
+        status, _, body = self.ask("POST", "/", LIST_QUEUES, b"{}")
+        self.assertEqual(status, 200, body)
+        status, _, body = self.ask("GET", "/_baton/stats", {"Host": f"127.0.0.1:{self.port}"})
+        self.assertEqual(status, 200, body)
+        stats = json.loads(body)
+        for o in stats["operations"]:  # one thread's CPU cannot exceed the time it took
+            self.assertLessEqual(o["cpu_seconds"], o["seconds"] + 0.01, o)
+        self.assertEqual([g["generation"] for g in stats["gc"]], [0, 1, 2])
+        self.assertGreater(stats["objects"], 0)
+        import ctypes
+
+        # PR_FUTEX_HASH, PR_FUTEX_HASH_GET_SLOTS: -1 where the kernel has no futex hash of a process's own.
+        if ctypes.CDLL(None).prctl(78, 2, 0, 0, 0) < 0:
+            self.assertIsNone(stats["futex_hash_slots"])
+        else:  # module doc, 8: sized for moto's many threads, not the kernel's 16 slots
+            self.assertEqual(stats["futex_hash_slots"], 65536)
+
 
 class BesideMotoAsIs(unittest.TestCase):
     """Two emulators, one with the shortcuts (module doc, 8) and one as moto is (`--moto-as-is`)."""

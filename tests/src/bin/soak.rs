@@ -584,7 +584,7 @@ async fn emulator_figures(stack: &Stack, workflows: usize) {
     // baton's calls (its functions' and its state machines'), and the load's (producers,
     // workers, this program's checks), by service.
     let mut by_service: BTreeMap<(&str, &str), f64> = BTreeMap::new();
-    let mut by_operation: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    let mut by_operation: BTreeMap<String, (u64, f64, f64)> = BTreeMap::new();
     for op in reply.body["operations"].as_array().map(Vec::as_slice).unwrap_or_default() {
         let name = op["operation"].as_str().unwrap_or("other").to_owned();
         let count = op["count"].as_u64().unwrap_or(0);
@@ -599,6 +599,7 @@ async fn emulator_figures(stack: &Stack, workflows: usize) {
         let entry = by_operation.entry(name).or_default();
         entry.0 += count;
         entry.1 += op["seconds"].as_f64().unwrap_or(0.0);
+        entry.2 += op["cpu_seconds"].as_f64().unwrap_or(0.0);
     }
     for whose in ["baton", "the load"] {
         let mine: Vec<_> = by_service.iter().filter(|((w, _), _)| *w == whose).collect();
@@ -608,14 +609,18 @@ async fn emulator_figures(stack: &Stack, workflows: usize) {
             mine.iter().map(|((_, s), n)| format!("{s} {n:.1}")).collect::<Vec<_>>().join(", ")
         );
     }
-    let mut operations: Vec<(String, u64, f64)> =
-        by_operation.into_iter().map(|(o, (n, t))| (o, n, t)).collect();
-    operations.sort_by(|a, b| b.2.total_cmp(&a.2));
-    println!("  emulator time by operation (request in to answer out, summed over threads):");
-    for (name, count, seconds) in operations.iter().take(12) {
+    let mut operations: Vec<(String, u64, f64, f64)> =
+        by_operation.into_iter().map(|(o, (n, t, c))| (o, n, t, c)).collect();
+    operations.sort_by(|a, b| b.3.total_cmp(&a.3));
+    println!(
+        "  emulator by operation: CPU of the request's thread, and request in to answer out (a long poll's wait included), summed over threads:"
+    );
+    for (name, count, seconds, cpu) in operations.iter().take(12) {
+        let each = |s: f64| 1000.0 * s / (*count).max(1) as f64;
         println!(
-            "    {name:<48} {count:>7} calls {seconds:>8.1} s  {:>6.2} ms each",
-            1000.0 * seconds / (*count).max(1) as f64
+            "    {name:<40} {count:>7} calls  CPU {cpu:>7.1} s {:>6.2} ms each  answer {seconds:>8.1} s {:>7.2} ms each",
+            each(*cpu),
+            each(*seconds)
         );
     }
     let lock = &reply.body["dynamodb_lock"];
