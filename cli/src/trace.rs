@@ -500,7 +500,7 @@ fn branch_view(b: &Wait, workflow: &str, names: &StepNames) -> BranchView {
         },
         deadline: b.deadline,
         token_fingerprint: b.token.as_ref().map(|t| t.fingerprint()),
-        inputs: b.inputs.clone(),
+        inputs: Map::clone(&b.inputs),
         owed: b.owed().map(owed_word),
         failed_attempts: b.failed.clone(),
         attempt: b.attempt(),
@@ -705,7 +705,7 @@ fn record_view(r: &Record, names: &StepNames) -> RecordView {
         config_version: r.config_version.clone(),
         deadline: at_step.and_then(|w| w.deadline),
         token_fingerprint: at_step.and_then(|w| w.token.as_ref()).map(|t| t.fingerprint()),
-        inputs: at_step.map(|w| w.inputs.clone()).unwrap_or_default(),
+        inputs: at_step.map(|w| Map::clone(&w.inputs)).unwrap_or_default(),
         applied_inputs: r
             .applied
             .iter()
@@ -1674,7 +1674,7 @@ mod tests {
                 wait.status = WaitStatus::Ended { outcome };
             }
             if outcome == Some(WaitOutcome::Succeeded) {
-                wait.inputs = json!({"s": 1}).as_object().unwrap().clone();
+                wait.inputs = std::sync::Arc::new(json!({"s": 1}).as_object().unwrap().clone());
             }
             wait
         };

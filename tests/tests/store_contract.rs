@@ -89,7 +89,7 @@ async fn a_lost_transition_returns_the_winners_item(store: Arc<dyn WorkflowStore
     let advanced = must_write(&*store, &retry).await;
     assert_eq!(advanced.state, State::Advancing { step: 0 });
     assert_eq!(
-        advanced.waits[0].inputs,
+        *advanced.waits[0].inputs,
         Map::from_iter([("note".into(), json!("a")), ("decision".into(), json!("ok"))])
     );
 }

@@ -1837,7 +1837,9 @@ mod tests {
             role: Role::Branch,
             token: Some(TaskToken::parse(format!("tok{i}{}", "x".repeat(200))).unwrap()),
             deadline: Some(at),
-            inputs: values.iter().enumerate().map(|(j, v)| (pick(i as usize + j), v.clone())).collect(),
+            inputs: Arc::new(
+                values.iter().enumerate().map(|(j, v)| (pick(i as usize + j), v.clone())).collect(),
+            ),
             failed: (0..3).map(attempt).collect(),
             notified: 3,
             notice_at: None,
@@ -1861,7 +1863,7 @@ mod tests {
                 role: Role::Compensation,
                 token: Some(TaskToken::parse(format!("u{i}{}", "y".repeat(300))).unwrap()),
                 deadline: Some(at),
-                inputs: serde_json::Map::new(),
+                inputs: Arc::default(),
                 failed: (0..2).map(attempt).collect(),
                 notified: 3,
                 notice_at: None,
@@ -1915,7 +1917,7 @@ mod tests {
                         resume: Resume::Success { output: Value::Object(inputs.clone()) },
                         since: at,
                     },
-                    inputs,
+                    inputs: Arc::new(inputs),
                     failed: (0..10)
                         .map(|a| FailedAttempt {
                             attempt: a as u32 + 1,
@@ -1968,7 +1970,7 @@ mod tests {
             }
             let values: Vec<Value> = numbers.iter().map(|n| serde_json::json!(n)).chain(strings.iter().map(|s| serde_json::json!({ s: [s, null, true] }))).collect();
             let step = &mut record.waits[0];
-            step.inputs = values.iter().enumerate().map(|(i, v)| (pick(i), v.clone())).collect();
+            step.inputs = Arc::new(values.iter().enumerate().map(|(i, v)| (pick(i), v.clone())).collect());
             let owe = |w: &mut baton_core::domain::lifecycle::Wait, resume: Resume| {
                 w.status = baton_core::domain::lifecycle::WaitStatus::Owed {
                     outcome: baton_core::domain::lifecycle::WaitOutcome::Succeeded,
@@ -2102,7 +2104,7 @@ mod tests {
                 resume: Resume::Success { output: Value::Object(inputs.clone()) },
                 since: b.deadline.unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
             };
-            b.inputs = inputs;
+            b.inputs = Arc::new(inputs);
             r
         };
         let fits = |r: &Record| record_size(r) <= MAX_ITEM_BYTES;

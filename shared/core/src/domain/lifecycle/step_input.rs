@@ -2,6 +2,8 @@
 //! input for a step that is not the waiting one (buffered, or ignored), or one merged into its
 //! wait, which it may decide, and with it the position.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
@@ -216,13 +218,13 @@ fn merge(
     let retry = retry_due(plan, (step, w.attempt(), w.deadline), outcome, now);
     if retry.is_some() {
         // Each attempt gathers its own inputs: the failed one's are dropped, its data with them.
-        w.inputs = Map::new();
+        w.inputs = Arc::default();
     } else {
-        w.inputs.extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Arc::make_mut(&mut w.inputs).extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
     if mutant(Mutation::SiblingMerge) {
         for b in to.waits.iter_mut().filter(|b| b.is_open() && b.step != step) {
-            b.inputs.extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
+            Arc::make_mut(&mut b.inputs).extend(data.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
     }
     // The record is one DynamoDB item (400 KB), holding the inputs of every wait of the position
@@ -249,7 +251,7 @@ fn merge(
             (WaitOutcome::Failed, failure(error, cause))
         }
         StepOutcome::Succeeded if requirements_met(plan, step, &w.inputs) => {
-            (WaitOutcome::Succeeded, success(Value::Object(w.inputs.clone())))
+            (WaitOutcome::Succeeded, success(Value::Object(Map::clone(&w.inputs))))
         }
         StepOutcome::Succeeded => {
             return Decision::new(Outcome::Applied).with_write(Cause::Merge, Some(r), to);

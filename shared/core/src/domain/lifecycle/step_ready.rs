@@ -3,7 +3,7 @@
 //! wait the record is at is reported again with a newer token (its report's send was retried,
 //! re-entering the wait).
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
 use super::effect::{Decision, Effect, failure, success};
@@ -301,7 +301,7 @@ fn repark(
     // A resume that found the old token gone is owed again, to the new one (a failure's text is
     // not kept then: the step is failed as baton's own).
     new.repark(token, deadline, now, |w| match w.outcome() {
-        Some(WaitOutcome::Succeeded) => success(Value::Object(w.inputs.clone())),
+        Some(WaitOutcome::Succeeded) => success(Value::Object(Map::clone(&w.inputs))),
         _ => failure(
             super::FAILED_ERROR,
             "the step failed; its failure was sent again after Step Functions retried its report",

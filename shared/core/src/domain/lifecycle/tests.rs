@@ -138,7 +138,7 @@ impl AtStep for Record {
         self.step_wait().map_or(1, Wait::attempt)
     }
     fn inputs(&self) -> Map<String, Value> {
-        self.step_wait().map(|w| w.inputs.clone()).unwrap_or_default()
+        self.step_wait().map(|w| Map::clone(&w.inputs)).unwrap_or_default()
     }
 }
 

@@ -21,6 +21,8 @@
 //! here once, for every role. What a wait's status implies of its fields is asserted
 //! ([`Wait::agrees`]), and an ended wait never changes.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
@@ -282,9 +284,11 @@ pub struct Wait {
     pub token: Option<TaskToken>,
     #[serde(rename = "d", default, with = "micros::option", skip_serializing_if = "Option::is_none")]
     pub deadline: Option<OffsetDateTime>,
-    /// The inputs gathered for its running attempt.
-    #[serde(rename = "i", default, skip_serializing_if = "Map::is_empty")]
-    pub inputs: Map<String, Value>,
+    /// The inputs gathered for its running attempt. Shared, not copied, when the wait is: a
+    /// record is copied on every read and write (a group's branches may hold up to 128 KiB of
+    /// inputs), and a merge changes one wait's inputs (`Arc::make_mut`), usually in a copy.
+    #[serde(rename = "i", default, skip_serializing_if = "no_inputs")]
+    pub inputs: Arc<Map<String, Value>>,
     /// Its failed attempts, oldest first (empty: its first attempt runs). The attempt running
     /// (or, while its task is due, next to run) is the one after.
     #[serde(rename = "f", default, skip_serializing_if = "Vec::is_empty")]
@@ -350,6 +354,10 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn no_inputs(inputs: &Arc<Map<String, Value>>) -> bool {
+    inputs.is_empty()
+}
+
 impl Wait {
     /// A wait not reached yet.
     pub fn unreached(step: u32, role: Role) -> Wait {
@@ -358,7 +366,7 @@ impl Wait {
             role,
             token: None,
             deadline: None,
-            inputs: Map::new(),
+            inputs: Arc::default(),
             failed: Vec::new(),
             notified: 0,
             notice_at: None,
@@ -524,7 +532,7 @@ impl Wait {
     /// Attempt `attempt` failed with attempts left: the next is due at `due`, gathering afresh.
     pub(super) fn fail_attempt(&mut self, failed: FailedAttempt, due: OffsetDateTime) {
         self.failed.push(failed);
-        self.inputs = Map::new();
+        self.inputs = Arc::default();
         self.status = WaitStatus::TaskDue { at: due };
     }
 

@@ -81,7 +81,7 @@ fn cause(d: &Decision) -> Option<Cause> {
 fn branch_view(
     b: &Wait,
 ) -> (Vec<FailedAttempt>, Option<OffsetDateTime>, Map<String, Value>, Option<WaitOutcome>) {
-    (b.failed.clone(), b.task_due(), b.inputs.clone(), b.outcome())
+    (b.failed.clone(), b.task_due(), Map::clone(&b.inputs), b.outcome())
 }
 
 // ---------------------------------------------------------------------------------------------
