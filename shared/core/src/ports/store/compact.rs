@@ -25,7 +25,8 @@
 
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::ser::SerializeSeq;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
@@ -138,12 +139,11 @@ fn sub_micros(t: OffsetDateTime) -> i128 {
 /// The audit trail, compact.
 pub fn encode_history(history: &[AuditEntry], context: &Context) -> String {
     let mut before = Predicted::start(micros(context.base));
-    let entries: Vec<Value> = history
+    let entries: Vec<WrittenEntry> = history
         .iter()
         .map(|e| {
             let at = micros(e.at);
             let id = e.cause_id.as_deref().map_or(Value::Null, |id| context.reference(id));
-            let mut entry = vec![json!(at - before.at), json!(code(e.cause)), id];
             let mut exceptions = Map::new();
             if e.from != before.to {
                 exceptions.insert("from".into(), json!(e.from));
@@ -160,15 +160,40 @@ pub fn encode_history(history: &[AuditEntry], context: &Context) -> String {
             if Some(e.version) != before.version.checked_add(1) {
                 exceptions.insert("version".into(), json!(e.version));
             }
-            if !exceptions.is_empty() {
-                entry.push(Value::Object(exceptions));
-            }
-            trim_nulls(&mut entry);
+            let entry = WrittenEntry { after: at - before.at, cause: code(e.cause), id, exceptions };
             before = Predicted::after(e);
-            Value::Array(entry)
+            entry
         })
         .collect();
-    Value::Array(entries).to_string()
+    serde_json::to_string(&entries).expect("an audit trail serialises: its only map keys are strings")
+}
+
+/// One audit entry as [`encode_history`] writes it, serialised straight to text (each record
+/// write is measured, and its trail was built as a tree of JSON values first).
+struct WrittenEntry {
+    /// Microseconds after the entry before.
+    after: i128,
+    cause: u8,
+    id: Value,
+    exceptions: Map<String, Value>,
+}
+
+impl Serialize for WrittenEntry {
+    /// `[after, cause, id, exceptions]`, a trailing `null` id and empty exceptions left off.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let with_exceptions = !self.exceptions.is_empty();
+        let with_id = with_exceptions || !self.id.is_null();
+        let mut entry = s.serialize_seq(Some(2 + usize::from(with_id) + usize::from(with_exceptions)))?;
+        entry.serialize_element(&self.after)?;
+        entry.serialize_element(&self.cause)?;
+        if with_id {
+            entry.serialize_element(&self.id)?;
+        }
+        if with_exceptions {
+            entry.serialize_element(&self.exceptions)?;
+        }
+        entry.end()
+    }
 }
 
 /// Reads an audit trail in either form. The error names the entry and what is wrong with it.
@@ -285,17 +310,17 @@ impl Predicted {
 
 /// The applied inputs, compact.
 pub fn encode_applied(applied: &[AppliedInput]) -> String {
-    let entries: Vec<Value> = applied
+    let entries: Vec<_> = applied
         .iter()
         .map(|a| {
-            let source = match a.source {
+            let source: u8 = match a.source {
                 Source::Callback => 0,
                 Source::Event => 1,
             };
-            json!([a.id, a.hash, a.step, a.generation, source])
+            (&a.id, &a.hash, a.step, a.generation, source)
         })
         .collect();
-    Value::Array(entries).to_string()
+    serde_json::to_string(&entries).expect("applied inputs serialise: they hold no map")
 }
 
 /// Reads applied inputs back.
@@ -317,12 +342,6 @@ pub fn decode_applied(text: &str) -> Result<Vec<AppliedInput>, String> {
     };
     let entries = entries.into_iter().enumerate();
     entries.map(|(i, entry)| decode(entry).map_err(|e| format!("applied input {i}: {e}"))).collect()
-}
-
-fn trim_nulls(entry: &mut Vec<Value>) {
-    while entry.last().is_some_and(Value::is_null) {
-        entry.pop();
-    }
 }
 
 #[cfg(test)]
