@@ -20,7 +20,22 @@ use baton_sim::{Options, Outcome, run};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+// mimalloc's own setter (mimalloc.h), linked in with the allocator: the mimalloc crate binds
+// none of its options.
+unsafe extern "C" {
+    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+}
+
+/// `mi_option_purge_delay` of mimalloc.h's `mi_option_t` (the same number in its v2 and v3).
+const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+
 fn main() {
+    // Memory freed stays with the process rather than going back to the OS 10 ms later (-1: never
+    // purged): each schedule frees what the one before allocated and allocates as much again, and
+    // every page given back cost a page fault and the kernel zeroing a fresh (huge) page when it
+    // was used again (the kernel time of a run roughly halved: docs/PERFORMANCE.md).
+    // SAFETY: sets one of mimalloc's options, which it reads when it next purges; nothing else.
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let mutation = value("--mutation").map(|name| {
