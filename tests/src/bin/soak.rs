@@ -630,7 +630,12 @@ async fn emulator_figures(stack: &Stack, workflows: usize) {
         lock["wait_seconds"].as_f64().unwrap_or(0.0),
         lock["held_seconds"].as_f64().unwrap_or(0.0)
     );
-    let collections: Vec<String> = reply.body["gc"]
+    collector_figures(&reply.body);
+}
+
+/// Python's cycle collector in the emulator, by generation (`--stats`).
+fn collector_figures(stats: &serde_json::Value) {
+    let collections: Vec<String> = stats["gc"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default()
@@ -646,7 +651,7 @@ async fn emulator_figures(stack: &Stack, workflows: usize) {
         .collect();
     println!(
         "  Python's cycle collector in the emulator ({} objects tracked at the end): {}",
-        reply.body["objects"],
+        stats["objects"],
         collections.join("; ")
     );
 }
