@@ -278,18 +278,19 @@ def _futex_hash_for_many_threads():
     a thousand waiters under a spin lock: `futex_wake` was 18 % of the machine's samples at
     10,000 workflows. 65,536 slots (64 bytes each) keep the chains short. An older kernel,
     without the call, keeps its shared table of 256 slots a CPU."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_FUTEX_HASH, _PR_FUTEX_HASH_SET_SLOTS, FUTEX_HASH_SLOTS, 0, 0)
+    _futex_hash(_PR_FUTEX_HASH_SET_SLOTS, FUTEX_HASH_SLOTS)
 
 
 def futex_hash_slots():
     """The slots of this process's own futex hash; None: the kernel has none (before 6.16)."""
+    slots = _futex_hash(_PR_FUTEX_HASH_GET_SLOTS)
+    return slots if slots >= 0 else None
+
+
+def _futex_hash(operation, slots=0):
     import ctypes
 
-    slots = ctypes.CDLL(None, use_errno=True).prctl(_PR_FUTEX_HASH, _PR_FUTEX_HASH_GET_SLOTS, 0, 0, 0)
-    return slots if slots >= 0 else None
+    return ctypes.CDLL(None).prctl(_PR_FUTEX_HASH, operation, slots, 0, 0)
 
 
 def _query_reads_one_partition(Table):
