@@ -17,3 +17,9 @@ pub mod limits;
 pub mod mutants;
 pub mod ports;
 pub mod use_cases;
+
+/// Whether baton checks its own decisions as it makes them (each write against the record's
+/// and the wait's tables, each failure text against Step Functions' limits), panicking on one
+/// that breaks them: in debug builds, and in the simulation's optimized build (feature
+/// `checks`), whose every schedule runs them; never in a deployed release build.
+pub const CHECKED: bool = cfg!(any(debug_assertions, feature = "checks"));

@@ -258,14 +258,20 @@ impl Config {
 
     /// [`Config::parse`], without the configs kept.
     fn parse_text(yaml: &str) -> Result<Config, ConfigErrors> {
-        let root: Value = serde_saphyr::from_str(yaml).map_err(|e| {
-            ConfigErrors(vec![ConfigError::new(String::new(), format!("not valid YAML: {e}"))])
-        })?;
+        let (root, canonical_text) = match read_canonical(yaml) {
+            Some(root) => (root, Some(yaml)),
+            None => {
+                let root: Value = serde_saphyr::from_str(yaml).map_err(|e| {
+                    ConfigErrors(vec![ConfigError::new(String::new(), format!("not valid YAML: {e}"))])
+                })?;
+                (root, None)
+            }
+        };
         let mut v = Validator::default();
         let config = v.config(&root);
         match (config, v.errors.is_empty()) {
             (Some(mut config), true) => {
-                config.canonical = canonical(&root).to_string();
+                config.canonical = canonical_text.map_or_else(|| canonical(&root).to_string(), str::to_owned);
                 config.version = version_of(&config.canonical);
                 for w in &mut config.workflows {
                     w.config_version = config.version.clone();
@@ -288,6 +294,20 @@ impl Config {
             Some(i) => workflow.steps.get(i)?.accepts_events.as_ref(),
         }
     }
+}
+
+/// The value of `text` when it is a config's canonical form already (each registered version is
+/// kept so in the table, and every engine reads them back), read as the JSON it is: a fraction
+/// of the YAML parser's work. Only a text that writing the value out again gives back exactly
+/// (serde_json's own compact form, keys sorted) is read so; anything else is YAML's to read.
+fn read_canonical(text: &str) -> Option<Value> {
+    if !text.starts_with('{') {
+        return None;
+    }
+    let root: Value = serde_json::from_str(text).ok()?;
+    // (Compared as text: a `Value` equals a `&str` when it is that string.)
+    let written = canonical(&root).to_string();
+    (written == text).then_some(root)
 }
 
 /// `value` with every object's keys in sorted order, recursively.
@@ -1495,6 +1515,29 @@ pub(crate) mod tests {
         let requires: Vec<Requires> = wf.plan().steps.iter().map(|s| s.requires.clone()).collect();
         assert_eq!(requires, [Requires::all(&["decision"]), Requires::all(&["payment_ref"])]);
         assert_eq!(wf.step_index("payment"), Some(1));
+    }
+
+    #[test]
+    fn a_canonical_text_is_read_as_json_to_the_value_yaml_reads_from_it() {
+        let config = Config::parse_text(SAMPLE).expect("the sample config is valid");
+        let tricky = serde_json::json!({
+            "b": ["\u{1}\u{1f}\"\\/", "é ✓ \u{10348}", "- not a list", "a: b", "#", "~", "null", "1e3"],
+            "a": {"z": 1.5, "y": -7, "x": 18_446_744_073_709_551_615u64, "w": true, "v": null},
+        });
+        for text in [config.canonical.clone(), canonical(&tricky).to_string()] {
+            let yaml: Value = serde_saphyr::from_str(&text).expect("JSON is YAML");
+            assert_eq!(read_canonical(&text), Some(yaml), "{text}");
+        }
+        let again = Config::parse_text(&config.canonical).expect("the canonical form parses");
+        assert_eq!((&again.version, &again.canonical), (&config.version, &config.canonical));
+        // Not the canonical form: left to YAML, which reads it to the same version.
+        let pretty = serde_json::to_string_pretty(&read_canonical(&config.canonical)).expect("JSON");
+        assert_eq!(read_canonical(&pretty), None);
+        assert_eq!(Config::parse_text(&pretty).expect("pretty JSON parses").version, config.version);
+        for text in [r#"{"b":1,"a":2}"#, r#"{"a":1,"a":2}"#, r#"{"a": 2}"#, "[]", "a: 1"] {
+            assert_eq!(read_canonical(text), None, "{text}");
+        }
+        assert_eq!(read_canonical(r#"{"a":2}"#), Some(serde_json::json!({"a": 2})));
     }
 
     #[test]

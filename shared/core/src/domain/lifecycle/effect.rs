@@ -171,10 +171,10 @@ impl Effect {
 /// is owed forever. (The planted bug that skips that check is left for the simulation's model
 /// to catch.)
 pub(super) fn failure(error: &str, cause: &str) -> Resume {
-    if !crate::mutants::active(crate::mutants::Mutation::UncheckedFailureText) {
+    if crate::CHECKED && !crate::mutants::active(crate::mutants::Mutation::UncheckedFailureText) {
         use super::record::{MAX_FAILURE_CAUSE_CHARS, MAX_FAILURE_ERROR_CHARS, failure_text_fits};
-        debug_assert!(failure_text_fits("error", error, MAX_FAILURE_ERROR_CHARS).is_ok());
-        debug_assert!(failure_text_fits("cause", cause, MAX_FAILURE_CAUSE_CHARS).is_ok());
+        assert!(failure_text_fits("error", error, MAX_FAILURE_ERROR_CHARS).is_ok());
+        assert!(failure_text_fits("cause", cause, MAX_FAILURE_CAUSE_CHARS).is_ok());
     }
     Resume::Failure { error: error.to_owned(), cause: cause.to_owned() }
 }

@@ -124,8 +124,8 @@ pub fn decide(
     {
         entry.cause_id = Some(id.shared());
     }
-    if let Some(write) = &decision.write {
-        debug_assert!(
+    if let Some(write) = decision.write.as_ref().filter(|_| crate::CHECKED) {
+        assert!(
             write.follows(record) && (&write.to.workflow, &write.to.key) == (workflow, key),
             "decide chose a write the tables do not allow from the record read: {:?} -> {} by {:?}, version {:?} -> {}\nwaits before: {:?}\nwaits after: {:?}",
             write.from,
@@ -136,7 +136,7 @@ pub fn decide(
             record.map(|r| (&r.waits, r.compensation.as_ref().map(|c| &c.undos))),
             (&write.to.waits, write.to.compensation.as_ref().map(|c| &c.undos)),
         );
-        debug_assert!(
+        assert!(
             !write.to.state.is_terminal()
                 || write.to.waits.iter().all(|w| matches!(w.status, WaitStatus::Ended { .. })),
             "a terminal record with a wait not ended: {:?}",
