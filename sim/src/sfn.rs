@@ -433,7 +433,7 @@ impl Model {
             self.next_token += 1;
             let context = json!({"Task": {"Token": token}, "State": {"EnteredTime": now.format(&Rfc3339).expect("a time")}});
             let body = match render(&def["Parameters"]["MessageBody"], self.doc_mut(arn, scope), &context) {
-                Ok(body) => body.to_string(),
+                Ok(body) => serde_json::to_string(&body).expect("a value's JSON"),
                 Err(path) => {
                     let cause = format!("The JSONPath '{path}' could not be found in the input");
                     return self.fail_state(arn, scope, def, ("States.Runtime".into(), cause), now, out);
@@ -846,11 +846,10 @@ fn error_and_cause_fit(error: &str, cause: &str) -> Result<(), String> {
 }
 
 /// A payload (`what`: `input`, `output`) as the API takes it, or its `ValidationException`.
-fn payload_fits(what: &str, text: &str) -> Result<(), String> {
-    if text.len() > MAX_PAYLOAD_BYTES {
+fn payload_fits(what: &str, len: usize) -> Result<(), String> {
+    if len > MAX_PAYLOAD_BYTES {
         return Err(format!(
-            "1 validation error detected: Value at '{what}' failed to satisfy constraint: Member must have length less than or equal to {MAX_PAYLOAD_BYTES} ({} bytes)",
-            text.len()
+            "1 validation error detected: Value at '{what}' failed to satisfy constraint: Member must have length less than or equal to {MAX_PAYLOAD_BYTES} ({len} bytes)"
         ));
     }
     Ok(())
@@ -957,7 +956,7 @@ impl SimStepFunctions {
         let heartbeat = matches!(what, Resume::Heartbeat);
         let refused = match &what {
             Resume::Failure(error, cause) => error_and_cause_fit(error, cause).err(),
-            Resume::Success(output) => payload_fits("output", &output.to_string()).err(),
+            Resume::Success(output) => payload_fits("output", json_len(output).unwrap_or(usize::MAX)).err(),
             Resume::Heartbeat => None,
         };
         if let Some(message) = refused {
@@ -1037,7 +1036,7 @@ impl Orchestrator for SimStepFunctions {
         let name = req.execution_name();
         let arn = execution_arn(&req.state_machine_arn, &name).expect("a valid state machine ARN");
         let input = serde_json::to_string(&req.input).expect("JSON");
-        payload_fits("input", &input).map_err(|m| {
+        payload_fits("input", input.len()).map_err(|m| {
             lock(&self.world.counts).add("sfn_limit_refused");
             lock(&self.model).refused.push(format!("{OP}: {m}"));
             validation(OP, m)

@@ -82,8 +82,9 @@ pub struct Plan {
 }
 
 fn event(id: &str, kind: &str, key: &str, data: Value) -> String {
-    json!({"specversion": "1.0", "id": id, "source": "sim", "type": kind, "subject": key, "data": data})
-        .to_string()
+    let event =
+        json!({"specversion": "1.0", "id": id, "source": "sim", "type": kind, "subject": key, "data": data});
+    serde_json::to_string(&event).expect("a value's JSON")
 }
 
 impl Plan {
@@ -781,7 +782,7 @@ const SENDER_ATTEMPTS: u32 = 8;
 pub(crate) async fn send_callback(parts: Parts, at: OffsetDateTime, c: CallbackSend) {
     let world = parts.world.clone();
     sleep_until(world.clone(), at).await;
-    let body = c.body.to_string();
+    let body = serde_json::to_string(&c.body).expect("a value's JSON");
     let hash = payload_hash(body.as_bytes());
     let workflow = c.body["workflow"].as_str().unwrap_or_default().to_owned();
     for attempt in 0..SENDER_ATTEMPTS {
