@@ -378,7 +378,7 @@ async fn by_key(console: &Console, names: &StepNames, key: &str) -> Result<Vec<R
     let Ok(key) = CorrelationKey::parse(key) else { return Ok(Vec::new()) };
     let mut found = Vec::new();
     for workflow in names.workflows() {
-        found.extend(console.sources.store.load(workflow, &key).await?);
+        found.extend(console.sources.store.load(workflow, &key).await?.map(std::sync::Arc::unwrap_or_clone));
     }
     Ok(found)
 }

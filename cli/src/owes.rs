@@ -100,7 +100,7 @@ pub async fn read(
             more_than = true;
             read.truncate(limit - 1);
         }
-        records.extend(read);
+        records.extend(read.into_iter().map(std::sync::Arc::unwrap_or_clone));
     }
     let versions = names.of_records(store, &records).await;
     Ok(build(table, &records, (names, &versions), (up_to, more_than), filter, now))

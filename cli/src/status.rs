@@ -78,6 +78,7 @@ pub async fn read(
         .due(DueList { kind: Kind::Waiting, work: false }, now, OVERDUE_LIMIT)
         .await
         .with_context(|| format!("cannot list the overdue records in {table}"))?;
+    let overdue: Vec<Record> = overdue.into_iter().map(std::sync::Arc::unwrap_or_clone).collect();
     let versions = names.of_records(store, &overdue).await;
     Ok(build(table, &counts, up_to, &overdue, (names, &versions), now))
 }

@@ -180,7 +180,7 @@ impl WorkflowStore for SimStore {
         &self,
         workflow: &WorkflowName,
         key: &CorrelationKey,
-    ) -> Result<Option<Record>, StoreError> {
+    ) -> Result<Option<Arc<Record>>, StoreError> {
         match self.enter("ddb.GetItem(record)", key).await? {
             Fault::After => Err(unavailable("GetItem")),
             _ => {
@@ -472,7 +472,7 @@ impl WorkflowStore for SimStore {
         list: DueList,
         before: OffsetDateTime,
         limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
+    ) -> Result<Vec<Arc<Record>>, StoreError> {
         self.world.point("ddb.Query(due)").await;
         if matches!(self.world.fault("ddb.Query(due)"), Fault::Before | Fault::Throttled) {
             return Err(unavailable("Query"));

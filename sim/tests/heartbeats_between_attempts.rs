@@ -36,7 +36,9 @@ fn stack() -> Stack {
 
 fn load(s: &Stack) -> Record {
     let w = s.config.workflow("beat").unwrap();
-    drive(s.memory.load(&w.name, &CorrelationKey::parse("b").unwrap())).unwrap().expect("the record")
+    std::sync::Arc::unwrap_or_clone(
+        drive(s.memory.load(&w.name, &CorrelationKey::parse("b").unwrap())).unwrap().expect("the record"),
+    )
 }
 
 fn body(outcome: &str, attempt: u32) -> Value {

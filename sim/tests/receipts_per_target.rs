@@ -37,7 +37,9 @@ fn pair(seed: u64) -> Stack {
 
 fn load(s: &Stack) -> Record {
     let w = s.config.workflow("pair").unwrap();
-    drive(s.memory.load(&w.name, &CorrelationKey::parse("k").unwrap())).unwrap().expect("the record")
+    std::sync::Arc::unwrap_or_clone(
+        drive(s.memory.load(&w.name, &CorrelationKey::parse("k").unwrap())).unwrap().expect("the record"),
+    )
 }
 
 fn step(step: &str, outcome: &str, data: Value) -> Value {

@@ -34,7 +34,8 @@ fn yaml() -> String {
 
 fn load(s: &Stack) -> Record {
     let w = s.config.workflow("long").unwrap();
-    drive(s.memory.load(&w.name, &CorrelationKey::parse("k").unwrap())).unwrap().expect("the record")
+    let record = drive(s.memory.load(&w.name, &CorrelationKey::parse("k").unwrap())).unwrap();
+    std::sync::Arc::unwrap_or_clone(record.expect("the record"))
 }
 
 /// A `webhook-id` of the most characters a sender may choose (256), each one JSON escapes to

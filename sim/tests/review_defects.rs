@@ -27,7 +27,9 @@ fn stack_with(yaml: &str, skews: Skews) -> Stack {
 
 fn record_of(s: &Stack, workflow: &str, key: &str) -> Record {
     let w = WorkflowName::parse(workflow).unwrap();
-    drive(s.memory.load(&w, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record")
+    std::sync::Arc::unwrap_or_clone(
+        drive(s.memory.load(&w, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record"),
+    )
 }
 
 fn start(s: &Stack, key: &str) {

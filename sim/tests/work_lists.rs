@@ -46,7 +46,9 @@ fn drain(s: &Stack) {
 
 fn load(s: &Stack, workflow: &str, key: &str) -> Record {
     let w = s.config.workflow(workflow).unwrap();
-    drive(s.memory.load(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record")
+    std::sync::Arc::unwrap_or_clone(
+        drive(s.memory.load(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record"),
+    )
 }
 
 fn applied(a: &baton_core::use_cases::callback::Answer, what: &str) {

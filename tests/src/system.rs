@@ -182,7 +182,7 @@ impl System {
 
     pub async fn record(&self, workflow: &str, key: &str) -> Option<Record> {
         let (w, k) = (WorkflowName::parse(workflow).unwrap(), CorrelationKey::parse(key).unwrap());
-        self.store.load(&w, &k).await.expect("load")
+        self.store.load(&w, &k).await.expect("load").map(Arc::unwrap_or_clone)
     }
 
     /// The ledger of (`workflow`, `key`): each ignored input's id and reason.

@@ -56,7 +56,11 @@ async fn create_is_idempotent_and_a_lost_create_returns_the_winner(store: Arc<dy
     let start = write_of(decide_at("k-create", None, &Input::start(EventId::parse("evt-1").unwrap()), t0()));
     assert_eq!(store.apply(&start).await.unwrap(), Applied::Written);
     let (w, k) = names("k-create");
-    assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&start.to), "the record reads back exactly");
+    assert_eq!(
+        store.load(&w, &k).await.unwrap().as_deref(),
+        Some(&start.to),
+        "the record reads back exactly"
+    );
 
     // A second create (another intake that also saw no record) loses and sees the winner.
     let mut second = start.clone();
@@ -139,7 +143,7 @@ async fn restart_opens_a_new_generation_from_a_terminal_record(store: Arc<dyn Wo
     let second = must_write(&*store, &restart).await;
     assert_eq!((second.generation, second.state), (2, State::Pending));
     let (w, k) = names("k-restart");
-    assert_eq!(store.load(&w, &k).await.unwrap().unwrap(), second);
+    assert_eq!(*store.load(&w, &k).await.unwrap().unwrap(), second);
 }
 
 fn task(step: u32, title: &str) -> Task {
@@ -592,7 +596,7 @@ async fn due_records_and_counts_by_state(store: Arc<dyn WorkflowStore>) {
     )
     .await;
     let due_pending = store.due(DueList { kind: Kind::Pending, work: true }, t0(), 10).await.unwrap();
-    assert_eq!(due_pending, vec![pending.clone()]);
+    assert_eq!(due_pending, vec![Arc::new(pending.clone())]);
     assert!(
         store
             .due(DueList { kind: Kind::Pending, work: true }, t0() - Duration::seconds(1), 10)
@@ -604,7 +608,10 @@ async fn due_records_and_counts_by_state(store: Arc<dyn WorkflowStore>) {
         store.due(watched(Kind::Waiting), t0() + Duration::days(1), 10).await.unwrap().is_empty(),
         "not past its deadline"
     );
-    assert_eq!(store.due(watched(Kind::Waiting), t0() + Duration::days(2), 10).await.unwrap(), vec![waiting]);
+    assert_eq!(
+        store.due(watched(Kind::Waiting), t0() + Duration::days(2), 10).await.unwrap(),
+        vec![Arc::new(waiting)]
+    );
     let counts = store.count_by_state(COUNT_UP_TO).await.unwrap();
     assert_eq!(counts.get(&Kind::Pending), Some(&Count::Exact(1)));
     assert_eq!(counts.get(&Kind::Waiting), Some(&Count::Exact(1)));
@@ -643,13 +650,13 @@ async fn owed_work_has_a_list_of_its_own(store: Arc<dyn WorkflowStore>) {
     let work = DueList { kind: Kind::Waiting, work: true };
     assert_eq!(
         store.due(work, hour, 10).await.unwrap(),
-        vec![owing.clone()],
+        vec![Arc::new(owing.clone())],
         "the attempt due is on the work list"
     );
     assert!(store.due(watched(Kind::Waiting), hour, 10).await.unwrap().is_empty());
     assert_eq!(
         store.due(watched(Kind::Waiting), t0() + Duration::days(3), 10).await.unwrap(),
-        vec![watched_wait]
+        vec![Arc::new(watched_wait)]
     );
     assert!(
         store.due(work, t0() + Duration::minutes(9), 10).await.unwrap().is_empty(),
@@ -760,12 +767,12 @@ async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowSto
         let (w, k) = names(key);
         let waiting = waiting_with_token(&*store, key, &token).await;
         assert_eq!(waiting.waits[0].token.as_ref().map(TaskToken::expose), Some(token.as_str()));
-        assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&waiting), "{key}: load");
+        assert_eq!(store.load(&w, &k).await.unwrap().as_deref(), Some(&waiting), "{key}: load");
         assert_eq!(store.trace(&w, &k).await.unwrap().record.as_ref(), Some(&waiting), "{key}: trace");
         let due = store.due(watched(Kind::Waiting), t0() + Duration::days(3), 100).await.unwrap();
-        assert!(due.contains(&waiting), "{key}: due");
+        assert!(due.iter().any(|r| **r == waiting), "{key}: due");
         let heads = store.due_heads(Kind::Waiting, t0() + Duration::days(3), 100).await.unwrap();
-        assert_eq!(heads, due.iter().map(RecordHead::of).collect::<Vec<_>>(), "{key}: due_heads");
+        assert_eq!(heads, due.iter().map(|r| RecordHead::of(r)).collect::<Vec<_>>(), "{key}: due_heads");
 
         let now = t0() + Duration::seconds(2);
         let advance = write_of(decide_at(
@@ -776,7 +783,7 @@ async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowSto
         ));
         let advancing = must_write(&*store, &advance).await;
         assert_eq!(advancing.state, State::Advancing { step: 0 });
-        assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&advancing), "{key}: the resume owed");
+        assert_eq!(store.load(&w, &k).await.unwrap().as_deref(), Some(&advancing), "{key}: the resume owed");
         let stale = write_of(decide_at(key, Some(&waiting), &Input::Cancel { reason: "late".into() }, now));
         match store.apply(&stale).await.unwrap() {
             Applied::Lost { current: Some(current) } => assert_eq!(*current, advancing, "{key}: ALL_OLD"),
@@ -790,7 +797,7 @@ async fn a_long_task_token_reads_back_from_every_read(store: Arc<dyn WorkflowSto
             Some(token.as_str()),
             "{key}: kept"
         );
-        assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&cancelled), "{key}: cancelled");
+        assert_eq!(store.load(&w, &k).await.unwrap().as_deref(), Some(&cancelled), "{key}: cancelled");
     }
 }
 
@@ -863,7 +870,7 @@ async fn a_2048_character_token_takes_every_path(store: Arc<dyn WorkflowStore>) 
                     .collect();
                 let written =
                     must_write(&*store, &d.write.unwrap_or_else(|| panic!("{input:?} writes"))).await;
-                assert_eq!(store.load(&w, &k).await.unwrap().as_ref(), Some(&written), "{input:?}: load");
+                assert_eq!(store.load(&w, &k).await.unwrap().as_deref(), Some(&written), "{input:?}: load");
                 assert_eq!(store.trace(&w, &k).await.unwrap().record.as_ref(), Some(&written), "trace");
                 (written, resumes)
             }
@@ -1112,7 +1119,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     // not put it again; one that writes without having read it puts it first.
     let loader = DynamoDbStore::new(calls.dynamodb(&config), table.clone());
     let loaded = loader.load(&w, &k).await.unwrap().unwrap();
-    assert_eq!(loaded, waiting);
+    assert_eq!(*loaded, waiting);
     assert_eq!(calls.take(), ["Query"], "the record and its token item, together");
     let now = t0() + Duration::seconds(2);
     let merge =
@@ -1128,7 +1135,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     ));
     let advancing = must_write(&fresh, &advance).await;
     assert_eq!(calls.take(), ["PutItem", "PutItem"], "the token item again, then the record");
-    assert_eq!(fresh.load(&w, &k).await.unwrap().as_ref(), Some(&advancing));
+    assert_eq!(fresh.load(&w, &k).await.unwrap().as_deref(), Some(&advancing));
     calls.take();
 
     // The next step's token item sorts before the first's: a load still reads the record and
@@ -1142,7 +1149,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     let second = must_write(&fresh, &write_of(decide_at("k-own", Some(&advancing), &next, now))).await;
     calls.take();
     let reader = DynamoDbStore::new(calls.dynamodb(&config), table.clone());
-    assert_eq!(reader.load(&w, &k).await.unwrap().as_ref(), Some(&second));
+    assert_eq!(reader.load(&w, &k).await.unwrap().as_deref(), Some(&second));
     assert_eq!(calls.take(), ["Query"], "the record and the second step's token item");
 
     // Once its token item is gone (its TTL is longer than an execution can run), a record
@@ -1156,13 +1163,13 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     };
     expire(token_sk(&second, token_of(&second).unwrap())).await;
     let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
-    assert_eq!(read, without_token(&second));
+    assert_eq!(*read, without_token(&second));
     // A cancelled record keeps its token, in a token item of its own (it has no step).
     let cancel = write_of(decide_at("k-own", Some(&second), &Input::Cancel { reason: "x".into() }, now));
     let ended = DynamoDbStore::new(client.clone(), table.clone());
     let cancelled = must_write(&ended, &cancel).await;
     let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
-    assert_eq!(read, cancelled);
+    assert_eq!(*read, cancelled);
     expire(token_sk(&cancelled, token_of(&cancelled).unwrap())).await;
     let read = DynamoDbStore::new(client.clone(), table.clone()).load(&w, &k).await.unwrap().unwrap();
     assert_eq!((read.state, token_of(&read)), (State::Cancelled, None));
@@ -1175,7 +1182,7 @@ async fn dynamodb_a_long_token_is_kept_in_its_own_item_put_before_the_record() {
     let record = get("k-inline", "RECORD".into()).await.expect("the record");
     assert_eq!(record.get("token").and_then(|v| v.as_s().ok()), Some(&token));
     assert!(!record.contains_key("token_sk"));
-    assert_eq!(inline_store.load(&w, &k).await.unwrap().as_ref(), Some(&inline));
+    assert_eq!(inline_store.load(&w, &k).await.unwrap().as_deref(), Some(&inline));
 }
 
 /// A DynamoDB store on a table of its own whose client counts the calls it sends.
@@ -1435,7 +1442,7 @@ async fn walk(
         let at = format!("{key} step {serial} (seed {seed})");
         now += Duration::seconds(61);
         let (a, b) = (&stores[rng.usize(..stores.len())], &stores[rng.usize(..stores.len())]);
-        let current = a.load(&w, &k).await.unwrap();
+        let current = a.load(&w, &k).await.unwrap().map(Arc::unwrap_or_clone);
         assert_eq!(current, expected, "{at}: load");
         let input = any_input(&mut rng, &key, current.as_ref(), serial);
         let Some(first) = decide_at(&key, current.as_ref(), &input, now).write else { continue };
@@ -1511,7 +1518,7 @@ async fn dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_
     }
     let far = t0() + Duration::days(3650);
     for kind in Kind::ALL {
-        let by_key = |mut records: Vec<Record>| {
+        let by_key = |mut records: Vec<Arc<Record>>| {
             records.sort_by(|x, y| x.key.as_str().cmp(y.key.as_str()));
             records
         };
@@ -1527,7 +1534,11 @@ async fn dynamodb_token_items_hold_under_a_random_walk_of_instances_layouts_and_
         for store in &stores {
             let mut heads = store.due_heads(kind, far, 1000).await.unwrap();
             heads.sort_by(|x, y| x.key.as_str().cmp(y.key.as_str()));
-            assert_eq!(heads, want.iter().map(RecordHead::of).collect::<Vec<_>>(), "due_heads {kind:?}");
+            assert_eq!(
+                heads,
+                want.iter().map(|r| RecordHead::of(r)).collect::<Vec<_>>(),
+                "due_heads {kind:?}"
+            );
         }
     }
 }

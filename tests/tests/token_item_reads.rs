@@ -12,6 +12,7 @@
 //!    in runs without races, that it is); otherwise a Query and a GetItem.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -110,7 +111,7 @@ impl Rig {
     /// Decides `input` on the reference record and writes it through `store`; it must win.
     async fn step_on(&self, store: &DynamoDbStore, key: &str, input: &Input, at: &str) -> Record {
         let (w, k) = names(key);
-        let current = self.memory.load(&w, &k).await.unwrap();
+        let current = self.memory.load(&w, &k).await.unwrap().map(Arc::unwrap_or_clone);
         let write = write_of(decide_at(key, current.as_ref(), input, self.now()));
         assert_eq!(self.apply_on(store, &write, at).await, Applied::Written, "{at}");
         write.to
@@ -166,11 +167,11 @@ impl Rig {
         let (w, k) = names(key);
         let expected = match reference {
             Some(r) => r,
-            None => self.memory.load(&w, &k).await.unwrap(),
+            None => self.memory.load(&w, &k).await.unwrap().map(Arc::unwrap_or_clone),
         };
         let reader = self.fresh();
         self.calls.take();
-        let loaded = reader.load(&w, &k).await.unwrap();
+        let loaded = reader.load(&w, &k).await.unwrap().map(Arc::unwrap_or_clone);
         let ops = self.calls.take();
         assert_eq!(loaded, expected, "{at}: invariant 4: DynamoDB's load differs from the reference");
         let trace = self.fresh().trace(&w, &k).await.unwrap();
@@ -216,7 +217,7 @@ impl Rig {
         if let Some(r) = &loaded {
             let far = t0() + Duration::days(365 * 50);
             let due = self.fresh().due(baton_core::ports::store::DueList::of(r), far, 1000).await.unwrap();
-            let mine: Vec<&Record> = due.iter().filter(|d| d.key == r.key).collect();
+            let mine: Vec<&Record> = due.iter().filter(|d| d.key == r.key).map(|d| &**d).collect();
             assert_eq!(mine, vec![r], "{at}: due() reads the record otherwise than load()");
             let recent = self.fresh().recent_records(1000).await.unwrap();
             let mine: Vec<&Record> = recent.iter().filter(|d| d.key == r.key).collect();
@@ -413,7 +414,7 @@ async fn concurrent_step_ready_racers_and_loads_never_mix_tokens() {
         let mut seen = Vec::new();
         for round in 0..6 {
             for r in &readers {
-                let got = r.load(&w, &k).await.unwrap().expect("the record");
+                let got = r.load(&w, &k).await.unwrap().map(Arc::unwrap_or_clone).expect("the record");
                 seen.push((round, got));
             }
         }
@@ -548,7 +549,7 @@ async fn odd_but_allowed_writes_agree_with_the_in_memory_store() {
             [("known", rig.writer.clone()), ("fresh", rig.other(|s| s.with_token_inline_max(0)))]
         {
             let at = format!("{label} ({round} writer)");
-            let current = rig.memory.load(&w, &k).await.unwrap().unwrap();
+            let current = rig.memory.load(&w, &k).await.unwrap().map(Arc::unwrap_or_clone).unwrap();
             let mut to = Record {
                 version: current.version + 1,
                 updated_at: current.updated_at + Duration::seconds(1),
@@ -665,7 +666,7 @@ async fn loads_during_writes_return_exactly_a_written_record() {
         for (i, input) in script.iter().enumerate() {
             // Fresh writers put every token item: the widest window between put and write.
             let store = rig.other(|s| s.with_token_inline_max(0));
-            let (current, _) = (rig.memory.load(&w, &k).await.unwrap(), ());
+            let (current, _) = (rig.memory.load(&w, &k).await.unwrap().map(Arc::unwrap_or_clone), ());
             let write = write_of(decide_at(key, current.as_ref(), input, rig.now()));
             assert_eq!(rig.memory.apply(&write).await.unwrap(), Applied::Written, "#{i}");
             assert_eq!(store.apply(&write).await.unwrap(), Applied::Written, "#{i}");
@@ -680,8 +681,8 @@ async fn loads_during_writes_return_exactly_a_written_record() {
         let mut seen = Vec::new();
         while !done.load(Ordering::Relaxed) {
             let fresh = rig.other(|s| s.with_token_inline_max(0));
-            seen.push(fresh.load(&w, &k).await.unwrap().expect("the record"));
-            seen.push(long_lived.load(&w, &k).await.unwrap().expect("the record"));
+            seen.push(fresh.load(&w, &k).await.unwrap().map(Arc::unwrap_or_clone).expect("the record"));
+            seen.push(long_lived.load(&w, &k).await.unwrap().map(Arc::unwrap_or_clone).expect("the record"));
             seen.push(long_lived.trace(&w, &k).await.unwrap().record.expect("the record"));
         }
         seen

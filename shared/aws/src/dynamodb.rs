@@ -1305,7 +1305,7 @@ impl WorkflowStore for DynamoDbStore {
         &self,
         workflow: &WorkflowName,
         key: &CorrelationKey,
-    ) -> Result<Option<Record>, StoreError> {
+    ) -> Result<Option<Arc<Record>>, StoreError> {
         // The record and the item right after it: its current token item, when the token is
         // kept out of line (`token_sk`). One read unit while the two are under 4 KB.
         let out = self
@@ -1327,7 +1327,7 @@ impl WorkflowStore for DynamoDbStore {
             Some(item)
                 if item.get("sk").and_then(|v| v.as_s().ok()).map(String::as_str) == Some(RECORD_SK) =>
             {
-                self.record_from(item, items.get(1)).await.map(Some)
+                self.record_from(item, items.get(1)).await.map(|r| Some(Arc::new(r)))
             }
             _ => Ok(None),
         }
@@ -1724,9 +1724,9 @@ impl WorkflowStore for DynamoDbStore {
         list: DueList,
         before: OffsetDateTime,
         limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
+    ) -> Result<Vec<Arc<Record>>, StoreError> {
         let items = self.query_due_all(&[list.prefix()], before, limit, Order::OldestFirst).await?;
-        self.records_from(&items).await
+        Ok(self.records_from(&items).await?.into_iter().map(Arc::new).collect())
     }
 
     async fn due_heads(

@@ -230,8 +230,8 @@ impl Callbacks {
         // The step as the record's own config version numbers it, as the engine will decide it
         // (found by review: after a deploy that renumbered steps, another compensation's task
         // was asked about).
-        let (_, input) = self.engine.pinned(workflow, record.as_ref(), &input).await.ok()?;
-        crate::domain::lifecycle::task_not_out(record.as_ref(), &input).then(|| {
+        let (_, input) = self.engine.pinned(workflow, record.as_deref(), &input).await.ok()?;
+        crate::domain::lifecycle::task_not_out(record.as_deref(), &input).then(|| {
             info!("the attempt's task is not marked out yet: the sender retries in a moment");
             let mut answer = self.failed(&EngineError::TaskNotOut, MaybeApplied::No);
             answer.retry_after = Some(TASK_NOT_OUT_RETRY_SECONDS);

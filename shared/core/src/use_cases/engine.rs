@@ -74,7 +74,7 @@ pub enum Exact {
 pub struct Submitted {
     pub decision: Decision,
     /// The record decided on (the written one is the decision's write).
-    prior: Option<Record>,
+    prior: Option<Arc<Record>>,
 }
 
 impl Submitted {
@@ -85,7 +85,7 @@ impl Submitted {
     /// The record after the decision: the written one, or the one decided on. Not a copy: a
     /// record is cloned only where it must be.
     pub fn record(&self) -> Option<&Record> {
-        self.decision.write.as_ref().map(|w| &w.to).or(self.prior.as_ref())
+        self.decision.write.as_ref().map(|w| &w.to).or(self.prior.as_deref())
     }
 }
 
@@ -387,9 +387,9 @@ impl Engine {
         for attempt in 1..=MAX_ATTEMPTS {
             // The record's own version decides, whatever version the caller read the input
             // with: a record finishes on the config it started on (a new start, on this one).
-            let (governing, input) = self.pinned(workflow, record.as_ref(), input).await?;
+            let (governing, input) = self.pinned(workflow, record.as_deref(), input).await?;
             let event = matches!(&*input, Input::StepInput { source: lifecycle::Source::Event, .. });
-            if event && record.as_ref().is_some_and(|r| r.state == State::Pending) {
+            if event && record.as_deref().is_some_and(|r| r.state == State::Pending) {
                 info!("record pending: the event is retried once its version is settled");
                 return Err(EngineError::Unsettled);
             }
@@ -400,11 +400,11 @@ impl Engine {
             let input = &*input;
             let workflow = &*governing;
             let plan = workflow.plan();
-            if lifecycle::unsettled(&plan, record.as_ref(), input) {
+            if lifecycle::unsettled(&plan, record.as_deref(), input) {
                 info!("a parallel group's report is still on its way: retried once it is in");
                 return Err(EngineError::GroupUnsettled);
             }
-            if lifecycle::task_not_out(record.as_ref(), input) {
+            if lifecycle::task_not_out(record.as_deref(), input) {
                 info!("the attempt's task is not marked out yet: the sender retries in a moment");
                 return Err(EngineError::TaskNotOut);
             }
@@ -414,13 +414,13 @@ impl Engine {
             // given on purpose (a sweep as of a chosen time) still wins.
             let now = now.max(self.now());
             let mut decision =
-                decide(&*self.store, &plan, (&workflow.name, key), record.as_ref(), input, now)
+                decide(&*self.store, &plan, (&workflow.name, key), record.as_deref(), input, now)
                     .await
                     .map_err(EngineError::Store)?;
             if let Some(write) = decision.write.as_mut()
                 && let Landed::LostTo(current) = self.write_record(write, attempt).await?
             {
-                record = current.map(|r| *r);
+                record = current.map(|r| Arc::new(*r));
                 continue;
             }
             self.observe(workflow, input, &decision, now);

@@ -244,7 +244,7 @@ async fn plan_target(
     let store = &*engine.store;
     let record = store.load(&workflow.name, key).await?;
     // Decided as the engine would: in the record's own config version.
-    let (governing, input) = engine.pinned(workflow, record.as_ref(), input).await?;
+    let (governing, input) = engine.pinned(workflow, record.as_deref(), input).await?;
     if exact && governing.config_version != workflow.config_version {
         return Ok(None);
     }
@@ -253,12 +253,12 @@ async fn plan_target(
         store,
         &governing.plan(),
         (&workflow.name, key),
-        record.as_ref(),
+        record.as_deref(),
         &input,
         now,
     )
     .await?;
-    let (classification, effect) = classify(record.as_ref(), &input, &decision);
+    let (classification, effect) = classify(record.as_deref(), &input, &decision);
     Ok(Some(Target {
         workflow: workflow.name.to_string(),
         key: key.to_string(),

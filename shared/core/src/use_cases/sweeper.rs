@@ -324,7 +324,7 @@ impl Sweeper {
         // this copy behind: it is applied, not expired. A copy with another payload is a
         // conflict the direct application never saw: refused, and ledgered as one (both found
         // by the simulation).
-        let reason = match twin(entry, record.as_ref(), step) {
+        let reason = match twin(entry, record.as_deref(), step) {
             Some(Twin::Same) => {
                 self.engine.store.settle(entry, InboxStatus::Expiring, InboxStatus::Applied).await?;
                 info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "buffered copy of an applied input settled");
@@ -394,7 +394,7 @@ impl Sweeper {
     async fn locate(
         &self,
         entry: &InboxEntry,
-    ) -> Result<(Option<Record>, Option<Definition>, Option<u32>), EngineError> {
+    ) -> Result<(Option<Arc<Record>>, Option<Definition>, Option<u32>), EngineError> {
         let record = self.engine.store.load(&entry.workflow, &entry.key).await?;
         let pinned = match &record {
             Some(r) => {
@@ -435,7 +435,7 @@ impl Sweeper {
                 info!(workflow = %entry.workflow, key = %entry.key, input = %entry.id, "unfinished drain finished");
             }
             // Its generation has ended: applied before it did, or given back to expire.
-            _ if twin(entry, record.as_ref(), step) == Some(Twin::Same) => {
+            _ if twin(entry, record.as_deref(), step) == Some(Twin::Same) => {
                 self.engine.store.settle(entry, InboxStatus::Draining, InboxStatus::Applied).await?;
             }
             _ => {

@@ -401,9 +401,9 @@ impl WorkflowStore for MemoryStore {
         &self,
         workflow: &WorkflowName,
         key: &CorrelationKey,
-    ) -> Result<Option<Record>, StoreError> {
+    ) -> Result<Option<Arc<Record>>, StoreError> {
         fits("Query", (workflow, key), RECORD_SK, || 0)?;
-        Ok(self.lock().records.get(&rk(workflow, key)).map(|r| Record::clone(r)))
+        Ok(self.lock().records.get(&rk(workflow, key)).cloned())
     }
 
     async fn apply(&self, write: &crate::domain::lifecycle::Write) -> Result<Applied, StoreError> {
@@ -619,7 +619,7 @@ impl WorkflowStore for MemoryStore {
         list: DueList,
         before: OffsetDateTime,
         limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
+    ) -> Result<Vec<Arc<Record>>, StoreError> {
         let mut inner = self.lock();
         // The state's kind tested first: it alone leaves out most records, and costs nothing (the
         // due time and the owed work each walk the record's waits).
@@ -629,7 +629,7 @@ impl WorkflowStore for MemoryStore {
         // Each record's due time computed once (it walks the record's waits), not per comparison.
         due.sort_by_cached_key(|r| r.due_at());
         due.truncate(limit);
-        Ok(due.into_iter().map(|r| Record::clone(r)).collect())
+        Ok(due.into_iter().cloned().collect())
     }
 
     async fn expired_buffers(

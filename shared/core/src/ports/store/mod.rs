@@ -13,6 +13,7 @@
 //! - Receipts, inbox entries and ledger entries carry an expiry (`expires_at`, DynamoDB TTL).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -627,9 +628,13 @@ impl RecordHead {
 /// The storage port. Every method is one request (or a paginated query) to the backing store.
 #[async_trait::async_trait]
 pub trait WorkflowStore: Send + Sync {
-    /// The record, read strongly consistently.
-    async fn load(&self, workflow: &WorkflowName, key: &CorrelationKey)
-    -> Result<Option<Record>, StoreError>;
+    /// The record, read strongly consistently. Shared: a store that keeps records in memory
+    /// hands out the one it holds, and a caller that changes it decides a new one anyway.
+    async fn load(
+        &self,
+        workflow: &WorkflowName,
+        key: &CorrelationKey,
+    ) -> Result<Option<Arc<Record>>, StoreError>;
 
     /// Carries out a decision's write under its [`condition_for`].
     async fn apply(&self, write: &Write) -> Result<Applied, StoreError>;
@@ -714,13 +719,13 @@ pub trait WorkflowStore: Send + Sync {
     async fn trace(&self, workflow: &WorkflowName, key: &CorrelationKey) -> Result<Trace, StoreError>;
 
     /// The records on `list` whose due time ([`Record::due_at`]) is at or before `before`,
-    /// oldest first, at most `limit`.
+    /// oldest first, at most `limit`. Shared, as [`Self::load`]'s.
     async fn due(
         &self,
         list: DueList,
         before: OffsetDateTime,
         limit: usize,
-    ) -> Result<Vec<Record>, StoreError>;
+    ) -> Result<Vec<Arc<Record>>, StoreError>;
 
     /// The heads of the records of state `kind` due at or before `before`, on either list,
     /// oldest first, at most `limit`: the same index reads as [`Self::due`], and nothing else (a
@@ -735,9 +740,9 @@ pub trait WorkflowStore: Send + Sync {
         for list in DueList::of_state(kind) {
             records.extend(self.due(list, before, limit).await?);
         }
-        records.sort_by_key(Record::due_at);
+        records.sort_by_key(|r| r.due_at());
         records.truncate(limit);
-        Ok(records.iter().map(RecordHead::of).collect())
+        Ok(records.iter().map(|r| RecordHead::of(r)).collect())
     }
 
     /// Open inbox entries (buffered, draining or expiring) that expired at or before `before`, at
