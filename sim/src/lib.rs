@@ -494,9 +494,10 @@ impl Shared {
             metrics: Metrics::to(Box::new(std::io::sink())),
             clock: Arc::new(move || clock_world.now() + skew),
             write_ids: Arc::new(move || format!("w{}", ids_world.next_id())),
-            // What the engine trims a record to, as on AWS; the memory store below measures
-            // every item exactly, as DynamoDB does (`store::EXACT_SIZES`).
-            item_sizes: baton_aws::dynamodb::ITEM_SIZES,
+            // What the engine trims a record to, as on AWS (its bound noted for the store's log of
+            // sizes); the memory store below measures every item exactly, as DynamoDB does
+            // (`store::EXACT_SIZES`).
+            item_sizes: store::ENGINE_SIZES,
             versions: Default::default(),
         })
     }

@@ -18,6 +18,7 @@ use baton_core::domain::ids::{CorrelationKey, WorkflowName};
 use baton_core::domain::lifecycle::{IgnoreReason, Kind, Record, State, Write};
 use baton_core::ports::outbound::{PublishError, TaskPublisher};
 use baton_core::ports::store::memory::MemoryStore;
+use baton_core::ports::store::limits::{MAX_ITEM_BYTES, record_size_bound};
 use baton_core::ports::store::{
     Applied, Claim, Count, DueList, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, Receipt,
     RegisteredConfig, StoreError, Task, Trace, WorkflowStore,
@@ -47,11 +48,36 @@ pub const EXACT_SIZES: baton_core::ports::store::ItemSizes = baton_core::ports::
     ..ITEM_SIZES
 };
 
+/// How the engines measure what they write: as on AWS, the engine's cheap bound first
+/// (`ITEM_SIZES`), noted for [`SimStore::apply`], which checks the exact size against the very
+/// bound the engine used rather than working it out again.
+pub const ENGINE_SIZES: baton_core::ports::store::ItemSizes =
+    baton_core::ports::store::ItemSizes { record_bound: noted_record_bound, ..ITEM_SIZES };
+
 thread_local! {
     /// The record [`SimStore::apply`] is writing (its address) and its exact size, measured once
     /// for the write: the in-memory store's check of the item limit and the log of sizes both
     /// read it, rather than serialising the record into its item twice.
     static MEASURED: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+    /// The record an engine last bounded (its address) and the bound ([`ENGINE_SIZES`]).
+    static BOUNDED: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// `ITEM_SIZES.record_bound`, noted for [`SimStore::apply`].
+fn noted_record_bound(record: &Record) -> usize {
+    let bound = record_size_bound(record);
+    BOUNDED.set((std::ptr::from_ref(record) as usize, bound));
+    bound
+}
+
+/// The engine's bound of the record `apply` writes: the one it noted, if it bounded this very
+/// record last and the bound let it through at once (`fit_item_limit` then leaves the record as
+/// it was measured, and the engine writes it next); otherwise worked out again.
+fn engine_bound(record: &Record) -> usize {
+    match BOUNDED.replace((0, 0)) {
+        (at, bound) if at == std::ptr::from_ref(record) as usize && bound <= MAX_ITEM_BYTES => bound,
+        _ => record_size_bound(record),
+    }
 }
 
 /// `ITEM_SIZES.record`, of the record being written if [`SimStore::apply`] has measured it.
@@ -194,12 +220,12 @@ impl WorkflowStore for SimStore {
         let fault = self.enter("ddb.PutItem(record)", &write.to.key).await?;
         // The state before, read in place rather than the whole record copied.
         let before = self.inner.peek(&write.to.workflow, &write.to.key, |r| (r.state, r.generation))?;
+        let bound = engine_bound(&write.to);
         let (size, applied) = self.apply_measured(write).await;
         // The store refuses a record over 400 KB as DynamoDB does (a ValidationException,
         // every time): baton decided a write it can never make.
         let applied = match applied {
             Err(e @ StoreError::Rejected { .. }) => {
-                let bound = baton_core::ports::store::limits::record_size_bound(&write.to);
                 lock(&self.violations).push(format!(
                     "[record_fits_its_item] record {}/{} would be {size} bytes at version {} (the engine's bound said {bound}): over DynamoDB's 400 KB item limit, so it can never be written",
                     write.to.workflow, write.to.key, write.to.version
@@ -210,7 +236,6 @@ impl WorkflowStore for SimStore {
             other => other?,
         };
         if applied == Applied::Written {
-            let bound = baton_core::ports::store::limits::record_size_bound(&write.to);
             if write.to.branches().count() > 2 {
                 let mut largest = lock(&self.largest);
                 if size > largest.0 {
