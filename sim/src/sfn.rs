@@ -227,6 +227,10 @@ pub struct Model {
     /// The executions whose final report never reaches baton (dropped past the DLQ).
     pub lost_reports: std::collections::BTreeSet<String>,
     next_token: u64,
+    /// No timer is due before this (`None`: not known): [`Model::fire_timers`], called on every
+    /// resume and often between, walks every execution only once it has come (a crowd's are
+    /// hundreds). Each new wait, heartbeat and retry brings it forward to its own time.
+    no_timer_before: Option<OffsetDateTime>,
 }
 
 /// What a resume does to the model.
@@ -343,6 +347,7 @@ impl Model {
         let at = now + Duration::seconds_f64(delay);
         if let Some(r) = self.retrying_mut(arn, scope).and_then(Option::as_mut) {
             r.at = Some(at);
+            self.timer_at(at);
         }
         true
     }
@@ -520,13 +525,20 @@ impl Model {
         let timeout = Duration::seconds(def["TimeoutSeconds"].as_i64().expect("TimeoutSeconds"));
         let heartbeat = def["HeartbeatSeconds"].as_i64().map(Duration::seconds);
         self.tokens.insert(token.clone(), (arn.to_owned(), state.clone(), true));
-        *self.wait_mut(arn, scope).expect("a scope") = Some(Wait {
+        let wait = Wait {
             state,
             token,
             deadline: now + timeout,
             heartbeat,
             beat_deadline: heartbeat.map(|h| now + h),
-        });
+        };
+        self.timer_at(wait.beat_deadline.map_or(wait.deadline, |b| b.min(wait.deadline)));
+        *self.wait_mut(arn, scope).expect("a scope") = Some(wait);
+    }
+
+    /// A timer now runs to `at`: [`Model::fire_timers`] looks again by then.
+    fn timer_at(&mut self, at: OffsetDateTime) {
+        self.no_timer_before = Some(self.no_timer_before.map_or(at, |t| t.min(at)));
     }
 
     /// A `Parallel` state: every branch starts on a copy of the input; the state ends when all
@@ -718,6 +730,9 @@ impl Model {
             Resume::Heartbeat => {
                 let wait = self.wait_mut(&arn, scope).and_then(Option::as_mut).expect("a wait");
                 wait.beat_deadline = wait.heartbeat.map(|h| now + h);
+                if let Some(beat) = wait.beat_deadline {
+                    self.timer_at(beat);
+                }
             }
         }
         Ok(())
@@ -725,6 +740,18 @@ impl Model {
 
     /// Times out every task past its deadline or heartbeat at `now`.
     pub fn fire_timers(&mut self, now: OffsetDateTime, out: &mut Vec<String>) -> usize {
+        if self.no_timer_before.is_some_and(|t| now < t) {
+            return 0;
+        }
+        let fired = self.fire_timers_due(now, out);
+        // Until the next timer, nothing is due (none: far off, until a wait or retry begins).
+        let far = time::Date::MAX.midnight().assume_utc();
+        self.no_timer_before = Some(self.next_timer().unwrap_or(far));
+        fired
+    }
+
+    /// [`Model::fire_timers`], walking every execution.
+    fn fire_timers_due(&mut self, now: OffsetDateTime, out: &mut Vec<String>) -> usize {
         let due: Vec<(String, Scope, Wait)> = self
             .executions
             .values()

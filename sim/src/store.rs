@@ -17,8 +17,8 @@ use baton_aws::dynamodb::{ITEM_SIZES, record_size};
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
 use baton_core::domain::lifecycle::{IgnoreReason, Kind, Record, State, Write};
 use baton_core::ports::outbound::{PublishError, TaskPublisher};
-use baton_core::ports::store::memory::MemoryStore;
 use baton_core::ports::store::limits::{MAX_ITEM_BYTES, record_size_bound};
+use baton_core::ports::store::memory::MemoryStore;
 use baton_core::ports::store::{
     Applied, Claim, Count, DueList, Hold, InboxClaim, InboxEntry, InboxStatus, LedgerEntry, Receipt,
     RegisteredConfig, StoreError, Task, Trace, WorkflowStore,
