@@ -72,8 +72,14 @@ impl LimitExceeded {
 
 /// Whether DynamoDB takes a request on the item (`pk`, `sk`).
 pub fn check_keys(pk: &str, sk: &str) -> Result<(), LimitExceeded> {
-    if pk.len() > MAX_PARTITION_KEY_BYTES {
-        return Err(LimitExceeded::PartitionKey { bytes: pk.len() });
+    check_key_bytes(pk.len(), sk)
+}
+
+/// [`check_keys`], given the partition key's length in bytes (the in-memory store measures
+/// the key of every request it answers, and need not write it out: [`pk_bytes`]).
+pub fn check_key_bytes(pk_bytes: usize, sk: &str) -> Result<(), LimitExceeded> {
+    if pk_bytes > MAX_PARTITION_KEY_BYTES {
+        return Err(LimitExceeded::PartitionKey { bytes: pk_bytes });
     }
     if sk.len() > MAX_SORT_KEY_BYTES {
         return Err(LimitExceeded::SortKey { bytes: sk.len() });
@@ -94,6 +100,11 @@ pub fn check_item_size(bytes: usize) -> Result<(), LimitExceeded> {
 /// The partition of everything about one (workflow, key).
 pub fn pk(workflow: &WorkflowName, key: &CorrelationKey) -> String {
     format!("WF#{workflow}#{key}")
+}
+
+/// The length of [`pk`] in bytes, without writing it.
+pub fn pk_bytes(workflow: &WorkflowName, key: &CorrelationKey) -> usize {
+    "WF#".len() + workflow.as_str().len() + "#".len() + key.as_str().len()
 }
 
 /// The record's sort key.
@@ -230,6 +241,9 @@ mod tests {
         // And 1,024 bytes exactly fits.
         assert_eq!(check_keys("WF#a#b", &"x".repeat(MAX_SORT_KEY_BYTES)), Ok(()));
         assert!(check_keys(&"p".repeat(MAX_PARTITION_KEY_BYTES + 1), "RECORD").is_err());
+        let (w, k) =
+            (WorkflowName::parse("order-review").unwrap(), CorrelationKey::parse("order@1234").unwrap());
+        assert_eq!(pk_bytes(&w, &k), pk(&w, &k).len());
         assert!(check_item_size(MAX_ITEM_BYTES).is_ok());
         assert_eq!(
             check_item_size(MAX_ITEM_BYTES + 1),

@@ -193,7 +193,7 @@ fn fits(
     sk: &str,
     size: impl FnOnce() -> usize,
 ) -> Result<(), StoreError> {
-    limits::check_keys(&limits::pk(workflow, key), sk)
+    limits::check_key_bytes(limits::pk_bytes(workflow, key), sk)
         .and_then(|()| limits::check_item_size(size()))
         .map_err(|e| e.rejected(op))
 }
