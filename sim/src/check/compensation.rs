@@ -31,8 +31,8 @@ pub(super) fn all(c: &mut Checker<'_>, s: &Seen<'_>) {
 
 /// The writes of (workflow, key, generation), in the order they landed.
 fn writes_of<'s>(s: &'s Seen<'_>, t: &Task) -> impl Iterator<Item = &'s Record> + 's {
-    let (w, k, g) = (t.workflow.clone(), t.key.clone(), t.generation);
-    s.writes.iter().map(|l| &*l.to).filter(move |r| r.workflow == w && r.key == k && r.generation == g)
+    let g = t.generation;
+    s.writes_of(t.workflow.as_str(), t.key.as_str()).map(|(_, l)| &*l.to).filter(move |r| r.generation == g)
 }
 
 /// Whether the write `r` records `step` completed: its success owed, or its branch succeeded.

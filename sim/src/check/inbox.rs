@@ -26,10 +26,8 @@ pub(super) fn no_lost_wake_up(c: &mut Checker<'_>, s: &Seen<'_>) {
                 && r.key.as_str() == late.key
                 && r.applied.iter().any(|a| a.id.as_str() == late.id && a.step == late.step)
         });
-        let completed = s.writes.iter().any(|w| {
-            w.to.workflow.as_str() == late.workflow
-                && w.to.key.as_str() == late.key
-                && w.to.generation == late.generation
+        let completed = s.writes_of(&late.workflow, &late.key).any(|(_, w)| {
+            w.to.generation == late.generation
                 && w.from == Some(State::Waiting { step: late.step })
                 && w.to.state == State::Advancing { step: late.step }
         });
@@ -107,10 +105,7 @@ pub(super) fn inbox_status_matches_what_happened(
     // landed write (its index).
     let hash = entry.input.get("hash").and_then(Value::as_str).map(payload_fingerprint);
     let mut first_applied: BTreeMap<u32, usize> = BTreeMap::new();
-    for (i, w) in s.writes.iter().enumerate() {
-        if w.to.key != record.key || w.to.workflow != record.workflow {
-            continue;
-        }
+    for (i, w) in s.writes_of(record.workflow.as_str(), record.key.as_str()) {
         let config = s.version_of(Some(&w.to.config_version));
         let steps = config.as_ref().and_then(|c| c.workflow(w.to.workflow.as_str())).map(|wf| &wf.steps);
         let its_step = |step: Option<u32>| match (steps, entry.step_name.as_str()) {

@@ -96,6 +96,9 @@ struct Seen<'a> {
     settles: MutexGuard<'a, Vec<Settled>>,
     /// Each (workflow, key) of the plan's: its trace in the store.
     traces: BTreeMap<(String, String), Trace>,
+    /// The landed writes of each (workflow, key), by their place in `writes` (a check asks about
+    /// one record's writes for each of its inputs: a crowd's writes are thousands).
+    writes_by_key: BTreeMap<(String, String), Vec<usize>>,
 }
 
 impl<'a> Seen<'a> {
@@ -126,8 +129,32 @@ impl<'a> Seen<'a> {
                 ((w.to_string(), k), trace)
             })
             .collect();
+        let mut writes_by_key: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+        for (i, w) in writes.iter().enumerate() {
+            writes_by_key.entry((w.to.workflow.to_string(), w.to.key.to_string())).or_default().push(i);
+        }
         let cursed = plan.cursed.as_deref();
-        Seen { stack, plan, cursed, writes, model, published, evidence, sqs, records, settles, traces }
+        Seen {
+            stack,
+            plan,
+            cursed,
+            writes,
+            model,
+            published,
+            evidence,
+            sqs,
+            records,
+            settles,
+            traces,
+            writes_by_key,
+        }
+    }
+
+    /// The landed writes of `workflow`/`key`, in the order they landed, each with its place in
+    /// [`Seen::writes`].
+    fn writes_of(&self, workflow: &str, key: &str) -> impl Iterator<Item = (usize, &Landed)> + use<'_, 'a> {
+        let places = self.writes_by_key.get(&(workflow.to_owned(), key.to_owned()));
+        places.into_iter().flatten().map(|&i| (i, &self.writes[i]))
     }
 
     /// The config a record's version names, if it was ever deployed.

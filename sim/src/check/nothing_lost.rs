@@ -23,11 +23,8 @@ fn classified(s: &Seen<'_>, workflow: &str, key: &str, id: &str) -> bool {
             || r.start_events.iter().any(|e| e.as_str() == id)
     }) || t.inbox.iter().any(|e| e.id.as_str() == id && e.status != InboxStatus::Buffered)
         || t.ledger.iter().any(|l| l.input_id == id)
-        || s.writes.iter().any(|w| {
-            w.to.workflow.as_str() == workflow
-                && w.to.key.as_str() == key
-                && w.to.history.last().is_some_and(|a| a.cause_id.as_deref() == Some(id))
-        })
+        || s.writes_of(workflow, key)
+            .any(|(_, w)| w.to.history.last().is_some_and(|a| a.cause_id.as_deref() == Some(id)))
 }
 
 /// The name of step `index` of `workflow` in config `version`.
@@ -51,15 +48,13 @@ fn classified_for_step(
     // A ledger line is kept per (reason, input id), as the product keys it: the copies for two
     // steps ignored for one reason share it.
     let ledgered = t.ledger.iter().any(|l| l.input_id == id);
-    let applied =
-        s.writes.iter().filter(|w| w.to.workflow.as_str() == workflow && w.to.key.as_str() == key).any(|w| {
-            w.to.applied.iter().any(|a| {
-                let g = a.generation;
-                let version = versions.get(&(workflow.to_owned(), key.to_owned(), g));
-                a.id.as_str() == id
-                    && step_name(s, version, workflow, u64::from(a.step)).as_deref() == Some(name)
-            })
-        });
+    let applied = s.writes_of(workflow, key).any(|(_, w)| {
+        w.to.applied.iter().any(|a| {
+            let g = a.generation;
+            let version = versions.get(&(workflow.to_owned(), key.to_owned(), g));
+            a.id.as_str() == id && step_name(s, version, workflow, u64::from(a.step)).as_deref() == Some(name)
+        })
+    });
     // Applied under its id in a generation before the record's last: a copy delivered in a later
     // run is a duplicate of that event (steps may be numbered otherwise there), never applied to
     // the new run.
