@@ -1304,6 +1304,8 @@ const INDEX_LAG_BOUND: Duration = Duration::seconds(10);
 /// sweep until its heartbeat ran out).
 #[derive(Default)]
 struct IndexLagBound {
+    /// The write counts seen, each with when the index has caught up with it (the time it was
+    /// seen plus the bound: worked out once, not on every step).
     written: std::collections::VecDeque<(OffsetDateTime, u64)>,
 }
 
@@ -1311,10 +1313,9 @@ impl IndexLagBound {
     fn keep_up(&mut self, stack: &Stack) {
         let (now, writes) = (stack.world.now(), stack.memory.writes());
         if self.written.back().is_none_or(|(_, w)| *w != writes) {
-            self.written.push_back((now, writes));
+            self.written.push_back((now + INDEX_LAG_BOUND, writes));
         }
-        while let Some((_, w)) = self.written.front().filter(|(at, _)| *at <= now - INDEX_LAG_BOUND).copied()
-        {
+        while let Some((_, w)) = self.written.front().filter(|(caught_up, _)| *caught_up <= now).copied() {
             self.written.pop_front();
             stack.memory.catch_up_index_to(w);
         }
