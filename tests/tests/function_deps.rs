@@ -41,6 +41,46 @@ fn shipped_crates(package: &str) -> Vec<String> {
     crates
 }
 
+/// The features of baton-core that `package`'s build turns on, as cargo resolves them for that
+/// package alone.
+fn core_features(package: &str) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "-e",
+            "normal,build,features",
+            "--prefix",
+            "none",
+            "-p",
+            package,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    assert!(out.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&out.stderr));
+    let mut features: Vec<String> = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .filter_map(|line| line.strip_prefix("baton-core feature \"")?.split('"').next().map(str::to_owned))
+        .collect();
+    features.sort();
+    features.dedup();
+    features
+}
+
+#[test]
+fn no_function_is_built_with_the_simulations_bugs_or_checks() {
+    // The simulation turns both on (the planted bugs it proves it catches, and baton's checks of
+    // its own decisions in an optimized build): what the check reads.
+    assert_eq!(core_features("baton-sim"), ["checks", "default", "mutants"]);
+    for function in FUNCTIONS {
+        assert_eq!(core_features(function), ["default"], "{function} is built with baton-core's features");
+    }
+}
+
 fn links(crates: &[String], name: &str) -> bool {
     crates.iter().any(|c| c == name)
 }
