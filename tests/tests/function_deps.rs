@@ -24,15 +24,7 @@ const LOCAL_ONLY: [&str; 3] = ["baton-local", "axum", "matchit"];
 /// The crates in `package`'s normal and build dependency tree (dev-dependencies are not
 /// shipped), as cargo resolves them for that package alone: what `cargo lambda build` links.
 fn shipped_crates(package: &str) -> Vec<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["tree", "--locked", "--offline", "-e", "normal,build", "--prefix", "none", "-p", package])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo runs");
-    assert!(out.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&out.stderr));
-    let mut crates: Vec<String> = String::from_utf8(out.stdout)
-        .expect("utf-8")
+    let mut crates: Vec<String> = cargo_tree(package, "normal,build")
         .lines()
         .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
         .collect();
@@ -41,28 +33,22 @@ fn shipped_crates(package: &str) -> Vec<String> {
     crates
 }
 
-/// The features of baton-core that `package`'s build turns on, as cargo resolves them for that
-/// package alone.
-fn core_features(package: &str) -> Vec<String> {
+/// `cargo tree` of `package` over the dependency `edges`, one entry a line, no prefix.
+fn cargo_tree(package: &str, edges: &str) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args([
-            "tree",
-            "--locked",
-            "--offline",
-            "-e",
-            "normal,build,features",
-            "--prefix",
-            "none",
-            "-p",
-            package,
-        ])
+        .args(["tree", "--locked", "--offline", "-e", edges, "--prefix", "none", "-p", package])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo runs");
     assert!(out.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&out.stderr));
-    let mut features: Vec<String> = String::from_utf8(out.stdout)
-        .expect("utf-8")
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// The features of baton-core that `package`'s build turns on, as cargo resolves them for that
+/// package alone.
+fn core_features(package: &str) -> Vec<String> {
+    let mut features: Vec<String> = cargo_tree(package, "normal,build,features")
         .lines()
         .filter_map(|line| line.strip_prefix("baton-core feature \"")?.split('"').next().map(str::to_owned))
         .collect();
