@@ -760,8 +760,8 @@ const STEPS_PER_CROWD_RECORD: u64 = 4_000;
 /// Runs one schedule.
 ///
 /// A panic inside the schedule (above all `decide`'s assertion that a write follows the record's
-/// and the wait's tables, on through baton-core's `checks` feature) is one more violation of the seed, named
-/// `decide_follows_its_tables` when it is that assertion, not the end of the run.
+/// and the wait's tables, on through baton-core's `checks` feature) is one more violation of the
+/// seed, named `decide_follows_its_tables` when it is that assertion, not the end of the run.
 pub fn run(options: Options) -> Outcome {
     let seed = options.seed;
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_schedule(options))).unwrap_or_else(|panic| {
