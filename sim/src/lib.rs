@@ -616,6 +616,14 @@ impl Stack {
         self.shared.skews
     }
 
+    /// The record of `workflow` and `key` as the store holds it now (a copy), if there is one:
+    /// what a test reads back after driving the use cases.
+    pub fn record(&self, workflow: &str, key: &str) -> Option<baton_core::domain::lifecycle::Record> {
+        let workflow = baton_core::domain::ids::WorkflowName::parse(workflow).expect("a workflow name");
+        let key = baton_core::domain::ids::CorrelationKey::parse(key).expect("a correlation key");
+        self.memory.shared(&workflow, &key).map(Arc::unwrap_or_clone)
+    }
+
     /// What runs now: the first deployment, or the one a deploy replaced it with.
     pub fn live(&self) -> Arc<Deployment> {
         lock(&self.live).clone()

@@ -5,9 +5,7 @@
 
 mod common;
 
-use baton_core::domain::ids::CorrelationKey;
 use baton_core::domain::lifecycle::{Record, State};
-use baton_core::ports::store::WorkflowStore;
 use baton_sim::sqs::QueueId;
 use baton_sim::world::{Fault, World, drive, lock};
 use baton_sim::{EPOCH, Stack};
@@ -35,10 +33,7 @@ fn stack() -> Stack {
 }
 
 fn load(s: &Stack) -> Record {
-    let w = s.config.workflow("beat").unwrap();
-    std::sync::Arc::unwrap_or_clone(
-        drive(s.memory.load(&w.name, &CorrelationKey::parse("b").unwrap())).unwrap().expect("the record"),
-    )
+    s.record("beat", "b").expect("the record")
 }
 
 fn body(outcome: &str, attempt: u32) -> Value {

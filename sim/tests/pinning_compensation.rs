@@ -24,10 +24,7 @@ fn saga_stack() -> Stack {
 }
 
 fn saga_record(s: &Stack, key: &str) -> baton_core::domain::lifecycle::Record {
-    let w = s.config.workflow("saga").unwrap();
-    std::sync::Arc::unwrap_or_clone(
-        drive(s.memory.load(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record"),
-    )
+    s.record("saga", key).expect("the record")
 }
 
 fn step(key: &str, step: &str, outcome: &str, data: Value) -> Value {

@@ -6,9 +6,7 @@
 
 mod common;
 
-use baton_core::domain::ids::CorrelationKey;
 use baton_core::domain::lifecycle::{Record, State, WaitOutcome};
-use baton_core::ports::store::WorkflowStore;
 use baton_core::use_cases::callback::Answer;
 use baton_sim::world::{Fault, World, drive};
 use baton_sim::{EPOCH, Stack};
@@ -36,10 +34,7 @@ fn pair(seed: u64) -> Stack {
 }
 
 fn load(s: &Stack) -> Record {
-    let w = s.config.workflow("pair").unwrap();
-    std::sync::Arc::unwrap_or_clone(
-        drive(s.memory.load(&w.name, &CorrelationKey::parse("k").unwrap())).unwrap().expect("the record"),
-    )
+    s.record("pair", "k").expect("the record")
 }
 
 fn step(step: &str, outcome: &str, data: Value) -> Value {

@@ -7,9 +7,7 @@
 mod common;
 
 use baton_aws::dynamodb::record_size;
-use baton_core::domain::ids::CorrelationKey;
 use baton_core::domain::lifecycle::{Record, State};
-use baton_core::ports::store::WorkflowStore;
 use baton_sim::world::{World, drive, lock};
 use baton_sim::{EPOCH, Stack};
 use common::*;
@@ -33,9 +31,7 @@ fn yaml() -> String {
 }
 
 fn load(s: &Stack) -> Record {
-    let w = s.config.workflow("long").unwrap();
-    let record = drive(s.memory.load(&w.name, &CorrelationKey::parse("k").unwrap())).unwrap();
-    std::sync::Arc::unwrap_or_clone(record.expect("the record"))
+    s.record("long", "k").expect("the record")
 }
 
 /// A `webhook-id` of the most characters a sender may choose (256), each one JSON escapes to

@@ -26,10 +26,7 @@ fn stack_with(yaml: &str, skews: Skews) -> Stack {
 }
 
 fn record_of(s: &Stack, workflow: &str, key: &str) -> Record {
-    let w = WorkflowName::parse(workflow).unwrap();
-    std::sync::Arc::unwrap_or_clone(
-        drive(s.memory.load(&w, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record"),
-    )
+    s.record(workflow, key).expect("the record")
 }
 
 fn start(s: &Stack, key: &str) {

@@ -42,10 +42,7 @@ fn timed_out_in_step_functions(s: &Stack, key: &str) {
 }
 
 fn load(s: &Stack, workflow: &str, key: &str) -> Record {
-    let w = s.config.workflow(workflow).unwrap();
-    std::sync::Arc::unwrap_or_clone(
-        drive(s.memory.load(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record"),
-    )
+    s.record(workflow, key).expect("the record")
 }
 
 fn ledger_reasons(s: &Stack, workflow: &str, key: &str) -> Vec<String> {

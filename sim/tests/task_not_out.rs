@@ -198,8 +198,5 @@ fn held_a_compensations_unmarked_attempt_after_a_renumbering_deploy_is_503_then_
 }
 
 fn saga_record(s: &Stack) -> baton_core::domain::lifecycle::Record {
-    let w = s.config.workflow("saga").unwrap();
-    std::sync::Arc::unwrap_or_clone(
-        drive(s.memory.load(&w.name, &CorrelationKey::parse("k").unwrap())).unwrap().expect("the record"),
-    )
+    s.record("saga", "k").expect("the record")
 }

@@ -5,7 +5,6 @@
 
 mod common;
 
-use baton_core::domain::ids::CorrelationKey;
 use baton_core::domain::lifecycle::{Kind, Record, State};
 use baton_core::ports::store::{DueList, WorkflowStore};
 use baton_sim::sqs::QueueId;
@@ -45,10 +44,7 @@ fn drain(s: &Stack) {
 }
 
 fn load(s: &Stack, workflow: &str, key: &str) -> Record {
-    let w = s.config.workflow(workflow).unwrap();
-    std::sync::Arc::unwrap_or_clone(
-        drive(s.memory.load(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap().expect("the record"),
-    )
+    s.record(workflow, key).expect("the record")
 }
 
 fn applied(a: &baton_core::use_cases::callback::Answer, what: &str) {

@@ -106,9 +106,7 @@ pub fn payment(key: &str, data: Value) -> Value {
 }
 
 pub fn record(s: &Stack, key: &str) -> baton_core::domain::lifecycle::Record {
-    let w = s.config.workflow("review").unwrap();
-    let record = drive(s.memory.load(&w.name, &CorrelationKey::parse(key).unwrap())).unwrap();
-    std::sync::Arc::unwrap_or_clone(record.expect("the record"))
+    s.record("review", key).expect("the record")
 }
 
 pub fn trace(s: &Stack, key: &str) -> baton_core::ports::store::Trace {
