@@ -13,6 +13,7 @@
 
 pub mod catalog;
 pub mod domain;
+pub mod json_len;
 pub mod limits;
 pub mod mutants;
 pub mod ports;

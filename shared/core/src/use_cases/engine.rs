@@ -1388,7 +1388,7 @@ impl Classified for EngineError {
 /// What one buffered entry counts against its step's bound: its input as stored, and what
 /// the item costs besides.
 fn buffered_bytes(entry: &InboxEntry) -> usize {
-    serde_json::to_string(&entry.input).map_or(MAX_STEP_INPUT_BYTES, |t| t.len()) + INBOX_ENTRY_OVERHEAD
+    crate::json_len::json_len(&entry.input).unwrap_or(MAX_STEP_INPUT_BYTES) + INBOX_ENTRY_OVERHEAD
 }
 
 /// What an inbox entry costs besides its input: keys, status, dates. At most

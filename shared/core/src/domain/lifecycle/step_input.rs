@@ -234,7 +234,7 @@ fn merge(
     let size = to
         .waits
         .iter()
-        .map(|w| serde_json::to_string(&w.inputs).map_or(usize::MAX, |t| t.len()))
+        .map(|w| crate::json_len::json_len(&w.inputs).unwrap_or(usize::MAX))
         .fold(0, usize::saturating_add);
     if let Some(refused) = admit(&mut to, size, (id, source), hash, step) {
         return refused;

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::{InboxEntry, StoreError};
 use crate::domain::ids::{CorrelationKey, WorkflowName};
 use crate::domain::lifecycle::{IgnoreReason, Record, Resume};
+pub use crate::json_len::json_len;
 
 /// DynamoDB's limit on one item (400 KB), every kind of item.
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
@@ -144,25 +145,6 @@ pub const CALLBACK_MARK: char = '\u{1}';
 
 pub fn ledger_sk(reason: IgnoreReason, input_id: &str) -> String {
     format!("LEDGER#{}#{input_id}", reason.as_str())
-}
-
-/// The length of `value`'s JSON text (as `serde_json::to_string` writes it), counted without
-/// writing it: the item sizes of records many kilobytes long are measured on every write, and
-/// their text was built only to be measured.
-pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> Result<usize, serde_json::Error> {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    serde_json::to_writer(&mut count, value)?;
-    Ok(count.0)
 }
 
 /// At least the size of a record's item in either of the DynamoDB store's formats, without building

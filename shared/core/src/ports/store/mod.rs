@@ -417,7 +417,7 @@ impl ItemSizes {
 }
 
 fn estimate(item: &impl Serialize) -> usize {
-    1024 + serde_json::to_vec(item).map_or(usize::MAX - 1024, |v| v.len())
+    1024 + limits::json_len(item).unwrap_or(usize::MAX - 1024)
 }
 
 /// An input that arrived before its step waited.
@@ -550,7 +550,7 @@ pub const SUMMARIZED: &str = "summarized";
 ///
 /// [`MAX_ATTEMPT_CAUSE_CHARS`]: crate::domain::lifecycle::MAX_ATTEMPT_CAUSE_CHARS
 pub fn ledger_detail(detail: Value) -> Value {
-    let bytes = serde_json::to_string(&detail).map_or(usize::MAX, |t| t.len());
+    let bytes = limits::json_len(&detail).unwrap_or(usize::MAX);
     if bytes <= LEDGER_DETAIL_KEPT {
         return detail;
     }
