@@ -885,9 +885,9 @@ fn record_attributes(r: &Record, layout: Layout, item: &mut impl Attributes) {
     item.put("generation", n(r.generation));
     item.put("state", s(r.state.kind().as_str()));
     item.put("version", n(r.version));
-    item.put("applied", s(&compact::encode_applied(&r.applied)));
+    item.put_json("applied", &compact::applied(&r.applied));
     item.put_json("start_events", &r.start_events);
-    item.put("history", s(&compact::encode_history(&r.history, &history_context(r))));
+    item.put_json("history", &compact::history(&r.history, &history_context(r)));
     item.put("created_at", s(&ts(r.created_at)));
     item.put("updated_at", s(&ts(r.updated_at)));
     item.put("due_at", s(&ts(r.due_at())));

@@ -136,10 +136,11 @@ fn sub_micros(t: OffsetDateTime) -> i128 {
     t.unix_timestamp_nanos().rem_euclid(1000)
 }
 
-/// The audit trail, compact.
-pub fn encode_history(history: &[AuditEntry], context: &Context) -> String {
+/// The audit trail, compact: its JSON text is what a record item holds (written, or only
+/// measured: every record write is).
+pub fn history(history: &[AuditEntry], context: &Context) -> impl Serialize + use<> {
     let mut before = Predicted::start(micros(context.base));
-    let entries: Vec<WrittenEntry> = history
+    history
         .iter()
         .map(|e| {
             let at = micros(e.at);
@@ -164,11 +165,10 @@ pub fn encode_history(history: &[AuditEntry], context: &Context) -> String {
             before = Predicted::after(e);
             entry
         })
-        .collect();
-    serde_json::to_string(&entries).expect("an audit trail serialises: its only map keys are strings")
+        .collect::<Vec<WrittenEntry>>()
 }
 
-/// One audit entry as [`encode_history`] writes it, serialised straight to text (each record
+/// One audit entry as [`history`] gives it, serialised straight to text (each record
 /// write is measured, and its trail was built as a tree of JSON values first).
 struct WrittenEntry {
     /// Microseconds after the entry before.
@@ -308,9 +308,9 @@ impl Predicted {
     }
 }
 
-/// The applied inputs, compact.
-pub fn encode_applied(applied: &[AppliedInput]) -> String {
-    let entries: Vec<_> = applied
+/// The applied inputs, compact: as [`history`], their JSON text is what a record item holds.
+pub fn applied(applied: &[AppliedInput]) -> impl Serialize + use<'_> {
+    applied
         .iter()
         .map(|a| {
             let source: u8 = match a.source {
@@ -319,8 +319,7 @@ pub fn encode_applied(applied: &[AppliedInput]) -> String {
             };
             (&a.id, &a.hash, a.step, a.generation, source)
         })
-        .collect();
-    serde_json::to_string(&entries).expect("applied inputs serialise: they hold no map")
+        .collect::<Vec<_>>()
 }
 
 /// Reads applied inputs back.
@@ -352,6 +351,15 @@ mod tests {
     use super::*;
 
     const CREATED: OffsetDateTime = datetime!(2026-12-01 09:00:00.000001 UTC);
+
+    /// The text a record item holds for its trail.
+    fn encode_history(trail: &[AuditEntry], context: &Context) -> String {
+        serde_json::to_string(&history(trail, context)).unwrap()
+    }
+
+    fn encode_applied(inputs: &[AppliedInput]) -> String {
+        serde_json::to_string(&super::applied(inputs)).unwrap()
+    }
 
     fn entry(
         at_us: i64,
