@@ -27,7 +27,7 @@ pub mod workload;
 pub mod world;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use baton_core::domain::config::Config;
 use baton_core::domain::lifecycle::{Kind, State};
@@ -48,7 +48,7 @@ use crate::sfn::{Model, SimStepFunctions};
 use crate::sqs::{QueueId, SimDeadLetters, Sqs};
 use crate::store::{SimPublisher, SimStore};
 use crate::workload::Evidence;
-use crate::world::{ActorKind, Executor, Rates, World, lock};
+use crate::world::{ActorKind, Executor, Mutex, Rates, World, lock};
 
 /// The workflows every schedule runs: two workflows started by the same event, a step with a
 /// task and a heartbeat, a step fed by events and callbacks, an event type two steps accept,

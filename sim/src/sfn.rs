@@ -42,7 +42,7 @@
 //! simulation's checks read this log, not baton's account of itself.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use baton_core::domain::ids::TaskToken;
 use baton_core::ports::orchestrator::{
@@ -55,7 +55,7 @@ use time::format_description::well_known::Rfc3339;
 use time::{Duration, OffsetDateTime};
 
 use crate::sqs::{QueueId, Sqs};
-use crate::world::{Fault, World, lock};
+use crate::world::{Fault, Mutex, World, lock};
 
 /// Step Functions' limit on SendTaskFailure's and StopExecution's `error`, in characters.
 pub const MAX_ERROR_CHARS: usize = 256;

@@ -285,10 +285,10 @@ pub fn event(messages: &[Message]) -> SqsEvent {
 /// it at its deadline, which is also a violation.
 pub async fn invoke(
     world: Arc<World>,
-    sqs: Arc<std::sync::Mutex<Sqs>>,
+    sqs: Arc<crate::world::Mutex<Sqs>>,
     queue: QueueId,
     handler: Arc<dyn SqsHandler>,
-    violations: Arc<std::sync::Mutex<Vec<String>>>,
+    violations: Arc<crate::world::Mutex<Vec<String>>>,
 ) {
     let now = world.now();
     // Lambda's clock starts with the invocation, as the executor's timeout does.
@@ -331,11 +331,11 @@ pub async fn invoke(
 struct Unanswered {
     world: Arc<World>,
     actor: String,
-    sqs: Arc<std::sync::Mutex<Sqs>>,
+    sqs: Arc<crate::world::Mutex<Sqs>>,
     queue: QueueId,
     batch: Vec<Message>,
     deadline: OffsetDateTime,
-    violations: Arc<std::sync::Mutex<Vec<String>>>,
+    violations: Arc<crate::world::Mutex<Vec<String>>>,
 }
 
 impl Drop for Unanswered {
@@ -436,7 +436,7 @@ impl Drop for Unsent<'_> {
 /// A dead-letter queue as the handlers see it: the port, with a point and faults.
 pub struct SimDeadLetters {
     pub world: Arc<World>,
-    pub sqs: Arc<std::sync::Mutex<Sqs>>,
+    pub sqs: Arc<crate::world::Mutex<Sqs>>,
     pub queue: QueueId,
 }
 

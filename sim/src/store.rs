@@ -11,7 +11,7 @@
 //! and noted as a violation.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use baton_aws::dynamodb::{ITEM_SIZES, record_size};
 use baton_core::domain::ids::{CorrelationKey, WorkflowName};
@@ -26,7 +26,7 @@ use baton_core::ports::store::{
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::world::{Fault, World, lock};
+use crate::world::{Fault, Mutex, World, lock};
 
 /// A record write that landed.
 #[derive(Debug, Clone)]

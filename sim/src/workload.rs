@@ -7,7 +7,7 @@
 //! id with another payload.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::Poll;
 
 use baton_core::domain::ids::payload_hash;
@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use time::{Duration, OffsetDateTime};
 
 use crate::sqs::QueueId;
-use crate::world::{ActorKind, Rates, World, lock, sleep_until};
+use crate::world::{ActorKind, Mutex, Rates, World, lock, sleep_until};
 use crate::{SECRET, Stack};
 
 /// One event a producer sends (possibly several times).

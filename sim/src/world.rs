@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use time::{Duration, OffsetDateTime};
@@ -23,9 +23,18 @@ use crate::rng::Rng;
 
 pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Locks a mutex of the single-threaded world (never poisoned: a panic ends the schedule).
+/// The locks of the simulation's state. One thread runs a schedule, so a lock is never
+/// contended and never waited for; what it costs is its atomic instructions, on every one of
+/// the millions of locks a run takes. A spin lock is released with a plain store where
+/// `std::sync::Mutex` swaps (a locked instruction, which also drains the core's stores), and
+/// that swap and the lock's compare-and-swap were a tenth of the simulation's time
+/// (docs/PERFORMANCE.md).
+pub type Mutex<T> = spin::mutex::SpinMutex<T>;
+pub type MutexGuard<'a, T> = spin::mutex::SpinMutexGuard<'a, T>;
+
+/// Locks a mutex of the single-threaded world.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock()
 }
 
 /// How often each kind of fault strikes at a port call.

@@ -2,7 +2,7 @@
 //! not keep, so `tests/tests/sfn_conformance.rs` cannot compare them (docs/EMULATOR_DEVIATIONS.md):
 //! each as AWS documents it, on the definitions `baton synth` generates.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use baton_core::domain::asl::{ExecutionInput, PROGRESS_QUEUE_PLACEHOLDER};
 use baton_core::domain::config::Config;
@@ -12,7 +12,7 @@ use baton_sim::sfn::{
     MAX_CAUSE_CHARS, MAX_ERROR_CHARS, MAX_PAYLOAD_BYTES, Model, NAME_REUSE_AFTER, SimStepFunctions,
 };
 use baton_sim::sqs::{QueueId, Sqs};
-use baton_sim::world::{World, drive, lock};
+use baton_sim::world::{Mutex, World, drive, lock};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 

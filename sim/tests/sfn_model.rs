@@ -5,7 +5,7 @@
 //! `BackoffRate`) when it has one, by its `Catch` otherwise, and failing the execution when it
 //! has neither.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use baton_core::domain::asl::{ExecutionInput, PROGRESS_QUEUE_PLACEHOLDER};
 use baton_core::domain::config::Config;
@@ -13,7 +13,7 @@ use baton_core::domain::ids::{CorrelationKey, TaskToken, WorkflowName};
 use baton_core::ports::orchestrator::{ExecutionStatus, Orchestrator, StartExecution};
 use baton_sim::sfn::{Model, SEND_FAILED_ERROR, SendFaults, SimStepFunctions};
 use baton_sim::sqs::{QueueId, Sqs};
-use baton_sim::world::{World, drive, lock};
+use baton_sim::world::{Mutex, World, drive, lock};
 use serde_json::{Value, json};
 use time::{Duration, OffsetDateTime};
 

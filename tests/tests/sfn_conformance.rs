@@ -17,7 +17,7 @@
 //! Needs the emulator: `tools/with-emulator.sh cargo test -p baton-tests --test sfn_conformance`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -29,7 +29,7 @@ use baton_core::domain::lifecycle::{Finish, Input};
 use baton_core::ports::orchestrator::{Orchestrator, OrchestratorError, StartExecution};
 use baton_sim::sfn::{Model, SimStepFunctions};
 use baton_sim::sqs::{QueueId, Sqs};
-use baton_sim::world::{World, lock};
+use baton_sim::world::{Mutex, World, lock};
 use baton_tests::{Emulator, unique_name};
 use serde_json::{Value, json};
 use time::OffsetDateTime;

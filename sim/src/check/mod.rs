@@ -10,7 +10,9 @@
 //! a resumed token, an inbox entry, a dead letter) stay interleaved item by item.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
+
+use crate::world::MutexGuard;
 
 use baton_core::domain::config::Config;
 use baton_core::domain::ids::CorrelationKey;
