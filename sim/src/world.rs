@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use time::{Duration, OffsetDateTime};
@@ -254,9 +254,14 @@ impl World {
     }
 
     /// The yield point that begins every port call: lets any other actor run first.
-    pub fn point(self: &Arc<Self>, op: &'static str) -> Point {
-        let (actor, flag) = lock(&self.current).clone();
-        Point { world: self.clone(), op, actor, flag, yielded: false }
+    pub fn point(&self, op: &'static str) -> Point<'_> {
+        Point { world: self, op, yielded: false }
+    }
+
+    /// Marks the actor being polled as at a point (`true`: it stopped at one and can run on) or
+    /// not (it passed it).
+    fn at_point(&self, at: bool) {
+        lock(&self.current).1.store(at, Ordering::Relaxed);
     }
 
     /// Makes the next call of `op` (e.g. `ddb.PutItem(record)`) get `fault`: for tests that
@@ -330,29 +335,28 @@ impl World {
     }
 }
 
-/// See [`World::point`].
-pub struct Point {
-    world: Arc<World>,
+/// See [`World::point`]. Borrows the world and names nothing: the actor it stops is the one
+/// being polled (a point is polled only by its own actor), looked up as it stops and goes on.
+pub struct Point<'a> {
+    world: &'a World,
     op: &'static str,
-    actor: Arc<str>,
-    flag: Arc<AtomicBool>,
     yielded: bool,
 }
 
-impl Future for Point {
+impl Future for Point<'_> {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if self.yielded {
-            self.flag.store(false, Ordering::Relaxed);
+            self.world.at_point(false);
             lock(&self.world.counts).points += 1;
             Poll::Ready(())
         } else {
             // Noted as the actor stops here, before the call: the schedule reads in the order
             // the calls are made.
             self.yielded = true;
-            self.flag.store(true, Ordering::Relaxed);
-            let (actor, op) = (self.actor.clone(), self.op);
-            self.world.note(|| format!("{actor}: {op}"));
+            self.world.at_point(true);
+            let op = self.op;
+            self.world.note(|| format!("{}: {op}", self.world.actor()));
             // Ready to go on at once: an executor other than the simulation's (the model's
             // conformance test runs on tokio) polls again.
             cx.waker().wake_by_ref();
@@ -510,7 +514,13 @@ impl Executor {
             actor.deadline = Some(world.now() + FUNCTION_TIMEOUT);
         }
         actor.at_point.store(false, Ordering::Relaxed);
-        *lock(&world.current) = (actor.name.clone(), actor.at_point.clone());
+        {
+            // (The same actor is often polled again: PCT runs the highest priority.)
+            let mut current = lock(&world.current);
+            if !Arc::ptr_eq(&current.1, &actor.at_point) {
+                *current = (actor.name.clone(), actor.at_point.clone());
+            }
+        }
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let done = actor.future.as_mut().poll(&mut cx).is_ready();
         if done {
