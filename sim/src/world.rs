@@ -93,8 +93,10 @@ pub const FUNCTION_TIMEOUT: Duration =
     Duration::seconds(baton_core::limits::FUNCTION_TIMEOUT.as_secs() as i64);
 
 struct Actor {
-    /// Its name, shared with the world while it is polled (a poll allocates nothing).
+    /// Its name, shared with the world's cast (a poll allocates nothing).
     name: Arc<str>,
+    /// Its number in the world's cast.
+    number: usize,
     kind: ActorKind,
     future: BoxFuture,
     /// Suspended at a point (so a crash lands between two effects), or not yet started: it can
@@ -117,7 +119,11 @@ pub struct World {
     /// The schedule, one readable line per step.
     pub log: Mutex<Vec<String>>,
     pub trace_on: bool,
-    current: Mutex<(Arc<str>, Arc<AtomicBool>)>,
+    /// Every actor spawned, by its number: its name and its flag (`Actor::at_point`). The first
+    /// stands for no actor (a future driven alone, or on tokio).
+    cast: Mutex<Vec<(Arc<str>, Arc<AtomicBool>)>>,
+    /// The number of the actor being polled (in `cast`): set on every poll, so a plain store.
+    current: std::sync::atomic::AtomicUsize,
     spawned: Mutex<Vec<Actor>>,
     next_id: AtomicU64,
     /// When sleeping actors wake: so an idle world can skip straight to the next wake.
@@ -153,7 +159,8 @@ impl World {
             counts: Mutex::new(Counts::default()),
             log: Mutex::new(Vec::new()),
             trace_on,
-            current: Mutex::new((Arc::from(""), Arc::new(AtomicBool::new(false)))),
+            cast: Mutex::new(vec![(Arc::from(""), Arc::new(AtomicBool::new(false)))]),
+            current: std::sync::atomic::AtomicUsize::new(0),
             spawned: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             wakes: Mutex::new(Vec::new()),
@@ -194,7 +201,7 @@ impl World {
 
     /// The actor being polled sleeps until `at`.
     fn sleeping(&self, at: OffsetDateTime) {
-        let flag = lock(&self.current).1.clone();
+        let flag = self.polled(|(_, flag)| flag.clone());
         lock(&self.sleepers).push((at, flag));
     }
 
@@ -248,9 +255,14 @@ impl World {
         }
     }
 
+    /// `f` of the actor being polled: its name and its flag.
+    fn polled<T>(&self, f: impl FnOnce(&(Arc<str>, Arc<AtomicBool>)) -> T) -> T {
+        f(&lock(&self.cast)[self.current.load(Ordering::Relaxed)])
+    }
+
     /// The actor being polled now.
     pub fn actor(&self) -> Arc<str> {
-        lock(&self.current).0.clone()
+        self.polled(|(name, _)| name.clone())
     }
 
     /// The yield point that begins every port call: lets any other actor run first.
@@ -261,7 +273,7 @@ impl World {
     /// Marks the actor being polled as at a point (`true`: it stopped at one and can run on) or
     /// not (it passed it).
     fn at_point(&self, at: bool) {
-        lock(&self.current).1.store(at, Ordering::Relaxed);
+        self.polled(|(_, flag)| flag.store(at, Ordering::Relaxed));
     }
 
     /// Makes the next call of `op` (e.g. `ddb.PutItem(record)`) get `fault`: for tests that
@@ -331,7 +343,12 @@ impl World {
         let deadline = None;
         let priority = lock(&self.rng).next_u64();
         let at_point = Arc::new(AtomicBool::new(true));
-        lock(&self.spawned).push(Actor { name, kind, future, at_point, deadline, priority });
+        let number = {
+            let mut cast = lock(&self.cast);
+            cast.push((name.clone(), at_point.clone()));
+            cast.len() - 1
+        };
+        lock(&self.spawned).push(Actor { name, number, kind, future, at_point, deadline, priority });
     }
 }
 
@@ -514,13 +531,7 @@ impl Executor {
             actor.deadline = Some(world.now() + FUNCTION_TIMEOUT);
         }
         actor.at_point.store(false, Ordering::Relaxed);
-        {
-            // (The same actor is often polled again: PCT runs the highest priority.)
-            let mut current = lock(&world.current);
-            if !Arc::ptr_eq(&current.1, &actor.at_point) {
-                *current = (actor.name.clone(), actor.at_point.clone());
-            }
-        }
+        world.current.store(actor.number, Ordering::Relaxed);
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let done = actor.future.as_mut().poll(&mut cx).is_ready();
         if done {
