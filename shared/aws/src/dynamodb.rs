@@ -653,30 +653,28 @@ fn number_size(n: &str) -> usize {
 /// Summed attribute by attribute as [`record_item`] makes them, without building the item: the
 /// simulation measures every record it writes.
 pub fn record_size(record: &Record) -> usize {
-    let mut size = Size(0);
-    record_attributes(record, Layout { shards: MAX_DUE_SHARDS, ..Layout::default() }, &mut size);
-    size.0
+    size_of(|size| record_attributes(record, Layout { shards: MAX_DUE_SHARDS, ..Layout::default() }, size))
 }
 
 /// The size of a task's item ([`item_size`]): what the in-memory store checks against
 /// [`MAX_ITEM_BYTES`], as DynamoDB checks the item this store writes.
 pub fn task_size(task: &Task) -> usize {
-    item_size(&task_item(task))
+    size_of(|size| task_attributes(task, size))
 }
 
 /// The size of a receipt's item ([`task_size`]).
 pub fn receipt_size(receipt: &Receipt) -> usize {
-    item_size(&receipt_item(receipt))
+    size_of(|size| receipt_attributes(receipt, size))
 }
 
 /// The size of an inbox entry's item ([`task_size`]).
 pub fn inbox_size(entry: &InboxEntry) -> usize {
-    item_size(&inbox_item(entry, MAX_DUE_SHARDS))
+    size_of(|size| inbox_attributes(entry, MAX_DUE_SHARDS, size))
 }
 
 /// The size of a ledger entry's item ([`task_size`]).
 pub fn ledger_size(entry: &LedgerEntry) -> usize {
-    item_size(&ledger_item(entry))
+    size_of(|size| ledger_attributes(entry, size))
 }
 
 /// DynamoDB's rules for the size of each kind of item, as this store writes it: what the engine
@@ -833,15 +831,31 @@ impl<'a> Reader<'a> {
 /// The attributes every item starts with: its keys. The (workflow, key) it belongs to is read
 /// back from `pk` ([`Reader::names`]).
 fn base_item(workflow: &WorkflowName, key: &CorrelationKey, sk: &str) -> Item {
-    Item::from([("pk".into(), s(&pk(workflow, key))), ("sk".into(), s(sk))])
+    item_of(|item| put_keys(item, (workflow, key), sk))
+}
+
+fn put_keys(item: &mut impl Attributes, (workflow, key): (&WorkflowName, &CorrelationKey), sk: &str) {
+    item.put("pk", AttributeValue::S(pk(workflow, key)));
+    item.put("sk", s(sk));
+}
+
+/// The item `put` fills: what is written, and, into a [`Size`], what is measured.
+fn item_of(put: impl FnOnce(&mut Item)) -> Item {
+    let mut item = Item::new();
+    put(&mut item);
+    item
+}
+
+fn size_of(put: impl FnOnce(&mut Size)) -> usize {
+    let mut size = Size(0);
+    put(&mut size);
+    size.0
 }
 
 // ---- records ---------------------------------------------------------------------------------
 
 fn record_item(r: &Record, layout: Layout) -> Item {
-    let mut item = Item::new();
-    record_attributes(r, layout, &mut item);
-    item
+    item_of(|item| record_attributes(r, layout, item))
 }
 
 /// Where [`record_attributes`] puts a record's attributes: into its item, or into its size.
@@ -1084,28 +1098,31 @@ pub fn parse_token(item: &Item) -> Result<TaskToken, StoreError> {
     TaskToken::parse(text).map_err(|e| r.corrupt(format!("token: {e}")))
 }
 
-fn task_item(t: &Task) -> Item {
-    let mut item = base_item(&t.workflow, &t.key, &task_sk(t.generation, t.step, t.attempt, t.kind));
-    item.extend([
-        ("generation".into(), n(t.generation)),
-        ("step".into(), n(t.step)),
-        ("step_name".into(), s(&t.step_name)),
-        ("task_id".into(), s(&t.id)),
-        ("title".into(), s(&t.title)),
-        ("queue".into(), s(&t.queue)),
-        ("created_at".into(), s(&ts(t.created_at))),
-        ("published".into(), AttributeValue::Bool(t.published)),
-    ]);
+/// The attributes of a task's item, each put once: what [`task_item`] holds and [`task_size`]
+/// measures (as [`record_attributes`] for a record).
+fn task_attributes(t: &Task, item: &mut impl Attributes) {
+    put_keys(item, (&t.workflow, &t.key), &task_sk(t.generation, t.step, t.attempt, t.kind));
+    item.put("generation", n(t.generation));
+    item.put("step", n(t.step));
+    item.put("step_name", s(&t.step_name));
+    item.put("task_id", s(&t.id));
+    item.put("title", s(&t.title));
+    item.put("queue", s(&t.queue));
+    item.put("created_at", s(&ts(t.created_at)));
+    item.put("published", AttributeValue::Bool(t.published));
     if t.attempt > 1 {
-        item.insert("attempt".into(), n(t.attempt));
+        item.put("attempt", n(t.attempt));
     }
     if let Some(previous) = &t.previous_error {
-        item.insert("previous_error".into(), s(previous));
+        item.put("previous_error", s(previous));
     }
     if t.kind == TaskKind::Compensation {
-        item.insert("task_kind".into(), s(t.kind.as_str()));
+        item.put("task_kind", s(t.kind.as_str()));
     }
-    item
+}
+
+fn task_item(t: &Task) -> Item {
+    item_of(|item| task_attributes(t, item))
 }
 
 fn parse_task(item: &Item) -> Result<Task, StoreError> {
@@ -1132,30 +1149,31 @@ fn parse_task(item: &Item) -> Result<Task, StoreError> {
     })
 }
 
-fn receipt_item(x: &Receipt) -> Item {
-    let mut item = base_item(&x.workflow, &x.key, &receipt_sk(x));
-    item.extend([
-        ("input_id".into(), s(x.id.as_str())),
-        ("target".into(), s(&x.target)),
-        ("hash".into(), s(&x.hash)),
-        ("status".into(), json(&x.status)),
-        ("created_at".into(), s(&ts(x.created_at))),
-        (TTL_ATTRIBUTE.into(), epoch(x.expires_at)),
-    ]);
+fn receipt_attributes(x: &Receipt, item: &mut impl Attributes) {
+    put_keys(item, (&x.workflow, &x.key), &receipt_sk(x));
+    item.put("input_id", s(x.id.as_str()));
+    item.put("target", s(&x.target));
+    item.put("hash", s(&x.hash));
+    item.put_json("status", &x.status);
+    item.put("created_at", s(&ts(x.created_at)));
+    item.put(TTL_ATTRIBUTE, epoch(x.expires_at));
     if let Some(answer) = &x.answer {
-        item.insert("answer".into(), json(answer));
+        item.put_json("answer", answer);
     }
     if x.repeats > 0 {
-        item.insert("repeats".into(), n(x.repeats));
+        item.put("repeats", n(x.repeats));
     }
     if let Some(at) = x.last_repeat_at {
-        item.insert("last_repeat_at".into(), s(&ts(at)));
+        item.put("last_repeat_at", s(&ts(at)));
     }
     if let Some(lease) = &x.lease {
-        item.insert("lease_by".into(), s(&lease.by));
-        item.insert("lease_at".into(), s(&ts(lease.at)));
+        item.put("lease_by", s(&lease.by));
+        item.put("lease_at", s(&ts(lease.at)));
     }
-    item
+}
+
+fn receipt_item(x: &Receipt) -> Item {
+    item_of(|item| receipt_attributes(x, item))
 }
 
 fn parse_receipt(item: &Item) -> Result<Receipt, StoreError> {
@@ -1185,41 +1203,42 @@ fn hold(r: &Reader<'_>, by: &str, at: &str) -> Result<Option<Hold>, StoreError> 
     })
 }
 
-fn inbox_item(e: &InboxEntry, shards: u32) -> Item {
-    let mut item = base_item(&e.workflow, &e.key, &inbox_sk(e));
-    item.extend([
-        ("step".into(), n(e.step)),
-        ("step_name".into(), s(&e.step_name)),
-        ("config_version".into(), s(&e.config_version)),
-        ("generation".into(), n(e.generation)),
-        ("input_id".into(), s(e.id.as_str())),
-        ("arrived_at".into(), s(&ts(e.arrived_at))),
-        ("input".into(), json(&e.input)),
-        ("status".into(), s(e.status.as_str())),
-        // The buffer's own expiry, for the sweeper; DynamoDB deletes the item only after the
-        // retention on top, so an entry is never gone before it was settled and ledgered.
-        ("buffer_until".into(), s(&ts(e.expires_at))),
-        (TTL_ATTRIBUTE.into(), epoch(e.expires_at + baton_core::ports::store::INBOX_RETENTION)),
-    ]);
+fn inbox_attributes(e: &InboxEntry, shards: u32, item: &mut impl Attributes) {
+    put_keys(item, (&e.workflow, &e.key), &inbox_sk(e));
+    item.put("step", n(e.step));
+    item.put("step_name", s(&e.step_name));
+    item.put("config_version", s(&e.config_version));
+    item.put("generation", n(e.generation));
+    item.put("input_id", s(e.id.as_str()));
+    item.put("arrived_at", s(&ts(e.arrived_at)));
+    item.put_json("input", &e.input);
+    item.put("status", s(e.status.as_str()));
+    // The buffer's own expiry, for the sweeper; DynamoDB deletes the item only after the
+    // retention on top, so an entry is never gone before it was settled and ledgered.
+    item.put("buffer_until", s(&ts(e.expires_at)));
+    item.put(TTL_ATTRIBUTE, epoch(e.expires_at + baton_core::ports::store::INBOX_RETENTION));
     if let Some(hold) = &e.expiry_hold {
-        item.insert("expiry_by".into(), s(&hold.by));
-        item.insert("expiry_at".into(), s(&ts(hold.at)));
+        item.put("expiry_by", s(&hold.by));
+        item.put("expiry_at", s(&ts(hold.at)));
     }
     if let Some(target) = e.drain_target {
-        item.insert("drain_generation".into(), n(target.generation));
-        item.insert("drain_step".into(), n(target.step));
+        item.put("drain_generation", n(target.generation));
+        item.put("drain_step", n(target.step));
     }
     if let Some(at) = e.drained_at {
-        item.insert("drain_at".into(), s(&ts(at)));
+        item.put("drain_at", s(&ts(at)));
     }
     if e.callback_key {
-        item.insert("callback_key".into(), AttributeValue::Bool(true));
+        item.put("callback_key", AttributeValue::Bool(true));
     }
     if !e.status.is_final() {
-        item.insert("due_kind".into(), s(&due_kind("inbox#buffered", &pk(&e.workflow, &e.key), shards)));
-        item.insert("due_at".into(), s(&ts(e.due_at())));
+        item.put("due_kind", s(&due_kind("inbox#buffered", &pk(&e.workflow, &e.key), shards)));
+        item.put("due_at", s(&ts(e.due_at())));
     }
-    item
+}
+
+fn inbox_item(e: &InboxEntry, shards: u32) -> Item {
+    item_of(|item| inbox_attributes(e, shards, item))
 }
 
 fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
@@ -1256,25 +1275,26 @@ fn parse_inbox(item: &Item) -> Result<InboxEntry, StoreError> {
     })
 }
 
-fn ledger_item(e: &LedgerEntry) -> Item {
-    let mut item = base_item(&e.workflow, &e.key, &ledger_sk(e.reason, &e.input_id));
-    item.extend([
-        ("input_id".into(), s(&e.input_id)),
-        ("reason".into(), s(e.reason.as_str())),
-        ("detail".into(), json(&e.detail)),
-        ("at".into(), s(&ts(e.at))),
-        (TTL_ATTRIBUTE.into(), epoch(e.expires_at)),
-    ]);
+fn ledger_attributes(e: &LedgerEntry, item: &mut impl Attributes) {
+    put_keys(item, (&e.workflow, &e.key), &ledger_sk(e.reason, &e.input_id));
+    item.put("input_id", s(&e.input_id));
+    item.put("reason", s(e.reason.as_str()));
+    item.put_json("detail", &e.detail);
+    item.put("at", s(&ts(e.at)));
+    item.put(TTL_ATTRIBUTE, epoch(e.expires_at));
     if let Some(g) = e.generation {
-        item.insert("generation".into(), n(g));
+        item.put("generation", n(g));
     }
     if let Some(state) = &e.state {
-        item.insert("state".into(), s(state));
+        item.put("state", s(state));
     }
     if let Some(v) = &e.config_version {
-        item.insert("config_version".into(), s(v));
+        item.put("config_version", s(v));
     }
-    item
+}
+
+fn ledger_item(e: &LedgerEntry) -> Item {
+    item_of(|item| ledger_attributes(e, item))
 }
 
 fn parse_ledger(item: &Item) -> Result<LedgerEntry, StoreError> {
@@ -2005,6 +2025,82 @@ mod tests {
             let layout = Layout { shards: MAX_DUE_SHARDS, ..Layout::default() };
             proptest::prop_assert_eq!(record_size(&record), item_size(&record_item(&record, layout)));
         }
+    }
+
+    /// The size of a task's, a receipt's, an inbox entry's and a ledger entry's item, counted
+    /// without building it, is the item's, exactly: each with every optional attribute, and JSON
+    /// that escapes.
+    #[test]
+    fn every_side_items_size_is_its_items() {
+        use baton_core::ports::store::{DrainTarget, Hold, InboxStatus, ReceiptStatus, TaskKind};
+        let (workflow, key): (WorkflowName, CorrelationKey) =
+            ("order-review".parse().unwrap(), "ord-7".parse().unwrap());
+        let at = time::macros::datetime!(2026-12-07 10:00:00.123456 UTC);
+        let hold = Some(Hold { by: "sweep-1".into(), at });
+        let json = serde_json::json!({ "note": "a \"quoted\"\nline\u{1}", "amount": 12.5, "n": [1, -2, null, true] });
+        let task = Task {
+            workflow: workflow.clone(),
+            key: key.clone(),
+            generation: 2,
+            step: 1,
+            step_name: "approve".into(),
+            id: "task-1".into(),
+            attempt: 3,
+            previous_error: Some("Timeout \"late\"".into()),
+            title: "Approve ord-7".into(),
+            queue: "approvals".into(),
+            created_at: at,
+            published: true,
+            kind: TaskKind::Compensation,
+            notice: 0,
+        };
+        assert_eq!(task_size(&task), item_size(&task_item(&task)));
+        let receipt = Receipt {
+            workflow: workflow.clone(),
+            key: key.clone(),
+            target: "approve".into(),
+            id: EventId::parse("cb-1").unwrap(),
+            hash: "ab".repeat(32),
+            status: ReceiptStatus::Done,
+            answer: Some(json.clone()),
+            created_at: at,
+            expires_at: at,
+            repeats: 2,
+            last_repeat_at: Some(at),
+            lease: hold.clone(),
+        };
+        assert_eq!(receipt_size(&receipt), item_size(&receipt_item(&receipt)));
+        let entry = InboxEntry {
+            workflow: workflow.clone(),
+            key: key.clone(),
+            step: 1,
+            step_name: "approve".into(),
+            config_version: "v123".into(),
+            id: EventId::parse("evt-1").unwrap(),
+            generation: 2,
+            arrived_at: at,
+            input: json.clone(),
+            status: InboxStatus::Buffered,
+            expires_at: at,
+            expiry_hold: hold,
+            drain_target: Some(DrainTarget { generation: 2, step: 1 }),
+            drained_at: Some(at),
+            callback_key: true,
+        };
+        assert_eq!(inbox_size(&entry), item_size(&inbox_item(&entry, MAX_DUE_SHARDS)));
+        let ledger = LedgerEntry {
+            workflow,
+            key,
+            input_id: "evt-1".into(),
+            reason: IgnoreReason::OutOfOrder,
+            generation: Some(2),
+            state: Some("waiting{1}".into()),
+            detail: json,
+            config_version: Some("v123".into()),
+            at,
+            expires_at: at,
+        };
+        assert_eq!(ledger_size(&ledger), item_size(&ledger_item(&ledger)));
     }
 
     #[test]
