@@ -919,7 +919,7 @@ fn render(template: &Value, doc: &Value, context: &Value) -> Result<Value, Strin
 
 /// The value at a dotted path; `None` when a field on the way is missing (a `null` is a value).
 fn lookup(doc: &Value, dotted: &str) -> Option<Value> {
-    dotted.split('.').try_fold(doc.clone(), |v, part| v.get(part).cloned())
+    dotted.split('.').try_fold(doc, |v, part| v.get(part)).cloned()
 }
 
 fn set_path(doc: &mut Value, path: &Value, value: Value) {
