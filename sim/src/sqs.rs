@@ -251,9 +251,9 @@ impl Sqs {
         &self.queues[&queue].messages
     }
 
-    /// Messages visible now.
-    pub fn visible(&self, queue: QueueId, now: OffsetDateTime) -> usize {
-        self.queues[&queue].messages.iter().filter(|m| m.visible_at <= now).count()
+    /// Whether a message is visible now.
+    pub fn any_visible(&self, queue: QueueId, now: OffsetDateTime) -> bool {
+        self.queues[&queue].messages.iter().any(|m| m.visible_at <= now)
     }
 
     /// When the next invisible message becomes visible again.

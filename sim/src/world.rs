@@ -70,7 +70,6 @@ pub enum Fault {
 /// Faults injected, by kind, and other counts a run reports.
 #[derive(Debug, Clone, Default)]
 pub struct Counts {
-    pub points: u64,
     pub faults: BTreeMap<&'static str, u64>,
 }
 
@@ -126,6 +125,8 @@ pub struct World {
     current: std::sync::atomic::AtomicUsize,
     spawned: Mutex<Vec<Actor>>,
     next_id: AtomicU64,
+    /// The port calls that passed their point: read on every step, to see whether it moved.
+    points: AtomicU64,
     /// When sleeping actors wake: so an idle world can skip straight to the next wake.
     wakes: Mutex<Vec<OffsetDateTime>>,
     /// The actors asleep, with when they wake: once the clock reaches it, each can run again
@@ -163,6 +164,7 @@ impl World {
             current: std::sync::atomic::AtomicUsize::new(0),
             spawned: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
+            points: AtomicU64::new(0),
             wakes: Mutex::new(Vec::new()),
             sleepers: Mutex::new(Vec::new()),
             died: Mutex::new(std::collections::BTreeSet::new()),
@@ -231,6 +233,11 @@ impl World {
     pub fn drop_actors(&self) {
         let spawned = std::mem::take(&mut *lock(&self.spawned));
         drop(spawned);
+    }
+
+    /// How many port calls have passed their point.
+    pub fn points(&self) -> u64 {
+        self.points.load(Ordering::Relaxed)
     }
 
     /// A fresh number, for ids.
@@ -365,7 +372,7 @@ impl Future for Point<'_> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if self.yielded {
             self.world.at_point(false);
-            lock(&self.world.counts).points += 1;
+            self.world.points.fetch_add(1, Ordering::Relaxed);
             Poll::Ready(())
         } else {
             // Noted as the actor stops here, before the call: the schedule reads in the order
@@ -498,8 +505,8 @@ impl Executor {
             lock(&world.died).insert(gone.name.to_string());
             return true;
         }
-        let before = lock(&world.counts).points;
-        self.poll(world, i) || lock(&world.counts).points != before
+        let before = world.points();
+        self.poll(world, i) || world.points() != before
     }
 
     /// Polls every actor once, in order; returns how many finished.

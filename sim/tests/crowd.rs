@@ -38,7 +38,7 @@ const CROWD: usize = 10_000;
 fn drain(s: &Stack) {
     loop {
         let busy =
-            [QueueId::Intake, QueueId::Progress].iter().any(|q| lock(&s.sqs).visible(*q, s.world.now()) > 0);
+            [QueueId::Intake, QueueId::Progress].iter().any(|q| lock(&s.sqs).any_visible(*q, s.world.now()));
         if !busy {
             return;
         }

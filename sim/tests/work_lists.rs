@@ -34,7 +34,7 @@ const CROWD: usize = 150;
 fn drain(s: &Stack) {
     for _ in 0..10_000 {
         let busy =
-            [QueueId::Intake, QueueId::Progress].iter().any(|q| lock(&s.sqs).visible(*q, s.world.now()) > 0);
+            [QueueId::Intake, QueueId::Progress].iter().any(|q| lock(&s.sqs).any_visible(*q, s.world.now()));
         if !busy {
             return;
         }
