@@ -11,7 +11,9 @@
 //! What this counter does not cover (a float's digits, bytes, a map key that is neither a
 //! string nor an integer, serde_json's own private types, a value whose `Serialize` fails) is
 //! handed to serde_json: a float alone, the rest as the whole value, so the length (or the
-//! error) is serde_json's own.
+//! error) is serde_json's own. The one difference left: a `Serialize` impl that ignores an
+//! error its serializer gave it (and goes on) is counted without what failed, where serde_json
+//! would have written it. baton has none; its impls are derived or write one string.
 
 use serde::Serialize;
 use serde::ser::{self, Impossible};
@@ -104,16 +106,27 @@ struct Counter(usize);
 /// A sequence or map being counted: a comma before each element or entry but the first.
 struct Compound<'a> {
     count: &'a mut Counter,
-    first: bool,
-    /// The closing bytes: `]` or `}`, and one more `}` for an enum variant's.
-    close: usize,
+    at: At,
+    /// Whether it is an enum variant's, closed by one more `}`.
+    variant: bool,
+}
+
+/// Where a compound stands, as serde_json's own: told it holds nothing (a length of 0), it
+/// writes its closing bracket at once, and then, should elements come all the same (an impl
+/// that gave the wrong length), a comma before each and the bracket again at the end.
+#[derive(PartialEq)]
+enum At {
+    Empty,
+    First,
+    Rest,
 }
 
 impl Compound<'_> {
     fn comma(&mut self) {
-        if !std::mem::take(&mut self.first) {
+        if self.at != At::First {
             self.count.0 += 1;
         }
+        self.at = At::Rest;
     }
 
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unusual> {
@@ -128,7 +141,7 @@ impl Compound<'_> {
     }
 
     fn end(self) -> Result<(), Unusual> {
-        self.count.0 += self.close;
+        self.count.0 += usize::from(self.at != At::Empty) + usize::from(self.variant);
         Ok(())
     }
 }
@@ -139,11 +152,17 @@ impl Counter {
         Ok(())
     }
 
-    /// `[` or `{` opened (after `{"<variant>":` for an enum variant's).
-    fn open(&mut self, variant: Option<&str>) -> Compound<'_> {
-        let wrapped = variant.map_or(0, |v| 1 + str_len(v) + 1);
-        self.0 += wrapped + 1;
-        Compound { count: self, first: true, close: 1 + usize::from(variant.is_some()) }
+    /// `[` or `{` opened (after `{"<variant>":` for an enum variant's), told it holds `len`
+    /// elements or entries.
+    fn open(&mut self, variant: Option<&str>, len: Option<usize>) -> Compound<'_> {
+        self.0 += variant.map_or(0, |v| 1 + str_len(v) + 1) + 1;
+        let at = if len == Some(0) {
+            self.0 += 1;
+            At::Empty
+        } else {
+            At::First
+        };
+        Compound { count: self, at, variant: variant.is_some() }
     }
 }
 
@@ -240,42 +259,42 @@ impl<'a> ser::Serializer for &'a mut Counter {
         value.serialize(&mut *self)?;
         self.add(1)
     }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Compound<'a>, Unusual> {
-        Ok(self.open(None))
+    fn serialize_seq(self, len: Option<usize>) -> Result<Compound<'a>, Unusual> {
+        Ok(self.open(None, len))
     }
-    fn serialize_tuple(self, _: usize) -> Result<Compound<'a>, Unusual> {
-        Ok(self.open(None))
+    fn serialize_tuple(self, len: usize) -> Result<Compound<'a>, Unusual> {
+        Ok(self.open(None, Some(len)))
     }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Compound<'a>, Unusual> {
-        Ok(self.open(None))
+    fn serialize_tuple_struct(self, _: &'static str, len: usize) -> Result<Compound<'a>, Unusual> {
+        Ok(self.open(None, Some(len)))
     }
     fn serialize_tuple_variant(
         self,
         _: &'static str,
         _: u32,
         variant: &'static str,
-        _: usize,
+        len: usize,
     ) -> Result<Compound<'a>, Unusual> {
-        Ok(self.open(Some(variant)))
+        Ok(self.open(Some(variant), Some(len)))
     }
-    fn serialize_map(self, _: Option<usize>) -> Result<Compound<'a>, Unusual> {
-        Ok(self.open(None))
+    fn serialize_map(self, len: Option<usize>) -> Result<Compound<'a>, Unusual> {
+        Ok(self.open(None, len))
     }
-    fn serialize_struct(self, name: &'static str, _: usize) -> Result<Compound<'a>, Unusual> {
+    fn serialize_struct(self, name: &'static str, len: usize) -> Result<Compound<'a>, Unusual> {
         // serde_json's own numbers and raw values (behind features) come as structs so named.
         if name.starts_with("$serde_json::") {
             return Err(Unusual);
         }
-        Ok(self.open(None))
+        Ok(self.open(None, Some(len)))
     }
     fn serialize_struct_variant(
         self,
         _: &'static str,
         _: u32,
         variant: &'static str,
-        _: usize,
+        len: usize,
     ) -> Result<Compound<'a>, Unusual> {
-        Ok(self.open(Some(variant)))
+        Ok(self.open(Some(variant), Some(len)))
     }
 }
 
@@ -626,6 +645,53 @@ mod tests {
         same_as_serde_json(&BTreeMap::from([(Some("k"), 1)]));
         same_as_serde_json(&Pairs(vec![(Shapes::Unit, 1)]));
         same_as_serde_json(&Pairs(vec![(Shapes::Newtype("n".into()), 1)]));
+    }
+
+    /// An impl that says it holds nothing and then gives elements: serde_json closes the
+    /// bracket at once and writes what comes after it (`[],1,2]`); counted the same.
+    #[test]
+    fn a_misstated_empty_length_counts_as_serde_json_writes_it() {
+        struct Misstated(u8);
+        impl Serialize for Misstated {
+            fn serialize<S: ser::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use ser::{
+                    SerializeMap, SerializeSeq, SerializeStruct, SerializeStructVariant,
+                    SerializeTupleVariant,
+                };
+                match self.0 {
+                    0 => {
+                        let mut seq = s.serialize_seq(Some(0))?;
+                        seq.serialize_element(&1)?;
+                        seq.serialize_element(&2)?;
+                        seq.end()
+                    }
+                    1 => {
+                        let mut map = s.serialize_map(Some(0))?;
+                        map.serialize_entry("a", &1)?;
+                        map.end()
+                    }
+                    2 => {
+                        let mut st = s.serialize_struct("S", 0)?;
+                        st.serialize_field("a", &1)?;
+                        st.end()
+                    }
+                    3 => {
+                        let mut tv = s.serialize_tuple_variant("E", 0, "V", 0)?;
+                        tv.serialize_field(&1)?;
+                        tv.end()
+                    }
+                    4 => {
+                        let mut sv = s.serialize_struct_variant("E", 0, "V", 0)?;
+                        sv.serialize_field("a", &1)?;
+                        sv.end()
+                    }
+                    _ => s.serialize_struct_variant("E", 0, "V", 0)?.end(),
+                }
+            }
+        }
+        for shape in 0..6 {
+            same_as_serde_json(&Misstated(shape));
+        }
     }
 
     #[test]
