@@ -166,6 +166,34 @@ impl Counter {
     }
 }
 
+/// A serializer's methods for booleans and integers: each gives the length of its text to
+/// `$put` (a map key's puts it in quotes).
+macro_rules! numbers {
+    ($put:ident) => {
+        fn serialize_bool(self, v: bool) -> Result<(), Unusual> {
+            self.$put(if v { 4 } else { 5 })
+        }
+        numbers!(@signed $put, serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64);
+        numbers!(@unsigned $put, serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64);
+        fn serialize_i128(self, v: i128) -> Result<(), Unusual> {
+            self.$put(signed_len(v))
+        }
+        fn serialize_u128(self, v: u128) -> Result<(), Unusual> {
+            self.$put(digits(v))
+        }
+    };
+    (@signed $put:ident, $($method:ident: $t:ty),*) => {$(
+        fn $method(self, v: $t) -> Result<(), Unusual> {
+            self.$put(signed_len(v.into()))
+        }
+    )*};
+    (@unsigned $put:ident, $($method:ident: $t:ty),*) => {$(
+        fn $method(self, v: $t) -> Result<(), Unusual> {
+            self.$put(digits(v.into()))
+        }
+    )*};
+}
+
 impl<'a> ser::Serializer for &'a mut Counter {
     type Ok = ();
     type Error = Unusual;
@@ -177,39 +205,7 @@ impl<'a> ser::Serializer for &'a mut Counter {
     type SerializeStruct = Compound<'a>;
     type SerializeStructVariant = Compound<'a>;
 
-    fn serialize_bool(self, v: bool) -> Result<(), Unusual> {
-        self.add(if v { 4 } else { 5 })
-    }
-    fn serialize_i8(self, v: i8) -> Result<(), Unusual> {
-        self.add(signed_len(v.into()))
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Unusual> {
-        self.add(signed_len(v.into()))
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Unusual> {
-        self.add(signed_len(v.into()))
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Unusual> {
-        self.add(signed_len(v.into()))
-    }
-    fn serialize_i128(self, v: i128) -> Result<(), Unusual> {
-        self.add(signed_len(v))
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Unusual> {
-        self.add(digits(v.into()))
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Unusual> {
-        self.add(digits(v.into()))
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Unusual> {
-        self.add(digits(v.into()))
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Unusual> {
-        self.add(digits(v.into()))
-    }
-    fn serialize_u128(self, v: u128) -> Result<(), Unusual> {
-        self.add(digits(v))
-    }
+    numbers!(add);
     // A float's shortest digits are serde_json's to work out (`null` if not finite).
     fn serialize_f32(self, v: f32) -> Result<(), Unusual> {
         self.add(written_len(&v).map_err(|_| Unusual)?)
@@ -298,49 +294,45 @@ impl<'a> ser::Serializer for &'a mut Counter {
     }
 }
 
-impl ser::SerializeSeq for Compound<'_> {
-    type Ok = ();
-    type Error = Unusual;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unusual> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Unusual> {
-        Compound::end(self)
-    }
+/// The compound traits serde splits by shape, counted alike: their elements, or their fields
+/// with their names.
+macro_rules! compounds {
+    ($($trait:ident: $method:ident),*; $($named:ident),*) => {
+        $(impl ser::$trait for Compound<'_> {
+            type Ok = ();
+            type Error = Unusual;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unusual> {
+                self.element(value)
+            }
+            fn end(self) -> Result<(), Unusual> {
+                Compound::end(self)
+            }
+        })*
+        $(impl ser::$named for Compound<'_> {
+            type Ok = ();
+            type Error = Unusual;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), Unusual> {
+                self.entry(key, value)
+            }
+            fn end(self) -> Result<(), Unusual> {
+                Compound::end(self)
+            }
+        })*
+    };
 }
 
-impl ser::SerializeTuple for Compound<'_> {
-    type Ok = ();
-    type Error = Unusual;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unusual> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Unusual> {
-        Compound::end(self)
-    }
-}
-
-impl ser::SerializeTupleStruct for Compound<'_> {
-    type Ok = ();
-    type Error = Unusual;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unusual> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Unusual> {
-        Compound::end(self)
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_> {
-    type Ok = ();
-    type Error = Unusual;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unusual> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Unusual> {
-        Compound::end(self)
-    }
-}
+compounds!(
+    SerializeSeq: serialize_element,
+    SerializeTuple: serialize_element,
+    SerializeTupleStruct: serialize_field,
+    SerializeTupleVariant: serialize_field;
+    SerializeStruct,
+    SerializeStructVariant
+);
 
 impl ser::SerializeMap for Compound<'_> {
     type Ok = ();
@@ -352,36 +344,6 @@ impl ser::SerializeMap for Compound<'_> {
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unusual> {
         self.count.0 += 1;
         value.serialize(&mut *self.count)
-    }
-    fn end(self) -> Result<(), Unusual> {
-        Compound::end(self)
-    }
-}
-
-impl ser::SerializeStruct for Compound<'_> {
-    type Ok = ();
-    type Error = Unusual;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Unusual> {
-        self.entry(key, value)
-    }
-    fn end(self) -> Result<(), Unusual> {
-        Compound::end(self)
-    }
-}
-
-impl ser::SerializeStructVariant for Compound<'_> {
-    type Ok = ();
-    type Error = Unusual;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Unusual> {
-        self.entry(key, value)
     }
     fn end(self) -> Result<(), Unusual> {
         Compound::end(self)
@@ -428,39 +390,7 @@ impl ser::Serializer for Key<'_> {
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Unusual> {
         value.serialize(self)
     }
-    fn serialize_bool(self, v: bool) -> Result<(), Unusual> {
-        self.quoted(if v { 4 } else { 5 })
-    }
-    fn serialize_i8(self, v: i8) -> Result<(), Unusual> {
-        self.quoted(signed_len(v.into()))
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Unusual> {
-        self.quoted(signed_len(v.into()))
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Unusual> {
-        self.quoted(signed_len(v.into()))
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Unusual> {
-        self.quoted(signed_len(v.into()))
-    }
-    fn serialize_i128(self, v: i128) -> Result<(), Unusual> {
-        self.quoted(signed_len(v))
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Unusual> {
-        self.quoted(digits(v.into()))
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Unusual> {
-        self.quoted(digits(v.into()))
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Unusual> {
-        self.quoted(digits(v.into()))
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Unusual> {
-        self.quoted(digits(v.into()))
-    }
-    fn serialize_u128(self, v: u128) -> Result<(), Unusual> {
-        self.quoted(digits(v))
-    }
+    numbers!(quoted);
     fn serialize_f32(self, _: f32) -> Result<(), Unusual> {
         Err(Unusual)
     }
