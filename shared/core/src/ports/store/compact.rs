@@ -138,9 +138,9 @@ fn sub_micros(t: OffsetDateTime) -> i128 {
 
 /// The audit trail, compact: its JSON text is what a record item holds (written, or only
 /// measured: every record write is).
-pub fn history(history: &[AuditEntry], context: &Context) -> impl Serialize + use<> {
+pub fn history(trail: &[AuditEntry], context: &Context) -> impl Serialize + use<> {
     let mut before = Predicted::start(micros(context.base));
-    history
+    trail
         .iter()
         .map(|e| {
             let at = micros(e.at);
@@ -309,8 +309,8 @@ impl Predicted {
 }
 
 /// The applied inputs, compact: as [`history`], their JSON text is what a record item holds.
-pub fn applied(applied: &[AppliedInput]) -> impl Serialize + use<'_> {
-    applied
+pub fn applied(inputs: &[AppliedInput]) -> impl Serialize + use<'_> {
+    inputs
         .iter()
         .map(|a| {
             let source: u8 = match a.source {
