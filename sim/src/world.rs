@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use time::{Duration, OffsetDateTime};
@@ -122,7 +122,7 @@ pub struct World {
     /// stands for no actor (a future driven alone, or on tokio).
     cast: Mutex<Vec<(Arc<str>, Arc<AtomicBool>)>>,
     /// The number of the actor being polled (in `cast`): set on every poll, so a plain store.
-    current: std::sync::atomic::AtomicUsize,
+    current: AtomicUsize,
     spawned: Mutex<Vec<Actor>>,
     next_id: AtomicU64,
     /// The port calls that passed their point: read on every step, to see whether it moved.
@@ -161,7 +161,7 @@ impl World {
             log: Mutex::new(Vec::new()),
             trace_on,
             cast: Mutex::new(vec![(Arc::from(""), Arc::new(AtomicBool::new(false)))]),
-            current: std::sync::atomic::AtomicUsize::new(0),
+            current: AtomicUsize::new(0),
             spawned: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             points: AtomicU64::new(0),

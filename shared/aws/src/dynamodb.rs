@@ -858,7 +858,8 @@ fn record_item(r: &Record, layout: Layout) -> Item {
     item_of(|item| record_attributes(r, layout, item))
 }
 
-/// Where [`record_attributes`] puts a record's attributes: into its item, or into its size.
+/// Where an item's attributes go ([`record_attributes`], [`task_attributes`] and the other side
+/// items'): into the item, or into its size.
 trait Attributes {
     fn put(&mut self, name: &'static str, value: AttributeValue);
     /// An attribute of `value`'s JSON text ([`json`]).
